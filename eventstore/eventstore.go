@@ -1,0 +1,195 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Revision is the 0-based position of an event within its stream, as in
+// KurrentDB: the first event of a stream has revision 0.
+type Revision = uint64
+
+// ExpectedRevision is the optimistic-concurrency condition of an append,
+// following KurrentDB's expected revision (Any, NoStream, StreamExists, or an
+// exact revision). The zero value is Any.
+type ExpectedRevision struct {
+	kind expectedKind
+	rev  Revision
+}
+
+type expectedKind uint8
+
+const (
+	expectAny expectedKind = iota
+	expectNoStream
+	expectStreamExists
+	expectExact
+)
+
+// Any appends whatever the stream's state. Like KurrentDB, a repeated append
+// whose event ids are already in the stream is a no-op.
+func Any() ExpectedRevision { return ExpectedRevision{kind: expectAny} }
+
+// NoStream appends only if the stream has never had an event.
+func NoStream() ExpectedRevision { return ExpectedRevision{kind: expectNoStream} }
+
+// StreamExists appends only if the stream has at least one event.
+func StreamExists() ExpectedRevision { return ExpectedRevision{kind: expectStreamExists} }
+
+// Exact appends only if the stream's last revision is rev (0-based). After a
+// Truncate the stream keeps its last revision, so appends continue from it.
+func Exact(rev Revision) ExpectedRevision { return ExpectedRevision{kind: expectExact, rev: rev} }
+
+// IsAny reports whether e is Any.
+func (e ExpectedRevision) IsAny() bool { return e.kind == expectAny }
+
+// IsNoStream reports whether e is NoStream.
+func (e ExpectedRevision) IsNoStream() bool { return e.kind == expectNoStream }
+
+// IsStreamExists reports whether e is StreamExists.
+func (e ExpectedRevision) IsStreamExists() bool { return e.kind == expectStreamExists }
+
+// ExactRevision returns the exact revision and true if e is Exact.
+func (e ExpectedRevision) ExactRevision() (Revision, bool) { return e.rev, e.kind == expectExact }
+
+// String formats e for errors and logs: "any", "no_stream", "stream_exists" or the number.
+func (e ExpectedRevision) String() string {
+	switch e.kind {
+	case expectNoStream:
+		return "no_stream"
+	case expectStreamExists:
+		return "stream_exists"
+	case expectExact:
+		return fmt.Sprint(e.rev)
+	default:
+		return "any"
+	}
+}
+
+// Position is a commit-ordered place in the global log. On PostgreSQL, Commit
+// is the appending transaction's xid8 and Prepare the event's sequence number
+// within the log; on KurrentDB they are the commit and prepare positions of the
+// transaction file. Positions compare lexicographically (Commit, then Prepare).
+// The zero Position is before every event.
+type Position struct {
+	Commit  uint64 `json:"commit"`
+	Prepare uint64 `json:"prepare"`
+}
+
+// Less reports whether p comes before q in the log.
+func (p Position) Less(q Position) bool {
+	return p.Commit < q.Commit || (p.Commit == q.Commit && p.Prepare < q.Prepare)
+}
+
+// IsZero reports whether p is the start of the log.
+func (p Position) IsZero() bool { return p == Position{} }
+
+// String formats p as "commit/prepare", the form of the Booking-Position header.
+func (p Position) String() string { return fmt.Sprintf("%d/%d", p.Commit, p.Prepare) }
+
+// ParsePosition parses the "commit/prepare" form produced by String.
+func ParsePosition(s string) (Position, error) {
+	var p Position
+	if _, err := fmt.Sscanf(s, "%d/%d", &p.Commit, &p.Prepare); err != nil {
+		return Position{}, fmt.Errorf("eventstore: invalid position %q: want commit/prepare", s)
+	}
+	return p, nil
+}
+
+// EventData is an event to append. ID is a UUID (v7 for new facts, v5 for
+// facts derived deterministically from a cause) and is the identity used for
+// idempotent appends. Data and Metadata are JSON documents.
+type EventData struct {
+	ID       string
+	Type     string
+	Data     []byte
+	Metadata []byte
+}
+
+// RecordedEvent is an event as stored: its stream, 0-based stream revision,
+// commit-ordered log position and the time the store recorded it (database
+// clock, UTC).
+type RecordedEvent struct {
+	ID         string
+	Stream     string
+	Type       string
+	Revision   Revision
+	Position   Position
+	Data       []byte
+	Metadata   []byte
+	RecordedAt time.Time
+}
+
+// AppendResult tells where an append left the stream: the revision of the
+// last event written (or already present, for an idempotent repeat) and the
+// log position of the append.
+type AppendResult struct {
+	NextRevision Revision
+	Position     Position
+}
+
+// ErrStreamNotFound is returned by ReadStream when a stream has no live
+// events: it never existed, or it was truncated or expired.
+var ErrStreamNotFound = errors.New("eventstore: stream not found")
+
+// ErrWrongExpectedRevision is the sentinel matched (errors.Is) by every
+// RevisionConflictError.
+var ErrWrongExpectedRevision = errors.New("eventstore: wrong expected revision")
+
+// RevisionConflictError is returned by Append when the stream's revision does
+// not satisfy the expected revision and the events were not already appended
+// at that place. Actual is the stream's last revision, or -1 if the stream has
+// never had an event (KurrentDB's WrongExpectedVersion carries the same).
+type RevisionConflictError struct {
+	Stream   string
+	Expected ExpectedRevision
+	Actual   int64
+}
+
+func (e *RevisionConflictError) Error() string {
+	return fmt.Sprintf("eventstore: append to %s: expected revision %s, actual %d", e.Stream, e.Expected, e.Actual)
+}
+
+// Is makes errors.Is(err, ErrWrongExpectedRevision) true.
+func (e *RevisionConflictError) Is(target error) bool { return target == ErrWrongExpectedRevision }
+
+// Store is an event store with per-stream optimistic concurrency and a
+// commit-ordered global log. It holds nothing a KurrentDB backend could not
+// do: every append touches exactly one stream. Implementations are safe for
+// concurrent use.
+type Store interface {
+	// Append writes events to stream atomically if expected holds. A repeat of
+	// an append whose event ids are all already in the stream at the place the
+	// expected revision names succeeds without writing anything (KurrentDB's
+	// idempotent append). Returns a *RevisionConflictError (errors.Is
+	// ErrWrongExpectedRevision) otherwise. events must not be empty.
+	Append(ctx context.Context, stream string, expected ExpectedRevision, events ...EventData) (AppendResult, error)
+
+	// ReadStream returns up to limit live events of stream with revision >=
+	// from, in revision order. limit <= 0 means all. Returns
+	// ErrStreamNotFound if the stream has no live events.
+	ReadStream(ctx context.Context, stream string, from Revision, limit int) ([]RecordedEvent, error)
+
+	// ReadAll returns up to limit events after position after, in log order.
+	// It never returns an event while an earlier-positioned event may still
+	// commit, so a reader that checkpoints the last position it saw never
+	// skips an event. limit must be > 0.
+	ReadAll(ctx context.Context, after Position, limit int) ([]RecordedEvent, error)
+
+	// SubscribeAll is a catch-up subscription: it calls fn with batches of
+	// events after position after, in log order, first catching up and then
+	// following new appends, until ctx is done (returns ctx.Err()) or fn
+	// returns an error (returned as is). It blocks.
+	SubscribeAll(ctx context.Context, after Position, fn func(ctx context.Context, batch []RecordedEvent) error) error
+
+	// Truncate hides every event of stream with a revision below before (KurrentDB's
+	// $tb stream metadata) and deletes them where the backend can. The stream
+	// keeps its last revision: a later append must expect it exactly.
+	Truncate(ctx context.Context, stream string, before Revision) error
+
+	// Head returns the position of the last event a reader may see now (the
+	// log's readable horizon); the zero Position for an empty log.
+	Head(ctx context.Context) (Position, error)
+}
