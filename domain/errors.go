@@ -74,6 +74,16 @@ func (e *Error) With(msg string) *Error {
 	return &c
 }
 
+// ParseKind returns the Kind named by String, or Internal.
+func ParseKind(s string) Kind {
+	for k := Internal; k <= Gone; k++ {
+		if k.String() == s {
+			return k
+		}
+	}
+	return Internal
+}
+
 // KindOf returns the Kind of the first *Error in err's chain, or Internal.
 func KindOf(err error) Kind {
 	var e *Error

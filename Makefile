@@ -1,0 +1,136 @@
+# Booking service. `make help` lists the targets; variables below can be overridden,
+# e.g. `make test PKG=./eventstore/... TEST_ARGS='-run Append -v'`.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+MAKEFLAGS += --no-print-directory
+
+GO           ?= go
+BIN          := bin/booking
+PG_SH        := test/scripts/pg.sh
+
+# Tests and benchmarks. GOFLAGS from the environment or the command line is passed on.
+PKG          ?= ./...
+TEST_ARGS    ?=
+TEST_TIMEOUT ?= 25m
+BENCH        ?= .
+BENCHTIME    ?= 2s
+BENCH_COUNT  ?= 1
+BENCH_OUT    ?= bench.txt
+# staticcheck 2026.2.2 (module version v0.8.2); its go.mod requires Go 1.26.
+STATICCHECK_VERSION ?= v0.8.2
+
+# Development server (`make run`). DATABASE_URL, when set, is used instead of the
+# local PostgreSQL in $(PG_DATA).
+PG_DATA            ?= .data/pg
+PG_PORT            ?= 5433
+BOOKING_DATA_DIR   ?= .data
+BOOKING_HTTP_ADDR  ?= 127.0.0.1:8080
+BOOKING_API_TOKENS ?= alice=dev-alice-token,bob=dev-bob-token,admin=dev-admin-token:admin
+BOOKING_PROVIDER_WEBHOOK_SECRET ?= dev-webhook-secret
+
+comma := ,
+# Base URL and admin token for the hints `make run` prints.
+API_URL     = http://$(patsubst 0.0.0.0:%,127.0.0.1:%,$(patsubst :%,127.0.0.1:%,$(BOOKING_HTTP_ADDR)))
+token_list  = $(subst $(comma), ,$(BOOKING_API_TOKENS))
+ADMIN_TOKEN = $(or $(lastword $(subst =, ,$(patsubst %:admin,%,$(firstword $(filter %:admin,$(token_list)))))),ADMIN-TOKEN)
+USER_TOKEN  = $(or $(lastword $(subst =, ,$(firstword $(filter-out %:admin,$(token_list))))),$(ADMIN_TOKEN))
+
+# Shell snippet: export DATABASE_URL, starting the local PostgreSQL unless it is set.
+define use_dev_db
+if [[ -z "$${DATABASE_URL:-}" ]]; then \
+	DATABASE_URL="$$($(PG_SH) dev-up '$(PG_DATA)' '$(PG_PORT)')"; \
+else \
+	echo "using DATABASE_URL from the environment" >&2; \
+fi; \
+export DATABASE_URL
+endef
+
+define RUN_BANNER
+booking API  $(API_URL)
+dev tokens   $(subst $(comma),  ,$(BOOKING_API_TOKENS))
+try          curl -sS -X POST $(API_URL)/v1/shows -H 'Authorization: Bearer $(ADMIN_TOKEN)' -H 'Idempotency-Key: show-1' -H 'Content-Type: application/json' -d '{"name":"Concert","starts_at":"2027-06-01T20:00:00Z","capacity":100,"price":{"amount":4500,"currency":"EUR"}}'
+             (send it again: same show, header Idempotent-Replayed: true; add -i to see headers)
+then         curl -sS $(API_URL)/v1/shows -H 'Authorization: Bearer $(USER_TOKEN)'
+stop         Ctrl-C; `make pg-down` stops PostgreSQL, `make clean-data` deletes $(BOOKING_DATA_DIR)
+
+endef
+
+##@ Development
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} \
+		/^##@/ {printf "\n%s\n", substr($$0, 5); next} \
+		/^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@printf '\nVariables: PKG=%s TEST_ARGS=%s TEST_TIMEOUT=%s BENCH=%s BENCHTIME=%s\n' \
+		'$(PKG)' '$(TEST_ARGS)' '$(TEST_TIMEOUT)' '$(BENCH)' '$(BENCHTIME)'
+	@printf '           PG_DATA=%s PG_PORT=%s BOOKING_HTTP_ADDR=%s GOFLAGS=%s\n' \
+		'$(PG_DATA)' '$(PG_PORT)' '$(BOOKING_HTTP_ADDR)' "$${GOFLAGS:-}"
+
+.PHONY: run
+run: export RUN_BANNER := $(RUN_BANNER)
+run: build ## Run the service from nothing: local PostgreSQL (.data/pg), migrate, `booking serve` in dev mode
+	@$(use_dev_db); \
+	export BOOKING_DATA_DIR='$(BOOKING_DATA_DIR)' BOOKING_HTTP_ADDR='$(BOOKING_HTTP_ADDR)' \
+		BOOKING_API_TOKENS='$(BOOKING_API_TOKENS)' \
+		BOOKING_PROVIDER_WEBHOOK_SECRET='$(BOOKING_PROVIDER_WEBHOOK_SECRET)'; \
+	$(BIN) migrate; \
+	printf '\ndatabase     %s\n%s\n' "$$DATABASE_URL" "$$RUN_BANNER"; unset RUN_BANNER; \
+	exec $(BIN) serve
+
+.PHONY: build
+build: ## Build bin/booking
+	$(GO) build -o $(BIN) ./cmd/booking
+
+.PHONY: migrate
+migrate: build ## Apply migrations to DATABASE_URL (default: the local PostgreSQL of `make run`)
+	@$(use_dev_db); $(BIN) migrate
+
+.PHONY: pg-up
+pg-up: ## Start the local PostgreSQL of `make run` and print its DATABASE_URL
+	@$(PG_SH) dev-up '$(PG_DATA)' '$(PG_PORT)'
+
+.PHONY: pg-down
+pg-down: ## Stop the local PostgreSQL of `make run`
+	@$(PG_SH) dev-down '$(PG_DATA)'
+
+.PHONY: psql
+psql: ## Open psql on the local database of `make run`
+	@url="$$($(PG_SH) dev-up '$(PG_DATA)' '$(PG_PORT)')"; exec "$$($(PG_SH) bindir)/psql" "$$url"
+
+##@ Checks
+
+.PHONY: test
+test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command)
+	$(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_ARGS) $(PKG)
+
+.PHONY: test-short
+test-short: ## Like test, with -short (skips the slow end-to-end scenarios)
+	$(PG_SH) throwaway -- $(GO) test -race -short -count=1 -timeout $(TEST_TIMEOUT) $(TEST_ARGS) $(PKG)
+
+.PHONY: lint
+lint: ## gofmt check, go vet and a pinned staticcheck
+	@unformatted="$$(find . -type d \( -name .git -o -name .data -o -name .tmp -o -name bin \) -prune \
+		-o -name '*.go' -print0 | xargs -0 -r gofmt -l)"; \
+	if [[ -n "$$unformatted" ]]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+.PHONY: bench
+bench: ## Run benchmarks against a throwaway PostgreSQL; report on stdout and in bench.txt
+	$(PG_SH) throwaway -- test/scripts/bench.sh '$(BENCH_OUT)' -- \
+		$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem \
+		-count $(BENCH_COUNT) -timeout 60m $(TEST_ARGS) $(PKG)
+
+##@ Housekeeping
+
+.PHONY: clean
+clean: ## Remove build outputs and benchmark reports (keeps .data)
+	rm -rf bin '$(BENCH_OUT)' '$(BENCH_OUT).tmp' '$(BENCH_OUT).failed'
+
+.PHONY: clean-data
+clean-data: pg-down ## Stop the local PostgreSQL and delete .data (all local data)
+	rm -rf '$(BOOKING_DATA_DIR)' '$(PG_DATA)'

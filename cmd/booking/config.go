@@ -1,0 +1,173 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// ServeConfig is the configuration of `booking serve`, read once from the
+// environment (flags override) with the defaults documented in the README
+// (DESIGN §10). Validate checks every value and the safety relations between
+// the windows, naming the variable at fault.
+type ServeConfig struct {
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (event store, read models, checkpoints, leases)."`
+	HTTPAddr    string `name:"http-addr" env:"BOOKING_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address."`
+	EventStore  string `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"postgres, or a kurrentdb:// / esdb:// connection string."`
+
+	NATSURL               string        `name:"nats-url" env:"BOOKING_NATS_URL" help:"External NATS server URL; empty starts an embedded server."`
+	NATSAddr              string        `name:"nats-addr" env:"BOOKING_NATS_ADDR" default:"127.0.0.1:4222" help:"Listen address of the embedded NATS server."`
+	NATSDuplicateWindow   time.Duration `name:"nats-duplicate-window" env:"BOOKING_NATS_DUPLICATE_WINDOW" default:"10m" help:"JetStream duplicate window of stream BOOKING."`
+	ProviderURL           string        `name:"provider-url" env:"BOOKING_PROVIDER_URL" help:"Payment provider base URL; empty runs the simulator in-process (dev mode)."`
+	ProviderSimAddr       string        `name:"provider-sim-addr" env:"BOOKING_PROVIDER_SIM_ADDR" default:"127.0.0.1:8090" help:"Listen address of the in-process provider simulator."`
+	ProviderWebhookSecret string        `name:"provider-webhook-secret" env:"BOOKING_PROVIDER_WEBHOOK_SECRET" help:"Shared secret of provider webhook signatures (dev default: whsec_dev)."`
+	APITokens             string        `name:"api-tokens" env:"BOOKING_API_TOKENS" help:"Bearer tokens: name=token[:admin],..."`
+	DataDir               string        `name:"data-dir" env:"BOOKING_DATA_DIR" default:".data" help:"Data directory (embedded NATS storage)."`
+	Deployment            string        `name:"deployment" env:"BOOKING_DEPLOYMENT" help:"Prefix of provider idempotency keys; empty in dev."`
+
+	IntentRetention  time.Duration `name:"intent-retention" env:"BOOKING_INTENT_RETENTION" default:"24h" help:"How long intents (idempotency keys) are kept."`
+	IntentLease      time.Duration `name:"intent-lease" env:"BOOKING_INTENT_LEASE" default:"5s" help:"How long a request owns its intent before the commit point."`
+	ReservationHold  time.Duration `name:"reservation-hold" env:"BOOKING_RESERVATION_HOLD" default:"10m" help:"How long a reservation holds its seats."`
+	PaymentLease     time.Duration `name:"payment-lease" env:"BOOKING_PAYMENT_LEASE" default:"30s" help:"Lease of a payment attempt's sender."`
+	ProviderTimeout  time.Duration `name:"provider-timeout" env:"BOOKING_PROVIDER_TIMEOUT" default:"10s" help:"Timeout of one provider call."`
+	ProviderWindow   time.Duration `name:"provider-retention" env:"BOOKING_PROVIDER_RETENTION" default:"24h" help:"The provider's idempotency-key retention window."`
+	PaymentDeadline  time.Duration `name:"payment-deadline" env:"BOOKING_PAYMENT_DEADLINE" default:"15m" help:"How long after placement an order may still be paid."`
+	RecoveryInterval time.Duration `name:"recovery-interval" env:"BOOKING_RECOVERY_INTERVAL" default:"30s" help:"Bound on the delay before background jobs finish interrupted work."`
+	InUseWait        time.Duration `name:"in-use-wait" env:"BOOKING_IN_USE_WAIT" default:"2s" help:"How long a repeat waits for an in-flight first request before 409."`
+	ShutdownTimeout  time.Duration `name:"shutdown-timeout" env:"BOOKING_SHUTDOWN_TIMEOUT" default:"15s" help:"Grace period for in-flight requests at shutdown."`
+
+	RetryBudgetRate  float64 `name:"retry-budget-rate" env:"BOOKING_RETRY_BUDGET_RATE" default:"20" help:"Per-actor request budget: sustained requests per second."`
+	RetryBudgetBurst int     `name:"retry-budget-burst" env:"BOOKING_RETRY_BUDGET_BURST" default:"40" help:"Per-actor request budget: burst size."`
+}
+
+// sendMargin is the safety margin of the payment send fence.
+const sendMargin = 2 * time.Second
+
+// configError names the variable at fault.
+func configError(variable, format string, args ...any) error {
+	return fmt.Errorf("invalid configuration: %s: %s", variable, fmt.Sprintf(format, args...))
+}
+
+// Validate checks every field and the relations between windows that keep
+// retries safe. The error names the environment variable at fault.
+func (c *ServeConfig) Validate() error {
+	if c.DatabaseURL == "" {
+		return configError("DATABASE_URL", "required (a postgres:// URL)")
+	}
+	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return configError("DATABASE_URL", "must be a postgres:// URL")
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		return configError("BOOKING_HTTP_ADDR", "must be host:port: %v", err)
+	}
+	if c.EventStore != "postgres" && !strings.HasPrefix(c.EventStore, "kurrentdb://") && !strings.HasPrefix(c.EventStore, "esdb://") {
+		return configError("BOOKING_EVENT_STORE", "must be postgres or a kurrentdb:// or esdb:// connection string")
+	}
+	if c.EventStore != "postgres" {
+		return configError("BOOKING_EVENT_STORE", "the KurrentDB backend is not available in this build yet; use postgres")
+	}
+	if c.ProviderURL != "" {
+		if u, err := url.Parse(c.ProviderURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return configError("BOOKING_PROVIDER_URL", "must be an http(s) URL")
+		}
+		if c.ProviderWebhookSecret == "" {
+			return configError("BOOKING_PROVIDER_WEBHOOK_SECRET", "required when BOOKING_PROVIDER_URL is set")
+		}
+	} else if _, _, err := net.SplitHostPort(c.ProviderSimAddr); err != nil {
+		return configError("BOOKING_PROVIDER_SIM_ADDR", "must be host:port: %v", err)
+	}
+	if c.APITokens == "" {
+		return configError("BOOKING_API_TOKENS", "required: name=token[:admin],...")
+	}
+	if _, err := parseTokens(c.APITokens); err != nil {
+		return configError("BOOKING_API_TOKENS", "%v", err)
+	}
+	positive := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"BOOKING_INTENT_RETENTION", c.IntentRetention}, {"BOOKING_INTENT_LEASE", c.IntentLease},
+		{"BOOKING_RESERVATION_HOLD", c.ReservationHold}, {"BOOKING_PAYMENT_LEASE", c.PaymentLease},
+		{"BOOKING_PROVIDER_TIMEOUT", c.ProviderTimeout}, {"BOOKING_PROVIDER_RETENTION", c.ProviderWindow},
+		{"BOOKING_PAYMENT_DEADLINE", c.PaymentDeadline}, {"BOOKING_RECOVERY_INTERVAL", c.RecoveryInterval},
+		{"BOOKING_NATS_DUPLICATE_WINDOW", c.NATSDuplicateWindow},
+	}
+	for _, p := range positive {
+		if p.d <= 0 {
+			return configError(p.name, "must be a positive duration such as 30s")
+		}
+	}
+	if c.InUseWait < 0 {
+		return configError("BOOKING_IN_USE_WAIT", "must not be negative")
+	}
+	if c.IntentRetention < 10*c.RecoveryInterval {
+		return configError("BOOKING_INTENT_RETENTION", "%s must be at least 10 × BOOKING_RECOVERY_INTERVAL (%s) so recovery finishes intents long before they expire",
+			c.IntentRetention, c.RecoveryInterval)
+	}
+	if c.PaymentLease <= c.ProviderTimeout+sendMargin {
+		return configError("BOOKING_PAYMENT_LEASE", "%s must exceed BOOKING_PROVIDER_TIMEOUT (%s) + %s so a fenced send can finish inside its lease",
+			c.PaymentLease, c.ProviderTimeout, sendMargin)
+	}
+	if c.ProviderWindow <= c.PaymentDeadline {
+		return configError("BOOKING_PROVIDER_RETENTION", "%s must exceed BOOKING_PAYMENT_DEADLINE (%s): retries of an attempt must stay inside the provider's idempotency window",
+			c.ProviderWindow, c.PaymentDeadline)
+	}
+	if c.NATSDuplicateWindow < 2*c.RecoveryInterval {
+		return configError("BOOKING_NATS_DUPLICATE_WINDOW", "%s must be at least 2 × BOOKING_RECOVERY_INTERVAL (%s), the relay's fail-over time",
+			c.NATSDuplicateWindow, c.RecoveryInterval)
+	}
+	if c.RetryBudgetRate <= 0 {
+		return configError("BOOKING_RETRY_BUDGET_RATE", "must be positive")
+	}
+	if c.RetryBudgetBurst < 1 {
+		return configError("BOOKING_RETRY_BUDGET_BURST", "must be at least 1")
+	}
+	return nil
+}
+
+// actor is an authenticated caller: a stable id (the token's name, never
+// the token) and whether it is an admin.
+type actor struct {
+	ID    string
+	Admin bool
+}
+
+// parseTokens parses BOOKING_API_TOKENS: comma-separated name=token or
+// name=token:admin entries. Names are the stable actor ids.
+func parseTokens(s string) (map[string]actor, error) {
+	out := map[string]actor{}
+	for _, entry := range strings.Split(s, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		name, tok, ok := strings.Cut(entry, "=")
+		if !ok || name == "" || tok == "" {
+			return nil, fmt.Errorf("entry %q: want name=token[:admin]", redactEntry(entry))
+		}
+		a := actor{ID: name}
+		if t, role, ok := strings.Cut(tok, ":"); ok {
+			if role != "admin" {
+				return nil, fmt.Errorf("entry for %q: unknown role %q (only admin)", name, role)
+			}
+			tok, a.Admin = t, true
+		}
+		if _, dup := out[tok]; dup {
+			return nil, fmt.Errorf("entry for %q: token used twice", name)
+		}
+		out[tok] = a
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no tokens")
+	}
+	return out, nil
+}
+
+func redactEntry(e string) string {
+	if name, _, ok := strings.Cut(e, "="); ok {
+		return name + "=…"
+	}
+	return "…"
+}

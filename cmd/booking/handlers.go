@@ -1,0 +1,354 @@
+package main
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/domain"
+)
+
+// Views: the JSON shapes of the API's resources (DESIGN §6).
+
+type showView struct {
+	ID        string       `json:"id"`
+	Name      string       `json:"name"`
+	StartsAt  time.Time    `json:"starts_at"`
+	Capacity  int          `json:"capacity"`
+	Available int          `json:"available"`
+	Price     domain.Money `json:"price"`
+}
+
+func viewShow(s domain.Show) showView {
+	return showView{ID: s.ID, Name: s.Name, StartsAt: s.StartsAt.UTC(), Capacity: s.Capacity, Available: s.Available(), Price: s.Price}
+}
+
+type reservationView struct {
+	ID        string       `json:"id"`
+	ShowID    string       `json:"show_id"`
+	Quantity  int          `json:"quantity"`
+	Status    string       `json:"status"`
+	ExpiresAt time.Time    `json:"expires_at"`
+	Amount    domain.Money `json:"amount"`
+	OrderID   string       `json:"order_id,omitempty"`
+}
+
+func viewReservation(r domain.Reservation) reservationView {
+	return reservationView{ID: r.ID, ShowID: r.ShowID, Quantity: r.Quantity, Status: r.Status,
+		ExpiresAt: r.ExpiresAt.UTC(), Amount: r.Amount, OrderID: r.OrderID}
+}
+
+type paymentView struct {
+	Status   string `json:"status"`
+	Attempts int    `json:"attempts"`
+	ChargeID string `json:"charge_id,omitempty"`
+	Refunded bool   `json:"refunded,omitempty"`
+}
+
+type orderView struct {
+	ID            string          `json:"id"`
+	ReservationID string          `json:"reservation_id"`
+	ShowID        string          `json:"show_id"`
+	Status        string          `json:"status"`
+	Quantity      int             `json:"quantity"`
+	Amount        domain.Money    `json:"amount"`
+	Tickets       []domain.Ticket `json:"tickets"`
+	Payment       paymentView     `json:"payment"`
+	FailReason    string          `json:"failure_reason,omitempty"`
+}
+
+func viewOrder(o domain.Order) orderView {
+	p := paymentView{Status: "pending", Attempts: len(o.Attempts), ChargeID: o.ChargeID}
+	if last := o.LastAttempt(); last != nil && last.Outcome != domain.OutcomeNone {
+		p.Status = last.Outcome
+	}
+	if o.ChargeID != "" {
+		p.Status = domain.OutcomeSucceeded
+		if r, ok := o.Refunds[o.ChargeID]; ok {
+			p.Refunded = r.Succeeded
+			if r.Succeeded {
+				p.Status = "refunded"
+			} else {
+				p.Status = "refund_pending"
+			}
+		}
+	}
+	tickets := o.Tickets
+	if o.Status != domain.OrderStatusConfirmed || tickets == nil {
+		tickets = []domain.Ticket{} // tickets are valid only while confirmed
+	}
+	return orderView{ID: o.ID, ReservationID: o.ReservationID, ShowID: o.ShowID, Status: o.Status, Quantity: o.Quantity,
+		Amount: o.Amount, Tickets: tickets, Payment: p, FailReason: o.FailReason}
+}
+
+func replayed(w http.ResponseWriter, out commands.Outcome) {
+	if out.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+}
+
+// pathID returns the {id} path parameter if it is a UUID.
+func pathID(r *http.Request) (string, bool) {
+	id := chi.URLParam(r, "id")
+	u, err := uuid.Parse(id)
+	if err != nil || u.String() != strings.ToLower(id) {
+		return "", false
+	}
+	return u.String(), true
+}
+
+// bodyUUID reads a required UUID string field in canonical lowercase form.
+func bodyUUID(b *body, field string) string {
+	s := b.String(field)
+	if b.err != nil {
+		return ""
+	}
+	u, err := uuid.Parse(s)
+	if err != nil || len(s) != 36 {
+		b.fail(field, field+" must be a UUID such as 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")
+		return ""
+	}
+	return u.String()
+}
+
+func (a *api) postShow(w http.ResponseWriter, r *http.Request) {
+	if !actorFrom(r.Context()).Admin {
+		a.writeError(w, r, domain.ErrForbidden.With("only an admin may create shows"))
+		return
+	}
+	req, err := a.request(r, commands.OpScheduleShow)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	b, err := decodeBody(r)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	cmd := commands.ScheduleShowCommand{Name: b.String("name"), StartsAt: b.Time("starts_at")}
+	capacity := b.Int("capacity")
+	cmd.Price = b.Money("price")
+	if err := b.done(); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if capacity < 1 || capacity > domain.MaxCapacity {
+		a.writeError(w, r, httpError(domain.Invalid, "invalid-request", "capacity must be between 1 and 1000000", "capacity"))
+		return
+	}
+	cmd.Capacity = int(capacity)
+	show, out, err := a.h.ScheduleShow(r.Context(), req, cmd)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	replayed(w, out)
+	w.Header().Set("Location", "/v1/shows/"+show.ID)
+	writeJSON(w, http.StatusCreated, viewShow(show))
+}
+
+func (a *api) getShow(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(r)
+	if !ok {
+		a.writeError(w, r, domain.ErrShowNotFound)
+		return
+	}
+	show, err := a.h.GetShow(r.Context(), id)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewShow(show))
+}
+
+func (a *api) postReservation(w http.ResponseWriter, r *http.Request) {
+	req, err := a.request(r, commands.OpReserveSeats)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	b, err := decodeBody(r)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	showID := bodyUUID(b, "show_id")
+	q := b.Int("quantity")
+	if err := b.done(); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if q < 1 || q > domain.MaxSeatsPerHold {
+		a.writeError(w, r, httpError(domain.Invalid, "invalid-request", "quantity must be between 1 and "+strconv.Itoa(domain.MaxSeatsPerHold), "quantity"))
+		return
+	}
+	res, out, err := a.h.ReserveSeats(r.Context(), req, commands.ReserveSeatsCommand{ShowID: showID, Quantity: int(q)})
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	replayed(w, out)
+	w.Header().Set("Location", "/v1/reservations/"+res.ID)
+	writeJSON(w, http.StatusCreated, viewReservation(res))
+}
+
+func (a *api) getReservation(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(r)
+	if !ok {
+		a.writeError(w, r, domain.ErrReservationNotFound)
+		return
+	}
+	res, err := a.h.GetReservation(r.Context(), actorFrom(r.Context()).ID, id)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewReservation(res))
+}
+
+// Wait budget of POST /v1/orders (RFC 7240 Prefer: wait).
+const (
+	defaultWait = 3 * time.Second
+	maxWait     = 10 * time.Second
+)
+
+// preferWait returns the wait budget from a Prefer: wait=N header (RFC 7240
+// §4.3), clamped to [0, 10 s], and whether the preference was applied.
+func preferWait(r *http.Request) (time.Duration, bool) {
+	for _, h := range r.Header.Values("Prefer") {
+		for _, pref := range strings.Split(h, ",") {
+			name, val, ok := strings.Cut(strings.TrimSpace(pref), "=")
+			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`))
+			if err != nil || n < 0 {
+				continue
+			}
+			return min(time.Duration(n)*time.Second, maxWait), true
+		}
+	}
+	return defaultWait, false
+}
+
+func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
+	req, err := a.request(r, commands.OpPlaceOrder)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	b, err := decodeBody(r)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	resID := bodyUUID(b, "reservation_id")
+	pay := b.Object("payment")
+	token := pay.String("token")
+	if err := pay.done(); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if err := b.done(); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if token == "" || len(token) > 255 {
+		a.writeError(w, r, httpError(domain.Invalid, "invalid-request", "payment.token must have 1 to 255 characters", "payment.token"))
+		return
+	}
+	wait, applied := preferWait(r)
+	req.Wait = wait
+	if applied {
+		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+	}
+	res, err := a.h.PlaceOrder(r.Context(), req, commands.PlaceOrderCommand{ReservationID: resID, PaymentToken: token})
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	a.writeOrderResult(w, r, res, http.StatusCreated)
+}
+
+// writeOrderResult answers an order by the intent's first final outcome:
+// success status when confirmed (or cancelled by its owner), 402 when the
+// payment failed, 202 with Location and Retry-After while pending.
+func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res commands.OrderResult, success int) {
+	replayed(w, res.Outcome)
+	o := res.Order
+	w.Header().Set("Location", "/v1/orders/"+o.ID)
+	if !res.Final {
+		setRetryAfter(w, time.Second)
+		writeJSON(w, http.StatusAccepted, viewOrder(o))
+		return
+	}
+	switch o.FirstOutcome {
+	case domain.FailPaymentDeclined:
+		writeProblem(w, problem{Type: "https://booking.invalid/problems/payment-declined", Title: "Payment Required",
+			Status: http.StatusPaymentRequired, Code: domain.ErrPaymentDeclined.Code, Detail: "the payment was declined; the order failed and its seats were released",
+			OrderID: o.ID, Order: viewOrder(o)})
+	case domain.FailPaymentDeadline, domain.FailNoAttempt:
+		writeProblem(w, problem{Type: "https://booking.invalid/problems/payment-failed", Title: "Payment Required",
+			Status: http.StatusPaymentRequired, Code: "payment-failed", Detail: "the payment did not complete (" + o.FirstOutcome + "); the order failed",
+			OrderID: o.ID, Order: viewOrder(o)})
+	default:
+		writeJSON(w, success, viewOrder(o))
+	}
+}
+
+func (a *api) getOrder(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(r)
+	if !ok {
+		a.writeError(w, r, domain.ErrOrderNotFound)
+		return
+	}
+	o, err := a.h.GetOrder(r.Context(), actorFrom(r.Context()).ID, id)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOrder(o))
+}
+
+func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
+	req, err := a.request(r, commands.OpCancelOrder)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	id, ok := pathID(r)
+	if !ok {
+		a.writeError(w, r, domain.ErrOrderNotFound)
+		return
+	}
+	if r.ContentLength > 0 {
+		b, err := decodeBody(r)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		if err := b.done(); err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+	}
+	res, err := a.h.CancelOrder(r.Context(), req, id)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	replayed(w, res.Outcome)
+	w.Header().Set("Location", "/v1/orders/"+id)
+	if !res.Final {
+		setRetryAfter(w, time.Second)
+		writeJSON(w, http.StatusAccepted, viewOrder(res.Order))
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOrder(res.Order))
+}

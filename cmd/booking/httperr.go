@@ -1,0 +1,142 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/domain"
+)
+
+// kindStatus is the one table that maps an error Kind to an HTTP status
+// (STYLE §3). codeStatus overrides it for the few codes whose status is
+// fixed by the API contract (DESIGN §6).
+var kindStatus = map[domain.Kind]int{
+	domain.Internal:    http.StatusInternalServerError,
+	domain.Invalid:     http.StatusBadRequest,
+	domain.NotFound:    http.StatusNotFound,
+	domain.Conflict:    http.StatusConflict,
+	domain.Rejected:    http.StatusUnprocessableEntity,
+	domain.Unavailable: http.StatusServiceUnavailable,
+	domain.Forbidden:   http.StatusForbidden,
+	domain.Gone:        http.StatusGone,
+}
+
+var codeStatus = map[string]int{
+	domain.ErrPaymentDeclined.Code: http.StatusPaymentRequired,
+	"payment-failed":               http.StatusPaymentRequired,
+	codeUnauthorized:               http.StatusUnauthorized,
+	codeRateLimited:                http.StatusTooManyRequests,
+	codeUnsupportedMedia:           http.StatusUnsupportedMediaType,
+	codeBodyTooLarge:               http.StatusRequestEntityTooLarge,
+}
+
+// Codes produced by the HTTP layer itself.
+const (
+	codeUnauthorized     = "unauthorized"
+	codeRateLimited      = "rate-limited"
+	codeUnsupportedMedia = "unsupported-media-type"
+	codeBodyTooLarge     = "body-too-large"
+	codeKeyInvalid       = "idempotency-key-invalid"
+)
+
+// statusOf returns the HTTP status of err: a recorded rejection's own
+// status, else the code override, else the Kind's.
+func statusOf(err error) int {
+	var rej *commands.Rejection
+	if errors.As(err, &rej) && rej.Status != 0 {
+		return rej.Status
+	}
+	var de *domain.Error
+	if errors.As(err, &de) {
+		if s, ok := codeStatus[de.Code]; ok {
+			return s
+		}
+		return kindStatus[de.Kind]
+	}
+	return http.StatusInternalServerError
+}
+
+// problem is an RFC 9457 problem details object with this API's stable code
+// and extension members.
+type problem struct {
+	Type     string   `json:"type"`
+	Title    string   `json:"title"`
+	Status   int      `json:"status"`
+	Detail   string   `json:"detail,omitempty"`
+	Code     string   `json:"code"`
+	Instance string   `json:"instance,omitempty"`
+	Fields   []string `json:"fields,omitempty"`
+	OrderID  string   `json:"order_id,omitempty"`
+	Order    any      `json:"order,omitempty"`
+}
+
+// writeError answers err as application/problem+json. Internal errors are
+// logged in full and answered with a generic detail; retryable answers carry
+// Retry-After.
+func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status := statusOf(err)
+	p := problem{Status: status, Title: http.StatusText(status), Instance: r.URL.Path}
+	var de *domain.Error
+	if errors.As(err, &de) && de.Kind != domain.Internal {
+		p.Code, p.Detail, p.Fields = de.Code, de.Error(), de.Fields
+	} else {
+		p.Code, p.Detail = "internal", "an internal error occurred; it has been logged"
+		a.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	if status == http.StatusServiceUnavailable && de != nil && de.Kind == domain.Unavailable {
+		a.log.Warn("dependency unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	var rej *commands.Rejection
+	if errors.As(err, &rej) {
+		if rej.ResourceID != "" && (rej.Err.Code == domain.ErrReservationAlreadyOrdered.Code) {
+			p.OrderID = rej.ResourceID
+		}
+		if rej.Replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+	}
+	var inUse *commands.InUseError
+	switch {
+	case errors.As(err, &inUse):
+		setRetryAfter(w, inUse.RetryAfter)
+	case status == http.StatusServiceUnavailable:
+		setRetryAfter(w, time.Second)
+	}
+	p.Type = "https://booking.invalid/problems/" + p.Code
+	writeProblem(w, p)
+}
+
+func writeProblem(w http.ResponseWriter, p problem) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// setRetryAfter sets Retry-After in whole seconds (RFC 9110 §10.2.3), at least 1.
+func setRetryAfter(w http.ResponseWriter, d time.Duration) {
+	s := int((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		s = 1
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(s))
+}
+
+// httpError is an HTTP-layer refusal (auth, rate limit, media type).
+func httpError(kind domain.Kind, code, msg string, fields ...string) *domain.Error {
+	return &domain.Error{Kind: kind, Code: code, Msg: msg, Fields: fields}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+var _ = slog.Default

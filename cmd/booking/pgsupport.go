@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// dbClock is the database clock: PostgreSQL's now() on its own statement.
+type dbClock struct{ pool *pgxpool.Pool }
+
+// Now returns PostgreSQL's now() in UTC, or the connection error.
+func (c dbClock) Now(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	err := c.pool.QueryRow(ctx, "SELECT now()").Scan(&t)
+	return t.UTC(), err
+}
+
+// pgCheckpoints stores named consumer positions in table checkpoints.
+type pgCheckpoints struct{ pool *pgxpool.Pool }
+
+// Load returns the saved position of name, or the zero Position.
+func (c pgCheckpoints) Load(ctx context.Context, name string) (eventstore.Position, error) {
+	var commit, prepare int64
+	err := c.pool.QueryRow(ctx, "SELECT commit_tx, prepare FROM checkpoints WHERE name = $1", name).Scan(&commit, &prepare)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return eventstore.Position{}, nil
+	}
+	return eventstore.Position{Commit: uint64(commit), Prepare: uint64(prepare)}, err
+}
+
+// Save stores pos as name's position.
+func (c pgCheckpoints) Save(ctx context.Context, name string, pos eventstore.Position) error {
+	_, err := c.pool.Exec(ctx, `INSERT INTO checkpoints (name, commit_tx, prepare) VALUES ($1, $2, $3)
+		ON CONFLICT (name) DO UPDATE SET commit_tx = excluded.commit_tx, prepare = excluded.prepare, updated_at = now()`,
+		name, int64(pos.Commit), int64(pos.Prepare))
+	return err
+}
+
+// lockKey maps a worker name to a PostgreSQL advisory lock key.
+func lockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("booking-worker:" + name))
+	return int64(h.Sum64())
+}
+
+// runExclusive runs work while this process holds the session advisory lock
+// of name, so one instance runs across replicas (DESIGN §7). A standby retries
+// every retry; if the lock's connection dies, work's context is cancelled and
+// the lock is tried again. It blocks until ctx is done.
+func runExclusive(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, name string, retry time.Duration, work func(ctx context.Context) error) {
+	for ctx.Err() == nil {
+		err := holdAndRun(ctx, pool, name, work)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !errors.Is(err, errNotLeader) {
+			log.Warn("worker stopped; restarting", "worker", name, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+	}
+}
+
+var errNotLeader = errors.New("lock held by another instance")
+
+func holdAndRun(ctx context.Context, pool *pgxpool.Pool, name string, work func(ctx context.Context) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The session lock lives as long as this connection: never return it to
+	// the pool holding the lock.
+	defer conn.Release()
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockKey(name)).Scan(&got); err != nil {
+		conn.Conn().Close(context.Background())
+		return err
+	}
+	if !got {
+		return errNotLeader
+	}
+	defer func() {
+		// Closing the session releases the lock even if unlock fails.
+		conn.Conn().Close(context.Background())
+	}()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				pctx, pc := context.WithTimeout(wctx, 2*time.Second)
+				err := conn.Ping(pctx)
+				pc()
+				if err != nil && wctx.Err() == nil {
+					cancel() // lost the session, and with it the lock
+					return
+				}
+			}
+		}
+	}()
+	err = work(wctx)
+	if err == nil || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}

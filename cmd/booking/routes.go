@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/time/rate"
+
+	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/domain"
+)
+
+// api is the HTTP API (DESIGN §6). It is safe for concurrent use.
+type api struct {
+	h             *commands.Handler
+	tokens        map[string]actor
+	log           *slog.Logger
+	metrics       *metrics
+	pool          *pgxpool.Pool
+	webhookSecret []byte
+	budget        *budget
+	webhooks      http.Handler
+	lists         listReader
+}
+
+// listReader serves the list endpoints from the read models; nil until the
+// projections are wired.
+type listReader interface {
+	ListShows(w http.ResponseWriter, r *http.Request)
+	ListOrders(w http.ResponseWriter, r *http.Request, actorID string)
+}
+
+type ctxKey int
+
+const actorKey ctxKey = iota
+
+func actorFrom(ctx context.Context) actor {
+	a, _ := ctx.Value(actorKey).(actor)
+	return a
+}
+
+func (a *api) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID)
+	r.Use(middleware.Recoverer)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	r.Get("/readyz", a.readyz)
+	r.Handle("/metrics", a.metrics.handler())
+	r.Get("/openapi.yaml", serveOpenAPI)
+	if a.webhooks != nil {
+		r.Post("/v1/provider/webhooks", a.webhooks.ServeHTTP)
+	}
+	r.Group(func(r chi.Router) {
+		r.Use(a.authenticate)
+		r.Use(a.limit)
+		r.Post("/v1/shows", a.postShow)
+		r.Get("/v1/shows", a.listShows)
+		r.Get("/v1/shows/{id}", a.getShow)
+		r.Post("/v1/reservations", a.postReservation)
+		r.Get("/v1/reservations/{id}", a.getReservation)
+		r.Post("/v1/orders", a.postOrder)
+		r.Get("/v1/orders", a.listOrders)
+		r.Get("/v1/orders/{id}", a.getOrder)
+		r.Post("/v1/orders/{id}/cancel", a.postCancel)
+	})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		a.writeError(w, r, httpError(domain.NotFound, "not-found", "no such endpoint"))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, problem{Type: "https://booking.invalid/problems/method-not-allowed", Title: "Method Not Allowed",
+			Status: http.StatusMethodNotAllowed, Code: "method-not-allowed", Detail: r.Method + " is not allowed here"})
+	})
+	return r
+}
+
+func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := a.pool.Ping(ctx); err != nil {
+		a.writeError(w, r, httpError(domain.Unavailable, "unavailable", "the database is unreachable"))
+		return
+	}
+	writeJSON(w, 200, map[string]string{"status": "ready"})
+}
+
+// authenticate maps the bearer token to a stable actor; missing or unknown → 401.
+func (a *api) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Get("Authorization")
+		scheme, tok, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="booking"`)
+			a.writeError(w, r, httpError(domain.Invalid, codeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)"))
+			return
+		}
+		act, ok := a.tokens[strings.TrimSpace(tok)]
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="booking", error="invalid_token"`)
+			a.writeError(w, r, httpError(domain.Invalid, codeUnauthorized, "the bearer token is not valid"))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey, act)))
+	})
+}
+
+// budget is the per-actor retry budget: a token bucket per actor
+// (golang.org/x/time/rate), per process. It is checked before the
+// idempotency layer and never stored as an outcome.
+type budget struct {
+	mu      sync.Mutex
+	limit   rate.Limit
+	burst   int
+	buckets map[string]*rate.Limiter
+}
+
+func newBudget(perSecond float64, burst int) *budget {
+	return &budget{limit: rate.Limit(perSecond), burst: burst, buckets: map[string]*rate.Limiter{}}
+}
+
+// reserve takes one token of actor's bucket; it returns 0 when allowed, or
+// how long to wait before a retry would be.
+func (b *budget) reserve(actorID string) time.Duration {
+	b.mu.Lock()
+	l := b.buckets[actorID]
+	if l == nil {
+		l = rate.NewLimiter(b.limit, b.burst)
+		b.buckets[actorID] = l
+	}
+	b.mu.Unlock()
+	res := l.Reserve()
+	if d := res.Delay(); d > 0 {
+		res.Cancel()
+		return d
+	}
+	return 0
+}
+
+// limit answers 429 with Retry-After when the actor is over its budget.
+func (a *api) limit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			if d := a.budget.reserve(actorFrom(r.Context()).ID); d > 0 {
+				a.metrics.rateLimited.Inc()
+				setRetryAfter(w, d)
+				a.writeError(w, r, httpError(domain.Invalid, codeRateLimited, "too many requests for this actor; retry after the time in Retry-After"))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// request builds the idempotency envelope of a POST.
+func (a *api) request(r *http.Request, op string) (commands.Request, error) {
+	key, err := parseIdempotencyKey(r)
+	if err != nil {
+		return commands.Request{}, err
+	}
+	return commands.Request{Actor: actorFrom(r.Context()).ID, Operation: op, Key: key,
+		CorrelationID: middleware.GetReqID(r.Context())}, nil
+}
+
+func (a *api) listShows(w http.ResponseWriter, r *http.Request) {
+	if a.lists == nil {
+		a.writeError(w, r, httpError(domain.Unavailable, "unavailable", "the shows read model is not available"))
+		return
+	}
+	a.lists.ListShows(w, r)
+}
+
+func (a *api) listOrders(w http.ResponseWriter, r *http.Request) {
+	if a.lists == nil {
+		a.writeError(w, r, httpError(domain.Unavailable, "unavailable", "the orders read model is not available"))
+		return
+	}
+	a.lists.ListOrders(w, r, actorFrom(r.Context()).ID)
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgstore"
+	"github.com/retrysafe/booking/migrations"
+	"github.com/retrysafe/booking/provider"
+	"github.com/retrysafe/booking/provider/providersim"
+)
+
+type serveCmd struct {
+	ServeConfig `embed:""`
+}
+
+// devWebhookSecret is the webhook secret of dev mode (simulator in-process).
+const devWebhookSecret = "whsec_dev"
+
+// newRegistry returns the registry of every domain event type.
+func newRegistry() *eventstore.Registry {
+	types := domain.EventTypes()
+	typed := make([]eventstore.Typed, len(types))
+	for i, t := range types {
+		typed[i] = t
+	}
+	return eventstore.NewRegistry(typed...)
+}
+
+// Run starts the service and blocks until the context is done, then shuts
+// down gracefully: HTTP first (in-flight requests finish), then workers,
+// the simulator, and the database pool.
+func (c *serveCmd) Run(e *env) error {
+	cfg := c.ServeConfig
+	if cfg.ProviderURL == "" && cfg.ProviderWebhookSecret == "" {
+		cfg.ProviderWebhookSecret = devWebhookSecret
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	tokens, _ := parseTokens(cfg.APITokens)
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx := e.ctx
+
+	if err := migrations.Up(ctx, cfg.DatabaseURL); err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return configError("DATABASE_URL", "%v", err)
+	}
+	if poolCfg.MaxConns < 32 {
+		poolCfg.MaxConns = 32
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	defer pool.Close()
+	store := pgstore.New(pool)
+	registry := newRegistry()
+
+	// The HTTP listener comes first so the simulator knows where to send webhooks.
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return configError("BOOKING_HTTP_ADDR", "listen: %v", err)
+	}
+	apiURL := "http://" + ln.Addr().String()
+
+	providerURL := cfg.ProviderURL
+	var sim *providersim.Server
+	if providerURL == "" {
+		sim = providersim.New(providersim.Config{WebhookURL: apiURL + "/v1/provider/webhooks",
+			WebhookSecret: cfg.ProviderWebhookSecret, Retention: cfg.ProviderWindow, Logger: log.With("component", "provider-sim")})
+		if err := sim.Start(ctx, cfg.ProviderSimAddr); err != nil {
+			ln.Close()
+			return configError("BOOKING_PROVIDER_SIM_ADDR", "%v", err)
+		}
+		defer sim.Close()
+		providerURL = sim.URL()
+	}
+	payments := provider.New(providerURL, &http.Client{Timeout: cfg.ProviderTimeout + time.Second})
+
+	hcfg := commands.DefaultConfig()
+	hcfg.Executor = uuid.Must(uuid.NewV7()).String()
+	hcfg.Deployment = cfg.Deployment
+	hcfg.IntentRetention = cfg.IntentRetention
+	hcfg.IntentLease = cfg.IntentLease
+	hcfg.HoldFor = cfg.ReservationHold
+	hcfg.PaymentLease = cfg.PaymentLease
+	hcfg.ProviderTimeout = cfg.ProviderTimeout
+	hcfg.SendMargin = sendMargin
+	hcfg.PaymentDeadline = cfg.PaymentDeadline
+	hcfg.InUseWait = cfg.InUseWait
+	commands.StatusOf = statusOf
+	metrics := newMetrics()
+	opts := []commands.Option{commands.WithMetrics(metrics)}
+	if hooks, ok := faultHooks(log); ok {
+		opts = append(opts, commands.WithHooks(hooks))
+	}
+	h := commands.New(hcfg, store, dbClock{pool}, payments, registry, log, opts...)
+
+	api := &api{h: h, tokens: tokens, log: log, metrics: metrics, pool: pool,
+		webhookSecret: []byte(cfg.ProviderWebhookSecret), budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst)}
+	srv := &http.Server{Handler: api.routes(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+
+	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+	var workers sync.WaitGroup
+	workers.Add(1)
+	go func() {
+		defer workers.Done()
+		runExclusive(wctx, pool, log, commands.FollowUpsName, cfg.RecoveryInterval/3, func(ctx context.Context) error {
+			return h.RunFollowUps(ctx, store, pgCheckpoints{pool})
+		})
+	}()
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("booking serve listening", "api", apiURL, "provider", providerURL, "executor", hcfg.Executor)
+	fmt.Fprintf(e.stdout, "booking: listening on %s\n", apiURL)
+	if f, ok := e.stdout.(*os.File); ok {
+		f.Sync()
+	}
+
+	select {
+	case err := <-serveErr:
+		stopWorkers()
+		workers.Wait()
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	stopWorkers()
+	workers.Wait()
+	return err
+}

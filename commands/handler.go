@@ -1,0 +1,234 @@
+// Package commands holds one handler per use case of the booking service.
+// Each handler loads a stream, decides with the pure deciders of package
+// domain, and appends the decision with an expected revision to one stream,
+// its commit point; follow-ups on other streams carry deterministic event ids
+// and are done both inline and by the process manager (FollowUps), so a
+// crash anywhere leaves nothing unfinished. The intent ledger (intents.go)
+// makes every state-changing request idempotent per
+// draft-ietf-httpapi-idempotency-key-header.
+//
+// commands talks to the outside only through the small interfaces declared
+// here; cmd/booking wires the PostgreSQL event store, the database clock and
+// the payment provider client into them.
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/provider"
+)
+
+// EventStore is the part of eventstore.Store that handlers use.
+type EventStore interface {
+	Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) (eventstore.AppendResult, error)
+	ReadStream(ctx context.Context, stream string, from eventstore.Revision, limit int) ([]eventstore.RecordedEvent, error)
+	Truncate(ctx context.Context, stream string, before eventstore.Revision) error
+}
+
+// Clock reads the database clock (PostgreSQL now()); every decision uses it,
+// never the host clock, so replicas agree on leases and expiry.
+type Clock interface {
+	Now(ctx context.Context) (time.Time, error)
+}
+
+// Payments is the payment provider as handlers see it (provider.Client).
+type Payments interface {
+	CreateChargeRaw(ctx context.Context, key string, body []byte) (provider.Charge, error)
+	ChargeByKey(ctx context.Context, key string) (provider.Charge, bool, error)
+	SearchCharges(ctx context.Context, orderID string, attempt int) ([]provider.Charge, error)
+	GetCharge(ctx context.Context, id string) (provider.Charge, error)
+	Refund(ctx context.Context, key, chargeID string, amount int64) (provider.Refund, error)
+}
+
+// Config holds the windows and limits of the handlers. Durations are wall
+// time on the database clock.
+type Config struct {
+	// Executor identifies this process as the holder of intent and payment
+	// leases (a UUID per process start).
+	Executor string
+	// Deployment prefixes provider idempotency keys ("{deployment}-order-…"); empty in dev.
+	Deployment string
+	// IntentRetention is how long intents are kept (BOOKING_INTENT_RETENTION, default 24h).
+	IntentRetention time.Duration
+	// IntentLease bounds how long an executor owns an intent before its commit point.
+	IntentLease time.Duration
+	// HoldFor is how long a reservation holds its seats.
+	HoldFor time.Duration
+	// PaymentLease is the lease of a payment attempt's sender.
+	PaymentLease time.Duration
+	// ProviderTimeout bounds one provider call.
+	ProviderTimeout time.Duration
+	// SendMargin is the safety margin of the send fence: a send needs
+	// now + ProviderTimeout + SendMargin before the lease's end.
+	SendMargin time.Duration
+	// PaymentDeadline is how long after placement an order may still be paid.
+	PaymentDeadline time.Duration
+	// InUseWait bounds how long a repeat waits for an in-flight first request.
+	InUseWait time.Duration
+	// ShowRetries bounds retries of a revision conflict on a show stream before 503 contention.
+	ShowRetries int
+}
+
+// DefaultConfig returns the defaults documented in the README.
+func DefaultConfig() Config {
+	return Config{
+		IntentRetention: 24 * time.Hour,
+		IntentLease:     5 * time.Second,
+		HoldFor:         10 * time.Minute,
+		PaymentLease:    30 * time.Second,
+		ProviderTimeout: 10 * time.Second,
+		SendMargin:      2 * time.Second,
+		PaymentDeadline: 15 * time.Minute,
+		InUseWait:       2 * time.Second,
+		ShowRetries:     20,
+	}
+}
+
+// Handler executes the booking use cases. It is safe for concurrent use.
+type Handler struct {
+	cfg      Config
+	store    EventStore
+	clock    Clock
+	payments Payments
+	registry *eventstore.Registry
+	log      *slog.Logger
+	hooks    Hooks
+	metrics  Metrics
+	shows    *keyedMutex
+	sends    *keyedMutex
+}
+
+// Hooks are test-only fault points: each, when set, is called at a step
+// boundary and may kill the process. Production wiring never sets them (see
+// cmd/booking's faultinject build tag).
+type Hooks struct {
+	// Step is called with a step name such as "order.claimed" after that step's append.
+	Step func(step string)
+}
+
+func (h *Handler) step(name string) {
+	if h.hooks.Step != nil {
+		h.hooks.Step(name)
+	}
+}
+
+// New returns a Handler. registry must know every domain event type.
+func New(cfg Config, store EventStore, clock Clock, payments Payments, registry *eventstore.Registry, log *slog.Logger, opts ...Option) *Handler {
+	if log == nil {
+		log = slog.Default()
+	}
+	h := &Handler{cfg: cfg, store: store, clock: clock, payments: payments, registry: registry, log: log,
+		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithHooks installs test-only fault hooks.
+func WithHooks(hk Hooks) Option { return func(h *Handler) { h.hooks = hk } }
+
+// WithMetrics installs the metrics sink.
+func WithMetrics(m Metrics) Option { return func(h *Handler) { h.metrics = m } }
+
+// Config returns the handler's configuration.
+func (h *Handler) Config() Config { return h.cfg }
+
+// now reads the database clock; a failure is Unavailable (503), never a result.
+func (h *Handler) now(ctx context.Context) (time.Time, error) {
+	t, err := h.clock.Now(ctx)
+	if err != nil {
+		return time.Time{}, unavailable(err)
+	}
+	return t.UTC(), nil
+}
+
+// unavailable wraps a dependency failure so it maps to 503 and is never
+// stored as an outcome.
+func unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	var de *domain.Error
+	if errors.As(err, &de) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
+}
+
+// stream is a loaded stream: its decoded events and last revision.
+type stream struct {
+	name    string
+	events  []domain.Event
+	records []eventstore.RecordedEvent
+	exists  bool
+	last    eventstore.Revision
+}
+
+// expected returns the expected revision for appending after what was loaded.
+func (s *stream) expected() eventstore.ExpectedRevision {
+	if !s.exists {
+		return eventstore.NoStream()
+	}
+	return eventstore.Exact(s.last)
+}
+
+func (h *Handler) load(ctx context.Context, name string) (*stream, error) {
+	recs, err := h.store.ReadStream(ctx, name, 0, 0)
+	s := &stream{name: name}
+	if errors.Is(err, eventstore.ErrStreamNotFound) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	s.records = recs
+	s.events = make([]domain.Event, 0, len(recs))
+	for _, r := range recs {
+		e, err := h.registry.Decode(r.Type, r.Data)
+		if err != nil {
+			return nil, fmt.Errorf("load %s@%d: %w", name, r.Revision, err)
+		}
+		s.events = append(s.events, e.(domain.Event))
+	}
+	if len(recs) > 0 {
+		s.exists, s.last = true, recs[len(recs)-1].Revision
+	}
+	return s, nil
+}
+
+// pending is an event to append with its id.
+type pending struct {
+	id string
+	e  domain.Event
+}
+
+// appendEvents encodes and appends events to one stream with metadata m.
+func (h *Handler) appendEvents(ctx context.Context, name string, exp eventstore.ExpectedRevision, m eventstore.Metadata, evs ...pending) (eventstore.AppendResult, error) {
+	data := make([]eventstore.EventData, len(evs))
+	m.SchemaVersion = domain.SchemaVersion
+	for i, p := range evs {
+		d, err := eventstore.Encode(p.id, p.e, m)
+		if err != nil {
+			return eventstore.AppendResult{}, err
+		}
+		data[i] = d
+	}
+	res, err := h.store.Append(ctx, name, exp, data...)
+	if err != nil && !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		return res, unavailable(err)
+	}
+	return res, err
+}

@@ -1,0 +1,98 @@
+package commands
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"sync"
+
+	"github.com/google/uuid"
+)
+
+// idNamespace is the UUIDv5 namespace of deterministic event ids. It never
+// changes: changing it would make repeated follow-ups append duplicates.
+var idNamespace = uuid.MustParse("6f1c1e5e-8c1b-4a51-9a40-2b0b8e0d7a11")
+
+// NewID returns a new time-ordered UUIDv7 (RFC 9562 §5.7) as a string.
+func NewID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// DerivedID returns the UUIDv5 (RFC 9562 §5.5) of cause and step: the id of
+// an event that follows deterministically from another, so a repeated append
+// of it is recognised as the same event.
+func DerivedID(cause, step string) string {
+	return uuid.NewSHA1(idNamespace, []byte(cause+"\x00"+step)).String()
+}
+
+// IntentStream returns the intent stream of (actor, operation, key):
+// "intent-" + hex SHA-256 of the three values, each prefixed by its length
+// as 8 bytes big-endian, so no two triples share a stream.
+func IntentStream(actor, operation, key string) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, s := range []string{actor, operation, key} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	return "intent-" + hex.EncodeToString(h.Sum(nil))
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// keyedMutex serializes work per key inside one process (for example appends
+// to one show stream), so local contention does not burn optimistic retries.
+// Cross-process safety still comes from expected revisions.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func newKeyedMutex() *keyedMutex { return &keyedMutex{locks: map[string]*keyedEntry{}} }
+
+// Lock locks key and returns its unlock function.
+func (k *keyedMutex) Lock(key string) func() {
+	k.mu.Lock()
+	e := k.locks[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.locks[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// TryLock locks key if it is free and returns its unlock function, or nil.
+func (k *keyedMutex) TryLock(key string) func() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, busy := k.locks[key]; busy {
+		return nil
+	}
+	e := &keyedEntry{refs: 1}
+	e.mu.Lock()
+	k.locks[key] = e
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		delete(k.locks, key)
+		k.mu.Unlock()
+	}
+}

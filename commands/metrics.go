@@ -1,0 +1,30 @@
+package commands
+
+// Metrics receives the handlers' observations (DESIGN §1.7). cmd/booking
+// implements it with Prometheus; the zero implementation discards them.
+type Metrics interface {
+	// FingerprintConflict counts a repeat refused with 422, by operation.
+	FingerprintConflict(operation string)
+	// Replay counts a repeat answered from an existing intent, by operation.
+	Replay(operation string)
+	// InUse counts a repeat answered 409 idempotency-key-in-use, by operation.
+	InUse(operation string)
+	// Contention counts a 503 contention answer on a show stream.
+	Contention()
+	// RedundantEffect counts a charge refunded as a redundant effect.
+	RedundantEffect()
+	// Reconciliation counts a reconciliation of an attempt, by result.
+	Reconciliation(result string)
+	// Recovered counts a follow-up or intent step finished by a background job, by step.
+	Recovered(step string)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) FingerprintConflict(string) {}
+func (nopMetrics) Replay(string)              {}
+func (nopMetrics) InUse(string)               {}
+func (nopMetrics) Contention()                {}
+func (nopMetrics) RedundantEffect()           {}
+func (nopMetrics) Reconciliation(string)      {}
+func (nopMetrics) Recovered(string)           {}

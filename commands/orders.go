@@ -1,0 +1,299 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// PlaceOrderCommand is the normalized body of POST /v1/orders. PaymentToken
+// is a secret: it is fingerprinted as its SHA-256 and kept only in private
+// parts of events.
+type PlaceOrderCommand struct {
+	ReservationID string
+	PaymentToken  string
+}
+
+// Canonical returns the normalized command fingerprinted for the intent. The
+// token enters as its SHA-256, so the intent's stored command holds no secret
+// while a different token still changes the fingerprint.
+func (c PlaceOrderCommand) Canonical() map[string]any {
+	return map[string]any{"reservation_id": c.ReservationID,
+		"payment": map[string]any{"token_sha256": sha256Hex([]byte(c.PaymentToken))}}
+}
+
+// OrderResult is the answer to POST /v1/orders or a cancel: the order's
+// current state and whether its outcome is final.
+type OrderResult struct {
+	Order domain.Order
+	// Final is true once the order's first payment outcome is known; until
+	// then the API answers 202.
+	Final bool
+	Outcome
+}
+
+// PlaceOrder claims the reservation for a new order (the commit point is the
+// no-stream append of OrderClaimed to reservation-order-{id}), places the
+// order, and pays, waiting up to req.Wait for the payment's outcome. Returns
+// *Rejection for definitive refusals (reservation not found 404, already
+// ordered 409 with the caller's own order id, expired 410), answered the
+// same to every repeat; domain.ErrKeyReused, *InUseError, and
+// domain.ErrUnavailable-wrapped errors as for every intent.
+func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
+	run, err := h.beginIntent(ctx, req, cmd.Canonical(), map[string]any{"payment_token": cmd.PaymentToken}, nil)
+	if err != nil {
+		return OrderResult{}, err
+	}
+	out := Outcome{Replayed: !run.created}
+	claimStream := domain.ClaimStream(cmd.ReservationID)
+	var claim domain.Claim
+	var claimID string
+	for i := 0; ; i++ {
+		if i == 8 {
+			return OrderResult{}, domain.ErrContention
+		}
+		c, cs, err := h.loadClaim(ctx, cmd.ReservationID)
+		if err != nil {
+			return OrderResult{}, err
+		}
+		if c.Kind == domain.ClaimKindOrder && c.Intent == run.stream {
+			claim, claimID = c, cs.records[0].ID
+			break
+		}
+		if c.Kind != domain.ClaimNone {
+			return OrderResult{}, h.rejectClaimed(ctx, run, c)
+		}
+		if err := h.awaitExecutor(ctx, run, func() (bool, error) {
+			c, _, err := h.loadClaim(ctx, cmd.ReservationID)
+			return c.Kind != domain.ClaimNone, err
+		}); err != nil {
+			if errors.Is(err, errRetry) {
+				continue
+			}
+			return OrderResult{}, err
+		}
+		res, err := h.loadReservation(ctx, cmd.ReservationID)
+		if err != nil {
+			return OrderResult{}, err
+		}
+		now, err := h.now(ctx)
+		if err != nil {
+			return OrderResult{}, err
+		}
+		evs, derr := domain.DecideClaim(c, res, domain.ClaimOrder{ReservationID: cmd.ReservationID,
+			OrderID: run.targetID(), Actor: req.Actor, Intent: run.stream}, now)
+		if len(evs) == 0 && derr != nil {
+			return OrderResult{}, h.reject(ctx, run, asDomain(derr), "")
+		}
+		id := DerivedID(run.stream, "order-claimed")
+		if _, ok := evs[0].(domain.ExpiryClaimed); ok {
+			id = ExpiryClaimID(cmd.ReservationID)
+		}
+		_, err = h.appendEvents(ctx, claimStream, eventstore.NoStream(), run.meta(now, ""), pending{id, evs[0]})
+		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+			continue // someone claimed first: decide again from the claim
+		}
+		if err != nil {
+			return OrderResult{}, err
+		}
+		if derr != nil { // we wrote the expiry claim ourselves
+			if err := h.finishExpiry(ctx, evs[0].(domain.ExpiryClaimed), id, run.meta(now, id)); err != nil {
+				return OrderResult{}, err
+			}
+			return OrderResult{}, h.reject(ctx, run, asDomain(derr), "")
+		}
+		h.step("order.claimed")
+	}
+	token, _ := run.private["payment_token"].(string)
+	if err := h.finishClaim(ctx, claim.Order, claimID, token); err != nil {
+		return OrderResult{}, err
+	}
+	h.step("order.placed")
+	return h.payAndWait(ctx, claim.OrderID, req.Wait, out)
+}
+
+// ExpiryClaimID is the deterministic id of a reservation's expiry claim: the
+// same whether the expiry job or a late order request writes it.
+func ExpiryClaimID(reservationID string) string { return DerivedID(reservationID, "expiry-claimed") }
+
+// rejectClaimed records the refusal of an order whose reservation was
+// claimed by something else.
+func (h *Handler) rejectClaimed(ctx context.Context, run *intentRun, c domain.Claim) error {
+	if c.Kind == domain.ClaimKindExpiry {
+		return h.reject(ctx, run, domain.ErrReservationExpired, "")
+	}
+	if c.Actor == run.req.Actor {
+		return h.reject(ctx, run, domain.ErrReservationAlreadyOrdered.With("the reservation already has order "+c.OrderID), c.OrderID)
+	}
+	return h.reject(ctx, run, domain.ErrReservationAlreadyOrdered, "")
+}
+
+func (h *Handler) loadClaim(ctx context.Context, reservationID string) (domain.Claim, *stream, error) {
+	s, err := h.load(ctx, domain.ClaimStream(reservationID))
+	if err != nil {
+		return domain.Claim{}, nil, err
+	}
+	var c domain.Claim
+	for _, e := range s.events {
+		c.Apply(e)
+	}
+	return c, s, nil
+}
+
+// finishClaim does the follow-ups of an order claim: OrderPlaced on the
+// order stream and the reservation marked ordered, each with a deterministic
+// id. token may be empty when it is not known (the intent expired); the
+// payment then fails.
+func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimID, token string) error {
+	now, err := h.now(ctx)
+	if err != nil {
+		return err
+	}
+	m := eventstore.Metadata{Actor: c.Actor, Intent: c.Intent, CausationID: claimID, OccurredAt: now}
+	placed := domain.PlacedFrom(c, now.Add(h.cfg.PaymentDeadline), token)
+	_, err = h.appendEvents(ctx, domain.OrderStream(c.OrderID), eventstore.NoStream(), m, pending{DerivedID(claimID, "order-placed"), placed})
+	if err != nil && !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		return err
+	}
+	return h.appendFollowUp(ctx, domain.ReservationStream(c.ReservationID), m, func(s *stream) []pending {
+		var r domain.Reservation
+		for _, e := range s.events {
+			r.Apply(e)
+		}
+		evs := r.MarkOrdered(c.OrderID)
+		if len(evs) == 0 {
+			return nil
+		}
+		return []pending{{DerivedID(claimID, "reservation-ordered"), evs[0]}}
+	})
+}
+
+// finishExpiry does the follow-ups of an expiry claim: the seats go back to
+// the show and the reservation is marked expired.
+func (h *Handler) finishExpiry(ctx context.Context, e domain.ExpiryClaimed, claimID string, m eventstore.Metadata) error {
+	m.CausationID = claimID
+	if err := h.releaseSeats(ctx, e.ShowID, e.ReservationID, domain.ReleaseExpired, claimID, m); err != nil {
+		return err
+	}
+	return h.appendFollowUp(ctx, domain.ReservationStream(e.ReservationID), m, func(s *stream) []pending {
+		var r domain.Reservation
+		for _, ev := range s.events {
+			r.Apply(ev)
+		}
+		evs := r.MarkExpired()
+		if len(evs) == 0 {
+			return nil
+		}
+		return []pending{{DerivedID(claimID, "reservation-expired"), evs[0]}}
+	})
+}
+
+// releaseSeats returns a reservation's seats to its show (a no-op when
+// already released).
+func (h *Handler) releaseSeats(ctx context.Context, showID, reservationID, reason, cause string, m eventstore.Metadata) error {
+	unlock := h.shows.Lock(showID)
+	defer unlock()
+	return h.appendFollowUp(ctx, domain.ShowStream(showID), m, func(s *stream) []pending {
+		var show domain.Show
+		for _, e := range s.events {
+			show.Apply(e)
+		}
+		evs := show.Release(reservationID, reason)
+		if len(evs) == 0 {
+			return nil
+		}
+		return []pending{{DerivedID(cause, "seats-released"), evs[0]}}
+	})
+}
+
+// finishOrderEnd does the follow-ups of a failed or cancelled order: seats
+// released and the reservation marked released.
+func (h *Handler) finishOrderEnd(ctx context.Context, o domain.Order, reason, causeID string) error {
+	now, err := h.now(ctx)
+	if err != nil {
+		return err
+	}
+	m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, CausationID: causeID, OccurredAt: now}
+	if err := h.releaseSeats(ctx, o.ShowID, o.ReservationID, reason, o.ID, m); err != nil {
+		return err
+	}
+	return h.appendFollowUp(ctx, domain.ReservationStream(o.ReservationID), m, func(s *stream) []pending {
+		var r domain.Reservation
+		for _, e := range s.events {
+			r.Apply(e)
+		}
+		evs := r.MarkReleased(o.ID, reason)
+		if len(evs) == 0 {
+			return nil
+		}
+		return []pending{{DerivedID(o.ID, "reservation-released"), evs[0]}}
+	})
+}
+
+// LoadOrder returns the order with id and its loaded stream.
+func (h *Handler) LoadOrder(ctx context.Context, id string) (domain.Order, *stream, error) {
+	s, err := h.load(ctx, domain.OrderStream(id))
+	if err != nil {
+		return domain.Order{}, nil, err
+	}
+	var o domain.Order
+	for _, e := range s.events {
+		o.Apply(e)
+	}
+	return o, s, nil
+}
+
+// GetOrder returns the caller's order, strongly consistent (from the event
+// store). Returns domain.ErrOrderNotFound also for another actor's.
+func (h *Handler) GetOrder(ctx context.Context, actor, id string) (domain.Order, error) {
+	o, _, err := h.LoadOrder(ctx, id)
+	if err != nil {
+		return domain.Order{}, err
+	}
+	if !o.Exists() || o.Actor != actor {
+		return domain.Order{}, domain.ErrOrderNotFound
+	}
+	return o, nil
+}
+
+// payAndWait drives the order's payment in the background (detached from the
+// request) and waits up to wait for a final outcome.
+func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Duration, out Outcome) (OrderResult, error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := h.DrivePayment(context.WithoutCancel(ctx), orderID); err != nil {
+			h.log.Warn("payment step failed; the reconciler will finish it", "order_id", orderID, "err", err)
+		}
+	}()
+	deadline := time.Now().Add(wait) // a wait budget, not a decision: host clock is fine
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	case <-ctx.Done():
+		return OrderResult{}, ctx.Err()
+	}
+	o, _, err := h.LoadOrder(ctx, orderID)
+	for err == nil && o.FirstOutcome == "" && time.Now().Before(deadline) {
+		// Another executor (a repeat, or another replica) is paying: poll.
+		select {
+		case <-ctx.Done():
+			return OrderResult{}, ctx.Err()
+		case <-time.After(min(50*time.Millisecond, time.Until(deadline))):
+		}
+		o, _, err = h.LoadOrder(ctx, orderID)
+	}
+	if err != nil {
+		return OrderResult{}, err
+	}
+	if !o.Exists() {
+		return OrderResult{}, fmt.Errorf("order %s vanished: %w", orderID, domain.ErrUnavailable)
+	}
+	return OrderResult{Order: o, Final: o.FirstOutcome != "", Outcome: out}, nil
+}

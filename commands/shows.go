@@ -1,0 +1,170 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// OpScheduleShow, OpReserveSeats, OpPlaceOrder and OpCancelOrder are the
+// operations of the intent scope (METHOD route-template).
+const (
+	OpScheduleShow = "POST /v1/shows"
+	OpReserveSeats = "POST /v1/reservations"
+	OpPlaceOrder   = "POST /v1/orders"
+	OpCancelOrder  = "POST /v1/orders/{id}/cancel"
+)
+
+// ScheduleShowCommand is the normalized body of POST /v1/shows.
+type ScheduleShowCommand struct {
+	Name     string
+	StartsAt time.Time
+	Capacity int
+	Price    domain.Money
+}
+
+// Canonical returns the normalized command fingerprinted for the intent.
+func (c ScheduleShowCommand) Canonical() map[string]any {
+	return map[string]any{"name": c.Name, "starts_at": c.StartsAt.UTC().Format(time.RFC3339Nano),
+		"capacity": int64(c.Capacity), "price": map[string]any{"amount": c.Price.Amount, "currency": c.Price.Currency}}
+}
+
+// ScheduleShow creates a show (admin only; the caller authorizes). Returns
+// the show and how it was answered. Invalid input (including a start in the
+// past by the database clock) is an Invalid error and records nothing; a
+// repeat with another body is domain.ErrKeyReused (422); a repeat while the
+// first is in flight waits, then domain.ErrKeyInUse; a dependency failure
+// wraps domain.ErrUnavailable.
+func (h *Handler) ScheduleShow(ctx context.Context, req Request, cmd ScheduleShowCommand) (domain.Show, Outcome, error) {
+	validate := func(now time.Time) error {
+		var probe domain.Show
+		_, err := probe.Schedule(domain.ScheduleShow{ShowID: "-", Name: cmd.Name, StartsAt: cmd.StartsAt, Capacity: cmd.Capacity, Price: cmd.Price}, now)
+		return err
+	}
+	run, err := h.beginIntent(ctx, req, cmd.Canonical(), nil, validate)
+	if err != nil {
+		return domain.Show{}, Outcome{}, err
+	}
+	out := Outcome{Replayed: !run.created}
+	showID := run.targetID()
+	for range 8 {
+		show, s, err := h.LoadShow(ctx, showID)
+		if err != nil {
+			return domain.Show{}, out, err
+		}
+		if s.exists {
+			return show, out, nil
+		}
+		if err := h.awaitExecutor(ctx, run, func() (bool, error) {
+			_, s, err := h.LoadShow(ctx, showID)
+			return err == nil && s.exists, err
+		}); err != nil {
+			if errors.Is(err, errRetry) {
+				continue
+			}
+			return domain.Show{}, out, err
+		}
+		evs, err := show.Schedule(domain.ScheduleShow{ShowID: showID, Name: cmd.Name, StartsAt: cmd.StartsAt,
+			Capacity: cmd.Capacity, Price: cmd.Price}, run.now)
+		if err != nil {
+			return domain.Show{}, out, h.reject(ctx, run, asDomain(err), "")
+		}
+		_, err = h.appendEvents(ctx, domain.ShowStream(showID), eventstore.NoStream(), run.meta(run.now, ""),
+			pending{DerivedID(run.stream, "show-scheduled"), evs[0]})
+		if err != nil && !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+			return domain.Show{}, out, err
+		}
+	}
+	return domain.Show{}, out, domain.ErrContention
+}
+
+// LoadShow returns the show with id and its loaded stream; a show that does
+// not exist is the zero Show (Scheduled false).
+func (h *Handler) LoadShow(ctx context.Context, id string) (domain.Show, *stream, error) {
+	s, err := h.load(ctx, domain.ShowStream(id))
+	if err != nil {
+		return domain.Show{}, nil, err
+	}
+	var show domain.Show
+	for _, e := range s.events {
+		show.Apply(e)
+	}
+	return show, s, nil
+}
+
+// GetShow returns the show with id, strongly consistent (from the event
+// store). Returns domain.ErrShowNotFound.
+func (h *Handler) GetShow(ctx context.Context, id string) (domain.Show, error) {
+	show, _, err := h.LoadShow(ctx, id)
+	if err != nil {
+		return domain.Show{}, err
+	}
+	if !show.Scheduled {
+		return domain.Show{}, domain.ErrShowNotFound
+	}
+	return show, nil
+}
+
+// awaitExecutor decides what a request does before an intent's commit point:
+// the request that recorded (or took over) the intent goes on; a repeat
+// inside the executor's lease waits up to InUseWait for committed to turn
+// true (then returns errRetry so the caller re-reads) and otherwise answers
+// domain.ErrKeyInUse; after the lease it takes over (errRetry on a lost race).
+func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed func() (bool, error)) error {
+	if run.created {
+		return nil
+	}
+	now, err := h.now(ctx)
+	if err != nil {
+		return err
+	}
+	if run.intent.LeaseLive(now) {
+		wait := min(h.cfg.InUseWait, run.intent.LeaseUntil.Sub(now)+50*time.Millisecond)
+		done, err := waitFor(ctx, wait, committed)
+		if err != nil {
+			return err
+		}
+		if done {
+			return errRetry
+		}
+		if err := h.reloadIntent(ctx, run); err != nil {
+			return err
+		}
+		if now, err = h.now(ctx); err != nil {
+			return err
+		}
+		if run.intent.LeaseLive(now) {
+			h.metrics.InUse(run.req.Operation)
+			return &InUseError{RetryAfter: max(time.Second, run.intent.LeaseUntil.Sub(now))}
+		}
+	}
+	if err := h.takeOver(ctx, run); err != nil {
+		if errors.Is(err, errRetry) {
+			if err := h.reloadIntent(ctx, run); err != nil {
+				return err
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// InUseError is domain.ErrKeyInUse with the time after which a retry may
+// find the executor's lease expired (Retry-After).
+type InUseError struct {
+	RetryAfter time.Duration
+}
+
+func (e *InUseError) Error() string { return domain.ErrKeyInUse.Error() }
+func (e *InUseError) Unwrap() error { return domain.ErrKeyInUse }
+
+func asDomain(err error) *domain.Error {
+	var de *domain.Error
+	if errors.As(err, &de) {
+		return de
+	}
+	return &domain.Error{Kind: domain.Internal, Code: "internal", Msg: "internal error"}
+}

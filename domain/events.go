@@ -1,0 +1,349 @@
+package domain
+
+import "time"
+
+// Event is a domain fact. EventType returns its stable type name, which is
+// stored with the event and never changes; a change of shape gets a new
+// schema version (see SchemaVersion), never a new meaning for an old name.
+type Event interface {
+	EventType() string
+}
+
+// SchemaVersion is the schema version of every event type defined here. It is
+// written into each event's metadata so a future version can upcast old
+// events; golden files in testdata/ pin the encoding of version 1.
+const SchemaVersion = 1
+
+// Money is an amount in integer minor units (cents for EUR/USD) of an ISO 4217
+// currency.
+type Money struct {
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+}
+
+// Times reports m multiplied by n (a seat count).
+func (m Money) Times(n int) Money { return Money{Amount: m.Amount * int64(n), Currency: m.Currency} }
+
+// ---- show-{showID} ----
+
+// ShowScheduled is the first event of a show stream.
+type ShowScheduled struct {
+	ShowID   string    `json:"show_id"`
+	Name     string    `json:"name"`
+	StartsAt time.Time `json:"starts_at"`
+	Capacity int       `json:"capacity"`
+	Price    Money     `json:"price"`
+}
+
+// SeatsHeld is the commit point of a reservation: Quantity seats of the show
+// are held for ReservationID until ExpiresAt unless ordered. Amount is the
+// reservation's total price.
+type SeatsHeld struct {
+	ShowID        string    `json:"show_id"`
+	ReservationID string    `json:"reservation_id"`
+	Actor         string    `json:"actor"`
+	Intent        string    `json:"intent"`
+	Quantity      int       `json:"quantity"`
+	Amount        Money     `json:"amount"`
+	ExpiresAt     time.Time `json:"expires_at"`
+}
+
+// SeatsReleased returns a reservation's seats to the show. Reason is one of
+// ReleaseExpired, ReleasePaymentFailed, ReleaseCancelled.
+type SeatsReleased struct {
+	ShowID        string `json:"show_id"`
+	ReservationID string `json:"reservation_id"`
+	Quantity      int    `json:"quantity"`
+	Reason        string `json:"reason"`
+}
+
+// Reasons for releasing seats.
+const (
+	ReleaseExpired       = "expired"
+	ReleasePaymentFailed = "payment_failed"
+	ReleaseCancelled     = "cancelled"
+)
+
+// ---- reservation-{reservationID} ----
+
+// ReservationHeld opens a reservation stream; it follows from SeatsHeld.
+type ReservationHeld struct {
+	ReservationID string    `json:"reservation_id"`
+	ShowID        string    `json:"show_id"`
+	Actor         string    `json:"actor"`
+	Quantity      int       `json:"quantity"`
+	Amount        Money     `json:"amount"`
+	ExpiresAt     time.Time `json:"expires_at"`
+}
+
+// ReservationOrdered marks the reservation as taken by OrderID; it follows
+// from the order claim.
+type ReservationOrdered struct {
+	ReservationID string `json:"reservation_id"`
+	OrderID       string `json:"order_id"`
+}
+
+// ReservationExpired follows from the expiry claim.
+type ReservationExpired struct {
+	ReservationID string `json:"reservation_id"`
+}
+
+// ReservationReleased follows from a failed payment or a cancel of its order.
+type ReservationReleased struct {
+	ReservationID string `json:"reservation_id"`
+	OrderID       string `json:"order_id"`
+	Reason        string `json:"reason"`
+}
+
+// ---- reservation-order-{reservationID} (uniqueness stream) ----
+
+// OrderClaimed is the commit point of an order: the first no-stream append to
+// the reservation's uniqueness stream. It carries everything needed to place
+// the order.
+type OrderClaimed struct {
+	ReservationID string `json:"reservation_id"`
+	OrderID       string `json:"order_id"`
+	ShowID        string `json:"show_id"`
+	Actor         string `json:"actor"`
+	Intent        string `json:"intent"`
+	Quantity      int    `json:"quantity"`
+	Amount        Money  `json:"amount"`
+}
+
+// ExpiryClaimed is the commit point of a reservation's expiry: the hold
+// passed its expires_at (database clock) before any order claimed it.
+type ExpiryClaimed struct {
+	ReservationID string `json:"reservation_id"`
+	ShowID        string `json:"show_id"`
+	Quantity      int    `json:"quantity"`
+}
+
+// ---- order-{orderID} ----
+
+// OrderPlaced opens an order stream; it follows from OrderClaimed.
+// PaymentDeadline bounds how long payment attempts may go on. Private holds
+// the payment token and is never projected, published, logged or shown.
+type OrderPlaced struct {
+	OrderID         string        `json:"order_id"`
+	ReservationID   string        `json:"reservation_id"`
+	ShowID          string        `json:"show_id"`
+	Actor           string        `json:"actor"`
+	Intent          string        `json:"intent"`
+	Quantity        int           `json:"quantity"`
+	Amount          Money         `json:"amount"`
+	PaymentDeadline time.Time     `json:"payment_deadline"`
+	Private         *OrderPrivate `json:"private,omitempty"`
+}
+
+// OrderPrivate is the secret part of OrderPlaced.
+type OrderPrivate struct {
+	PaymentToken string `json:"payment_token"`
+}
+
+// PaymentAttemptStarted starts (or, with the same Attempt, takes over) payment
+// attempt Attempt (1-based) under the provider idempotency key ProviderKey.
+// Owner holds the attempt's lease until LeaseUntil; the stream revision of
+// this event is the lease's fencing token. StartedAt is when the attempt was
+// first started (a takeover keeps it): the provider's idempotency window for
+// ProviderKey is measured from it. RequestSHA256 is the hex SHA-256 of
+// the exact request body; Private.RequestBody holds those bytes so every send
+// of the attempt is byte-identical, even across deploys.
+type PaymentAttemptStarted struct {
+	OrderID       string          `json:"order_id"`
+	Attempt       int             `json:"attempt"`
+	ProviderKey   string          `json:"provider_key"`
+	Owner         string          `json:"owner"`
+	LeaseUntil    time.Time       `json:"lease_until"`
+	Amount        Money           `json:"amount"`
+	StartedAt     time.Time       `json:"started_at"`
+	RequestSHA256 string          `json:"request_sha256"`
+	Private       *AttemptPrivate `json:"private,omitempty"`
+}
+
+// AttemptPrivate is the secret part of PaymentAttemptStarted.
+type AttemptPrivate struct {
+	RequestBody string `json:"request_body"`
+}
+
+// PaymentSucceeded records that the provider charged ChargeID for Attempt.
+type PaymentSucceeded struct {
+	OrderID  string `json:"order_id"`
+	Attempt  int    `json:"attempt"`
+	ChargeID string `json:"charge_id"`
+	Amount   Money  `json:"amount"`
+}
+
+// PaymentFailed records a definitive decline of Attempt.
+type PaymentFailed struct {
+	OrderID  string `json:"order_id"`
+	Attempt  int    `json:"attempt"`
+	ChargeID string `json:"charge_id,omitempty"`
+	Code     string `json:"code"`
+	Reason   string `json:"reason"`
+}
+
+// PaymentOutcomeUnknown records that a send of Attempt ended without a
+// definitive answer (timeout, 5xx, connection loss); reconciliation follows.
+type PaymentOutcomeUnknown struct {
+	OrderID string `json:"order_id"`
+	Attempt int    `json:"attempt"`
+	Reason  string `json:"reason"`
+}
+
+// Ticket is one admission issued for a confirmed order.
+type Ticket struct {
+	ID string `json:"id"`
+}
+
+// OrderConfirmed follows a successful payment; the tickets become valid.
+type OrderConfirmed struct {
+	OrderID string   `json:"order_id"`
+	Tickets []Ticket `json:"tickets"`
+}
+
+// OrderFailed ends an order without tickets; its seats are released.
+// Reason is one of FailPaymentDeclined, FailPaymentDeadline, FailNoAttempt.
+type OrderFailed struct {
+	OrderID string `json:"order_id"`
+	Reason  string `json:"reason"`
+}
+
+// Reasons for failing an order.
+const (
+	FailPaymentDeclined = "payment_declined"
+	FailPaymentDeadline = "payment_deadline"
+	FailNoAttempt       = "no_new_attempt_possible"
+)
+
+// OrderCancelRequested accepts a cancel while a payment is in flight or
+// unknown: the order is cancelling and no new attempt starts.
+type OrderCancelRequested struct {
+	OrderID string `json:"order_id"`
+	Actor   string `json:"actor"`
+}
+
+// OrderCancelled ends an order cancelled; its tickets, if any, are void.
+type OrderCancelled struct {
+	OrderID       string   `json:"order_id"`
+	VoidedTickets []string `json:"voided_tickets,omitempty"`
+}
+
+// RefundRequested is recorded before a refund call with provider
+// idempotency key Key ("refund-{chargeID}"). Reason is "cancelled" or
+// "redundant_effect".
+type RefundRequested struct {
+	OrderID  string `json:"order_id"`
+	ChargeID string `json:"charge_id"`
+	Amount   Money  `json:"amount"`
+	Key      string `json:"key"`
+	Reason   string `json:"reason"`
+}
+
+// RefundSucceeded records the provider's refund of ChargeID.
+type RefundSucceeded struct {
+	OrderID  string `json:"order_id"`
+	ChargeID string `json:"charge_id"`
+	RefundID string `json:"refund_id"`
+	Amount   Money  `json:"amount"`
+}
+
+// OrderNeedsReview parks an order whose facts contradict each other beyond
+// automatic repair; terminal until an operator acts.
+type OrderNeedsReview struct {
+	OrderID string `json:"order_id"`
+	Reason  string `json:"reason"`
+}
+
+// ---- intent-{hash} ----
+
+// IntentRecorded opens an intent stream: the first request with an
+// idempotency key. Fingerprint is the hex SHA-256 of the canonical form
+// (version CanonicalVersion) of Command, the normalized command. TargetID is
+// the resource the intent creates. Executor holds the intent's lease until
+// LeaseUntil. Private holds the command's secrets (the payment token).
+type IntentRecorded struct {
+	Actor            string         `json:"actor"`
+	Operation        string         `json:"operation"`
+	KeySHA256        string         `json:"key_sha256"`
+	Fingerprint      string         `json:"fingerprint"`
+	CanonicalVersion int            `json:"canonical_version"`
+	Command          map[string]any `json:"command"`
+	TargetID         string         `json:"target_id"`
+	Executor         string         `json:"executor"`
+	LeaseUntil       time.Time      `json:"lease_until"`
+	Private          map[string]any `json:"private,omitempty"`
+}
+
+// IntentResumed records that Executor took over an intent whose previous
+// executor's lease expired; the stream revision is the fencing token.
+type IntentResumed struct {
+	Executor   string    `json:"executor"`
+	LeaseUntil time.Time `json:"lease_until"`
+}
+
+// IntentRejected records a definitive refusal of the intent, so every repeat
+// answers the same Status (HTTP, fixed when recorded), Kind and Code.
+// ResourceID names a resource the answer may show (the caller's existing
+// order, for example).
+type IntentRejected struct {
+	Status     int    `json:"status"`
+	Kind       string `json:"kind"`
+	Code       string `json:"code"`
+	Detail     string `json:"detail"`
+	ResourceID string `json:"resource_id,omitempty"`
+}
+
+// EventType implementations.
+func (ShowScheduled) EventType() string         { return "ShowScheduled" }
+func (SeatsHeld) EventType() string             { return "SeatsHeld" }
+func (SeatsReleased) EventType() string         { return "SeatsReleased" }
+func (ReservationHeld) EventType() string       { return "ReservationHeld" }
+func (ReservationOrdered) EventType() string    { return "ReservationOrdered" }
+func (ReservationExpired) EventType() string    { return "ReservationExpired" }
+func (ReservationReleased) EventType() string   { return "ReservationReleased" }
+func (OrderClaimed) EventType() string          { return "OrderClaimed" }
+func (ExpiryClaimed) EventType() string         { return "ExpiryClaimed" }
+func (OrderPlaced) EventType() string           { return "OrderPlaced" }
+func (PaymentAttemptStarted) EventType() string { return "PaymentAttemptStarted" }
+func (PaymentSucceeded) EventType() string      { return "PaymentSucceeded" }
+func (PaymentFailed) EventType() string         { return "PaymentFailed" }
+func (PaymentOutcomeUnknown) EventType() string { return "PaymentOutcomeUnknown" }
+func (OrderConfirmed) EventType() string        { return "OrderConfirmed" }
+func (OrderFailed) EventType() string           { return "OrderFailed" }
+func (OrderCancelRequested) EventType() string  { return "OrderCancelRequested" }
+func (OrderCancelled) EventType() string        { return "OrderCancelled" }
+func (RefundRequested) EventType() string       { return "RefundRequested" }
+func (RefundSucceeded) EventType() string       { return "RefundSucceeded" }
+func (OrderNeedsReview) EventType() string      { return "OrderNeedsReview" }
+func (IntentRecorded) EventType() string        { return "IntentRecorded" }
+func (IntentResumed) EventType() string         { return "IntentResumed" }
+func (IntentRejected) EventType() string        { return "IntentRejected" }
+
+// EventTypes returns a zero value of every event type, keyed by type name:
+// the registry from which the eventstore codec is built (wired in run, no
+// init-time registration).
+func EventTypes() []Event {
+	return []Event{
+		ShowScheduled{}, SeatsHeld{}, SeatsReleased{},
+		ReservationHeld{}, ReservationOrdered{}, ReservationExpired{}, ReservationReleased{},
+		OrderClaimed{}, ExpiryClaimed{},
+		OrderPlaced{}, PaymentAttemptStarted{}, PaymentSucceeded{}, PaymentFailed{}, PaymentOutcomeUnknown{},
+		OrderConfirmed{}, OrderFailed{}, OrderCancelRequested{}, OrderCancelled{},
+		RefundRequested{}, RefundSucceeded{}, OrderNeedsReview{},
+		IntentRecorded{}, IntentResumed{}, IntentRejected{},
+	}
+}
+
+// Stream names. IDs are UUID strings.
+
+// ShowStream names a show's stream.
+func ShowStream(showID string) string { return "show-" + showID }
+
+// ReservationStream names a reservation's stream.
+func ReservationStream(id string) string { return "reservation-" + id }
+
+// ClaimStream names a reservation's uniqueness stream.
+func ClaimStream(reservationID string) string { return "reservation-order-" + reservationID }
+
+// OrderStream names an order's stream.
+func OrderStream(orderID string) string { return "order-" + orderID }

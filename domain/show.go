@@ -1,0 +1,160 @@
+package domain
+
+import (
+	"fmt"
+	"time"
+)
+
+// Limits on show and reservation commands.
+const (
+	MaxCapacity     = 1_000_000 // seats per show
+	MaxSeatsPerHold = 20        // seats per reservation
+	MaxNameLength   = 200       // characters of a show name
+	MaxAmountMinor  = 1<<53 - 1 // largest money amount (minor units), JSON-safe
+)
+
+// Show is the state of a show stream: its schedule and capacity, and the
+// seats held by each live reservation. The zero Show is a show that does not
+// exist yet. Show is not safe for concurrent use.
+type Show struct {
+	ID        string
+	Name      string
+	StartsAt  time.Time
+	Capacity  int
+	Price     Money
+	Scheduled bool
+	// Holds maps each reservation whose seats are not released to its seat count.
+	Holds map[string]int
+	// Taken is the sum of Holds.
+	Taken int
+}
+
+// Available returns the number of seats neither held nor ordered.
+func (s *Show) Available() int { return s.Capacity - s.Taken }
+
+// ScheduleShow is the command to create a show.
+type ScheduleShow struct {
+	ShowID   string
+	Name     string
+	StartsAt time.Time
+	Capacity int
+	Price    Money
+}
+
+// Schedule decides ScheduleShow. Returns ErrShowExists if the show exists,
+// or an Invalid error for a bad name, capacity, price or a start in the past
+// (by now).
+func (s *Show) Schedule(cmd ScheduleShow, now time.Time) ([]Event, error) {
+	if s.Scheduled {
+		return nil, ErrShowExists
+	}
+	if err := validateShow(cmd, now); err != nil {
+		return nil, err
+	}
+	return []Event{ShowScheduled{
+		ShowID: cmd.ShowID, Name: cmd.Name, StartsAt: cmd.StartsAt.UTC(),
+		Capacity: cmd.Capacity, Price: cmd.Price,
+	}}, nil
+}
+
+func validateShow(cmd ScheduleShow, now time.Time) error {
+	switch {
+	case cmd.Name == "" || len([]rune(cmd.Name)) > MaxNameLength:
+		return invalidField("name", fmt.Sprintf("name must have 1 to %d characters", MaxNameLength))
+	case cmd.Capacity < 1 || cmd.Capacity > MaxCapacity:
+		return invalidField("capacity", fmt.Sprintf("capacity must be between 1 and %d", MaxCapacity))
+	case cmd.Price.Amount < 0 || cmd.Price.Amount > MaxAmountMinor:
+		return invalidField("price.amount", "price.amount must be a non-negative integer of minor units")
+	case !isCurrency(cmd.Price.Currency):
+		return invalidField("price.currency", "price.currency must be an ISO 4217 code such as EUR")
+	case !cmd.StartsAt.After(now):
+		return invalidField("starts_at", "starts_at must be in the future")
+	}
+	return nil
+}
+
+func isCurrency(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if c[i] < 'A' || c[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+func invalidField(field, msg string) *Error {
+	return &Error{Kind: Invalid, Code: "invalid-request", Msg: msg, Fields: []string{field}}
+}
+
+// HoldSeats is the command to hold Quantity seats for a new reservation.
+type HoldSeats struct {
+	ShowID        string
+	ReservationID string
+	Actor         string
+	Intent        string
+	Quantity      int
+	HoldFor       time.Duration // how long the hold lasts before it expires
+}
+
+// Hold decides HoldSeats against the show's capacity. It returns no events if
+// the reservation already holds seats (a repeat). Returns ErrShowNotFound,
+// ErrShowStarted, ErrSoldOut, or an Invalid error for a bad quantity.
+func (s *Show) Hold(cmd HoldSeats, now time.Time) ([]Event, error) {
+	if !s.Scheduled {
+		return nil, ErrShowNotFound
+	}
+	if _, ok := s.Holds[cmd.ReservationID]; ok {
+		return nil, nil
+	}
+	if cmd.Quantity < 1 || cmd.Quantity > MaxSeatsPerHold {
+		return nil, invalidField("quantity", fmt.Sprintf("quantity must be between 1 and %d", MaxSeatsPerHold))
+	}
+	if !now.Before(s.StartsAt) {
+		return nil, ErrShowStarted
+	}
+	if s.Available() < cmd.Quantity {
+		return nil, ErrSoldOut.With(fmt.Sprintf("%d seats requested, %d available", cmd.Quantity, s.Available()))
+	}
+	return []Event{SeatsHeld{
+		ShowID: s.ID, ReservationID: cmd.ReservationID, Actor: cmd.Actor, Intent: cmd.Intent,
+		Quantity: cmd.Quantity, Amount: s.Price.Times(cmd.Quantity), ExpiresAt: now.Add(cmd.HoldFor).UTC(),
+	}}, nil
+}
+
+// Release decides the release of a reservation's seats. It returns no events
+// if the reservation holds no seats (never held, or already released), so a
+// repeated release is a no-op.
+func (s *Show) Release(reservationID, reason string) []Event {
+	q, ok := s.Holds[reservationID]
+	if !ok {
+		return nil
+	}
+	return []Event{SeatsReleased{ShowID: s.ID, ReservationID: reservationID, Quantity: q, Reason: reason}}
+}
+
+// Apply evolves the show by one event of its stream; other events are ignored.
+func (s *Show) Apply(e Event) {
+	switch e := e.(type) {
+	case ShowScheduled:
+		s.ID, s.Name, s.StartsAt, s.Capacity, s.Price, s.Scheduled = e.ShowID, e.Name, e.StartsAt, e.Capacity, e.Price, true
+		if s.Holds == nil {
+			s.Holds = map[string]int{}
+		}
+	case SeatsHeld:
+		if s.Holds == nil {
+			s.Holds = map[string]int{}
+		}
+		if _, ok := s.Holds[e.ReservationID]; !ok {
+			s.Holds[e.ReservationID] = e.Quantity
+			s.Taken += e.Quantity
+		}
+	case SeatsReleased:
+		if q, ok := s.Holds[e.ReservationID]; ok {
+			delete(s.Holds, e.ReservationID)
+			s.Taken -= q
+		}
+	}
+}

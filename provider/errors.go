@@ -1,0 +1,135 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Sentinel errors. Every error returned by this package that has one of these
+// meanings wraps it; check with errors.Is. The package doc says which of them
+// may have charged.
+var (
+	// ErrDeclined is a definitive decline (402 card_error): the provider
+	// recorded a failed charge and moved no money. The *APIError in the chain
+	// carries the failed charge. Retrying with the same key replays the decline.
+	ErrDeclined = errors.New("provider: payment declined")
+
+	// ErrKeyInUse is a 409 idempotency_key_in_use: another request with the
+	// same key is still executing (Stripe, https://docs.stripe.com/error-low-level#idempotency).
+	// The outcome is pending, not failed: wait and repeat, or reconcile.
+	ErrKeyInUse = errors.New("provider: idempotency key in use")
+
+	// ErrIdempotency is a 400 idempotency_error: the key was used before with
+	// different parameters. It is a bug or a misconfiguration to alert on,
+	// never a decline; the earlier request's outcome is unchanged.
+	ErrIdempotency = errors.New("provider: idempotency key reused with different parameters")
+
+	// ErrOutcomeUnknown means the request was sent and may have been
+	// executed: a timeout, a lost connection, an unreadable answer or a 5xx to
+	// a POST. The cause is wrapped as well. Resolve it by querying the key
+	// (Client.ChargeByKey) or repeating the same request with the same key.
+	ErrOutcomeUnknown = errors.New("provider: outcome unknown")
+
+	// ErrUnavailable means the provider could not be used and nothing was
+	// executed: the request was never sent (connection refused, DNS failure,
+	// context done before sending), a 429, or a 5xx to a GET.
+	ErrUnavailable = errors.New("provider: unavailable")
+
+	// ErrInvalidRequest is a 4xx invalid_request_error (other than 404), or a
+	// request refused before sending. Nothing was executed.
+	ErrInvalidRequest = errors.New("provider: invalid request")
+
+	// ErrNotFound is a 404: the charge or refund does not exist.
+	ErrNotFound = errors.New("provider: not found")
+
+	// ErrBadSignature means a webhook's Provider-Signature header is missing,
+	// malformed, or matches no expected signature of the body.
+	ErrBadSignature = errors.New("provider: bad webhook signature")
+
+	// ErrStaleTimestamp means a webhook's signature is valid but its timestamp
+	// is outside the tolerance, so it may be a replay.
+	ErrStaleTimestamp = errors.New("provider: webhook timestamp outside tolerance")
+
+	// ErrMalformedEvent means a webhook body is not a well-formed event.
+	ErrMalformedEvent = errors.New("provider: malformed event")
+)
+
+// Error types of the provider API (Stripe, https://docs.stripe.com/api/errors#errors-type).
+const (
+	TypeCardError             = "card_error"
+	TypeIdempotencyError      = "idempotency_error"
+	TypeIdempotencyKeyInUse   = "idempotency_key_in_use"
+	TypeInvalidRequestError   = "invalid_request_error"
+	TypeAPIError              = "api_error"
+	TypeRateLimitError        = "rate_limit_error"
+	CodeCardDeclined          = "card_declined"
+	CodeResourceMissing       = "resource_missing"
+	CodeChargeAlreadyRefunded = "charge_already_refunded"
+	CodeAmountTooLarge        = "amount_too_large"
+	CodeChargeNotRefundable   = "charge_not_refundable"
+)
+
+// APIError is an error answer from the provider. It wraps the sentinel that
+// classifies it (ErrDeclined, ErrKeyInUse, ErrIdempotency, ErrOutcomeUnknown,
+// ErrUnavailable, ErrNotFound or ErrInvalidRequest), so errors.Is works on it,
+// and errors.As retrieves the details.
+type APIError struct {
+	Method, Path string // the request, e.g. "POST", "/v1/charges"
+	StatusCode   int    // HTTP status
+	Type         string // e.g. TypeCardError
+	Code         string // e.g. CodeCardDeclined
+	DeclineCode  string // for declines, e.g. "generic_decline"
+	Message      string // human-readable; never contains the payment token
+	Param        string // the offending parameter, if any
+	RequestID    string // the provider's Request-Id header
+	Replayed     bool   // the answer was an idempotent replay
+
+	// Charge is the failed charge of a decline (ErrDeclined); nil otherwise.
+	Charge *Charge
+
+	kind error
+}
+
+// Error returns a one-line description: method, path, status, type, code and
+// message.
+func (e *APIError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "provider: %s %s: %d", e.Method, e.Path, e.StatusCode)
+	if e.Type != "" {
+		b.WriteString(" " + e.Type)
+	}
+	if e.Code != "" {
+		b.WriteString(" " + e.Code)
+	}
+	if e.Message != "" {
+		b.WriteString(": " + e.Message)
+	}
+	return b.String()
+}
+
+// Unwrap returns the sentinel that classifies e.
+func (e *APIError) Unwrap() error { return e.kind }
+
+// classify returns the sentinel for an error answer to method.
+func classify(method string, status int, typ string) error {
+	switch {
+	case status == http.StatusPaymentRequired || typ == TypeCardError:
+		return ErrDeclined
+	case status == http.StatusConflict || typ == TypeIdempotencyKeyInUse:
+		return ErrKeyInUse
+	case typ == TypeIdempotencyError:
+		return ErrIdempotency
+	case status == http.StatusTooManyRequests:
+		return ErrUnavailable
+	case status >= 500 && method == http.MethodPost:
+		return ErrOutcomeUnknown
+	case status >= 500:
+		return ErrUnavailable
+	case status == http.StatusNotFound:
+		return ErrNotFound
+	default:
+		return ErrInvalidRequest
+	}
+}

@@ -1,0 +1,227 @@
+package providersim_test
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/booking/provider"
+	"github.com/retrysafe/booking/provider/providersim"
+)
+
+func eventTypes(evs []provider.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Type
+	}
+	return out
+}
+
+func TestWebhooksAreSignedAndVerifiable(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, 0)
+	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL})
+	ctx := ctxT(t)
+	ch, err := s.client.CreateCharge(ctx, "k1", charge("o1", 1, "tok_visa"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = s.client.CreateCharge(ctx, "k2", charge("o2", 1, "tok_decline"))
+	if _, err := s.client.Refund(ctx, "r1", ch.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustWaitWebhooks(t, s)
+
+	if _, refused := rcv.stats(); len(refused) != 0 {
+		t.Fatalf("receiver refused deliveries: %v", refused)
+	}
+	got := eventTypes(rcv.events())
+	slices.Sort(got)
+	if want := []string{"charge.failed", "charge.refunded", "charge.succeeded"}; !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v", got, want)
+	}
+	for _, e := range rcv.events() {
+		if e.Type == provider.EventChargeRefunded && (e.Data.Object.ID != ch.ID || e.Data.Object.RefundedAmount != 1500) {
+			t.Errorf("charge.refunded carries %+v, want the refunded charge", e.Data.Object)
+		}
+	}
+
+	// The signature covers the exact body: any change is refused, and an old
+	// signature is stale.
+	var d providersim.Delivery
+	for _, x := range s.Deliveries() {
+		if x.Delivered {
+			d = x
+			break
+		}
+	}
+	events := s.Events()
+	i := slices.IndexFunc(events, func(e provider.Event) bool { return e.ID == d.EventID })
+	if i < 0 {
+		t.Fatalf("no event %s", d.EventID)
+	}
+	body := events[i].Body()
+	secret := []byte(testSecret)
+	if err := provider.VerifySignature(d.Signature, body, secret, time.Now(), 0); err != nil {
+		t.Fatalf("VerifySignature(recorded) = %v", err)
+	}
+	tampered := append([]byte(nil), body...)
+	tampered[len(tampered)-2] ^= 1
+	if err := provider.VerifySignature(d.Signature, tampered, secret, time.Now(), 0); !errors.Is(err, provider.ErrBadSignature) {
+		t.Fatalf("VerifySignature(tampered) = %v, want ErrBadSignature", err)
+	}
+	if err := provider.VerifySignature(d.Signature, body, secret, time.Now().Add(10*time.Minute), 0); !errors.Is(err, provider.ErrStaleTimestamp) {
+		t.Fatalf("VerifySignature(10 min later) = %v, want ErrStaleTimestamp", err)
+	}
+}
+
+func TestWebhooksRetryUntil2xx(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, 3)
+	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL})
+	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
+		t.Fatal(err)
+	}
+	mustWaitWebhooks(t, s)
+	if evs := rcv.events(); len(evs) != 1 {
+		t.Fatalf("receiver accepted %d events, want 1", len(evs))
+	}
+	ds := s.Deliveries()
+	if len(ds) != 4 || !ds[3].Delivered || ds[3].Attempt != 4 || ds[0].StatusCode != 500 {
+		t.Fatalf("Deliveries() = %+v, want 3 failures then a delivery", ds)
+	}
+}
+
+func TestWebhookAttemptsAreBounded(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, 1000)
+	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL, Webhooks: providersim.WebhookConfig{MaxAttempts: 3}})
+	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
+		t.Fatal(err)
+	}
+	mustWaitWebhooks(t, s)
+	if calls, _ := rcv.stats(); calls != 3 {
+		t.Fatalf("receiver got %d calls, want 3", calls)
+	}
+}
+
+func TestWebhookDuplicates(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, 0)
+	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL})
+	if status := s.mustDo(t, http.MethodPost, "/_sim/faults", map[string]any{"webhook_duplicates": 2}, nil); status != http.StatusOK {
+		t.Fatalf("POST /_sim/faults = %d", status)
+	}
+	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
+		t.Fatal(err)
+	}
+	mustWaitWebhooks(t, s)
+	evs := rcv.events()
+	if len(evs) != 3 || evs[0].ID != evs[1].ID || evs[1].ID != evs[2].ID {
+		t.Fatalf("received %+v, want the same event 3 times", evs)
+	}
+
+	// A resend is one more duplicate.
+	if status := s.mustDo(t, http.MethodPost, "/_sim/events/"+evs[0].ID+"/resend", nil, nil); status != http.StatusAccepted {
+		t.Fatalf("POST resend = %d, want 202", status)
+	}
+	if status := s.mustDo(t, http.MethodPost, "/_sim/events/evt_missing/resend", nil, nil); status != http.StatusNotFound {
+		t.Fatalf("POST resend of unknown event = %d, want 404", status)
+	}
+	mustWaitWebhooks(t, s)
+	if n := len(rcv.events()); n != 4 {
+		t.Fatalf("received %d deliveries after resend, want 4", n)
+	}
+}
+
+func TestWebhookReorder(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, 0)
+	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL})
+	if err := s.SetFaults(providersim.Faults{WebhookReorder: true}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	ch, err := s.client.CreateCharge(ctx, "k", charge("o1", 1, "tok_visa"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.Refund(ctx, "r", ch.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustWaitWebhooks(t, s)
+	if got, want := eventTypes(rcv.events()), []string{"charge.refunded", "charge.succeeded"}; !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v (the later event overtakes)", got, want)
+	}
+}
+
+func TestWebhookReorderHoldIsBounded(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, 0)
+	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL, Webhooks: providersim.WebhookConfig{Reorder: true, ReorderHold: 100 * time.Millisecond}})
+	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
+		t.Fatal(err)
+	}
+	mustWaitWebhooks(t, s)
+	if n := len(rcv.events()); n != 1 {
+		t.Fatalf("received %d events, want the held one after its hold", n)
+	}
+}
+
+func TestWebhookPauseAndDelay(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, 0)
+	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL})
+	if status := s.mustDo(t, http.MethodPost, "/_sim/faults", map[string]any{"webhooks_paused": true, "webhook_delay_ms": 100}, nil); status != http.StatusOK {
+		t.Fatalf("POST /_sim/faults = %d", status)
+	}
+	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if calls, _ := rcv.stats(); calls != 0 {
+		t.Fatalf("receiver got %d calls while paused, want 0", calls)
+	}
+	if status := s.mustDo(t, http.MethodPost, "/_sim/faults", map[string]any{"webhooks_paused": false}, nil); status != http.StatusOK {
+		t.Fatalf("POST /_sim/faults = %d", status)
+	}
+	mustWaitWebhooks(t, s)
+	if n := len(rcv.events()); n != 1 {
+		t.Fatalf("received %d events after resume, want 1", n)
+	}
+}
+
+func TestCloseStopsDeliveries(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, 1000)
+	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL, Webhooks: providersim.WebhookConfig{InitialBackoff: 10 * time.Second}})
+	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for calls, _ := rcv.stats(); calls == 0 && time.Now().Before(deadline); calls, _ = rcv.stats() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	begin := time.Now()
+	s.Close()
+	if d := time.Since(begin); d > time.Second {
+		t.Fatalf("Close() took %s while a delivery was backing off", d)
+	}
+	if err := s.Resend(s.Events()[0].ID); err == nil {
+		t.Fatalf("Resend() after Close() = nil, want an error")
+	}
+}
+
+func TestNoWebhookURLRecordsEventsOnly(t *testing.T) {
+	t.Parallel()
+	s := mustSim(t, providersim.Config{})
+	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
+		t.Fatal(err)
+	}
+	mustWaitWebhooks(t, s)
+	if evs := s.Events(); len(evs) != 1 || evs[0].Type != provider.EventChargeSucceeded {
+		t.Fatalf("Events() = %+v, want one charge.succeeded", evs)
+	}
+}
