@@ -19,6 +19,12 @@ func (h *Handler) CancelOrder(ctx context.Context, req Request, orderID string) 
 	if err != nil {
 		return OrderResult{}, err
 	}
+	return h.cancelOrder(ctx, run, orderID)
+}
+
+// cancelOrder runs a cancel intent from wherever it stands (recovery calls it).
+func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID string) (OrderResult, error) {
+	req := run.req
 	out := Outcome{Replayed: !run.created}
 	for range 10 {
 		o, s, err := h.LoadOrder(ctx, orderID)

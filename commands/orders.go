@@ -48,6 +48,14 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 	if err != nil {
 		return OrderResult{}, err
 	}
+	return h.placeOrder(ctx, run, cmd.ReservationID)
+}
+
+// placeOrder runs an order intent from wherever it stands: the claim, its
+// follow-ups, then payment. Recovery calls it for intents whose executor died.
+func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID string) (OrderResult, error) {
+	req := run.req
+	cmd := PlaceOrderCommand{ReservationID: reservationID}
 	out := Outcome{Replayed: !run.created}
 	claimStream := domain.ClaimStream(cmd.ReservationID)
 	var claim domain.Claim

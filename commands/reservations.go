@@ -32,6 +32,12 @@ func (h *Handler) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeat
 	if err != nil {
 		return domain.Reservation{}, Outcome{}, err
 	}
+	return h.reserveSeats(ctx, run, cmd)
+}
+
+// reserveSeats runs a reservation intent from wherever it stands.
+func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
+	req := run.req
 	out := Outcome{Replayed: !run.created}
 	resID := run.targetID()
 	unlock := h.shows.Lock(cmd.ShowID)

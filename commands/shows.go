@@ -48,6 +48,11 @@ func (h *Handler) ScheduleShow(ctx context.Context, req Request, cmd ScheduleSho
 	if err != nil {
 		return domain.Show{}, Outcome{}, err
 	}
+	return h.scheduleShow(ctx, run, cmd)
+}
+
+// scheduleShow runs a show intent from wherever it stands.
+func (h *Handler) scheduleShow(ctx context.Context, run *intentRun, cmd ScheduleShowCommand) (domain.Show, Outcome, error) {
 	out := Outcome{Replayed: !run.created}
 	showID := run.targetID()
 	for range 8 {

@@ -4,10 +4,12 @@
 -- +goose Up
 
 -- streams has one row per stream that has ever had an event. Appends to a
--- stream serialize on its row (SELECT ... FOR UPDATE); appends to different
--- streams never wait for each other, so group commit keeps working.
--- last_revision survives Truncate. fillfactor leaves room for HOT updates of
--- last_revision.
+-- stream (and Truncate) serialize on the transaction-scoped advisory lock
+-- (1702261620, hashtext(name)) -- the two-int4 key space, apart from
+-- single-bigint application locks; appends to different streams never wait
+-- for each other (but for a rare hash collision), so group commit keeps
+-- working. last_revision survives Truncate. fillfactor leaves room for HOT
+-- updates of last_revision.
 CREATE TABLE streams (
     name            text   PRIMARY KEY,
     last_revision   bigint NOT NULL CHECK (last_revision >= 0),
@@ -87,7 +89,6 @@ DECLARE
     v_n      integer := cardinality(p_ids);
     v_last   bigint;
     v_exists boolean;
-    v_locked boolean := false;
     v_holds  boolean;
     v_here   integer;
     v_placed boolean;
@@ -106,11 +107,16 @@ BEGIN
                 set_config('idle_in_transaction_session_timeout', p_timeout_ms::text, true);
     END IF;
 
+    -- Appends to this stream serialize on this lock. It must come before
+    -- anything that assigns the transaction its id (tx): taken in lock order,
+    -- tx order is revision order within the stream. (A row lock would not do:
+    -- FOR UPDATE assigns the id before it waits, so a waiter could get a lower
+    -- tx than the holder and land before it in the log.)
+    PERFORM pg_advisory_xact_lock(1702261620, hashtext(p_stream));
+
     LOOP
-        -- Lock the stream's row: appends to this stream serialize here.
-        SELECT last_revision INTO v_last FROM streams WHERE name = p_stream FOR UPDATE;
+        SELECT last_revision INTO v_last FROM streams WHERE name = p_stream;
         v_exists := FOUND;
-        v_locked := v_exists;
         IF NOT v_exists THEN
             v_last := -1;
         END IF;
@@ -128,12 +134,10 @@ BEGIN
         IF v_exists THEN
             UPDATE streams SET last_revision = v_last + v_n WHERE name = p_stream;
         ELSE
-            -- The new row is locked until commit; a concurrent creator of the
-            -- same stream waits for it, then finds it and decides again.
             INSERT INTO streams (name, last_revision) VALUES (p_stream, v_n - 1)
             ON CONFLICT (name) DO NOTHING;
             IF NOT FOUND THEN
-                CONTINUE; -- created concurrently: lock it and decide again
+                CONTINUE; -- created by a writer that bypassed the lock: decide again
             END IF;
         END IF;
 
@@ -166,12 +170,7 @@ BEGIN
     END IF;
 
     o_status := 2;
-    IF v_locked THEN
-        o_revision := v_last;
-    ELSE
-        -- Not locked: report the stream's state as of now.
-        SELECT coalesce(max(last_revision), -1) INTO o_revision FROM streams WHERE name = p_stream;
-    END IF;
+    o_revision := v_last;
     SELECT e.id, e.stream, e.revision
       INTO o_dup_id, o_dup_stream, o_dup_revision
       FROM events e
@@ -184,7 +183,7 @@ $$;
 -- eventstore_truncate deletes the events of p_stream with a revision below
 -- p_before (capped at last revision + 1) and records the bound in
 -- streams.truncate_before, which only grows. The stream's last revision is
--- kept. It serializes with appends on the stream's row. Returns the stream's
+-- kept. It serializes with appends on the stream's lock. Returns the stream's
 -- truncate_before afterwards, or NULL if the stream has never had an event
 -- (then nothing is recorded).
 
@@ -198,8 +197,9 @@ DECLARE
     v_last   bigint;
     v_before bigint;
 BEGIN
+    PERFORM pg_advisory_xact_lock(1702261620, hashtext(p_stream));
     SELECT truncate_before, last_revision INTO v_old, v_last
-      FROM streams WHERE name = p_stream FOR UPDATE;
+      FROM streams WHERE name = p_stream;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;

@@ -58,17 +58,21 @@ var (
 
 // Error types of the provider API (Stripe, https://docs.stripe.com/api/errors#errors-type).
 const (
-	TypeCardError             = "card_error"
-	TypeIdempotencyError      = "idempotency_error"
-	TypeIdempotencyKeyInUse   = "idempotency_key_in_use"
-	TypeInvalidRequestError   = "invalid_request_error"
-	TypeAPIError              = "api_error"
-	TypeRateLimitError        = "rate_limit_error"
-	CodeCardDeclined          = "card_declined"
-	CodeResourceMissing       = "resource_missing"
-	CodeChargeAlreadyRefunded = "charge_already_refunded"
-	CodeAmountTooLarge        = "amount_too_large"
-	CodeChargeNotRefundable   = "charge_not_refundable"
+	TypeCardError           = "card_error"             // a decline (402)
+	TypeIdempotencyError    = "idempotency_error"      // key reused with other parameters (400)
+	TypeIdempotencyKeyInUse = "idempotency_key_in_use" // a request with the key is executing (409)
+	TypeInvalidRequestError = "invalid_request_error"  // the request is invalid (400, 404)
+	TypeAPIError            = "api_error"              // the provider failed (5xx)
+	TypeRateLimitError      = "rate_limit_error"       // too many requests (429)
+)
+
+// Error codes of the provider API (Stripe, https://docs.stripe.com/error-codes).
+const (
+	CodeCardDeclined          = "card_declined"           // the charge was declined
+	CodeResourceMissing       = "resource_missing"        // no such charge, refund or token
+	CodeChargeAlreadyRefunded = "charge_already_refunded" // nothing is left to refund
+	CodeAmountTooLarge        = "amount_too_large"        // the refund exceeds what is left
+	CodeChargeNotRefundable   = "charge_not_refundable"   // the charge did not succeed
 )
 
 // APIError is an error answer from the provider. It wraps the sentinel that

@@ -119,13 +119,24 @@ func (c *serveCmd) Run(e *env) error {
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var workers sync.WaitGroup
-	workers.Add(1)
-	go func() {
-		defer workers.Done()
-		runExclusive(wctx, pool, log, commands.FollowUpsName, cfg.RecoveryInterval/3, func(ctx context.Context) error {
-			return h.RunFollowUps(ctx, store, pgCheckpoints{pool})
-		})
-	}()
+	startWorker := func(name string, work func(ctx context.Context) error) {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			runExclusive(wctx, pool, log, name, cfg.RecoveryInterval/3, work)
+		}()
+	}
+	cps := pgCheckpoints{pool}
+	startWorker(commands.FollowUpsName, func(ctx context.Context) error { return h.RunFollowUps(ctx, store, cps) })
+	startWorker(commands.RecoveryName, func(ctx context.Context) error {
+		return h.RunRecovery(ctx, store, cps, cfg.RecoveryInterval/3)
+	})
+	startWorker(commands.ExpiryName, func(ctx context.Context) error {
+		return h.RunExpiry(ctx, store, cps, cfg.RecoveryInterval/3)
+	})
+	startWorker("intent-purge", func(ctx context.Context) error {
+		return runPurge(ctx, pool, store, cfg.IntentRetention, cfg.RecoveryInterval, log)
+	})
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -102,6 +102,40 @@ func TestPostgres(t *testing.T) {
 		}
 	})
 
+	t.Run("one event id raced into many streams lands in exactly one", func(t *testing.T) {
+		t.Parallel()
+		ctx := testContext(t)
+		const streams = 8
+		e := event("Raced")
+		errs := make([]error, streams)
+		names := make([]string, streams)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range streams {
+			names[i] = "race-" + uuid.NewString()
+			wg.Go(func() {
+				<-start
+				_, errs[i] = s.Append(ctx, names[i], eventstore.Any(), e)
+			})
+		}
+		close(start)
+		wg.Wait()
+		winners := 0
+		for i, err := range errs {
+			var conflict *eventstore.RevisionConflictError
+			switch {
+			case err == nil:
+				winners++
+			case errors.As(err, &conflict) && conflict.Actual == -1:
+			default:
+				t.Errorf("Append(%s, any) = %v, want nil or a *RevisionConflictError with Actual -1", names[i], err)
+			}
+		}
+		if winners != 1 {
+			t.Errorf("Append of one id to %d streams succeeded %d times, want 1", streams, winners)
+		}
+	})
+
 	t.Run("invalid appends are refused without a revision conflict", func(t *testing.T) {
 		t.Parallel()
 		ctx := testContext(t)

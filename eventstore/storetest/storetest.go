@@ -64,6 +64,10 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 		t.Parallel()
 		testIdempotentRepeat(t, newStore)
 	})
+	t.Run("concurrent repeats of one append all succeed and write it once", func(t *testing.T) {
+		t.Parallel()
+		testConcurrentRepeat(t, newStore(t))
+	})
 	t.Run("truncate hides old events and keeps the stream's last revision", func(t *testing.T) {
 		t.Parallel()
 		testTruncate(t, newStore(t))
@@ -465,6 +469,36 @@ func testIdempotentRepeat(t *testing.T, newStore func(t *testing.T) eventstore.S
 				t.Errorf("ReadStream(%s) after the repeat changed (-before +after):\n%s", stream, diff)
 			}
 		})
+	}
+}
+
+func testConcurrentRepeat(t *testing.T, s eventstore.Store) {
+	const repeats = 12
+	ctx := testContext(t)
+	stream := newStream("repeats")
+	events := newEvents(t, "Repeated", 3)
+	results := make([]eventstore.AppendResult, repeats)
+	errs := make([]error, repeats)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range repeats {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = s.Append(ctx, stream, eventstore.NoStream(), events...)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	got := mustReadStream(t, ctx, s, stream)
+	if diff := cmp.Diff(recorded(stream, 0, events), got, recordedOptions); diff != "" {
+		t.Fatalf("ReadStream(%s) mismatch (-want +got):\n%s", stream, diff)
+	}
+	want := eventstore.AppendResult{NextRevision: 2, Position: got[2].Position}
+	for i := range repeats {
+		if errs[i] != nil || results[i] != want {
+			t.Errorf("Append(%s, no_stream) #%d = %+v, %v, want %+v, nil", stream, i, results[i], errs[i], want)
+		}
 	}
 }
 

@@ -130,20 +130,30 @@ func (s *Server) simPostFaults(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	f, err := s.mergeFaults(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, errBody{Type: provider.TypeInvalidRequestError, Message: "faults: " + err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
+// mergeFaults decodes body over the current faults and sets the result,
+// atomically; it returns the new faults.
+func (s *Server) mergeFaults(body []byte) (Faults, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.faults
 	f.DeclineTokens = slices.Clone(f.DeclineTokens)
 	if err := decodeStrict(body, &f); err != nil {
-		writeError(w, http.StatusBadRequest, errBody{Type: provider.TypeInvalidRequestError, Message: "faults: " + err.Error()})
-		return
+		return Faults{}, err
 	}
 	if err := f.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, errBody{Type: provider.TypeInvalidRequestError, Message: "faults: " + err.Error()})
-		return
+		return Faults{}, err
 	}
 	s.setFaultsLocked(f)
-	writeJSON(w, http.StatusOK, s.faults)
+	f.DeclineTokens = slices.Clone(f.DeclineTokens)
+	return f, nil
 }
 
 func (s *Server) simDeleteFaults(w http.ResponseWriter, _ *http.Request) {

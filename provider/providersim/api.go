@@ -18,11 +18,14 @@ import (
 // these followed by "_" and anything (for example "tok_visa_42") behaves the
 // same, so tests can use distinct tokens.
 const (
-	TokenVisa                 = "tok_visa"                 // succeeds
-	TokenDecline              = "tok_decline"              // 402 card_declined, failed charge recorded
-	TokenErrorBeforeCommit    = "tok_error_before_commit"  // always 500, nothing recorded, key not used up
-	TokenTimeoutAfterCommit   = "tok_timeout_after_commit" // charge succeeds, connection dropped without answer
-	TokenSlow                 = "tok_slow"                 // succeeds after Config.SlowDelay
+	TokenVisa               = "tok_visa"                 // succeeds
+	TokenDecline            = "tok_decline"              // 402 card_declined, failed charge recorded
+	TokenErrorBeforeCommit  = "tok_error_before_commit"  // always 500, nothing recorded, key not used up
+	TokenTimeoutAfterCommit = "tok_timeout_after_commit" // charge succeeds, connection dropped without answer
+	TokenSlow               = "tok_slow"                 // succeeds after Config.SlowDelay
+)
+
+const (
 	maxBodyBytes              = 1 << 20
 	declineMessage            = "Your card was declined."
 	declineCode               = "generic_decline"
@@ -31,7 +34,7 @@ const (
 	headerContentType         = "Content-Type"
 	contentTypeJSON           = "application/json"
 	unknownTokenMessage       = "No such payment token."
-	sweepEvery                = 256
+	sweepEvery                = 256 // key inserts between sweeps of expired keys
 	closingMessage            = "The simulator is shutting down; the request was not executed."
 	errorBeforeCommitMessage  = "An error occurred while processing the request; nothing was charged."
 	keyInUseMessage           = "There is currently another in-progress request using this Idempotency-Key. Retry later."
@@ -199,7 +202,7 @@ func (s *Server) beginPost(w http.ResponseWriter, key string, fp [32]byte) bool 
 		return true
 	}
 	s.mu.Lock()
-	latency := time.Duration(s.faults.LatencyMS) * time.Millisecond
+	latency := s.latencyLocked()
 	s.mu.Unlock()
 	s.sleep(latency)
 	switch res {
@@ -280,15 +283,19 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	p := s.planLocked()
+	var p plan
+	if meaning == TokenErrorBeforeCommit && !declined {
+		// Fails anyway: use up no fault count.
+		p = plan{latency: s.latencyLocked(), errorBeforeCommit: true}
+	} else {
+		p = s.planLocked()
+	}
 	s.mu.Unlock()
 
 	var extra time.Duration
 	switch meaning {
 	case TokenDecline:
 		declined = true
-	case TokenErrorBeforeCommit:
-		p.errorBeforeCommit = !declined
 	case TokenTimeoutAfterCommit:
 		p.dropAfterCommit = true
 	case TokenSlow:
@@ -565,7 +572,7 @@ func (s *Server) getRefund(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) applyLatency() {
 	s.mu.Lock()
-	latency := time.Duration(s.faults.LatencyMS) * time.Millisecond
+	latency := s.latencyLocked()
 	s.mu.Unlock()
 	s.sleep(latency)
 }

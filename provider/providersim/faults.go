@@ -2,6 +2,7 @@ package providersim
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -75,7 +76,7 @@ func (f Faults) Validate() error {
 // nothing, if f is invalid (see Faults.Validate).
 func (s *Server) SetFaults(f Faults) error {
 	if err := f.Validate(); err != nil {
-		return err
+		return fmt.Errorf("providersim: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -122,7 +123,7 @@ type plan struct {
 func (s *Server) planLocked() plan {
 	f := &s.faults
 	var p plan
-	p.latency = time.Duration(f.LatencyMS) * time.Millisecond
+	p.latency = s.latencyLocked()
 	if f.ErrorBeforeCommit > 0 {
 		f.ErrorBeforeCommit--
 		p.errorBeforeCommit = true
@@ -141,11 +142,15 @@ func (s *Server) planLocked() plan {
 	return p
 }
 
+func (s *Server) latencyLocked() time.Duration {
+	return time.Duration(s.faults.LatencyMS) * time.Millisecond
+}
+
 // takeInUse409 consumes one InUse409 fault and reports whether there was one.
 func (s *Server) takeInUse409() (bool, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	latency := time.Duration(s.faults.LatencyMS) * time.Millisecond
+	latency := s.latencyLocked()
 	if s.faults.InUse409 > 0 {
 		s.faults.InUse409--
 		return true, latency

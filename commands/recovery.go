@@ -1,0 +1,222 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// Checkpoint names of the delayed log followers.
+const (
+	RecoveryName = "intent-recovery"
+	ExpiryName   = "reservation-expiry"
+)
+
+// RunRecovery finishes intents whose executor stopped before the commit
+// point (process killed between steps), exactly as a repeat of the request
+// would: it follows the log from its checkpoint and, for every IntentRecorded
+// or IntentResumed, waits until that executor's lease has passed (database
+// clock), then resumes the intent if it has no outcome yet — taking it over
+// with a fenced IntentResumed. Work after a commit point is the process
+// manager's. The delay before an interrupted intent is finished is thus
+// bounded by the intent lease plus one pass. It blocks until ctx is done; a
+// failed resume (a dependency down) is retried every retry without advancing
+// the checkpoint.
+func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
+	return h.delayedFollower(ctx, log, cps, RecoveryName, retry, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) (time.Time, func(context.Context) error) {
+		var until time.Time
+		switch e := e.(type) {
+		case domain.IntentRecorded:
+			until = e.LeaseUntil
+		case domain.IntentResumed:
+			until = e.LeaseUntil
+		default:
+			return time.Time{}, nil
+		}
+		return until, func(ctx context.Context) error { return h.recoverIntent(ctx, r.Stream) }
+	})
+}
+
+// RunExpiry is the expiry job: it follows the log from its checkpoint and,
+// for every SeatsHeld, waits until the hold's expires_at (database clock),
+// then writes the expiry claim if no order claimed the reservation, and
+// releases its seats. It blocks until ctx is done.
+func (h *Handler) RunExpiry(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
+	return h.delayedFollower(ctx, log, cps, ExpiryName, retry, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) (time.Time, func(context.Context) error) {
+		held, ok := e.(domain.SeatsHeld)
+		if !ok {
+			return time.Time{}, nil
+		}
+		return held.ExpiresAt, func(ctx context.Context) error { return h.ExpireReservation(ctx, held.ReservationID) }
+	})
+}
+
+// delayedFollower follows the log and runs each event's job once the
+// database clock passes the event's due time, in log order.
+func (h *Handler) delayedFollower(ctx context.Context, log Log, cps Checkpoints, name string, retry time.Duration,
+	plan func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) (time.Time, func(context.Context) error)) error {
+	from, err := cps.Load(ctx, name)
+	if err != nil {
+		return fmt.Errorf("%s: load checkpoint: %w", name, err)
+	}
+	return log.SubscribeAll(ctx, from, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
+		for i, r := range batch {
+			if !h.registry.Known(r.Type) {
+				continue
+			}
+			ev, err := h.registry.Decode(r.Type, r.Data)
+			if err != nil {
+				return err
+			}
+			due, job := plan(ctx, r, ev.(domain.Event))
+			if job == nil {
+				continue
+			}
+			for {
+				now, err := h.now(ctx)
+				if err == nil && !now.Before(due) {
+					if err = job(ctx); err == nil {
+						break
+					}
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				wait := retry
+				if err == nil {
+					wait = min(due.Sub(now)+10*time.Millisecond, retry)
+				} else {
+					h.log.Warn("background job will retry", "job", name, "stream", r.Stream, "err", err)
+				}
+				if i > 0 {
+					// Save progress before a long wait, so a restart resumes here.
+					if err := cps.Save(ctx, name, batch[i-1].Position); err != nil {
+						return err
+					}
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(wait):
+				}
+			}
+		}
+		return cps.Save(ctx, name, batch[len(batch)-1].Position)
+	})
+}
+
+// loadRun reads an intent stream into a run as a repeat would find it.
+// Returns nil when the stream has no live intent.
+func (h *Handler) loadRun(ctx context.Context, stream string) (*intentRun, error) {
+	s, err := h.load(ctx, stream)
+	if err != nil || !s.exists {
+		return nil, err
+	}
+	var in domain.Intent
+	for _, e := range s.events {
+		in.Apply(e)
+	}
+	if !in.Exists() {
+		return nil, nil
+	}
+	in.RecordedAt = s.records[0].RecordedAt
+	req := Request{Actor: in.Recorded.Actor, Operation: in.Recorded.Operation, CorrelationID: "recovery"}
+	return &intentRun{req: req, stream: stream, intent: in, rev: s.last, command: in.Recorded.Command, private: in.Recorded.Private}, nil
+}
+
+// recoverIntent resumes one intent if it is live, has no rejection and its
+// lease has passed; it returns nil when there is nothing to do. Definitive
+// refusals reached on the way are recorded on the intent (not errors here).
+func (h *Handler) recoverIntent(ctx context.Context, stream string) error {
+	run, err := h.loadRun(ctx, stream)
+	if err != nil || run == nil || run.intent.Rejection != nil {
+		return err
+	}
+	now, err := h.now(ctx)
+	if err != nil {
+		return err
+	}
+	if run.intent.Expired(now, h.cfg.IntentRetention) || run.intent.LeaseLive(now) {
+		return nil
+	}
+	str := func(k string) string { v, _ := run.command[k].(string); return v }
+	num := func(k string) int { v, _ := run.command[k].(float64); return int(v) }
+	switch run.req.Operation {
+	case OpScheduleShow:
+		startsAt, _ := time.Parse(time.RFC3339Nano, str("starts_at"))
+		price, _ := run.command["price"].(map[string]any)
+		amount, _ := price["amount"].(float64)
+		currency, _ := price["currency"].(string)
+		_, _, err = h.scheduleShow(ctx, run, ScheduleShowCommand{Name: str("name"), StartsAt: startsAt,
+			Capacity: num("capacity"), Price: domain.Money{Amount: int64(amount), Currency: currency}})
+	case OpReserveSeats:
+		_, _, err = h.reserveSeats(ctx, run, ReserveSeatsCommand{ShowID: str("show_id"), Quantity: num("quantity")})
+	case OpPlaceOrder:
+		_, err = h.placeOrder(ctx, run, str("reservation_id"))
+	case OpCancelOrder:
+		_, err = h.cancelOrder(ctx, run, str("order_id"))
+	default:
+		return fmt.Errorf("recovery: unknown operation %q", run.req.Operation)
+	}
+	var rej *Rejection
+	var inUse *InUseError
+	if errors.As(err, &rej) || errors.As(err, &inUse) {
+		return nil
+	}
+	if err == nil {
+		h.metrics.Recovered("intent")
+	}
+	return err
+}
+
+// ExpireReservation writes the expiry claim of a reservation whose hold has
+// passed (database clock) and that no order claimed, with the same id a late
+// order request would use, then releases its seats; a no-op otherwise.
+func (h *Handler) ExpireReservation(ctx context.Context, reservationID string) error {
+	for range 5 {
+		c, _, err := h.loadClaim(ctx, reservationID)
+		if err != nil {
+			return err
+		}
+		if c.Kind == domain.ClaimKindOrder {
+			return nil
+		}
+		res, err := h.loadReservation(ctx, reservationID)
+		if err != nil {
+			return err
+		}
+		now, err := h.now(ctx)
+		if err != nil {
+			return err
+		}
+		id := ExpiryClaimID(reservationID)
+		var claim domain.ExpiryClaimed
+		if c.Kind == domain.ClaimKindExpiry {
+			claim = domain.ExpiryClaimed{ReservationID: reservationID, ShowID: res.ShowID, Quantity: res.Quantity}
+		} else {
+			evs := domain.DecideExpiry(c, res, now)
+			if len(evs) == 0 {
+				return nil
+			}
+			claim = evs[0].(domain.ExpiryClaimed)
+			m := eventstore.Metadata{Actor: res.Actor, OccurredAt: now}
+			_, err = h.appendEvents(ctx, domain.ClaimStream(reservationID), eventstore.NoStream(), m, pending{id, claim})
+			if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			h.step("expiry.claimed")
+		}
+		if !res.Exists() {
+			return nil
+		}
+		return h.finishExpiry(ctx, claim, id, eventstore.Metadata{Actor: res.Actor, OccurredAt: now})
+	}
+	return domain.ErrContention
+}
