@@ -102,6 +102,8 @@ type Handler struct {
 	metrics  Metrics
 	shows    *keyedMutex
 	sends    *keyedMutex
+	// showCache holds per-show snapshots; see showcache.go.
+	showCache showCache
 }
 
 // Hooks are test-only fault points: each, when set, is called at a step

@@ -205,17 +205,26 @@ func (h *Handler) finishExpiry(ctx context.Context, e domain.ExpiryClaimed, clai
 func (h *Handler) releaseSeats(ctx context.Context, showID, reservationID, reason, cause string, m eventstore.Metadata) error {
 	unlock := h.shows.Lock(showID)
 	defer unlock()
-	return h.appendFollowUp(ctx, domain.ShowStream(showID), m, func(s *stream) []pending {
-		var show domain.Show
-		for _, e := range s.events {
-			show.Apply(e)
+	for range 10 {
+		e, err := h.refreshShow(ctx, showID)
+		if err != nil {
+			return err
 		}
-		evs := show.Release(reservationID, reason)
+		evs := e.show.Release(reservationID, reason)
 		if len(evs) == 0 {
 			return nil
 		}
-		return []pending{{DerivedID(cause, "seats-released"), evs[0]}}
-	})
+		now, err := h.now(ctx)
+		if err != nil {
+			return err
+		}
+		m.OccurredAt = now
+		_, err = h.appendEvents(ctx, domain.ShowStream(showID), e.expected(), m, pending{DerivedID(cause, "seats-released"), evs[0]})
+		if !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+			return err
+		}
+	}
+	return fmt.Errorf("release seats of %s: %w", reservationID, domain.ErrContention)
 }
 
 // finishOrderEnd does the follow-ups of a failed or cancelled order: seats

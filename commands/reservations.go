@@ -37,11 +37,19 @@ func (h *Handler) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeat
 
 // reserveSeats runs a reservation intent from wherever it stands.
 func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
-	req := run.req
 	out := Outcome{Replayed: !run.created}
 	resID := run.targetID()
-	unlock := h.shows.Lock(cmd.ShowID)
-	defer unlock()
+	// committed reports the reservation's SeatsHeld if the show stream has it.
+	committed := func() (heldRecord, bool, error) {
+		unlock := h.shows.Lock(cmd.ShowID)
+		defer unlock()
+		e, err := h.refreshShow(ctx, cmd.ShowID)
+		if err != nil {
+			return heldRecord{}, false, err
+		}
+		held, ok := e.held[resID]
+		return held, ok, nil
+	}
 	for range h.cfg.ShowRetries {
 		res, err := h.loadReservation(ctx, resID)
 		if err != nil {
@@ -50,11 +58,11 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 		if res.Exists() {
 			return res, out, nil
 		}
-		show, s, err := h.LoadShow(ctx, cmd.ShowID)
+		held, ok, err := committed()
 		if err != nil {
 			return domain.Reservation{}, out, err
 		}
-		if held, ok := heldEvent(s, resID); ok {
+		if ok {
 			// Committed; finish the follow-up.
 			if err := h.ensureReservationHeld(ctx, held); err != nil {
 				return domain.Reservation{}, out, err
@@ -62,41 +70,23 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 			continue
 		}
 		if err := h.awaitExecutor(ctx, run, func() (bool, error) {
-			_, s, err := h.LoadShow(ctx, cmd.ShowID)
-			if err != nil {
-				return false, err
-			}
-			_, ok := heldEvent(s, resID)
-			return ok, nil
+			_, ok, err := committed()
+			return ok, err
 		}); err != nil {
 			if errors.Is(err, errRetry) {
 				continue
 			}
 			return domain.Reservation{}, out, err
 		}
-		if !show.Scheduled {
-			return domain.Reservation{}, out, h.reject(ctx, run, domain.ErrShowNotFound, "")
-		}
-		now, err := h.now(ctx)
+		held, decided, err := h.holdSeats(ctx, run, cmd, resID)
 		if err != nil {
 			return domain.Reservation{}, out, err
 		}
-		evs, err := show.Hold(domain.HoldSeats{ShowID: cmd.ShowID, ReservationID: resID, Actor: req.Actor,
-			Intent: run.stream, Quantity: cmd.Quantity, HoldFor: h.cfg.HoldFor}, now)
-		if err != nil {
-			return domain.Reservation{}, out, h.reject(ctx, run, asDomain(err), "")
-		}
-		id := DerivedID(run.stream, "seats-held")
-		_, err = h.appendEvents(ctx, s.name, s.expected(), run.meta(now, ""), pending{id, evs[0]})
-		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-			continue
-		}
-		if err != nil {
-			return domain.Reservation{}, out, err
+		if !decided {
+			continue // lost a race on the show stream: decide again
 		}
 		h.step("reservation.held")
-		held := evs[0].(domain.SeatsHeld)
-		if err := h.ensureReservationHeld(ctx, heldRecord{id: id, e: held, meta: run.meta(now, id)}); err != nil {
+		if err := h.ensureReservationHeld(ctx, held); err != nil {
 			return domain.Reservation{}, out, err
 		}
 	}
@@ -104,22 +94,48 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 	return domain.Reservation{}, out, domain.ErrContention
 }
 
+// holdSeats is the read-decide-append of a reservation on the show stream,
+// serialized per show in this process. It returns the appended SeatsHeld, or
+// decided false after a revision conflict (another replica appended first),
+// or the recorded *Rejection.
+func (h *Handler) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand, resID string) (heldRecord, bool, error) {
+	unlock := h.shows.Lock(cmd.ShowID)
+	defer unlock()
+	e, err := h.refreshShow(ctx, cmd.ShowID)
+	if err != nil {
+		return heldRecord{}, false, err
+	}
+	if held, ok := e.held[resID]; ok {
+		return held, true, nil
+	}
+	if !e.show.Scheduled {
+		return heldRecord{}, false, h.reject(ctx, run, domain.ErrShowNotFound, "")
+	}
+	now, err := h.now(ctx)
+	if err != nil {
+		return heldRecord{}, false, err
+	}
+	evs, err := e.show.Hold(domain.HoldSeats{ShowID: cmd.ShowID, ReservationID: resID, Actor: run.req.Actor,
+		Intent: run.stream, Quantity: cmd.Quantity, HoldFor: h.cfg.HoldFor}, now)
+	if err != nil {
+		return heldRecord{}, false, h.reject(ctx, run, asDomain(err), "")
+	}
+	id := DerivedID(run.stream, "seats-held")
+	_, err = h.appendEvents(ctx, domain.ShowStream(cmd.ShowID), e.expected(), run.meta(now, ""), pending{id, evs[0]})
+	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		return heldRecord{}, false, nil
+	}
+	if err != nil {
+		return heldRecord{}, false, err
+	}
+	return heldRecord{id: id, e: evs[0].(domain.SeatsHeld), meta: run.meta(now, id)}, true, nil
+}
+
 // heldRecord is a SeatsHeld event with its id and metadata.
 type heldRecord struct {
 	id   string
 	e    domain.SeatsHeld
 	meta eventstore.Metadata
-}
-
-// heldEvent finds the SeatsHeld of reservation resID in a loaded show stream.
-func heldEvent(s *stream, resID string) (heldRecord, bool) {
-	for i, e := range s.events {
-		if h, ok := e.(domain.SeatsHeld); ok && h.ReservationID == resID {
-			m, _ := eventstore.DecodeMetadata(s.records[i].Metadata)
-			return heldRecord{id: s.records[i].ID, e: h, meta: m}, true
-		}
-	}
-	return heldRecord{}, false
 }
 
 // ensureReservationHeld is the follow-up of SeatsHeld: it opens the

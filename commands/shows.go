@@ -100,10 +100,17 @@ func (h *Handler) LoadShow(ctx context.Context, id string) (domain.Show, *stream
 	return show, s, nil
 }
 
-// GetShow returns the show with id, strongly consistent (from the event
-// store). Returns domain.ErrShowNotFound.
+// GetShow returns the show with id, strongly consistent (the cached
+// snapshot is brought up to the stream's head first). Holds is not
+// returned. Returns domain.ErrShowNotFound.
 func (h *Handler) GetShow(ctx context.Context, id string) (domain.Show, error) {
-	show, _, err := h.LoadShow(ctx, id)
+	unlock := h.shows.Lock(id)
+	e, err := h.refreshShow(ctx, id)
+	var show domain.Show
+	if e != nil {
+		show = e.view()
+	}
+	unlock()
 	if err != nil {
 		return domain.Show{}, err
 	}
