@@ -64,7 +64,7 @@ func (e *Error) Error() string {
 // that carries a more specific message (see With).
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Code == e.Code
+	return ok && t != nil && t.Code == e.Code
 }
 
 // With returns a copy of e with msg as its detail; errors.Is(copy, e) holds.

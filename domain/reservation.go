@@ -51,7 +51,7 @@ func HeldFrom(e SeatsHeld) ReservationHeld {
 // MarkOrdered decides the follow-up of an order claim on the reservation
 // stream: no events if it is already marked.
 func (r *Reservation) MarkOrdered(orderID string) []Event {
-	if r.Status == ReservationStatusOrdered || r.Status == ReservationStatusReleased || !r.Exists() {
+	if r.Status != ReservationStatusHeld {
 		return nil
 	}
 	return []Event{ReservationOrdered{ReservationID: r.ID, OrderID: orderID}}
@@ -67,8 +67,11 @@ func (r *Reservation) MarkExpired() []Event {
 }
 
 // MarkReleased decides the follow-up of a failed or cancelled order.
+// A reservation still marked held (its order's follow-up not done yet) is
+// released too, so MarkOrdered can never afterwards mark a failed order's
+// reservation as ordered.
 func (r *Reservation) MarkReleased(orderID, reason string) []Event {
-	if r.Status != ReservationStatusOrdered {
+	if r.Status != ReservationStatusOrdered && r.Status != ReservationStatusHeld {
 		return nil
 	}
 	return []Event{ReservationReleased{ReservationID: r.ID, OrderID: orderID, Reason: reason}}

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -59,7 +60,7 @@ func (s *Show) Schedule(cmd ScheduleShow, now time.Time) ([]Event, error) {
 
 func validateShow(cmd ScheduleShow, now time.Time) error {
 	switch {
-	case cmd.Name == "" || len([]rune(cmd.Name)) > MaxNameLength:
+	case strings.TrimSpace(cmd.Name) == "" || len([]rune(cmd.Name)) > MaxNameLength:
 		return invalidField("name", fmt.Sprintf("name must have 1 to %d characters", MaxNameLength))
 	case cmd.Capacity < 1 || cmd.Capacity > MaxCapacity:
 		return invalidField("capacity", fmt.Sprintf("capacity must be between 1 and %d", MaxCapacity))
