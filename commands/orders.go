@@ -73,6 +73,14 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 			break
 		}
 		if c.Kind != domain.ClaimNone {
+			// Another actor must not learn that the reservation exists.
+			res, err := h.loadReservation(ctx, cmd.ReservationID)
+			if err != nil {
+				return OrderResult{}, err
+			}
+			if !res.Exists() || res.Actor != req.Actor {
+				return OrderResult{}, h.reject(ctx, run, domain.ErrReservationNotFound, "")
+			}
 			return OrderResult{}, h.rejectClaimed(ctx, run, c)
 		}
 		if err := h.awaitExecutor(ctx, run, func() (bool, error) {

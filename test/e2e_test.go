@@ -1,0 +1,707 @@
+package test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// checkOrders checks that the event store holds exactly want orders (one
+// OrderClaimed and one OrderPlaced each), that the API agrees (GET
+// /v1/orders/{id} finds each one for token's actor, and every id in answered
+// is one of them), and returns their ids.
+func (s *server) checkOrders(t testing.TB, token string, want int, answered ...string) []string {
+	t.Helper()
+	ids := s.claimedOrderIDs(t)
+	if len(ids) != want {
+		t.Errorf("event store: %d OrderClaimed %v, want %d", len(ids), ids, want)
+	}
+	if n := s.orders(t); n != want {
+		t.Errorf("event store: %d OrderPlaced, want %d", n, want)
+	}
+	for _, id := range ids {
+		r := s.do(t, "GET", "/v1/orders/"+id, token, "", nil)
+		if r.Status != http.StatusOK || r.str("id") != id {
+			t.Errorf("%s, want 200 with id %s", r, id)
+		}
+	}
+	for _, id := range answered {
+		if !slices.Contains(ids, id) {
+			t.Errorf("API answered order %s, which the event store does not hold (orders %v)", id, ids)
+		}
+	}
+	return ids
+}
+
+// checkCharges checks the simulator's charge counts.
+func (s *server) checkCharges(t testing.TB, succeeded, failed int) chargeSummary {
+	t.Helper()
+	c := s.charges(t)
+	if c.Succeeded != succeeded || c.Failed != failed {
+		t.Errorf("GET /_sim/charges: %s, want %d succeeded, %d failed (%+v)", c, succeeded, failed, c.All)
+	}
+	return c
+}
+
+// TestOrder_ConfirmedWithOneTicketPerSeat: a show, a reservation and an
+// order paid with tok_visa end confirmed with one ticket per seat, one
+// order and one charge.
+func TestOrder_ConfirmedWithOneTicketPerSeat(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{})
+	show := s.mustCreateShow(t, 10)
+	res := s.mustReserve(t, tokAlice, show, 3)
+	if got := s.available(t, show); got != 7 {
+		t.Errorf("GET /v1/shows/%s: available = %d after holding 3 of 10, want 7", show, got)
+	}
+
+	r := s.do(t, "POST", "/v1/orders", tokAlice, newKey(), orderBody(res, "tok_visa"))
+	wantStatus(t, r, http.StatusCreated)
+	id := r.str("id")
+	if r.str("status") != "confirmed" || r.str("reservation_id") != res {
+		t.Errorf("%s: want status confirmed for reservation %s", r, res)
+	}
+	if tickets, _ := r.get("tickets").([]any); len(tickets) != 3 {
+		t.Errorf("%s: %d tickets, want 3 (the quantity)", r, len(tickets))
+	}
+	if r.num("amount.amount") != 3*priceAmount || r.str("amount.currency") != priceCurrency {
+		t.Errorf("%s: amount, want %d %s", r, 3*priceAmount, priceCurrency)
+	}
+	if r.replayed() {
+		t.Errorf("%s: Idempotent-Replayed set on the first request", r.Req)
+	}
+	if loc := r.Header.Get("Location"); loc != "/v1/orders/"+id {
+		t.Errorf("%s: Location = %q, want /v1/orders/%s", r.Req, loc, id)
+	}
+
+	g := s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil)
+	wantStatus(t, g, http.StatusOK)
+	if g.str("status") != "confirmed" || g.str("payment.status") != "succeeded" {
+		t.Errorf("%s: want status confirmed, payment succeeded", g)
+	}
+	rr := s.do(t, "GET", "/v1/reservations/"+res, tokAlice, "", nil)
+	wantStatus(t, rr, http.StatusOK)
+	if rr.str("status") != "ordered" {
+		t.Errorf("%s: want status ordered", rr)
+	}
+	if got := s.available(t, show); got != 7 {
+		t.Errorf("GET /v1/shows/%s: available = %d after ordering 3 of 10, want 7", show, got)
+	}
+
+	s.settle(t)
+	s.checkOrders(t, tokAlice, 1, id)
+	if n := s.countType(t, "order-", "OrderConfirmed"); n != 1 {
+		t.Errorf("event store: %d OrderConfirmed, want 1", n)
+	}
+	if n := s.countType(t, "reservation-", "ReservationOrdered"); n != 1 {
+		t.Errorf("event store: %d ReservationOrdered, want 1", n)
+	}
+	for stream, want := range map[string][]string{
+		"reservation-order-" + res: {"OrderClaimed"},
+		"reservation-" + res:       {"ReservationHeld", "ReservationOrdered"},
+	} {
+		if got := s.streamTypes(t, stream); !slices.Equal(got, want) {
+			t.Errorf("event store: stream %s = %v, want %v", stream, got, want)
+		}
+	}
+	if got := s.streamTypes(t, "order-"+id); len(got) < 2 || got[0] != "OrderPlaced" || got[len(got)-1] != "OrderConfirmed" ||
+		count(got, "PaymentSucceeded") != 1 {
+		t.Errorf("event store: stream order-%s = %v, want OrderPlaced first, OrderConfirmed last, one PaymentSucceeded", id, got)
+	}
+	c := s.checkCharges(t, 1, 0)
+	if c.Net != 3*priceAmount {
+		t.Errorf("GET /_sim/charges: net %d, want %d", c.Net, 3*priceAmount)
+	}
+	if len(c.All) == 1 && c.All[0].Metadata["order_id"] != id {
+		t.Errorf("GET /_sim/charges: charge metadata %v, want order_id %s", c.All[0].Metadata, id)
+	}
+}
+
+// TestOrder_RepeatReturnsSameOrder: repeating the order request answers the
+// same order, marked replayed, with no second order or charge.
+func TestOrder_RepeatReturnsSameOrder(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{})
+	show := s.mustCreateShow(t, 10)
+	res := s.mustReserve(t, tokAlice, show, 2)
+	key := newKey()
+	first := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
+	wantStatus(t, first, http.StatusCreated)
+	before := s.settle(t)
+
+	for i := range 3 {
+		r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
+		wantStatus(t, r, http.StatusCreated)
+		if r.str("id") != first.str("id") {
+			t.Errorf("repeat %d: %s, want order id %s", i+1, r, first.str("id"))
+		}
+		if !r.replayed() {
+			t.Errorf("repeat %d: %s: Idempotent-Replayed = %q, want true", i+1, r.Req, r.Header.Get("Idempotent-Replayed"))
+		}
+		if r.str("status") != "confirmed" {
+			t.Errorf("repeat %d: %s, want status confirmed", i+1, r)
+		}
+	}
+	if after := s.settle(t); after != before {
+		t.Errorf("event store: %d events after the repeats, want %d (a repeat appends nothing)", after, before)
+	}
+	s.checkOrders(t, tokAlice, 1, first.str("id"))
+	s.checkCharges(t, 1, 0)
+}
+
+// TestOrder_TwentyConcurrentIdenticalRequestsMakeOneOrder: twenty identical
+// order requests sent at once make one order and one charge; every success
+// names that order and nothing is a 5xx.
+func TestOrder_TwentyConcurrentIdenticalRequestsMakeOneOrder(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{})
+	show := s.mustCreateShow(t, 10)
+	res := s.mustReserve(t, tokAlice, show, 2)
+	key := newKey()
+	answers := s.burst(t, 20, call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa")})
+	ids := checkIdenticalAnswers(t, answers)
+	s.settle(t)
+	s.checkOrders(t, tokAlice, 1, ids...)
+	s.checkCharges(t, 1, 0)
+}
+
+// TestOrder_ConcurrentNewKeysForOneReservationMakeOneOrder: ten order
+// requests for one reservation, each under its own key, sent at once, make
+// one order and one charge; every other request is 409
+// reservation-already-ordered naming that order (the caller owns it).
+func TestOrder_ConcurrentNewKeysForOneReservationMakeOneOrder(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{})
+	show := s.mustCreateShow(t, 10)
+	res := s.mustReserve(t, tokAlice, show, 2)
+	calls := make([]call, 10)
+	for i := range calls {
+		calls[i] = call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: orderBody(res, "tok_visa")}
+	}
+	answers := s.burstCalls(t, calls)
+	var winner string
+	var lost []*resp
+	for i, r := range answers {
+		switch r.Status {
+		case http.StatusCreated:
+			if winner != "" {
+				t.Errorf("answer %d: %s: a second order (first %s)", i, r, winner)
+			}
+			winner = r.str("id")
+		case http.StatusConflict:
+			checkProblem(t, r, http.StatusConflict, "reservation-already-ordered")
+			lost = append(lost, r)
+		default:
+			t.Errorf("answer %d: %s, want 201 or 409 reservation-already-ordered", i, r)
+		}
+	}
+	if winner == "" {
+		t.Fatalf("no request made the order")
+	}
+	for _, r := range lost {
+		if r.str("order_id") != winner {
+			t.Errorf("%s: order_id = %q, want the caller's order %s", r, r.str("order_id"), winner)
+		}
+	}
+	s.settle(t)
+	s.checkOrders(t, tokAlice, 1, winner)
+	s.checkCharges(t, 1, 0)
+}
+
+// burst sends n copies of c at once and returns every answer; a transport
+// error fails the test.
+func (s *server) burst(t testing.TB, n int, c call) []*resp {
+	t.Helper()
+	calls := make([]call, n)
+	for i := range calls {
+		calls[i] = c
+	}
+	return s.burstCalls(t, calls)
+}
+
+// burstCalls sends every call at once (released together) and returns the
+// answers in the same order.
+func (s *server) burstCalls(t testing.TB, calls []call) []*resp {
+	t.Helper()
+	out := make([]*resp, len(calls))
+	errs := make([]error, len(calls))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			out[i], errs[i] = s.send(context.Background(), c)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d (%s %s): %v", i, calls[i].Method, calls[i].Path, err)
+		}
+	}
+	return out
+}
+
+// checkIdenticalAnswers checks the answers to copies of one order request:
+// successes (201, or 202 while pending) all name the same order and exactly
+// one is not a replay; the only other acceptable answer is 409
+// idempotency-key-in-use with Retry-After. It returns the order ids seen.
+func checkIdenticalAnswers(t testing.TB, answers []*resp) []string {
+	t.Helper()
+	var id string
+	fresh, ok, inUse := 0, 0, 0
+	for i, r := range answers {
+		switch r.Status {
+		case http.StatusCreated, http.StatusAccepted:
+			ok++
+			if id == "" {
+				id = r.str("id")
+			}
+			if r.str("id") == "" || r.str("id") != id {
+				t.Errorf("answer %d: %s, want order id %s like the others", i, r, id)
+			}
+			if !r.replayed() {
+				fresh++
+			}
+			if r.Header.Get("Location") != "/v1/orders/"+r.str("id") {
+				t.Errorf("answer %d: %s: Location = %q, want /v1/orders/%s", i, r, r.Header.Get("Location"), r.str("id"))
+			}
+			if ra := r.Header.Get("Retry-After"); (r.Status == http.StatusAccepted) != (ra != "") {
+				t.Errorf("answer %d: %s: Retry-After = %q; want it on a 202 (pending) and only then", i, r, ra)
+			}
+		case http.StatusConflict:
+			inUse++
+			checkProblem(t, r, http.StatusConflict, "idempotency-key-in-use")
+			if r.Header.Get("Retry-After") == "" {
+				t.Errorf("answer %d: %s: 409 idempotency-key-in-use without Retry-After", i, r)
+			}
+		default:
+			t.Errorf("answer %d: %s, want 201/202, or 409 idempotency-key-in-use", i, r)
+		}
+	}
+	if ok == 0 {
+		t.Fatalf("no request of %d succeeded (%d in use)", len(answers), inUse)
+	}
+	if fresh != 1 {
+		t.Errorf("%d successful answers lack Idempotent-Replayed: true, want exactly 1 (the request that made the order)", fresh)
+	}
+	t.Logf("%d answers: %d successes, %d in use", len(answers), ok, inUse)
+	return []string{id}
+}
+
+// TestOrder_SameKeyDifferentBodyIsRefused: reusing an order's key with
+// another body is 422 idempotency-key-reused naming the differing fields
+// (never their values) and changes nothing.
+func TestOrder_SameKeyDifferentBodyIsRefused(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{})
+	show := s.mustCreateShow(t, 10)
+	res := s.mustReserve(t, tokAlice, show, 2)
+	other := s.mustReserve(t, tokAlice, show, 1)
+	key := newKey()
+	first := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
+	wantStatus(t, first, http.StatusCreated)
+	before := s.settle(t)
+
+	cases := []struct {
+		name       string
+		body       map[string]any
+		wantFields []string // each differing field must be one of these or below one
+		secrets    []string // values of the first request the answer must not show
+	}{
+		{"a different payment token", orderBody(res, "tok_decline"), []string{"payment"}, []string{"tok_visa"}},
+		{"a different reservation", orderBody(other, "tok_visa"), []string{"reservation_id"}, []string{res, "tok_visa"}},
+	}
+	for _, tc := range cases {
+		r := s.do(t, "POST", "/v1/orders", tokAlice, key, tc.body)
+		checkProblem(t, r, http.StatusUnprocessableEntity, "idempotency-key-reused")
+		fields := problemFields(r)
+		if len(fields) == 0 {
+			t.Errorf("%s: %s: the problem lists no differing fields", tc.name, r)
+		}
+		for _, f := range fields {
+			if !slices.ContainsFunc(tc.wantFields, func(w string) bool { return f == w || strings.HasPrefix(f, w+".") }) {
+				t.Errorf("%s: %s: differing field %q, want only %v", tc.name, r, f, tc.wantFields)
+			}
+		}
+		for _, sec := range tc.secrets {
+			if strings.Contains(string(r.Body), sec) {
+				t.Errorf("%s: %s: the problem shows %q, a value of the first request", tc.name, r, sec)
+			}
+		}
+		if r.Header.Get("Retry-After") != "" {
+			t.Errorf("%s: %s: Retry-After on a 422, which is not retryable", tc.name, r.Req)
+		}
+	}
+	if after := s.settle(t); after != before {
+		t.Errorf("event store: %d events after the refused requests, want %d (nothing appended)", after, before)
+	}
+	s.checkOrders(t, tokAlice, 1, first.str("id"))
+	s.checkCharges(t, 1, 0)
+	if rr := s.do(t, "GET", "/v1/reservations/"+other, tokAlice, "", nil); rr.str("status") != "held" {
+		t.Errorf("%s, want the other reservation still held", rr)
+	}
+}
+
+// problemFields returns the problem's "fields" member.
+func problemFields(r *resp) []string {
+	raw, _ := r.get("fields").([]any)
+	var out []string
+	for _, f := range raw {
+		if s, ok := f.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestOrder_NewKeyForOrderedReservationIsConflict: a second order for an
+// ordered reservation, under a fresh key, is 409
+// reservation-already-ordered naming the caller's order, answered the same
+// to its repeats; still one order.
+func TestOrder_NewKeyForOrderedReservationIsConflict(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{})
+	show := s.mustCreateShow(t, 10)
+	res := s.mustReserve(t, tokAlice, show, 2)
+	first := s.do(t, "POST", "/v1/orders", tokAlice, newKey(), orderBody(res, "tok_visa"))
+	wantStatus(t, first, http.StatusCreated)
+
+	key := newKey()
+	r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
+	checkProblem(t, r, http.StatusConflict, "reservation-already-ordered")
+	if got := r.str("order_id"); got != first.str("id") {
+		t.Errorf("%s: order_id = %q, want the caller's order %s", r, got, first.str("id"))
+	}
+	if r.replayed() {
+		t.Errorf("%s: Idempotent-Replayed on the first request with this key", r.Req)
+	}
+	if r.Header.Get("Retry-After") != "" {
+		t.Errorf("%s: Retry-After on a definitive 409", r.Req)
+	}
+	again := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
+	checkProblem(t, again, http.StatusConflict, "reservation-already-ordered")
+	if !again.replayed() || again.str("order_id") != first.str("id") {
+		t.Errorf("%s: want the same refusal, with order_id %s and Idempotent-Replayed: true", again, first.str("id"))
+	}
+	// A different token under yet another key is refused the same way.
+	third := s.do(t, "POST", "/v1/orders", tokAlice, newKey(), orderBody(res, "tok_decline"))
+	checkProblem(t, third, http.StatusConflict, "reservation-already-ordered")
+
+	s.settle(t)
+	s.checkOrders(t, tokAlice, 1, first.str("id"))
+	s.checkCharges(t, 1, 0)
+}
+
+// TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats: tok_decline is 402
+// payment-declined; the order is failed, its seats are back, the provider
+// holds one failed charge and no successful one.
+func TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{})
+	show := s.mustCreateShow(t, 10)
+	res := s.mustReserve(t, tokAlice, show, 4)
+	key := newKey()
+	r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_decline"))
+	checkProblem(t, r, http.StatusPaymentRequired, "payment-declined")
+	id := r.str("order_id")
+	if id == "" {
+		t.Fatalf("%s: the problem does not name the failed order (order_id)", r)
+	}
+	if strings.Contains(string(r.Body), "tok_decline") {
+		t.Errorf("%s: the answer shows the payment token", r)
+	}
+
+	g := s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil)
+	wantStatus(t, g, http.StatusOK)
+	if g.str("status") != "failed" {
+		t.Errorf("%s, want status failed", g)
+	}
+	if tickets, _ := g.get("tickets").([]any); len(tickets) != 0 {
+		t.Errorf("%s: a failed order shows tickets", g)
+	}
+	if !eventually(5*time.Second, func() bool { return s.available(t, show) == 10 }) {
+		t.Errorf("GET /v1/shows/%s: available = %d after the decline, want 10 (the capacity)", show, s.available(t, show))
+	}
+	if rr := s.do(t, "GET", "/v1/reservations/"+res, tokAlice, "", nil); rr.str("status") != "released" {
+		t.Errorf("%s, want status released", rr)
+	}
+
+	again := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_decline"))
+	checkProblem(t, again, http.StatusPaymentRequired, "payment-declined")
+	if !again.replayed() || again.str("order_id") != id {
+		t.Errorf("%s: want the same 402 for order %s with Idempotent-Replayed: true", again, id)
+	}
+
+	s.settle(t)
+	s.checkOrders(t, tokAlice, 1, id)
+	for _, typ := range []string{"PaymentFailed", "OrderFailed"} {
+		if n := s.countType(t, "order-", typ); n != 1 {
+			t.Errorf("event store: %d %s, want 1", n, typ)
+		}
+	}
+	if n := s.countType(t, "order-", "OrderConfirmed"); n != 0 {
+		t.Errorf("event store: %d OrderConfirmed, want 0", n)
+	}
+	if n := s.countType(t, "show-", "SeatsReleased"); n != 1 {
+		t.Errorf("event store: %d SeatsReleased, want 1", n)
+	}
+	c := s.checkCharges(t, 0, 1)
+	if c.Net != 0 {
+		t.Errorf("GET /_sim/charges: net %d, want 0", c.Net)
+	}
+}
+
+// TestOrder_KilledAfterClaimIsFinishedWithoutRepeat: the process is killed
+// right after the order claim (its commit point); after a restart, with no
+// repeat from the client, the order is placed, the reservation marked
+// ordered and the order paid within a bound; a later repeat answers that
+// same order.
+func TestOrder_KilledAfterClaimIsFinishedWithoutRepeat(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{CrashAt: []string{"order.claimed"}})
+	show := s.mustCreateShow(t, 10)
+	res := s.mustReserve(t, tokAlice, show, 2)
+	key := newKey()
+	order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa"),
+		Client: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
+	if r, err := s.send(context.Background(), order); err == nil {
+		t.Fatalf("%s, want a connection error (the process is killed after order.claimed)", r)
+	}
+	s.WaitExit(10 * time.Second)
+	ids := s.claimedOrderIDs(t)
+	if len(ids) != 1 {
+		t.Fatalf("event store after the crash: OrderClaimed %v, want exactly 1 (the commit point)", ids)
+	}
+	id := ids[0]
+	if n := s.orders(t); n != 0 {
+		t.Fatalf("event store after the crash: %d OrderPlaced, want 0 (killed right after the claim)", n)
+	}
+
+	s.Restart(withoutCrash)
+	var placed, ordered int
+	var c chargeSummary
+	if !eventually(15*time.Second, func() bool {
+		placed = s.orders(t)
+		ordered = s.countType(t, "reservation-", "ReservationOrdered")
+		c = s.charges(t)
+		return placed == 1 && ordered == 1 && c.Succeeded == 1
+	}) {
+		t.Fatalf("15 s after the restart: %d OrderPlaced, %d ReservationOrdered, charges %s; want 1, 1, 1 succeeded",
+			placed, ordered, c)
+	}
+	if !eventually(5*time.Second, func() bool {
+		return s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil).str("status") == "confirmed"
+	}) {
+		t.Errorf("%s, want status confirmed", s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil))
+	}
+
+	order.Client = nil
+	r := s.doCall(t, order)
+	wantStatus(t, r, http.StatusCreated)
+	if r.str("id") != id || !r.replayed() {
+		t.Errorf("%s: want order %s with Idempotent-Replayed: true", r, id)
+	}
+	if r.str("status") != "confirmed" {
+		t.Errorf("%s, want status confirmed", r)
+	}
+	s.settle(t)
+	s.checkOrders(t, tokAlice, 1, id)
+	s.checkCharges(t, 1, 0)
+	if got := s.available(t, show); got != 8 {
+		t.Errorf("GET /v1/shows/%s: available = %d, want 8", show, got)
+	}
+}
+
+// TestOrder_RepeatAfterRestartIsReplayed: intents live in the event store,
+// not in process memory: after a SIGKILL and a restart, a repeat of a
+// confirmed order is a replay, and the provider (its own process here) saw
+// one charge.
+func TestOrder_RepeatAfterRestartIsReplayed(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{ExternalSim: true})
+	show := s.mustCreateShow(t, 10)
+	res := s.mustReserve(t, tokAlice, show, 2)
+	key := newKey()
+	first := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
+	wantStatus(t, first, http.StatusCreated)
+	before := s.settle(t)
+
+	s.Kill()
+	s.Restart()
+	r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
+	wantStatus(t, r, http.StatusCreated)
+	if r.str("id") != first.str("id") || !r.replayed() || r.str("status") != "confirmed" {
+		t.Errorf("%s: want confirmed order %s with Idempotent-Replayed: true", r, first.str("id"))
+	}
+	changed := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_decline"))
+	checkProblem(t, changed, http.StatusUnprocessableEntity, "idempotency-key-reused")
+	if after := s.settle(t); after != before {
+		t.Errorf("event store: %d events after the restart and repeats, want %d", after, before)
+	}
+	s.checkOrders(t, tokAlice, 1, first.str("id"))
+	s.checkCharges(t, 1, 0)
+}
+
+// TestBadInput_IsRefusedAndRecordsNothing: invalid keys, bodies and
+// credentials are refused with the exact status and a problem document, and
+// append nothing.
+func TestBadInput_IsRefusedAndRecordsNothing(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{})
+	show := s.mustCreateShow(t, 10)
+	res := s.mustReserve(t, tokAlice, show, 2)
+	okOrder := orderBody(res, "tok_visa")
+	okReservation := map[string]any{"show_id": show, "quantity": 2}
+
+	cases := []struct {
+		name   string
+		c      call
+		status int
+		code   string // "" accepts any code
+	}{
+		{"a missing Idempotency-Key", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Body: okOrder}, 400, "idempotency-key-invalid"},
+		{"an empty Idempotency-Key", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(""), Body: okOrder}, 400, "idempotency-key-invalid"},
+		{"a blank Idempotency-Key", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf("   "), Body: okOrder}, 400, "idempotency-key-invalid"},
+		{"a quoted blank Idempotency-Key", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(`"   "`), Body: okOrder}, 400, "idempotency-key-invalid"},
+		{"a quoted empty Idempotency-Key", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(`""`), Body: okOrder}, 400, "idempotency-key-invalid"},
+		{"a 256-character Idempotency-Key", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(strings.Repeat("k", 256)), Body: okOrder}, 400, "idempotency-key-invalid"},
+		{"a non-ASCII Idempotency-Key", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf("clé-1"), Body: okOrder}, 400, "idempotency-key-invalid"},
+		{"an unterminated quoted Idempotency-Key", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(`"abc`), Body: okOrder}, 400, "idempotency-key-invalid"},
+		{"a missing Idempotency-Key on a reservation", call{Method: "POST", Path: "/v1/reservations", Token: tokAlice, Body: okReservation}, 400, "idempotency-key-invalid"},
+		{"a missing Idempotency-Key on a show", call{Method: "POST", Path: "/v1/shows", Token: tokAdmin, Body: showBody("Concert", 10)}, 400, "idempotency-key-invalid"},
+		{"an unknown field", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()),
+			Body: map[string]any{"reservation_id": res, "payment": map[string]any{"token": "tok_visa"}, "coupon": "FREE"}}, 400, ""},
+		{"an unknown nested field", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()),
+			Body: map[string]any{"reservation_id": res, "payment": map[string]any{"token": "tok_visa", "cvc": "123"}}}, 400, ""},
+		{"a string quantity", call{Method: "POST", Path: "/v1/reservations", Token: tokAlice, Key: keyOf(newKey()),
+			Body: `{"show_id":"` + show + `","quantity":"2"}`}, 400, ""},
+		{"a non-integral quantity", call{Method: "POST", Path: "/v1/reservations", Token: tokAlice, Key: keyOf(newKey()),
+			Body: `{"show_id":"` + show + `","quantity":2.5}`}, 400, ""},
+		{"a zero quantity", call{Method: "POST", Path: "/v1/reservations", Token: tokAlice, Key: keyOf(newKey()),
+			Body: `{"show_id":"` + show + `","quantity":0}`}, 400, ""},
+		{"malformed JSON", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()),
+			Body: `{"reservation_id":"` + res + `",`}, 400, ""},
+		{"a JSON array body", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: `[]`}, 400, ""},
+		{"a missing payment token", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()),
+			Body: map[string]any{"reservation_id": res}}, 400, ""},
+		{"a reservation id that is not a UUID", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()),
+			Body: orderBody("res-1", "tok_visa")}, 400, ""},
+		{"a text/plain body", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: `{}`,
+			Header: map[string]string{"Content-Type": "text/plain"}}, 415, "unsupported-media-type"},
+		{"a body over 64 KiB", call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()),
+			Body: `{"reservation_id":"` + res + `"` + strings.Repeat(" ", 64<<10) + `}`}, 413, "body-too-large"},
+		{"no bearer token", call{Method: "POST", Path: "/v1/orders", Key: keyOf(newKey()), Body: okOrder}, 401, "unauthorized"},
+		{"an unknown bearer token", call{Method: "POST", Path: "/v1/orders", Token: "tok-mallory", Key: keyOf(newKey()), Body: okOrder}, 401, "unauthorized"},
+		{"a Basic authorization", call{Method: "POST", Path: "/v1/orders", Key: keyOf(newKey()), Body: okOrder,
+			Header: map[string]string{"Authorization": "Basic YWxpY2U6dG9rLWFsaWNl"}}, 401, "unauthorized"},
+		{"no bearer token on a GET", call{Method: "GET", Path: "/v1/reservations/" + res}, 401, "unauthorized"},
+		{"a non-admin creating a show", call{Method: "POST", Path: "/v1/shows", Token: tokBob, Key: keyOf(newKey()), Body: showBody("Concert", 10)}, 403, "forbidden"},
+	}
+	before := s.settle(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.doCall(t, tc.c)
+			checkProblem(t, r, tc.status, tc.code)
+			if tc.status == http.StatusUnauthorized && r.Header.Get("WWW-Authenticate") == "" {
+				t.Errorf("%s: 401 without WWW-Authenticate", r.Req)
+			}
+			if r.Header.Get("Retry-After") != "" {
+				t.Errorf("%s: Retry-After on a %d, which is not retryable", r.Req, r.Status)
+			}
+			if n := s.totalEvents(t); n != before {
+				t.Errorf("event store: %d events after %s, want %d (nothing appended)", n, r, before)
+				before = n
+			}
+		})
+	}
+
+	t.Run("a key refused for its body is not used up", func(t *testing.T) {
+		key := newKey()
+		bad := s.do(t, "POST", "/v1/reservations", tokAlice, key, `{"show_id":"`+show+`","quantity":2.5}`)
+		checkProblem(t, bad, http.StatusBadRequest, "")
+		good := s.do(t, "POST", "/v1/reservations", tokAlice, key, okReservation)
+		wantStatus(t, good, http.StatusCreated)
+		if good.replayed() {
+			t.Errorf("%s: Idempotent-Replayed after a refused first use of the key", good.Req)
+		}
+	})
+	s.checkOrders(t, tokAlice, 0)
+	s.checkCharges(t, 0, 0)
+	if n := s.countType(t, "show-", "ShowScheduled"); n != 1 {
+		t.Errorf("event store: %d ShowScheduled, want 1", n)
+	}
+}
+
+// TestOrders_ListShowsEachOwnOrderOnce: GET /v1/orders (read model) counts
+// the caller's orders: each once, none of another actor's.
+func TestOrders_ListShowsEachOwnOrderOnce(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{})
+	show := s.mustCreateShow(t, 10)
+	res := s.mustReserve(t, tokAlice, show, 1)
+	key := newKey()
+	o := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
+	wantStatus(t, o, http.StatusCreated)
+	wantStatus(t, s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa")), http.StatusCreated)
+	bobRes := s.mustReserve(t, tokBob, show, 1)
+	wantStatus(t, s.do(t, "POST", "/v1/orders", tokBob, newKey(), orderBody(bobRes, "tok_visa")), http.StatusCreated)
+
+	var r *resp
+	var ids []string
+	ok := eventually(10*time.Second, func() bool {
+		r = s.do(t, "GET", "/v1/orders", tokAlice, "", nil)
+		ids = listIDs(r)
+		return r.Status == http.StatusOK && len(ids) >= 1
+	})
+	if !ok {
+		t.Fatalf("%s, want 200 listing alice's order within 10 s", r)
+	}
+	if len(ids) != 1 || ids[0] != o.str("id") {
+		t.Errorf("%s: orders %v, want exactly [%s]", r, ids, o.str("id"))
+	}
+	if r.Header.Get("Booking-Position") == "" {
+		t.Errorf("%s: no Booking-Position header (read-model freshness)", r.Req)
+	}
+	if n := s.orders(t); n != 2 {
+		t.Errorf("event store: %d OrderPlaced, want 2 (alice's and bob's)", n)
+	}
+}
+
+// listIDs returns the ids of a list answer: a JSON array under "data",
+// "orders" or "items".
+func listIDs(r *resp) []string {
+	var items []any
+	for _, k := range []string{"data", "orders", "items"} {
+		if v, ok := r.get(k).([]any); ok {
+			items = v
+			break
+		}
+	}
+	var out []string
+	for _, it := range items {
+		if m, ok := it.(map[string]any); ok {
+			if id, ok := m["id"].(string); ok {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
+func count(xs []string, x string) int {
+	n := 0
+	for _, v := range xs {
+		if v == x {
+			n++
+		}
+	}
+	return n
+}
