@@ -84,12 +84,16 @@ CREATE FUNCTION eventstore_append(
     OUT o_dup_revision bigint
 )
 LANGUAGE plpgsql VOLATILE
+-- Every statement below has an index path. Without this, plans cached while
+-- the tables were small (seq scans) would stay cached as they grow.
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_n      integer := cardinality(p_ids);
     v_last   bigint;
     v_exists boolean;
     v_holds  boolean;
+    v_stored boolean;
     v_here   integer;
     v_placed boolean;
     v_base   bigint;
@@ -114,35 +118,27 @@ BEGIN
     -- tx than the holder and land before it in the log.)
     PERFORM pg_advisory_xact_lock(1702261620, hashtext(p_stream));
 
-    LOOP
-        SELECT last_revision INTO v_last FROM streams WHERE name = p_stream;
-        v_exists := FOUND;
-        IF NOT v_exists THEN
-            v_last := -1;
-        END IF;
+    -- The stream's state and whether an id of the batch is stored, read in
+    -- one snapshot taken under the lock.
+    SELECT s.last_revision, EXISTS (SELECT 1 FROM events e WHERE e.id = ANY (p_ids))
+      INTO v_last, v_stored
+      FROM (VALUES (1)) AS one (x)
+      LEFT JOIN streams s ON s.name = p_stream;
+    v_exists := v_last IS NOT NULL;
+    v_last := coalesce(v_last, -1);
+    v_holds := CASE p_kind
+                   WHEN 0 THEN true
+                   WHEN 1 THEN NOT v_exists
+                   WHEN 2 THEN v_exists
+                   ELSE v_last = p_revision
+               END;
 
-        v_holds := CASE p_kind
-                       WHEN 0 THEN true
-                       WHEN 1 THEN NOT v_exists
-                       WHEN 2 THEN v_exists
-                       ELSE v_last = p_revision
-                   END;
-        IF NOT v_holds OR EXISTS (SELECT 1 FROM events WHERE id = ANY (p_ids)) THEN
-            EXIT; -- expected revision fails or an id is stored: classify below
-        END IF;
-
-        IF v_exists THEN
-            UPDATE streams SET last_revision = v_last + v_n WHERE name = p_stream;
-        ELSE
-            INSERT INTO streams (name, last_revision) VALUES (p_stream, v_n - 1)
-            ON CONFLICT (name) DO NOTHING;
-            IF NOT FOUND THEN
-                CONTINUE; -- created by a writer that bypassed the lock: decide again
-            END IF;
-        END IF;
-
-        o_tx := pg_current_xact_id();
-        WITH ins AS (
+    IF v_holds AND NOT v_stored THEN
+        o_tx := pg_current_xact_id(); -- assigned here, under the lock
+        WITH st AS (
+            INSERT INTO streams (name, last_revision) VALUES (p_stream, v_last + v_n)
+            ON CONFLICT (name) DO UPDATE SET last_revision = excluded.last_revision
+        ), ins AS (
             INSERT INTO events (tx, stream, revision, id, type, data, metadata)
             SELECT o_tx, p_stream, v_last + u.ord, u.id, u.type, u.data, u.metadata
             FROM unnest(p_ids, p_types, p_data, p_metadata) WITH ORDINALITY AS u (id, type, data, metadata, ord)
@@ -152,7 +148,7 @@ BEGIN
         o_status := 0;
         o_revision := v_last + v_n;
         RETURN;
-    END LOOP;
+    END IF;
 
     -- Nothing is written from here on. Is the batch already stored where the
     -- expected revision puts it?
@@ -191,6 +187,7 @@ $$;
 CREATE FUNCTION eventstore_truncate(p_stream text, p_before bigint)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_old    bigint;

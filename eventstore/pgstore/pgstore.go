@@ -17,10 +17,17 @@ import (
 
 // Defaults of the options.
 const (
+	// DefaultAppendTimeout bounds each Append (WithAppendTimeout).
 	DefaultAppendTimeout = 5 * time.Second
-	DefaultPollMin       = 5 * time.Millisecond
-	DefaultPollMax       = 100 * time.Millisecond
-	DefaultBatchSize     = 500
+	// DefaultPollMin is SubscribeAll's first poll interval once caught up
+	// (WithPollInterval).
+	DefaultPollMin = 5 * time.Millisecond
+	// DefaultPollMax is SubscribeAll's longest poll interval
+	// (WithPollInterval).
+	DefaultPollMax = 100 * time.Millisecond
+	// DefaultBatchSize is the most events SubscribeAll reads at once, in
+	// events (WithBatchSize).
+	DefaultBatchSize = 500
 )
 
 // maxAppendAttempts bounds the retries of an append that lost a race the
@@ -484,10 +491,14 @@ type Lag struct {
 	Age time.Duration
 }
 
+// lagSQL counts the visible events at or above the horizon. The upper bound
+// changes nothing (no event at or above the snapshot's xmax is visible) but
+// makes the condition a range, which the planner takes through the index.
 const lagSQL = `
 SELECT count(*), coalesce(extract(epoch FROM now() - min(e.recorded_at)), 0)::float8
 FROM events e
-WHERE e.tx >= pg_snapshot_xmin(pg_current_snapshot())`
+WHERE e.tx >= pg_snapshot_xmin(pg_current_snapshot())
+  AND e.tx < pg_snapshot_xmax(pg_current_snapshot())`
 
 // HorizonLag reports how far the readable horizon trails the newest
 // committed events, for a metric: normally zero, growing while any

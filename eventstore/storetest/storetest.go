@@ -39,10 +39,12 @@ type HoldOpener interface {
 // timeout bounds every case.
 const timeout = 30 * time.Second
 
-// Run runs the conformance suite against the stores newStore returns. Each
-// case calls newStore once (from its own goroutine, possibly in parallel with
-// other cases). Stores may share their log with each other and with other
-// tests; see the package comment.
+// Run runs the conformance suite against the stores newStore returns.
+// newStore is called once per case or table row, from that test's goroutine
+// and in parallel with other cases; it may fail or skip t. Stores may share
+// their log with each other and with other tests (see the package comment).
+// The cases that hold an append open run only if the stores implement
+// HoldOpener.
 func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 	t.Run("appended events read back from their stream exactly as written", func(t *testing.T) {
 		t.Parallel()
@@ -233,9 +235,6 @@ func testRoundTrip(t *testing.T, s eventstore.Store) {
 		if e.RecordedAt.IsZero() || e.RecordedAt.Location() != time.UTC {
 			t.Errorf("ReadStream(%s)[%d].RecordedAt = %v, want a UTC time", stream, i, e.RecordedAt)
 		}
-	}
-	if !got[0].RecordedAt.Equal(got[2].RecordedAt) {
-		t.Errorf("ReadStream(%s) recorded times %v and %v, want one time for one append", stream, got[0].RecordedAt, got[2].RecordedAt)
 	}
 }
 

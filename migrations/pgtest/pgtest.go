@@ -59,6 +59,19 @@ func ServerURL(tb testing.TB) string {
 // for concurrent use by parallel tests.
 func NewDatabase(tb testing.TB) string {
 	tb.Helper()
+	dbURL := NewEmptyDatabase(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if err := migrations.Up(ctx, dbURL); err != nil {
+		tb.Fatalf("pgtest: migrate %s: %v", dbURL, err)
+	}
+	return dbURL
+}
+
+// NewEmptyDatabase is NewDatabase without the migrations: the database is
+// as CREATE DATABASE made it (a copy of template1).
+func NewEmptyDatabase(tb testing.TB) string {
+	tb.Helper()
 	server := ServerURL(tb)
 	name := "booking_test_" + randomHex(8)
 	dbURL, err := withDatabase(server, name)
@@ -78,9 +91,6 @@ func NewDatabase(tb testing.TB) string {
 			tb.Errorf("pgtest: drop database %s: %v", name, err)
 		}
 	})
-	if err := migrations.Up(ctx, dbURL); err != nil {
-		tb.Fatalf("pgtest: migrate database %s: %v", name, err)
-	}
 	return dbURL
 }
 

@@ -1,0 +1,134 @@
+// Package pgstore is the PostgreSQL backend of eventstore.Store, on pgx v5
+// (pgxpool). The schema is migrations/00001_eventstore.sql: a streams table, an
+// events table and two plpgsql functions, eventstore_append and
+// eventstore_truncate. Create a Store with New(pool, options...); it is safe
+// for concurrent use, and any number of Stores in any number of processes may
+// share one database.
+//
+// # Log positions are commit-ordered
+//
+// A sequence number is not commit order: appender A can take number 100 and
+// commit after B commits 101, and a reader that has passed 101 never sees
+// 100. So every event stores the id of its appending transaction
+// (pg_current_xact_id(), an xid8) as tx, plus a global sequence number seq,
+// and its log position is eventstore.Position{Commit: tx, Prepare: seq}.
+// ReadAll returns only events with
+//
+//	(tx, seq) > after AND tx < pg_snapshot_xmin(pg_current_snapshot())
+//
+// ordered by (tx, seq). Every transaction below the snapshot's xmin has ended,
+// so no event can later appear at or before a position a reader has
+// returned: a reader that checkpoints the last position it handled never
+// skips an event and never needs to look back. Head is the last position
+// below that horizon.
+//
+// The price is that readers of the log wait behind the oldest running
+// transaction that holds a transaction id, on the whole server (any database):
+// a long write transaction anywhere holds back every subscriber, though not
+// ReadStream, which returns every committed event at once. Keep write
+// transactions short on the server, and watch HorizonLag, which reports the
+// committed events held back and their age.
+//
+// Appends to one stream serialize on a transaction-scoped advisory lock,
+// key (1702261620, hashtext(stream)) in PostgreSQL's two-int4 key space (apart
+// from the single-bigint keys applications usually use). The lock is taken
+// before anything assigns the transaction its id, so within a stream the
+// order of tx is the order of revisions, and the log delivers each stream in
+// revision order. (A row lock would not do: SELECT ... FOR UPDATE assigns the
+// id before it waits, so a waiter could hold a lower tx than the appender it
+// waits for, and land before it in the log with a higher revision.) Appends
+// to different streams never wait for each other, except on a rare hash
+// collision, so concurrent commits share their WAL flushes (group commit).
+// Nothing takes a table-wide or category-wide lock, and the append path does
+// not NOTIFY: NOTIFY serializes every committing transaction on one global
+// lock.
+//
+// # Append
+//
+// Append validates its arguments in Go, then runs one statement, SELECT ...
+// FROM eventstore_append(stream, expected kind and revision, ids, types,
+// data, metadata, timeout): one round trip and one transaction. The function
+// takes the stream's lock; reads the stream's last revision and whether any
+// id of the batch is stored, in one snapshot; and, if the expected revision
+// holds and no id is stored, inserts the events at the next revisions and
+// upserts the stream's last revision. Otherwise it classifies the append as
+// a repeat or a conflict without writing. A unique violation on an event id
+// (another stream's append of the same id committed meanwhile), a deadlock
+// between two batches that share ids, or a serialization failure makes
+// Append try again, at most three times in all; the next attempt sees the
+// winner's rows and classifies. The function plans with sequential scans
+// disabled, so plans cached while the tables were small stay on the indexes.
+//
+// The streams table keeps each stream's last revision and truncation point,
+// so the revision survives Truncate. data and metadata are bytea: the bytes
+// given are the bytes read, which golden files need. recorded_at is the
+// database clock (now(), the start of the appending transaction).
+//
+// # Idempotent appends
+//
+// When the expected revision does not hold, or an id of the batch is
+// already stored, Append succeeds without writing if every id of the batch
+// is already in the stream where the expected revision puts it:
+//
+//	Exact(n)                at revisions n+1, n+2, … in batch order
+//	NoStream                at revisions 0, 1, … in batch order
+//	Any, StreamExists       anywhere in the stream
+//
+// It then returns the stored revision and position of the batch's last
+// event. Anything else — some ids stored and some not, ids stored at other
+// revisions than Exact or NoStream names, ids stored in another stream, or no
+// id stored while the expected revision fails — is a
+// *eventstore.RevisionConflictError whose Actual is the stream's last
+// revision (-1 if it never had an event). The event body is not compared.
+//
+// These are KurrentDB's rules (dedup by event id within the stream, body
+// ignored; below the current revision: all events written means success,
+// none or some written means wrong expected version), with two differences.
+// Dedup for Any and StreamExists is exact here, not KurrentDB's best effort
+// from an in-memory cache. And event ids are unique across the whole log:
+// appending an id that is stored in another stream is a conflict, whose
+// message names that stream (KurrentDB would store the event twice). Events
+// removed by Truncate no longer count as stored, as in KurrentDB after a
+// scavenge.
+//
+// # Bounded transactions
+//
+// A stuck append stalls every log reader at the horizon, so append
+// transactions are bounded. Each is one statement in its own transaction:
+// the server runs it from start to commit without waiting for the client, so
+// a slow or vanished client cannot leave it idle in transaction. Inside,
+// every lock wait (the stream's lock, a concurrent insert of the same id) is
+// limited by lock_timeout, and the client's context gets a deadline (pgx
+// cancels the statement on the server when it passes); both are the append
+// timeout, 5 s by default (WithAppendTimeout). The function also sets
+// idle_in_transaction_session_timeout for callers that run it inside their
+// own transaction. An append past its bound fails with an error matching
+// context.DeadlineExceeded. Not bounded: a commit waiting for synchronous
+// replication.
+//
+// An error that is neither a RevisionConflictError nor a validation error
+// (a timeout, a lost connection) leaves the outcome unknown: the commit may
+// have happened. Repeat the same append, with the same ids and expected
+// revision, to learn it; the repeat is recognised and writes nothing.
+//
+// The pool's sessions are expected to use READ COMMITTED (PostgreSQL's
+// default). Under a stricter default isolation appends stay correct but fail
+// more often with serialization errors after their retries.
+//
+// # Subscriptions
+//
+// SubscribeAll reads the log with ReadAll in batches (WithBatchSize, 500 by
+// default) and calls its callback with each; once caught up it waits. An
+// append through the same *Store wakes it at once (an in-process broadcast);
+// appends from elsewhere are found by polling every 5 ms at first, doubling
+// on each empty poll up to 100 ms (WithPollInterval).
+//
+// # Errors
+//
+// Database errors are translated at the package boundary: conflicts are
+// *eventstore.RevisionConflictError (errors.Is
+// eventstore.ErrWrongExpectedRevision), missing streams
+// eventstore.ErrStreamNotFound, exceeded bounds match
+// context.DeadlineExceeded, and everything else is wrapped with the
+// operation and stream ("pgstore: …: %w"), never reported as a conflict.
+package pgstore
