@@ -9,10 +9,13 @@ import (
 )
 
 // CancelOrder cancels the caller's order (DESIGN §5). A confirmed order is
-// refunded and cancelled at once (OrderResult.Final true, 200); a payment in
-// flight or unknown makes it cancelling (202) and it ends cancelled once the
-// payment resolves, with any charge refunded. Refusals (show started, order
-// failed) are *Rejection with 409, answered the same to every repeat;
+// refunded and cancelled at once, its tickets voided (OrderResult.Final
+// true, 200). A pending order without an attempt is cancelled at once. With
+// a payment in flight or unknown the order becomes cancelling (Final false,
+// 202): no new send starts, and it ends cancelled once the payment resolves,
+// a charge refunded, so an accepted cancel always ends cancelled with net
+// charge 0 and tickets never valid. Refusals (show started, order failed or
+// in review) are *Rejection with 409, answered the same to every repeat;
 // another actor's order is 404.
 func (h *Handler) CancelOrder(ctx context.Context, req Request, orderID string) (OrderResult, error) {
 	run, err := h.beginIntent(ctx, req, map[string]any{"order_id": orderID}, nil, nil)
@@ -35,6 +38,7 @@ func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID strin
 			return OrderResult{}, h.reject(ctx, run, domain.ErrOrderNotFound, "")
 		}
 		if o.Status == domain.OrderStatusCancelled || o.Status == domain.OrderStatusCancelling {
+			h.resolveCancelling(ctx, o)
 			return OrderResult{Order: o, Final: o.Status == domain.OrderStatusCancelled, Outcome: out}, nil
 		}
 		show, err := h.GetShow(ctx, o.ShowID)
@@ -49,10 +53,15 @@ func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID strin
 		if derr != nil {
 			return OrderResult{}, h.reject(ctx, run, asDomain(derr), orderID)
 		}
+		if len(evs) == 0 {
+			continue
+		}
 		pend := make([]pending, len(evs))
 		for i, e := range evs {
 			pend[i] = pending{DerivedID(run.stream, e.EventType()), e}
 		}
+		// At the revision the decision saw: a payment outcome recorded
+		// meanwhile makes the cancel decide again on the new state.
 		_, err = h.appendEvents(ctx, s.name, s.expected(), run.meta(now, ""), pend...)
 		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 			continue
@@ -64,6 +73,27 @@ func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID strin
 		if err := h.afterOrderEvents(ctx, orderID, evs); err != nil {
 			return OrderResult{}, err
 		}
+		o, _, err = h.LoadOrder(ctx, orderID)
+		if err != nil {
+			return OrderResult{}, err
+		}
+		h.resolveCancelling(ctx, o)
+		return OrderResult{Order: o, Final: o.Status == domain.OrderStatusCancelled, Outcome: out}, nil
 	}
 	return OrderResult{}, domain.ErrContention
+}
+
+// resolveCancelling drives the payment of a cancelling order in the
+// background (detached from the request), so it ends cancelled as soon as
+// the payment resolves; the process manager and the reconciler do the same
+// if this process dies.
+func (h *Handler) resolveCancelling(ctx context.Context, o domain.Order) {
+	if o.Status != domain.OrderStatusCancelling {
+		return
+	}
+	go func() {
+		if err := h.DrivePayment(context.WithoutCancel(ctx), o.ID); err != nil {
+			h.log.Warn("cancelling order not resolved yet; the reconciler retries", "order_id", o.ID, "err", err)
+		}
+	}()
 }

@@ -44,6 +44,7 @@ type Payments interface {
 	SearchCharges(ctx context.Context, orderID string, attempt int) ([]provider.Charge, error)
 	GetCharge(ctx context.Context, id string) (provider.Charge, error)
 	Refund(ctx context.Context, key, chargeID string, amount int64) (provider.Refund, error)
+	ListRefunds(ctx context.Context, chargeID string) ([]provider.Refund, error)
 }
 
 // Config holds the windows and limits of the handlers. Durations are wall
@@ -69,6 +70,15 @@ type Config struct {
 	SendMargin time.Duration
 	// PaymentDeadline is how long after placement an order may still be paid.
 	PaymentDeadline time.Duration
+	// ProviderWindow is the provider's idempotency-key retention
+	// (BOOKING_PROVIDER_RETENTION), measured from an attempt's StartedAt:
+	// inside it the only retry of an attempt is the same key and bytes.
+	// Zero means unknown: every retry then waits for a new attempt.
+	ProviderWindow time.Duration
+	// SettleMargin is how long after an attempt's lease ended its last send
+	// may still be executing at the provider; a new attempt, and giving up
+	// on an uncharged one, wait for it.
+	SettleMargin time.Duration
 	// InUseWait bounds how long a repeat waits for an in-flight first request.
 	InUseWait time.Duration
 	// ShowRetries bounds retries of a revision conflict on a show stream before 503 contention.
@@ -85,6 +95,8 @@ func DefaultConfig() Config {
 		ProviderTimeout: 10 * time.Second,
 		SendMargin:      2 * time.Second,
 		PaymentDeadline: 15 * time.Minute,
+		ProviderWindow:  24 * time.Hour,
+		SettleMargin:    5 * time.Second,
 		InUseWait:       2 * time.Second,
 		ShowRetries:     20,
 	}

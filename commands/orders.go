@@ -68,7 +68,7 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 		if err != nil {
 			return OrderResult{}, err
 		}
-		if c.Kind == domain.ClaimKindOrder && c.Intent == run.stream {
+		if c.Kind == domain.ClaimKindOrder && c.OrderID == run.targetID() {
 			claim, claimID = c, cs.records[0].ID
 			break
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -11,6 +12,24 @@ import (
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/provider"
 )
+
+// Payments (DESIGN §5). An order's payment is a sequence of attempts; attempt
+// n is sent under the provider idempotency key ProviderKey(order, n) with the
+// exact bytes stored in its PaymentAttemptStarted. Only the holder of the
+// attempt's lease sends, and only while database time + ProviderTimeout +
+// SendMargin is before the lease's end (Order.CanSend). Starting, renewing or
+// taking over a lease is an append at the expected revision the order was
+// loaded at: the revision is the fencing token, so of two executors that
+// decided on the same state only one appends. Provider outcomes are facts,
+// recorded by whoever observes them (sender, reconciler, webhook) with
+// deterministic event ids derived from the charge id, never fenced.
+
+// maxDriveSteps bounds the steps one DrivePayment call takes (load, decide,
+// act); the reconciler calls it again on its next pass.
+const maxDriveSteps = 12
+
+// recordTimeout bounds recording a send's outcome, detached from the caller.
+const recordTimeout = 15 * time.Second
 
 // ProviderKey returns the provider idempotency key of attempt n (1-based) of
 // an order: "{deployment}-order-{orderID}-{n}", without the prefix when the
@@ -32,59 +51,62 @@ func TicketIDs(orderID string, quantity int) []string {
 	return ids
 }
 
-// DrivePayment pushes an order's payment as far as it can go now: it starts
-// attempt 1 when there is none, sends while this process holds the attempt's
-// lease (the fence), and reconciles an attempt whose lease expired or whose
-// outcome is unknown by querying the provider before any new send. It is a
-// no-op for an order that is not pending, or while another process holds
-// the lease. Safe to call concurrently and repeatedly: one goroutine per
-// order runs in this process, and leases fence other processes.
+// step is what DrivePayment does after one decision.
+type step int
+
+const (
+	stepDone  step = iota // nothing more to do now
+	stepAgain             // reload and decide again at once
+	stepLater             // reload and decide again after a backoff
+)
+
+// DrivePayment pushes an order's payment as far as it can go now (DESIGN
+// §5): it starts attempt 1 when there is none; sends while this process
+// holds the attempt's lease (the fence); reconciles an attempt whose outcome
+// is unknown or whose lease this process may take over by querying the
+// provider (by key, then by metadata) before any send; retries inside the
+// provider's window only with the same attempt, key and bytes; starts attempt
+// n+1 only outside the window, once attempt n settled and nothing was found;
+// fails the order past its payment deadline and finishes a cancelling order
+// once its payment resolved, in both cases only when the payment settled
+// uncharged. It is a no-op for a final order, and while another executor
+// holds a live lease. It returns nil when it made what progress it could
+// (the reconciler calls it again), or an error wrapping domain.ErrUnavailable
+// for a dependency failure. Safe for concurrent use and repeatable: one call
+// per order runs at a time in this process (others return at once), and
+// leases fence other processes.
 func (h *Handler) DrivePayment(ctx context.Context, orderID string) error {
 	unlock := h.sends.TryLock(orderID)
 	if unlock == nil {
 		return nil
 	}
 	defer unlock()
-	for range 6 {
+	bo := newBackoff(100*time.Millisecond, 2*time.Second)
+	var st driveState
+	for range maxDriveSteps {
 		o, s, err := h.LoadOrder(ctx, orderID)
 		if err != nil {
 			return err
 		}
-		if !o.Exists() || o.Status != domain.OrderStatusPending {
+		if o.Status != domain.OrderStatusPending && o.Status != domain.OrderStatusCancelling {
 			return nil
 		}
 		now, err := h.now(ctx)
 		if err != nil {
 			return err
 		}
-		last := o.LastAttempt()
-		budget := h.cfg.ProviderTimeout + h.cfg.SendMargin
-		switch {
-		case last == nil:
-			if err := h.startAttempt(ctx, o, s, 1, now); err != nil {
-				if errors.Is(err, errRetry) {
-					continue
-				}
-				return err
-			}
+		next, err := h.paymentStep(ctx, o, s, now, &st)
+		if errors.Is(err, errRetry) {
 			continue
-		case o.CanSend(last.N, h.cfg.Executor, now, budget) && last.Outcome == domain.OutcomeNone:
-			return h.send(ctx, o, *last)
-		case last.Outcome == domain.OutcomeNone && now.Before(last.LeaseUntil):
-			return nil // another executor holds the lease and will record the outcome
-		default:
-			// The lease expired with no outcome, or the outcome is unknown.
-			if now.Before(last.LeaseUntil) && last.Outcome == domain.OutcomeUnknown && last.Owner != h.cfg.Executor {
-				return nil
-			}
-			done, err := h.reconcile(ctx, o, *last, now)
-			if err != nil || done {
-				return err
-			}
-			if err := h.takeOverAttempt(ctx, o, s, *last, now); err != nil {
-				if errors.Is(err, errRetry) {
-					continue
-				}
+		}
+		if err != nil {
+			return err
+		}
+		switch next {
+		case stepDone:
+			return nil
+		case stepLater:
+			if err := sleepCtx(ctx, bo.next()); err != nil {
 				return err
 			}
 		}
@@ -92,120 +114,273 @@ func (h *Handler) DrivePayment(ctx context.Context, orderID string) error {
 	return nil
 }
 
+// driveState is what one DrivePayment call knows beyond the order stream.
+type driveState struct {
+	// unsent is the attempt whose lease this call started (a new attempt,
+	// not a takeover) and under which no send has begun, or 0.
+	unsent int
+}
+
+// paymentStep decides and does one step of an order's payment.
+func (h *Handler) paymentStep(ctx context.Context, o domain.Order, s *stream, now time.Time, st *driveState) (step, error) {
+	me := h.cfg.Executor
+	budget := h.cfg.ProviderTimeout + h.cfg.SendMargin
+	last := o.LastAttempt()
+	switch {
+	case last == nil:
+		if o.Status != domain.OrderStatusPending {
+			return stepDone, nil
+		}
+		if !now.Before(o.PaymentDeadline) {
+			return stepDone, h.endOrder(ctx, o, s, o.FailPastDeadline(now, h.cfg.SettleMargin, true), "payment deadline passed before any attempt")
+		}
+		return stepAgain, h.startAttempt(ctx, o, s, 1, now, st)
+	case last.Outcome == domain.OutcomeSucceeded || last.Outcome == domain.OutcomeFailed:
+		return stepDone, nil // the order's status follows from the recorded fact
+	case last.Outcome == domain.OutcomeNone && o.CanSend(last.N, me, now, budget):
+		return h.send(ctx, o, *last, now, st)
+	case now.Before(last.LeaseUntil) && last.Owner != me:
+		return stepDone, nil // another executor holds the lease: it sends and records, or we take over later
+	}
+
+	// The outcome is unknown, or the lease expired (or is ours but too short
+	// to send) without an outcome: ask the provider before anything else.
+	charges, err := h.lookupCharges(ctx, o, *last)
+	if err != nil {
+		return stepDone, err
+	}
+	if len(charges) > 0 {
+		for _, ch := range charges {
+			h.metrics.Reconciliation("found_" + string(ch.Status))
+			if err := h.recordPayment(ctx, o.ID, resultOf(last.N, ch)); err != nil {
+				return stepDone, err
+			}
+		}
+		return stepAgain, nil
+	}
+	h.metrics.Reconciliation("not_found")
+	// The look-up took time: decide (and fence any send) on a fresh reading
+	// of the database clock. The order's state is as loaded: a lease append
+	// below is fenced by its revision, and a direct send needs our own lease
+	// with ProviderTimeout + SendMargin left, which no one can take over.
+	if now, err = h.now(ctx); err != nil {
+		return stepDone, err
+	}
+	settled := o.Settled(now, h.cfg.SettleMargin)
+	switch {
+	case o.Status == domain.OrderStatusCancelling:
+		// No new sends while cancelling: wait until the last send settled,
+		// unless this call started the lease and never sent under it.
+		unsent := st.unsent == last.N && last.Owner == me
+		return stepDone, h.endOrder(ctx, o, s, o.FinishCancel(now, h.cfg.SettleMargin, true, unsent), "cancelled; the payment settled uncharged")
+	case !now.Before(o.PaymentDeadline):
+		if settled {
+			h.metrics.Reconciliation("deadline_failed")
+		}
+		return stepDone, h.endOrder(ctx, o, s, o.FailPastDeadline(now, h.cfg.SettleMargin, true), "payment deadline passed; the payment settled uncharged")
+	case h.insideWindow(*last, now):
+		// Inside the provider's window the only retry is the same attempt.
+		if o.CanSend(last.N, me, now, budget) {
+			return h.send(ctx, o, *last, now, st)
+		}
+		return stepAgain, h.takeOverAttempt(ctx, o, s, *last, now)
+	case !settled:
+		return stepDone, nil // outside the window a new attempt waits for the last send to settle
+	case o.PaymentToken == "":
+		return stepDone, h.endOrder(ctx, o, s, []domain.Event{domain.OrderFailed{OrderID: o.ID, Reason: domain.FailNoAttempt}},
+			"a new attempt is impossible: the payment token is gone")
+	default:
+		h.metrics.Reconciliation("new_attempt")
+		return stepAgain, h.startAttempt(ctx, o, s, last.N+1, now, st)
+	}
+}
+
+// insideWindow reports whether a send of attempt a started now would reach
+// the provider while it still remembers the attempt's key: the window is
+// measured from the attempt's first start (database clock), which is no
+// later than any commit under the key.
+func (h *Handler) insideWindow(a domain.Attempt, now time.Time) bool {
+	if h.cfg.ProviderWindow <= 0 {
+		return false
+	}
+	return now.Add(h.cfg.ProviderTimeout + h.cfg.SendMargin).Before(a.StartedAt.Add(h.cfg.ProviderWindow))
+}
+
 // startAttempt appends PaymentAttemptStarted for attempt n with this process
-// as the lease owner. errRetry on a lost race.
-func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n int, now time.Time) error {
+// as the lease owner, at the revision o was loaded at. errRetry on a lost
+// race or a refusal (the caller reloads and decides again).
+func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n int, now time.Time, st *driveState) error {
 	if o.PaymentToken == "" {
-		return h.recordEnd(ctx, o.ID, domain.OrderFailed{OrderID: o.ID, Reason: domain.FailNoAttempt}, "no payment token")
+		return h.endOrder(ctx, o, s, []domain.Event{domain.OrderFailed{OrderID: o.ID, Reason: domain.FailNoAttempt}}, "no payment token")
 	}
 	req := provider.NewChargeRequest(o.Amount.Amount, o.Amount.Currency, o.PaymentToken, o.ID, n)
 	req.Description = fmt.Sprintf("%d ticket(s), order %s", o.Quantity, o.ID)
 	body := req.Body()
 	evs, err := o.Start(domain.StartAttempt{N: n, ProviderKey: h.ProviderKey(o.ID, n), Owner: h.cfg.Executor,
-		LeaseUntil: now.Add(h.cfg.PaymentLease), RequestSHA256: sha256Hex(body), RequestBody: string(body)}, now)
+		LeaseUntil: now.Add(h.cfg.PaymentLease), RequestSHA256: sha256Hex(body), RequestBody: string(body),
+		Settle: h.cfg.SettleMargin}, now)
 	if err != nil {
+		h.log.Debug("payment attempt not started", "order_id", o.ID, "attempt", n, "why", err)
 		return errRetry
 	}
-	m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
-	_, err = h.appendEvents(ctx, s.name, s.expected(), m, pending{NewID(), evs[0]})
-	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-		return errRetry
+	if err := h.appendLease(ctx, o, s, evs[0], now); err != nil {
+		return err
 	}
-	return err
+	st.unsent = n
+	return nil
 }
 
-// takeOverAttempt takes over the lease of attempt a (same key, same bytes),
-// fenced by the order stream's revision. errRetry on a lost race.
+// takeOverAttempt renews or takes over the lease of attempt a (same key, same
+// bytes), fenced by the revision o was loaded at. errRetry on a lost race.
 func (h *Handler) takeOverAttempt(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time) error {
 	evs, err := o.Start(domain.StartAttempt{N: a.N, Owner: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.PaymentLease)}, now)
 	if err != nil {
 		return errRetry
 	}
-	m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
-	_, err = h.appendEvents(ctx, s.name, s.expected(), m, pending{NewID(), evs[0]})
-	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-		return errRetry
+	if err := h.appendLease(ctx, o, s, evs[0], now); err != nil {
+		return err
 	}
-	if err == nil {
+	if a.Owner == h.cfg.Executor {
+		h.metrics.Reconciliation("lease_renewed")
+	} else {
 		h.metrics.Reconciliation("lease_taken_over")
+		h.log.Info("payment lease taken over", "order_id", o.ID, "attempt", a.N, "previous_owner", a.Owner)
+	}
+	return nil
+}
+
+// appendLease appends a lease start at the loaded revision: a conflict means
+// another executor decided first, and this one must not send (errRetry).
+func (h *Handler) appendLease(ctx context.Context, o domain.Order, s *stream, e domain.Event, now time.Time) error {
+	m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
+	_, err := h.appendEvents(ctx, s.name, s.expected(), m, pending{NewID(), e})
+	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		h.metrics.Reconciliation("lease_fenced")
+		return errRetry
 	}
 	return err
 }
 
-// reconcile asks the provider what happened to attempt a, by its key. It
-// records a found charge and reports done. It reports not done when the
-// provider has no charge for the key, so the same attempt may be sent again
-// with the same key (safe inside the provider's idempotency window).
-func (h *Handler) reconcile(ctx context.Context, o domain.Order, a domain.Attempt, now time.Time) (bool, error) {
+// lookupCharges asks the provider for the charges of attempt a: by its key,
+// and when the key finds none (never committed, or forgotten after the
+// window) by metadata {order_id, attempt}, which finds charges forever.
+// Charges of other orders (a key collision) are ignored and alerted.
+// Succeeded charges come first.
+func (h *Handler) lookupCharges(ctx context.Context, o domain.Order, a domain.Attempt) ([]provider.Charge, error) {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ProviderTimeout)
 	defer cancel()
 	ch, found, err := h.payments.ChargeByKey(qctx, a.ProviderKey)
 	if err != nil {
-		return false, unavailable(err)
+		return nil, unavailable(err)
 	}
-	if !found {
-		// After the key's window a search by metadata is the only safe look-up.
-		found2, err := h.payments.SearchCharges(qctx, o.ID, a.N)
-		if err != nil {
-			return false, unavailable(err)
+	if found && h.ownCharge(o.ID, ch) {
+		return []provider.Charge{ch}, nil
+	}
+	list, err := h.payments.SearchCharges(qctx, o.ID, a.N)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	var out, failed []provider.Charge
+	for _, c := range list {
+		switch {
+		case !h.ownCharge(o.ID, c):
+		case c.Status == provider.StatusSucceeded:
+			out = append(out, c)
+		default:
+			failed = append(failed, c)
 		}
-		if len(found2) > 0 {
-			ch, found = found2[0], true
-		}
 	}
-	if !found {
-		h.metrics.Reconciliation("not_found")
-		return false, nil
+	return append(out, failed...), nil
+}
+
+// ownCharge reports whether ch belongs to the order, by its metadata.
+func (h *Handler) ownCharge(orderID string, ch provider.Charge) bool {
+	if ch.Metadata[provider.MetadataOrderID] == orderID {
+		return true
 	}
-	h.metrics.Reconciliation("found_" + string(ch.Status))
-	return true, h.recordPayment(ctx, o.ID, resultOf(a.N, ch))
+	h.metrics.Reconciliation("foreign_charge")
+	h.log.Error("the provider answered with another order's charge: idempotency key collision?",
+		"order_id", orderID, "charge_id", ch.ID, "charge_order_id", ch.Metadata[provider.MetadataOrderID])
+	return false
 }
 
 // send makes the provider call of attempt a on a context detached from the
-// request, with its own timeout, then records the outcome as a fact.
-func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt) error {
-	var res domain.PaymentResult
-	for try := 0; ; try++ {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ProviderTimeout)
-		ch, err := h.payments.CreateChargeRaw(sctx, a.ProviderKey, []byte(a.RequestBody))
-		cancel()
-		h.step("payment.sent")
-		var apiErr *provider.APIError
-		switch {
-		case err == nil:
-			res = resultOf(a.N, ch)
-		case errors.Is(err, provider.ErrDeclined):
-			res = domain.PaymentResult{Attempt: a.N, Outcome: domain.OutcomeFailed, Code: "card_declined", Reason: "the payment was declined"}
-			if errors.As(err, &apiErr) && apiErr.Charge != nil {
-				res.ChargeID = apiErr.Charge.ID
-				if apiErr.DeclineCode != "" {
-					res.Code = apiErr.DeclineCode
-				}
-			}
-		case errors.Is(err, provider.ErrKeyInUse):
-			// In progress at the provider: never a decline. Back off and repeat
-			// the same request while the lease allows.
-			now, nerr := h.now(ctx)
-			if nerr != nil || try >= 5 || !now.Add(h.cfg.ProviderTimeout+h.cfg.SendMargin).Before(a.LeaseUntil) {
-				return nil // the reconciler takes over after the lease
-			}
-			time.Sleep(time.Duration(100<<try) * time.Millisecond)
-			continue
-		case errors.Is(err, provider.ErrIdempotency):
-			h.log.Error("provider refused the attempt's key with different parameters; needs attention", "order_id", o.ID, "attempt", a.N)
-			h.metrics.Reconciliation("idempotency_error")
-			return err
-		case errors.Is(err, provider.ErrUnavailable), errors.Is(err, provider.ErrInvalidRequest):
-			// Nothing was executed; the reconciler retries after the lease.
-			return unavailable(err)
-		default: // ErrOutcomeUnknown and anything unexpected: the charge may exist
-			res = domain.PaymentResult{Attempt: a.N, Outcome: domain.OutcomeUnknown, Reason: "no definitive answer from the provider"}
-		}
-		break
+// request, bounded by the provider timeout and by the fence (the lease's end
+// minus the send margin, held on the local monotonic clock from the database
+// time just read, so a process paused past its lease cannot start the call),
+// then records the outcome as a fact.
+func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, now time.Time, st *driveState) (step, error) {
+	st.unsent = 0
+	start := time.Now()
+	deadline := start.Add(h.cfg.ProviderTimeout)
+	if fence := start.Add(a.LeaseUntil.Sub(now) - h.cfg.SendMargin); fence.Before(deadline) {
+		deadline = fence
 	}
-	return h.recordPayment(ctx, o.ID, res)
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	h.step("payment.fenced")
+	ch, err := h.payments.CreateChargeRaw(sctx, a.ProviderKey, []byte(a.RequestBody))
+	cancel()
+	h.step("payment.sent")
+	var apiErr *provider.APIError
+	var res domain.PaymentResult
+	switch {
+	case err == nil:
+		if !h.ownCharge(o.ID, ch) {
+			return stepDone, fmt.Errorf("order %s attempt %d: the provider answered with another order's charge", o.ID, a.N)
+		}
+		res = resultOf(a.N, ch)
+	case errors.Is(err, provider.ErrDeclined):
+		res = domain.PaymentResult{Attempt: a.N, Outcome: domain.OutcomeFailed, Code: provider.CodeCardDeclined, Reason: "the payment was declined"}
+		if errors.As(err, &apiErr) && apiErr.Charge != nil {
+			res = resultOf(a.N, *apiErr.Charge)
+		}
+	case errors.Is(err, provider.ErrKeyInUse):
+		// In progress at the provider: never a decline. Repeat the same
+		// request after a backoff while the fence allows, then reconcile.
+		h.metrics.Reconciliation("provider_in_use")
+		return stepLater, nil
+	case errors.Is(err, provider.ErrIdempotency):
+		// The key was used with other parameters: a bug or a key collision to
+		// alert on, never a decline. Reconciliation by key and metadata goes on.
+		h.metrics.Reconciliation("idempotency_error")
+		h.log.Error("provider refused the attempt's key as reused with other parameters; needs attention",
+			"order_id", o.ID, "attempt", a.N, "err", err)
+		return stepDone, nil
+	case errors.Is(err, provider.ErrInvalidRequest):
+		// A definitive refusal that executed nothing (for example an unusable
+		// token): this attempt cannot succeed, and neither can a new one.
+		h.metrics.Reconciliation("provider_refused")
+		h.log.Warn("provider refused the payment request", "order_id", o.ID, "attempt", a.N, "err", err)
+		res = domain.PaymentResult{Attempt: a.N, Outcome: domain.OutcomeFailed, Code: "invalid_request", Reason: "the provider refused the payment request",
+			FailReason: domain.FailPaymentDeclined}
+		if errors.As(err, &apiErr) && apiErr.Code != "" {
+			res.Code = apiErr.Code
+		}
+		if a.N > 1 {
+			res.FailReason = domain.FailNoAttempt
+		}
+	case errors.Is(err, provider.ErrUnavailable):
+		// Nothing was sent (also when the fence ran out before the call):
+		// the reconciler retries.
+		return stepDone, unavailable(err)
+	default: // ErrOutcomeUnknown and anything unexpected: the charge may exist
+		res = domain.PaymentResult{Attempt: a.N, Outcome: domain.OutcomeUnknown, Reason: "no definitive answer from the provider"}
+	}
+	// What the provider did is recorded even if the caller is going away
+	// (shutdown): otherwise only a later reconciliation would learn it.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer rcancel()
+	if err := h.recordPayment(rctx, o.ID, res); err != nil {
+		return stepDone, err
+	}
+	if res.Outcome == domain.OutcomeUnknown {
+		return stepLater, nil
+	}
+	return stepAgain, nil
 }
 
+// resultOf returns the fact a provider charge states. The attempt comes from
+// the charge's metadata when it has one.
 func resultOf(attempt int, ch provider.Charge) domain.PaymentResult {
 	if n := ch.Attempt(); n > 0 {
 		attempt = n
@@ -216,14 +391,15 @@ func resultOf(attempt int, ch provider.Charge) domain.PaymentResult {
 	} else {
 		r.Outcome, r.Code, r.Reason = domain.OutcomeFailed, ch.FailureCode, ch.FailureMessage
 		if r.Code == "" {
-			r.Code = "card_declined"
+			r.Code = provider.CodeCardDeclined
 		}
 	}
 	return r
 }
 
 // recordPayment folds a provider fact into the order (deduplicated by charge
-// id; fencing does not apply to recording facts) and runs the follow-ups.
+// id through Order.Record and deterministic event ids; never fenced) and
+// runs the follow-ups of what it appended.
 func (h *Handler) recordPayment(ctx context.Context, orderID string, res domain.PaymentResult) error {
 	for range 10 {
 		o, s, err := h.LoadOrder(ctx, orderID)
@@ -255,47 +431,59 @@ func (h *Handler) recordPayment(ctx context.Context, orderID string, res domain.
 			return err
 		}
 		h.step("payment.recorded")
-		for _, e := range evs {
-			if r, ok := e.(domain.RefundRequested); ok && r.Reason == "redundant_effect" {
-				h.metrics.RedundantEffect()
-			}
-		}
+		h.observe(orderID, evs)
 		return h.afterOrderEvents(ctx, orderID, evs)
 	}
 	return domain.ErrContention
 }
 
-// recordEnd appends an order-ending event (failure) and runs its follow-ups.
-func (h *Handler) recordEnd(ctx context.Context, orderID string, e domain.Event, why string) error {
-	for range 10 {
-		o, s, err := h.LoadOrder(ctx, orderID)
-		if err != nil {
-			return err
+// observe counts and logs what appended order events mean for operators.
+func (h *Handler) observe(orderID string, evs []domain.Event) {
+	for _, e := range evs {
+		switch e := e.(type) {
+		case domain.RefundRequested:
+			if e.Reason == domain.RefundRedundantEffect {
+				h.metrics.RedundantEffect()
+				h.log.Warn("redundant charge; refund requested", "order_id", orderID, "charge_id", e.ChargeID)
+			}
+		case domain.OrderNeedsReview:
+			h.metrics.Reconciliation("needs_review")
+			h.log.Error("order needs review", "order_id", orderID, "reason", e.Reason)
 		}
-		if o.Status != domain.OrderStatusPending {
-			return nil
-		}
-		now, err := h.now(ctx)
-		if err != nil {
-			return err
-		}
-		m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
-		_, err = h.appendEvents(ctx, s.name, s.expected(), m, pending{DerivedID(orderID, e.EventType()), e})
-		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		h.log.Info("order ended", "order_id", orderID, "why", why)
-		return h.afterOrderEvents(ctx, orderID, []domain.Event{e})
 	}
-	return domain.ErrContention
+}
+
+// endOrder appends order-ending events decided by the caller (a failure past
+// the deadline, a finished cancel) at the loaded revision, and runs their
+// follow-ups. No events is a no-op; errRetry on a lost race.
+func (h *Handler) endOrder(ctx context.Context, o domain.Order, s *stream, evs []domain.Event, why string) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	now, err := h.now(ctx)
+	if err != nil {
+		return err
+	}
+	m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
+	pend := make([]pending, len(evs))
+	for i, e := range evs {
+		pend[i] = pending{DerivedID(o.ID, e.EventType()), e}
+	}
+	_, err = h.appendEvents(ctx, s.name, s.expected(), m, pend...)
+	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		return errRetry
+	}
+	if err != nil {
+		return err
+	}
+	h.log.Info("order ended", "order_id", o.ID, "why", why)
+	return h.afterOrderEvents(ctx, o.ID, evs)
 }
 
 // afterOrderEvents runs the follow-ups of events just appended to an order:
 // seats released after a failure or cancel, refunds sent after they were
-// requested.
+// requested. The process manager and the reconciler repeat them if this
+// process dies first.
 func (h *Handler) afterOrderEvents(ctx context.Context, orderID string, evs []domain.Event) error {
 	o, _, err := h.LoadOrder(ctx, orderID)
 	if err != nil {
@@ -321,20 +509,61 @@ func (h *Handler) afterOrderEvents(ctx context.Context, orderID string, evs []do
 }
 
 // sendRefund calls the provider's refund with key refund-{chargeID} (the
-// RefundRequested event was recorded before) and records the result.
+// RefundRequested event was recorded before) and records RefundSucceeded. A
+// refund the provider already made (its answer lost, or its key forgotten)
+// is found by listing the charge's refunds. Returns the provider's or the
+// store's error; the reconciler retries until RefundSucceeded is recorded.
 func (h *Handler) sendRefund(ctx context.Context, orderID string, r domain.RefundRequested) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ProviderTimeout)
 	defer cancel()
 	ref, err := h.payments.Refund(rctx, r.Key, r.ChargeID, r.Amount.Amount)
+	var apiErr *provider.APIError
+	if errors.Is(err, provider.ErrInvalidRequest) && errors.As(err, &apiErr) &&
+		(apiErr.Code == provider.CodeChargeAlreadyRefunded || apiErr.Code == provider.CodeAmountTooLarge) {
+		ref, err = h.findRefund(rctx, r)
+	}
 	if err != nil {
+		h.metrics.Reconciliation("refund_pending")
 		return err
 	}
+	if err := h.recordRefund(ctx, orderID, r.ChargeID, ref.ID, domain.Money{Amount: ref.Amount, Currency: r.Amount.Currency}); err != nil {
+		return err
+	}
+	h.metrics.Reconciliation("refund_recorded")
+	return nil
+}
+
+// findRefund returns the refunds the provider made of r's charge: the one
+// under r's key if there is one, and the total refunded.
+func (h *Handler) findRefund(ctx context.Context, r domain.RefundRequested) (provider.Refund, error) {
+	list, err := h.payments.ListRefunds(ctx, r.ChargeID)
+	if err != nil {
+		return provider.Refund{}, err
+	}
+	var out provider.Refund
+	for _, re := range list {
+		out.Amount += re.Amount
+		if out.ID == "" || re.IdempotencyKey == r.Key {
+			out.ID = re.ID
+		}
+	}
+	if out.ID == "" {
+		return provider.Refund{}, fmt.Errorf("charge %s: the provider refuses a refund but lists none", r.ChargeID)
+	}
+	return out, nil
+}
+
+// recordRefund folds a refund the provider made into the order.
+func (h *Handler) recordRefund(ctx context.Context, orderID, chargeID, refundID string, amount domain.Money) error {
 	for range 10 {
 		o, s, err := h.LoadOrder(ctx, orderID)
 		if err != nil {
 			return err
 		}
-		evs := o.RecordRefund(r.ChargeID, ref.ID, domain.Money{Amount: ref.Amount, Currency: r.Amount.Currency})
+		if amount.Currency == "" {
+			amount.Currency = o.Amount.Currency
+		}
+		evs := o.RecordRefund(chargeID, refundID, amount)
 		if len(evs) == 0 {
 			return nil
 		}
@@ -343,11 +572,45 @@ func (h *Handler) sendRefund(ctx context.Context, orderID string, r domain.Refun
 			return err
 		}
 		m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
-		_, err = h.appendEvents(ctx, s.name, s.expected(), m, pending{DerivedID(orderID+"/"+r.ChargeID, "RefundSucceeded"), evs[0]})
+		_, err = h.appendEvents(ctx, s.name, s.expected(), m, pending{DerivedID(orderID+"/"+chargeID, evs[0].EventType()), evs[0]})
 		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 			continue
+		}
+		if err == nil {
+			h.observe(orderID, evs)
 		}
 		return err
 	}
 	return domain.ErrContention
+}
+
+// backoff is a capped exponential backoff with full jitter (AWS
+// Architecture Blog, "Exponential Backoff And Jitter"). Not safe for
+// concurrent use.
+type backoff struct {
+	base, max, cur time.Duration
+}
+
+func newBackoff(base, max time.Duration) *backoff { return &backoff{base: base, max: max} }
+
+// next returns the next wait: uniform in [cur/2, cur], cur doubling up to max.
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.base
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur/2 + rand.N(b.cur/2+1)
+}
+
+// sleepCtx waits d or until ctx is done (returning its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"sort"
 	"time"
 )
 
@@ -23,6 +24,12 @@ const (
 	OutcomeUnknown   = "unknown"
 )
 
+// Refund reasons (RefundRequested.Reason).
+const (
+	RefundCancelled       = "cancelled"        // the order was cancelled
+	RefundRedundantEffect = "redundant_effect" // a charge the order does not need
+)
+
 // Attempt is the state of one payment attempt (1-based N).
 type Attempt struct {
 	N             int
@@ -34,18 +41,27 @@ type Attempt struct {
 	RequestBody   string
 	Outcome       string
 	ChargeID      string
-	// Takeovers counts the lease takeovers of the attempt.
+	// Takeovers counts the lease starts of the attempt after the first
+	// (renewals by the owner and takeovers by another executor).
 	Takeovers int
 }
 
 // Refund is the state of one refund, keyed by charge id.
 type Refund struct {
 	ChargeID  string
-	Amount    Money
+	Amount    Money // requested
 	Key       string
 	Reason    string
 	Succeeded bool
 	RefundID  string
+	Refunded  Money // as recorded by RefundSucceeded
+}
+
+// ChargeFact is what the order knows about one provider charge.
+type ChargeFact struct {
+	Attempt int
+	Outcome string // OutcomeSucceeded or OutcomeFailed
+	Amount  Money
 }
 
 // Order is the state of an order stream. The zero Order does not exist. Not
@@ -61,16 +77,19 @@ type Order struct {
 	PaymentDeadline time.Time
 	PaymentToken    string
 	Status          string
-	// FirstOutcome is the first final payment outcome ("confirmed" or
-	// "declined"); it fixes the status of replays of the creating intent.
+	// FirstOutcome is the first final payment outcome ("confirmed",
+	// "cancelled" or an OrderFailed reason); it fixes the status of replays
+	// of the creating intent.
 	FirstOutcome string
 	FailReason   string
+	ReviewReason string
 	Attempts     []Attempt
-	ChargeID     string // the charge that paid the order
+	ChargeID     string // the charge that paid the order (also when refunded after a cancel)
 	Tickets      []Ticket
 	Refunds      map[string]*Refund
-	// Charges records every charge id seen succeeded or failed, for dedup.
-	Charges map[string]string
+	// Charges records every charge seen succeeded or failed, by charge id,
+	// for dedup and for the net amount charged.
+	Charges map[string]ChargeFact
 }
 
 // Exists reports whether the order stream has been opened.
@@ -94,19 +113,35 @@ func (o *Order) Final() bool {
 	return false
 }
 
-// NetCharged returns the amount charged and not refunded (refund requested
-// counts as pending, not refunded).
+// NetCharged returns the minor units charged for the order and not refunded,
+// over every succeeded charge it knows (a requested refund counts only once
+// it succeeded).
 func (o *Order) NetCharged() int64 {
 	var n int64
-	if o.ChargeID != "" {
-		n += o.Amount.Amount
+	for _, c := range o.Charges {
+		if c.Outcome == OutcomeSucceeded {
+			n += c.Amount.Amount
+		}
 	}
 	for _, r := range o.Refunds {
-		if r.Succeeded && r.ChargeID == o.ChargeID {
-			n -= r.Amount.Amount
+		if r.Succeeded {
+			n -= r.Refunded.Amount
 		}
 	}
 	return n
+}
+
+// PendingRefunds returns the refunds requested and not yet recorded as
+// succeeded, ordered by charge id.
+func (o *Order) PendingRefunds() []Refund {
+	var out []Refund
+	for _, r := range o.Refunds {
+		if !r.Succeeded {
+			out = append(out, *r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ChargeID < out[j].ChargeID })
+	return out
 }
 
 // PlacedFrom derives OrderPlaced from the order claim.
@@ -125,34 +160,37 @@ func (o *Order) Apply(e Event) {
 	case OrderPlaced:
 		*o = Order{ID: e.OrderID, ReservationID: e.ReservationID, ShowID: e.ShowID, Actor: e.Actor, Intent: e.Intent,
 			Quantity: e.Quantity, Amount: e.Amount, PaymentDeadline: e.PaymentDeadline, Status: OrderStatusPending,
-			Refunds: map[string]*Refund{}, Charges: map[string]string{}}
+			Refunds: map[string]*Refund{}, Charges: map[string]ChargeFact{}}
 		if e.Private != nil {
 			o.PaymentToken = e.Private.PaymentToken
 		}
 	case PaymentAttemptStarted:
+		if last := o.LastAttempt(); last != nil && last.N == e.Attempt {
+			// A renewal or takeover of the same attempt keeps its key, request
+			// bytes, first start and outcome.
+			last.Owner, last.LeaseUntil = e.Owner, e.LeaseUntil
+			last.Takeovers++
+			return
+		}
 		a := Attempt{N: e.Attempt, ProviderKey: e.ProviderKey, Owner: e.Owner, LeaseUntil: e.LeaseUntil,
 			StartedAt: e.StartedAt, RequestSHA256: e.RequestSHA256}
 		if e.Private != nil {
 			a.RequestBody = e.Private.RequestBody
 		}
-		if last := o.LastAttempt(); last != nil && last.N == e.Attempt {
-			// A takeover of the same attempt keeps its request and outcome.
-			last.Owner, last.LeaseUntil = e.Owner, e.LeaseUntil
-			last.Takeovers++
-			return
-		}
 		o.Attempts = append(o.Attempts, a)
 	case PaymentSucceeded:
-		o.Charges[e.ChargeID] = OutcomeSucceeded
-		if a := o.attempt(e.Attempt); a != nil {
+		o.Charges[e.ChargeID] = ChargeFact{Attempt: e.Attempt, Outcome: OutcomeSucceeded, Amount: e.Amount}
+		if a := o.attempt(e.Attempt); a != nil && a.Outcome != OutcomeSucceeded {
 			a.Outcome, a.ChargeID = OutcomeSucceeded, e.ChargeID
 		}
-		if o.ChargeID == "" {
+		if o.ChargeID == "" && (o.Status == OrderStatusPending || o.Status == OrderStatusCancelling) {
 			o.ChargeID = e.ChargeID
 		}
 	case PaymentFailed:
 		if e.ChargeID != "" {
-			o.Charges[e.ChargeID] = OutcomeFailed
+			if c, ok := o.Charges[e.ChargeID]; !ok || c.Outcome != OutcomeSucceeded {
+				o.Charges[e.ChargeID] = ChargeFact{Attempt: e.Attempt, Outcome: OutcomeFailed}
+			}
 		}
 		if a := o.attempt(e.Attempt); a != nil && a.Outcome != OutcomeSucceeded {
 			a.Outcome, a.ChargeID = OutcomeFailed, e.ChargeID
@@ -184,10 +222,10 @@ func (o *Order) Apply(e Event) {
 		}
 	case RefundSucceeded:
 		if r, ok := o.Refunds[e.ChargeID]; ok {
-			r.Succeeded, r.RefundID = true, e.RefundID
+			r.Succeeded, r.RefundID, r.Refunded = true, e.RefundID, e.Amount
 		}
 	case OrderNeedsReview:
-		o.Status = OrderStatusNeedsReview
+		o.Status, o.ReviewReason = OrderStatusNeedsReview, e.Reason
 	}
 }
 
@@ -200,8 +238,8 @@ func (o *Order) attempt(n int) *Attempt {
 	return nil
 }
 
-// StartAttempt is the command to start payment attempt N, or to take over
-// its lease when N is the current attempt.
+// StartAttempt is the command to start payment attempt N, or to renew or
+// take over its lease when N is the current attempt.
 type StartAttempt struct {
 	N             int
 	ProviderKey   string
@@ -209,20 +247,37 @@ type StartAttempt struct {
 	LeaseUntil    time.Time
 	RequestSHA256 string
 	RequestBody   string
+	// Settle is the settling margin: a new attempt starts only when the
+	// previous attempt's lease ended at least Settle ago, so that its last
+	// send (begun at least ProviderTimeout + SendMargin before the lease's
+	// end) is older than the provider timeout plus Settle.
+	Settle time.Duration
 }
 
 // ErrAttemptNotAllowed is returned when a payment attempt may not start or be
-// taken over: the order is final or cancelling, the attempt has an outcome,
-// or its lease is still held by another owner.
+// taken over: the order is not pending, the deadline passed, the attempt has
+// an outcome, its lease is held by another owner, or the previous attempt
+// has not settled.
 var ErrAttemptNotAllowed = &Error{Kind: Conflict, Code: "attempt-not-allowed", Msg: "payment attempt not allowed"}
 
-// Start decides StartAttempt. A new attempt (N = last+1) needs the order
-// pending and the previous attempt resolved as unknown-and-reconciled by the
-// caller; a takeover (N = last) needs the previous lease expired by now and
-// keeps the attempt's request bytes. Returns ErrAttemptNotAllowed otherwise.
+// Start decides StartAttempt at now. It returns the PaymentAttemptStarted to
+// append at the expected revision the order was loaded at (the revision is
+// the lease's fencing token), or ErrAttemptNotAllowed.
+//
+//   - The first attempt (N = 1) needs a pending order before its deadline.
+//   - A renewal or takeover (N = last) needs the attempt without an outcome,
+//     and its lease expired or held by cmd.Owner; it keeps the attempt's key,
+//     request bytes and StartedAt, so every send of the attempt is the same.
+//   - A new attempt (N = last+1) needs the previous one without an outcome
+//     and settled (its lease ended at least cmd.Settle before now); the
+//     caller must have found no charge of it at the provider, by key and by
+//     metadata (DESIGN §5).
 func (o *Order) Start(cmd StartAttempt, now time.Time) ([]Event, error) {
 	if o.Status != OrderStatusPending {
 		return nil, ErrAttemptNotAllowed.With("order is " + o.Status)
+	}
+	if !now.Before(o.PaymentDeadline) {
+		return nil, ErrAttemptNotAllowed.With("the payment deadline has passed")
 	}
 	ev := PaymentAttemptStarted{OrderID: o.ID, Attempt: cmd.N, ProviderKey: cmd.ProviderKey, Owner: cmd.Owner,
 		LeaseUntil: cmd.LeaseUntil.UTC(), Amount: o.Amount, StartedAt: now.UTC(), RequestSHA256: cmd.RequestSHA256,
@@ -243,100 +298,78 @@ func (o *Order) Start(cmd StartAttempt, now time.Time) ([]Event, error) {
 		if last.Outcome == OutcomeSucceeded || last.Outcome == OutcomeFailed {
 			return nil, ErrAttemptNotAllowed.With("previous attempt has an outcome")
 		}
-		if now.Before(last.LeaseUntil) {
-			return nil, ErrAttemptNotAllowed.With("previous attempt's lease is still held")
+		if now.Before(last.LeaseUntil.Add(cmd.Settle)) {
+			return nil, ErrAttemptNotAllowed.With("previous attempt has not settled")
 		}
 	default:
 		return nil, ErrAttemptNotAllowed.With(fmt.Sprintf("attempt %d is out of sequence", cmd.N))
 	}
+	if cmd.LeaseUntil.IsZero() || !now.Before(cmd.LeaseUntil) {
+		return nil, ErrAttemptNotAllowed.With("the lease must end after now")
+	}
 	return []Event{ev}, nil
 }
 
-// CanSend reports whether owner may send attempt n now: it holds the lease
-// and now+budget (provider timeout plus a safety margin) is before the
-// lease's end. This is the fence on external effects.
+// CanSend reports whether owner may send attempt n at now: n is the current
+// attempt and has no outcome, the order is pending and before its payment
+// deadline, owner holds the lease, and now+budget (provider timeout plus the
+// send margin) is before the lease's end. This is the fence on external
+// effects.
 func (o *Order) CanSend(n int, owner string, now time.Time, budget time.Duration) bool {
-	a := o.attempt(n)
-	return a != nil && a.Owner == owner && a.Outcome != OutcomeSucceeded && a.Outcome != OutcomeFailed &&
-		o.Status == OrderStatusPending && now.Add(budget).Before(a.LeaseUntil)
+	a := o.LastAttempt()
+	return a != nil && a.N == n && a.Owner == owner && a.Outcome != OutcomeSucceeded && a.Outcome != OutcomeFailed &&
+		o.Status == OrderStatusPending && now.Before(o.PaymentDeadline) && now.Add(budget).Before(a.LeaseUntil)
+}
+
+// Settled reports whether no send of the order can still be executing at
+// the provider at now: there is no attempt, or the last attempt's lease
+// ended at least settle before now.
+func (o *Order) Settled(now time.Time, settle time.Duration) bool {
+	last := o.LastAttempt()
+	return last == nil || !now.Before(last.LeaseUntil.Add(settle))
 }
 
 // PaymentResult is a provider fact about one charge of attempt Attempt.
 type PaymentResult struct {
 	Attempt  int
 	Outcome  string // OutcomeSucceeded, OutcomeFailed or OutcomeUnknown
-	ChargeID string
-	Amount   Money
-	Code     string // decline code
+	ChargeID string // empty for an unknown outcome or a refusal that recorded no charge
+	Amount   Money  // of the charge; zero means the order's amount
+	Code     string // decline or refusal code
 	Reason   string
+	// FailReason is the OrderFailed reason of a failure of the current
+	// attempt while pending; empty means FailPaymentDeclined.
+	FailReason string
 }
 
 // RefundKey is the provider idempotency key of a charge's refund.
 func RefundKey(chargeID string) string { return "refund-" + chargeID }
 
-// Record folds a provider fact into the order. Facts are never refused:
-// whoever observed them appends them. It returns the events to append (none
-// for a fact already known):
-//   - a success while pending confirms the order with ticketIDs' tickets;
-//   - a success of another charge than the one that paid, or any success
-//     after the order failed or was cancelled, is a redundant effect:
-//     RefundRequested (reason "redundant_effect");
-//   - a success while cancelling is refunded and the order cancelled;
-//   - a decline while pending fails the order (reason payment_declined);
-//     while cancelling it cancels the order;
-//   - an unknown outcome is recorded once per attempt while pending.
+// Record folds a provider fact into the order. Facts are never refused and
+// never fenced: whoever observed them appends them. It returns the events
+// to append, none for a fact already known:
+//   - a success is recorded once per charge id (PaymentSucceeded); while
+//     pending it confirms the order with ticketIDs' tickets, unless its
+//     amount differs from the order's (needs_review); while cancelling it is
+//     refunded and the order cancelled; in any other status (confirmed by
+//     another charge, failed, cancelled, needs_review) it is a redundant
+//     effect and refunded (RefundRequested, reason redundant_effect);
+//   - a failure of the current attempt fails a pending order (r.FailReason,
+//     default payment_declined) and cancels a cancelling one; a failure of
+//     an older attempt, or in a final status, is recorded as a fact only;
+//     a failure reported for the charge that paid a confirmed order is a
+//     contradiction (needs_review);
+//   - an unknown outcome is recorded once per attempt while pending or
+//     cancelling.
 func (o *Order) Record(r PaymentResult, ticketIDs []string) []Event {
 	if !o.Exists() {
 		return nil
 	}
 	switch r.Outcome {
 	case OutcomeSucceeded:
-		if _, seen := o.Charges[r.ChargeID]; seen && o.Charges[r.ChargeID] == OutcomeSucceeded {
-			return nil
-		}
-		if _, refunding := o.Refunds[r.ChargeID]; refunding {
-			return nil
-		}
-		amount := r.Amount
-		if amount.Currency == "" {
-			amount = o.Amount
-		}
-		succeeded := PaymentSucceeded{OrderID: o.ID, Attempt: r.Attempt, ChargeID: r.ChargeID, Amount: amount}
-		refund := RefundRequested{OrderID: o.ID, ChargeID: r.ChargeID, Amount: amount, Key: RefundKey(r.ChargeID), Reason: "redundant_effect"}
-		switch o.Status {
-		case OrderStatusPending:
-			tickets := make([]Ticket, len(ticketIDs))
-			for i, id := range ticketIDs {
-				tickets[i] = Ticket{ID: id}
-			}
-			return []Event{succeeded, OrderConfirmed{OrderID: o.ID, Tickets: tickets}}
-		case OrderStatusCancelling:
-			refund.Reason = "cancelled"
-			return []Event{succeeded, refund, OrderCancelled{OrderID: o.ID}}
-		default:
-			return []Event{refund}
-		}
+		return o.recordSuccess(r, ticketIDs)
 	case OutcomeFailed:
-		if r.ChargeID != "" {
-			if _, seen := o.Charges[r.ChargeID]; seen {
-				return nil
-			}
-		}
-		failed := PaymentFailed{OrderID: o.ID, Attempt: r.Attempt, ChargeID: r.ChargeID, Code: r.Code, Reason: r.Reason}
-		switch o.Status {
-		case OrderStatusPending:
-			if a := o.attempt(r.Attempt); a != nil && a.Outcome == OutcomeFailed {
-				return nil
-			}
-			return []Event{failed, OrderFailed{OrderID: o.ID, Reason: FailPaymentDeclined}}
-		case OrderStatusCancelling:
-			return []Event{failed, OrderCancelled{OrderID: o.ID}}
-		default:
-			if r.ChargeID == "" {
-				return nil
-			}
-			return []Event{failed}
-		}
+		return o.recordFailure(r)
 	case OutcomeUnknown:
 		a := o.attempt(r.Attempt)
 		if a == nil || a.Outcome != OutcomeNone || (o.Status != OrderStatusPending && o.Status != OrderStatusCancelling) {
@@ -347,22 +380,96 @@ func (o *Order) Record(r PaymentResult, ticketIDs []string) []Event {
 	return nil
 }
 
-// RecordRefund folds a provider's refund of chargeID into the order; no
-// events if it is already known or was never requested.
-func (o *Order) RecordRefund(chargeID, refundID string, amount Money) []Event {
-	r, ok := o.Refunds[chargeID]
-	if !ok || r.Succeeded {
+func (o *Order) recordSuccess(r PaymentResult, ticketIDs []string) []Event {
+	if r.ChargeID == "" {
 		return nil
 	}
-	return []Event{RefundSucceeded{OrderID: o.ID, ChargeID: chargeID, RefundID: refundID, Amount: amount}}
+	if c, seen := o.Charges[r.ChargeID]; seen && c.Outcome == OutcomeSucceeded {
+		return nil
+	}
+	if _, refunding := o.Refunds[r.ChargeID]; refunding {
+		return nil
+	}
+	amount := r.Amount
+	if amount.Currency == "" {
+		amount = o.Amount
+	}
+	succeeded := PaymentSucceeded{OrderID: o.ID, Attempt: r.Attempt, ChargeID: r.ChargeID, Amount: amount}
+	refund := RefundRequested{OrderID: o.ID, ChargeID: r.ChargeID, Amount: amount, Key: RefundKey(r.ChargeID), Reason: RefundRedundantEffect}
+	switch o.Status {
+	case OrderStatusPending:
+		if amount != o.Amount {
+			return []Event{succeeded, OrderNeedsReview{OrderID: o.ID,
+				Reason: fmt.Sprintf("charge %s is %d %s, the order is %d %s", r.ChargeID, amount.Amount, amount.Currency, o.Amount.Amount, o.Amount.Currency)}}
+		}
+		tickets := make([]Ticket, len(ticketIDs))
+		for i, id := range ticketIDs {
+			tickets[i] = Ticket{ID: id}
+		}
+		return []Event{succeeded, OrderConfirmed{OrderID: o.ID, Tickets: tickets}}
+	case OrderStatusCancelling:
+		refund.Reason = RefundCancelled
+		return []Event{succeeded, refund, OrderCancelled{OrderID: o.ID}}
+	default:
+		return []Event{succeeded, refund}
+	}
+}
+
+func (o *Order) recordFailure(r PaymentResult) []Event {
+	if r.ChargeID != "" {
+		if c, seen := o.Charges[r.ChargeID]; seen {
+			if c.Outcome == OutcomeSucceeded && o.Status == OrderStatusConfirmed && r.ChargeID == o.ChargeID {
+				return []Event{OrderNeedsReview{OrderID: o.ID, Reason: "the provider reports the paying charge " + r.ChargeID + " as failed"}}
+			}
+			return nil
+		}
+	}
+	a := o.attempt(r.Attempt)
+	if r.ChargeID == "" && (a == nil || a.Outcome == OutcomeFailed || a.Outcome == OutcomeSucceeded) {
+		return nil
+	}
+	failed := PaymentFailed{OrderID: o.ID, Attempt: r.Attempt, ChargeID: r.ChargeID, Code: r.Code, Reason: r.Reason}
+	last := o.LastAttempt()
+	current := last != nil && last.N == r.Attempt && last.Outcome != OutcomeSucceeded
+	switch {
+	case current && o.Status == OrderStatusPending:
+		reason := r.FailReason
+		if reason == "" {
+			reason = FailPaymentDeclined
+		}
+		return []Event{failed, OrderFailed{OrderID: o.ID, Reason: reason}}
+	case current && o.Status == OrderStatusCancelling:
+		return []Event{failed, OrderCancelled{OrderID: o.ID}}
+	case r.ChargeID != "":
+		return []Event{failed}
+	}
+	return nil
+}
+
+// RecordRefund folds the provider's refund of chargeID (refund refundID, in
+// total amount) into the order: RefundSucceeded when the refund was
+// requested and not yet recorded; OrderNeedsReview when the provider
+// refunded the charge that paid a confirmed order without a request
+// (tickets valid, money returned); no events otherwise.
+func (o *Order) RecordRefund(chargeID, refundID string, amount Money) []Event {
+	r, ok := o.Refunds[chargeID]
+	switch {
+	case ok && !r.Succeeded:
+		return []Event{RefundSucceeded{OrderID: o.ID, ChargeID: chargeID, RefundID: refundID, Amount: amount}}
+	case !ok && o.Status == OrderStatusConfirmed && chargeID == o.ChargeID:
+		return []Event{OrderNeedsReview{OrderID: o.ID, Reason: "the provider refunded the paying charge " + chargeID + " without a request"}}
+	}
+	return nil
 }
 
 // Cancel decides a cancel requested by actor at now, before showStartsAt.
 // A confirmed order is refunded and cancelled (tickets voided); a pending
-// order without a payment in flight is cancelled at once; with a payment in
-// flight or unknown it becomes cancelling. A repeat returns no events.
-// Returns ErrOrderNotFound for another actor's order, ErrShowStarted once
-// the show has started, ErrNotCancellable for a failed or needs_review order.
+// order without an attempt is cancelled at once; with a payment in flight
+// or unknown it becomes cancelling: no new attempt or send starts, and it
+// ends cancelled once the payment resolves (a charge refunded). A repeat
+// returns no events. Returns ErrOrderNotFound for another actor's order,
+// ErrNotCancellable for a failed or needs_review order, ErrShowStarted once
+// the show has started.
 func (o *Order) Cancel(actor string, now, showStartsAt time.Time) ([]Event, error) {
 	if !o.Exists() || o.Actor != actor {
 		return nil, ErrOrderNotFound
@@ -376,32 +483,46 @@ func (o *Order) Cancel(actor string, now, showStartsAt time.Time) ([]Event, erro
 	if !now.Before(showStartsAt) {
 		return nil, ErrShowStarted
 	}
-	switch o.Status {
-	case OrderStatusConfirmed:
+	if o.Status == OrderStatusConfirmed {
 		voided := make([]string, len(o.Tickets))
 		for i, t := range o.Tickets {
 			voided[i] = t.ID
 		}
-		return []Event{
-			RefundRequested{OrderID: o.ID, ChargeID: o.ChargeID, Amount: o.Amount, Key: RefundKey(o.ChargeID), Reason: "cancelled"},
-			OrderCancelled{OrderID: o.ID, VoidedTickets: voided},
-		}, nil
-	default: // pending
-		if last := o.LastAttempt(); last != nil {
-			return []Event{OrderCancelRequested{OrderID: o.ID, Actor: actor}}, nil
+		evs := []Event{}
+		if _, requested := o.Refunds[o.ChargeID]; !requested {
+			evs = append(evs, RefundRequested{OrderID: o.ID, ChargeID: o.ChargeID, Amount: o.Charges[o.ChargeID].Amount,
+				Key: RefundKey(o.ChargeID), Reason: RefundCancelled})
 		}
-		return []Event{OrderCancelled{OrderID: o.ID}}, nil
+		return append(evs, OrderCancelled{OrderID: o.ID, VoidedTickets: voided}), nil
 	}
+	if o.LastAttempt() != nil {
+		return []Event{OrderCancelRequested{OrderID: o.ID, Actor: actor}}, nil
+	}
+	return []Event{OrderCancelled{OrderID: o.ID}}, nil
 }
 
-// FailPastDeadline decides the payment deadline: a pending order with no
-// lease held at now and past its deadline fails (seats released).
-func (o *Order) FailPastDeadline(now time.Time) []Event {
-	if o.Status != OrderStatusPending || now.Before(o.PaymentDeadline) {
+// FailPastDeadline decides the payment deadline at now: a pending order past
+// its deadline whose payment is settled (see Settled) and uncharged fails
+// (reason payment_deadline; seats released). uncharged is the caller's
+// finding: the provider, queried by the last attempt's key and by metadata,
+// knows no charge of it (trivially true without an attempt).
+func (o *Order) FailPastDeadline(now time.Time, settle time.Duration, uncharged bool) []Event {
+	if o.Status != OrderStatusPending || now.Before(o.PaymentDeadline) || !uncharged || !o.Settled(now, settle) {
 		return nil
 	}
-	if last := o.LastAttempt(); last != nil && (now.Before(last.LeaseUntil) || last.Outcome == OutcomeUnknown) {
+	if last := o.LastAttempt(); last != nil && (last.Outcome == OutcomeSucceeded || last.Outcome == OutcomeFailed) {
 		return nil
 	}
 	return []Event{OrderFailed{OrderID: o.ID, Reason: FailPaymentDeadline}}
+}
+
+// FinishCancel decides a cancelling order whose payment is uncharged (as
+// for FailPastDeadline) and either settled at now (see Settled) or unsent:
+// the caller started the last attempt's lease itself and knows that no send
+// of it ever began. It ends cancelled with nothing to refund.
+func (o *Order) FinishCancel(now time.Time, settle time.Duration, uncharged, unsent bool) []Event {
+	if o.Status != OrderStatusCancelling || !uncharged || (!unsent && !o.Settled(now, settle)) {
+		return nil
+	}
+	return []Event{OrderCancelled{OrderID: o.ID}}
 }

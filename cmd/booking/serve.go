@@ -104,6 +104,7 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.ProviderTimeout = cfg.ProviderTimeout
 	hcfg.SendMargin = sendMargin
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
+	hcfg.ProviderWindow = cfg.ProviderWindow // payments (issue 4): same-key retries only inside the provider's window
 	hcfg.InUseWait = cfg.InUseWait
 	commands.StatusOf = statusOf
 	metrics := newMetrics()
@@ -115,6 +116,7 @@ func (c *serveCmd) Run(e *env) error {
 
 	api := &api{h: h, tokens: tokens, log: log, metrics: metrics, pool: pool,
 		webhookSecret: []byte(cfg.ProviderWebhookSecret), budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst)}
+	api.webhooks = newWebhookHandler(api, h) // payments (issue 4): POST /v1/provider/webhooks; before routes()
 	srv := &http.Server{Handler: api.routes(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
@@ -137,6 +139,12 @@ func (c *serveCmd) Run(e *env) error {
 	startWorker("intent-purge", func(ctx context.Context) error {
 		return runPurge(ctx, pool, store, cfg.IntentRetention, cfg.RecoveryInterval, log)
 	})
+	// ---- payments (issue 4): the payment reconciler (unknown outcomes, expired
+	// leases, deadlines, cancels, refunds), one instance across replicas.
+	startWorker(commands.ReconcilerName, func(ctx context.Context) error {
+		return h.RunReconciler(ctx, pgPendingOrders{pool}, cfg.RecoveryInterval/3)
+	})
+	// ---- end payments
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

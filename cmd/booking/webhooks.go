@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/provider"
+)
+
+// maxWebhookBytes bounds a webhook body.
+const maxWebhookBytes = 1 << 20
+
+// webhookTimeout bounds the work on one notification once its body is read;
+// it runs detached from the provider's connection, so a hang-up does not cut
+// recording short (a redelivery would only repeat it harmlessly).
+const webhookTimeout = 30 * time.Second
+
+// webhookReceiver is the part of commands.Handler that takes notifications.
+type webhookReceiver interface {
+	ReceiveWebhook(ctx context.Context, secret []byte, signature string, body []byte) error
+}
+
+// newWebhookHandler returns POST /v1/provider/webhooks (DESIGN §5, §6): the
+// raw body and its Provider-Signature go to r, which verifies them against
+// a.webhookSecret before anything is parsed or recorded. Answers: 204 when
+// the fact is recorded (or already was); 400 for a bad signature, a stale
+// timestamp or a malformed event, with nothing recorded; 404 for a charge
+// of no known order, so the provider redelivers; 503 while a dependency is
+// down.
+func newWebhookHandler(a *api, r webhookReceiver) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxWebhookBytes))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				a.writeError(w, req, httpError(domain.Invalid, codeBodyTooLarge, "the webhook body is too large"))
+				return
+			}
+			a.writeError(w, req, httpError(domain.Invalid, "invalid-request", "the webhook body could not be read"))
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), webhookTimeout)
+		defer cancel()
+		if err := r.ReceiveWebhook(ctx, a.webhookSecret, req.Header.Get(provider.HeaderSignature), body); err != nil {
+			if domain.KindOf(err) == domain.Invalid {
+				a.log.Warn("provider webhook refused", "err", err)
+			}
+			a.writeError(w, req, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}

@@ -1,0 +1,636 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgstore"
+	"github.com/retrysafe/booking/migrations/pgtest"
+	"github.com/retrysafe/booking/provider"
+	"github.com/retrysafe/booking/provider/providersim"
+)
+
+// Integration tests of payments: real PostgreSQL (BOOKING_TEST_DATABASE_URL,
+// pgstore, migrations), the real provider simulator in-process over HTTP,
+// and its signed webhooks delivered to a receiver that calls
+// Handler.ReceiveWebhook. Each test counts the charges at the simulator,
+// net of refunds, and the events of the order stream.
+
+const pgSecret = "whsec_pgtest"
+
+// pgClock is the database clock (now()) plus an offset tests move forward.
+type pgClock struct {
+	pool   *pgxpool.Pool
+	offset atomic.Int64
+}
+
+func (c *pgClock) Now(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	err := c.pool.QueryRow(ctx, "SELECT now()").Scan(&t)
+	return t.UTC().Add(time.Duration(c.offset.Load())), err
+}
+
+func (c *pgClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+// pgFix is a database, a simulator, and a show with seats to order.
+type pgFix struct {
+	t      *testing.T
+	store  *pgstore.Store
+	clock  *pgClock
+	sim    *providersim.Server
+	client *provider.Client
+	recv   atomic.Pointer[Handler] // the webhook receiver's handler
+	show   string
+	seq    atomic.Int64
+	log    *slog.Logger
+}
+
+func newPGFix(t *testing.T, simCfg providersim.Config) *pgFix {
+	t.Helper()
+	dbURL := pgtest.NewDatabase(t)
+	pool := pgtest.NewPool(t, dbURL)
+	f := &pgFix{t: t, store: pgstore.New(pool), clock: &pgClock{pool: pool}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if testing.Verbose() {
+		f.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	recv := httptest.NewServer(http.HandlerFunc(f.receive))
+	t.Cleanup(recv.Close)
+	simCfg.WebhookSecret = pgSecret
+	simCfg.WebhookURL = recv.URL + "/v1/provider/webhooks"
+	simCfg.Webhooks.InitialBackoff = 50 * time.Millisecond
+	simCfg.Webhooks.MaxBackoff = 200 * time.Millisecond
+	f.sim = providersim.New(simCfg)
+	simSrv := httptest.NewServer(f.sim.Handler())
+	t.Cleanup(func() { f.sim.Close(); simSrv.Close() })
+	// No keep-alive: a dropped connection is never silently resent by the
+	// transport, so the tests see the outcome-unknown path every time.
+	f.client = provider.New(simSrv.URL, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second})
+	return f
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// receive is POST /v1/provider/webhooks of the tests, mapped as cmd/booking maps it.
+func (f *pgFix) receive(w http.ResponseWriter, r *http.Request) {
+	h := f.recv.Load()
+	body, err := io.ReadAll(r.Body)
+	if h == nil || err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	err = h.ReceiveWebhook(r.Context(), []byte(pgSecret), r.Header.Get(provider.HeaderSignature), body)
+	w.WriteHeader(webhookStatus(err))
+}
+
+func webhookStatus(err error) int {
+	switch {
+	case err == nil:
+		return http.StatusNoContent
+	case domain.KindOf(err) == domain.Invalid:
+		return http.StatusBadRequest
+	case domain.KindOf(err) == domain.NotFound:
+		return http.StatusNotFound
+	case domain.KindOf(err) == domain.Unavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// handler returns a handler of executor on the fixture (a process); the
+// first one also receives the webhooks.
+func (f *pgFix) handler(executor string, tune func(*Config), opts ...Option) *Handler {
+	cfg := DefaultConfig()
+	cfg.Executor = executor
+	if tune != nil {
+		tune(&cfg)
+	}
+	h := New(cfg, f.store, f.clock, f.client, newTestRegistry(), f.log.With("executor", executor), opts...)
+	f.recv.CompareAndSwap(nil, h)
+	return h
+}
+
+const pgActor = "user-pg"
+
+func (f *pgFix) req(op string) Request {
+	return Request{Actor: pgActor, Operation: op, Key: fmt.Sprintf("k-%d", f.seq.Add(1))}
+}
+
+// placeOrder holds one seat and orders it with token, waiting up to wait.
+func (f *pgFix) placeOrder(h *Handler, token string, wait time.Duration) OrderResult {
+	f.t.Helper()
+	ctx := context.Background()
+	if f.show == "" {
+		now, err := f.clock.Now(ctx)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		admin := f.req(OpScheduleShow)
+		admin.Actor = "admin"
+		show, _, err := h.ScheduleShow(ctx, admin, ScheduleShowCommand{Name: "PG Show", StartsAt: now.Add(72 * time.Hour), Capacity: 100,
+			Price: domain.Money{Amount: 1500, Currency: "EUR"}})
+		if err != nil {
+			f.t.Fatalf("ScheduleShow: %v", err)
+		}
+		f.show = show.ID
+	}
+	res, _, err := h.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: f.show, Quantity: 1})
+	if err != nil {
+		f.t.Fatalf("ReserveSeats: %v", err)
+	}
+	req := f.req(OpPlaceOrder)
+	req.Wait = wait
+	out, err := h.PlaceOrder(ctx, req, PlaceOrderCommand{ReservationID: res.ID, PaymentToken: token})
+	if err != nil {
+		f.t.Fatalf("PlaceOrder: %v", err)
+	}
+	return out
+}
+
+// types returns the event types of the order's stream.
+func (f *pgFix) types(orderID string) []string {
+	f.t.Helper()
+	recs, err := f.store.ReadStream(context.Background(), domain.OrderStream(orderID), 0, 0)
+	if err != nil {
+		f.t.Fatalf("read order stream: %v", err)
+	}
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.Type
+	}
+	return out
+}
+
+// charges returns the order's charges at the simulator: net of refunds, and
+// how many succeeded.
+func (f *pgFix) charges(orderID string) (net int64, succeeded int) {
+	for _, c := range f.sim.Charges() {
+		if c.Metadata[provider.MetadataOrderID] == orderID && c.Status == provider.StatusSucceeded {
+			net += c.Amount - c.RefundedAmount
+			succeeded++
+		}
+	}
+	return net, succeeded
+}
+
+func (f *pgFix) order(h *Handler, id string) domain.Order {
+	f.t.Helper()
+	o, _, err := h.LoadOrder(context.Background(), id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return o
+}
+
+// eventually polls cond every 20 ms for up to d.
+func (f *pgFix) eventually(d time.Duration, what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (f *pgFix) pauseWebhooks(paused bool) {
+	flt := f.sim.Faults()
+	flt.WebhooksPaused = paused
+	if err := f.sim.SetFaults(flt); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// blockAt returns hooks that block the first time step is reached until
+// release is closed; reached is closed when it blocks.
+func blockAt(step string) (hooks Hooks, reached, release chan struct{}) {
+	reached, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	return Hooks{Step: func(s string) {
+		if s != step {
+			return
+		}
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(reached)
+			<-release
+		}
+	}}, reached, release
+}
+
+var (
+	placedStartedConfirmed = []string{"OrderPlaced", evStarted, evSucceeded, evConfirmed}
+)
+
+// TestPGDroppedConnectionIsReconciled: the provider commits, then drops the
+// connection → outcome unknown → reconciled by key to succeeded, 1 charge.
+func TestPGDroppedConnectionIsReconciled(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	f.pauseWebhooks(true)
+	h := f.handler("pg-a", nil)
+	res := f.placeOrder(h, providersim.TokenTimeoutAfterCommit, 5*time.Second)
+	if !res.Final || res.Order.Status != domain.OrderStatusConfirmed {
+		t.Fatalf("PlaceOrder = final %v, %s; want confirmed", res.Final, res.Order.Status)
+	}
+	want := []string{"OrderPlaced", evStarted, evUnknown, evSucceeded, evConfirmed}
+	if diff := cmp.Diff(want, f.types(res.Order.ID)); diff != "" {
+		t.Errorf("order events (-want +got):\n%s", diff)
+	}
+	f.pauseWebhooks(false) // the late notice changes nothing
+	if err := f.sim.WaitWebhooks(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, f.types(res.Order.ID)); diff != "" {
+		t.Errorf("order events after the webhook (-want +got):\n%s", diff)
+	}
+	if net, n := f.charges(res.Order.ID); net != 1500 || n != 1 {
+		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
+	}
+}
+
+// TestPGSlowProviderLeaseTakeover: the provider is slower than the lease;
+// the owner is stuck after its send timed out; another executor on the same
+// database takes the lease over (fenced by revision), resends the same key
+// (409 while the first is executing, then the replay), and confirms. The
+// stale owner's lease append at the revision it loaded is rejected. 1 charge.
+func TestPGSlowProviderLeaseTakeover(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{SlowDelay: 1500 * time.Millisecond})
+	short := func(c *Config) {
+		c.PaymentLease, c.ProviderTimeout, c.SendMargin, c.SettleMargin = time.Second, 300*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond
+	}
+	hooks, reached, release := blockAt("payment.sent")
+	a := f.handler("pg-owner", short, WithHooks(hooks))
+	b := f.handler("pg-reconciler", short)
+	res := f.placeOrder(a, providersim.TokenSlow, 0)
+	id := res.Order.ID
+	<-reached // a's send timed out (the provider is still executing); a is stuck before recording
+
+	staleOrder, staleStream, err := a.LoadOrder(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(staleOrder.LastAttempt().LeaseUntil) + 50*time.Millisecond) // the lease expires (database clock ≈ host clock)
+	if err := b.DrivePayment(context.Background(), id); err != nil {
+		t.Fatalf("B DrivePayment() = %v", err)
+	}
+	o := f.order(b, id)
+	if o.Status != domain.OrderStatusConfirmed || o.LastAttempt().Owner != "pg-reconciler" || o.LastAttempt().Takeovers != 1 {
+		t.Fatalf("order %s, attempt owner %s after %d takeovers; want confirmed by pg-reconciler after 1",
+			o.Status, o.LastAttempt().Owner, o.LastAttempt().Takeovers)
+	}
+	now, _ := f.clock.Now(context.Background())
+	if err := a.takeOverAttempt(context.Background(), staleOrder, staleStream, *staleOrder.LastAttempt(), now); !errors.Is(err, errRetry) {
+		t.Errorf("stale owner's lease append = %v, want a revision conflict (errRetry)", err)
+	}
+	close(release) // the owner resumes: its unknown outcome is moot
+	f.eventually(5*time.Second, "the owner to finish", func() bool { return a.sends.TryLock(id) != nil })
+	if err := f.sim.WaitWebhooks(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"OrderPlaced", evStarted, evStarted, evSucceeded, evConfirmed}
+	if diff := cmp.Diff(want, f.types(id)); diff != "" {
+		t.Errorf("order events (-want +got):\n%s", diff)
+	}
+	if net, n := f.charges(id); net != 1500 || n != 1 {
+		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
+	}
+}
+
+// TestPGWebhooks: a notice before the API records the outcome; the same
+// notice twice at once, again after 10 minutes on the simulator's clock, and
+// a stale failure notice after it → one confirmation.
+func TestPGWebhooks(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	hooks, reached, release := blockAt("payment.sent")
+	h := f.handler("pg-a", nil, WithHooks(hooks))
+	res := f.placeOrder(h, providersim.TokenVisa, 0)
+	id := res.Order.ID
+	<-reached // the sender has its answer but has not recorded it
+	f.eventually(5*time.Second, "the webhook to confirm the order", func() bool {
+		return f.order(h, id).Status == domain.OrderStatusConfirmed
+	})
+	close(release)
+	f.eventually(5*time.Second, "the sender to finish", func() bool { return h.sends.TryLock(id) != nil })
+	if diff := cmp.Diff(placedStartedConfirmed, f.types(id)); diff != "" {
+		t.Fatalf("order events (-want +got):\n%s", diff)
+	}
+
+	evs := f.sim.Events()
+	if len(evs) != 1 || evs[0].Type != provider.EventChargeSucceeded {
+		t.Fatalf("simulator events = %v, want one charge.succeeded", evs)
+	}
+	var wg sync.WaitGroup
+	for range 2 { // twice at once
+		wg.Go(func() {
+			if err := f.sim.Resend(evs[0].ID); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	f.sim.AdvanceClock(10 * time.Minute) // and again ten minutes later
+	if err := f.sim.Resend(evs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sim.WaitWebhooks(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// An older failure notice arriving out of order: its payload says failed,
+	// the provider's current state says succeeded.
+	stale := evs[0]
+	stale.ID, stale.Type = "evt_stale_failure", provider.EventChargeFailed
+	stale.Data.Object.Status, stale.Data.Object.FailureCode = provider.StatusFailed, provider.CodeCardDeclined
+	body := stale.Body()
+	if err := h.ReceiveWebhook(context.Background(), []byte(pgSecret), provider.Sign(body, time.Now(), []byte(pgSecret)), body); err != nil {
+		t.Fatalf("stale failure notice: %v", err)
+	}
+	for _, d := range f.sim.Deliveries() {
+		if d.StatusCode != http.StatusNoContent {
+			t.Errorf("delivery %+v answered %d, want 204", d, d.StatusCode)
+		}
+	}
+	if diff := cmp.Diff(placedStartedConfirmed, f.types(id)); diff != "" {
+		t.Errorf("order events after duplicates (-want +got):\n%s", diff)
+	}
+	if net, n := f.charges(id); net != 1500 || n != 1 {
+		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
+	}
+}
+
+// TestPGWebhookSignature: a bad signature or a stale timestamp → 400 and
+// nothing recorded.
+func TestPGWebhookSignature(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	f.pauseWebhooks(true)
+	h := f.handler("pg-a", nil)
+	res := f.placeOrder(h, providersim.TokenTimeoutAfterCommit, 0)
+	id := res.Order.ID
+	f.eventually(5*time.Second, "the charge", func() bool { _, n := f.charges(id); return n == 1 })
+	f.eventually(5*time.Second, "the sender to finish", func() bool { return h.sends.TryLock(id) != nil })
+	before := f.types(id)
+	ev := f.sim.Events()[0]
+	body := ev.Body()
+	for name, sig := range map[string]string{
+		"another secret":  provider.Sign(body, time.Now(), []byte("whsec_other")),
+		"no signature":    "",
+		"stale timestamp": provider.Sign(body, time.Now().Add(-6*time.Minute), []byte(pgSecret)),
+	} {
+		err := h.ReceiveWebhook(context.Background(), []byte(pgSecret), sig, body)
+		if got := webhookStatus(err); got != http.StatusBadRequest {
+			t.Errorf("%s: status %d (%v), want 400", name, got, err)
+		}
+	}
+	if diff := cmp.Diff(before, f.types(id)); diff != "" {
+		t.Errorf("refused webhooks changed the order (-before +after):\n%s", diff)
+	}
+	if net, n := f.charges(id); net != 1500 || n != 1 {
+		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
+	}
+}
+
+// TestPGKeyInUseThenSuccess: 409 idempotency_key_in_use, then 200 →
+// retried with the same key after a backoff, confirmed.
+func TestPGKeyInUseThenSuccess(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	if err := f.sim.SetFaults(providersim.Faults{InUse409: 2}); err != nil {
+		t.Fatal(err)
+	}
+	h := f.handler("pg-a", nil)
+	res := f.placeOrder(h, providersim.TokenVisa, 5*time.Second)
+	if !res.Final || res.Order.Status != domain.OrderStatusConfirmed {
+		t.Fatalf("PlaceOrder = final %v, %s; want confirmed", res.Final, res.Order.Status)
+	}
+	if diff := cmp.Diff(placedStartedConfirmed, f.types(res.Order.ID)); diff != "" {
+		t.Errorf("order events (-want +got):\n%s", diff)
+	}
+	if net, n := f.charges(res.Order.ID); net != 1500 || n != 1 {
+		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
+	}
+}
+
+// TestPGDeclineReleasesSeats: a decline fails the order, releases the
+// reservation and its seats; no money moves.
+func TestPGDeclineReleasesSeats(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	h := f.handler("pg-a", nil)
+	res := f.placeOrder(h, providersim.TokenDecline, 5*time.Second)
+	if !res.Final || res.Order.Status != domain.OrderStatusFailed || res.Order.FirstOutcome != domain.FailPaymentDeclined {
+		t.Fatalf("PlaceOrder = final %v, %s (%s); want failed, payment_declined", res.Final, res.Order.Status, res.Order.FirstOutcome)
+	}
+	if diff := cmp.Diff([]string{"OrderPlaced", evStarted, evFailed, evOrderFail}, f.types(res.Order.ID)); diff != "" {
+		t.Errorf("order events (-want +got):\n%s", diff)
+	}
+	show, err := h.GetShow(context.Background(), f.show)
+	if err != nil || show.Available() != show.Capacity {
+		t.Errorf("show available %d of %d (%v), want all seats back", show.Available(), show.Capacity, err)
+	}
+	r, err := h.GetReservation(context.Background(), pgActor, res.Order.ReservationID)
+	if err != nil || r.Status != domain.ReservationStatusReleased {
+		t.Errorf("reservation %s (%v), want released", r.Status, err)
+	}
+	if net, n := f.charges(res.Order.ID); net != 0 || n != 0 {
+		t.Errorf("simulator: net %d over %d succeeded charges, want 0", net, n)
+	}
+}
+
+// TestPGChargeAfterFailureIsRefunded: a charge notice after the order failed
+// is a redundant effect: RefundRequested before the refund call, refunded,
+// net charges 0.
+func TestPGChargeAfterFailureIsRefunded(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	h := f.handler("pg-a", nil)
+	res := f.placeOrder(h, providersim.TokenDecline, 5*time.Second)
+	id := res.Order.ID
+	if res.Order.Status != domain.OrderStatusFailed {
+		t.Fatalf("order %s, want failed", res.Order.Status)
+	}
+	// A stray charge for the order (a stale sender, another system).
+	stray := provider.NewChargeRequest(1500, "EUR", providersim.TokenVisa, id, 1)
+	if _, err := f.client.CreateCharge(context.Background(), "stray-"+id, stray); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(5*time.Second, "the redundant charge to be refunded", func() bool {
+		return slices.Contains(f.types(id), evRefunded)
+	})
+	want := []string{"OrderPlaced", evStarted, evFailed, evOrderFail, evSucceeded, evRefundReq, evRefunded}
+	if diff := cmp.Diff(want, f.types(id)); diff != "" {
+		t.Errorf("order events (-want +got):\n%s", diff)
+	}
+	if err := f.sim.WaitWebhooks(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, f.types(id)); diff != "" {
+		t.Errorf("order events after every webhook (-want +got):\n%s", diff)
+	}
+	if net, n := f.charges(id); net != 0 || n != 1 {
+		t.Errorf("simulator: net %d over %d charges, want 0 over 1", net, n)
+	}
+	if o := f.order(h, id); o.Status != domain.OrderStatusFailed || o.NetCharged() != 0 {
+		t.Errorf("order %s with net %d, want failed with 0", o.Status, o.NetCharged())
+	}
+}
+
+// TestPGCancelRacesPayment: a cancel racing a successful payment, 50 times;
+// every run ends in exactly one of {confirmed with tickets, cancelled with
+// net charge 0}, never both, never neither.
+func TestPGCancelRacesPayment(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	h := f.handler("pg-a", nil)
+	ctx := context.Background()
+	outcomes := map[string]int{}
+	for i := range 50 {
+		if i%2 == 1 {
+			if err := f.sim.SetFaults(providersim.Faults{LatencyMS: rand.N(20)}); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			f.sim.ResetFaults()
+		}
+		res := f.placeOrder(h, providersim.TokenVisa, 0)
+		id := res.Order.ID
+		time.Sleep(time.Duration(rand.N(3000)) * time.Microsecond)
+		c, err := h.CancelOrder(ctx, f.req(OpCancelOrder), id)
+		if err != nil {
+			t.Fatalf("run %d: CancelOrder() = %v", i, err)
+		}
+		if c.Order.Status != domain.OrderStatusCancelled && c.Order.Status != domain.OrderStatusCancelling {
+			t.Fatalf("run %d: CancelOrder() answered %s", i, c.Order.Status)
+		}
+		var o domain.Order
+		f.eventually(10*time.Second, fmt.Sprintf("run %d to settle", i), func() bool {
+			if err := h.ReconcileOrder(ctx, id); err != nil {
+				t.Logf("run %d: ReconcileOrder: %v", i, err)
+			}
+			o = f.order(h, id)
+			return (o.Status == domain.OrderStatusCancelled && len(o.PendingRefunds()) == 0) || o.Status == domain.OrderStatusConfirmed
+		})
+		net, n := f.charges(id)
+		types := f.types(id)
+		switch {
+		case o.Status == domain.OrderStatusConfirmed && len(o.Tickets) == 1 && net == 1500 && n == 1:
+			outcomes["confirmed"]++
+		case o.Status == domain.OrderStatusCancelled && net == 0 && o.NetCharged() == 0 && n <= 1:
+			outcomes["cancelled"]++
+			if slices.Contains(types, evConfirmed) {
+				outcomes["cancelled after confirmation"]++
+			}
+		default:
+			t.Fatalf("run %d: order %s with %d tickets, net %d over %d charges, events %v", i, o.Status, len(o.Tickets), net, n, types)
+		}
+	}
+	if outcomes["confirmed"]+outcomes["cancelled"] != 50 {
+		t.Errorf("outcomes %v, want 50 runs", outcomes)
+	}
+	t.Logf("outcomes: %v", outcomes)
+}
+
+// TestPGProviderWindowPassed: an attempt's outcome stays unknown (its owner
+// died after the provider charged) until the provider's window passed, so
+// its key is forgotten; reconciliation (by metadata) records the charge
+// before any new attempt: never two charges.
+func TestPGProviderWindowPassed(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	f.pauseWebhooks(true)
+	window := func(c *Config) { c.ProviderWindow = time.Hour; c.PaymentDeadline = 3 * time.Hour }
+	hooks, reached, release := blockAt("payment.sent")
+	a := f.handler("pg-dead-owner", window, WithHooks(hooks))
+	b := f.handler("pg-reconciler", window)
+	res := f.placeOrder(a, providersim.TokenTimeoutAfterCommit, 0)
+	id := res.Order.ID
+	<-reached // charged, connection dropped, owner gone before recording anything
+	defer close(release)
+
+	f.sim.AdvanceClock(25 * time.Hour) // the provider forgets the key
+	f.clock.Advance(2 * time.Hour)     // past the window (measured from StartedAt) and the lease
+	if err := b.ReconcileOrder(context.Background(), id); err != nil {
+		t.Fatalf("ReconcileOrder() = %v", err)
+	}
+	want := []string{"OrderPlaced", evStarted, evSucceeded, evConfirmed}
+	if diff := cmp.Diff(want, f.types(id)); diff != "" {
+		t.Errorf("order events (-want +got):\n%s", diff)
+	}
+	if net, n := f.charges(id); net != 1500 || n != 1 {
+		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
+	}
+	if o := f.order(b, id); len(o.Attempts) != 1 {
+		t.Errorf("attempts = %d, want 1 (no new attempt)", len(o.Attempts))
+	}
+}
+
+// TestPGReconcilerFinishesAfterOwnerDied: the owner dies after the provider
+// charged and before the outcome was recorded; the reconciler (another
+// process, RunReconciler over a PendingOrders listing) records it. 1 charge.
+func TestPGReconcilerFinishesAfterOwnerDied(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	f.pauseWebhooks(true)
+	hooks, reached, release := blockAt("payment.sent")
+	a := f.handler("pg-dead-owner", nil, WithHooks(hooks))
+	b := f.handler("pg-reconciler", nil)
+	res := f.placeOrder(a, providersim.TokenVisa, 0)
+	id := res.Order.ID
+	<-reached
+	defer close(release)
+	f.clock.Advance(time.Minute) // the dead owner's lease expires
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- b.RunReconciler(ctx, staticPending{id}, 50*time.Millisecond) }()
+	f.eventually(5*time.Second, "the reconciler to confirm", func() bool {
+		return f.order(b, id).Status == domain.OrderStatusConfirmed
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("RunReconciler() = %v, want context.Canceled", err)
+	}
+	if diff := cmp.Diff(placedStartedConfirmed, f.types(id)); diff != "" {
+		t.Errorf("order events (-want +got):\n%s", diff)
+	}
+	if net, n := f.charges(id); net != 1500 || n != 1 {
+		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
+	}
+}
+
+// staticPending lists fixed order ids.
+type staticPending []string
+
+func (p staticPending) PendingOrders(_ context.Context, after string, limit int) ([]string, error) {
+	var out []string
+	for _, id := range p {
+		if id > after && len(out) < limit {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+var _ = eventstore.Any

@@ -1,0 +1,647 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/provider"
+)
+
+// Fixtures of the payment tests: order payOrder of payActor for 2 seats of
+// payShow (reservation payRes), placed at payT0 with the default windows.
+const (
+	payOrder  = "0197c000-0000-7000-8000-0000000000a1"
+	payShow   = "0197c000-0000-7000-8000-0000000000b1"
+	payRes    = "0197c000-0000-7000-8000-0000000000c1"
+	payActor  = "user-pay"
+	payIntent = "intent-pay"
+	execA     = "exec-a"
+	execB     = "exec-b"
+)
+
+var (
+	payT0     = time.Date(2030, 7, 1, 10, 0, 0, 0, time.UTC)
+	payPrice  = domain.Money{Amount: 1500, Currency: "EUR"}
+	payAmount = payPrice.Times(2)
+)
+
+// payFix is one order on fakes, and the handler of executor execA.
+type payFix struct {
+	t       *testing.T
+	store   *memStore
+	clock   *fakeClock
+	pay     *fakePayments
+	metrics *recordingMetrics
+	cfg     Config
+	h       *Handler
+	base    int // order events before the test's when
+}
+
+func payConfig() Config {
+	cfg := DefaultConfig()
+	cfg.Executor = execA
+	return cfg
+}
+
+// newPayFix places the order (token tok) on a scheduled show with a held,
+// ordered reservation, then appends given to the order stream.
+func newPayFix(t *testing.T, cfg Config, token string, faults []chargeFault, given ...domain.Event) *payFix {
+	t.Helper()
+	f := &payFix{t: t, store: newMemStore(), clock: newFakeClock(payT0), pay: newFakePayments(faults...), metrics: newRecordingMetrics(), cfg: cfg}
+	f.store.clock = f.clock
+	f.h = f.handler(cfg)
+	mustAppend(t, f.store, domain.ShowStream(payShow),
+		domain.ShowScheduled{ShowID: payShow, Name: "Pay Show", StartsAt: payT0.Add(48 * time.Hour), Capacity: 10, Price: payPrice},
+		domain.SeatsHeld{ShowID: payShow, ReservationID: payRes, Actor: payActor, Intent: payIntent, Quantity: 2, Amount: payAmount, ExpiresAt: payT0.Add(10 * time.Minute)})
+	mustAppend(t, f.store, domain.ReservationStream(payRes),
+		domain.ReservationHeld{ReservationID: payRes, ShowID: payShow, Actor: payActor, Quantity: 2, Amount: payAmount, ExpiresAt: payT0.Add(10 * time.Minute)},
+		domain.ReservationOrdered{ReservationID: payRes, OrderID: payOrder})
+	placed := domain.PlacedFrom(domain.OrderClaimed{ReservationID: payRes, OrderID: payOrder, ShowID: payShow, Actor: payActor,
+		Intent: payIntent, Quantity: 2, Amount: payAmount}, payT0.Add(cfg.PaymentDeadline), token)
+	mustAppend(t, f.store, domain.OrderStream(payOrder), placed)
+	if len(given) > 0 {
+		mustAppend(t, f.store, domain.OrderStream(payOrder), given...)
+	}
+	f.base = len(f.store.types(domain.OrderStream(payOrder)))
+	return f
+}
+
+// handler returns a handler on the fixture's fakes with cfg (another
+// executor id makes another process).
+func (f *payFix) handler(cfg Config) *Handler {
+	return New(cfg, f.store, f.clock, f.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithMetrics(f.metrics))
+}
+
+// appended returns the types of the order events appended since the fixture was built.
+func (f *payFix) appended() []string {
+	if all := f.store.types(domain.OrderStream(payOrder)); len(all) > f.base {
+		return all[f.base:]
+	}
+	return nil
+}
+
+func (f *payFix) order() domain.Order {
+	f.t.Helper()
+	o, _, err := f.h.LoadOrder(context.Background(), payOrder)
+	if err != nil {
+		f.t.Fatalf("LoadOrder: %v", err)
+	}
+	return o
+}
+
+// payKey is the provider key of attempt n.
+func payKey(n int) string { return fmt.Sprintf("order-%s-%d", payOrder, n) }
+
+// payStarted is attempt n's lease by owner: first started at first, lease until until.
+func payStarted(n int, owner string, first, until time.Time) domain.PaymentAttemptStarted {
+	req := provider.NewChargeRequest(payAmount.Amount, payAmount.Currency, "tok_visa", payOrder, n)
+	req.Description = fmt.Sprintf("2 ticket(s), order %s", payOrder)
+	body := req.Body()
+	return domain.PaymentAttemptStarted{OrderID: payOrder, Attempt: n, ProviderKey: payKey(n), Owner: owner, LeaseUntil: until,
+		Amount: payAmount, StartedAt: first, RequestSHA256: sha256Hex(body), Private: &domain.AttemptPrivate{RequestBody: string(body)}}
+}
+
+var (
+	evStarted   = "PaymentAttemptStarted"
+	evSucceeded = "PaymentSucceeded"
+	evFailed    = "PaymentFailed"
+	evUnknown   = "PaymentOutcomeUnknown"
+	evConfirmed = "OrderConfirmed"
+	evOrderFail = "OrderFailed"
+	evCancelReq = "OrderCancelRequested"
+	evCancelled = "OrderCancelled"
+	evRefundReq = "RefundRequested"
+	evRefunded  = "RefundSucceeded"
+)
+
+func TestDrivePayment(t *testing.T) {
+	t.Parallel()
+	lease := DefaultConfig().PaymentLease
+	expiredLease := payStarted(1, execB, payT0, payT0.Add(lease)) // evaluated at payT0+1m: expired and settled
+	liveLeaseB := payStarted(1, execB, payT0, payT0.Add(2*time.Minute))
+	narrowWindow := func() Config {
+		c := payConfig()
+		c.ProviderWindow = time.Hour
+		c.PaymentDeadline = 3 * time.Hour
+		return c
+	}
+	tests := []struct {
+		name   string
+		cfg    func() Config
+		token  string
+		faults []chargeFault
+		given  []domain.Event
+		// before runs on the fakes before the when (stray charges, forgotten keys).
+		before func(f *payFix)
+		after  time.Duration // clock advance from payT0 before the when
+		// then
+		want        []string
+		wantStatus  string
+		wantNet     int64
+		wantCharges int      // succeeded charges at the provider
+		wantSends   []string // keys of the CreateChargeRaw calls
+		wantMetric  string
+	}{
+		{name: "A payment that succeeds confirms the order with one charge.",
+			want: []string{evStarted, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
+			wantNet: payAmount.Amount, wantCharges: 1, wantSends: []string{payKey(1)}},
+		{name: "A decline fails the order; no money moves.",
+			faults: []chargeFault{faultDecline},
+			want:   []string{evStarted, evFailed, evOrderFail}, wantStatus: domain.OrderStatusFailed, wantSends: []string{payKey(1)}},
+		{name: "A provider 409 is in progress, never a decline: the same key is repeated and the order confirmed.",
+			faults: []chargeFault{faultInUse, faultInUse},
+			want:   []string{evStarted, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
+			wantNet: payAmount.Amount, wantCharges: 1, wantSends: []string{payKey(1), payKey(1), payKey(1)}, wantMetric: "provider_in_use"},
+		{name: "A connection dropped after the commit is reconciled by key, without a second charge.",
+			faults: []chargeFault{faultUnknownCommit},
+			want:   []string{evStarted, evUnknown, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
+			wantNet: payAmount.Amount, wantCharges: 1, wantSends: []string{payKey(1)}, wantMetric: "found_succeeded"},
+		{name: "An error before the commit is retried inside the window with the same attempt and key.",
+			faults: []chargeFault{faultUnknownBefore},
+			want:   []string{evStarted, evUnknown, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
+			wantNet: payAmount.Amount, wantCharges: 1, wantSends: []string{payKey(1), payKey(1)}, wantMetric: "not_found"},
+		{name: "An idempotency error is an alert, never a decline; the order stays pending.",
+			faults: []chargeFault{faultIdempotency},
+			want:   []string{evStarted}, wantStatus: domain.OrderStatusPending, wantSends: []string{payKey(1)}, wantMetric: "idempotency_error"},
+		{name: "A token the provider refuses fails the order; nothing was charged.",
+			faults: []chargeFault{faultInvalid},
+			want:   []string{evStarted, evFailed, evOrderFail}, wantStatus: domain.OrderStatusFailed, wantSends: []string{payKey(1)}},
+		{name: "A provider that cannot be reached sends nothing and keeps the lease for a retry.",
+			faults: []chargeFault{faultUnavailable},
+			want:   []string{evStarted}, wantStatus: domain.OrderStatusPending, wantSends: []string{payKey(1)}},
+		{name: "Another executor's live lease is left alone: no provider call.",
+			given: []domain.Event{liveLeaseB}, after: time.Minute,
+			wantStatus: domain.OrderStatusPending},
+		{name: "An expired lease is reconciled by key first: the owner's charge is recorded, none is sent.",
+			given:  []domain.Event{expiredLease},
+			before: func(f *payFix) { f.pay.byKey[payKey(1)] = f.pay.addCharge(payOrder, 1, payAmount).ID },
+			after:  time.Minute,
+			want:   []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
+			wantNet: payAmount.Amount, wantCharges: 1, wantMetric: "found_succeeded"},
+		{name: "An expired lease with nothing at the provider is taken over and sent with the same key inside the window.",
+			given: []domain.Event{expiredLease}, after: time.Minute,
+			want: []string{evStarted, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
+			wantNet: payAmount.Amount, wantCharges: 1, wantSends: []string{payKey(1)}, wantMetric: "lease_taken_over"},
+		{name: "Outside the window a charge found by metadata is recorded and no new attempt starts.",
+			cfg: narrowWindow, given: []domain.Event{expiredLease},
+			before: func(f *payFix) { f.pay.addCharge(payOrder, 1, payAmount) }, after: 2 * time.Hour,
+			want: []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
+			wantNet: payAmount.Amount, wantCharges: 1},
+		{name: "Outside the window, with nothing found by key or metadata, attempt 2 starts with its own key.",
+			cfg: narrowWindow, given: []domain.Event{expiredLease}, after: 2 * time.Hour,
+			want: []string{evStarted, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
+			wantNet: payAmount.Amount, wantCharges: 1, wantSends: []string{payKey(2)}, wantMetric: "new_attempt"},
+		{name: "Outside the window a new attempt waits until the last send settled.",
+			cfg:   narrowWindow,
+			given: []domain.Event{expiredLease, payStarted(1, execB, payT0, payT0.Add(2*time.Hour))}, after: 2*time.Hour + time.Second,
+			wantStatus: domain.OrderStatusPending},
+		{name: "Outside the window a payment token that is gone makes a new attempt impossible: the order fails.",
+			cfg: narrowWindow, token: "-", given: []domain.Event{expiredLease}, after: 2 * time.Hour,
+			want: []string{evOrderFail}, wantStatus: domain.OrderStatusFailed},
+		{name: "Past the deadline without an attempt the order fails.",
+			after: 16 * time.Minute,
+			want:  []string{evOrderFail}, wantStatus: domain.OrderStatusFailed},
+		{name: "Past the deadline a settled, uncharged payment fails the order.",
+			given: []domain.Event{expiredLease, domain.PaymentOutcomeUnknown{OrderID: payOrder, Attempt: 1}}, after: 16 * time.Minute,
+			want: []string{evOrderFail}, wantStatus: domain.OrderStatusFailed, wantMetric: "deadline_failed"},
+		{name: "Past the deadline a charge found at the provider still confirms the order.",
+			given:  []domain.Event{expiredLease, domain.PaymentOutcomeUnknown{OrderID: payOrder, Attempt: 1}},
+			before: func(f *payFix) { f.pay.addCharge(payOrder, 1, payAmount) }, after: 16 * time.Minute,
+			want: []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed, wantNet: payAmount.Amount, wantCharges: 1},
+		{name: "A cancelling order never sends; once its payment settled uncharged it ends cancelled.",
+			given: []domain.Event{expiredLease, domain.OrderCancelRequested{OrderID: payOrder, Actor: payActor}}, after: time.Minute,
+			want: []string{evCancelled}, wantStatus: domain.OrderStatusCancelled},
+		{name: "A cancelling order whose charge is found is refunded and cancelled: net charge 0.",
+			given:  []domain.Event{expiredLease, domain.OrderCancelRequested{OrderID: payOrder, Actor: payActor}},
+			before: func(f *payFix) { f.pay.addCharge(payOrder, 1, payAmount) }, after: time.Minute,
+			want:       []string{evSucceeded, evRefundReq, evCancelled, evRefunded},
+			wantStatus: domain.OrderStatusCancelled, wantCharges: 1},
+		{name: "A cancelling order whose own lease is live waits for it to settle.",
+			given: []domain.Event{payStarted(1, execA, payT0, payT0.Add(lease)), domain.OrderCancelRequested{OrderID: payOrder, Actor: payActor}},
+			after: time.Second, wantStatus: domain.OrderStatusCancelling},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := payConfig()
+			if tt.cfg != nil {
+				cfg = tt.cfg()
+			}
+			token := "tok_visa"
+			if tt.token == "-" {
+				token = ""
+			}
+			f := newPayFix(t, cfg, token, tt.faults, tt.given...)
+			if tt.before != nil {
+				tt.before(f)
+			}
+			f.clock.Advance(tt.after)
+			err := f.h.DrivePayment(context.Background(), payOrder)
+			if err != nil && !errors.Is(err, domain.ErrUnavailable) {
+				t.Fatalf("DrivePayment() error = %v", err)
+			}
+			if diff := cmp.Diff(tt.want, f.appended()); diff != "" {
+				t.Errorf("DrivePayment() appended (-want +got):\n%s", diff)
+			}
+			o := f.order()
+			if o.Status != tt.wantStatus {
+				t.Errorf("order status = %s, want %s", o.Status, tt.wantStatus)
+			}
+			net, charges := f.pay.net()
+			if net != tt.wantNet || charges != tt.wantCharges {
+				t.Errorf("provider net = %d over %d charges, want %d over %d", net, charges, tt.wantNet, tt.wantCharges)
+			}
+			if o.NetCharged() != net {
+				t.Errorf("order NetCharged() = %d, provider net = %d", o.NetCharged(), net)
+			}
+			var sends []string
+			for _, c := range f.pay.calls {
+				if c.Op == "charge" {
+					sends = append(sends, c.Key)
+				}
+			}
+			if diff := cmp.Diff(tt.wantSends, sends); diff != "" {
+				t.Errorf("charge sends (-want +got):\n%s", diff)
+			}
+			if tt.wantMetric != "" && f.metrics.get(tt.wantMetric) == 0 {
+				t.Errorf("metric %q not counted; got %v", tt.wantMetric, f.metrics.results)
+			}
+			released := slices.Contains(f.store.types(domain.ShowStream(payShow)), "SeatsReleased")
+			if want := o.Status == domain.OrderStatusFailed || o.Status == domain.OrderStatusCancelled; released != want {
+				t.Errorf("seats released = %v with the order %s", released, o.Status)
+			}
+		})
+	}
+}
+
+// TestCancelBeforeTheFirstSendFinishesAtOnce: a cancel that lands between
+// this process's start of the attempt and its send needs no settling wait.
+func TestCancelBeforeTheFirstSendFinishesAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newPayFix(t, payConfig(), "tok_visa", nil)
+	var once sync.Once
+	f.store.afterAppend = func(stream string, types []string) {
+		if stream == domain.OrderStream(payOrder) && slices.Contains(types, evStarted) {
+			once.Do(func() {
+				mustAppend(t, f.store, stream, domain.OrderCancelRequested{OrderID: payOrder, Actor: payActor})
+			})
+		}
+	}
+	if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
+		t.Fatalf("DrivePayment() = %v", err)
+	}
+	if diff := cmp.Diff([]string{evStarted, evCancelReq, evCancelled}, f.appended()); diff != "" {
+		t.Errorf("appended (-want +got):\n%s", diff)
+	}
+	if n := f.pay.count("charge"); n != 0 {
+		t.Errorf("charge sends = %d, want 0", n)
+	}
+}
+
+// TestStaleOwnerIsFenced shows the lease's fencing token at work: two
+// executors decide on the same expired lease; the second append at the
+// revision both loaded is rejected, and the loser sends nothing.
+func TestStaleOwnerIsFenced(t *testing.T) {
+	t.Parallel()
+	f := newPayFix(t, payConfig(), "tok_visa", nil, payStarted(1, execA, payT0, payT0.Add(30*time.Second)))
+	f.clock.Advance(time.Minute)
+	ctx := context.Background()
+	cfgB := payConfig()
+	cfgB.Executor = execB
+	b := f.handler(cfgB)
+
+	staleOrder, staleStream, err := f.h.LoadOrder(ctx, payOrder) // A decides on what it loaded...
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DrivePayment(ctx, payOrder); err != nil { // ...while B takes over and pays
+		t.Fatalf("B DrivePayment() = %v", err)
+	}
+	now, _ := f.clock.Now(ctx)
+	err = f.h.takeOverAttempt(ctx, staleOrder, staleStream, *staleOrder.LastAttempt(), now)
+	if !errors.Is(err, errRetry) {
+		t.Fatalf("stale takeOverAttempt() = %v, want the revision conflict (errRetry)", err)
+	}
+	if f.metrics.get("lease_fenced") != 1 {
+		t.Errorf("lease_fenced = %d, want 1", f.metrics.get("lease_fenced"))
+	}
+	if err := f.h.DrivePayment(ctx, payOrder); err != nil {
+		t.Fatalf("A DrivePayment() after the takeover = %v", err)
+	}
+	if diff := cmp.Diff([]string{evStarted, evSucceeded, evConfirmed}, f.appended()); diff != "" {
+		t.Errorf("order events (-want +got):\n%s", diff)
+	}
+	if n := f.pay.count("charge"); n != 1 {
+		t.Errorf("charge sends = %d, want 1 (B's only)", n)
+	}
+}
+
+// TestConcurrentExecutorsStartOneAttempt races two executors on a placed order.
+func TestConcurrentExecutorsStartOneAttempt(t *testing.T) {
+	t.Parallel()
+	for i := range 20 {
+		f := newPayFix(t, payConfig(), "tok_visa", nil)
+		cfgB := payConfig()
+		cfgB.Executor = execB
+		b := f.handler(cfgB)
+		var wg sync.WaitGroup
+		for _, h := range []*Handler{f.h, b} {
+			wg.Go(func() {
+				if err := h.DrivePayment(context.Background(), payOrder); err != nil {
+					t.Errorf("run %d: DrivePayment() = %v", i, err)
+				}
+			})
+		}
+		wg.Wait()
+		if diff := cmp.Diff([]string{evStarted, evSucceeded, evConfirmed}, f.appended()); diff != "" {
+			t.Fatalf("run %d: order events (-want +got):\n%s", i, diff)
+		}
+		if n := f.pay.count("charge"); n != 1 {
+			t.Fatalf("run %d: charge sends = %d, want 1", i, n)
+		}
+	}
+}
+
+func TestReconcileOrderRetriesRefunds(t *testing.T) {
+	t.Parallel()
+	cancelledPaid := func(charge string) []domain.Event {
+		return []domain.Event{payStarted(1, execA, payT0, payT0.Add(30*time.Second)),
+			domain.PaymentSucceeded{OrderID: payOrder, Attempt: 1, ChargeID: charge, Amount: payAmount},
+			domain.OrderConfirmed{OrderID: payOrder, Tickets: []domain.Ticket{{ID: "t1"}, {ID: "t2"}}},
+			domain.RefundRequested{OrderID: payOrder, ChargeID: charge, Amount: payAmount, Key: domain.RefundKey(charge), Reason: domain.RefundCancelled},
+			domain.OrderCancelled{OrderID: payOrder, VoidedTickets: []string{"t1", "t2"}}}
+	}
+	t.Run("A requested refund is sent with its key and recorded.", func(t *testing.T) {
+		t.Parallel()
+		pay := newFakePayments()
+		ch := pay.addCharge(payOrder, 1, payAmount)
+		f := newPayFix(t, payConfig(), "tok_visa", nil, cancelledPaid(ch.ID)...)
+		f.pay = pay
+		f.h = f.handler(f.cfg)
+		for range 2 {
+			if err := f.h.ReconcileOrder(context.Background(), payOrder); err != nil {
+				t.Fatalf("ReconcileOrder() = %v", err)
+			}
+		}
+		if diff := cmp.Diff([]string{evRefunded}, f.appended()); diff != "" {
+			t.Errorf("appended (-want +got):\n%s", diff)
+		}
+		if net, _ := pay.net(); net != 0 {
+			t.Errorf("provider net = %d, want 0", net)
+		}
+		if n := pay.count("refund"); n != 1 {
+			t.Errorf("refund calls = %d, want 1", n)
+		}
+	})
+	t.Run("A refund made before its key was forgotten is found by listing the charge's refunds.", func(t *testing.T) {
+		t.Parallel()
+		pay := newFakePayments()
+		ch := pay.addCharge(payOrder, 1, payAmount)
+		if _, err := pay.Refund(context.Background(), domain.RefundKey(ch.ID), ch.ID, payAmount.Amount); err != nil {
+			t.Fatal(err)
+		}
+		pay.forgetKeys()
+		f := newPayFix(t, payConfig(), "tok_visa", nil, cancelledPaid(ch.ID)...)
+		f.pay = pay
+		f.h = f.handler(f.cfg)
+		if err := f.h.ReconcileOrder(context.Background(), payOrder); err != nil {
+			t.Fatalf("ReconcileOrder() = %v", err)
+		}
+		if diff := cmp.Diff([]string{evRefunded}, f.appended()); diff != "" {
+			t.Errorf("appended (-want +got):\n%s", diff)
+		}
+		if net, _ := pay.net(); net != 0 {
+			t.Errorf("provider net = %d, want 0 (one refund)", net)
+		}
+	})
+}
+
+func TestHandleProviderEvent(t *testing.T) {
+	t.Parallel()
+	live := payStarted(1, execA, payT0, payT0.Add(30*time.Second))
+	failed := []domain.Event{live, domain.PaymentFailed{OrderID: payOrder, Attempt: 1, ChargeID: "ch_declined", Code: "card_declined"},
+		domain.OrderFailed{OrderID: payOrder, Reason: domain.FailPaymentDeclined}}
+	tests := []struct {
+		name       string
+		given      []domain.Event
+		evType     string
+		stale      provider.Status // the event's (stale) charge status; the fetched one is succeeded
+		want       []string
+		wantStatus string
+		wantNet    int64
+	}{
+		{name: "A notice before the sender's answer confirms the order.",
+			given: []domain.Event{live}, evType: provider.EventChargeSucceeded,
+			want: []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed, wantNet: payAmount.Amount},
+		{name: "A stale failure notice of a succeeded charge is folded as the charge's current state.",
+			given: []domain.Event{live}, evType: provider.EventChargeFailed, stale: provider.StatusFailed,
+			want: []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed, wantNet: payAmount.Amount},
+		{name: "A charge notice after the order failed is a redundant effect, refunded: net charge 0.",
+			given: failed, evType: provider.EventChargeSucceeded,
+			want: []string{evSucceeded, evRefundReq, evRefunded}, wantStatus: domain.OrderStatusFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newPayFix(t, payConfig(), "tok_visa", nil, tt.given...)
+			ch := f.pay.addCharge(payOrder, 1, payAmount)
+			ev := provider.Event{ID: "evt_1", Type: tt.evType, Data: provider.EventData{Object: ch}}
+			ev.Data.Object.Status = tt.stale
+			for range 3 { // duplicates change nothing
+				if err := f.h.HandleProviderEvent(context.Background(), ev); err != nil {
+					t.Fatalf("HandleProviderEvent() = %v", err)
+				}
+			}
+			if diff := cmp.Diff(tt.want, f.appended()); diff != "" {
+				t.Errorf("appended (-want +got):\n%s", diff)
+			}
+			if o := f.order(); o.Status != tt.wantStatus {
+				t.Errorf("order status = %s, want %s", o.Status, tt.wantStatus)
+			}
+			if net, _ := f.pay.net(); net != tt.wantNet {
+				t.Errorf("provider net = %d, want %d", net, tt.wantNet)
+			}
+		})
+	}
+	t.Run("A charge of an order the event store does not know is refused, so the provider redelivers.", func(t *testing.T) {
+		t.Parallel()
+		f := newPayFix(t, payConfig(), "tok_visa", nil)
+		ch := f.pay.addCharge("0197c000-0000-7000-8000-0000000000ff", 1, payAmount)
+		err := f.h.HandleProviderEvent(context.Background(), provider.Event{ID: "evt_2", Type: provider.EventChargeSucceeded, Data: provider.EventData{Object: ch}})
+		if !errors.Is(err, domain.ErrOrderNotFound) {
+			t.Errorf("HandleProviderEvent() = %v, want ErrOrderNotFound", err)
+		}
+	})
+}
+
+func TestReceiveWebhookVerifiesBeforeRecording(t *testing.T) {
+	t.Parallel()
+	secret := []byte("whsec_test")
+	f := newPayFix(t, payConfig(), "tok_visa", nil, payStarted(1, execA, payT0, payT0.Add(30*time.Second)))
+	ch := f.pay.addCharge(payOrder, 1, payAmount)
+	body := provider.Event{ID: "evt_1", Object: "event", Type: provider.EventChargeSucceeded, Data: provider.EventData{Object: ch}}.Body()
+	tests := []struct {
+		name    string
+		sig     string
+		body    []byte
+		wantErr error
+	}{
+		{name: "A signature under another secret is refused.", sig: provider.Sign(body, payT0, []byte("whsec_other")), body: body, wantErr: ErrWebhookSignature},
+		{name: "A missing signature is refused.", sig: "", body: body, wantErr: ErrWebhookSignature},
+		{name: "A signature of other bytes is refused.", sig: provider.Sign(append(body, ' '), payT0, secret), body: body, wantErr: ErrWebhookSignature},
+		{name: "A timestamp older than five minutes is refused.", sig: provider.Sign(body, payT0.Add(-6*time.Minute), secret), body: body, wantErr: ErrWebhookStale},
+		{name: "A timestamp five minutes in the future is refused.", sig: provider.Sign(body, payT0.Add(6*time.Minute), secret), body: body, wantErr: ErrWebhookStale},
+		{name: "A signed body that is not an event is refused.", sig: provider.Sign([]byte(`{}`), payT0, secret), body: []byte(`{}`), wantErr: ErrWebhookMalformed},
+	}
+	for _, tt := range tests {
+		if err := f.h.ReceiveWebhook(context.Background(), secret, tt.sig, tt.body); !errors.Is(err, tt.wantErr) {
+			t.Errorf("%s ReceiveWebhook() = %v, want %v", tt.name, err, tt.wantErr)
+		}
+	}
+	if got := f.appended(); len(got) != 0 || f.pay.count("get") != 0 {
+		t.Fatalf("refused webhooks recorded %v and fetched %d charges, want nothing", got, f.pay.count("get"))
+	}
+	if err := f.h.ReceiveWebhook(context.Background(), secret, provider.Sign(body, payT0.Add(-4*time.Minute), secret), body); err != nil {
+		t.Fatalf("ReceiveWebhook(valid) = %v", err)
+	}
+	if diff := cmp.Diff([]string{evSucceeded, evConfirmed}, f.appended()); diff != "" {
+		t.Errorf("appended (-want +got):\n%s", diff)
+	}
+}
+
+func TestCancelOrder(t *testing.T) {
+	t.Parallel()
+	req := func(key string) Request {
+		return Request{Actor: payActor, Operation: OpCancelOrder, Key: key}
+	}
+	t.Run("A confirmed order is refunded, its tickets voided and it is cancelled at once.", func(t *testing.T) {
+		t.Parallel()
+		f := newPayFix(t, payConfig(), "tok_visa", nil)
+		if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
+			t.Fatal(err)
+		}
+		f.base = len(f.store.types(domain.OrderStream(payOrder)))
+		res, err := f.h.CancelOrder(context.Background(), req("c1"), payOrder)
+		if err != nil {
+			t.Fatalf("CancelOrder() = %v", err)
+		}
+		if !res.Final || res.Order.Status != domain.OrderStatusCancelled {
+			t.Errorf("CancelOrder() = final %v, status %s, want final cancelled", res.Final, res.Order.Status)
+		}
+		if diff := cmp.Diff([]string{evRefundReq, evCancelled, evRefunded}, f.appended()); diff != "" {
+			t.Errorf("appended (-want +got):\n%s", diff)
+		}
+		if net, _ := f.pay.net(); net != 0 {
+			t.Errorf("provider net = %d, want 0", net)
+		}
+	})
+	t.Run("A cancel during a payment in flight makes the order cancelling; the charge is refunded and it ends cancelled.", func(t *testing.T) {
+		t.Parallel()
+		f := newPayFix(t, payConfig(), "tok_visa", nil)
+		inFlight, release := make(chan struct{}), make(chan struct{})
+		f.pay.onCharge = func(string) { close(inFlight); <-release }
+		done := make(chan error, 1)
+		go func() { done <- f.h.DrivePayment(context.Background(), payOrder) }()
+		<-inFlight
+		res, err := f.h.CancelOrder(context.Background(), req("c2"), payOrder)
+		if err != nil {
+			t.Fatalf("CancelOrder() = %v", err)
+		}
+		if res.Final || res.Order.Status != domain.OrderStatusCancelling {
+			t.Errorf("CancelOrder() = final %v, status %s, want not final, cancelling", res.Final, res.Order.Status)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatalf("DrivePayment() = %v", err)
+		}
+		if diff := cmp.Diff([]string{evStarted, evCancelReq, evSucceeded, evRefundReq, evCancelled, evRefunded}, f.appended()); diff != "" {
+			t.Errorf("appended (-want +got):\n%s", diff)
+		}
+		if o := f.order(); o.Status != domain.OrderStatusCancelled || o.NetCharged() != 0 {
+			t.Errorf("order %s with net %d, want cancelled with 0", o.Status, o.NetCharged())
+		}
+		if net, charges := f.pay.net(); net != 0 || charges != 1 {
+			t.Errorf("provider net = %d over %d charges, want 0 over 1", net, charges)
+		}
+		res, err = f.h.CancelOrder(context.Background(), req("c2"), payOrder)
+		if err != nil || !res.Final || !res.Replayed {
+			t.Errorf("repeat CancelOrder() = final %v replayed %v, %v; want a final replay", res.Final, res.Replayed, err)
+		}
+	})
+	t.Run("A cancel of a failed order is refused with 409 and changes nothing.", func(t *testing.T) {
+		t.Parallel()
+		f := newPayFix(t, payConfig(), "tok_visa", []chargeFault{faultDecline})
+		if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
+			t.Fatal(err)
+		}
+		f.base = len(f.store.types(domain.OrderStream(payOrder)))
+		_, err := f.h.CancelOrder(context.Background(), req("c3"), payOrder)
+		if !errors.Is(err, domain.ErrNotCancellable) || domain.KindOf(err) != domain.Conflict {
+			t.Errorf("CancelOrder() = %v, want ErrNotCancellable (409)", err)
+		}
+		if got := f.appended(); len(got) != 0 {
+			t.Errorf("appended %v, want nothing", got)
+		}
+	})
+	t.Run("A cancel after the show started is refused with 409; the tickets stay valid.", func(t *testing.T) {
+		t.Parallel()
+		f := newPayFix(t, payConfig(), "tok_visa", nil)
+		if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(49 * time.Hour)
+		_, err := f.h.CancelOrder(context.Background(), req("c4"), payOrder)
+		if !errors.Is(err, domain.ErrShowStarted) {
+			t.Errorf("CancelOrder() = %v, want ErrShowStarted", err)
+		}
+		if o := f.order(); o.Status != domain.OrderStatusConfirmed || len(o.Tickets) != 2 {
+			t.Errorf("order %s with %d tickets, want confirmed with 2", o.Status, len(o.Tickets))
+		}
+	})
+}
+
+// ensure the fakes satisfy the interfaces.
+var (
+	_ EventStore = (*memStore)(nil)
+	_ Log        = (*memStore)(nil)
+	_ Clock      = (*fakeClock)(nil)
+	_ Payments   = (*fakePayments)(nil)
+	_            = eventstore.Any
+)
+
+// TestMemStoreSubscribeAll checks the fake's log order, so tests of the
+// process manager can rely on it.
+func TestMemStoreSubscribeAll(t *testing.T) {
+	t.Parallel()
+	m := newMemStore()
+	mustAppend(t, m, "a", domain.OrderCancelled{OrderID: "1"})
+	mustAppend(t, m, "b", domain.OrderCancelled{OrderID: "2"}, domain.OrderCancelled{OrderID: "3"})
+	ctx, cancel := context.WithCancel(context.Background())
+	var got []string
+	err := m.SubscribeAll(ctx, eventstore.Position{}, func(_ context.Context, batch []eventstore.RecordedEvent) error {
+		for _, r := range batch {
+			got = append(got, r.Stream)
+		}
+		if len(got) == 3 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("SubscribeAll() = %v, want context.Canceled", err)
+	}
+	if diff := cmp.Diff([]string{"a", "b", "b"}, got); diff != "" {
+		t.Errorf("streams in log order (-want +got):\n%s", diff)
+	}
+}

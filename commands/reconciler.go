@@ -1,0 +1,112 @@
+package commands
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/retrysafe/booking/domain"
+)
+
+// ReconcilerName is the name of the payment reconciler worker (its
+// exclusive lock across replicas).
+const ReconcilerName = "payment-reconciler"
+
+// Reconciler limits.
+const (
+	reconcileBatch   = 200 // order ids per PendingOrders page
+	reconcileWorkers = 8   // orders reconciled concurrently
+)
+
+// PendingOrders finds the orders that may need payment work, straight from
+// the event log (never from a read model): orders placed and not ended
+// (pending or cancelling: unknown outcomes, expired leases, deadlines), and
+// orders with a refund requested and not recorded as succeeded.
+type PendingOrders interface {
+	// PendingOrders returns up to limit such order ids greater than after
+	// (in byte order), ascending; "" starts at the beginning. It may return
+	// orders that turn out to need nothing.
+	PendingOrders(ctx context.Context, after string, limit int) ([]string, error)
+}
+
+// RunReconciler is the payment reconciler (DESIGN §5): every interval it
+// pages through pending.PendingOrders and reconciles each order
+// (ReconcileOrder), a few at a time. It blocks until ctx is done and returns
+// ctx's error; failures of a pass or an order are logged and retried on the
+// next pass. The caller makes it the only instance across replicas (leases
+// would keep several safe, only busier).
+func (h *Handler) RunReconciler(ctx context.Context, pending PendingOrders, interval time.Duration) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		if n, err := h.ReconcilePass(ctx, pending); err != nil && ctx.Err() == nil {
+			h.log.Warn("payment reconciliation pass failed; retrying", "orders", n, "err", err)
+		}
+		t.Reset(interval)
+	}
+}
+
+// ReconcilePass reconciles every order pending.PendingOrders lists, once. It
+// returns how many orders it looked at, and the listing's error (an order's
+// failure is logged, not returned). It blocks until the pass is done.
+func (h *Handler) ReconcilePass(ctx context.Context, pending PendingOrders) (int, error) {
+	sem := make(chan struct{}, reconcileWorkers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	n, after := 0, ""
+	for {
+		ids, err := pending.PendingOrders(ctx, after, reconcileBatch)
+		if err != nil {
+			return n, unavailable(err)
+		}
+		for _, id := range ids {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return n, ctx.Err()
+			}
+			n++
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				if err := h.ReconcileOrder(ctx, id); err != nil && ctx.Err() == nil {
+					h.log.Warn("order not reconciled yet; next pass retries", "order_id", id, "err", err)
+				}
+			}()
+		}
+		if len(ids) < reconcileBatch {
+			return n, nil
+		}
+		after = ids[len(ids)-1]
+	}
+}
+
+// ReconcileOrder finishes what an order's payment still needs: it sends the
+// refunds requested and not yet recorded (same key refund-{chargeID} every
+// time), then drives the payment (DrivePayment: reconcile unknown outcomes
+// and expired leases with the provider, retry the same attempt inside the
+// window, start a new attempt only outside it, fail past the deadline,
+// finish a cancel). It returns the first error; safe to call concurrently
+// and repeatedly.
+func (h *Handler) ReconcileOrder(ctx context.Context, orderID string) error {
+	o, _, err := h.LoadOrder(ctx, orderID)
+	if err != nil || !o.Exists() {
+		return err
+	}
+	var firstErr error
+	for _, r := range o.PendingRefunds() {
+		req := domain.RefundRequested{OrderID: o.ID, ChargeID: r.ChargeID, Amount: r.Amount, Key: r.Key, Reason: r.Reason}
+		if err := h.sendRefund(ctx, o.ID, req); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if err := h.DrivePayment(ctx, orderID); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	return firstErr
+}

@@ -1,0 +1,441 @@
+package domain_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/retrysafe/booking/domain"
+)
+
+// Fixtures of the order tests: order ordID of ordActor, 2 seats for
+// ordAmount, placed at ordNow with a payment deadline 15 minutes later.
+const (
+	ordID       = "01973b00-0000-7000-8000-00000000a001"
+	ordResID    = "01973b00-0000-7000-8000-00000000b001"
+	ordShowID   = "01973b00-0000-7000-8000-00000000c001"
+	ordActor    = "user-olga"
+	ordIntent   = "intent-ord"
+	ordOwnerA   = "executor-a"
+	ordOwnerB   = "executor-b"
+	ordCharge1  = "ch_first"
+	ordCharge2  = "ch_second"
+	ordRefundID = "re_first"
+)
+
+var (
+	ordNow      = time.Date(2030, 7, 1, 10, 0, 0, 0, time.UTC)
+	ordDeadline = ordNow.Add(15 * time.Minute)
+	ordShowAt   = ordNow.Add(48 * time.Hour)
+	ordAmount   = domain.Money{Amount: 3000, Currency: "EUR"}
+	ordLease    = 30 * time.Second
+	ordSettle   = 5 * time.Second
+	ordTickets  = []string{"t-1", "t-2"}
+)
+
+func ordPlaced() domain.OrderPlaced {
+	return domain.OrderPlaced{OrderID: ordID, ReservationID: ordResID, ShowID: ordShowID, Actor: ordActor, Intent: ordIntent,
+		Quantity: 2, Amount: ordAmount, PaymentDeadline: ordDeadline, Private: &domain.OrderPrivate{PaymentToken: "tok_visa"}}
+}
+
+// ordStarted is attempt n started at at by owner, with a lease of ordLease.
+func ordStarted(n int, owner string, at time.Time) domain.PaymentAttemptStarted {
+	return domain.PaymentAttemptStarted{OrderID: ordID, Attempt: n, ProviderKey: ordKey(n), Owner: owner, LeaseUntil: at.Add(ordLease),
+		Amount: ordAmount, StartedAt: at, RequestSHA256: "sha-" + ordKey(n), Private: &domain.AttemptPrivate{RequestBody: "body-" + ordKey(n)}}
+}
+
+func ordKey(n int) string { return "order-" + ordID + "-" + string(rune('0'+n)) }
+
+func ordSucceeded(n int, charge string) domain.PaymentSucceeded {
+	return domain.PaymentSucceeded{OrderID: ordID, Attempt: n, ChargeID: charge, Amount: ordAmount}
+}
+
+func ordConfirmed() domain.OrderConfirmed {
+	return domain.OrderConfirmed{OrderID: ordID, Tickets: []domain.Ticket{{ID: "t-1"}, {ID: "t-2"}}}
+}
+
+func ordRefund(charge, reason string) domain.RefundRequested {
+	return domain.RefundRequested{OrderID: ordID, ChargeID: charge, Amount: ordAmount, Key: "refund-" + charge, Reason: reason}
+}
+
+func orderFrom(events ...domain.Event) domain.Order {
+	var o domain.Order
+	for _, e := range events {
+		o.Apply(e)
+	}
+	return o
+}
+
+func TestOrderStart(t *testing.T) {
+	t.Parallel()
+	start := func(n int, owner string, at time.Time) domain.StartAttempt {
+		return domain.StartAttempt{N: n, ProviderKey: ordKey(n), Owner: owner, LeaseUntil: at.Add(ordLease),
+			RequestSHA256: "sha-" + ordKey(n), RequestBody: "body-" + ordKey(n), Settle: ordSettle}
+	}
+	expired := ordNow.Add(ordLease)
+	tests := []struct {
+		name    string
+		given   []domain.Event
+		when    domain.StartAttempt
+		now     time.Time
+		want    []domain.Event
+		wantErr *domain.Error
+	}{
+		{name: "The first attempt of a pending order starts with its lease.",
+			given: []domain.Event{ordPlaced()}, when: start(1, ordOwnerA, ordNow), now: ordNow,
+			want: []domain.Event{ordStarted(1, ordOwnerA, ordNow)}},
+		{name: "No attempt starts at or after the payment deadline.",
+			given: []domain.Event{ordPlaced()}, when: start(1, ordOwnerA, ordDeadline), now: ordDeadline, wantErr: domain.ErrAttemptNotAllowed},
+		{name: "A takeover after the lease expired keeps the key, the request bytes and the first start.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)},
+			when:  domain.StartAttempt{N: 1, Owner: ordOwnerB, LeaseUntil: expired.Add(ordLease)}, now: expired,
+			want: []domain.Event{domain.PaymentAttemptStarted{OrderID: ordID, Attempt: 1, ProviderKey: ordKey(1), Owner: ordOwnerB,
+				LeaseUntil: expired.Add(ordLease), Amount: ordAmount, StartedAt: ordNow, RequestSHA256: "sha-" + ordKey(1),
+				Private: &domain.AttemptPrivate{RequestBody: "body-" + ordKey(1)}}}},
+		{name: "A takeover one nanosecond before the lease's end is refused.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)},
+			when:  domain.StartAttempt{N: 1, Owner: ordOwnerB, LeaseUntil: expired.Add(ordLease)}, now: expired.Add(-time.Nanosecond),
+			wantErr: domain.ErrAttemptNotAllowed},
+		{name: "The owner renews its live lease.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)},
+			when:  domain.StartAttempt{N: 1, Owner: ordOwnerA, LeaseUntil: ordNow.Add(time.Minute)}, now: ordNow.Add(10 * time.Second),
+			want: []domain.Event{domain.PaymentAttemptStarted{OrderID: ordID, Attempt: 1, ProviderKey: ordKey(1), Owner: ordOwnerA,
+				LeaseUntil: ordNow.Add(time.Minute), Amount: ordAmount, StartedAt: ordNow, RequestSHA256: "sha-" + ordKey(1),
+				Private: &domain.AttemptPrivate{RequestBody: "body-" + ordKey(1)}}}},
+		{name: "A lease that would end before now is refused.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)},
+			when:  domain.StartAttempt{N: 1, Owner: ordOwnerA, LeaseUntil: ordNow}, now: ordNow.Add(time.Second), wantErr: domain.ErrAttemptNotAllowed},
+		{name: "A new attempt waits until the previous lease ended plus the settling margin.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)},
+			when:  start(2, ordOwnerB, expired), now: expired.Add(ordSettle - time.Nanosecond), wantErr: domain.ErrAttemptNotAllowed},
+		{name: "A new attempt starts once the previous one settled without an outcome.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow),
+				domain.PaymentOutcomeUnknown{OrderID: ordID, Attempt: 1, Reason: "timeout"}},
+			when: start(2, ordOwnerB, expired.Add(ordSettle)), now: expired.Add(ordSettle),
+			want: []domain.Event{ordStarted(2, ordOwnerB, expired.Add(ordSettle))}},
+		{name: "No attempt starts while the order is cancelling.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), domain.OrderCancelRequested{OrderID: ordID, Actor: ordActor}},
+			when:  start(2, ordOwnerA, expired.Add(time.Minute)), now: expired.Add(time.Minute), wantErr: domain.ErrAttemptNotAllowed},
+		{name: "No attempt starts on a confirmed order.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordSucceeded(1, ordCharge1), ordConfirmed()},
+			when:  domain.StartAttempt{N: 1, Owner: ordOwnerB, LeaseUntil: expired.Add(ordLease)}, now: expired, wantErr: domain.ErrAttemptNotAllowed},
+		{name: "An attempt out of sequence is refused.",
+			given: []domain.Event{ordPlaced()}, when: start(2, ordOwnerA, ordNow), now: ordNow, wantErr: domain.ErrAttemptNotAllowed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := orderFrom(tt.given...)
+			got, err := o.Start(tt.when, tt.now)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("Start(%+v) error = %v, want %v", tt.when, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Start(%+v) error = %v", tt.when, err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Start(%+v) events (-want +got):\n%s", tt.when, diff)
+			}
+		})
+	}
+}
+
+func TestOrderCanSend(t *testing.T) {
+	t.Parallel()
+	budget := 12 * time.Second
+	tests := []struct {
+		name  string
+		given []domain.Event
+		n     int
+		owner string
+		now   time.Time
+		want  bool
+	}{
+		{name: "The owner sends while now plus the budget is inside the lease.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)}, n: 1, owner: ordOwnerA, now: ordNow, want: true},
+		{name: "The owner does not send when the budget reaches the lease's end.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)}, n: 1, owner: ordOwnerA, now: ordNow.Add(ordLease - budget)},
+		{name: "Another executor never sends under someone else's lease.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)}, n: 1, owner: ordOwnerB, now: ordNow},
+		{name: "The owner may resend after an unknown outcome.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), domain.PaymentOutcomeUnknown{OrderID: ordID, Attempt: 1}},
+			n:     1, owner: ordOwnerA, now: ordNow, want: true},
+		{name: "Nothing is sent while cancelling.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), domain.OrderCancelRequested{OrderID: ordID, Actor: ordActor}},
+			n:     1, owner: ordOwnerA, now: ordNow},
+		{name: "Nothing is sent past the payment deadline.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordDeadline.Add(-time.Second))}, n: 1, owner: ordOwnerA, now: ordDeadline},
+		{name: "A superseded attempt is never sent again.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordStarted(2, ordOwnerA, ordNow.Add(time.Minute))},
+			n:     1, owner: ordOwnerA, now: ordNow.Add(time.Minute)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := orderFrom(tt.given...)
+			if got := o.CanSend(tt.n, tt.owner, tt.now, budget); got != tt.want {
+				t.Errorf("CanSend(%d, %s, %s) = %v, want %v", tt.n, tt.owner, tt.now, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestOrderRecord(t *testing.T) {
+	t.Parallel()
+	pendingWithAttempt := []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)}
+	confirmed := append(pendingWithAttempt[:2:2], ordSucceeded(1, ordCharge1), ordConfirmed())
+	success := func(n int, charge string) domain.PaymentResult {
+		return domain.PaymentResult{Attempt: n, Outcome: domain.OutcomeSucceeded, ChargeID: charge, Amount: ordAmount}
+	}
+	decline := func(n int, charge string) domain.PaymentResult {
+		return domain.PaymentResult{Attempt: n, Outcome: domain.OutcomeFailed, ChargeID: charge, Code: "card_declined", Reason: "declined"}
+	}
+	failed := func(n int, charge string) domain.PaymentFailed {
+		return domain.PaymentFailed{OrderID: ordID, Attempt: n, ChargeID: charge, Code: "card_declined", Reason: "declined"}
+	}
+	unknown := domain.PaymentResult{Attempt: 1, Outcome: domain.OutcomeUnknown, Reason: "timeout"}
+	tests := []struct {
+		name  string
+		given []domain.Event
+		when  domain.PaymentResult
+		want  []domain.Event
+	}{
+		{name: "A success while pending confirms the order with its tickets.",
+			given: pendingWithAttempt, when: success(1, ordCharge1),
+			want: []domain.Event{ordSucceeded(1, ordCharge1), ordConfirmed()}},
+		{name: "The same success again records nothing.",
+			given: confirmed, when: success(1, ordCharge1)},
+		{name: "A success while cancelling is refunded and the order cancelled, without tickets.",
+			given: append(pendingWithAttempt[:2:2], domain.OrderCancelRequested{OrderID: ordID, Actor: ordActor}), when: success(1, ordCharge1),
+			want: []domain.Event{ordSucceeded(1, ordCharge1), ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID}}},
+		{name: "A second charge id after the order was confirmed is a redundant effect.",
+			given: confirmed, when: success(1, ordCharge2),
+			want: []domain.Event{ordSucceeded(1, ordCharge2), ordRefund(ordCharge2, domain.RefundRedundantEffect)}},
+		{name: "A charge after the order failed is a redundant effect.",
+			given: append(pendingWithAttempt[:2:2], failed(1, ordCharge1), domain.OrderFailed{OrderID: ordID, Reason: domain.FailPaymentDeclined}),
+			when:  success(1, ordCharge2),
+			want:  []domain.Event{ordSucceeded(1, ordCharge2), ordRefund(ordCharge2, domain.RefundRedundantEffect)}},
+		{name: "A charge after the order was cancelled is a redundant effect.",
+			given: []domain.Event{ordPlaced(), domain.OrderCancelled{OrderID: ordID}}, when: success(1, ordCharge1),
+			want: []domain.Event{ordSucceeded(1, ordCharge1), ordRefund(ordCharge1, domain.RefundRedundantEffect)}},
+		{name: "A redundant charge already being refunded records nothing.",
+			given: append(confirmed[:4:4], ordSucceeded(1, ordCharge2), ordRefund(ordCharge2, domain.RefundRedundantEffect)), when: success(1, ordCharge2)},
+		{name: "A charge of another amount than the order's needs review.",
+			given: pendingWithAttempt, when: domain.PaymentResult{Attempt: 1, Outcome: domain.OutcomeSucceeded, ChargeID: ordCharge1, Amount: domain.Money{Amount: 1, Currency: "EUR"}},
+			want: []domain.Event{domain.PaymentSucceeded{OrderID: ordID, Attempt: 1, ChargeID: ordCharge1, Amount: domain.Money{Amount: 1, Currency: "EUR"}},
+				domain.OrderNeedsReview{OrderID: ordID, Reason: "charge ch_first is 1 EUR, the order is 3000 EUR"}}},
+		{name: "A decline of the current attempt fails a pending order.",
+			given: pendingWithAttempt, when: decline(1, ordCharge1),
+			want: []domain.Event{failed(1, ordCharge1), domain.OrderFailed{OrderID: ordID, Reason: domain.FailPaymentDeclined}}},
+		{name: "The same decline again records nothing.",
+			given: append(pendingWithAttempt[:2:2], failed(1, ordCharge1), domain.OrderFailed{OrderID: ordID, Reason: domain.FailPaymentDeclined}),
+			when:  decline(1, ordCharge1)},
+		{name: "A decline while cancelling ends the order cancelled.",
+			given: append(pendingWithAttempt[:2:2], domain.OrderCancelRequested{OrderID: ordID, Actor: ordActor}), when: decline(1, ordCharge1),
+			want: []domain.Event{failed(1, ordCharge1), domain.OrderCancelled{OrderID: ordID}}},
+		{name: "A decline of a superseded attempt is only a fact; the order stays pending.",
+			given: append(pendingWithAttempt[:2:2], ordStarted(2, ordOwnerB, ordNow.Add(time.Minute))), when: decline(1, ordCharge1),
+			want: []domain.Event{failed(1, ordCharge1)}},
+		{name: "An older failure notice after the confirmation is only a fact; the order stays confirmed.",
+			given: append(pendingWithAttempt[:2:2], ordStarted(2, ordOwnerB, ordNow.Add(time.Minute)), ordSucceeded(2, ordCharge2), ordConfirmed()),
+			when:  decline(1, ordCharge1),
+			want:  []domain.Event{failed(1, ordCharge1)}},
+		{name: "A failure reported for the charge that paid a confirmed order needs review.",
+			given: confirmed, when: decline(1, ordCharge1),
+			want: []domain.Event{domain.OrderNeedsReview{OrderID: ordID, Reason: "the provider reports the paying charge ch_first as failed"}}},
+		{name: "A refusal of a new attempt fails the order as impossible to pay.",
+			given: append(pendingWithAttempt[:2:2], ordStarted(2, ordOwnerA, ordNow.Add(time.Minute))),
+			when:  domain.PaymentResult{Attempt: 2, Outcome: domain.OutcomeFailed, Code: "resource_missing", Reason: "refused", FailReason: domain.FailNoAttempt},
+			want: []domain.Event{domain.PaymentFailed{OrderID: ordID, Attempt: 2, Code: "resource_missing", Reason: "refused"},
+				domain.OrderFailed{OrderID: ordID, Reason: domain.FailNoAttempt}}},
+		{name: "An unknown outcome is recorded once per attempt.",
+			given: pendingWithAttempt, when: unknown,
+			want: []domain.Event{domain.PaymentOutcomeUnknown{OrderID: ordID, Attempt: 1, Reason: "timeout"}}},
+		{name: "A second unknown outcome of the same attempt records nothing.",
+			given: append(pendingWithAttempt[:2:2], domain.PaymentOutcomeUnknown{OrderID: ordID, Attempt: 1}), when: unknown},
+		{name: "An unknown outcome after the confirmation records nothing.",
+			given: confirmed, when: unknown},
+		{name: "A fact for an order that does not exist records nothing.",
+			when: success(1, ordCharge1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := orderFrom(tt.given...)
+			got := o.Record(tt.when, ordTickets)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Record(%+v) events (-want +got):\n%s", tt.when, diff)
+			}
+		})
+	}
+}
+
+func TestOrderRecordRefund(t *testing.T) {
+	t.Parallel()
+	confirmed := []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordSucceeded(1, ordCharge1), ordConfirmed()}
+	refunded := domain.RefundSucceeded{OrderID: ordID, ChargeID: ordCharge1, RefundID: ordRefundID, Amount: ordAmount}
+	tests := []struct {
+		name   string
+		given  []domain.Event
+		charge string
+		want   []domain.Event
+	}{
+		{name: "A requested refund is recorded.",
+			given: append(confirmed[:4:4], ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID}), charge: ordCharge1,
+			want: []domain.Event{refunded}},
+		{name: "A refund already recorded records nothing.",
+			given:  append(confirmed[:4:4], ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID}, refunded),
+			charge: ordCharge1},
+		{name: "A refund of the paying charge that nobody requested needs review.",
+			given: confirmed, charge: ordCharge1,
+			want: []domain.Event{domain.OrderNeedsReview{OrderID: ordID, Reason: "the provider refunded the paying charge ch_first without a request"}}},
+		{name: "A refund of a charge the order does not know records nothing.",
+			given: confirmed, charge: ordCharge2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := orderFrom(tt.given...)
+			got := o.RecordRefund(tt.charge, ordRefundID, ordAmount)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("RecordRefund(%s) events (-want +got):\n%s", tt.charge, diff)
+			}
+		})
+	}
+}
+
+func TestOrderCancel(t *testing.T) {
+	t.Parallel()
+	withAttempt := []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)}
+	confirmed := append(withAttempt[:2:2], ordSucceeded(1, ordCharge1), ordConfirmed())
+	tests := []struct {
+		name    string
+		given   []domain.Event
+		actor   string
+		now     time.Time
+		want    []domain.Event
+		wantErr *domain.Error
+	}{
+		{name: "A confirmed order is refunded, its tickets voided and it is cancelled.",
+			given: confirmed, actor: ordActor, now: ordNow,
+			want: []domain.Event{ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID, VoidedTickets: ordTickets}}},
+		{name: "A pending order without an attempt is cancelled at once.",
+			given: []domain.Event{ordPlaced()}, actor: ordActor, now: ordNow,
+			want: []domain.Event{domain.OrderCancelled{OrderID: ordID}}},
+		{name: "A pending order with a payment in flight becomes cancelling.",
+			given: withAttempt, actor: ordActor, now: ordNow,
+			want: []domain.Event{domain.OrderCancelRequested{OrderID: ordID, Actor: ordActor}}},
+		{name: "A pending order with an unknown outcome becomes cancelling.",
+			given: append(withAttempt[:2:2], domain.PaymentOutcomeUnknown{OrderID: ordID, Attempt: 1}), actor: ordActor, now: ordNow,
+			want: []domain.Event{domain.OrderCancelRequested{OrderID: ordID, Actor: ordActor}}},
+		{name: "A repeat while cancelling records nothing.",
+			given: append(withAttempt[:2:2], domain.OrderCancelRequested{OrderID: ordID, Actor: ordActor}), actor: ordActor, now: ordNow},
+		{name: "A repeat after the cancel records nothing, even after the show started.",
+			given: []domain.Event{ordPlaced(), domain.OrderCancelled{OrderID: ordID}}, actor: ordActor, now: ordShowAt},
+		{name: "A failed order cannot be cancelled.",
+			given: []domain.Event{ordPlaced(), domain.OrderFailed{OrderID: ordID, Reason: domain.FailPaymentDeclined}}, actor: ordActor, now: ordNow,
+			wantErr: domain.ErrNotCancellable},
+		{name: "An order in review cannot be cancelled.",
+			given: []domain.Event{ordPlaced(), domain.OrderNeedsReview{OrderID: ordID, Reason: "x"}}, actor: ordActor, now: ordNow,
+			wantErr: domain.ErrNotCancellable},
+		{name: "Nothing is cancelled once the show has started.",
+			given: confirmed, actor: ordActor, now: ordShowAt, wantErr: domain.ErrShowStarted},
+		{name: "Another actor's order is not found.",
+			given: confirmed, actor: "user-mallory", now: ordNow, wantErr: domain.ErrOrderNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := orderFrom(tt.given...)
+			got, err := o.Cancel(tt.actor, tt.now, ordShowAt)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("Cancel(%s) error = %v, want %v", tt.actor, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Cancel(%s) error = %v", tt.actor, err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Cancel(%s) events (-want +got):\n%s", tt.actor, diff)
+			}
+		})
+	}
+}
+
+func TestOrderEndsUncharged(t *testing.T) {
+	t.Parallel()
+	lateStart := ordDeadline.Add(-10 * time.Second) // lease until deadline + 20 s
+	settledAt := lateStart.Add(ordLease + ordSettle)
+	withAttempt := []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, lateStart)}
+	cancelling := append(withAttempt[:2:2], domain.OrderCancelRequested{OrderID: ordID, Actor: ordActor})
+	failedDeadline := []domain.Event{domain.OrderFailed{OrderID: ordID, Reason: domain.FailPaymentDeadline}}
+	cancelled := []domain.Event{domain.OrderCancelled{OrderID: ordID}}
+	tests := []struct {
+		name      string
+		given     []domain.Event
+		now       time.Time
+		uncharged bool
+		unsent    bool
+		wantFail  []domain.Event
+		wantEnd   []domain.Event
+	}{
+		{name: "A pending order without an attempt fails at its deadline.",
+			given: []domain.Event{ordPlaced()}, now: ordDeadline, uncharged: true, wantFail: failedDeadline},
+		{name: "Nothing fails before the deadline.",
+			given: []domain.Event{ordPlaced()}, now: ordDeadline.Add(-time.Nanosecond), uncharged: true},
+		{name: "A live lease keeps an order past its deadline pending.",
+			given: withAttempt, now: ordDeadline.Add(time.Second), uncharged: true},
+		{name: "An ended lease that has not settled keeps the order pending or cancelling.",
+			given: withAttempt, now: settledAt.Add(-time.Nanosecond), uncharged: true},
+		{name: "A settled, uncharged payment fails past the deadline.",
+			given: withAttempt, now: settledAt, uncharged: true, wantFail: failedDeadline},
+		{name: "A payment the caller did not find uncharged never ends the order.",
+			given: withAttempt, now: settledAt.Add(time.Hour)},
+		{name: "A settled, uncharged payment finishes a cancel.",
+			given: cancelling, now: settledAt, uncharged: true, wantEnd: cancelled},
+		{name: "A cancel waits for the payment to settle.",
+			given: cancelling, now: settledAt.Add(-time.Nanosecond), uncharged: true},
+		{name: "A cancel of a lease its starter never sent under finishes at once.",
+			given: cancelling, now: lateStart, uncharged: true, unsent: true, wantEnd: cancelled},
+		{name: "A confirmed order neither fails nor finishes a cancel.",
+			given: append(withAttempt[:2:2], ordSucceeded(1, ordCharge1), ordConfirmed()), now: settledAt, uncharged: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := orderFrom(tt.given...)
+			if diff := cmp.Diff(tt.wantFail, o.FailPastDeadline(tt.now, ordSettle, tt.uncharged)); diff != "" {
+				t.Errorf("FailPastDeadline(%s) events (-want +got):\n%s", tt.now, diff)
+			}
+			if diff := cmp.Diff(tt.wantEnd, o.FinishCancel(tt.now, ordSettle, tt.uncharged, tt.unsent)); diff != "" {
+				t.Errorf("FinishCancel(%s) events (-want +got):\n%s", tt.now, diff)
+			}
+		})
+	}
+}
+
+func TestOrderNetCharged(t *testing.T) {
+	t.Parallel()
+	o := orderFrom(ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordSucceeded(1, ordCharge1), ordConfirmed(),
+		ordSucceeded(1, ordCharge2), ordRefund(ordCharge2, domain.RefundRedundantEffect))
+	if got := o.NetCharged(); got != 2*ordAmount.Amount {
+		t.Errorf("NetCharged() with a redundant charge not yet refunded = %d, want %d", got, 2*ordAmount.Amount)
+	}
+	o.Apply(domain.RefundSucceeded{OrderID: ordID, ChargeID: ordCharge2, RefundID: ordRefundID, Amount: ordAmount})
+	if got := o.NetCharged(); got != ordAmount.Amount {
+		t.Errorf("NetCharged() after the redundant refund = %d, want %d", got, ordAmount.Amount)
+	}
+	if o.ChargeID != ordCharge1 || o.Status != domain.OrderStatusConfirmed {
+		t.Errorf("order paid by %s is %s, want paid by %s and confirmed", o.ChargeID, o.Status, ordCharge1)
+	}
+	if len(o.PendingRefunds()) != 0 {
+		t.Errorf("PendingRefunds() = %v, want none", o.PendingRefunds())
+	}
+}
