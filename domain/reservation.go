@@ -118,7 +118,7 @@ type ClaimOrder struct {
 // DecideClaim decides an order claim on a reservation's uniqueness stream.
 //
 // It returns the OrderClaimed event to append at no stream; no events and no
-// error if this intent already holds the claim; ErrReservationNotFound if the
+// error if this intent's order (same order id: intent streams are reused after a purge, order ids never) already holds the claim; ErrReservationNotFound if the
 // reservation does not exist or is another actor's;
 // ErrReservationAlreadyOrdered if another order holds it;
 // ErrReservationExpired if an expiry claim holds it. If the hold has expired
@@ -131,7 +131,7 @@ func DecideClaim(c Claim, r Reservation, cmd ClaimOrder, now time.Time) ([]Event
 	}
 	switch c.Kind {
 	case ClaimKindOrder:
-		if c.Intent == cmd.Intent {
+		if c.OrderID == cmd.OrderID {
 			return nil, nil
 		}
 		return nil, ErrReservationAlreadyOrdered

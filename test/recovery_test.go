@@ -1,0 +1,432 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retrysafe/booking/commands"
+)
+
+// Short windows of the recovery tests (valid under Config.Validate:
+// retention ≥ 10 × recovery interval, duplicate window ≥ 2 × recovery
+// interval, payment lease > provider timeout + 2 s).
+func fastRecoveryEnv() map[string]string {
+	return map[string]string{
+		"BOOKING_INTENT_LEASE":          "1s",
+		"BOOKING_RECOVERY_INTERVAL":     "1s",
+		"BOOKING_NATS_DUPLICATE_WINDOW": "10s",
+		"BOOKING_PROVIDER_TIMEOUT":      "2s",
+		"BOOKING_PAYMENT_LEASE":         "5s",
+	}
+}
+
+// recoveryBound is how long the tests give background jobs to finish
+// interrupted work after a restart.
+const recoveryBound = 20 * time.Second
+
+// crashClient never reuses connections and waits long enough for a crash.
+func crashClient() *http.Client {
+	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+}
+
+// intentStream is the intent stream of (actor, operation, key).
+func intentStream(actor, op, key string) string { return commands.IntentStream(actor, op, key) }
+
+// streamEventCount returns the number of (live) events of stream.
+func (s *server) streamEventCount(t testing.TB, stream string) int {
+	t.Helper()
+	return s.queryInt(t, `SELECT count(*) FROM events WHERE stream = $1`, stream)
+}
+
+// jsonRows runs sql (returning (text, text, jsonb-as-text)) and returns the rows.
+func (s *server) textRows(t testing.TB, sql string, args ...any) [][3]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	defer rows.Close()
+	var out [][3]string
+	for rows.Next() {
+		var a, b, c string
+		if err := rows.Scan(&a, &b, &c); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		out = append(out, [3]string{a, b, c})
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return out
+}
+
+// seatBook is the capacity account of a show computed from the event store.
+type seatBook struct {
+	Capacity, Held, Ordered int
+	Open                    []string // reservation streams still holding seats
+}
+
+// seatBook computes the show's capacity (ShowScheduled) and the seats held
+// and ordered from its reservation streams: a reservation whose stream has
+// ReservationExpired or ReservationReleased holds nothing; one with
+// ReservationOrdered is ordered; otherwise it is held.
+func (s *server) seatBook(t testing.TB, showID string) seatBook {
+	t.Helper()
+	var b seatBook
+	b.Capacity = s.queryInt(t, `SELECT coalesce(max((convert_from(data,'UTF8')::jsonb->>'capacity')::int), -1)
+		FROM events WHERE stream = $1 AND type = 'ShowScheduled'`, "show-"+showID)
+	rows := s.textRows(t, `SELECT h.stream, convert_from(h.data,'UTF8')::jsonb->>'quantity',
+			coalesce((SELECT string_agg(e.type, ',' ORDER BY e.revision) FROM events e WHERE e.stream = h.stream), '')
+		FROM events h
+		WHERE h.type = 'ReservationHeld' AND convert_from(h.data,'UTF8')::jsonb->>'show_id' = $1`, showID)
+	for _, r := range rows {
+		var qty int
+		fmt.Sscan(r[1], &qty)
+		types := strings.Split(r[2], ",")
+		has := func(typ string) bool {
+			for _, x := range types {
+				if x == typ {
+					return true
+				}
+			}
+			return false
+		}
+		switch {
+		case has("ReservationExpired") || has("ReservationReleased"):
+		case has("ReservationOrdered"):
+			b.Ordered += qty
+			b.Open = append(b.Open, r[0])
+		default:
+			b.Held += qty
+			b.Open = append(b.Open, r[0])
+		}
+	}
+	return b
+}
+
+// checkCapacity checks capacity = available + held + ordered for the show
+// (waiting up to 10 s for follow-ups such as a release to land).
+func (s *server) checkCapacity(t testing.TB, showID string) {
+	t.Helper()
+	var b seatBook
+	var avail int
+	if !eventually(10*time.Second, func() bool {
+		b = s.seatBook(t, showID)
+		avail = s.available(t, showID)
+		return b.Capacity == avail+b.Held+b.Ordered
+	}) {
+		t.Errorf("show %s: capacity %d != available %d + held %d + ordered %d (open reservations %v)",
+			showID, b.Capacity, avail, b.Held, b.Ordered, b.Open)
+	}
+}
+
+// unfinishedIntents lists the live intents that have neither a rejection
+// nor their resource: an order intent needs OrderPlaced on order-{target},
+// a reservation intent ReservationHeld on reservation-{target}, a show
+// intent ShowScheduled on show-{target}.
+func (s *server) unfinishedIntents(t testing.TB) []string {
+	t.Helper()
+	rows := s.textRows(t, `SELECT stream, convert_from(data,'UTF8')::jsonb->>'operation',
+			coalesce(convert_from(data,'UTF8')::jsonb->>'target_id', '')
+		FROM events WHERE type = 'IntentRecorded' ORDER BY tx, seq`)
+	var out []string
+	for _, r := range rows {
+		stream, op, target := r[0], r[1], r[2]
+		if s.queryInt(t, `SELECT count(*) FROM events WHERE stream = $1 AND type = 'IntentRejected'`, stream) > 0 {
+			continue
+		}
+		var res, typ string
+		switch op {
+		case commands.OpPlaceOrder:
+			res, typ = "order-"+target, "OrderPlaced"
+		case commands.OpReserveSeats:
+			res, typ = "reservation-"+target, "ReservationHeld"
+		case commands.OpScheduleShow:
+			res, typ = "show-"+target, "ShowScheduled"
+		default:
+			continue
+		}
+		if s.queryInt(t, `SELECT count(*) FROM events WHERE stream = $1 AND type = $2`, res, typ) == 0 {
+			out = append(out, fmt.Sprintf("%s (%s → %s)", stream, op, target))
+		}
+	}
+	return out
+}
+
+// checkNoUnfinishedIntents waits up to d for every intent to be finished.
+func (s *server) checkNoUnfinishedIntents(t testing.TB, d time.Duration) {
+	t.Helper()
+	var u []string
+	if !eventually(d, func() bool { u = s.unfinishedIntents(t); return len(u) == 0 }) {
+		t.Errorf("event store: unfinished intents after %s: %v", d, u)
+	}
+}
+
+// orderStatus answers GET /v1/orders/{id}'s status.
+func (s *server) orderStatus(t testing.TB, token, id string) string {
+	t.Helper()
+	return s.do(t, "GET", "/v1/orders/"+id, token, "", nil).str("status")
+}
+
+// TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat: the process is
+// SIGKILLed right after each step of the order flow and of the reservation
+// flow; after a restart, with no client repeat, recovery, the process
+// manager and the reconciler finish every intent within the bound, a later
+// repeat replays that result, there is never a second order or charge, and
+// per show capacity = available + held + ordered.
+func TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat(t *testing.T) {
+	t.Parallel()
+	for _, step := range []string{"order.claimed", "order.placed", "payment.sent", "payment.recorded"} {
+		t.Run(step, func(t *testing.T) {
+			t.Parallel()
+			s := mustStart(t, Options{CrashAt: []string{step}, Env: fastRecoveryEnv(), ExternalSim: true})
+			show := s.mustCreateShow(t, 10)
+			res := s.mustReserve(t, tokAlice, show, 2)
+			key := newKey()
+			order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa"),
+				Client: crashClient()}
+			if r, err := s.send(context.Background(), order); err == nil {
+				t.Fatalf("%s, want a connection error (the process is killed after %s)", r, step)
+			}
+			s.WaitExit(10 * time.Second)
+			ids := s.claimedOrderIDs(t)
+			if len(ids) != 1 {
+				t.Fatalf("event store after the crash at %s: OrderClaimed %v, want 1", step, ids)
+			}
+			id := ids[0]
+
+			s.Restart(withoutCrash)
+			start := time.Now()
+			var st string
+			var c chargeSummary
+			if !eventually(recoveryBound, func() bool {
+				st = s.orderStatus(t, tokAlice, id)
+				c = s.charges(t)
+				return st == "confirmed" && c.Succeeded == 1 && s.countType(t, "reservation-", "ReservationOrdered") == 1
+			}) {
+				t.Fatalf("%s after the restart (no repeat): order %s status %q, charges %s, %d ReservationOrdered; want confirmed, 1 succeeded, 1",
+					recoveryBound, id, st, c, s.countType(t, "reservation-", "ReservationOrdered"))
+			}
+			t.Logf("crash at %s: order confirmed %s after the restart without a repeat", step, time.Since(start).Round(100*time.Millisecond))
+			s.checkNoUnfinishedIntents(t, time.Second)
+
+			order.Client = nil
+			r := s.doCall(t, order)
+			wantStatus(t, r, http.StatusCreated)
+			if r.str("id") != id || !r.replayed() || r.str("status") != "confirmed" {
+				t.Errorf("%s: want confirmed order %s with Idempotent-Replayed: true", r, id)
+			}
+			s.settle(t)
+			s.checkOrders(t, tokAlice, 1, id)
+			c = s.checkCharges(t, 1, 0)
+			if c.Net != 2*priceAmount {
+				t.Errorf("GET /_sim/charges: net %d, want %d", c.Net, 2*priceAmount)
+			}
+			if n := s.countType(t, "order-", "OrderConfirmed"); n != 1 {
+				t.Errorf("event store: %d OrderConfirmed, want 1", n)
+			}
+			if n := s.countType(t, "intent-", "IntentRecorded"); n != 3 { // show, reservation, order
+				t.Errorf("event store: %d IntentRecorded, want 3", n)
+			}
+			if n := s.countType(t, "intent-", "IntentRejected"); n != 0 {
+				t.Errorf("event store: %d IntentRejected, want 0", n)
+			}
+			if got := s.available(t, show); got != 8 {
+				t.Errorf("GET /v1/shows/%s: available = %d, want 8", show, got)
+			}
+			s.checkCapacity(t, show)
+		})
+	}
+
+	t.Run("reservation.held", func(t *testing.T) {
+		t.Parallel()
+		s := mustStart(t, Options{CrashAt: []string{"reservation.held"}, Env: fastRecoveryEnv(), ExternalSim: true})
+		// The show is created before the crash point matters (shows have no step).
+		show := s.mustCreateShow(t, 10)
+		key := newKey()
+		reserve := call{Method: "POST", Path: "/v1/reservations", Token: tokAlice, Key: keyOf(key),
+			Body: map[string]any{"show_id": show, "quantity": 3}, Client: crashClient()}
+		if r, err := s.send(context.Background(), reserve); err == nil {
+			t.Fatalf("%s, want a connection error (the process is killed after reservation.held)", r)
+		}
+		s.WaitExit(10 * time.Second)
+		if n := s.countType(t, "show-", "SeatsHeld"); n != 1 {
+			t.Fatalf("event store after the crash: %d SeatsHeld, want 1 (the commit point)", n)
+		}
+		resID := s.textRows(t, `SELECT convert_from(data,'UTF8')::jsonb->>'reservation_id', '', '' FROM events WHERE type = 'SeatsHeld'`)[0][0]
+
+		s.Restart(withoutCrash)
+		if !eventually(recoveryBound, func() bool { return s.streamEventCount(t, "reservation-"+resID) > 0 }) {
+			t.Fatalf("%s after the restart: stream reservation-%s does not exist", recoveryBound, resID)
+		}
+		s.checkNoUnfinishedIntents(t, time.Second)
+		reserve.Client = nil
+		r := s.doCall(t, reserve)
+		wantStatus(t, r, http.StatusCreated)
+		if r.str("id") != resID || !r.replayed() || r.str("status") != "held" || int(r.num("quantity")) != 3 {
+			t.Errorf("%s: want held reservation %s (quantity 3) with Idempotent-Replayed: true", r, resID)
+		}
+		s.settle(t)
+		if n := s.countType(t, "reservation-", "ReservationHeld"); n != 1 {
+			t.Errorf("event store: %d ReservationHeld, want 1", n)
+		}
+		if n := s.countType(t, "show-", "SeatsHeld"); n != 1 {
+			t.Errorf("event store: %d SeatsHeld, want 1", n)
+		}
+		if got := s.available(t, show); got != 7 {
+			t.Errorf("GET /v1/shows/%s: available = %d, want 7", show, got)
+		}
+		if n := s.orders(t); n != 0 {
+			t.Errorf("event store: %d orders, want 0", n)
+		}
+		s.checkCharges(t, 0, 0)
+		s.checkCapacity(t, show)
+	})
+}
+
+// blockAppends holds the event store's per-stream append lock of stream
+// (pg_advisory_xact_lock(1702261620, hashtext(stream)), migrations
+// 00001) in an open transaction, so a request that reaches the append waits
+// there. release terminates every backend still waiting for that lock (the
+// killed process's orphaned connection, which would otherwise commit its
+// append once the lock is free) and then ends the transaction.
+func (s *server) blockAppends(t testing.TB, stream string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, s.dbURL)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(1702261620, hashtext($1))`, stream); err != nil {
+		t.Fatalf("lock %s: %v", stream, err)
+	}
+	return func() {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+			WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n); err != nil {
+			t.Errorf("terminate waiters: %v", err)
+		}
+		_ = tx.Rollback(ctx)
+		conn.Close(ctx)
+	}
+}
+
+// TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat: the
+// executor dies after IntentRecorded and before the commit point (there is
+// no crash hook there: the test holds the commit stream's append lock, waits
+// for the intent, then SIGKILLs the process and removes its orphaned
+// connection). Recovery takes the intent over after its lease and finishes
+// it exactly as a repeat would; a repeat then replays it.
+func TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat(t *testing.T) {
+	t.Parallel()
+	t.Run("order", func(t *testing.T) {
+		t.Parallel()
+		s := mustStart(t, Options{Env: fastRecoveryEnv(), ExternalSim: true})
+		show := s.mustCreateShow(t, 10)
+		res := s.mustReserve(t, tokAlice, show, 2)
+		key := newKey()
+		stream := intentStream("alice", commands.OpPlaceOrder, key)
+		release := s.blockAppends(t, "reservation-order-"+res)
+		order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa"),
+			Client: crashClient()}
+		done := make(chan error, 1)
+		go func() { _, err := s.send(context.Background(), order); done <- err }()
+		if !eventually(10*time.Second, func() bool { return s.streamEventCount(t, stream) > 0 }) {
+			release()
+			t.Fatalf("no IntentRecorded on %s within 10 s", stream)
+		}
+		time.Sleep(300 * time.Millisecond) // let it reach the blocked claim
+		s.Kill()
+		<-done
+		release()
+		if n := s.streamEventCount(t, "reservation-order-"+res); n != 0 {
+			t.Fatalf("claim stream has %d events after the kill, want 0 (killed before the commit point)", n)
+		}
+		if got := s.streamTypes(t, stream); strings.Join(got, ",") != "IntentRecorded" {
+			t.Fatalf("intent stream after the kill: %v, want [IntentRecorded]", got)
+		}
+
+		s.Restart()
+		var ids []string
+		var st string
+		if !eventually(recoveryBound, func() bool {
+			ids = s.claimedOrderIDs(t)
+			if len(ids) != 1 {
+				return false
+			}
+			st = s.orderStatus(t, tokAlice, ids[0])
+			return st == "confirmed"
+		}) {
+			t.Fatalf("%s after the restart (no repeat): OrderClaimed %v, status %q; want 1 confirmed order", recoveryBound, ids, st)
+		}
+		if got := s.streamTypes(t, stream); len(got) < 2 || got[1] != "IntentResumed" {
+			t.Errorf("intent stream: %v, want IntentRecorded then IntentResumed (recovery's takeover)", got)
+		}
+		r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
+		wantStatus(t, r, http.StatusCreated)
+		if r.str("id") != ids[0] || !r.replayed() || r.str("status") != "confirmed" {
+			t.Errorf("%s: want confirmed order %s with Idempotent-Replayed: true", r, ids[0])
+		}
+		s.settle(t)
+		s.checkOrders(t, tokAlice, 1, ids[0])
+		s.checkCharges(t, 1, 0)
+		s.checkNoUnfinishedIntents(t, time.Second)
+		s.checkCapacity(t, show)
+	})
+
+	t.Run("reservation", func(t *testing.T) {
+		t.Parallel()
+		s := mustStart(t, Options{Env: fastRecoveryEnv(), ExternalSim: true})
+		show := s.mustCreateShow(t, 10)
+		key := newKey()
+		stream := intentStream("alice", commands.OpReserveSeats, key)
+		release := s.blockAppends(t, "show-"+show)
+		body := map[string]any{"show_id": show, "quantity": 4}
+		reserve := call{Method: "POST", Path: "/v1/reservations", Token: tokAlice, Key: keyOf(key), Body: body, Client: crashClient()}
+		done := make(chan error, 1)
+		go func() { _, err := s.send(context.Background(), reserve); done <- err }()
+		if !eventually(10*time.Second, func() bool { return s.streamEventCount(t, stream) > 0 }) {
+			release()
+			t.Fatalf("no IntentRecorded on %s within 10 s", stream)
+		}
+		time.Sleep(300 * time.Millisecond)
+		s.Kill()
+		<-done
+		release()
+		if n := s.countType(t, "show-", "SeatsHeld"); n != 0 {
+			t.Fatalf("%d SeatsHeld after the kill, want 0 (killed before the commit point)", n)
+		}
+
+		s.Restart()
+		if !eventually(recoveryBound, func() bool { return s.countType(t, "reservation-", "ReservationHeld") == 1 }) {
+			t.Fatalf("%s after the restart (no repeat): %d ReservationHeld, want 1", recoveryBound,
+				s.countType(t, "reservation-", "ReservationHeld"))
+		}
+		r := s.do(t, "POST", "/v1/reservations", tokAlice, key, body)
+		wantStatus(t, r, http.StatusCreated)
+		if !r.replayed() || r.str("status") != "held" {
+			t.Errorf("%s: want a held reservation with Idempotent-Replayed: true", r)
+		}
+		s.settle(t)
+		if n := s.countType(t, "show-", "SeatsHeld"); n != 1 {
+			t.Errorf("event store: %d SeatsHeld, want 1", n)
+		}
+		if got := s.available(t, show); got != 6 {
+			t.Errorf("GET /v1/shows/%s: available = %d, want 6", show, got)
+		}
+		s.checkNoUnfinishedIntents(t, time.Second)
+		s.checkCapacity(t, show)
+	})
+}
