@@ -104,8 +104,13 @@ psql: ## Open psql on the local database of `make run`
 ##@ Checks
 
 .PHONY: test
+# Tests that stop the shared PostgreSQL server (TestOutage_*) run alone, after all
+# packages have run in parallel, so they cannot disturb other packages' tests.
+EXCLUSIVE_TESTS := ^TestOutage_
+
 test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command)
-	$(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TEST_ARGS) $(PKG)
+	$(PG_SH) throwaway -- bash -c '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip "$(EXCLUSIVE_TESTS)" $(TEST_ARGS) $(PKG) && \
+		BOOKING_TEST_PG_EXCLUSIVE=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run "$(EXCLUSIVE_TESTS)" $(TEST_ARGS) ./test/'
 
 .PHONY: test-short
 test-short: ## Like test, with -short (skips the slow end-to-end scenarios)
