@@ -1,0 +1,544 @@
+package projections
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgstore"
+	"github.com/retrysafe/booking/migrations/pgtest"
+)
+
+// testDB is a fresh migrated database with a pool and an event store.
+type testDB struct {
+	url   string
+	pool  *pgxpool.Pool
+	store *pgstore.Store
+	// fast is a pool with synchronous_commit off, for generating logs.
+	fast *pgstore.Store
+}
+
+func mustDB(tb testing.TB) *testDB {
+	tb.Helper()
+	url := pgtest.NewDatabase(tb)
+	pool := pgtest.NewPool(tb, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.MaxConns = 40
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	fast, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(fast.Close)
+	return &testDB{url: url, pool: pool, store: pgstore.New(pool, pgstore.WithPollInterval(time.Millisecond, 20*time.Millisecond)),
+		fast: pgstore.New(fast)}
+}
+
+func newID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// clock is a deterministic event clock: every call is a millisecond later.
+type clock struct{ n atomic.Int64 }
+
+var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func (c *clock) now() time.Time { return epoch.Add(time.Duration(c.n.Add(1)) * time.Millisecond) }
+
+// appender appends domain events with metadata to a store.
+type appender struct {
+	tb    testing.TB
+	store eventstore.Store
+	clock *clock
+	n     atomic.Int64 // events appended
+}
+
+// add appends events to stream (expected revision Any) with a fresh id each.
+func (a *appender) add(ctx context.Context, stream string, events ...domain.Event) {
+	a.addAt(ctx, stream, a.clock.now(), events...)
+}
+
+func (a *appender) addAt(ctx context.Context, stream string, at time.Time, events ...domain.Event) {
+	a.tb.Helper()
+	data := make([]eventstore.EventData, len(events))
+	for i, e := range events {
+		d, err := eventstore.Encode(newID(), e, eventstore.Metadata{Actor: "gen", OccurredAt: at, SchemaVersion: domain.SchemaVersion})
+		if err != nil {
+			a.tb.Fatal(err)
+		}
+		data[i] = d
+	}
+	if _, err := a.store.Append(ctx, stream, eventstore.Any(), data...); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		a.tb.Errorf("append %s: %v", stream, err)
+		return
+	}
+	a.n.Add(int64(len(events)))
+}
+
+// workload generates a realistic mix: shows, holds, expiries, orders with
+// successful, declined, unknown-then-resolved, still-unknown and cancelled
+// payments, refunds, intents (some rejected, some taken over).
+type workload struct {
+	shows   int
+	perShow int // reservations per show
+	workers int
+	seed    uint64
+}
+
+// run appends the workload through a, shows spread over workers goroutines
+// (each show's stream is appended by one goroutine). It returns when done
+// or ctx is done.
+func (w workload) run(ctx context.Context, a *appender) {
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for k := range max(w.workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(w.seed, uint64(k)))
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= w.shows {
+					return
+				}
+				w.show(ctx, a, rng)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func intentOf(actor, op string) domain.IntentRecorded {
+	return domain.IntentRecorded{Actor: actor, Operation: op, KeySHA256: "k", Fingerprint: "fp", CanonicalVersion: 1,
+		Command: map[string]any{"x": 1}, TargetID: newID(), Executor: "ex-1", LeaseUntil: epoch.Add(time.Hour),
+		Private: map[string]any{"payment_token": "tok_secret"}}
+}
+
+func (w workload) show(ctx context.Context, a *appender, rng *rand.Rand) {
+	showID := newID()
+	show := domain.ShowStream(showID)
+	price := domain.Money{Amount: 4500, Currency: "EUR"}
+	in := intentOf("admin", opScheduleShow)
+	in.TargetID = showID
+	a.add(ctx, "intent-"+newID(), in)
+	a.add(ctx, show, domain.ShowScheduled{ShowID: showID, Name: fmt.Sprintf("Show %s", showID[:8]),
+		StartsAt: epoch.Add(30 * 24 * time.Hour), Capacity: w.perShow * 4, Price: price})
+	for range w.perShow {
+		if ctx.Err() != nil {
+			return
+		}
+		actor := fmt.Sprintf("actor-%d", rng.IntN(20))
+		resID := newID()
+		q := 1 + rng.IntN(4)
+		amount := price.Times(q)
+		rin := intentOf(actor, opReserveSeats)
+		rin.TargetID = resID
+		rintent := "intent-" + newID()
+		a.add(ctx, rintent, rin)
+		held := domain.SeatsHeld{ShowID: showID, ReservationID: resID, Actor: actor, Intent: rintent, Quantity: q, Amount: amount,
+			ExpiresAt: epoch.Add(10 * time.Minute)}
+		a.add(ctx, show, held)
+		a.add(ctx, domain.ReservationStream(resID), domain.HeldFrom(held))
+		if rng.IntN(10) == 0 { // expiry
+			a.add(ctx, domain.ClaimStream(resID), domain.ExpiryClaimed{ReservationID: resID, ShowID: showID, Quantity: q})
+			a.add(ctx, show, domain.SeatsReleased{ShowID: showID, ReservationID: resID, Quantity: q, Reason: domain.ReleaseExpired})
+			a.add(ctx, domain.ReservationStream(resID), domain.ReservationExpired{ReservationID: resID})
+			continue
+		}
+		orderID := newID()
+		oin := intentOf(actor, opPlaceOrder)
+		oin.TargetID = orderID
+		ointent := "intent-" + newID()
+		a.add(ctx, ointent, oin)
+		if rng.IntN(20) == 0 { // a second key for the same reservation: rejected
+			dup := intentOf(actor, opPlaceOrder)
+			a.add(ctx, "intent-"+newID(), dup, domain.IntentRejected{Status: 409, Kind: "conflict", Code: "reservation-already-ordered", ResourceID: orderID})
+		}
+		claim := domain.OrderClaimed{ReservationID: resID, OrderID: orderID, ShowID: showID, Actor: actor, Intent: ointent, Quantity: q, Amount: amount}
+		a.add(ctx, domain.ClaimStream(resID), claim)
+		order := domain.OrderStream(orderID)
+		a.add(ctx, order, domain.PlacedFrom(claim, epoch.Add(15*time.Minute), "tok_secret"))
+		a.add(ctx, domain.ReservationStream(resID), domain.ReservationOrdered{ReservationID: resID, OrderID: orderID})
+		start := func(n int) domain.PaymentAttemptStarted {
+			return domain.PaymentAttemptStarted{OrderID: orderID, Attempt: n, ProviderKey: fmt.Sprintf("order-%s-%d", orderID, n),
+				Owner: "ex-1", LeaseUntil: epoch.Add(time.Minute), Amount: amount, StartedAt: epoch, RequestSHA256: "abc",
+				Private: &domain.AttemptPrivate{RequestBody: `{"token":"tok_secret"}`}}
+		}
+		charge := "ch_" + orderID[:8]
+		tickets := make([]domain.Ticket, q)
+		for i := range tickets {
+			tickets[i] = domain.Ticket{ID: newID()}
+		}
+		release := func(reason string) {
+			a.add(ctx, show, domain.SeatsReleased{ShowID: showID, ReservationID: resID, Quantity: q, Reason: reason})
+			a.add(ctx, domain.ReservationStream(resID), domain.ReservationReleased{ReservationID: resID, OrderID: orderID, Reason: reason})
+		}
+		switch r := rng.IntN(100); {
+		case r < 60: // paid
+			a.add(ctx, order, start(1), domain.PaymentSucceeded{OrderID: orderID, Attempt: 1, ChargeID: charge, Amount: amount},
+				domain.OrderConfirmed{OrderID: orderID, Tickets: tickets})
+		case r < 72: // declined
+			a.add(ctx, order, start(1), domain.PaymentFailed{OrderID: orderID, Attempt: 1, ChargeID: charge, Code: "card_declined", Reason: "declined"},
+				domain.OrderFailed{OrderID: orderID, Reason: domain.FailPaymentDeclined})
+			release(domain.ReleasePaymentFailed)
+		case r < 82: // unknown, taken over, then paid (a webhook)
+			a.add(ctx, order, start(1), domain.PaymentOutcomeUnknown{OrderID: orderID, Attempt: 1, Reason: "timeout"})
+			a.add(ctx, ointent, domain.IntentResumed{Executor: "ex-2", LeaseUntil: epoch.Add(2 * time.Hour)})
+			a.add(ctx, order, start(1), domain.PaymentSucceeded{OrderID: orderID, Attempt: 1, ChargeID: charge, Amount: amount},
+				domain.OrderConfirmed{OrderID: orderID, Tickets: tickets})
+		case r < 87: // unknown, a second attempt declined, then cancel requested
+			a.add(ctx, order, start(1), domain.PaymentOutcomeUnknown{OrderID: orderID, Attempt: 1, Reason: "timeout"}, start(2))
+			a.add(ctx, order, domain.OrderCancelRequested{OrderID: orderID, Actor: actor})
+		case r < 92: // still unknown
+			a.add(ctx, order, start(1), domain.PaymentOutcomeUnknown{OrderID: orderID, Attempt: 1, Reason: "connection reset"})
+		case r < 97: // paid, then cancelled and refunded
+			a.add(ctx, order, start(1), domain.PaymentSucceeded{OrderID: orderID, Attempt: 1, ChargeID: charge, Amount: amount},
+				domain.OrderConfirmed{OrderID: orderID, Tickets: tickets})
+			cin := intentOf(actor, opCancelOrder)
+			cin.Command = map[string]any{"order_id": orderID}
+			a.add(ctx, "intent-"+newID(), cin)
+			a.add(ctx, order, domain.RefundRequested{OrderID: orderID, ChargeID: charge, Amount: amount, Key: domain.RefundKey(charge), Reason: "cancelled"},
+				domain.OrderCancelled{OrderID: orderID, VoidedTickets: []string{tickets[0].ID}})
+			release(domain.ReleaseCancelled)
+			a.add(ctx, order, domain.RefundSucceeded{OrderID: orderID, ChargeID: charge, RefundID: "re_" + orderID[:8], Amount: amount})
+		default: // paid twice: a redundant charge refunded, then in review
+			a.add(ctx, order, start(1), domain.PaymentSucceeded{OrderID: orderID, Attempt: 1, ChargeID: charge, Amount: amount},
+				domain.OrderConfirmed{OrderID: orderID, Tickets: tickets},
+				domain.RefundRequested{OrderID: orderID, ChargeID: charge + "x", Amount: amount, Key: domain.RefundKey(charge + "x"), Reason: "redundant_effect"},
+				domain.OrderNeedsReview{OrderID: orderID, Reason: "contradictory facts"})
+		}
+	}
+}
+
+// model folds the whole event store with package domain: the reference
+// the read models are checked against.
+type model struct {
+	shows        map[string]*domain.Show
+	showRev      map[string]int64
+	reservations map[string]*domain.Reservation
+	resRev       map[string]int64
+	orders       map[string]*domain.Order
+	orderRev     map[string]int64
+	events       int
+}
+
+func mustModel(tb testing.TB, ctx context.Context, db *testDB) *model {
+	tb.Helper()
+	types := domain.EventTypes()
+	typed := make([]eventstore.Typed, len(types))
+	for i, t := range types {
+		typed[i] = t
+	}
+	reg := eventstore.NewRegistry(typed...)
+	waitHorizon(tb, ctx, db)
+	store := db.store
+	m := &model{shows: map[string]*domain.Show{}, showRev: map[string]int64{}, reservations: map[string]*domain.Reservation{},
+		resRev: map[string]int64{}, orders: map[string]*domain.Order{}, orderRev: map[string]int64{}}
+	var after eventstore.Position
+	for {
+		batch, err := store.ReadAll(ctx, after, 5000)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, r := range batch {
+			m.events++
+			ev, err := reg.Decode(r.Type, r.Data)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			id := func(prefix string) string { return r.Stream[len(prefix):] }
+			switch {
+			case len(r.Stream) > len(showPrefix) && r.Stream[:len(showPrefix)] == showPrefix:
+				s := m.shows[id(showPrefix)]
+				if s == nil {
+					s = &domain.Show{}
+					m.shows[id(showPrefix)] = s
+				}
+				s.Apply(ev.(domain.Event))
+				m.showRev[id(showPrefix)] = int64(r.Revision)
+			case len(r.Stream) > len("reservation-order-") && r.Stream[:len("reservation-order-")] == "reservation-order-":
+			case len(r.Stream) > len(reservationPrefix) && r.Stream[:len(reservationPrefix)] == reservationPrefix:
+				s := m.reservations[id(reservationPrefix)]
+				if s == nil {
+					s = &domain.Reservation{}
+					m.reservations[id(reservationPrefix)] = s
+				}
+				s.Apply(ev.(domain.Event))
+				m.resRev[id(reservationPrefix)] = int64(r.Revision)
+			case len(r.Stream) > len(orderPrefix) && r.Stream[:len(orderPrefix)] == orderPrefix:
+				s := m.orders[id(orderPrefix)]
+				if s == nil {
+					s = &domain.Order{}
+					m.orders[id(orderPrefix)] = s
+				}
+				s.Apply(ev.(domain.Event))
+				m.orderRev[id(orderPrefix)] = int64(r.Revision)
+			}
+		}
+		if len(batch) < 5000 {
+			return m
+		}
+		after = batch[len(batch)-1].Position
+	}
+}
+
+// paymentStatus is the API's payment status of o (cmd/booking viewOrder).
+func paymentStatus(o *domain.Order) string {
+	s := "pending"
+	if last := o.LastAttempt(); last != nil && last.Outcome != domain.OutcomeNone {
+		s = last.Outcome
+	}
+	if o.ChargeID != "" {
+		s = domain.OutcomeSucceeded
+		if r, ok := o.Refunds[o.ChargeID]; ok {
+			if r.Succeeded {
+				s = "refunded"
+			} else {
+				s = "refund_pending"
+			}
+		}
+	}
+	return s
+}
+
+// checkModel compares the read models with the domain fold of the store:
+// every event projected exactly once.
+func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
+	tb.Helper()
+	m := mustModel(tb, ctx, db)
+	// Shows.
+	rows, err := db.pool.Query(ctx, `SELECT s.id::text, s.capacity, s.taken, s.holds, s.revision, coalesce(ss.ordered, 0)
+		FROM rm_shows s LEFT JOIN rm_show_sales ss ON ss.show_id = s.id`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	seen := 0
+	for rows.Next() {
+		var (
+			id                              string
+			capacity, taken, holds, ordered int
+			rev                             int64
+		)
+		if err := rows.Scan(&id, &capacity, &taken, &holds, &rev, &ordered); err != nil {
+			tb.Fatal(err)
+		}
+		seen++
+		s := m.shows[id]
+		if s == nil {
+			tb.Errorf("rm_shows has show %s the store does not", id)
+			continue
+		}
+		wantOrdered := 0
+		for resID := range s.Holds {
+			if r := m.reservations[resID]; r != nil && r.Status == domain.ReservationStatusOrdered {
+				wantOrdered += r.Quantity
+			}
+		}
+		allOrdered := 0
+		for _, r := range m.reservations {
+			if r.ShowID == id && r.Status == domain.ReservationStatusOrdered {
+				allOrdered += r.Quantity
+			}
+		}
+		if capacity != s.Capacity || taken != s.Taken || holds != len(s.Holds) || rev != m.showRev[id] || ordered != allOrdered || wantOrdered != allOrdered {
+			tb.Errorf("show %s: capacity %d taken %d holds %d rev %d ordered %d; want %d %d %d %d %d (of live holds %d)", id, capacity, taken, holds, rev, ordered,
+				s.Capacity, s.Taken, len(s.Holds), m.showRev[id], allOrdered, wantOrdered)
+		}
+	}
+	rows.Close()
+	if seen != len(m.shows) {
+		tb.Errorf("rm_shows has %d shows, the store %d", seen, len(m.shows))
+	}
+	// Reservations (both the reservations projection and the shows projection's copy).
+	rows, err = db.pool.Query(ctx, `SELECT r.id::text, r.status, r.order_id, r.quantity, r.revision, coalesce(sr.status, ''), coalesce(sr.revision, -1)
+		FROM rm_reservations r LEFT JOIN rm_show_reservations sr ON sr.reservation_id = r.id`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	seen = 0
+	for rows.Next() {
+		var (
+			id, status, orderID, srStatus string
+			q                             int
+			rev, srRev                    int64
+		)
+		if err := rows.Scan(&id, &status, &orderID, &q, &rev, &srStatus, &srRev); err != nil {
+			tb.Fatal(err)
+		}
+		seen++
+		r := m.reservations[id]
+		if r == nil {
+			tb.Errorf("rm_reservations has %s the store does not", id)
+			continue
+		}
+		if status != r.Status || orderID != r.OrderID || q != r.Quantity || rev != m.resRev[id] || srStatus != r.Status || srRev != rev {
+			tb.Errorf("reservation %s: %s %q %d rev %d (shows copy %s rev %d); want %s %q %d rev %d", id, status, orderID, q, rev, srStatus, srRev,
+				r.Status, r.OrderID, r.Quantity, m.resRev[id])
+		}
+	}
+	rows.Close()
+	if seen != len(m.reservations) {
+		tb.Errorf("rm_reservations has %d rows, the store %d reservations", seen, len(m.reservations))
+	}
+	// Orders.
+	rows, err = db.pool.Query(ctx, `SELECT id::text, status, attempts, payment_status, charge_id, ticket_count, revision, unknown_since IS NOT NULL
+		FROM rm_orders`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	seen = 0
+	for rows.Next() {
+		var (
+			id, status, pay, charge string
+			attempts, tickets       int
+			rev                     int64
+			unknown                 bool
+		)
+		if err := rows.Scan(&id, &status, &attempts, &pay, &charge, &tickets, &rev, &unknown); err != nil {
+			tb.Fatal(err)
+		}
+		seen++
+		o := m.orders[id]
+		if o == nil {
+			tb.Errorf("rm_orders has %s the store does not", id)
+			continue
+		}
+		wantUnknown := o.LastAttempt() != nil && o.LastAttempt().Outcome == domain.OutcomeUnknown
+		if status != o.Status || attempts != len(o.Attempts) || pay != paymentStatus(o) || charge != o.ChargeID || tickets != len(o.Tickets) ||
+			rev != m.orderRev[id] || unknown != wantUnknown {
+			tb.Errorf("order %s: %s attempts %d pay %s charge %q tickets %d rev %d unknown %v; want %s %d %s %q %d %d %v", id,
+				status, attempts, pay, charge, tickets, rev, unknown, o.Status, len(o.Attempts), paymentStatus(o), o.ChargeID, len(o.Tickets), m.orderRev[id], wantUnknown)
+		}
+	}
+	rows.Close()
+	if seen != len(m.orders) {
+		tb.Errorf("rm_orders has %d rows, the store %d orders", seen, len(m.orders))
+	}
+}
+
+// readModelTables lists every read-model table with its key.
+var readModelTables = []string{"rm_orders", "rm_reservations", "rm_shows", "rm_show_reservations", "rm_show_sales", "rm_intents", "rm_intent_targets"}
+
+// dump returns every row of every read-model table as JSON text (all
+// columns), sorted, plus the checkpoints' positions and log clocks.
+func dump(tb testing.TB, ctx context.Context, pool *pgxpool.Pool) map[string][]string {
+	tb.Helper()
+	out := map[string][]string{}
+	for _, t := range readModelTables {
+		rows, err := pool.Query(ctx, `SELECT to_jsonb(t)::text FROM `+t+` t`)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				tb.Fatal(err)
+			}
+			out[t] = append(out[t], s)
+		}
+		rows.Close()
+		sort.Strings(out[t])
+	}
+	rows, err := pool.Query(ctx, `SELECT name || ' ' || commit_tx || '/' || prepare || ' ' || coalesce(log_time::text, '-') FROM projection_checkpoints ORDER BY name`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			tb.Fatal(err)
+		}
+		out["checkpoints"] = append(out["checkpoints"], s)
+	}
+	rows.Close()
+	return out
+}
+
+// runAll runs the live projectors of ps until ctx is done; the returned
+// function waits for them to stop.
+func runAll(tb testing.TB, ctx context.Context, db *testDB, ps []*Projection, opts ...ProjectorOption) func() {
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pr := NewProjector(db.pool, p, opts...)
+			for ctx.Err() == nil {
+				if err := pr.Run(ctx, db.store); err != nil && ctx.Err() == nil {
+					tb.Errorf("projector %s: %v", p.name, err)
+					return
+				}
+			}
+		}()
+	}
+	return wg.Wait
+}
+
+// waitHorizon waits until the log's readable horizon has passed every
+// committed event, and returns the last event's position. (Transactions of
+// other tests on the same server, in any database, hold the horizon back:
+// xids are server-wide.)
+func waitHorizon(tb testing.TB, ctx context.Context, db *testDB) eventstore.Position {
+	tb.Helper()
+	var (
+		last     eventstore.Position
+		tx, seq  int64
+		deadline = time.Now().Add(2 * time.Minute)
+	)
+	err := db.pool.QueryRow(ctx, `SELECT tx::text::bigint, seq FROM events ORDER BY tx DESC, seq DESC LIMIT 1`).Scan(&tx, &seq)
+	if err != nil {
+		tb.Fatalf("last event: %v", err)
+	}
+	last = eventstore.Position{Commit: uint64(tx), Prepare: uint64(seq)}
+	for {
+		head, err := db.store.Head(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !head.Less(last) {
+			return last
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the readable horizon %s did not reach the last event %s", head, last)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitCaughtUp waits until every checkpoint of ps has passed every
+// committed event.
+func waitCaughtUp(tb testing.TB, ctx context.Context, db *testDB, ps []*Projection) {
+	tb.Helper()
+	head := waitHorizon(tb, ctx, db)
+	deadline := time.Now().Add(2 * time.Minute)
+	r := NewReader(db.pool)
+	for _, p := range ps {
+		for {
+			pos, err := r.Checkpoint(ctx, p.name)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if !pos.Less(head) {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("%s: checkpoint %s did not reach head %s", p.name, pos, head)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package notify
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// Header names of a notification (DESIGN §8). Nats-Msg-Id is JetStream's
+// de-duplication header; the others are the service's own.
+const (
+	HeaderMsgID     = "Nats-Msg-Id"
+	HeaderStream    = "Booking-Stream"
+	HeaderRevision  = "Booking-Revision"
+	HeaderPosition  = "Booking-Position"
+	HeaderEventType = "Booking-Event-Type"
+)
+
+// SubjectPrefix begins every notification subject; SubjectAll matches them all.
+const (
+	SubjectPrefix = "booking.v1."
+	SubjectAll    = "booking.v1.>"
+)
+
+// Stream-name prefixes of the public entities, and their subject categories.
+// reservation-order-{id} (the uniqueness stream) and intent-{hash} are not
+// public; reservation-order- must be tested before reservation-.
+var categories = []struct{ prefix, category string }{
+	{"reservation-order-", ""},
+	{"show-", "show"},
+	{"reservation-", "reservation"},
+	{"order-", "order"},
+}
+
+// Category returns the subject category (show, reservation or order) of an
+// event stream and the entity id (the stream name without its prefix), or
+// ok == false for a stream whose events are not published.
+func Category(stream string) (category, id string, ok bool) {
+	for _, c := range categories {
+		if rest, found := strings.CutPrefix(stream, c.prefix); found {
+			if c.category == "" || rest == "" {
+				return "", "", false
+			}
+			return c.category, rest, true
+		}
+	}
+	return "", "", false
+}
+
+// Subject returns the subject booking.v1.{category}.{id}.{event} of an event
+// of type eventType on stream, or ok == false for a stream whose events are
+// not published. It returns an error for a public stream whose id or type
+// cannot be a subject token (empty, or holding '.', '*', '>' or white space).
+func Subject(stream, eventType string) (subject string, ok bool, err error) {
+	category, id, ok := Category(stream)
+	if !ok {
+		return "", false, nil
+	}
+	event := SnakeCase(eventType)
+	if !validToken(id) || !validToken(event) {
+		return "", true, fmt.Errorf("notify: stream %q, event type %q: not a valid subject token", stream, eventType)
+	}
+	return SubjectPrefix + category + "." + id + "." + event, true, nil
+}
+
+func validToken(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return r == '.' || r == '*' || r == '>' || unicode.IsSpace(r)
+	})
+}
+
+// SnakeCase returns the snake_case form of an event type name:
+// OrderConfirmed → order_confirmed, SeatsHeld → seats_held. An acronym stays
+// one word (HTTPFailed → http_failed).
+func SnakeCase(name string) string {
+	rs := []rune(name)
+	var b strings.Builder
+	b.Grow(len(name) + 4)
+	for i, r := range rs {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				prev := rs[i-1]
+				nextLower := i+1 < len(rs) && unicode.IsLower(rs[i+1])
+				if unicode.IsLower(prev) || unicode.IsDigit(prev) || (unicode.IsUpper(prev) && nextLower) {
+					b.WriteByte('_')
+				}
+			}
+			b.WriteRune(unicode.ToLower(r))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// Payload is the JSON body of a notification: the event without its private
+// part. Position is in the "commit/prepare" form of the Booking-Position
+// header; OccurredAt comes from the event's metadata (the recording time if
+// the metadata has none).
+type Payload struct {
+	ID         string          `json:"id"`
+	Type       string          `json:"type"`
+	Stream     string          `json:"stream"`
+	Revision   uint64          `json:"revision"`
+	Position   string          `json:"position"`
+	OccurredAt time.Time       `json:"occurred_at"`
+	Data       json.RawMessage `json:"data"`
+}
+
+// privateKey is the member of event data that holds secrets (DESIGN §3).
+var privateKey = []byte(`"private"`)
+
+// PublicData returns the event data with its top-level "private" member
+// removed. Data without that member is returned as is (no copy). It returns
+// an error for data that mentions "private" but is not a JSON object, so a
+// secret is never published by mistake.
+func PublicData(data []byte) (json.RawMessage, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return json.RawMessage("{}"), nil
+	}
+	if !bytes.Contains(data, privateKey) {
+		return data, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("notify: event data mentions \"private\" but is not a JSON object: %w", err)
+	}
+	delete(m, "private")
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("notify: re-encode event data: %w", err)
+	}
+	return out, nil
+}
+
+// NewMessage returns the notification of e: its subject, headers and
+// payload, or ok == false if e's stream is not published. It returns an
+// error if the subject cannot be formed or the data cannot be made public.
+func NewMessage(e eventstore.RecordedEvent) (msg *nats.Msg, ok bool, err error) {
+	subject, ok, err := Subject(e.Stream, e.Type)
+	if !ok || err != nil {
+		return nil, ok, err
+	}
+	data, err := PublicData(e.Data)
+	if err != nil {
+		return nil, true, fmt.Errorf("notify: event %s (%s@%d): %w", e.ID, e.Stream, e.Revision, err)
+	}
+	occurred := e.RecordedAt
+	if md, err := eventstore.DecodeMetadata(e.Metadata); err == nil && !md.OccurredAt.IsZero() {
+		occurred = md.OccurredAt
+	}
+	pos := e.Position.String()
+	body, err := json.Marshal(Payload{
+		ID: e.ID, Type: e.Type, Stream: e.Stream, Revision: e.Revision,
+		Position: pos, OccurredAt: occurred.UTC(), Data: data,
+	})
+	if err != nil {
+		return nil, true, fmt.Errorf("notify: encode payload of event %s: %w", e.ID, err)
+	}
+	h := make(nats.Header, 6)
+	h[HeaderMsgID] = []string{e.ID}
+	h[HeaderStream] = []string{e.Stream}
+	h[HeaderRevision] = []string{strconv.FormatUint(e.Revision, 10)}
+	h[HeaderPosition] = []string{pos}
+	h[HeaderEventType] = []string{e.Type}
+	return &nats.Msg{Subject: subject, Header: h, Data: body}, true, nil
+}

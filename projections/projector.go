@@ -1,0 +1,337 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// Log is the event log as a projector follows it (eventstore.Store
+// satisfies it).
+type Log interface {
+	SubscribeAll(ctx context.Context, after eventstore.Position, fn func(ctx context.Context, batch []eventstore.RecordedEvent) error) error
+}
+
+// LogReader reads the event log in batches, in log order (eventstore.Store
+// satisfies it).
+type LogReader interface {
+	ReadAll(ctx context.Context, after eventstore.Position, limit int) ([]eventstore.RecordedEvent, error)
+}
+
+// DefaultMaxBatch is the most events a projector applies in one
+// transaction unless WithMaxBatch says otherwise.
+const DefaultMaxBatch = 500
+
+// ErrCheckpointMoved is returned (wrapped) when a batch's checkpoint fence
+// fails: the checkpoint no longer holds the position the batch started
+// from, because another instance or a rebuild moved it. Nothing of the batch
+// is applied. Projector.Run handles it by reloading the checkpoint.
+var ErrCheckpointMoved = errors.New("projections: checkpoint moved by another instance or a rebuild")
+
+// errYielded is the cancel cause of a projector that yields its lock.
+var errYielded = errors.New("projections: yielded to a waiting rebuild")
+
+// checkpoint is a projection's place in the log and its log clock.
+type checkpoint struct {
+	pos     eventstore.Position
+	logTime time.Time // zero until an event with a time was applied
+}
+
+// Projector runs one projection live: it follows the log from the
+// projection's checkpoint and applies each batch of events together with the
+// checkpoint in one transaction. Create it with NewProjector. The caller
+// makes it the only running instance of its projection (a PostgreSQL lock,
+// see cmd/booking runExclusive). A Projector is used by one goroutine at a
+// time (Run blocks).
+type Projector struct {
+	pool       *pgxpool.Pool
+	p          *Projection
+	b          *bound
+	maxBatch   int
+	yield      func(ctx context.Context) (bool, error)
+	yieldEvery time.Duration
+	// beforeCommit is a test-only fault point: called inside each batch's
+	// transaction after its statements ran and before COMMIT.
+	beforeCommit func(ctx context.Context, tx pgx.Tx, batch []envelope) error
+}
+
+// ProjectorOption configures a Projector.
+type ProjectorOption func(*Projector)
+
+// WithMaxBatch bounds the events applied in one transaction (default
+// DefaultMaxBatch); a larger batch from the log is split. n <= 0 keeps the
+// default. Small batches keep transactions short: an open writing
+// transaction holds back the log's readable horizon for every reader.
+func WithMaxBatch(n int) ProjectorOption {
+	return func(p *Projector) {
+		if n > 0 {
+			p.maxBatch = n
+		}
+	}
+}
+
+// WithYield makes Run check should every interval and return nil (giving up
+// its lock to the caller's waiting rebuild) once it reports true. Errors of
+// should are ignored (checked again at the next interval).
+func WithYield(every time.Duration, should func(ctx context.Context) (bool, error)) ProjectorOption {
+	return func(p *Projector) {
+		if every > 0 && should != nil {
+			p.yield, p.yieldEvery = should, every
+		}
+	}
+}
+
+// NewProjector returns a Projector of p on pool. The pool's database must
+// have the migrations applied.
+func NewProjector(pool *pgxpool.Pool, p *Projection, opts ...ProjectorOption) *Projector {
+	pr := &Projector{pool: pool, p: p, b: bind(p, nil), maxBatch: DefaultMaxBatch}
+	for _, o := range opts {
+		o(pr)
+	}
+	return pr
+}
+
+// Name returns the projection's name.
+func (pr *Projector) Name() string { return pr.p.name }
+
+// Run follows log from the projection's checkpoint and applies every batch
+// with its checkpoint in one transaction, first catching up and then
+// following new appends. It blocks until ctx is done (returns ctx.Err()),
+// until it yields (WithYield; returns nil), or until applying or reading
+// fails (returns the error; the caller restarts it, and it resumes from the
+// checkpoint: nothing is applied twice). When its checkpoint fence fails
+// (ErrCheckpointMoved) it reloads the checkpoint and goes on.
+func (pr *Projector) Run(ctx context.Context, log Log) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if pr.yield != nil {
+		go pr.watchYield(ctx, cancel)
+	}
+	for {
+		cp, err := loadCheckpoint(ctx, pr.pool, pr.p.name)
+		if err == nil {
+			err = log.SubscribeAll(ctx, cp.pos, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
+				return pr.applyAll(ctx, &cp, batch)
+			})
+		}
+		if errors.Is(context.Cause(ctx), errYielded) {
+			return nil
+		}
+		if errors.Is(err, ErrCheckpointMoved) && ctx.Err() == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("projections: %s: %w", pr.p.name, err)
+	}
+}
+
+func (pr *Projector) watchYield(ctx context.Context, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(pr.yieldEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if ok, err := pr.yield(ctx); err == nil && ok {
+				cancel(errYielded)
+				return
+			}
+		}
+	}
+}
+
+// applyAll applies a batch from the log in transactions of at most maxBatch
+// events, advancing cp after each.
+func (pr *Projector) applyAll(ctx context.Context, cp *checkpoint, batch []eventstore.RecordedEvent) error {
+	envs := make([]envelope, 0, len(batch))
+	for i := range batch {
+		if cp.pos.Less(batch[i].Position) {
+			envs = append(envs, newEnvelope(&batch[i]))
+		}
+	}
+	for len(envs) > 0 {
+		n := min(len(envs), pr.maxBatch)
+		next, err := applyBatch(ctx, pr.pool, []*bound{pr.b}, envs[:n], *cp, applyOptions{fence: pr.p.name, beforeCommit: pr.beforeCommit})
+		if err != nil {
+			return err
+		}
+		*cp = next
+		envs = envs[n:]
+	}
+	return nil
+}
+
+// querier runs statements (a pool, a connection or a transaction).
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// beginner starts transactions (a pool or a connection).
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+type applyOptions struct {
+	// fence, when set, is the checkpoint name to advance in the same
+	// transaction, fenced on the position the batch starts from.
+	fence string
+	// asyncCommit turns synchronous_commit off for the transaction (rebuild
+	// tables are not visible before the swap, which commits synchronously).
+	asyncCommit  bool
+	beforeCommit func(ctx context.Context, tx pgx.Tx, batch []envelope) error
+}
+
+const sqlFence = `UPDATE projection_checkpoints SET commit_tx = $2, prepare = $3, log_time = $4, updated_at = now()
+WHERE name = $1 AND commit_tx = $5 AND prepare = $6`
+
+// applyBatch applies envs (in log order, all after from.pos) to every bound
+// projection in one transaction: BEGIN; one pgx batch with the checkpoint
+// fence and a SELECT of the touched rows per table; the fold in Go; one pgx
+// batch with an upsert of the changed rows per table and the projections'
+// follow-up statements; COMMIT. It returns the checkpoint after envs.
+func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, from checkpoint, o applyOptions) (checkpoint, error) {
+	to := checkpoint{pos: envs[len(envs)-1].pos, logTime: from.logTime}
+	for i := range envs {
+		if envs[i].at.After(to.logTime) {
+			to.logTime = envs[i].at
+		}
+	}
+	folds := make([]batchFold, len(bs))
+	for i, b := range bs {
+		folds[i] = b.p.begin()
+		for j := range envs {
+			if err := folds[i].route(&envs[j]); err != nil {
+				return from, fmt.Errorf("projections: %s: %w", b.p.name, err)
+			}
+		}
+	}
+
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return from, fmt.Errorf("projections: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+
+	// 1. Fence and load.
+	read := &pgx.Batch{}
+	if o.asyncCommit {
+		read.Queue("SET LOCAL synchronous_commit = off")
+	}
+	fenceAt := -1
+	if o.fence != "" {
+		fenceAt = read.Len()
+		read.Queue(sqlFence, o.fence, int64(to.pos.Commit), int64(to.pos.Prepare), nullTime(to.logTime),
+			int64(from.pos.Commit), int64(from.pos.Prepare))
+	}
+	var loads []rowLoader
+	var loadAt []*bound
+	for i, b := range bs {
+		for _, l := range folds[i].loaders() {
+			if keys := l.keys(); len(keys) > 0 {
+				read.Queue(b.sql(l.table().selectSQL()), keys)
+				loads = append(loads, l)
+				loadAt = append(loadAt, b)
+			}
+		}
+	}
+	br := tx.SendBatch(ctx, read)
+	for i := range read.Len() - len(loads) {
+		ct, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return from, fmt.Errorf("projections: batch up to %s: %w", to.pos, err)
+		}
+		if i == fenceAt && ct.RowsAffected() != 1 {
+			br.Close()
+			return from, fmt.Errorf("%w (%s expected at %s)", ErrCheckpointMoved, o.fence, from.pos)
+		}
+	}
+	for i, l := range loads {
+		rows, err := br.Query()
+		if err == nil {
+			err = l.load(rows)
+		}
+		if err != nil {
+			br.Close()
+			return from, fmt.Errorf("projections: %s: load %s: %w", loadAt[i].p.name, l.table().name, err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return from, fmt.Errorf("projections: batch up to %s: %w", to.pos, err)
+	}
+
+	// 2. Fold.
+	for i, b := range bs {
+		for j := range envs {
+			if err := folds[i].apply(&envs[j]); err != nil {
+				return from, fmt.Errorf("projections: %s: %w", b.p.name, err)
+			}
+		}
+	}
+
+	// 3. Write.
+	write := &pgx.Batch{}
+	for i, b := range bs {
+		for _, l := range folds[i].loaders() {
+			if args := l.written(); args != nil {
+				write.Queue(b.sql(l.table().upsertSQL()), args...)
+			}
+		}
+		folds[i].finish(&queue{batch: write, b: b, logTime: to.logTime})
+	}
+	if write.Len() > 0 {
+		if err := tx.SendBatch(ctx, write).Close(); err != nil {
+			return from, fmt.Errorf("projections: write batch up to %s: %w", to.pos, err)
+		}
+	}
+	if o.beforeCommit != nil {
+		if err := o.beforeCommit(ctx, tx, envs); err != nil {
+			return from, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return from, fmt.Errorf("projections: commit batch up to %s: %w", to.pos, err)
+	}
+	return to, nil
+}
+
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// loadCheckpoint returns the checkpoint of name, creating it at the start of
+// the log if it does not exist.
+func loadCheckpoint(ctx context.Context, db querier, name string) (checkpoint, error) {
+	var cp checkpoint
+	if _, err := db.Exec(ctx, `INSERT INTO projection_checkpoints (name) VALUES ($1) ON CONFLICT (name) DO NOTHING`, name); err != nil {
+		return cp, fmt.Errorf("projections: %s: create checkpoint: %w", name, err)
+	}
+	var (
+		commit, prepare int64
+		logTime         *time.Time
+	)
+	err := db.QueryRow(ctx, `SELECT commit_tx, prepare, log_time FROM projection_checkpoints WHERE name = $1`, name).
+		Scan(&commit, &prepare, &logTime)
+	if err != nil {
+		return cp, fmt.Errorf("projections: %s: load checkpoint: %w", name, err)
+	}
+	cp.pos = eventstore.Position{Commit: uint64(commit), Prepare: uint64(prepare)}
+	if logTime != nil {
+		cp.logTime = logTime.UTC()
+	}
+	return cp, nil
+}

@@ -1,0 +1,390 @@
+package projections
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// Reader answers queries from the read models. Each query is one statement,
+// so its rows and the Position it reports (the projection's checkpoint) come
+// from one snapshot: the rows reflect exactly the log up to Position. Create
+// it with NewReader; it is safe for concurrent use.
+type Reader struct {
+	pool *pgxpool.Pool
+}
+
+// NewReader returns a Reader on pool (read models migrated).
+func NewReader(pool *pgxpool.Pool) *Reader { return &Reader{pool: pool} }
+
+// Show is a row of the show availability read model. Capacity = Available +
+// Held + Ordered.
+type Show struct {
+	ID        string
+	Name      string
+	StartsAt  time.Time
+	Capacity  int
+	Price     domain.Money
+	Available int // seats neither held nor ordered
+	Held      int // seats held by reservations not ordered
+	Ordered   int // seats of ordered reservations
+	Revision  int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// ShowKey is the keyset position of a show in the list order (StartsAt,
+// then ID).
+type ShowKey struct {
+	StartsAt time.Time
+	ID       string
+}
+
+// ShowPage is a page of shows. Next is the key to continue after, nil on
+// the last page. Position is the shows projection's checkpoint.
+type ShowPage struct {
+	Items    []Show
+	Next     *ShowKey
+	Position eventstore.Position
+}
+
+const sqlListShows = `SELECT cp.commit_tx, cp.prepare, s.id, s.name, s.starts_at, s.capacity, s.price_amount, s.price_currency,
+       s.taken, greatest(least(coalesce(ss.ordered, 0), s.taken), 0), s.revision, s.created_at, s.updated_at
+FROM (SELECT 1) AS one
+LEFT JOIN projection_checkpoints cp ON cp.name = 'shows'
+LEFT JOIN LATERAL (
+    SELECT * FROM rm_shows
+    WHERE $1::timestamptz IS NULL OR (starts_at, id) > ($1::timestamptz, $2::uuid)
+    ORDER BY starts_at, id
+    LIMIT $3
+) s ON true
+LEFT JOIN rm_show_sales ss ON ss.show_id = s.id
+ORDER BY s.starts_at, s.id`
+
+// Shows returns up to limit (>= 1) shows after the key after (nil: from
+// the first), ordered by start time then id. Returns a wrapped error if the
+// query fails.
+func (r *Reader) Shows(ctx context.Context, after *ShowKey, limit int) (ShowPage, error) {
+	var (
+		page  ShowPage
+		start *time.Time
+		id    *uuid.UUID
+	)
+	if after != nil {
+		u, err := uuid.Parse(after.ID)
+		if err != nil {
+			return page, fmt.Errorf("projections: shows: invalid key id %q", after.ID)
+		}
+		t := after.StartsAt
+		start, id = &t, &u
+	}
+	rows, err := r.pool.Query(ctx, sqlListShows, start, id, limit+1)
+	if err != nil {
+		return page, fmt.Errorf("projections: list shows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			commit, prepare                *int64
+			sid                            *uuid.UUID
+			name, currency                 *string
+			startsAt, createdAt, updatedAt *time.Time
+			capacity, taken, ordered       *int
+			price, revision                *int64
+		)
+		if err := rows.Scan(&commit, &prepare, &sid, &name, &startsAt, &capacity, &price, &currency, &taken, &ordered,
+			&revision, &createdAt, &updatedAt); err != nil {
+			return page, fmt.Errorf("projections: list shows: %w", err)
+		}
+		page.Position = position(commit, prepare)
+		if sid == nil {
+			continue
+		}
+		page.Items = append(page.Items, Show{ID: sid.String(), Name: *name, StartsAt: startsAt.UTC(), Capacity: *capacity,
+			Price: domain.Money{Amount: *price, Currency: *currency}, Available: *capacity - *taken, Held: *taken - *ordered,
+			Ordered: *ordered, Revision: *revision, CreatedAt: createdAt.UTC(), UpdatedAt: updatedAt.UTC()})
+	}
+	if err := rows.Err(); err != nil {
+		return page, fmt.Errorf("projections: list shows: %w", err)
+	}
+	if len(page.Items) > limit {
+		page.Items = page.Items[:limit]
+		last := page.Items[limit-1]
+		page.Next = &ShowKey{StartsAt: last.StartsAt, ID: last.ID}
+	}
+	return page, nil
+}
+
+// Order is a row of the orders read model. Amount is in minor units.
+// TicketIDs are the tickets issued; they are valid only while Status is
+// confirmed. PaymentStatus is pending, succeeded, failed, unknown,
+// refund_pending or refunded. UnknownSince is when the current attempt's
+// outcome became unknown (event time), nil otherwise.
+type Order struct {
+	ID              string
+	Actor           string
+	ReservationID   string
+	ShowID          string
+	Status          string
+	FailReason      string
+	ReviewReason    string
+	Quantity        int
+	Amount          domain.Money
+	PaymentDeadline time.Time
+	Attempts        int
+	PaymentStatus   string
+	ChargeID        string
+	UnknownSince    *time.Time
+	TicketIDs       []string
+	Revision        int64
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+// OrderKey is the keyset position of an order in the list order (newest
+// CreatedAt first, then ID descending).
+type OrderKey struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// OrderPage is a page of orders; see ShowPage.
+type OrderPage struct {
+	Items    []Order
+	Next     *OrderKey
+	Position eventstore.Position
+}
+
+const sqlListOrders = `SELECT cp.commit_tx, cp.prepare, o.id, o.actor, o.reservation_id, o.show_id, o.status, o.fail_reason,
+       o.review_reason, o.quantity, o.amount, o.currency, o.payment_deadline, o.attempts, o.payment_status, o.charge_id,
+       o.unknown_since, o.ticket_ids, o.revision, o.created_at, o.updated_at
+FROM (SELECT 1) AS one
+LEFT JOIN projection_checkpoints cp ON cp.name = 'orders'
+LEFT JOIN LATERAL (
+    SELECT * FROM rm_orders
+    WHERE actor = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2::timestamptz, $3::uuid))
+    ORDER BY created_at DESC, id DESC
+    LIMIT $4
+) o ON true
+ORDER BY o.created_at DESC, o.id DESC`
+
+// Orders returns up to limit (>= 1) orders of actor after the key after
+// (nil: from the newest), newest first. Returns a wrapped error if the
+// query fails.
+func (r *Reader) Orders(ctx context.Context, actor string, after *OrderKey, limit int) (OrderPage, error) {
+	var (
+		page    OrderPage
+		created *time.Time
+		id      *uuid.UUID
+	)
+	if after != nil {
+		u, err := uuid.Parse(after.ID)
+		if err != nil {
+			return page, fmt.Errorf("projections: orders: invalid key id %q", after.ID)
+		}
+		t := after.CreatedAt
+		created, id = &t, &u
+	}
+	rows, err := r.pool.Query(ctx, sqlListOrders, actor, created, id, limit+1)
+	if err != nil {
+		return page, fmt.Errorf("projections: list orders: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			commit, prepare                     *int64
+			oid, resID, showID                  *uuid.UUID
+			act, status, failReason, review     *string
+			currency, payStatus, chargeID       *string
+			quantity, attempts                  *int
+			amount, revision                    *int64
+			deadline, unknown, createdAt, updAt *time.Time
+			tickets                             []string
+		)
+		if err := rows.Scan(&commit, &prepare, &oid, &act, &resID, &showID, &status, &failReason, &review, &quantity, &amount,
+			&currency, &deadline, &attempts, &payStatus, &chargeID, &unknown, &tickets, &revision, &createdAt, &updAt); err != nil {
+			return page, fmt.Errorf("projections: list orders: %w", err)
+		}
+		page.Position = position(commit, prepare)
+		if oid == nil {
+			continue
+		}
+		o := Order{ID: oid.String(), Actor: *act, ReservationID: resID.String(), ShowID: showID.String(), Status: *status,
+			FailReason: *failReason, ReviewReason: *review, Quantity: *quantity, Amount: domain.Money{Amount: *amount, Currency: *currency},
+			PaymentDeadline: deadline.UTC(), Attempts: *attempts, PaymentStatus: *payStatus, ChargeID: *chargeID,
+			TicketIDs: tickets, Revision: *revision, CreatedAt: createdAt.UTC(), UpdatedAt: updAt.UTC()}
+		if unknown != nil {
+			u := unknown.UTC()
+			o.UnknownSince = &u
+		}
+		if o.TicketIDs == nil {
+			o.TicketIDs = []string{}
+		}
+		page.Items = append(page.Items, o)
+	}
+	if err := rows.Err(); err != nil {
+		return page, fmt.Errorf("projections: list orders: %w", err)
+	}
+	if len(page.Items) > limit {
+		page.Items = page.Items[:limit]
+		last := page.Items[limit-1]
+		page.Next = &OrderKey{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
+	return page, nil
+}
+
+// PendingIntent is an intent that is recorded, not rejected, and whose
+// target is not final yet in the intents view: a show or reservation not
+// created yet, an order not confirmed, failed, cancelled or in review (for a
+// cancel: not cancelled, failed or in review). TargetStatus is the target's
+// status in the view ("" if it does not exist there). RecordedAt is the
+// intent's event time; its age is measured from it.
+type PendingIntent struct {
+	Stream       string
+	Actor        string
+	Operation    string
+	TargetID     string
+	TargetStatus string
+	Executor     string
+	LeaseUntil   time.Time
+	Takeovers    int
+	RecordedAt   time.Time
+}
+
+const sqlPendingIntents = `SELECT cp.commit_tx, cp.prepare, x.stream, x.actor, x.operation, x.target_id, x.status, x.executor,
+       x.lease_until, x.takeovers, x.recorded_at
+FROM (SELECT 1) AS one
+LEFT JOIN projection_checkpoints cp ON cp.name = 'intents'
+LEFT JOIN LATERAL (
+    SELECT i.*, coalesce(t.status, '') AS status
+    FROM rm_intents i
+    LEFT JOIN rm_intent_targets t ON t.id = i.target_id
+    WHERE i.rejection_status = 0
+      AND NOT coalesce(CASE i.operation
+            WHEN '` + opScheduleShow + `' THEN t.status IS NOT NULL
+            WHEN '` + opReserveSeats + `' THEN t.status IS NOT NULL
+            WHEN '` + opPlaceOrder + `' THEN t.status IN ('confirmed', 'failed', 'cancelled', 'needs_review')
+            WHEN '` + opCancelOrder + `' THEN t.status IN ('cancelled', 'failed', 'needs_review')
+          END, false)
+    ORDER BY i.recorded_at, i.stream
+    LIMIT $1
+) x ON true
+ORDER BY x.recorded_at, x.stream`
+
+// PendingIntents returns up to limit (>= 1) pending intents, oldest first,
+// and the intents projection's checkpoint. Returns a wrapped error if the
+// query fails.
+func (r *Reader) PendingIntents(ctx context.Context, limit int) ([]PendingIntent, eventstore.Position, error) {
+	var (
+		out []PendingIntent
+		pos eventstore.Position
+	)
+	rows, err := r.pool.Query(ctx, sqlPendingIntents, limit)
+	if err != nil {
+		return nil, pos, fmt.Errorf("projections: pending intents: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			commit, prepare                             *int64
+			stream, actor, op, target, status, executor *string
+			lease, recorded                             *time.Time
+			takeovers                                   *int
+		)
+		if err := rows.Scan(&commit, &prepare, &stream, &actor, &op, &target, &status, &executor, &lease, &takeovers, &recorded); err != nil {
+			return nil, pos, fmt.Errorf("projections: pending intents: %w", err)
+		}
+		pos = position(commit, prepare)
+		if stream == nil {
+			continue
+		}
+		out = append(out, PendingIntent{Stream: *stream, Actor: *actor, Operation: *op, TargetID: *target, TargetStatus: *status,
+			Executor: *executor, LeaseUntil: lease.UTC(), Takeovers: *takeovers, RecordedAt: recorded.UTC()})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, pos, fmt.Errorf("projections: pending intents: %w", err)
+	}
+	return out, pos, nil
+}
+
+// UnknownOutcome is an order whose current payment attempt's outcome is
+// unknown; Since is the event time of that PaymentOutcomeUnknown (the age
+// basis).
+type UnknownOutcome struct {
+	OrderID string
+	Actor   string
+	Status  string
+	Attempt int
+	Since   time.Time
+}
+
+const sqlUnknownOutcomes = `SELECT cp.commit_tx, cp.prepare, o.id, o.actor, o.status, o.attempts, o.unknown_since
+FROM (SELECT 1) AS one
+LEFT JOIN projection_checkpoints cp ON cp.name = 'orders'
+LEFT JOIN LATERAL (
+    SELECT id, actor, status, attempts, unknown_since FROM rm_orders
+    WHERE unknown_since IS NOT NULL
+    ORDER BY unknown_since, id
+    LIMIT $1
+) o ON true
+ORDER BY o.unknown_since, o.id`
+
+// UnknownOutcomes returns up to limit (>= 1) orders with an unknown payment
+// outcome, oldest first, and the orders projection's checkpoint. Returns a
+// wrapped error if the query fails.
+func (r *Reader) UnknownOutcomes(ctx context.Context, limit int) ([]UnknownOutcome, eventstore.Position, error) {
+	var (
+		out []UnknownOutcome
+		pos eventstore.Position
+	)
+	rows, err := r.pool.Query(ctx, sqlUnknownOutcomes, limit)
+	if err != nil {
+		return nil, pos, fmt.Errorf("projections: unknown outcomes: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			commit, prepare *int64
+			id              *uuid.UUID
+			actor, status   *string
+			attempt         *int
+			since           *time.Time
+		)
+		if err := rows.Scan(&commit, &prepare, &id, &actor, &status, &attempt, &since); err != nil {
+			return nil, pos, fmt.Errorf("projections: unknown outcomes: %w", err)
+		}
+		pos = position(commit, prepare)
+		if id == nil {
+			continue
+		}
+		out = append(out, UnknownOutcome{OrderID: id.String(), Actor: *actor, Status: *status, Attempt: *attempt, Since: since.UTC()})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, pos, fmt.Errorf("projections: unknown outcomes: %w", err)
+	}
+	return out, pos, nil
+}
+
+// Checkpoint returns the checkpoint of projection name (the zero Position
+// before it applied anything). Returns a wrapped error if the query fails.
+func (r *Reader) Checkpoint(ctx context.Context, name string) (eventstore.Position, error) {
+	var commit, prepare *int64
+	err := r.pool.QueryRow(ctx, `SELECT max(commit_tx), max(prepare) FROM projection_checkpoints WHERE name = $1`, name).Scan(&commit, &prepare)
+	if err != nil {
+		return eventstore.Position{}, fmt.Errorf("projections: checkpoint %s: %w", name, err)
+	}
+	return position(commit, prepare), nil
+}
+
+func position(commit, prepare *int64) eventstore.Position {
+	if commit == nil || prepare == nil {
+		return eventstore.Position{}
+	}
+	return eventstore.Position{Commit: uint64(*commit), Prepare: uint64(*prepare)}
+}

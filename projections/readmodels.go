@@ -1,0 +1,724 @@
+package projections
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Each projection folds events into rows in Go, mirroring the deciders'
+// Apply in package domain, with two rules: an event at or below a row's
+// revision changes nothing, and an event other than a stream's opening one
+// changes nothing if its row does not exist.
+
+// batchFold is one projection's work on one batch: route notes the rows the
+// events touch, apply folds each event into them once they are loaded, and
+// finish queues statements that follow the written rows.
+type batchFold interface {
+	route(e *envelope) error
+	loaders() []rowLoader
+	apply(e *envelope) error
+	finish(q *queue)
+}
+
+// ---- orders ----
+
+var ordersTable = &tableSpec{name: "rm_orders", cols: []column{
+	{"id", "uuid"}, {"actor", "text"}, {"reservation_id", "uuid"}, {"show_id", "uuid"}, {"intent", "text"},
+	{"status", "text"}, {"fail_reason", "text"}, {"review_reason", "text"}, {"quantity", "integer"},
+	{"amount", "bigint"}, {"currency", "text"}, {"payment_deadline", "timestamptz"}, {"attempts", "integer"},
+	{"last_outcome", "text"}, {"unknown_since", "timestamptz"}, {"charge_id", "text"}, {"refunds", "jsonb"},
+	{"ticket_count", "integer"}, {"ticket_ids", "jsonb"}, {"created_at", "timestamptz"}, {"updated_at", "timestamptz"},
+	{"revision", "bigint"},
+}}
+
+// orderRow is a row of rm_orders. LastOutcome is the outcome of attempt
+// Attempts (the current one); Refunds maps charge ids to "requested" or
+// "succeeded".
+type orderRow struct {
+	ID, Actor, ReservationID, ShowID, Intent string
+	Status, FailReason, ReviewReason         string
+	Quantity, Amount                         int64
+	Currency                                 string
+	PaymentDeadline                          time.Time
+	Attempts                                 int64
+	LastOutcome                              string
+	UnknownSince                             *time.Time
+	ChargeID                                 string
+	Refunds                                  map[string]string
+	TicketIDs                                []string
+	CreatedAt, UpdatedAt                     time.Time
+	Revision                                 int64
+}
+
+func scanOrder(row pgx.Row) (*orderRow, error) {
+	var (
+		r                 orderRow
+		refunds, tickets  string
+		ticketCount       int64
+		deadline, cr, upd time.Time
+		unknown           *time.Time
+	)
+	if err := row.Scan(&r.ID, &r.Actor, &r.ReservationID, &r.ShowID, &r.Intent, &r.Status, &r.FailReason, &r.ReviewReason,
+		&r.Quantity, &r.Amount, &r.Currency, &deadline, &r.Attempts, &r.LastOutcome, &unknown, &r.ChargeID, &refunds,
+		&ticketCount, &tickets, &cr, &upd, &r.Revision); err != nil {
+		return nil, fmt.Errorf("scan rm_orders: %w", err)
+	}
+	if err := json.Unmarshal([]byte(refunds), &r.Refunds); err != nil {
+		return nil, fmt.Errorf("rm_orders %s refunds: %w", r.ID, err)
+	}
+	if err := json.Unmarshal([]byte(tickets), &r.TicketIDs); err != nil {
+		return nil, fmt.Errorf("rm_orders %s ticket_ids: %w", r.ID, err)
+	}
+	r.PaymentDeadline, r.CreatedAt, r.UpdatedAt = deadline.UTC(), cr.UTC(), upd.UTC()
+	if unknown != nil {
+		u := unknown.UTC()
+		r.UnknownSince = &u
+	}
+	return &r, nil
+}
+
+func orderText(r *orderRow) []pgtype.Text {
+	refunds, _ := json.Marshal(r.Refunds) // map keys sorted: deterministic
+	if r.Refunds == nil {
+		refunds = []byte("{}")
+	}
+	tickets, _ := json.Marshal(r.TicketIDs)
+	if r.TicketIDs == nil {
+		tickets = []byte("[]")
+	}
+	return []pgtype.Text{txt(r.ID), txt(r.Actor), txt(r.ReservationID), txt(r.ShowID), txt(r.Intent), txt(r.Status),
+		txt(r.FailReason), txt(r.ReviewReason), txtInt(r.Quantity), txtInt(r.Amount), txt(r.Currency), txtTime(r.PaymentDeadline),
+		txtInt(r.Attempts), txt(r.LastOutcome), txtTimePtr(r.UnknownSince), txt(r.ChargeID), txt(string(refunds)),
+		txtInt(int64(len(r.TicketIDs))), txt(string(tickets)), txtTime(r.CreatedAt), txtTime(r.UpdatedAt), txtInt(r.Revision)}
+}
+
+// Orders returns the projection of order streams into rm_orders.
+func Orders() *Projection {
+	return &Projection{name: NameOrders, tables: []string{ordersTable.name}, begin: func() batchFold {
+		return &ordersFold{orders: newRowSet(ordersTable, scanOrder, orderText, func(r *orderRow) string { return r.ID })}
+	}}
+}
+
+type ordersFold struct{ orders *rowSet[orderRow] }
+
+var orderEvents = map[string]bool{"OrderPlaced": true, "PaymentAttemptStarted": true, "PaymentSucceeded": true,
+	"PaymentFailed": true, "PaymentOutcomeUnknown": true, "OrderConfirmed": true, "OrderFailed": true,
+	"OrderCancelRequested": true, "OrderCancelled": true, "RefundRequested": true, "RefundSucceeded": true, "OrderNeedsReview": true}
+
+func (f *ordersFold) loaders() []rowLoader { return []rowLoader{f.orders} }
+func (f *ordersFold) finish(*queue)        {}
+
+func (f *ordersFold) route(e *envelope) error {
+	if !orderEvents[e.typ] {
+		return nil
+	}
+	key, err := e.rowKey(orderPrefix)
+	if err == nil {
+		f.orders.need(key)
+	}
+	return err
+}
+
+func (f *ordersFold) apply(e *envelope) error {
+	if !orderEvents[e.typ] {
+		return nil
+	}
+	key, err := e.rowKey(orderPrefix)
+	if err != nil {
+		return err
+	}
+	r := f.orders.get(key)
+	if e.typ == "OrderPlaced" {
+		if r != nil {
+			return nil
+		}
+		var o orderPlaced
+		if err := e.decode(&o); err != nil {
+			return err
+		}
+		resID, err := e.canonUUID(o.ReservationID, "reservation_id")
+		if err != nil {
+			return err
+		}
+		showID, err := e.canonUUID(o.ShowID, "show_id")
+		if err != nil {
+			return err
+		}
+		f.orders.put(&orderRow{ID: key, Actor: o.Actor, ReservationID: resID, ShowID: showID, Intent: o.Intent,
+			Status: "pending", Quantity: int64(o.Quantity), Amount: o.Amount.Amount, Currency: o.Amount.Currency,
+			PaymentDeadline: micro(o.PaymentDeadline), Refunds: map[string]string{}, TicketIDs: []string{},
+			CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
+		return nil
+	}
+	if r == nil || e.revision <= r.Revision {
+		return nil
+	}
+	switch e.typ {
+	case "PaymentAttemptStarted", "PaymentSucceeded", "PaymentFailed", "PaymentOutcomeUnknown", "RefundRequested", "RefundSucceeded":
+		var p paymentFact
+		if err := e.decode(&p); err != nil {
+			return err
+		}
+		n := int64(p.Attempt)
+		switch e.typ {
+		case "PaymentAttemptStarted": // a new attempt has no outcome; a takeover changes nothing
+			if n > r.Attempts {
+				r.Attempts, r.LastOutcome, r.UnknownSince = n, "", nil
+			}
+		case "PaymentSucceeded": // the first success while pending or cancelling pays the order
+			if n == r.Attempts {
+				r.LastOutcome, r.UnknownSince = "succeeded", nil
+			}
+			if r.ChargeID == "" && (r.Status == "pending" || r.Status == "cancelling") {
+				r.ChargeID = p.ChargeID
+			}
+		case "PaymentFailed":
+			if n == r.Attempts && r.LastOutcome != "succeeded" {
+				r.LastOutcome, r.UnknownSince = "failed", nil
+			}
+		case "PaymentOutcomeUnknown":
+			if n == r.Attempts && r.LastOutcome == "" {
+				at := e.at
+				r.LastOutcome, r.UnknownSince = "unknown", &at
+			}
+		case "RefundRequested":
+			if _, ok := r.Refunds[p.ChargeID]; !ok {
+				r.Refunds[p.ChargeID] = "requested"
+			}
+		case "RefundSucceeded":
+			if _, ok := r.Refunds[p.ChargeID]; ok {
+				r.Refunds[p.ChargeID] = "succeeded"
+			}
+		}
+	case "OrderConfirmed":
+		var c orderConfirmed
+		if err := e.decode(&c); err != nil {
+			return err
+		}
+		r.Status, r.TicketIDs = "confirmed", make([]string, len(c.Tickets))
+		for i, t := range c.Tickets {
+			r.TicketIDs[i] = t.ID
+		}
+	case "OrderFailed", "OrderNeedsReview":
+		var o orderReason
+		if err := e.decode(&o); err != nil {
+			return err
+		}
+		if e.typ == "OrderFailed" {
+			r.Status, r.FailReason = "failed", o.Reason
+		} else {
+			r.Status, r.ReviewReason = "needs_review", o.Reason
+		}
+	case "OrderCancelRequested":
+		r.Status = "cancelling"
+	case "OrderCancelled":
+		r.Status = "cancelled"
+	}
+	r.Revision, r.UpdatedAt = e.revision, e.at
+	f.orders.put(r)
+	return nil
+}
+
+// ---- reservations ----
+
+var reservationsTable = &tableSpec{name: "rm_reservations", cols: []column{
+	{"id", "uuid"}, {"actor", "text"}, {"show_id", "uuid"}, {"quantity", "integer"}, {"amount", "bigint"},
+	{"currency", "text"}, {"expires_at", "timestamptz"}, {"status", "text"}, {"order_id", "text"},
+	{"release_reason", "text"}, {"created_at", "timestamptz"}, {"updated_at", "timestamptz"}, {"revision", "bigint"},
+}}
+
+type reservationRow struct {
+	ID, Actor, ShowID              string
+	Quantity, Amount               int64
+	Currency                       string
+	ExpiresAt                      time.Time
+	Status, OrderID, ReleaseReason string
+	CreatedAt, UpdatedAt           time.Time
+	Revision                       int64
+}
+
+func scanReservation(row pgx.Row) (*reservationRow, error) {
+	var r reservationRow
+	if err := row.Scan(&r.ID, &r.Actor, &r.ShowID, &r.Quantity, &r.Amount, &r.Currency, &r.ExpiresAt, &r.Status, &r.OrderID,
+		&r.ReleaseReason, &r.CreatedAt, &r.UpdatedAt, &r.Revision); err != nil {
+		return nil, fmt.Errorf("scan rm_reservations: %w", err)
+	}
+	r.ExpiresAt, r.CreatedAt, r.UpdatedAt = r.ExpiresAt.UTC(), r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	return &r, nil
+}
+
+func reservationText(r *reservationRow) []pgtype.Text {
+	return []pgtype.Text{txt(r.ID), txt(r.Actor), txt(r.ShowID), txtInt(r.Quantity), txtInt(r.Amount), txt(r.Currency),
+		txtTime(r.ExpiresAt), txt(r.Status), txt(r.OrderID), txt(r.ReleaseReason), txtTime(r.CreatedAt), txtTime(r.UpdatedAt),
+		txtInt(r.Revision)}
+}
+
+// Reservations returns the projection of reservation streams into
+// rm_reservations.
+func Reservations() *Projection {
+	return &Projection{name: NameReservations, tables: []string{reservationsTable.name}, begin: func() batchFold {
+		return &reservationsFold{res: newRowSet(reservationsTable, scanReservation, reservationText, func(r *reservationRow) string { return r.ID })}
+	}}
+}
+
+type reservationsFold struct{ res *rowSet[reservationRow] }
+
+var reservationEvents = map[string]string{"ReservationHeld": "held", "ReservationOrdered": "ordered",
+	"ReservationExpired": "expired", "ReservationReleased": "released"}
+
+func (f *reservationsFold) loaders() []rowLoader { return []rowLoader{f.res} }
+func (f *reservationsFold) finish(*queue)        {}
+
+func (f *reservationsFold) route(e *envelope) error {
+	if reservationEvents[e.typ] == "" {
+		return nil
+	}
+	key, err := e.rowKey(reservationPrefix)
+	if err == nil {
+		f.res.need(key)
+	}
+	return err
+}
+
+func (f *reservationsFold) apply(e *envelope) error {
+	status := reservationEvents[e.typ]
+	if status == "" {
+		return nil
+	}
+	key, err := e.rowKey(reservationPrefix)
+	if err != nil {
+		return err
+	}
+	r := f.res.get(key)
+	if e.typ == "ReservationHeld" {
+		if r != nil {
+			return nil
+		}
+		var h reservationHeld
+		if err := e.decode(&h); err != nil {
+			return err
+		}
+		showID, err := e.canonUUID(h.ShowID, "show_id")
+		if err != nil {
+			return err
+		}
+		f.res.put(&reservationRow{ID: key, Actor: h.Actor, ShowID: showID, Quantity: int64(h.Quantity), Amount: h.Amount.Amount,
+			Currency: h.Amount.Currency, ExpiresAt: micro(h.ExpiresAt), Status: status, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
+		return nil
+	}
+	if r == nil || e.revision <= r.Revision {
+		return nil
+	}
+	var c reservationChanged
+	if err := e.decode(&c); err != nil {
+		return err
+	}
+	r.Status, r.ReleaseReason = status, c.Reason
+	if c.OrderID != "" {
+		r.OrderID = c.OrderID
+	}
+	r.Revision, r.UpdatedAt = e.revision, e.at
+	f.res.put(r)
+	return nil
+}
+
+// ---- shows ----
+
+var (
+	showsTable = &tableSpec{name: "rm_shows", cols: []column{
+		{"id", "uuid"}, {"name", "text"}, {"starts_at", "timestamptz"}, {"capacity", "integer"}, {"price_amount", "bigint"},
+		{"price_currency", "text"}, {"taken", "integer"}, {"holds", "integer"}, {"created_at", "timestamptz"},
+		{"updated_at", "timestamptz"}, {"revision", "bigint"},
+	}}
+	showReservationsTable = &tableSpec{name: "rm_show_reservations", cols: []column{
+		{"reservation_id", "uuid"}, {"show_id", "uuid"}, {"quantity", "integer"}, {"status", "text"}, {"revision", "bigint"},
+	}}
+	// rm_show_sales rows are written as deltas added to the stored value.
+	showSalesTable = &tableSpec{name: "rm_show_sales", cols: []column{{"show_id", "uuid"}, {"ordered", "integer"}},
+		merge: "ordered = t.ordered + excluded.ordered"}
+)
+
+type showRow struct {
+	ID, Name              string
+	StartsAt              time.Time
+	Capacity, PriceAmount int64
+	PriceCurrency         string
+	Taken, Holds          int64
+	CreatedAt, UpdatedAt  time.Time
+	Revision              int64
+}
+
+func scanShow(row pgx.Row) (*showRow, error) {
+	var r showRow
+	if err := row.Scan(&r.ID, &r.Name, &r.StartsAt, &r.Capacity, &r.PriceAmount, &r.PriceCurrency, &r.Taken, &r.Holds,
+		&r.CreatedAt, &r.UpdatedAt, &r.Revision); err != nil {
+		return nil, fmt.Errorf("scan rm_shows: %w", err)
+	}
+	r.StartsAt, r.CreatedAt, r.UpdatedAt = r.StartsAt.UTC(), r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	return &r, nil
+}
+
+func showText(r *showRow) []pgtype.Text {
+	return []pgtype.Text{txt(r.ID), txt(r.Name), txtTime(r.StartsAt), txtInt(r.Capacity), txtInt(r.PriceAmount), txt(r.PriceCurrency),
+		txtInt(r.Taken), txtInt(r.Holds), txtTime(r.CreatedAt), txtTime(r.UpdatedAt), txtInt(r.Revision)}
+}
+
+type showReservationRow struct {
+	ReservationID, ShowID string
+	Quantity              int64
+	Status                string
+	Revision              int64
+}
+
+func scanShowReservation(row pgx.Row) (*showReservationRow, error) {
+	var r showReservationRow
+	if err := row.Scan(&r.ReservationID, &r.ShowID, &r.Quantity, &r.Status, &r.Revision); err != nil {
+		return nil, fmt.Errorf("scan rm_show_reservations: %w", err)
+	}
+	return &r, nil
+}
+
+func showReservationText(r *showReservationRow) []pgtype.Text {
+	return []pgtype.Text{txt(r.ReservationID), txt(r.ShowID), txtInt(r.Quantity), txt(r.Status), txtInt(r.Revision)}
+}
+
+// showSale is a delta of a show's ordered seats (never loaded).
+type showSale struct {
+	ShowID  string
+	Ordered int64
+}
+
+func showSaleText(r *showSale) []pgtype.Text { return []pgtype.Text{txt(r.ShowID), txtInt(r.Ordered)} }
+
+// Shows returns the show availability projection: show streams into
+// rm_shows, and reservation streams into rm_show_reservations and its
+// per-show aggregate rm_show_sales (the seats of ordered reservations).
+func Shows() *Projection {
+	return &Projection{name: NameShows, tables: []string{showsTable.name, showReservationsTable.name, showSalesTable.name},
+		begin: func() batchFold {
+			return &showsFold{
+				shows: newRowSet(showsTable, scanShow, showText, func(r *showRow) string { return r.ID }),
+				res: newRowSet(showReservationsTable, scanShowReservation, showReservationText,
+					func(r *showReservationRow) string { return r.ReservationID }),
+				sales: newRowSet(showSalesTable, nil, showSaleText, func(r *showSale) string { return r.ShowID }),
+			}
+		}}
+}
+
+type showsFold struct {
+	shows *rowSet[showRow]
+	res   *rowSet[showReservationRow]
+	sales *rowSet[showSale]
+}
+
+func (f *showsFold) loaders() []rowLoader { return []rowLoader{f.shows, f.res, f.sales} }
+func (f *showsFold) finish(*queue)        {}
+
+func (f *showsFold) route(e *envelope) error {
+	switch e.typ {
+	case "ShowScheduled", "SeatsHeld", "SeatsReleased":
+		key, err := e.rowKey(showPrefix)
+		if err == nil {
+			f.shows.need(key)
+		}
+		return err
+	}
+	if reservationEvents[e.typ] != "" {
+		key, err := e.rowKey(reservationPrefix)
+		if err == nil {
+			f.res.need(key)
+		}
+		return err
+	}
+	return nil
+}
+
+func (f *showsFold) apply(e *envelope) error {
+	switch e.typ {
+	case "ShowScheduled", "SeatsHeld", "SeatsReleased":
+		key, err := e.rowKey(showPrefix)
+		if err != nil {
+			return err
+		}
+		r := f.shows.get(key)
+		if e.typ == "ShowScheduled" {
+			if r != nil {
+				return nil
+			}
+			var s showScheduled
+			if err := e.decode(&s); err != nil {
+				return err
+			}
+			f.shows.put(&showRow{ID: key, Name: s.Name, StartsAt: micro(s.StartsAt), Capacity: int64(s.Capacity),
+				PriceAmount: s.Price.Amount, PriceCurrency: s.Price.Currency, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
+			return nil
+		}
+		if r == nil || e.revision <= r.Revision {
+			return nil
+		}
+		var s seatsChanged
+		if err := e.decode(&s); err != nil {
+			return err
+		}
+		if e.typ == "SeatsHeld" {
+			r.Taken, r.Holds = r.Taken+int64(s.Quantity), r.Holds+1
+		} else {
+			r.Taken, r.Holds = r.Taken-int64(s.Quantity), r.Holds-1
+		}
+		r.Revision, r.UpdatedAt = e.revision, e.at
+		f.shows.put(r)
+		return nil
+	}
+	status := reservationEvents[e.typ]
+	if status == "" {
+		return nil
+	}
+	key, err := e.rowKey(reservationPrefix)
+	if err != nil {
+		return err
+	}
+	r := f.res.get(key)
+	if e.typ == "ReservationHeld" {
+		if r != nil {
+			return nil
+		}
+		var h reservationHeld
+		if err := e.decode(&h); err != nil {
+			return err
+		}
+		showID, err := e.canonUUID(h.ShowID, "show_id")
+		if err != nil {
+			return err
+		}
+		f.res.put(&showReservationRow{ReservationID: key, ShowID: showID, Quantity: int64(h.Quantity), Status: status, Revision: e.revision})
+		return nil
+	}
+	if r == nil || e.revision <= r.Revision {
+		return nil
+	}
+	if was, is := r.Status == "ordered", status == "ordered"; was != is {
+		if is {
+			f.sale(r.ShowID, r.Quantity)
+		} else {
+			f.sale(r.ShowID, -r.Quantity)
+		}
+	}
+	r.Status, r.Revision = status, e.revision
+	f.res.put(r)
+	return nil
+}
+
+// sale adds delta to the batch's change of show's ordered seats.
+func (f *showsFold) sale(show string, delta int64) {
+	s := f.sales.get(show)
+	if s == nil {
+		s = &showSale{ShowID: show}
+	}
+	s.Ordered += delta
+	f.sales.put(s)
+}
+
+// ---- intents ----
+
+var (
+	intentsTable = &tableSpec{name: "rm_intents", cols: []column{
+		{"stream", "text"}, {"actor", "text"}, {"operation", "text"}, {"target_id", "text"}, {"executor", "text"},
+		{"lease_until", "timestamptz"}, {"takeovers", "integer"}, {"rejection_status", "integer"}, {"rejection_code", "text"},
+		{"recorded_at", "timestamptz"}, {"updated_at", "timestamptz"}, {"revision", "bigint"},
+	}}
+	intentTargetsTable = &tableSpec{name: "rm_intent_targets", cols: []column{
+		{"id", "text"}, {"kind", "text"}, {"status", "text"}, {"updated_at", "timestamptz"}, {"revision", "bigint"},
+	}}
+)
+
+type intentRow struct {
+	Stream, Actor, Operation, TargetID, Executor string
+	LeaseUntil                                   time.Time
+	Takeovers, RejectionStatus                   int64
+	RejectionCode                                string
+	RecordedAt, UpdatedAt                        time.Time
+	Revision                                     int64
+}
+
+func scanIntent(row pgx.Row) (*intentRow, error) {
+	var r intentRow
+	if err := row.Scan(&r.Stream, &r.Actor, &r.Operation, &r.TargetID, &r.Executor, &r.LeaseUntil, &r.Takeovers, &r.RejectionStatus,
+		&r.RejectionCode, &r.RecordedAt, &r.UpdatedAt, &r.Revision); err != nil {
+		return nil, fmt.Errorf("scan rm_intents: %w", err)
+	}
+	r.LeaseUntil, r.RecordedAt, r.UpdatedAt = r.LeaseUntil.UTC(), r.RecordedAt.UTC(), r.UpdatedAt.UTC()
+	return &r, nil
+}
+
+func intentText(r *intentRow) []pgtype.Text {
+	return []pgtype.Text{txt(r.Stream), txt(r.Actor), txt(r.Operation), txt(r.TargetID), txt(r.Executor), txtTime(r.LeaseUntil),
+		txtInt(r.Takeovers), txtInt(r.RejectionStatus), txt(r.RejectionCode), txtTime(r.RecordedAt), txtTime(r.UpdatedAt), txtInt(r.Revision)}
+}
+
+type targetRow struct {
+	ID, Kind, Status string
+	UpdatedAt        time.Time
+	Revision         int64
+}
+
+func scanTarget(row pgx.Row) (*targetRow, error) {
+	var r targetRow
+	if err := row.Scan(&r.ID, &r.Kind, &r.Status, &r.UpdatedAt, &r.Revision); err != nil {
+		return nil, fmt.Errorf("scan rm_intent_targets: %w", err)
+	}
+	r.UpdatedAt = r.UpdatedAt.UTC()
+	return &r, nil
+}
+
+func targetText(r *targetRow) []pgtype.Text {
+	return []pgtype.Text{txt(r.ID), txt(r.Kind), txt(r.Status), txtTime(r.UpdatedAt), txtInt(r.Revision)}
+}
+
+// Intents returns the intents view: intent streams into rm_intents, and the
+// status of their targets (show, reservation and order streams) into
+// rm_intent_targets. Rows of intents recorded more than retention before the
+// log clock (the latest occurred_at applied) are deleted, as the event store
+// purges their streams; retention <= 0 keeps every row.
+func Intents(retention time.Duration) *Projection {
+	return &Projection{name: NameIntents, tables: []string{intentsTable.name, intentTargetsTable.name}, begin: func() batchFold {
+		return &intentsFold{retention: retention,
+			intents: newRowSet(intentsTable, scanIntent, intentText, func(r *intentRow) string { return r.Stream }),
+			targets: newRowSet(intentTargetsTable, scanTarget, targetText, func(r *targetRow) string { return r.ID })}
+	}}
+}
+
+type intentsFold struct {
+	retention time.Duration
+	intents   *rowSet[intentRow]
+	targets   *rowSet[targetRow]
+}
+
+// targetEvents maps the events that open or change an intent's target to
+// the target's kind, stream prefix and status.
+var targetEvents = map[string]struct{ kind, prefix, status string }{
+	"ShowScheduled":        {"show", showPrefix, "scheduled"},
+	"ReservationHeld":      {"reservation", reservationPrefix, "held"},
+	"OrderPlaced":          {"order", orderPrefix, "pending"},
+	"OrderConfirmed":       {"order", orderPrefix, "confirmed"},
+	"OrderFailed":          {"order", orderPrefix, "failed"},
+	"OrderCancelRequested": {"order", orderPrefix, "cancelling"},
+	"OrderCancelled":       {"order", orderPrefix, "cancelled"},
+	"OrderNeedsReview":     {"order", orderPrefix, "needs_review"},
+}
+
+var openingEvents = map[string]bool{"ShowScheduled": true, "ReservationHeld": true, "OrderPlaced": true}
+
+func (f *intentsFold) loaders() []rowLoader { return []rowLoader{f.intents, f.targets} }
+
+func (f *intentsFold) finish(q *queue) {
+	if f.retention > 0 && !q.logTime.IsZero() {
+		q.add(sqlIntentsPrune, q.logTime.Add(-f.retention))
+	}
+}
+
+// Intents older than the retention, by the log clock, are gone from the
+// event store (or about to be): the view forgets them too.
+const sqlIntentsPrune = `DELETE FROM {rm_intents} WHERE recorded_at <= $1`
+
+func (f *intentsFold) intentKey(e *envelope) (string, error) {
+	if !strings.HasPrefix(e.stream, intentPrefix) || len(e.stream) == len(intentPrefix) {
+		return "", e.badStream(intentPrefix)
+	}
+	return e.stream, nil
+}
+
+func (f *intentsFold) route(e *envelope) error {
+	switch e.typ {
+	case "IntentRecorded", "IntentResumed", "IntentRejected":
+		key, err := f.intentKey(e)
+		if err == nil {
+			f.intents.need(key)
+		}
+		return err
+	}
+	if t, ok := targetEvents[e.typ]; ok {
+		key, err := e.rowKey(t.prefix)
+		if err == nil {
+			f.targets.need(key)
+		}
+		return err
+	}
+	return nil
+}
+
+func (f *intentsFold) apply(e *envelope) error {
+	if t, ok := targetEvents[e.typ]; ok {
+		key, err := e.rowKey(t.prefix)
+		if err != nil {
+			return err
+		}
+		r := f.targets.get(key)
+		if openingEvents[e.typ] {
+			if r == nil {
+				f.targets.put(&targetRow{ID: key, Kind: t.kind, Status: t.status, UpdatedAt: e.at, Revision: e.revision})
+			}
+			return nil
+		}
+		if r == nil || e.revision <= r.Revision {
+			return nil
+		}
+		r.Status, r.UpdatedAt, r.Revision = t.status, e.at, e.revision
+		f.targets.put(r)
+		return nil
+	}
+	switch e.typ {
+	case "IntentRecorded", "IntentResumed", "IntentRejected":
+	default:
+		return nil
+	}
+	key, err := f.intentKey(e)
+	if err != nil {
+		return err
+	}
+	r := f.intents.get(key)
+	if r != nil && e.revision <= r.Revision {
+		return nil
+	}
+	switch e.typ {
+	case "IntentRecorded": // opens the stream, or records it again after a purge (a higher revision)
+		var rec intentRecorded
+		if err := e.decode(&rec); err != nil {
+			return err
+		}
+		target := rec.TargetID
+		if rec.Operation == opCancelOrder {
+			target = rec.Command.OrderID // the order it acts on
+		}
+		f.intents.put(&intentRow{Stream: key, Actor: rec.Actor, Operation: rec.Operation, TargetID: target, Executor: rec.Executor,
+			LeaseUntil: micro(rec.LeaseUntil), RecordedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
+		return nil
+	case "IntentResumed":
+		if r == nil {
+			return nil
+		}
+		var res intentResumed
+		if err := e.decode(&res); err != nil {
+			return err
+		}
+		r.Executor, r.LeaseUntil, r.Takeovers = res.Executor, micro(res.LeaseUntil), r.Takeovers+1
+	case "IntentRejected": // the first rejection wins
+		if r == nil {
+			return nil
+		}
+		var rej intentRejected
+		if err := e.decode(&rej); err != nil {
+			return err
+		}
+		if r.RejectionStatus == 0 {
+			r.RejectionStatus, r.RejectionCode = int64(max(rej.Status, 1)), rej.Code
+		}
+	}
+	r.Revision, r.UpdatedAt = e.revision, e.at
+	f.intents.put(r)
+	return nil
+}

@@ -1,0 +1,425 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// DefaultRebuildBatch is how many events Rebuild reads and applies at once
+// unless RebuildOptions.BatchSize says otherwise.
+const DefaultRebuildBatch = 2000
+
+// RebuildOptions configures Rebuild. Every field is optional.
+type RebuildOptions struct {
+	// Guard is taken for each projection, in order, before anything else
+	// and released at the end; it keeps two rebuilds of one projection
+	// apart (with it held, leftover tables of a crashed rebuild are
+	// dropped). It should fail at once when another rebuild holds it.
+	Guard func(ctx context.Context, name string) (release func(), err error)
+	// Lock takes the lock of the live projector of name, waiting for it
+	// (a live projector gives it up, see WithYield). Rebuild holds it from
+	// the final catch-up to the swap, so no live batch runs in between.
+	Lock func(ctx context.Context, name string) (release func(), err error)
+	// Progress is called from Rebuild's goroutine after each applied batch
+	// with the number of events read from the log so far.
+	Progress func(events int64)
+	// BatchSize is the number of events per read and per transaction
+	// (default DefaultRebuildBatch).
+	BatchSize int
+}
+
+// RebuildResult describes a finished rebuild.
+type RebuildResult struct {
+	Events   int64               // events read from the log
+	Position eventstore.Position // the checkpoint swapped in with the tables
+	Replay   time.Duration       // time to replay the log up to its head, before locking
+	Total    time.Duration
+}
+
+// Rebuild replays the whole log into fresh tables for the projections ps
+// and swaps them in with their checkpoints in one transaction:
+//
+//  1. take each projection's Guard and drop leftover t_rebuild_<n> tables;
+//  2. create fresh UNLOGGED copies of the tables (LIKE t INCLUDING ALL,
+//     and t's storage parameters) and replay the log into them up to its
+//     readable head, reading the log once for every projection and
+//     applying each chunk of BatchSize events to the projections
+//     concurrently (one transaction each, synchronous_commit off);
+//  3. make them LOGGED, take each projection's Lock, and catch up to the
+//     head again;
+//  4. in one transaction, drop the old tables, rename the fresh ones (and
+//     their indexes) into place and set each checkpoint to the last
+//     position read and its log clock; then release the locks.
+//
+// Rebuild never calls anything but the database and log. On any error the
+// fresh tables are dropped, nothing is swapped, and the error says at which
+// step it failed. Running it again is safe: a rebuild of an unchanged log
+// swaps in identical tables. It blocks until done.
+func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Projection, o RebuildOptions) (res RebuildResult, err error) {
+	start := time.Now()
+	if len(ps) == 0 {
+		return res, errors.New("projections: rebuild: no read models")
+	}
+	size := o.BatchSize
+	if size <= 0 {
+		size = DefaultRebuildBatch
+	}
+	var releases []func()
+	defer func() {
+		for i := len(releases) - 1; i >= 0; i-- {
+			releases[i]()
+		}
+	}()
+	if o.Guard != nil {
+		for _, p := range ps {
+			release, err := o.Guard(ctx, p.name)
+			if err != nil {
+				return res, fmt.Errorf("projections: rebuild %s: %w", p.name, err)
+			}
+			releases = append(releases, release)
+		}
+	}
+	if o.Guard != nil {
+		for _, p := range ps {
+			if err := dropLeftovers(ctx, pool, p); err != nil {
+				return res, err
+			}
+		}
+	}
+
+	// Fresh tables.
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT nextval('projection_rebuild_seq')`).Scan(&n); err != nil {
+		return res, fmt.Errorf("projections: rebuild: %w", err)
+	}
+	var (
+		bounds  []*bound
+		created []string
+	)
+	defer func() {
+		if err == nil {
+			return
+		}
+		// Nothing was swapped: drop what was built, even if ctx is done.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		for _, t := range created {
+			if _, derr := pool.Exec(cctx, `DROP TABLE IF EXISTS `+pgx.Identifier{t}.Sanitize()); derr != nil {
+				err = fmt.Errorf("%w (and dropping %s failed: %v)", err, t, derr)
+			}
+		}
+	}()
+	for _, p := range ps {
+		rename := map[string]string{}
+		for _, t := range p.tables {
+			fresh := fmt.Sprintf("%s_rebuild_%d", t, n)
+			if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE UNLOGGED TABLE %s (LIKE %s INCLUDING ALL)`,
+				pgx.Identifier{fresh}.Sanitize(), pgx.Identifier{t}.Sanitize())); err != nil {
+				return res, fmt.Errorf("projections: rebuild %s: create %s: %w", p.name, fresh, err)
+			}
+			created = append(created, fresh)
+			rename[t] = fresh
+			if err := copyOptions(ctx, pool, t, fresh); err != nil {
+				return res, fmt.Errorf("projections: rebuild %s: %w", p.name, err)
+			}
+		}
+		bounds = append(bounds, bind(p, rename))
+	}
+
+	// Replay up to the head, then make the tables durable.
+	var cp checkpoint
+	progress := func(k int) {
+		res.Events += int64(k)
+		if o.Progress != nil {
+			o.Progress(res.Events)
+		}
+	}
+	if cp, err = replay(ctx, pool, log, bounds, cp, size, true, progress); err != nil {
+		return res, fmt.Errorf("projections: rebuild: replay: %w", err)
+	}
+	res.Replay = time.Since(start)
+	durable := make([]error, len(created))
+	var wg sync.WaitGroup
+	for i, t := range created {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := pool.Exec(ctx, `ALTER TABLE `+pgx.Identifier{t}.Sanitize()+` SET LOGGED`); err != nil {
+				durable[i] = fmt.Errorf("projections: rebuild: make %s logged: %w", t, err)
+			} else if _, err := pool.Exec(ctx, `ANALYZE `+pgx.Identifier{t}.Sanitize()); err != nil {
+				durable[i] = fmt.Errorf("projections: rebuild: analyze %s: %w", t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err = errors.Join(durable...); err != nil {
+		return res, err
+	}
+
+	// Under the live projectors' locks: catch up and swap.
+	if o.Lock != nil {
+		// All at once: each live projector hands its lock over on its own
+		// schedule. (Guards keep other rebuilds of these projections away,
+		// so waiting for several locks cannot deadlock with one.)
+		type taken struct {
+			release func()
+			err     error
+		}
+		got := make([]taken, len(ps))
+		var wg sync.WaitGroup
+		for i, p := range ps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[i].release, got[i].err = o.Lock(ctx, p.name)
+			}()
+		}
+		wg.Wait()
+		var lockErr error
+		for i, g := range got {
+			if g.err != nil {
+				lockErr = errors.Join(lockErr, fmt.Errorf("projections: rebuild %s: take the projector's lock: %w", ps[i].name, g.err))
+				continue
+			}
+			releases = append(releases, g.release)
+		}
+		if lockErr != nil {
+			return res, lockErr
+		}
+	}
+	if cp, err = replay(ctx, pool, log, bounds, cp, size, false, progress); err != nil {
+		return res, fmt.Errorf("projections: rebuild: catch up: %w", err)
+	}
+	if err = swap(ctx, pool, bounds, cp); err != nil {
+		return res, fmt.Errorf("projections: rebuild: swap: %w", err)
+	}
+	created = nil // swapped in: no longer ours to drop
+	res.Position = cp.pos
+	res.Total = time.Since(start)
+	return res, nil
+}
+
+// replay reads the log after cp until a read returns fewer than size events
+// (the readable head) and applies it to bs. Reading runs one batch ahead of
+// applying.
+func replay(ctx context.Context, pool *pgxpool.Pool, log LogReader, bs []*bound, cp checkpoint, size int, async bool, progress func(int)) (checkpoint, error) {
+	type chunk struct {
+		envs []envelope
+		read int
+		err  error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	chunks := make(chan chunk, 2)
+	go func() {
+		defer close(chunks)
+		after := cp.pos
+		for {
+			batch, err := log.ReadAll(ctx, after, size)
+			if err != nil {
+				chunks <- chunk{err: err}
+				return
+			}
+			envs := make([]envelope, len(batch))
+			for i := range batch {
+				envs[i] = newEnvelope(&batch[i])
+			}
+			select {
+			case chunks <- chunk{envs: envs, read: len(batch)}:
+			case <-ctx.Done():
+				return
+			}
+			if len(batch) < size {
+				return
+			}
+			after = batch[len(batch)-1].Position
+		}
+	}()
+	for c := range chunks {
+		if c.err != nil {
+			return cp, c.err
+		}
+		if len(c.envs) == 0 {
+			continue
+		}
+		// The projections own disjoint tables: each applies the chunk in
+		// its own transaction, concurrently.
+		var (
+			next = make([]checkpoint, len(bs))
+			errs = make([]error, len(bs))
+			wg   sync.WaitGroup
+		)
+		for i, b := range bs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				next[i], errs[i] = applyBatch(ctx, pool, []*bound{b}, c.envs, cp, applyOptions{asyncCommit: async})
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return cp, err
+		}
+		cp = next[0]
+		progress(c.read)
+	}
+	return cp, ctx.Err()
+}
+
+// swap renames the fresh tables of bs into place and sets their
+// checkpoints to cp, in one transaction; it retries when a lock wait
+// (readers of the old tables) times out.
+func swap(ctx context.Context, pool *pgxpool.Pool, bs []*bound, cp checkpoint) error {
+	var stmts []string
+	for _, b := range bs {
+		for _, live := range b.p.tables {
+			fresh := b.rename[live]
+			renames, err := indexRenames(ctx, pool, live, fresh)
+			if err != nil {
+				return err
+			}
+			stmts = append(stmts,
+				`DROP TABLE IF EXISTS `+pgx.Identifier{live}.Sanitize(),
+				`ALTER TABLE `+pgx.Identifier{fresh}.Sanitize()+` RENAME TO `+pgx.Identifier{live}.Sanitize())
+			stmts = append(stmts, renames...)
+		}
+	}
+	var err error
+	// A short lock wait, retried: while the swap waits for a reader of an
+	// old table, new readers queue behind it.
+	for attempt := 1; attempt <= 10; attempt++ {
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
+				return err
+			}
+			for _, s := range stmts {
+				if _, err := tx.Exec(ctx, s); err != nil {
+					return fmt.Errorf("%s: %w", s, err)
+				}
+			}
+			for _, b := range bs {
+				_, err := tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, commit_tx, prepare, log_time, updated_at, rebuilt_at)
+VALUES ($1, $2, $3, $4, now(), now())
+ON CONFLICT (name) DO UPDATE SET commit_tx = excluded.commit_tx, prepare = excluded.prepare, log_time = excluded.log_time,
+	updated_at = excluded.updated_at, rebuilt_at = excluded.rebuilt_at`,
+					b.p.name, int64(cp.pos.Commit), int64(cp.pos.Prepare), nullTime(cp.logTime))
+				if err != nil {
+					return fmt.Errorf("checkpoint %s: %w", b.p.name, err)
+				}
+			}
+			return nil
+		})
+		if err == nil || !isLockTimeout(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
+}
+
+// indexRenames returns the statements that give the indexes of fresh the
+// names of live's matching indexes (same definition), or live's prefix when
+// live has no match.
+func indexRenames(ctx context.Context, pool *pgxpool.Pool, live, fresh string) ([]string, error) {
+	type index struct{ name, key string }
+	list := func(table string) ([]index, error) {
+		rows, err := pool.Query(ctx, `SELECT c.relname, pg_get_indexdef(i.indexrelid)
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = to_regclass($1)
+ORDER BY c.relname`, pgx.Identifier{table}.Sanitize())
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (index, error) {
+			var name, def string
+			if err := r.Scan(&name, &def); err != nil {
+				return index{}, err
+			}
+			unique := strings.HasPrefix(def, "CREATE UNIQUE")
+			_, rest, _ := strings.Cut(def, " USING ")
+			return index{name: name, key: fmt.Sprint(unique, rest)}, nil
+		})
+	}
+	old, err := list(live)
+	if err != nil {
+		return nil, fmt.Errorf("indexes of %s: %w", live, err)
+	}
+	cur, err := list(fresh)
+	if err != nil {
+		return nil, fmt.Errorf("indexes of %s: %w", fresh, err)
+	}
+	var stmts []string
+	used := map[string]bool{}
+	for _, c := range cur {
+		target := ""
+		for _, o := range old {
+			if o.key == c.key && !used[o.name] {
+				target = o.name
+				break
+			}
+		}
+		if target == "" {
+			suffix, ok := strings.CutPrefix(c.name, fresh)
+			if !ok {
+				continue
+			}
+			target = live + suffix
+		}
+		used[target] = true
+		if target != c.name {
+			stmts = append(stmts, `ALTER INDEX `+pgx.Identifier{c.name}.Sanitize()+` RENAME TO `+pgx.Identifier{target}.Sanitize())
+		}
+	}
+	return stmts, nil
+}
+
+// dropLeftovers drops t_rebuild_<n> tables of p left by a rebuild that
+// died (the caller holds p's guard, so no rebuild of p is running).
+func dropLeftovers(ctx context.Context, pool *pgxpool.Pool, p *Projection) error {
+	for _, t := range p.tables {
+		rows, err := pool.Query(ctx, `SELECT c.relname FROM pg_class c
+WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace AND c.relname ~ ('^' || $1 || '_rebuild_[0-9]+$')`, t)
+		if err != nil {
+			return fmt.Errorf("projections: rebuild %s: find leftovers: %w", p.name, err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("projections: rebuild %s: find leftovers: %w", p.name, err)
+		}
+		for _, name := range names {
+			if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{name}.Sanitize()); err != nil {
+				return fmt.Errorf("projections: rebuild %s: drop leftover %s: %w", p.name, name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// copyOptions gives fresh the storage parameters (fillfactor) of live,
+// which LIKE does not copy.
+func copyOptions(ctx context.Context, pool *pgxpool.Pool, live, fresh string) error {
+	var opts []string
+	if err := pool.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = to_regclass($1)`,
+		pgx.Identifier{live}.Sanitize()).Scan(&opts); err != nil {
+		return fmt.Errorf("storage parameters of %s: %w", live, err)
+	}
+	if len(opts) == 0 {
+		return nil
+	}
+	_, err := pool.Exec(ctx, `ALTER TABLE `+pgx.Identifier{fresh}.Sanitize()+` SET (`+strings.Join(opts, ", ")+`)`)
+	return err
+}

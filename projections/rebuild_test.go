@@ -1,0 +1,293 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// The test's stand-ins for cmd/booking's advisory locks (runExclusive).
+
+func lockKeyOf(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("test-projection:" + name))
+	return int64(h.Sum64())
+}
+
+const sqlLockWaiting = `SELECT EXISTS (SELECT 1 FROM pg_locks
+WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND classid = $1::bigint::oid AND objid = $2::bigint::oid)`
+
+func lockWaiting(pool *pgxpool.Pool, key int64) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		var ok bool
+		err := pool.QueryRow(ctx, sqlLockWaiting, int64(uint64(key)>>32), int64(uint64(key)&0xffffffff)).Scan(&ok)
+		return ok, err
+	}
+}
+
+// takeLock waits for the session lock of name on its own connection.
+func takeLock(pool *pgxpool.Pool) func(ctx context.Context, name string) (func(), error) {
+	return func(ctx context.Context, name string) (func(), error) {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockKeyOf(name)); err != nil {
+			conn.Release()
+			return nil, err
+		}
+		return func() {
+			conn.Conn().Close(context.Background()) // closing the session releases the lock
+			conn.Release()
+		}, nil
+	}
+}
+
+// runExclusive runs the live projectors of ps, each only while it holds its
+// lock, yielding it to a waiting rebuild and trying again every 10 ms.
+func runExclusive(t *testing.T, ctx context.Context, db *testDB, ps []*Projection, yields *sync.Map) func() {
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pr := NewProjector(db.pool, p, WithMaxBatch(50), WithYield(10*time.Millisecond, lockWaiting(db.pool, lockKeyOf(p.name))))
+			for ctx.Err() == nil {
+				conn, err := db.pool.Acquire(ctx)
+				if err != nil {
+					return
+				}
+				var got bool
+				if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, lockKeyOf(p.name)).Scan(&got); err == nil && got {
+					err := pr.Run(ctx, db.store)
+					if err == nil && ctx.Err() == nil {
+						n, _ := yields.LoadOrStore(p.name, new(int))
+						*(n.(*int))++
+					} else if err != nil && ctx.Err() == nil {
+						t.Errorf("projector %s: %v", p.name, err)
+					}
+				}
+				conn.Conn().Close(context.Background())
+				conn.Release()
+				select {
+				case <-ctx.Done():
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	return wg.Wait
+}
+
+func assertNoRebuildTables(t *testing.T, db *testDB) {
+	t.Helper()
+	var n int
+	if err := db.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_class WHERE relname LIKE 'rm\_%\_rebuild\_%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d rebuild tables left behind, want 0", n)
+	}
+}
+
+func mustRebuild(t *testing.T, db *testDB, ps []*Projection, o RebuildOptions) RebuildResult {
+	t.Helper()
+	res, err := Rebuild(context.Background(), db.pool, db.store, ps, o)
+	if err != nil {
+		t.Fatalf("Rebuild: %v", err)
+	}
+	return res
+}
+
+// TestRebuildEqualsLive runs the live projectors during a mixed workload
+// (with intents past their retention, one of them purged and recorded
+// again), then rebuilds twice: both times the tables equal the live ones
+// row for row, every column, and so do the checkpoints.
+func TestRebuildEqualsLive(t *testing.T) {
+	t.Parallel()
+	db := mustDB(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ps := All(time.Hour)
+	wait := runAll(t, ctx, db, ps, WithMaxBatch(40))
+	a := &appender{tb: t, store: db.store, clock: &clock{}}
+
+	old := epoch.Add(-3 * time.Hour)
+	purged, expired := "intent-purged", "intent-expired"
+	a.addAt(ctx, purged, old, intentOf("alice", opPlaceOrder))
+	a.addAt(ctx, expired, old, intentOf("bob", opPlaceOrder), domain.IntentRejected{Status: 409, Code: "x"})
+	workload{shows: 6, perShow: 30, workers: 6, seed: 3}.run(ctx, a)
+	// The purge job truncates the expired stream; the key is used again.
+	if err := db.store.Truncate(ctx, purged, 1); err != nil {
+		t.Fatal(err)
+	}
+	again := intentOf("alice", opPlaceOrder)
+	d, _ := eventstore.Encode(newID(), again, eventstore.Metadata{OccurredAt: a.clock.now()})
+	if _, err := db.store.Append(ctx, purged, eventstore.Exact(0), d); err != nil {
+		t.Fatal(err)
+	}
+	workload{shows: 1, perShow: 5, workers: 1, seed: 4}.run(ctx, a)
+	waitCaughtUp(t, ctx, db, ps)
+	cancel()
+	wait()
+	checkModel(t, context.Background(), db)
+
+	live := dump(t, context.Background(), db.pool)
+	var intents []string
+	for _, row := range live["rm_intents"] {
+		if strings.Contains(row, purged) || strings.Contains(row, expired) {
+			intents = append(intents, row)
+		}
+	}
+	if len(intents) != 1 || !strings.Contains(intents[0], `"revision": 1`) {
+		t.Errorf("live intents of the retention scenario = %v, want only %s at revision 1", intents, purged)
+	}
+	for _, rows := range live {
+		for _, row := range rows {
+			if strings.Contains(row, "tok_secret") || strings.Contains(row, "payment_token") || strings.Contains(row, "request_body") {
+				t.Fatalf("a secret was projected: %s", row)
+			}
+		}
+	}
+	last := waitHorizon(t, context.Background(), db)
+	for i := range 2 {
+		res := mustRebuild(t, db, ps, RebuildOptions{Guard: func(context.Context, string) (func(), error) { return func() {}, nil }})
+		got := dump(t, context.Background(), db.pool)
+		if diff := cmp.Diff(live, got); diff != "" {
+			t.Fatalf("rebuild %d differs from live (-live +rebuild):\n%s", i+1, diff)
+		}
+		if res.Position != last {
+			t.Errorf("rebuild %d swapped in position %s, want the last event's %s", i+1, res.Position, last)
+		}
+		if res.Events != int64(mustModel(t, context.Background(), db).events) {
+			t.Errorf("rebuild %d read %d events, the store has %d", i+1, res.Events, mustModel(t, context.Background(), db).events)
+		}
+	}
+	assertNoRebuildTables(t, db)
+	t.Logf("%d events, %d rows", a.n.Load(), len(live["rm_orders"])+len(live["rm_intents"]))
+}
+
+// TestRebuildTakesOverFromLive rebuilds while live projectors hold their
+// locks and appenders keep appending: each live projector yields its lock,
+// the rebuild catches up and swaps, the live projector resumes from the
+// swapped checkpoint, and the result equals an offline rebuild.
+func TestRebuildTakesOverFromLive(t *testing.T) {
+	t.Parallel()
+	db := mustDB(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ps := All(24 * time.Hour)
+	var yields sync.Map
+	wait := runExclusive(t, ctx, db, ps, &yields)
+	a := &appender{tb: t, store: db.store, clock: &clock{}}
+	workload{shows: 3, perShow: 20, workers: 3, seed: 5}.run(ctx, a)
+	waitCaughtUp(t, ctx, db, ps)
+
+	appending := make(chan struct{})
+	go func() {
+		defer close(appending)
+		workload{shows: 6, perShow: 30, workers: 3, seed: 6}.run(ctx, a)
+	}()
+	res := mustRebuild(t, db, ps, RebuildOptions{Lock: takeLock(db.pool), BatchSize: 100})
+	<-appending
+	waitCaughtUp(t, ctx, db, ps)
+	cancel()
+	wait()
+	for _, p := range ps {
+		if n, ok := yields.Load(p.name); !ok || *(n.(*int)) == 0 {
+			t.Errorf("live projector %s never yielded its lock", p.name)
+		}
+	}
+	if res.Position.IsZero() {
+		t.Errorf("rebuild swapped in position %s", res.Position)
+	}
+	checkModel(t, context.Background(), db)
+	live := dump(t, context.Background(), db.pool)
+	waitHorizon(t, context.Background(), db)
+	mustRebuild(t, db, ps, RebuildOptions{})
+	if diff := cmp.Diff(live, dump(t, context.Background(), db.pool)); diff != "" {
+		t.Fatalf("offline rebuild differs from live after the takeover (-live +rebuild):\n%s", diff)
+	}
+	assertNoRebuildTables(t, db)
+}
+
+// failingLog fails the read after n successful ones.
+type failingLog struct {
+	LogReader
+	n int
+}
+
+var errLogDown = errors.New("log unavailable")
+
+func (f *failingLog) ReadAll(ctx context.Context, after eventstore.Position, limit int) ([]eventstore.RecordedEvent, error) {
+	if f.n == 0 {
+		return nil, errLogDown
+	}
+	f.n--
+	return f.LogReader.ReadAll(ctx, after, limit)
+}
+
+// TestRebuildFailureSwapsNothing fails a rebuild midway (and one whose
+// context is cancelled): a clear error, the live tables and checkpoints
+// untouched, the partial tables dropped; leftovers of a crashed rebuild are
+// dropped by the next one.
+func TestRebuildFailureSwapsNothing(t *testing.T) {
+	t.Parallel()
+	db := mustDB(t)
+	ctx := context.Background()
+	a := &appender{tb: t, store: db.fast, clock: &clock{}}
+	workload{shows: 2, perShow: 30, workers: 2, seed: 7}.run(ctx, a)
+	ps := All(24 * time.Hour)
+	waitHorizon(t, ctx, db)
+	mustRebuild(t, db, ps, RebuildOptions{})
+	before := dump(t, ctx, db.pool)
+
+	_, err := Rebuild(ctx, db.pool, &failingLog{LogReader: db.store, n: 3}, ps, RebuildOptions{BatchSize: 50})
+	if !errors.Is(err, errLogDown) || !strings.Contains(err.Error(), "replay") {
+		t.Errorf("Rebuild with a failing log = %v, want a replay error wrapping %v", err, errLogDown)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	calls := 0
+	_, err = Rebuild(cctx, db.pool, db.store, ps, RebuildOptions{BatchSize: 50, Progress: func(int64) {
+		if calls++; calls == 2 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Rebuild cancelled midway = %v, want context.Canceled", err)
+	}
+	if diff := cmp.Diff(before, dump(t, ctx, db.pool)); diff != "" {
+		t.Errorf("a failed rebuild changed the read models (-before +after):\n%s", diff)
+	}
+	assertNoRebuildTables(t, db)
+
+	// A crashed rebuild's leftovers go with the next guarded rebuild.
+	if _, err := db.pool.Exec(ctx, `CREATE TABLE rm_orders_rebuild_999 (LIKE rm_orders INCLUDING ALL)`); err != nil {
+		t.Fatal(err)
+	}
+	mustRebuild(t, db, ps, RebuildOptions{Guard: func(context.Context, string) (func(), error) { return func() {}, nil }})
+	assertNoRebuildTables(t, db)
+	if diff := cmp.Diff(before, dump(t, ctx, db.pool)); diff != "" {
+		t.Errorf("rebuild after a failure differs (-before +after):\n%s", diff)
+	}
+	// The index names survive swaps.
+	var n int
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE indexname IN ('rm_orders_pkey', 'rm_orders_actor_idx', 'rm_orders_unknown_idx', 'rm_shows_starts_at_idx')`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 4 {
+		t.Errorf("%d of the 4 named indexes exist after rebuilds", n)
+	}
+}

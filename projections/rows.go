@@ -1,0 +1,173 @@
+package projections
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// A batch is applied in three steps inside its transaction: the rows its
+// events touch are loaded (one SELECT per table), the events are folded
+// into them in log order in Go (an event at or below a row's revision is
+// skipped), and the changed rows are written back (one multi-row upsert per
+// table, guarded by "revision < excluded.revision"). The same code builds
+// live and rebuilt rows.
+
+// column is a column a projection writes, with its SQL type.
+type column struct{ name, typ string }
+
+// tableSpec describes a read-model table: cols[0] is its primary key.
+// merge, when set, is the ON CONFLICT action (an aggregate); otherwise a
+// conflicting row is overwritten only by a higher revision.
+type tableSpec struct {
+	name  string
+	cols  []column
+	merge string
+}
+
+// selectSQL loads rows by key ($1, text[]), columns in cols order (uuid and
+// jsonb as text).
+func (t *tableSpec) selectSQL() string {
+	exprs := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		switch c.typ {
+		case "uuid", "jsonb":
+			exprs[i] = c.name + "::text"
+		default:
+			exprs[i] = c.name
+		}
+	}
+	return fmt.Sprintf("SELECT %s FROM {%s} WHERE %s = ANY($1::text[]::%s[])", strings.Join(exprs, ", "), t.name, t.cols[0].name, t.cols[0].typ)
+}
+
+// upsertSQL writes rows given as one text[] per column.
+func (t *tableSpec) upsertSQL() string {
+	names := make([]string, len(t.cols))
+	casts := make([]string, len(t.cols))
+	params := make([]string, len(t.cols))
+	var sets []string
+	for i, c := range t.cols {
+		names[i] = c.name
+		casts[i] = "u." + c.name + "::" + c.typ
+		params[i] = fmt.Sprintf("$%d::text[]", i+1)
+		if i > 0 {
+			sets = append(sets, c.name+" = excluded."+c.name)
+		}
+	}
+	action := "DO UPDATE SET " + strings.Join(sets, ", ") + " WHERE t.revision < excluded.revision"
+	if t.merge != "" {
+		action = "DO UPDATE SET " + t.merge
+	}
+	return fmt.Sprintf("INSERT INTO {%s} AS t (%s)\nSELECT %s FROM unnest(%s) AS u (%s)\nON CONFLICT (%s) %s",
+		t.name, strings.Join(names, ", "), strings.Join(casts, ", "), strings.Join(params, ", "), strings.Join(names, ", "),
+		t.cols[0].name, action)
+}
+
+// rowSet holds the rows of one table that a batch touches. Not safe for
+// concurrent use.
+type rowSet[R any] struct {
+	spec *tableSpec
+	scan func(row pgx.Row) (*R, error)
+	text func(r *R) []pgtype.Text // cols order
+	key  func(r *R) string
+
+	want  map[string]bool
+	rows  map[string]*R
+	dirty []string // keys of changed rows, first change first
+	isDir map[string]bool
+}
+
+func newRowSet[R any](spec *tableSpec, scan func(pgx.Row) (*R, error), text func(*R) []pgtype.Text, key func(*R) string) *rowSet[R] {
+	return &rowSet[R]{spec: spec, scan: scan, text: text, key: key, want: map[string]bool{}, rows: map[string]*R{}, isDir: map[string]bool{}}
+}
+
+// need notes that key's row is to be loaded.
+func (s *rowSet[R]) need(key string) { s.want[key] = true }
+
+// get returns key's row, nil if it does not exist.
+func (s *rowSet[R]) get(key string) *R { return s.rows[key] }
+
+// put stores r (a new row, or a changed one) and marks it to be written.
+func (s *rowSet[R]) put(r *R) {
+	k := s.key(r)
+	s.rows[k] = r
+	if !s.isDir[k] {
+		s.isDir[k] = true
+		s.dirty = append(s.dirty, k)
+	}
+}
+
+// rowLoader is the type-independent side of a rowSet.
+type rowLoader interface {
+	table() *tableSpec
+	keys() []string
+	load(rows pgx.Rows) error
+	// written returns the changed rows as one text array per column, or
+	// nil when nothing changed.
+	written() []any
+}
+
+func (s *rowSet[R]) table() *tableSpec { return s.spec }
+
+func (s *rowSet[R]) keys() []string {
+	out := make([]string, 0, len(s.want))
+	for k := range s.want {
+		out = append(out, k)
+	}
+	return out
+}
+
+func (s *rowSet[R]) load(rows pgx.Rows) error {
+	defer rows.Close()
+	for rows.Next() {
+		r, err := s.scan(rows)
+		if err != nil {
+			return err
+		}
+		s.rows[s.key(r)] = r
+	}
+	return rows.Err()
+}
+
+func (s *rowSet[R]) written() []any {
+	if len(s.dirty) == 0 {
+		return nil
+	}
+	cols := make([][]pgtype.Text, len(s.spec.cols))
+	for i := range cols {
+		cols[i] = make([]pgtype.Text, len(s.dirty))
+	}
+	for j, k := range s.dirty {
+		for i, v := range s.text(s.rows[k]) {
+			cols[i][j] = v
+		}
+	}
+	args := make([]any, len(cols))
+	for i := range cols {
+		args[i] = cols[i]
+	}
+	return args
+}
+
+// Text forms of column values (written through ::type casts).
+
+func txt(s string) pgtype.Text        { return pgtype.Text{String: s, Valid: true} }
+func txtInt(n int64) pgtype.Text      { return txt(strconv.FormatInt(n, 10)) }
+func txtTime(t time.Time) pgtype.Text { return txt(t.UTC().Format(timeFormat)) }
+func txtTimePtr(t *time.Time) pgtype.Text {
+	if t == nil {
+		return pgtype.Text{}
+	}
+	return txtTime(*t)
+}
+
+// timeFormat keeps microseconds, PostgreSQL's precision, truncating.
+const timeFormat = "2006-01-02T15:04:05.999999Z07:00"
+
+// micro truncates t to PostgreSQL's precision, so a time kept in Go equals
+// the one read back.
+func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
