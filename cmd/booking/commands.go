@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -52,27 +51,3 @@ func (c *providerSimCmd) Run(e *env) error {
 type projectionsCmd struct {
 	Rebuild rebuildCmd `cmd:"" help:"Rebuild read models from the event log and swap them in."`
 }
-
-type rebuildCmd struct {
-	DatabaseURL string   `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL."`
-	Names       []string `arg:"" optional:"" help:"Read models to rebuild (default: all)."`
-}
-
-var errNotInBuild = errors.New("not available in this build yet")
-
-func (c *rebuildCmd) Run(e *env) error { return fmt.Errorf("projections rebuild: %w", errNotInBuild) }
-
-type notificationsCmd struct {
-	Tail tailCmd `cmd:"" help:"Reference subscriber: durable pull consumer with dedup and per-entity ordering."`
-}
-
-type tailCmd struct {
-	Durable string `name:"durable" default:"booking-tail" help:"Durable consumer name."`
-	Subject string `name:"subject" default:"booking.v1.>" help:"Subject filter."`
-}
-
-func (c *tailCmd) Run(e *env) error { return fmt.Errorf("notifications tail: %w", errNotInBuild) }
-
-type loadgenCmd struct{}
-
-func (c *loadgenCmd) Run(e *env) error { return fmt.Errorf("loadgen: %w", errNotInBuild) }

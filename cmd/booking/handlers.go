@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -143,7 +144,9 @@ func (a *api) postShow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cmd.Capacity = int(capacity)
-	show, out, err := a.h.ScheduleShow(r.Context(), req, cmd)
+	ctx, cancel := detached(r)
+	defer cancel()
+	show, out, err := a.h.ScheduleShow(ctx, req, cmd)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -188,7 +191,9 @@ func (a *api) postReservation(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, httpError(domain.Invalid, "invalid-request", "quantity must be between 1 and "+strconv.Itoa(domain.MaxSeatsPerHold), "quantity"))
 		return
 	}
-	res, out, err := a.h.ReserveSeats(r.Context(), req, commands.ReserveSeatsCommand{ShowID: showID, Quantity: int(q)})
+	ctx, cancel := detached(r)
+	defer cancel()
+	res, out, err := a.h.ReserveSeats(ctx, req, commands.ReserveSeatsCommand{ShowID: showID, Quantity: int(q)})
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -268,7 +273,9 @@ func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 	if applied {
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
 	}
-	res, err := a.h.PlaceOrder(r.Context(), req, commands.PlaceOrderCommand{ReservationID: resID, PaymentToken: token})
+	ctx, cancel := detached(r)
+	defer cancel()
+	res, err := a.h.PlaceOrder(ctx, req, commands.PlaceOrderCommand{ReservationID: resID, PaymentToken: token})
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -338,7 +345,9 @@ func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := a.h.CancelOrder(r.Context(), req, id)
+	ctx, cancel := detached(r)
+	defer cancel()
+	res, err := a.h.CancelOrder(ctx, req, id)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -351,4 +360,16 @@ func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, viewOrder(res.Order))
+}
+
+// detachedBudget bounds a state-changing request's work once detached from
+// the client's connection.
+const detachedBudget = 30 * time.Second
+
+// detached returns a context for a state-changing request that a client
+// hang-up does not cancel (context.WithoutCancel), bounded by
+// detachedBudget: a request that got past its commit point finishes its
+// follow-ups itself instead of leaving them to the background jobs.
+func detached(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), detachedBudget)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -81,6 +82,12 @@ type problem struct {
 func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusOf(err)
 	p := problem{Status: status, Title: http.StatusText(status), Instance: r.URL.Path}
+	if r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// The client went away; nobody reads this answer (nginx's 499).
+		a.log.Info("client closed the request", "method", r.Method, "path", r.URL.Path)
+		w.WriteHeader(499)
+		return
+	}
 	var de *domain.Error
 	if errors.As(err, &de) && de.Kind != domain.Internal {
 		p.Code, p.Detail, p.Fields = de.Code, de.Error(), de.Fields

@@ -19,6 +19,7 @@ import (
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations"
+	"github.com/retrysafe/booking/projections"
 	"github.com/retrysafe/booking/provider"
 	"github.com/retrysafe/booking/provider/providersim"
 )
@@ -145,6 +146,38 @@ func (c *serveCmd) Run(e *env) error {
 		return h.RunReconciler(ctx, pgPendingOrders{pool}, cfg.RecoveryInterval/3)
 	})
 	// ---- end payments
+	// ---- read models (issue 5): one live projector per read model, each a
+	// single instance across replicas under its lock, handed over to a
+	// waiting `booking projections rebuild`; the list endpoints read them.
+	for _, p := range projections.All(cfg.IntentRetention) {
+		pr := newProjector(pool, p)
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			runExclusive(wctx, pool, log, projectorLock(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, store) })
+		}()
+	}
+	api.lists = newLists(projections.NewReader(pool), api.writeError)
+	// ---- end read models
+	// ---- notifications (issue 6): the embedded NATS server with JetStream
+	// unless BOOKING_NATS_URL (whose stream BOOKING is checked), and the relay,
+	// one active instance across replicas under its fenced lease. The deferred
+	// close runs after workers.Wait: the relay has saved its checkpoint, then
+	// the connection drains and the embedded server stops.
+	notif, err := startNotifications(ctx, cfg, log, pool, store)
+	if err != nil {
+		ln.Close()
+		stopWorkers()
+		workers.Wait()
+		return err
+	}
+	defer notif.close()
+	workers.Add(1)
+	go func() {
+		defer workers.Done()
+		notif.runRelay(wctx)
+	}()
+	// ---- end notifications
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

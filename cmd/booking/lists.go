@@ -1,0 +1,190 @@
+package main
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/projections"
+)
+
+// Pagination of the list endpoints.
+const (
+	defaultListLimit = 50
+	maxListLimit     = 200
+)
+
+// positionHeader carries the read model's checkpoint (eventstore.Position,
+// "commit/prepare"): the list reflects the event log up to that position.
+const positionHeader = "Booking-Position"
+
+// lists serves GET /v1/shows and GET /v1/orders from the read models
+// (package projections). Each answer comes from one database snapshot and
+// carries the read model's position in Booking-Position. It implements
+// listReader and is safe for concurrent use.
+type lists struct {
+	r          *projections.Reader
+	writeError func(w http.ResponseWriter, r *http.Request, err error)
+}
+
+func newLists(r *projections.Reader, writeError func(w http.ResponseWriter, r *http.Request, err error)) *lists {
+	return &lists{r: r, writeError: writeError}
+}
+
+// listPage is the JSON shape of a list answer. NextCursor is null on the
+// last page; pass it as ?cursor= to get the next one.
+type listPage[T any] struct {
+	Items      []T     `json:"items"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+// showListItem is a show of GET /v1/shows: the single-show view plus the
+// split of taken seats (capacity = available + held + ordered).
+type showListItem struct {
+	showView
+	Held    int `json:"held"`
+	Ordered int `json:"ordered"`
+}
+
+// orderListItem is an order of GET /v1/orders: the single-order view plus
+// when it was created and last changed (event time).
+type orderListItem struct {
+	orderView
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// ListShows answers GET /v1/shows?limit=&cursor=: every show, by start time.
+func (l *lists) ListShows(w http.ResponseWriter, r *http.Request) {
+	limit, err := listLimit(r)
+	if err != nil {
+		l.writeError(w, r, err)
+		return
+	}
+	var after *projections.ShowKey
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		t, id, err := decodeCursor("s", c)
+		if err != nil {
+			l.writeError(w, r, err)
+			return
+		}
+		after = &projections.ShowKey{StartsAt: t, ID: id}
+	}
+	page, err := l.r.Shows(r.Context(), after, limit)
+	if err != nil {
+		l.writeError(w, r, readModelError(err))
+		return
+	}
+	out := listPage[showListItem]{Items: make([]showListItem, len(page.Items))}
+	for i, s := range page.Items {
+		out.Items[i] = showListItem{showView: showView{ID: s.ID, Name: s.Name, StartsAt: s.StartsAt, Capacity: s.Capacity,
+			Available: s.Available, Price: s.Price}, Held: s.Held, Ordered: s.Ordered}
+	}
+	if page.Next != nil {
+		c := encodeCursor("s", page.Next.StartsAt, page.Next.ID)
+		out.NextCursor = &c
+	}
+	w.Header().Set(positionHeader, page.Position.String())
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ListOrders answers GET /v1/orders?limit=&cursor=: the caller's orders,
+// newest first.
+func (l *lists) ListOrders(w http.ResponseWriter, r *http.Request, actorID string) {
+	limit, err := listLimit(r)
+	if err != nil {
+		l.writeError(w, r, err)
+		return
+	}
+	var after *projections.OrderKey
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		t, id, err := decodeCursor("o", c)
+		if err != nil {
+			l.writeError(w, r, err)
+			return
+		}
+		after = &projections.OrderKey{CreatedAt: t, ID: id}
+	}
+	page, err := l.r.Orders(r.Context(), actorID, after, limit)
+	if err != nil {
+		l.writeError(w, r, readModelError(err))
+		return
+	}
+	out := listPage[orderListItem]{Items: make([]orderListItem, len(page.Items))}
+	for i, o := range page.Items {
+		out.Items[i] = orderListItem{orderView: listOrderView(o), CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}
+	}
+	if page.Next != nil {
+		c := encodeCursor("o", page.Next.CreatedAt, page.Next.ID)
+		out.NextCursor = &c
+	}
+	w.Header().Set(positionHeader, page.Position.String())
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listOrderView is viewOrder for a read-model row: the same JSON shape and
+// rules (tickets only while confirmed).
+func listOrderView(o projections.Order) orderView {
+	tickets := []domain.Ticket{}
+	if o.Status == domain.OrderStatusConfirmed {
+		for _, id := range o.TicketIDs {
+			tickets = append(tickets, domain.Ticket{ID: id})
+		}
+	}
+	p := paymentView{Status: o.PaymentStatus, Attempts: o.Attempts, ChargeID: o.ChargeID, Refunded: o.PaymentStatus == "refunded"}
+	return orderView{ID: o.ID, ReservationID: o.ReservationID, ShowID: o.ShowID, Status: o.Status, Quantity: o.Quantity,
+		Amount: o.Amount, Tickets: tickets, Payment: p, FailReason: o.FailReason}
+}
+
+// listLimit parses ?limit=: default 50, at most 200 (larger values are
+// clamped); anything but a positive integer is a 400.
+func listLimit(r *http.Request) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return defaultListLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, httpError(domain.Invalid, "invalid-request", fmt.Sprintf("limit must be an integer from 1 to %d", maxListLimit), "limit")
+	}
+	return min(n, maxListLimit), nil
+}
+
+// Cursors are opaque to clients: base64url of "kind|RFC 3339 time|id",
+// where kind tells which list the cursor belongs to.
+
+func encodeCursor(kind string, t time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(kind + "|" + t.UTC().Format(time.RFC3339Nano) + "|" + id))
+}
+
+func decodeCursor(kind, c string) (time.Time, string, error) {
+	bad := httpError(domain.Invalid, "invalid-request", "cursor is not a cursor of this list; pass next_cursor as returned", "cursor")
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	parts := strings.Split(string(b), "|")
+	if len(parts) != 3 || parts[0] != kind {
+		return time.Time{}, "", bad
+	}
+	t, err := time.Parse(time.RFC3339Nano, parts[1])
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	if _, err := uuid.Parse(parts[2]); err != nil {
+		return time.Time{}, "", bad
+	}
+	return t, parts[2], nil
+}
+
+// readModelError turns a failed read-model query into a 503 (the cause is
+// logged by writeError).
+func readModelError(err error) error {
+	return fmt.Errorf("%w: %w", domain.ErrUnavailable.With("the read model is unavailable; retry later"), err)
+}

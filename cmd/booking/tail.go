@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/retrysafe/booking/migrations"
+	"github.com/retrysafe/booking/projections/notify"
+)
+
+type notificationsCmd struct {
+	Tail tailCmd `cmd:"" help:"Reference subscriber: durable pull consumer with dedup and per-entity ordering."`
+}
+
+// tailCmd is `booking notifications tail`, the reference subscriber
+// (DESIGN §8): see notify.Subscriber for what it guarantees.
+type tailCmd struct {
+	Durable          string        `name:"durable" default:"booking-tail" help:"Durable consumer name (instances sharing it share the work)."`
+	Subject          string        `name:"subject" default:"booking.v1.>" help:"Subject filter."`
+	JSON             bool          `name:"json" help:"Print each notification's payload as one line of JSON."`
+	NATSURL          string        `name:"nats-url" env:"BOOKING_NATS_URL" default:"nats://127.0.0.1:4222" help:"NATS server URL."`
+	DatabaseURL      string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (processed set and effect table)."`
+	AckWait          time.Duration `name:"ack-wait" env:"BOOKING_NOTIFY_ACK_WAIT" default:"30s" help:"Redelivery timeout of an unacknowledged notification."`
+	ProcessedHorizon time.Duration `name:"processed-horizon" env:"BOOKING_NOTIFY_PROCESSED_HORIZON" default:"24h" help:"How long message ids stay in the processed set."`
+}
+
+// validate checks the flags; errors name the variable or flag at fault.
+func (c *tailCmd) validate() error {
+	if c.DatabaseURL == "" {
+		return configError("DATABASE_URL", "required (a postgres:// URL)")
+	}
+	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return configError("DATABASE_URL", "must be a postgres:// URL")
+	}
+	if c.NATSURL == "" {
+		return configError("BOOKING_NATS_URL", "required")
+	}
+	if c.Durable == "" || strings.ContainsAny(c.Durable, ".*> \t") {
+		return configError("--durable", "must be a non-empty name without '.', '*', '>' or white space")
+	}
+	if c.Subject != notify.SubjectAll && !strings.HasPrefix(c.Subject, notify.SubjectPrefix) {
+		return configError("--subject", "must be under %s", notify.SubjectAll)
+	}
+	if c.AckWait < time.Second {
+		return configError("BOOKING_NOTIFY_ACK_WAIT", "must be at least 1s")
+	}
+	if c.ProcessedHorizon <= 0 {
+		return configError("BOOKING_NOTIFY_PROCESSED_HORIZON", "must be a positive duration")
+	}
+	return nil
+}
+
+// Run consumes notifications until the context is done (SIGINT, SIGTERM),
+// printing one line per applied notification on stdout; reports (gaps,
+// stale revisions, a summary at the end) go to stderr.
+func (c *tailCmd) Run(e *env) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	ctx := e.ctx
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := migrations.Up(ctx, c.DatabaseURL); err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, c.DatabaseURL)
+	if err != nil {
+		return configError("DATABASE_URL", "%v", err)
+	}
+	defer pool.Close()
+	nc, err := nats.Connect(c.NATSURL, nats.Name("booking notifications tail"), nats.Timeout(natsStartTimeout), nats.MaxReconnects(-1))
+	if err != nil {
+		return configError("BOOKING_NATS_URL", "connect: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	if _, err := js.Stream(ctx, notify.StreamName); err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return configError("BOOKING_NATS_URL", "no stream %s on %s (start `booking serve` first)", notify.StreamName, c.NATSURL)
+		}
+		return configError("BOOKING_NATS_URL", "stream %s: %v", notify.StreamName, err)
+	}
+
+	var mu sync.Mutex // one line at a time
+	sub := notify.NewSubscriber(js, pool, notify.SubscriberConfig{
+		Durable: c.Durable, Subject: c.Subject, AckWait: c.AckWait, ProcessedHorizon: c.ProcessedHorizon,
+		Logger: log,
+		Applied: func(n *notify.Notification) {
+			mu.Lock()
+			defer mu.Unlock()
+			writeNotification(e.stdout, n, c.JSON)
+		},
+	})
+	log.Info("tailing notifications", "nats", c.NATSURL, "durable", c.Durable, "subject", c.Subject)
+	err = sub.Run(ctx)
+	st := sub.Stats()
+	log.Info("tail stopped", "applied", st.Applied, "duplicates", st.Duplicates, "stale", st.Stale,
+		"gaps", st.Gaps, "deferred", st.Deferred, "redelivered", st.Redelivered, "malformed", st.Malformed, "errors", st.Errors)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// writeNotification prints n as one line: the payload as compact JSON, or
+// "occurred_at subject stream@revision id=… position=…" (plus " gap=true"
+// when it was applied after missing revisions).
+func writeNotification(w io.Writer, n *notify.Notification, asJSON bool) {
+	if asJSON {
+		var b bytes.Buffer
+		if err := json.Compact(&b, n.Body); err != nil {
+			b.Reset()
+			b.Write(bytes.ReplaceAll(n.Body, []byte("\n"), nil))
+		}
+		b.WriteByte('\n')
+		w.Write(b.Bytes())
+		return
+	}
+	gap := ""
+	if n.Gap {
+		gap = " gap=true"
+	}
+	fmt.Fprintf(w, "%s %s %s@%d id=%s position=%s%s\n",
+		n.OccurredAt.UTC().Format(time.RFC3339Nano), n.Subject, n.Stream, n.Revision, n.MsgID, n.Position, gap)
+}
