@@ -286,11 +286,23 @@ func (h *Handler) lookupCharges(ctx context.Context, o domain.Order, a domain.At
 		case !h.ownCharge(o.ID, c):
 		case c.Status == provider.StatusSucceeded:
 			out = append(out, c)
-		default:
+		case c.IdempotencyKey == a.ProviderKey:
 			failed = append(failed, c)
+		default:
+			// A decline of some other request that carries this order's
+			// metadata says nothing about this attempt: never fail on it.
 		}
 	}
 	return append(out, failed...), nil
+}
+
+// declineOfAttempt reports whether a failed charge is the definitive answer to
+// one of the order's own attempts: its idempotency key is that attempt's key
+// (charges keep their key after the provider's window). A decline of any other
+// request that merely carries the order's metadata must not fail the order.
+func (h *Handler) declineOfAttempt(o domain.Order, ch provider.Charge) bool {
+	n := ch.Attempt()
+	return n > 0 && ch.IdempotencyKey == h.ProviderKey(o.ID, n)
 }
 
 // ownCharge reports whether ch belongs to the order, by its metadata.

@@ -75,6 +75,14 @@ func runExclusive(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, nam
 
 var errNotLeader = errors.New("lock held by another instance")
 
+// lockPing is how often a lock holder proves it is alive; idleSessionTimeout
+// is how long PostgreSQL waits for that proof before ending the session and
+// releasing the lock (PostgreSQL 14+ idle_session_timeout).
+const (
+	lockPing           = 2 * time.Second
+	idleSessionTimeout = 3*lockPing + time.Second
+)
+
 func holdAndRun(ctx context.Context, pool *pgxpool.Pool, name string, work func(ctx context.Context) error) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -83,6 +91,14 @@ func holdAndRun(ctx context.Context, pool *pgxpool.Pool, name string, work func(
 	// The session lock lives as long as this connection: never return it to
 	// the pool holding the lock.
 	defer conn.Release()
+	// A holder that is paused (SIGSTOP, a VM freeze) stops pinging; its idle
+	// session then ends after idleSessionTimeout and PostgreSQL releases the
+	// lock, so a standby takes over. Everything the workers append is fenced
+	// by expected revisions, so a resumed holder cannot do harm meanwhile.
+	if _, err := conn.Exec(ctx, fmt.Sprintf("SET idle_session_timeout = %d", idleSessionTimeout.Milliseconds())); err != nil {
+		conn.Conn().Close(context.Background())
+		return err
+	}
 	var got bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockKey(name)).Scan(&got); err != nil {
 		conn.Conn().Close(context.Background())
@@ -98,7 +114,7 @@ func holdAndRun(ctx context.Context, pool *pgxpool.Pool, name string, work func(
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		t := time.NewTicker(2 * time.Second)
+		t := time.NewTicker(lockPing)
 		defer t.Stop()
 		for {
 			select {
