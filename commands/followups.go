@@ -67,10 +67,17 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 		if err != nil {
 			return err
 		}
-		if err := h.finishClaim(ctx, e, r.ID, token); err != nil {
+		before, _, err := h.LoadOrder(ctx, e.OrderID)
+		if err != nil {
 			return err
 		}
-		h.metrics.Recovered("order_claim")
+		if _, err := h.finishClaim(ctx, e, r.ID, token); err != nil {
+			return err
+		}
+		if !before.Exists() {
+			// The request that claimed stopped before placing the order.
+			h.metrics.Recovered("order_claim")
+		}
 	case domain.ExpiryClaimed:
 		return h.finishExpiry(ctx, e, r.ID, m)
 	case domain.OrderPlaced, domain.PaymentOutcomeUnknown, domain.OrderCancelRequested:

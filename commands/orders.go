@@ -125,7 +125,7 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 		h.step("order.claimed")
 	}
 	token, _ := run.private["payment_token"].(string)
-	if err := h.finishClaim(ctx, claim.Order, claimID, token); err != nil {
+	if _, err := h.finishClaim(ctx, claim.Order, claimID, token); err != nil {
 		return OrderResult{}, err
 	}
 	h.step("order.placed")
@@ -162,20 +162,21 @@ func (h *Handler) loadClaim(ctx context.Context, reservationID string) (domain.C
 
 // finishClaim does the follow-ups of an order claim: OrderPlaced on the
 // order stream and the reservation marked ordered, each with a deterministic
-// id. token may be empty when it is not known (the intent expired); the
-// payment then fails.
-func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimID, token string) error {
+// id; placed reports whether the OrderPlaced append succeeded (true also for
+// an idempotent repeat of it). token may be empty when it is not known (the intent expired); the payment then fails.
+func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimID, token string) (placed bool, err error) {
 	now, err := h.now(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	m := eventstore.Metadata{Actor: c.Actor, Intent: c.Intent, CausationID: claimID, OccurredAt: now}
-	placed := domain.PlacedFrom(c, now.Add(h.cfg.PaymentDeadline), token)
-	_, err = h.appendEvents(ctx, domain.OrderStream(c.OrderID), eventstore.NoStream(), m, pending{DerivedID(claimID, "order-placed"), placed})
+	ev := domain.PlacedFrom(c, now.Add(h.cfg.PaymentDeadline), token)
+	_, err = h.appendEvents(ctx, domain.OrderStream(c.OrderID), eventstore.NoStream(), m, pending{DerivedID(claimID, "order-placed"), ev})
 	if err != nil && !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-		return err
+		return false, err
 	}
-	return h.appendFollowUp(ctx, domain.ReservationStream(c.ReservationID), m, func(s *stream) []pending {
+	placed = err == nil
+	return placed, h.appendFollowUp(ctx, domain.ReservationStream(c.ReservationID), m, func(s *stream) []pending {
 		var r domain.Reservation
 		for _, e := range s.events {
 			r.Apply(e)

@@ -145,6 +145,9 @@ func (h *Handler) recoverIntent(ctx context.Context, stream string) error {
 	}
 	str := func(k string) string { v, _ := run.command[k].(string); return v }
 	num := func(k string) int { v, _ := run.command[k].(float64); return int(v) }
+	if done, err := h.committed(ctx, run, str); err != nil || done {
+		return err // past its commit point: the process manager finishes it
+	}
 	switch run.req.Operation {
 	case OpScheduleShow:
 		startsAt, _ := time.Parse(time.RFC3339Nano, str("starts_at"))
@@ -167,10 +170,31 @@ func (h *Handler) recoverIntent(ctx context.Context, stream string) error {
 	if errors.As(err, &rej) || errors.As(err, &inUse) {
 		return nil
 	}
-	if err == nil {
-		h.metrics.Recovered("intent")
+	if err == nil && run.created {
+		h.metrics.Recovered("intent") // taken over and finished
 	}
 	return err
+}
+
+// committed reports whether an intent already reached its commit point, by
+// one read of the stream that holds it, so recovery leaves finished intents
+// alone cheaply.
+func (h *Handler) committed(ctx context.Context, run *intentRun, str func(string) string) (bool, error) {
+	switch run.req.Operation {
+	case OpScheduleShow:
+		s, err := h.load(ctx, domain.ShowStream(run.targetID()))
+		return err == nil && s.exists, err
+	case OpReserveSeats:
+		s, err := h.load(ctx, domain.ReservationStream(run.targetID()))
+		return err == nil && s.exists, err
+	case OpPlaceOrder:
+		c, _, err := h.loadClaim(ctx, str("reservation_id"))
+		return err == nil && c.Kind == domain.ClaimKindOrder && c.OrderID == run.targetID(), err
+	case OpCancelOrder:
+		o, _, err := h.LoadOrder(ctx, str("order_id"))
+		return err == nil && (o.Status == domain.OrderStatusCancelled || o.Status == domain.OrderStatusCancelling), err
+	}
+	return false, nil
 }
 
 // ExpireReservation writes the expiry claim of a reservation whose hold has

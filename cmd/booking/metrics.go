@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/retrysafe/booking/eventstore/pgstore"
+	"github.com/retrysafe/booking/projections"
 )
 
 // metrics are the service's Prometheus metrics (DESIGN §1.7). It implements
@@ -57,3 +63,78 @@ func (m *metrics) Contention()                   { m.contention.Inc() }
 func (m *metrics) RedundantEffect()              { m.redundantEffects.Inc() }
 func (m *metrics) Reconciliation(result string)  { m.reconciliations.WithLabelValues(result).Inc() }
 func (m *metrics) Recovered(step string)         { m.recovered.WithLabelValues(step).Inc() }
+
+// stateCollector reports, at scrape time, what only the databases know
+// (DESIGN §1.7, §6, §7): the log's horizon lag, pending intents and their
+// age, intents unfinished past half their retention (alert on > 0), and
+// unknown payment outcomes with the age of the oldest. Each scrape runs a
+// few indexed queries with a 2 s budget; a failed query omits its metrics.
+type stateCollector struct {
+	lag       func(ctx context.Context) (pgstore.Lag, error)
+	reader    *projections.Reader
+	clock     dbClock
+	retention time.Duration
+	log       *slog.Logger
+
+	lagEvents, lagAge, pending, pendingAge, pastHalf, unknown, unknownAge *prometheus.Desc
+}
+
+// stateScan bounds how many pending intents or unknown outcomes one scrape reads.
+const stateScan = 1000
+
+func newStateCollector(store *pgstore.Store, reader *projections.Reader, clock dbClock, retention time.Duration, log *slog.Logger) *stateCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &stateCollector{lag: store.HorizonLag, reader: reader, clock: clock, retention: retention, log: log,
+		lagEvents:  d("booking_log_horizon_lag_events", "Committed events the log cannot hand out yet because an older transaction is still open."),
+		lagAge:     d("booking_log_horizon_lag_seconds", "Age of the oldest open transaction holding back the log's readable horizon."),
+		pending:    d("booking_intents_pending", "Intents without a final outcome (capped at 1000 per scrape)."),
+		pendingAge: d("booking_intent_oldest_pending_age_seconds", "Age of the oldest intent without a final outcome."),
+		pastHalf:   d("booking_intents_unfinished_past_half_retention", "Intents still unfinished at half their retention: alert when above 0."),
+		unknown:    d("booking_payment_unknown_outcomes", "Orders whose last payment attempt has an unknown outcome (capped at 1000)."),
+		unknownAge: d("booking_payment_oldest_unknown_outcome_age_seconds", "Age of the oldest unknown payment outcome."),
+	}
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.lagEvents, c.lagAge, c.pending, c.pendingAge, c.pastHalf, c.unknown, c.unknownAge} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	if lag, err := c.lag(ctx); err == nil {
+		gauge(c.lagEvents, float64(lag.Events))
+		gauge(c.lagAge, lag.Age.Seconds())
+	} else {
+		c.log.Debug("metrics: horizon lag", "err", err)
+	}
+	now, err := c.clock.Now(ctx)
+	if err != nil {
+		return
+	}
+	if pend, _, err := c.reader.PendingIntents(ctx, stateScan); err == nil {
+		gauge(c.pending, float64(len(pend)))
+		var oldest time.Duration
+		past := 0
+		for _, p := range pend {
+			age := now.Sub(p.RecordedAt)
+			oldest = max(oldest, age)
+			if age > c.retention/2 {
+				past++
+			}
+		}
+		gauge(c.pendingAge, oldest.Seconds())
+		gauge(c.pastHalf, float64(past))
+	}
+	if unk, _, err := c.reader.UnknownOutcomes(ctx, stateScan); err == nil {
+		gauge(c.unknown, float64(len(unk)))
+		var oldest time.Duration
+		for _, u := range unk {
+			oldest = max(oldest, now.Sub(u.Since))
+		}
+		gauge(c.unknownAge, oldest.Seconds())
+	}
+}

@@ -158,6 +158,7 @@ func (c *serveCmd) Run(e *env) error {
 		}()
 	}
 	api.lists = newLists(projections.NewReader(pool), api.writeError)
+	metrics.reg.MustRegister(newStateCollector(store, projections.NewReader(pool), dbClock{pool}, cfg.IntentRetention, log))
 	// ---- end read models
 	// ---- notifications (issue 6): the embedded NATS server with JetStream
 	// unless BOOKING_NATS_URL (whose stream BOOKING is checked), and the relay,
