@@ -64,8 +64,10 @@ func validateShow(cmd ScheduleShow, now time.Time) error {
 		return invalidField("name", fmt.Sprintf("name must have 1 to %d characters", MaxNameLength))
 	case cmd.Capacity < 1 || cmd.Capacity > MaxCapacity:
 		return invalidField("capacity", fmt.Sprintf("capacity must be between 1 and %d", MaxCapacity))
-	case cmd.Price.Amount < 0 || cmd.Price.Amount > MaxAmountMinor:
-		return invalidField("price.amount", "price.amount must be a non-negative integer of minor units")
+	case cmd.Price.Amount < 1 || cmd.Price.Amount > MaxAmountMinor/MaxSeatsPerHold:
+		// Free tickets would need an order path without payment; until then a
+		// show has a price, and every reservation's total stays JSON-safe.
+		return invalidField("price.amount", fmt.Sprintf("price.amount must be an integer of minor units from 1 to %d", MaxAmountMinor/MaxSeatsPerHold))
 	case !isCurrency(cmd.Price.Currency):
 		return invalidField("price.currency", "price.currency must be an ISO 4217 code such as EUR")
 	case !cmd.StartsAt.After(now):

@@ -172,6 +172,21 @@ func (b *body) String(field string) string {
 	return norm.NFC.String(s)
 }
 
+// RawString returns a required string field exactly as sent (no
+// normalization): for opaque values such as payment tokens.
+func (b *body) RawString(field string) string {
+	v, ok := b.get(field, true)
+	if !ok {
+		return ""
+	}
+	s, ok := v.(string)
+	if !ok {
+		b.fail(field, fmt.Sprintf("%s%s must be a string", b.path, field))
+		return ""
+	}
+	return s
+}
+
 // Int returns a required integer field. Numbers are compared by value (2,
 // 2.0 and 2e0 are the same integer); a non-integral number, a string, or a
 // value beyond ±(2^53−1) is an error naming the field.

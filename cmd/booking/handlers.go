@@ -232,11 +232,12 @@ func preferWait(r *http.Request) (time.Duration, bool) {
 			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
 				continue
 			}
-			n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`))
-			if err != nil || n < 0 {
+			n, err := strconv.ParseUint(strings.Trim(strings.TrimSpace(val), `"`), 10, 64)
+			if err != nil {
 				continue
 			}
-			return min(time.Duration(n)*time.Second, maxWait), true
+			// Clamp before converting, so a huge N cannot overflow.
+			return time.Duration(min(n, uint64(maxWait/time.Second))) * time.Second, true
 		}
 	}
 	return defaultWait, false
@@ -255,7 +256,7 @@ func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	resID := bodyUUID(b, "reservation_id")
 	pay := b.Object("payment")
-	token := pay.String("token")
+	token := pay.RawString("token") // a secret passed through byte for byte, never normalized
 	if err := pay.done(); err != nil {
 		a.writeError(w, r, err)
 		return
