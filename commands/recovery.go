@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"sync"
 	"time"
 
 	"github.com/retrysafe/booking/domain"
@@ -56,57 +58,189 @@ func (h *Handler) RunExpiry(ctx context.Context, log Log, cps Checkpoints, retry
 }
 
 // delayedFollower follows the log and runs each event's job once the
-// database clock passes the event's due time, in log order.
+// database clock passes that event's own due time. Jobs are scheduled by due
+// time, not run in log order, so a long hold (say from before a change of
+// BOOKING_RESERVATION_HOLD) never delays a shorter one recorded after it.
+//
+// The checkpoint is the position just before the oldest event whose job is
+// still pending, so a restart re-reads every pending job (jobs are
+// idempotent; a job already done is a no-op). A failing job is retried every
+// retry without holding back the others. Pending jobs are kept in memory: at
+// most one per reservation held or intent recorded within the window.
 func (h *Handler) delayedFollower(ctx context.Context, log Log, cps Checkpoints, name string, retry time.Duration,
 	plan func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) (time.Time, func(context.Context) error)) error {
 	from, err := cps.Load(ctx, name)
 	if err != nil {
 		return fmt.Errorf("%s: load checkpoint: %w", name, err)
 	}
-	return log.SubscribeAll(ctx, from, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
-		for i, r := range batch {
-			if !h.registry.Known(r.Type) {
-				continue
+	sched := newSchedule(from)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- h.runSchedule(ctx, cps, name, retry, sched) }()
+	err = log.SubscribeAll(ctx, from, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
+		for _, r := range batch {
+			var due time.Time
+			var job func(context.Context) error
+			if h.registry.Known(r.Type) {
+				ev, err := h.registry.Decode(r.Type, r.Data)
+				if err != nil {
+					return err
+				}
+				due, job = plan(ctx, r, ev.(domain.Event))
 			}
-			ev, err := h.registry.Decode(r.Type, r.Data)
-			if err != nil {
-				return err
-			}
-			due, job := plan(ctx, r, ev.(domain.Event))
-			if job == nil {
-				continue
-			}
-			for {
-				now, err := h.now(ctx)
-				if err == nil && !now.Before(due) {
-					if err = job(ctx); err == nil {
-						break
+			sched.add(r.Position, due, job)
+		}
+		return nil
+	})
+	cancel()
+	if serr := <-done; err == nil || errors.Is(err, context.Canceled) {
+		if serr != nil && !errors.Is(serr, context.Canceled) {
+			return serr
+		}
+	}
+	return err
+}
+
+// runSchedule runs due jobs and saves the checkpoint until ctx is done.
+func (h *Handler) runSchedule(ctx context.Context, cps Checkpoints, name string, retry time.Duration, sched *schedule) error {
+	var saved eventstore.Position
+	for {
+		wait := retry
+		now, err := h.now(ctx)
+		if err == nil {
+			for _, it := range sched.due(now) {
+				if jerr := it.job(ctx); jerr != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
 					}
+					h.log.Warn("background job will retry", "job", name, "err", jerr)
+					sched.retry(it, now.Add(retry))
+					continue
 				}
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				wait := retry
-				if err == nil {
-					wait = min(due.Sub(now)+10*time.Millisecond, retry)
-				} else {
-					h.log.Warn("background job will retry", "job", name, "stream", r.Stream, "err", err)
-				}
-				if i > 0 {
-					// Save progress before a long wait, so a restart resumes here.
-					if err := cps.Save(ctx, name, batch[i-1].Position); err != nil {
-						return err
-					}
-				}
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(wait):
-				}
+				sched.finish(it)
+			}
+			if next, ok := sched.next(); ok {
+				wait = min(retry, max(next.Sub(now), 5*time.Millisecond))
 			}
 		}
-		return cps.Save(ctx, name, batch[len(batch)-1].Position)
-	})
+		if cp := sched.checkpoint(); cp != saved {
+			if err := cps.Save(ctx, name, cp); err != nil && ctx.Err() == nil {
+				h.log.Warn("background job: checkpoint not saved", "job", name, "err", err)
+			} else if err == nil {
+				saved = cp
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sched.wake:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// schedItem is one pending job: the event's position, the position of the
+// event before it (the checkpoint while it is pending), its due time and
+// arrival order.
+type schedItem struct {
+	seq  int64
+	prev eventstore.Position
+	due  time.Time
+	job  func(context.Context) error
+}
+
+// schedule is the set of pending jobs of a delayed follower. Safe for
+// concurrent use by the subscriber (add) and the runner.
+type schedule struct {
+	mu      sync.Mutex
+	items   []*schedItem // pending, unordered (small: bounded by the window)
+	last    eventstore.Position
+	nextSeq int64
+	wake    chan struct{}
+}
+
+func newSchedule(from eventstore.Position) *schedule {
+	return &schedule{last: from, wake: make(chan struct{}, 1)}
+}
+
+// add records that the log has been read through pos; job, when not nil, is
+// scheduled at due.
+func (s *schedule) add(pos eventstore.Position, due time.Time, job func(context.Context) error) {
+	s.mu.Lock()
+	if job != nil {
+		s.items = append(s.items, &schedItem{seq: s.nextSeq, prev: s.last, due: due, job: job})
+		s.nextSeq++
+	}
+	s.last = pos
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// due takes the jobs due at now out of the pending set's running order; they
+// stay pending (for the checkpoint) until finish.
+func (s *schedule) due(now time.Time) []*schedItem {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*schedItem
+	for _, it := range s.items {
+		if !now.Before(it.due) {
+			out = append(out, it)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].due.Before(out[j].due) })
+	return out
+}
+
+func (s *schedule) finish(done *schedItem) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, it := range s.items {
+		if it == done {
+			s.items[i] = s.items[len(s.items)-1]
+			s.items = s.items[:len(s.items)-1]
+			return
+		}
+	}
+}
+
+func (s *schedule) retry(it *schedItem, at time.Time) {
+	s.mu.Lock()
+	it.due = at
+	s.mu.Unlock()
+}
+
+// next returns the earliest due time of the pending jobs.
+func (s *schedule) next() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var t time.Time
+	for _, it := range s.items {
+		if t.IsZero() || it.due.Before(t) {
+			t = it.due
+		}
+	}
+	return t, !t.IsZero()
+}
+
+// checkpoint is the position before the oldest pending job, or the last
+// position read when none is pending.
+func (s *schedule) checkpoint() eventstore.Position {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var oldest *schedItem
+	for _, it := range s.items {
+		if oldest == nil || it.seq < oldest.seq {
+			oldest = it
+		}
+	}
+	if oldest == nil {
+		return s.last
+	}
+	return oldest.prev
 }
 
 // loadRun reads an intent stream into a run as a repeat would find it.

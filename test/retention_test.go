@@ -225,3 +225,32 @@ func TestExpiry_RaceAtExpiresAt(t *testing.T) {
 	s.checkNoUnfinishedIntents(t, time.Second)
 	s.checkCapacity(t, show)
 }
+
+// TestExpiry_ShortHoldIsNotBlockedByALongerHoldBeforeIt: after a deploy that
+// shortens BOOKING_RESERVATION_HOLD, a short hold recorded after a long one
+// still expires at its own expires_at (the expiry job schedules by due time,
+// not in log order).
+func TestExpiry_ShortHoldIsNotBlockedByALongerHoldBeforeIt(t *testing.T) {
+	t.Parallel()
+	env := fastRecoveryEnv()
+	env["BOOKING_RESERVATION_HOLD"] = "10m"
+	s := mustStart(t, Options{Env: env})
+	show := s.mustCreateShow(t, 4)
+	long := s.mustReserve(t, tokAlice, show, 2)
+	s.Restart(func(o *Options) {
+		e := fastRecoveryEnv()
+		e["BOOKING_RESERVATION_HOLD"] = "2s"
+		o.Env = e
+	})
+	short := s.mustReserve(t, tokBob, show, 2)
+	if got := s.available(t, show); got != 0 {
+		t.Fatalf("GET /v1/shows/%s: available = %d, want 0", show, got)
+	}
+	if !eventually(15*time.Second, func() bool { return s.available(t, show) == 2 }) {
+		t.Fatalf("15 s after a 2 s hold behind a 10 min one: available = %d, want 2 (claim of the short hold: %v)",
+			s.available(t, show), s.streamTypes(t, "reservation-order-"+short))
+	}
+	if got := s.streamTypes(t, "reservation-order-"+long); len(got) != 0 {
+		t.Errorf("the 10 min hold was claimed early: %v", got)
+	}
+}

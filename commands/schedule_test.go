@@ -1,0 +1,66 @@
+package commands
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/booking/eventstore"
+)
+
+func pos(n uint64) eventstore.Position { return eventstore.Position{Commit: n, Prepare: n} }
+
+// TestSchedule_ShortHoldIsNotBlockedByALongerOneBeforeIt pins the fix for
+// head-of-line blocking: jobs run by due time, and the checkpoint stays before
+// the oldest pending job so a restart re-reads it.
+func TestSchedule_ShortHoldIsNotBlockedByALongerOneBeforeIt(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	job := func(context.Context) error { return nil }
+	s := newSchedule(pos(0))
+	s.add(pos(1), t0.Add(10*time.Minute), job) // long hold first
+	s.add(pos(2), time.Time{}, nil)            // an event with no job
+	s.add(pos(3), t0.Add(3*time.Second), job)  // short hold after it
+
+	due := s.due(t0.Add(5 * time.Second))
+	if len(due) != 1 || !due[0].due.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("due(t0+5s) = %d jobs, want only the short hold", len(due))
+	}
+	s.finish(due[0])
+	if got := s.checkpoint(); got != pos(0) {
+		t.Errorf("checkpoint() = %v, want %v (before the long hold, still pending)", got, pos(0))
+	}
+	if next, ok := s.next(); !ok || !next.Equal(t0.Add(10*time.Minute)) {
+		t.Errorf("next() = %v, %v, want the long hold's due time", next, ok)
+	}
+	long := s.due(t0.Add(10 * time.Minute))
+	if len(long) != 1 {
+		t.Fatalf("due(t0+10m) = %d jobs, want 1", len(long))
+	}
+	s.finish(long[0])
+	if got := s.checkpoint(); got != pos(3) {
+		t.Errorf("checkpoint() = %v, want %v (everything read is done)", got, pos(3))
+	}
+}
+
+func TestSchedule_RetriedJobKeepsTheCheckpointBeforeIt(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	job := func(context.Context) error { return nil }
+	s := newSchedule(pos(5))
+	s.add(pos(6), t0, job)
+	s.add(pos(7), t0, job)
+	due := s.due(t0)
+	if len(due) != 2 {
+		t.Fatalf("due = %d, want 2", len(due))
+	}
+	s.retry(due[0], t0.Add(time.Second))
+	s.finish(due[1])
+	want := due[0].prev
+	if got := s.checkpoint(); got != want {
+		t.Errorf("checkpoint() = %v, want %v (the failed job's predecessor)", got, want)
+	}
+	if len(s.due(t0)) != 0 {
+		t.Errorf("a retried job is due again before its retry time")
+	}
+}
