@@ -61,7 +61,7 @@ func (s *Show) Schedule(cmd ScheduleShow, now time.Time) ([]Event, error) {
 func validateShow(cmd ScheduleShow, now time.Time) error {
 	switch {
 	case strings.TrimSpace(cmd.Name) == "" || len([]rune(cmd.Name)) > MaxNameLength:
-		return invalidField("name", fmt.Sprintf("name must have 1 to %d characters", MaxNameLength))
+		return invalidField("name", fmt.Sprintf("name must have 1 to %d characters and not be blank", MaxNameLength))
 	case cmd.Capacity < 1 || cmd.Capacity > MaxCapacity:
 		return invalidField("capacity", fmt.Sprintf("capacity must be between 1 and %d", MaxCapacity))
 	case cmd.Price.Amount < 1 || cmd.Price.Amount > MaxAmountMinor/MaxSeatsPerHold:
@@ -119,7 +119,7 @@ func (s *Show) Hold(cmd HoldSeats, now time.Time) ([]Event, error) {
 		return nil, ErrShowStarted
 	}
 	if s.Available() < cmd.Quantity {
-		return nil, ErrSoldOut.With(fmt.Sprintf("%d seats requested, %d available", cmd.Quantity, s.Available()))
+		return nil, ErrSoldOut.With(fmt.Sprintf("%d seat(s) requested, %d available", cmd.Quantity, s.Available()))
 	}
 	return []Event{SeatsHeld{
 		ShowID: s.ID, ReservationID: cmd.ReservationID, Actor: cmd.Actor, Intent: cmd.Intent,

@@ -70,7 +70,7 @@ func TestShowSchedule(t *testing.T) {
 		return []domain.Event{domain.ShowScheduled{ShowID: c.ShowID, Name: c.Name, StartsAt: c.StartsAt.UTC(), Capacity: c.Capacity, Price: c.Price}}
 	}
 	var (
-		badName     = invalid("name", "name must have 1 to 200 characters")
+		badName     = invalid("name", "name must have 1 to 200 characters and not be blank")
 		badCapacity = invalid("capacity", "capacity must be between 1 and 1000000")
 		badAmount   = invalid("price.amount", "price.amount must be an integer of minor units from 1 to 450359962737049")
 		badCurrency = invalid("price.currency", "price.currency must be an ISO 4217 code such as EUR")
@@ -176,7 +176,7 @@ func TestShowHold(t *testing.T) {
 	}
 	badQuantity := invalid("quantity", "quantity must be between 1 and 20")
 	soldOut := func(requested, available int) *domain.Error {
-		return &domain.Error{Kind: domain.Conflict, Code: "sold-out", Msg: fmt.Sprintf("%d seats requested, %d available", requested, available)}
+		return &domain.Error{Kind: domain.Conflict, Code: "sold-out", Msg: fmt.Sprintf("%d seat(s) requested, %d available", requested, available)}
 	}
 	tests := []struct {
 		name    string
@@ -267,7 +267,7 @@ func TestShowHoldSoldOutIsTheSoldOutSentinel(t *testing.T) {
 	if !errors.Is(err, domain.ErrSoldOut) {
 		t.Fatalf("Hold(2 of 1) = %v, want errors.Is ErrSoldOut", err)
 	}
-	if got, want := err.Error(), "2 seats requested, 1 available"; got != want {
+	if got, want := err.Error(), "2 seat(s) requested, 1 available"; got != want {
 		t.Errorf("Hold(2 of 1) error message = %q, want %q", got, want)
 	}
 	if got := domain.KindOf(err); got != domain.Conflict {

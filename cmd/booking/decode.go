@@ -129,6 +129,11 @@ func decodeBody(r *http.Request) (*body, error) {
 	if !ok {
 		return nil, httpError(domain.Invalid, "invalid-json", "the body must be a JSON object")
 	}
+	if name, dup := duplicateMember(raw); dup {
+		// RFC 8785 and RFC 8259 §4 assume unique member names; "last one wins"
+		// would let two different-looking bodies share a fingerprint.
+		return nil, httpError(domain.Invalid, "invalid-json", fmt.Sprintf("the body repeats the member %q", name), name)
+	}
 	return &body{m: m, used: map[string]bool{}}, nil
 }
 
@@ -271,4 +276,60 @@ func (b *body) done() error {
 		return httpError(domain.Invalid, "unknown-field", fmt.Sprintf("unknown field(s): %s", strings.Join(unknown, ", ")), unknown...)
 	}
 	return nil
+}
+
+// duplicateMember reports the first object member name that appears twice in
+// one object of the (already valid) JSON document raw.
+func duplicateMember(raw []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	type frame struct {
+		object bool
+		names  map[string]bool
+		key    bool // the next string token is a member name
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				if top != nil && top.object {
+					top.key = true
+				}
+				stack = append(stack, &frame{object: true, names: map[string]bool{}, key: true})
+			case '[':
+				if top != nil && top.object {
+					top.key = true
+				}
+				stack = append(stack, &frame{})
+			default:
+				stack = stack[:len(stack)-1]
+			}
+		case string:
+			if top != nil && top.object && top.key {
+				if top.names[t] {
+					return t, true
+				}
+				top.names[t] = true
+				top.key = false
+				continue
+			}
+			if top != nil && top.object {
+				top.key = true
+			}
+		default:
+			if top != nil && top.object {
+				top.key = true
+			}
+		}
+	}
 }

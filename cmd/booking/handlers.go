@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
+	"golang.org/x/text/currency"
 
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
@@ -144,6 +145,10 @@ func (a *api) postShow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cmd.Capacity = int(capacity)
+	if _, err := currency.ParseISO(cmd.Price.Currency); err != nil || len(cmd.Price.Currency) != 3 {
+		a.writeError(w, r, httpError(domain.Invalid, "invalid-request", "price.currency must be an ISO 4217 currency code such as EUR", "price.currency"))
+		return
+	}
 	ctx, cancel := detached(r)
 	defer cancel()
 	show, out, err := a.h.ScheduleShow(ctx, req, cmd)
@@ -300,11 +305,13 @@ func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res comma
 	case domain.FailPaymentDeclined:
 		writeProblem(w, problem{Type: "https://booking.invalid/problems/payment-declined", Title: "Payment Required",
 			Status: http.StatusPaymentRequired, Code: domain.ErrPaymentDeclined.Code, Detail: "the payment was declined; the order failed and its seats were released",
-			OrderID: o.ID, Order: viewOrder(o)})
+			Instance: r.URL.Path,
+			OrderID:  o.ID, Order: viewOrder(o)})
 	case domain.FailPaymentDeadline, domain.FailNoAttempt:
 		writeProblem(w, problem{Type: "https://booking.invalid/problems/payment-failed", Title: "Payment Required",
 			Status: http.StatusPaymentRequired, Code: "payment-failed", Detail: "the payment did not complete (" + o.FirstOutcome + "); the order failed",
-			OrderID: o.ID, Order: viewOrder(o)})
+			Instance: r.URL.Path,
+			OrderID:  o.ID, Order: viewOrder(o)})
 	default:
 		writeJSON(w, success, viewOrder(o))
 	}
@@ -320,6 +327,9 @@ func (a *api) getOrder(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		a.writeError(w, r, err)
 		return
+	}
+	if o.Status == domain.OrderStatusPending || o.Status == domain.OrderStatusCancelling {
+		setRetryAfter(w, time.Second) // a poll hint while the outcome is not final
 	}
 	writeJSON(w, http.StatusOK, viewOrder(o))
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -36,3 +37,13 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 type nopHandler struct{}
 
 func (nopHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+// TestMethodNotAllowedHasAllow: a 405 must carry Allow (RFC 9110 §15.5.6).
+func TestMethodNotAllowedHasAllow(t *testing.T) {
+	a := &api{metrics: newMetrics(), webhooks: nopHandler{}}
+	rec := httptest.NewRecorder()
+	a.routes().ServeHTTP(rec, httptest.NewRequest("DELETE", "/v1/shows", nil))
+	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") == "" {
+		t.Errorf("DELETE /v1/shows = %d with Allow %q, want 405 with Allow", rec.Code, rec.Header().Get("Allow"))
+	}
+}

@@ -48,6 +48,7 @@ func actorFrom(ctx context.Context) actor {
 
 func (a *api) routes() http.Handler {
 	r := chi.NewRouter()
+	rt := r
 	r.Use(middleware.RequestID)
 	r.Use(middleware.Recoverer)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
@@ -74,7 +75,15 @@ func (a *api) routes() http.Handler {
 		a.writeError(w, r, httpError(domain.NotFound, "not-found", "no such endpoint"))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, problem{Type: "https://booking.invalid/problems/method-not-allowed", Title: "Method Not Allowed",
+		// Allow lists the methods the path does support (RFC 9110 §15.5.6).
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if rt.Match(chi.NewRouteContext(), m, r.URL.Path) {
+				allow = append(allow, m)
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeProblem(w, problem{Instance: r.URL.Path, Type: "https://booking.invalid/problems/method-not-allowed", Title: "Method Not Allowed",
 			Status: http.StatusMethodNotAllowed, Code: "method-not-allowed", Detail: r.Method + " is not allowed here"})
 	})
 	return r
