@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -44,8 +45,14 @@ func (c *providerSimCmd) Run(e *env) error {
 		return fmt.Errorf("provider-sim: %w", err)
 	}
 	sim := providersim.New(cfg)
-	fmt.Fprintf(e.stdout, "booking: provider simulator on http://%s\n", c.Addr)
-	return sim.ListenAndServe(e.ctx)
+	if err := sim.Start(e.ctx, c.Addr); err != nil {
+		return configError("BOOKING_PROVIDER_SIM_ADDR", "%v", err)
+	}
+	fmt.Fprintf(e.stdout, "booking: provider simulator on %s\n", sim.URL())
+	<-e.ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return sim.Shutdown(sctx)
 }
 
 type projectionsCmd struct {
