@@ -128,10 +128,7 @@ func (h *Handler) tokenOf(ctx context.Context, intentStream string) (string, err
 	if err != nil {
 		return "", err
 	}
-	var in domain.Intent
-	for _, e := range s.events {
-		in.Apply(e)
-	}
+	in := fold[domain.Intent](s.events)
 	t, _ := in.Recorded.Private["payment_token"].(string)
 	return t, nil
 }

@@ -246,3 +246,19 @@ func (h *Handler) appendEvents(ctx context.Context, name string, exp eventstore.
 	}
 	return res, err
 }
+
+// applier is a domain state that evolves one event at a time (the aggregates'
+// Apply methods).
+type applier[S any] interface {
+	*S
+	Apply(domain.Event)
+}
+
+// fold returns the state S that events evolve from the zero S.
+func fold[S any, P applier[S]](events []domain.Event) S {
+	var s S
+	for _, e := range events {
+		P(&s).Apply(e)
+	}
+	return s
+}

@@ -103,10 +103,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command, private
 		if err != nil {
 			return nil, err
 		}
-		var in domain.Intent
-		for _, e := range s.events {
-			in.Apply(e)
-		}
+		in := fold[domain.Intent](s.events)
 		if s.exists {
 			in.RecordedAt = s.records[0].RecordedAt
 		}
@@ -224,10 +221,7 @@ func (h *Handler) reject(ctx context.Context, run *intentRun, derr *domain.Error
 		if err != nil {
 			return err
 		}
-		var in domain.Intent
-		for _, e := range s.events {
-			in.Apply(e)
-		}
+		in := fold[domain.Intent](s.events)
 		if in.Rejection != nil {
 			return rejectionOf(in.Rejection, !run.created)
 		}
@@ -242,10 +236,7 @@ func (h *Handler) reloadIntent(ctx context.Context, run *intentRun) error {
 	if err != nil {
 		return err
 	}
-	var in domain.Intent
-	for _, e := range s.events {
-		in.Apply(e)
-	}
+	in := fold[domain.Intent](s.events)
 	if !s.exists {
 		return domain.ErrUnavailable.With("the intent expired while it was being processed; retry")
 	}

@@ -153,10 +153,7 @@ func (h *Handler) loadClaim(ctx context.Context, reservationID string) (domain.C
 	if err != nil {
 		return domain.Claim{}, nil, err
 	}
-	var c domain.Claim
-	for _, e := range s.events {
-		c.Apply(e)
-	}
+	c := fold[domain.Claim](s.events)
 	return c, s, nil
 }
 
@@ -177,10 +174,7 @@ func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimI
 	}
 	placed = err == nil
 	return placed, h.appendFollowUp(ctx, domain.ReservationStream(c.ReservationID), m, func(s *stream) []pending {
-		var r domain.Reservation
-		for _, e := range s.events {
-			r.Apply(e)
-		}
+		r := fold[domain.Reservation](s.events)
 		evs := r.MarkOrdered(c.OrderID)
 		if len(evs) == 0 {
 			return nil
@@ -197,10 +191,7 @@ func (h *Handler) finishExpiry(ctx context.Context, e domain.ExpiryClaimed, clai
 		return err
 	}
 	return h.appendFollowUp(ctx, domain.ReservationStream(e.ReservationID), m, func(s *stream) []pending {
-		var r domain.Reservation
-		for _, ev := range s.events {
-			r.Apply(ev)
-		}
+		r := fold[domain.Reservation](s.events)
 		evs := r.MarkExpired()
 		if len(evs) == 0 {
 			return nil
@@ -248,10 +239,7 @@ func (h *Handler) finishOrderEnd(ctx context.Context, o domain.Order, reason, ca
 		return err
 	}
 	return h.appendFollowUp(ctx, domain.ReservationStream(o.ReservationID), m, func(s *stream) []pending {
-		var r domain.Reservation
-		for _, e := range s.events {
-			r.Apply(e)
-		}
+		r := fold[domain.Reservation](s.events)
 		evs := r.MarkReleased(o.ID, reason)
 		if len(evs) == 0 {
 			return nil
@@ -266,10 +254,7 @@ func (h *Handler) LoadOrder(ctx context.Context, id string) (domain.Order, *stre
 	if err != nil {
 		return domain.Order{}, nil, err
 	}
-	var o domain.Order
-	for _, e := range s.events {
-		o.Apply(e)
-	}
+	o := fold[domain.Order](s.events)
 	return o, s, nil
 }
 

@@ -250,10 +250,7 @@ func (h *Handler) loadRun(ctx context.Context, stream string) (*intentRun, error
 	if err != nil || !s.exists {
 		return nil, err
 	}
-	var in domain.Intent
-	for _, e := range s.events {
-		in.Apply(e)
-	}
+	in := fold[domain.Intent](s.events)
 	if !in.Exists() {
 		return nil, nil
 	}

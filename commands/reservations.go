@@ -161,10 +161,7 @@ func (h *Handler) loadReservationStream(ctx context.Context, id string) (domain.
 	if err != nil {
 		return domain.Reservation{}, nil, err
 	}
-	var r domain.Reservation
-	for _, e := range s.events {
-		r.Apply(e)
-	}
+	r := fold[domain.Reservation](s.events)
 	return r, s, nil
 }
 

@@ -93,10 +93,7 @@ func (h *Handler) LoadShow(ctx context.Context, id string) (domain.Show, *stream
 	if err != nil {
 		return domain.Show{}, nil, err
 	}
-	var show domain.Show
-	for _, e := range s.events {
-		show.Apply(e)
-	}
+	show := fold[domain.Show](s.events)
 	return show, s, nil
 }
 
