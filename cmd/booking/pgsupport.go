@@ -105,6 +105,10 @@ func holdAndRun(ctx context.Context, pool *pgxpool.Pool, name string, work func(
 		return err
 	}
 	if !got {
+		// Back to the pool as an ordinary session.
+		if _, err := conn.Exec(ctx, "RESET idle_session_timeout"); err != nil {
+			conn.Conn().Close(context.Background())
+		}
 		return errNotLeader
 	}
 	defer func() {
@@ -112,8 +116,12 @@ func holdAndRun(ctx context.Context, pool *pgxpool.Pool, name string, work func(
 		conn.Conn().Close(context.Background())
 	}()
 	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	pingDone := make(chan struct{})
+	// Deferred calls run last in, first out: the pinger has stopped before the
+	// connection is closed and released above.
+	defer func() { cancel(); <-pingDone }()
 	go func() {
+		defer close(pingDone)
 		t := time.NewTicker(lockPing)
 		defer t.Stop()
 		for {
@@ -121,6 +129,9 @@ func holdAndRun(ctx context.Context, pool *pgxpool.Pool, name string, work func(
 			case <-wctx.Done():
 				return
 			case <-t.C:
+				if wctx.Err() != nil {
+					return
+				}
 				pctx, pc := context.WithTimeout(wctx, 2*time.Second)
 				err := conn.Ping(pctx)
 				pc()
