@@ -44,7 +44,10 @@ type Rejection struct {
 	Replayed   bool
 }
 
+// Error returns the domain error's message.
 func (r *Rejection) Error() string { return r.Err.Error() }
+
+// Unwrap returns the domain error, so errors.Is matches its sentinel.
 func (r *Rejection) Unwrap() error { return r.Err }
 
 // KeyReusedError is the 422 answer to a repeat with a different fingerprint.

@@ -167,7 +167,10 @@ type InUseError struct {
 	RetryAfter time.Duration
 }
 
+// Error returns domain.ErrKeyInUse's message.
 func (e *InUseError) Error() string { return domain.ErrKeyInUse.Error() }
+
+// Unwrap returns domain.ErrKeyInUse.
 func (e *InUseError) Unwrap() error { return domain.ErrKeyInUse }
 
 func asDomain(err error) *domain.Error {

@@ -293,31 +293,81 @@ type IntentRejected struct {
 	ResourceID string `json:"resource_id,omitempty"`
 }
 
-// EventType implementations.
-func (ShowScheduled) EventType() string         { return "ShowScheduled" }
-func (SeatsHeld) EventType() string             { return "SeatsHeld" }
-func (SeatsReleased) EventType() string         { return "SeatsReleased" }
-func (ReservationHeld) EventType() string       { return "ReservationHeld" }
-func (ReservationOrdered) EventType() string    { return "ReservationOrdered" }
-func (ReservationExpired) EventType() string    { return "ReservationExpired" }
-func (ReservationReleased) EventType() string   { return "ReservationReleased" }
-func (OrderClaimed) EventType() string          { return "OrderClaimed" }
-func (ExpiryClaimed) EventType() string         { return "ExpiryClaimed" }
-func (OrderPlaced) EventType() string           { return "OrderPlaced" }
+// EventType returns "ShowScheduled", the stable type name.
+func (ShowScheduled) EventType() string { return "ShowScheduled" }
+
+// EventType returns "SeatsHeld", the stable type name.
+func (SeatsHeld) EventType() string { return "SeatsHeld" }
+
+// EventType returns "SeatsReleased", the stable type name.
+func (SeatsReleased) EventType() string { return "SeatsReleased" }
+
+// EventType returns "ReservationHeld", the stable type name.
+func (ReservationHeld) EventType() string { return "ReservationHeld" }
+
+// EventType returns "ReservationOrdered", the stable type name.
+func (ReservationOrdered) EventType() string { return "ReservationOrdered" }
+
+// EventType returns "ReservationExpired", the stable type name.
+func (ReservationExpired) EventType() string { return "ReservationExpired" }
+
+// EventType returns "ReservationReleased", the stable type name.
+func (ReservationReleased) EventType() string { return "ReservationReleased" }
+
+// EventType returns "OrderClaimed", the stable type name.
+func (OrderClaimed) EventType() string { return "OrderClaimed" }
+
+// EventType returns "ExpiryClaimed", the stable type name.
+func (ExpiryClaimed) EventType() string { return "ExpiryClaimed" }
+
+// EventType returns "OrderPlaced", the stable type name.
+func (OrderPlaced) EventType() string { return "OrderPlaced" }
+
+// EventType returns "PaymentAttemptStarted", the stable type name.
+
+// EventType returns "PaymentAttemptStarted", the stable type name.
 func (PaymentAttemptStarted) EventType() string { return "PaymentAttemptStarted" }
-func (PaymentSucceeded) EventType() string      { return "PaymentSucceeded" }
-func (PaymentFailed) EventType() string         { return "PaymentFailed" }
+
+// EventType returns "PaymentSucceeded", the stable type name.
+func (PaymentSucceeded) EventType() string { return "PaymentSucceeded" }
+
+// EventType returns "PaymentFailed", the stable type name.
+func (PaymentFailed) EventType() string { return "PaymentFailed" }
+
+// EventType returns "PaymentOutcomeUnknown", the stable type name.
+
+// EventType returns "PaymentOutcomeUnknown", the stable type name.
 func (PaymentOutcomeUnknown) EventType() string { return "PaymentOutcomeUnknown" }
-func (OrderConfirmed) EventType() string        { return "OrderConfirmed" }
-func (OrderFailed) EventType() string           { return "OrderFailed" }
-func (OrderCancelRequested) EventType() string  { return "OrderCancelRequested" }
-func (OrderCancelled) EventType() string        { return "OrderCancelled" }
-func (RefundRequested) EventType() string       { return "RefundRequested" }
-func (RefundSucceeded) EventType() string       { return "RefundSucceeded" }
-func (OrderNeedsReview) EventType() string      { return "OrderNeedsReview" }
-func (IntentRecorded) EventType() string        { return "IntentRecorded" }
-func (IntentResumed) EventType() string         { return "IntentResumed" }
-func (IntentRejected) EventType() string        { return "IntentRejected" }
+
+// EventType returns "OrderConfirmed", the stable type name.
+func (OrderConfirmed) EventType() string { return "OrderConfirmed" }
+
+// EventType returns "OrderFailed", the stable type name.
+func (OrderFailed) EventType() string { return "OrderFailed" }
+
+// EventType returns "OrderCancelRequested", the stable type name.
+func (OrderCancelRequested) EventType() string { return "OrderCancelRequested" }
+
+// EventType returns "OrderCancelled", the stable type name.
+func (OrderCancelled) EventType() string { return "OrderCancelled" }
+
+// EventType returns "RefundRequested", the stable type name.
+func (RefundRequested) EventType() string { return "RefundRequested" }
+
+// EventType returns "RefundSucceeded", the stable type name.
+func (RefundSucceeded) EventType() string { return "RefundSucceeded" }
+
+// EventType returns "OrderNeedsReview", the stable type name.
+func (OrderNeedsReview) EventType() string { return "OrderNeedsReview" }
+
+// EventType returns "IntentRecorded", the stable type name.
+func (IntentRecorded) EventType() string { return "IntentRecorded" }
+
+// EventType returns "IntentResumed", the stable type name.
+func (IntentResumed) EventType() string { return "IntentResumed" }
+
+// EventType returns "IntentRejected", the stable type name.
+func (IntentRejected) EventType() string { return "IntentRejected" }
 
 // EventTypes returns a zero value of every event type, keyed by type name:
 // the registry from which the eventstore codec is built (wired in run, no

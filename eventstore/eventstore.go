@@ -148,6 +148,7 @@ type RevisionConflictError struct {
 	Actual   int64
 }
 
+// Error describes the conflict: stream, expected and actual revision.
 func (e *RevisionConflictError) Error() string {
 	return fmt.Sprintf("eventstore: append to %s: expected revision %s, actual %d", e.Stream, e.Expected, e.Actual)
 }

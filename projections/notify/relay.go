@@ -129,6 +129,7 @@ type DuplicateWindowError struct {
 	Window, Failover time.Duration
 }
 
+// Error names the window and the fail-over time it must exceed.
 func (e *DuplicateWindowError) Error() string {
 	return fmt.Sprintf("notify: duplicate window %s must exceed the relay's fail-over time %s", e.Window, e.Failover)
 }

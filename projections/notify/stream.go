@@ -57,6 +57,7 @@ type StreamConfigError struct {
 	Want, Got string
 }
 
+// Error names the stream, the mismatching setting, and both values.
 func (e *StreamConfigError) Error() string {
 	return fmt.Sprintf("notify: stream %s: %s is %s, want %s", e.Stream, e.Field, e.Got, e.Want)
 }
