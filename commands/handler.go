@@ -116,6 +116,8 @@ type Handler struct {
 	sends    *keyedMutex
 	// showCache holds per-show snapshots; see showcache.go.
 	showCache showCache
+	// holds batches concurrent seat holds per show; see holdbatch.go.
+	holds holdBatcher
 }
 
 // Hooks are test-only fault points: each, when set, is called at a step

@@ -94,43 +94,6 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 	return domain.Reservation{}, out, domain.ErrContention
 }
 
-// holdSeats is the read-decide-append of a reservation on the show stream,
-// serialized per show in this process. It returns the appended SeatsHeld, or
-// decided false after a revision conflict (another replica appended first),
-// or the recorded *Rejection.
-func (h *Handler) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand, resID string) (heldRecord, bool, error) {
-	unlock := h.shows.Lock(cmd.ShowID)
-	defer unlock()
-	e, err := h.refreshShow(ctx, cmd.ShowID)
-	if err != nil {
-		return heldRecord{}, false, err
-	}
-	if held, ok := e.held[resID]; ok {
-		return held, true, nil
-	}
-	if !e.show.Scheduled {
-		return heldRecord{}, false, h.reject(ctx, run, domain.ErrShowNotFound, "")
-	}
-	now, err := h.now(ctx)
-	if err != nil {
-		return heldRecord{}, false, err
-	}
-	evs, err := e.show.Hold(domain.HoldSeats{ShowID: cmd.ShowID, ReservationID: resID, Actor: run.req.Actor,
-		Intent: run.stream, Quantity: cmd.Quantity, HoldFor: h.cfg.HoldFor}, now)
-	if err != nil {
-		return heldRecord{}, false, h.reject(ctx, run, asDomain(err), "")
-	}
-	id := DerivedID(run.stream, "seats-held")
-	_, err = h.appendEvents(ctx, domain.ShowStream(cmd.ShowID), e.expected(), run.meta(now, ""), pending{id, evs[0]})
-	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-		return heldRecord{}, false, nil
-	}
-	if err != nil {
-		return heldRecord{}, false, err
-	}
-	return heldRecord{id: id, e: evs[0].(domain.SeatsHeld), meta: run.meta(now, id)}, true, nil
-}
-
 // heldRecord is a SeatsHeld event with its id and metadata.
 type heldRecord struct {
 	id   string
