@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -68,7 +69,13 @@ func (h *Handler) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeat
 	select {
 	case res = <-req.done:
 	case <-ctx.Done():
-		return heldRecord{}, false, ctx.Err()
+		select {
+		case res = <-req.done: // decided just in time
+		default:
+			// Queued behind a busy show for the whole budget: transient,
+			// never stored; a repeat finds whatever the batch decided.
+			return heldRecord{}, false, fmt.Errorf("%w: %w", domain.ErrContention, ctx.Err())
+		}
 	}
 	switch {
 	case res.err != nil:
@@ -94,7 +101,7 @@ func (h *Handler) leadHolds(ctx context.Context, showID string) {
 	}
 	b.mu.Unlock()
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-	h.appendHolds(bctx, showID, batch)
+	h.appendHoldsSafely(bctx, showID, batch)
 	cancel()
 	b.mu.Lock()
 	if len(b.queue[showID]) == 0 {
@@ -104,6 +111,26 @@ func (h *Handler) leadHolds(ctx context.Context, showID string) {
 	}
 	b.mu.Unlock()
 	go h.leadHolds(context.WithoutCancel(ctx), showID)
+}
+
+// appendHoldsSafely runs appendHolds and turns a panic into an error for
+// every request of the batch, so a bug cannot leave the show's queue without
+// a leader (and its requests waiting out their budget).
+func (h *Handler) appendHoldsSafely(ctx context.Context, showID string, batch []*holdReq) {
+	answered := false
+	defer func() {
+		if p := recover(); p != nil && !answered {
+			h.log.Error("hold batch panicked", "show_id", showID, "panic", p)
+			for _, r := range batch {
+				select {
+				case r.done <- holdResult{err: fmt.Errorf("hold batch failed: %v", p)}:
+				default:
+				}
+			}
+		}
+	}()
+	h.appendHolds(ctx, showID, batch)
+	answered = true
 }
 
 // appendHolds decides a batch in arrival order and appends its SeatsHeld

@@ -208,29 +208,30 @@ func (h *Handler) takeOver(ctx context.Context, run *intentRun) error {
 // rejection wins) and returns it. A repeat answers the same.
 func (h *Handler) reject(ctx context.Context, run *intentRun, derr *domain.Error, resourceID string) error {
 	ev := domain.IntentRejected{Status: StatusOf(derr), Kind: derr.Kind.String(), Code: derr.Code, Detail: derr.Error(), ResourceID: resourceID}
-	for range 5 {
-		now, err := h.now(ctx)
-		if err != nil {
-			return err
-		}
-		_, err = h.appendEvents(ctx, run.stream, eventstore.Exact(run.rev), run.meta(now, ""), pending{DerivedID(run.stream, "rejected"), ev})
-		if err == nil {
-			return rejectionOf(&ev, !run.created)
-		}
-		if !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-			return err
-		}
-		s, err := h.load(ctx, run.stream)
-		if err != nil {
-			return err
-		}
-		in := fold[domain.Intent](s.events)
-		if in.Rejection != nil {
-			return rejectionOf(in.Rejection, !run.created)
-		}
-		run.rev = s.last
+	now, err := h.now(ctx)
+	if err != nil {
+		return err
 	}
-	return domain.ErrContention
+	_, err = h.appendEvents(ctx, run.stream, eventstore.Exact(run.rev), run.meta(now, ""), pending{DerivedID(run.stream, "rejected"), ev})
+	if err == nil {
+		return rejectionOf(&ev, !run.created)
+	}
+	if !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		return err
+	}
+	// The intent changed while this request decided to refuse it: a first
+	// rejection may have won, or another executor took the intent over and
+	// may have reached the commit point. Only the former is final; otherwise
+	// answer a transient 503 (never stored), and a repeat resolves it.
+	s, err := h.load(ctx, run.stream)
+	if err != nil {
+		return err
+	}
+	in := fold[domain.Intent](s.events)
+	if in.Rejection != nil {
+		return rejectionOf(in.Rejection, !run.created)
+	}
+	return domain.ErrContention.With("the request changed hands while it was being refused; retry")
 }
 
 // reloadIntent refreshes run from its stream.
