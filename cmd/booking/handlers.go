@@ -88,6 +88,13 @@ func viewOrder(o domain.Order) orderView {
 		Amount: o.Amount, Tickets: tickets, Payment: p, FailReason: o.FailReason}
 }
 
+// writeCreated answers 201 with the created (or replayed) resource at location.
+func writeCreated(w http.ResponseWriter, out commands.Outcome, location string, body any) {
+	replayed(w, out)
+	w.Header().Set("Location", location)
+	writeJSON(w, http.StatusCreated, body)
+}
+
 func replayed(w http.ResponseWriter, out commands.Outcome) {
 	if out.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
@@ -156,9 +163,7 @@ func (a *api) postShow(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	replayed(w, out)
-	w.Header().Set("Location", "/v1/shows/"+show.ID)
-	writeJSON(w, http.StatusCreated, viewShow(show))
+	writeCreated(w, out, "/v1/shows/"+show.ID, viewShow(show))
 }
 
 func (a *api) getShow(w http.ResponseWriter, r *http.Request) {
@@ -203,9 +208,7 @@ func (a *api) postReservation(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	replayed(w, out)
-	w.Header().Set("Location", "/v1/reservations/"+res.ID)
-	writeJSON(w, http.StatusCreated, viewReservation(res))
+	writeCreated(w, out, "/v1/reservations/"+res.ID, viewReservation(res))
 }
 
 func (a *api) getReservation(w http.ResponseWriter, r *http.Request) {
