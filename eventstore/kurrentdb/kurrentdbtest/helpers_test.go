@@ -3,7 +3,6 @@ package kurrentdbtest_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"regexp"
@@ -168,9 +167,8 @@ func readAll(t testing.TB, ctx context.Context, c *esdb.Client, opts esdb.ReadAl
 	}
 }
 
-// streamOf returns the events of $all that belong to stream (or to its
-// metastream when meta is true), in log order, reading forwards from the
-// start.
+// streamOf returns the events of $all that belong to stream, in log
+// order, reading forwards from the start.
 func streamOf(t testing.TB, ctx context.Context, c *esdb.Client, stream string) []*esdb.RecordedEvent {
 	t.Helper()
 	var out []*esdb.RecordedEvent
@@ -230,5 +228,3 @@ func eventually(t testing.TB, ctx context.Context, check func() error) {
 		}
 	}
 }
-
-var _ = fmt.Sprint

@@ -117,6 +117,11 @@ func (svc *streamsService) Read(req *api.ReadReq, ss api.Streams_ReadServer) err
 	}
 	backwards := o.GetReadDirection() == api.ReadReq_Options_Backwards
 	count, isCount := o.GetCountOption().(*api.ReadReq_Options_Count)
+	if isCount && svc.s.takeUnexpected() {
+		if err := ss.Send(&api.ReadResp{Content: &api.ReadResp_Checkpoint_{Checkpoint: &api.ReadResp_Checkpoint{}}}); err != nil {
+			return err
+		}
+	}
 	switch so := o.GetStreamOption().(type) {
 	case *api.ReadReq_Options_Stream:
 		if !isCount || f != nil {

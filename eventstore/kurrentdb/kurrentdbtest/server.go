@@ -80,6 +80,7 @@ type Server struct {
 	lis      *trackingListener
 	running  bool
 	failures map[Method][]error
+	odd      int // reads still to answer with an unexpected message first
 	hold     *indexHold
 	stopped  chan struct{} // closed by Stop, replaced by start
 }
@@ -254,6 +255,35 @@ func (s *Server) FailNext(method Method, n int, code codes.Code, msg string) {
 	for range n {
 		s.failures[method] = append(s.failures[method], status.Error(code, msg))
 	}
+}
+
+// SendUnexpectedReply makes the next n reads (not subscriptions) begin with
+// a message a read does not expect (a checkpoint), as a server newer than
+// the client could send. Client v4 panics on it ("unreachable code").
+func (s *Server) SendUnexpectedReply(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.odd += n
+}
+
+// takeUnexpected reports whether this read must begin with an unexpected
+// message.
+func (s *Server) takeUnexpected() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.odd == 0 {
+		return false
+	}
+	s.odd--
+	return true
+}
+
+// Unindexed returns the number of records written while indexing is held
+// and not yet indexed.
+func (s *Server) Unindexed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.db.records) - s.db.indexed
 }
 
 // HoldIndex stops indexing: records written from now on are in the log but

@@ -1,0 +1,2 @@
+// Package kurrentdb is the KurrentDB backend of eventstore.Store.
+package kurrentdb
