@@ -262,7 +262,8 @@ func transient(err error) bool {
 	}
 	if code, ok := esdbCode(err); ok {
 		switch code {
-		case esdb.ErrorAborted, esdb.ErrorCodeDeadlineExceeded, esdb.ErrorUnavailable, esdb.ErrorCodeConnectionClosed:
+		case esdb.ErrorAborted, esdb.ErrorCodeDeadlineExceeded, esdb.ErrorUnavailable, esdb.ErrorCodeConnectionClosed,
+			esdb.ErrorCodeNotLeader: // the client reconnects to the leader the error names
 			return true
 		}
 	}

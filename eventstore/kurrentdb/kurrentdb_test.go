@@ -272,7 +272,6 @@ func TestConnectionStrings(t *testing.T) {
 func TestKurrentDB(t *testing.T) {
 	srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
 	s := newStore(t, srv.URL())
-	raw := rawClient(t, srv.URL())
 
 	t.Run("system names are refused", func(t *testing.T) {
 		t.Parallel()
@@ -300,6 +299,9 @@ func TestKurrentDB(t *testing.T) {
 
 	t.Run("read all, subscribe all and head skip system events", func(t *testing.T) {
 		t.Parallel()
+		// A log of its own: the test reads ReadAll pages with a limit of 1.
+		srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
+		s, raw := newStore(t, srv.URL()), rawClient(t, srv.URL())
 		ctx := testContext(t)
 		run := "sys-" + uuid.NewString()
 		start, err := s.Head(ctx)
@@ -402,6 +404,26 @@ func TestKurrentDB(t *testing.T) {
 		own.SendUnexpectedReply(10)
 		if _, err := st.ReadStream(ctx, "odd", 0, 0); err == nil || !strings.Contains(err.Error(), "panicked") {
 			t.Errorf("ReadStream with only unexpected replies = %v, want the recovered panic", err)
+		}
+	})
+
+	t.Run("a repeat of events truncation hides succeeds with a zero position", func(t *testing.T) {
+		t.Parallel()
+		ctx := testContext(t)
+		stream := "hidden-" + uuid.NewString()
+		events := newEvents(2)
+		mustAppend(t, ctx, s, stream, eventstore.NoStream(), events...)
+		mustAppend(t, ctx, s, stream, eventstore.Exact(1), newEvents(1)...)
+		if err := s.Truncate(ctx, stream, 2); err != nil {
+			t.Fatal(err)
+		}
+		res := mustAppend(t, ctx, s, stream, eventstore.NoStream(), events...)
+		if want := (eventstore.AppendResult{NextRevision: 1}); res != want {
+			t.Errorf("Append(repeat of truncated events) = %+v, want %+v", res, want)
+		}
+		res = mustAppend(t, ctx, s, stream, eventstore.Exact(2), newEvents(1)...)
+		if res.NextRevision != 3 || res.Position.IsZero() {
+			t.Errorf("Append(exact 2) after the truncated repeat = %+v, want revision 3 with a position", res)
 		}
 	})
 

@@ -25,8 +25,7 @@ type contractCase struct {
 	run    func(t *testing.T, tg target)
 }
 
-// contract lists the rules; its order is the table in the package
-// documentation of eventstore/kurrentdb.
+// contract lists the rules, in the order of the package documentation.
 var contract = []contractCase{
 	// Appends and expected revisions.
 	{"any and no stream append to a new stream, any to an existing one", "IndexWriter.CheckCommit (CheckCommitForNewStream)", testNewStream},
