@@ -59,6 +59,31 @@ func TestFaults(t *testing.T) {
 		}
 	})
 
+	t.Run("a subscription survives the server process killed and started again on its data file", func(t *testing.T) {
+		t.Parallel()
+		p := kurrentdbtest.StartProcess(t, doubleBin, t.TempDir()+"/log")
+		logs := &countingHandler{}
+		s := newStore(t, p.URL(), kurrentdb.WithBackoff(10*time.Millisecond, 100*time.Millisecond), kurrentdb.WithLogger(slog.New(logs)))
+		ctx := testContext(t)
+		sub := subscribe(t, ctx, s, eventstore.Position{}, "killed-")
+		before := newEvents(3)
+		mustAppend(t, ctx, s, "killed-s", eventstore.NoStream(), before...)
+		sub.waitFor(t, ctx, 3)
+		p.Kill()
+		if err := p.Start(); err != nil {
+			t.Fatalf("Start() after SIGKILL = %v", err)
+		}
+		after := newEvents(2)
+		mustAppend(t, ctx, s, "killed-s", eventstore.Exact(2), after...)
+		want := append(idsOf(before), idsOf(after)...)
+		if diff := cmp.Diff(want, idsOf(sub.waitFor(t, ctx, 5))); diff != "" {
+			t.Errorf("SubscribeAll across a SIGKILL mismatch (-want +got):\n%s", diff)
+		}
+		if n := logs.count(resubscribing); n < 1 {
+			t.Errorf("the subscription resubscribed %d times, want at least 1", n)
+		}
+	})
+
 	t.Run("a subscription survives dropped connections while events are appended", func(t *testing.T) {
 		t.Parallel()
 		srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})

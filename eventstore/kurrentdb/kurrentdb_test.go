@@ -39,6 +39,27 @@ func (conformant) HoldOpenUnsupported() string {
 		"guarantee with the double holding replication back"
 }
 
+// doubleBin is the double's command, built once by TestMain.
+var doubleBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "kurrentdb-double-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if doubleBin, err = kurrentdbtest.Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
 // newStore returns a Store on url, closed when tb ends.
 func newStore(tb testing.TB, url string, opts ...kurrentdb.Option) *kurrentdb.Store {
 	tb.Helper()
@@ -56,9 +77,8 @@ func newStore(tb testing.TB, url string, opts ...kurrentdb.Option) *kurrentdb.St
 // sharing a log (ReadAll with a limit of 1 pages through every other case's
 // events), were too slow. TestKurrentDB covers stores sharing a log.
 func TestStore(t *testing.T) {
-	bin := kurrentdbtest.BuildCommand(t)
 	storetest.Run(t, func(t *testing.T) eventstore.Store {
-		p := kurrentdbtest.StartProcess(t, bin, "")
+		p := kurrentdbtest.StartProcess(t, doubleBin, "")
 		return conformant{newStore(t, p.URL())}
 	})
 }

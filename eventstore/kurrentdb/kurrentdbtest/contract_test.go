@@ -51,7 +51,7 @@ var contract = []contractCase{
 	// Positions and $all.
 	{"positions are (p, p), increasing, the append reply is the last event's, and stream reads agree with $all", "ResolvedEvent; AllReader; Streams.Append.cs", testPositions},
 	{"$all forwards from a position includes it and backwards excludes it", "AllReader.ReadAllEventsForward/BackwardInternal", testAllBounds},
-	{"$all shows metadata events, system events and events hidden by $tb", "AllReader; EventFilter.DefaultAllFilter", testAllShowsEverything},
+	{"$all shows metadata events, system events and events hidden by $tb, but not the epoch records", "AllReader; EventFilter.DefaultAllFilter", testAllShowsEverything},
 	{"reading $all from inside a record is refused", "RpcExceptions.InvalidPositionException", testInvalidPosition},
 	// Subscriptions.
 	{"a subscription confirms, starts after its position, delivers in order and ends when cancelled", "Enumerator.AllSubscription; Streams.Read.cs", testSubscribeFromPosition},
@@ -453,6 +453,13 @@ func testAllShowsEverything(t *testing.T, tg target) {
 	meta := streamOf(t, ctx, c, "$$"+stream)
 	if len(meta) != 1 || meta[0].EventType != "$metadata" {
 		t.Errorf("$all events of $$%s = %v, want one $metadata event", stream, meta)
+	}
+	// The default $all filter hides only the epoch records (and persistent
+	// subscription checkpoints), which sit at the start of the log.
+	for _, e := range readAll(t, ctx, c, esdb.ReadAllOptions{From: esdb.Start{}}, 100) {
+		if e.StreamID == "$epoch-information" {
+			t.Errorf("$all from the start shows an event of $epoch-information, want it hidden")
+		}
 	}
 	if tg.double != nil {
 		sys := readAll(t, ctx, c, esdb.ReadAllOptions{From: esdb.Position{Commit: sysPos, Prepare: sysPos}}, 1)

@@ -63,8 +63,11 @@
 // cache starts empty), DropConnections (a network failure), FailNext (any
 // status for the next calls of a method, e.g. Unavailable), HoldIndex and
 // ReleaseIndex (writes not replicated yet: unreadable and unacknowledged,
-// repeats dropped with Aborted), and AppendSystemEvent (system events in
-// $all).
+// repeats dropped with Aborted), SendUnexpectedReply (a read reply the
+// client does not expect, on which it panics), and AppendSystemEvent
+// (system events in $all).
 //
-// The command cmd/kurrentdb-double runs a Server as its own process.
+// The command cmd/kurrentdb-double runs a Server as its own process; Build
+// or BuildCommand builds it and StartProcess runs it, and a Process killed
+// with SIGKILL and started again on its data file keeps its log.
 package kurrentdbtest

@@ -17,25 +17,35 @@ import (
 const commandPath = "github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest/cmd/kurrentdb-double"
 
 // BuildCommand builds cmd/kurrentdb-double into tb's temporary directory
-// and returns the binary's path, with the race detector if the test binary
-// has it (so the packages compiled for the test are reused and only the link
-// is new). It fails tb if the build fails.
+// and returns the binary's path (see Build). It fails tb if the build fails.
 func BuildCommand(tb testing.TB) string {
 	tb.Helper()
+	bin, err := Build(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return bin
+}
+
+// Build builds cmd/kurrentdb-double into dir with the go tool and returns
+// the binary's path. It builds with the race detector if the calling binary
+// has it, so the packages compiled for the test are reused and only the
+// link is new. It must run inside this module (as tests do).
+func Build(dir string) (string, error) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
-	bin := filepath.Join(tb.TempDir(), "kurrentdb-double")
+	bin := filepath.Join(dir, "kurrentdb-double")
 	args := []string{"build", "-o", bin}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
 	cmd := exec.Command(goTool, append(args, commandPath)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("go build %s: %v\n%s", commandPath, err, out)
+		return "", fmt.Errorf("kurrentdbtest: go build %s: %v\n%s", commandPath, err, out)
 	}
-	return bin
+	return bin, nil
 }
 
 // Process is the double running as its own process, started by
