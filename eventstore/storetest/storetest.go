@@ -36,6 +36,15 @@ type HoldOpener interface {
 	HoldOpenAppend(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) (commit func(context.Context) (eventstore.AppendResult, error), abort func(), err error)
 }
 
+// HoldOpenUnsupported is implemented by a test adapter of a backend that
+// cannot hold an append open (it has no client-visible transactions), to say
+// why: the suite skips the held-open cases with that reason. Backends that
+// implement neither this nor HoldOpener are skipped with a generic reason.
+type HoldOpenUnsupported interface {
+	// HoldOpenUnsupported returns why the backend cannot hold an append open.
+	HoldOpenUnsupported() string
+}
+
 // timeout bounds every case.
 const timeout = 30 * time.Second
 
@@ -44,7 +53,8 @@ const timeout = 30 * time.Second
 // and in parallel with other cases; it may fail or skip t. Stores may share
 // their log with each other and with other tests (see the package comment).
 // The cases that hold an append open run only if the stores implement
-// HoldOpener.
+// HoldOpener; they are skipped with the reason HoldOpenUnsupported gives
+// otherwise.
 func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 	t.Run("appended events read back from their stream exactly as written", func(t *testing.T) {
 		t.Parallel()

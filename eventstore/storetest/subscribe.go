@@ -148,11 +148,22 @@ func checkStreamOrder(t testing.TB, events []eventstore.RecordedEvent, first map
 	}
 }
 
-func testHeldOpenCommit(t *testing.T, s eventstore.Store) {
-	h, ok := s.(HoldOpener)
-	if !ok {
-		t.Skip("the store does not implement storetest.HoldOpener")
+// holdOpener returns s as a HoldOpener, or skips t with the reason the
+// backend gives (HoldOpenUnsupported).
+func holdOpener(t *testing.T, s eventstore.Store) HoldOpener {
+	t.Helper()
+	if h, ok := s.(HoldOpener); ok {
+		return h
 	}
+	if u, ok := s.(HoldOpenUnsupported); ok {
+		t.Skip("the backend cannot hold an append open: " + u.HoldOpenUnsupported())
+	}
+	t.Skip("the store does not implement storetest.HoldOpener")
+	return nil
+}
+
+func testHeldOpenCommit(t *testing.T, s eventstore.Store) {
+	h := holdOpener(t, s)
 	ctx := testContext(t)
 	run := newStream("held")
 	own := prefixed(run)
@@ -244,10 +255,7 @@ func testHeldOpenCommit(t *testing.T, s eventstore.Store) {
 }
 
 func testHeldOpenAbort(t *testing.T, s eventstore.Store) {
-	h, ok := s.(HoldOpener)
-	if !ok {
-		t.Skip("the store does not implement storetest.HoldOpener")
-	}
+	h := holdOpener(t, s)
 	ctx := testContext(t)
 	run := newStream("aborted")
 	own := prefixed(run)

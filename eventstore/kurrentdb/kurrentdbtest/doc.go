@@ -1,0 +1,73 @@
+// Package kurrentdbtest is a KurrentDB server double for tests: an
+// in-process gRPC server that implements KurrentDB's Streams service
+// (Append, Read, Delete, Tombstone) on the server interfaces that
+// EventStore-Client-Go v4 ships, so the real client drives it over real
+// gRPC. It is test support code; nothing in the service imports it.
+//
+// # What it reproduces
+//
+// The rules are ported from the KurrentDB server source, file by file:
+//
+//   - Expected revisions and idempotent appends (IndexWriter.CheckCommit):
+//     Any and NoStream on a new stream succeed; StreamExists fails on a
+//     stream with neither events nor metadata, and on a soft-deleted one;
+//     Exact(n) succeeds at the current revision and fails above it. Below
+//     the current revision (Exact(n) with n < current, NoStream on an
+//     existing stream) the strong check runs: every id must be the event at
+//     n+1, n+2, … (looked up in the committed-events cache, then in the
+//     index); all match is a repeat that writes nothing, the first differing
+//     is a wrong expected version, a later one too ("corrupted
+//     idempotency"). With Any and StreamExists only the bounded cache is
+//     consulted: a first id not in it writes the whole batch. A repeat whose
+//     original is not indexed yet is dropped (IdempotentNotReady) and the
+//     client gets Aborted after the write timeout. Writing to a tombstoned
+//     stream fails with stream-deleted.
+//   - Replies (Streams.Append.cs): success carries the revision and the
+//     position of the last event, or no position when a repeat's last event
+//     is hidden; WrongExpectedVersion carries the stream's current revision
+//     (both the current and the 20.6.0 fields).
+//   - Positions: one log; every record is self-committed, so its position
+//     is (p, p), p its byte offset, strictly increasing with gaps, never 0
+//     for a user event (a new database starts with its epoch record).
+//   - Stream reads (IndexReader.ReadStreamEventsForward/BackwardInternal and
+//     the ReadStream enumerators): never written or soft-deleted →
+//     stream_not_found; tombstoned → stream-deleted; otherwise events at or
+//     above max(from, $tb, last−$maxCount+1) and younger than $maxAge; a
+//     fully truncated stream reads as empty success. A metastream ($$name)
+//     keeps only its last event ($maxCount 1). Every event carries the
+//     system metadata type, content-type and created (100 ns ticks since the
+//     Unix epoch), and its data and custom metadata exactly as written.
+//   - $all reads (AllReader): forwards from a position inclusive, backwards
+//     exclusive, only indexed records, through the default $all filter (which
+//     hides $epoch-information and persistent-subscription checkpoints but
+//     not other system events, nor events hidden by $tb or $maxAge).
+//   - Subscriptions to $all (Enumerator.AllSubscription,
+//     AllSubscriptionFiltered): a confirmation first, then events after the
+//     start position (exclusive) in log order, checkpoints every
+//     multiplier × window considered events for a filtered subscription and
+//     one when going live, caught_up once, then live events.
+//   - Soft delete and tombstone (StorageWriterService WriteDelete), and the
+//     soft undelete that writing to a soft-deleted stream implies.
+//
+// # What it does not do
+//
+// No TLS, authentication or access control (every caller is admin), no
+// cluster or gossip, no persistent subscriptions, projections, scavenging,
+// ServerFeatures, BatchAppend or subscriptions to a single stream. The
+// committed-events cache is bounded by entries, not bytes.
+//
+// # Faults
+//
+// Stop and Start (a crash and a restart on the same address; the log
+// survives, in memory or in Options.DataFile, and the committed-events
+// cache starts empty), DropConnections (a network failure), FailNext (any
+// status for the next calls of a method, e.g. Unavailable), HoldIndex and
+// ReleaseIndex (writes not replicated yet: unreadable and unacknowledged,
+// repeats dropped with Aborted), SendUnexpectedReply (a read reply the
+// client does not expect, on which it panics), and AppendSystemEvent
+// (system events in $all).
+//
+// The command cmd/kurrentdb-double runs a Server as its own process; Build
+// or BuildCommand builds it and StartProcess runs it, and a Process killed
+// with SIGKILL and started again on its data file keeps its log.
+package kurrentdbtest
