@@ -189,10 +189,12 @@ func TestCrash_KilledAfterCancelRecordedIsFinishedWithoutRepeat(t *testing.T) {
 		if !eventually(crashBound, func() bool {
 			m = s.orderMoney(t, id)
 			return s.orderStatus(t, tokAlice, id) == "cancelled" && m.Net == 0 &&
-				len(ofType(s.orderEvents(t, id), "RefundSucceeded")) == 1 && s.available(t, show) == 10
+				len(ofType(s.orderEvents(t, id), "RefundSucceeded")) == 1 && s.available(t, show) == 10 &&
+				s.countType(t, "reservation-", "ReservationReleased") == 1
 		}) {
-			t.Fatalf("%s after the restart (no repeat): status %q, charges %+v, stream %v, available %d; want cancelled, net 0, RefundSucceeded, 10",
-				crashBound, s.orderStatus(t, tokAlice, id), m, typesOf(s.orderEvents(t, id)), s.available(t, show))
+			t.Fatalf("%s after the restart (no repeat): status %q, charges %+v, stream %v, available %d, %d ReservationReleased; want cancelled, net 0, RefundSucceeded, 10, 1",
+				crashBound, s.orderStatus(t, tokAlice, id), m, typesOf(s.orderEvents(t, id)), s.available(t, show),
+				s.countType(t, "reservation-", "ReservationReleased"))
 		}
 		again := s.doCall(t, cancel)
 		wantStatus(t, again, http.StatusOK)
