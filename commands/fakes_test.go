@@ -531,6 +531,9 @@ func (m *recordingMetrics) Reconciliation(result string) {
 	m.results[result]++
 }
 
+// UnknownAppend counts under "unknown_append:"+result.
+func (m *recordingMetrics) UnknownAppend(result string) { m.Reconciliation("unknown_append:" + result) }
+
 func (m *recordingMetrics) RedundantEffect() {
 	m.mu.Lock()
 	defer m.mu.Unlock()

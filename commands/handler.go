@@ -231,7 +231,8 @@ type pending struct {
 	e  domain.Event
 }
 
-// appendEvents encodes and appends events to one stream with metadata m.
+// appendEvents encodes and appends events to one stream with metadata m
+// (see appendResolving for an append whose outcome is unknown).
 func (h *Handler) appendEvents(ctx context.Context, name string, exp eventstore.ExpectedRevision, m eventstore.Metadata, evs ...pending) (eventstore.AppendResult, error) {
 	data := make([]eventstore.EventData, len(evs))
 	m.SchemaVersion = domain.SchemaVersion
@@ -242,11 +243,76 @@ func (h *Handler) appendEvents(ctx context.Context, name string, exp eventstore.
 		}
 		data[i] = d
 	}
+	return h.appendResolving(ctx, name, exp, data...)
+}
+
+// outcomeRepeatDelays are the pauses before each repeat of an append whose
+// outcome is unknown: the first at once (a lost connection is replaced by a
+// fresh one from the pool), then two short backoffs. Their number bounds the
+// repeats.
+var outcomeRepeatDelays = []time.Duration{0, 50 * time.Millisecond, 250 * time.Millisecond}
+
+// appendResolving appends data to stream name at exp. Every commit point
+// (the intent record, the order claim, a payment attempt's lease, a seat
+// hold) and every follow-up goes through it.
+//
+// An append is one statement in its own transaction, so when its answer is
+// lost (the connection dropped after the server received it) it may have
+// committed or not. The store's appends are idempotent: the same event ids
+// at the same expected revision succeed without writing when they are
+// already there, and are written otherwise. So an append that failed with
+// anything but a revision conflict is repeated, byte for byte, up to
+// len(outcomeRepeatDelays) times: a success means the events are in the
+// stream where the decision put them (committed by the first try or by the
+// repeat, never twice) and the caller goes on as if the first answer had
+// arrived; a conflict means the first try did not commit and the stream
+// moved on, which the caller handles as any lost race. Not repeated: an
+// append that ran into its time bound (context.DeadlineExceeded: the
+// database is slow or the stream's lock held; repeating would only wait
+// again) and an append whose caller is gone. If the outcome is still
+// unknown it returns the error wrapped as domain.ErrUnavailable: the request
+// answers 503, which is never stored as an outcome, and a repeat of the
+// request, or recovery after the executor's lease, resolves what committed.
+func (h *Handler) appendResolving(ctx context.Context, name string, exp eventstore.ExpectedRevision, data ...eventstore.EventData) (eventstore.AppendResult, error) {
 	res, err := h.store.Append(ctx, name, exp, data...)
-	if err != nil && !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		return res, err
+	}
+	if !outcomeUnknown(ctx, err) {
 		return res, unavailable(err)
 	}
-	return res, err
+	first := err
+	h.log.Warn("append outcome unknown; repeating it to learn what committed", "stream", name, "err", err)
+	for _, d := range outcomeRepeatDelays {
+		if sleepCtx(ctx, d) != nil {
+			break
+		}
+		res, err = h.store.Append(ctx, name, exp, data...)
+		switch {
+		case err == nil:
+			h.metrics.UnknownAppend("resolved")
+			h.log.Info("append outcome learned: the events are in the stream", "stream", name)
+			return res, nil
+		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
+			h.metrics.UnknownAppend("not_committed")
+			return res, err
+		}
+		if !outcomeUnknown(ctx, err) {
+			break
+		}
+	}
+	h.metrics.UnknownAppend("unresolved")
+	if err != first {
+		err = fmt.Errorf("%w (first try: %w)", err, first)
+	}
+	return res, unavailable(err)
+}
+
+// outcomeUnknown reports whether a failed append (not a revision conflict)
+// is worth repeating to learn its outcome: not after its time bound, and
+// not when the caller is gone.
+func outcomeUnknown(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }
 
 // applier is a domain state that evolves one event at a time (the aggregates'

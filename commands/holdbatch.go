@@ -201,20 +201,22 @@ func (h *Handler) appendHolds(ctx context.Context, showID string, batch []*holdR
 		appended = append(appended, decided{r, held})
 	}
 	if len(data) > 0 {
-		_, err := h.store.Append(ctx, domain.ShowStream(showID), e.expected(), data...)
+		_, err := h.appendResolving(ctx, domain.ShowStream(showID), e.expected(), data...)
 		if err == nil {
 			for _, d := range appended {
 				results[d.req] = holdResult{held: d.held, ok: true}
 			}
 		} else {
-			// Nothing of the batch was written, and refusals (sold out) may
-			// have counted seats of holds that do not exist: every request
-			// decides again (a lost race) or fails (never stored).
+			// The batch was not written (a lost race), or its outcome is
+			// still unknown after repeats (503, never stored: a repeat of
+			// the request or recovery learns it); refusals (sold out) may
+			// have counted seats of holds that do not exist. Every request
+			// decides again or fails.
 			for _, r := range batch {
 				if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 					results[r] = holdResult{}
 				} else {
-					results[r] = holdResult{err: unavailable(err)}
+					results[r] = holdResult{err: err}
 				}
 			}
 		}

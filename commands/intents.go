@@ -131,6 +131,12 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command, private
 				Fingerprint: fp, CanonicalVersion: CanonicalVersion, Command: command, TargetID: NewID(),
 				Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease), Private: private}
 			run := &intentRun{req: req, stream: stream, created: true, now: now, command: command, private: private}
+			// If the answer is lost, appendEvents repeats this append (same
+			// event id, same expected revision) to learn whether the intent
+			// was recorded: success means it is, and this request is its
+			// executor; still unknown after the repeats is a 503 and the
+			// intent (if recorded) waits for a repeat or recovery after its
+			// lease.
 			res, err := h.appendEvents(ctx, stream, exp, run.meta(now, ""), pending{NewID(), rec})
 			var rc *eventstore.RevisionConflictError
 			if errors.As(err, &rc) {

@@ -17,6 +17,11 @@ type Metrics interface {
 	Reconciliation(result string)
 	// Recovered counts a follow-up or intent step finished by a background job, by step.
 	Recovered(step string)
+	// UnknownAppend counts an append whose answer was lost and that was
+	// repeated to learn its outcome, by result: "resolved" (the events are
+	// in the stream), "not_committed" (the stream moved on without them),
+	// "unresolved" (still unknown; the request answered 503).
+	UnknownAppend(result string)
 }
 
 type nopMetrics struct{}
@@ -28,3 +33,4 @@ func (nopMetrics) Contention()                {}
 func (nopMetrics) RedundantEffect()           {}
 func (nopMetrics) Reconciliation(string)      {}
 func (nopMetrics) Recovered(string)           {}
+func (nopMetrics) UnknownAppend(string)       {}

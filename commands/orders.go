@@ -109,6 +109,12 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 		if _, ok := evs[0].(domain.ExpiryClaimed); ok {
 			id = ExpiryClaimID(cmd.ReservationID)
 		}
+		// The commit point. If its answer is lost, appendEvents repeats the
+		// claim (same id, no stream): success means the claim is this
+		// intent's and the request goes on; a conflict means it did not
+		// commit and someone else claimed (decided again below); still
+		// unknown is a 503, and a committed claim is then finished by the
+		// process manager and replayed to a repeat.
 		_, err = h.appendEvents(ctx, claimStream, eventstore.NoStream(), run.meta(now, ""), pending{id, evs[0]})
 		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 			continue // someone claimed first: decide again from the claim

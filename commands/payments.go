@@ -250,7 +250,11 @@ func (h *Handler) takeOverAttempt(ctx context.Context, o domain.Order, s *stream
 }
 
 // appendLease appends a lease start at the loaded revision: a conflict means
-// another executor decided first, and this one must not send (errRetry).
+// another executor decided first, and this one must not send (errRetry). If
+// the answer is lost, appendEvents repeats the same append (same id, same
+// revision): success means this process holds the lease and may send; still
+// unknown returns the error and nothing is sent (the request answers 202,
+// and the reconciler finds the lease, or its end, on a later pass).
 func (h *Handler) appendLease(ctx context.Context, o domain.Order, s *stream, e domain.Event, now time.Time) error {
 	m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
 	_, err := h.appendEvents(ctx, s.name, s.expected(), m, pending{NewID(), e})

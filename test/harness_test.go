@@ -228,6 +228,9 @@ type Options struct {
 	// survive a kill of booking serve. By default the simulator runs inside
 	// booking serve (dev mode) and is lost with it.
 	ExternalSim bool
+	// PGProxy routes booking serve's database connections through a
+	// pgProxy (server.pgProxy) that can cut the answer of a chosen append.
+	PGProxy bool
 }
 
 // server is a running `booking serve` with its own database, ports and data
@@ -247,6 +250,9 @@ type server struct {
 	logs   *syncBuffer // stdout and stderr of every run, in order
 	client *http.Client
 	runs   int
+
+	// pgProxy is the database proxy of Options.PGProxy, or nil.
+	pgProxy *pgProxy
 
 	mu  sync.Mutex
 	cur *proc
@@ -286,6 +292,9 @@ func mustStart(t *testing.T, opts Options) *server {
 		Timeout:   30 * time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second},
 	}
+	if opts.PGProxy {
+		s.pgProxy = startPGProxy(t, dbURL) // closed after the cleanup below stopped booking serve
+	}
 	t.Cleanup(func() {
 		s.shutdown()
 		s.client.CloseIdleConnections()
@@ -318,7 +327,7 @@ func (s *server) env() []string {
 		env = append(env, kv)
 	}
 	set := map[string]string{
-		"DATABASE_URL":              s.dbURL,
+		"DATABASE_URL":              s.serviceDBURL(),
 		"BOOKING_HTTP_ADDR":         s.httpAddr,
 		"BOOKING_PROVIDER_SIM_ADDR": s.simAddr,
 		"BOOKING_NATS_ADDR":         s.natsAddr,
@@ -343,6 +352,15 @@ func (s *server) env() []string {
 		env = append(env, k+"="+v)
 	}
 	return env
+}
+
+// serviceDBURL is the database URL booking serve gets: through the proxy
+// when there is one.
+func (s *server) serviceDBURL() string {
+	if s.pgProxy != nil {
+		return s.pgProxy.proxyURL(s.dbURL)
+	}
+	return s.dbURL
 }
 
 func (s *server) startSim(t *testing.T) {

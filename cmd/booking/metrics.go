@@ -26,6 +26,7 @@ type metrics struct {
 	reconciliations      *prometheus.CounterVec
 	recovered            *prometheus.CounterVec
 	rateLimited          prometheus.Counter
+	unknownAppends       *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -47,9 +48,11 @@ func newMetrics() *metrics {
 			Help: "Follow-up or intent steps finished by a background job."}, []string{"step"}),
 		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{Name: "booking_retry_budget_exceeded_total",
 			Help: "Requests answered 429 because the actor exceeded its retry budget."}),
+		unknownAppends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "booking_append_unknown_outcomes_total",
+			Help: "Appends whose answer was lost, repeated to learn the outcome, by result (resolved, not_committed, unresolved)."}, []string{"result"}),
 	}
 	m.reg.MustRegister(m.fingerprintConflicts, m.replays, m.inUse, m.contention, m.redundantEffects,
-		m.reconciliations, m.recovered, m.rateLimited,
+		m.reconciliations, m.recovered, m.rateLimited, m.unknownAppends,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -63,6 +66,7 @@ func (m *metrics) Contention()                   { m.contention.Inc() }
 func (m *metrics) RedundantEffect()              { m.redundantEffects.Inc() }
 func (m *metrics) Reconciliation(result string)  { m.reconciliations.WithLabelValues(result).Inc() }
 func (m *metrics) Recovered(step string)         { m.recovered.WithLabelValues(step).Inc() }
+func (m *metrics) UnknownAppend(result string)   { m.unknownAppends.WithLabelValues(result).Inc() }
 
 // stateCollector reports, at scrape time, what only the databases know
 // (DESIGN §1.7, §6, §7): the log's horizon lag, pending intents and their

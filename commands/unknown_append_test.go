@@ -1,0 +1,256 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// lossyStore is a memStore whose armed appends lose their answer: the
+// append of a matching stream (by prefix) and first event type either
+// commits (commit) or not, and the caller gets an error of unknown outcome,
+// as pgstore returns when the connection drops before the result arrives.
+type lossyStore struct {
+	*memStore
+	mu     sync.Mutex
+	prefix string
+	typ    string
+	lose   int // answers still to lose
+	commit bool
+	lost   int
+}
+
+// arm makes the next n matching appends lose their answer.
+func (l *lossyStore) arm(prefix, typ string, n int, commit bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.prefix, l.typ, l.lose, l.commit = prefix, typ, n, commit
+}
+
+// Append implements EventStore.
+func (l *lossyStore) Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) (eventstore.AppendResult, error) {
+	l.mu.Lock()
+	hit := l.lose > 0 && strings.HasPrefix(stream, l.prefix) && len(events) > 0 && events[0].Type == l.typ
+	commit := l.commit
+	if hit {
+		l.lose--
+		l.lost++
+	}
+	l.mu.Unlock()
+	if !hit {
+		return l.memStore.Append(ctx, stream, expected, events...)
+	}
+	if commit {
+		if _, err := l.memStore.Append(ctx, stream, expected, events...); err != nil {
+			return eventstore.AppendResult{}, err
+		}
+	}
+	return eventstore.AppendResult{}, fmt.Errorf("pgstore: append to %q (outcome unknown): %w", stream, io.ErrUnexpectedEOF)
+}
+
+// lostFix is a scheduled show with a held reservation of alice's on fakes.
+type lostFix struct {
+	store   *lossyStore
+	clock   *fakeClock
+	pay     *fakePayments
+	metrics *recordingMetrics
+	h       *Handler
+	resID   string
+}
+
+func newLostFix(t *testing.T) *lostFix {
+	t.Helper()
+	f := &lostFix{store: &lossyStore{memStore: newMemStore()}, clock: newFakeClock(payT0), pay: newFakePayments(),
+		metrics: newRecordingMetrics()}
+	f.store.clock = f.clock
+	cfg := DefaultConfig()
+	cfg.Executor = execA
+	f.h = New(cfg, f.store, f.clock, f.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithMetrics(f.metrics))
+	ctx := context.Background()
+	show, _, err := f.h.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
+		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(48 * time.Hour), Capacity: 10, Price: payPrice})
+	if err != nil {
+		t.Fatalf("ScheduleShow: %v", err)
+	}
+	res, _, err := f.h.ReserveSeats(ctx, Request{Actor: "alice", Operation: OpReserveSeats, Key: "res"},
+		ReserveSeatsCommand{ShowID: show.ID, Quantity: 2})
+	if err != nil {
+		t.Fatalf("ReserveSeats: %v", err)
+	}
+	f.resID = res.ID
+	return f
+}
+
+func (f *lostFix) order(key string) (OrderResult, error) {
+	return f.h.PlaceOrder(context.Background(), Request{Actor: "alice", Operation: OpPlaceOrder, Key: key, Wait: 5 * time.Second},
+		PlaceOrderCommand{ReservationID: f.resID, PaymentToken: "tok_visa"})
+}
+
+// count returns the number of events of type typ in streams with prefix.
+func (f *lostFix) count(prefix, typ string) int {
+	f.store.memStore.mu.Lock()
+	defer f.store.memStore.mu.Unlock()
+	n := 0
+	for name, s := range f.store.streams {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		for _, e := range s.events {
+			if e.Type == typ {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// checkOneOrder checks one confirmed order and one charge, with one intent
+// record, one claim and one placement.
+func (f *lostFix) checkOneOrder(t *testing.T, out OrderResult) {
+	t.Helper()
+	if out.Order.Status != domain.OrderStatusConfirmed || !out.Final {
+		t.Errorf("order %s is %s (final %v), want confirmed", out.Order.ID, out.Order.Status, out.Final)
+	}
+	got := map[string]int{
+		"IntentRecorded": f.count("intent-", "IntentRecorded"), "OrderClaimed": f.count("reservation-order-", "OrderClaimed"),
+		"OrderPlaced": f.count("order-", "OrderPlaced"), "PaymentSucceeded": f.count("order-", "PaymentSucceeded"),
+		"OrderConfirmed": f.count("order-", "OrderConfirmed"), "IntentRejected": f.count("intent-", "IntentRejected"),
+		"charges": f.pay.count("charge"),
+	}
+	want := map[string]int{"IntentRecorded": 3, "OrderClaimed": 1, "OrderPlaced": 1, "PaymentSucceeded": 1, "OrderConfirmed": 1,
+		"IntentRejected": 0, "charges": 1}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("counts (-want +got):\n%s", d)
+	}
+}
+
+// TestLostAppendAnswerIsRepeatedToLearnTheOutcome: when the answer of the
+// intent record, the order claim or a payment attempt's lease is lost, the
+// handler repeats the same append (same ids, same expected revision) and
+// goes on as if the answer had arrived: one order, one charge, nothing
+// written twice. The same holds when the lost append did not commit (the
+// repeat writes it).
+func TestLostAppendAnswerIsRepeatedToLearnTheOutcome(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, prefix, typ string
+		commit            bool
+	}{
+		{"The intent record committed; its answer was lost.", "intent-", "IntentRecorded", true},
+		{"The order claim committed; its answer was lost.", "reservation-order-", "OrderClaimed", true},
+		{"The payment attempt committed; its answer was lost.", "order-", "PaymentAttemptStarted", true},
+		{"The intent record did not commit; its answer was lost.", "intent-", "IntentRecorded", false},
+		{"The order claim did not commit; its answer was lost.", "reservation-order-", "OrderClaimed", false},
+		{"The payment attempt did not commit; its answer was lost.", "order-", "PaymentAttemptStarted", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newLostFix(t)
+			f.store.arm(tc.prefix, tc.typ, 1, tc.commit)
+			out, err := f.order("k1")
+			if err != nil {
+				t.Fatalf("PlaceOrder() = %v, want a confirmed order", err)
+			}
+			if out.Replayed {
+				t.Errorf("PlaceOrder(): Replayed, want a first answer")
+			}
+			if f.store.lost != 1 {
+				t.Errorf("%d answers lost, want 1", f.store.lost)
+			}
+			f.checkOneOrder(t, out)
+			if got := f.store.types(IntentStream("alice", OpPlaceOrder, "k1")); !cmp.Equal(got, []string{"IntentRecorded"}) {
+				t.Errorf("intent stream %v, want [IntentRecorded] (recorded once, the request stayed its executor)", got)
+			}
+			if n := len(f.store.types(domain.OrderStream(out.Order.ID))); tc.typ == "PaymentAttemptStarted" && n != 4 {
+				t.Errorf("order stream %v, want [OrderPlaced PaymentAttemptStarted PaymentSucceeded OrderConfirmed]",
+					f.store.types(domain.OrderStream(out.Order.ID)))
+			}
+			if n := f.metrics.get("unknown_append:resolved"); n != 1 {
+				t.Errorf("UnknownAppend(resolved) counted %d, want 1", n)
+			}
+			again, err := f.order("k1")
+			if err != nil || !again.Replayed || again.Order.ID != out.Order.ID {
+				t.Errorf("repeat: PlaceOrder() = %+v, %v; want order %s replayed", again.Order.ID, err, out.Order.ID)
+			}
+			f.checkOneOrder(t, again)
+		})
+	}
+}
+
+// TestLostAppendAnswerStillUnknownIs503: when the answer is lost on the
+// repeats too, the request fails Unavailable (503) and nothing else is
+// written (no transient outcome); a repeat of the request resolves it to
+// what committed: one order, one charge.
+func TestLostAppendAnswerStillUnknownIs503(t *testing.T) {
+	t.Parallel()
+	lost := 1 + len(outcomeRepeatDelays)
+	t.Run("The intent record.", func(t *testing.T) {
+		t.Parallel()
+		f := newLostFix(t)
+		f.store.arm("intent-", "IntentRecorded", lost, true)
+		_, err := f.order("k1")
+		if domain.KindOf(err) != domain.Unavailable {
+			t.Fatalf("PlaceOrder() = %v, want Unavailable", err)
+		}
+		if f.store.lost != lost {
+			t.Errorf("%d answers lost, want %d (the first try and every repeat)", f.store.lost, lost)
+		}
+		if n := f.metrics.get("unknown_append:unresolved"); n != 1 {
+			t.Errorf("UnknownAppend(unresolved) counted %d, want 1", n)
+		}
+		stream := IntentStream("alice", OpPlaceOrder, "k1")
+		if got := f.store.types(stream); !cmp.Equal(got, []string{"IntentRecorded"}) {
+			t.Errorf("intent stream %v, want [IntentRecorded] (nothing transient stored)", got)
+		}
+		if n := f.count("reservation-order-", "OrderClaimed"); n != 0 {
+			t.Errorf("%d OrderClaimed, want 0", n)
+		}
+		// A repeat inside the dead request's lease is in use; after it, the
+		// repeat takes the intent over and finishes it.
+		_, err = f.order("k1")
+		var inUse *InUseError
+		if !errors.As(err, &inUse) {
+			t.Fatalf("repeat inside the lease: PlaceOrder() = %v, want *InUseError", err)
+		}
+		f.clock.Advance(f.h.Config().IntentLease + time.Second)
+		out, err := f.order("k1")
+		if err != nil || !out.Replayed {
+			t.Fatalf("repeat after the lease: PlaceOrder() = %+v, %v; want the order, replayed", out, err)
+		}
+		f.checkOneOrder(t, out)
+		if got := f.store.types(stream); !cmp.Equal(got, []string{"IntentRecorded", "IntentResumed"}) {
+			t.Errorf("intent stream %v, want [IntentRecorded IntentResumed]", got)
+		}
+	})
+	t.Run("The order claim.", func(t *testing.T) {
+		t.Parallel()
+		f := newLostFix(t)
+		f.store.arm("reservation-order-", "OrderClaimed", lost, true)
+		_, err := f.order("k1")
+		if domain.KindOf(err) != domain.Unavailable {
+			t.Fatalf("PlaceOrder() = %v, want Unavailable", err)
+		}
+		if n := f.count("order-", "OrderPlaced"); n != 0 {
+			t.Errorf("%d OrderPlaced, want 0 (the request stopped at the claim)", n)
+		}
+		if n := f.count("intent-", "IntentRejected"); n != 0 {
+			t.Errorf("%d IntentRejected, want 0 (nothing transient stored)", n)
+		}
+		out, err := f.order("k1")
+		if err != nil || !out.Replayed {
+			t.Fatalf("repeat: PlaceOrder() = %+v, %v; want the order, replayed", out, err)
+		}
+		f.checkOneOrder(t, out)
+	})
+}

@@ -1,0 +1,231 @@
+package test
+
+// An uncertain commit: the answer of an append is lost after the server
+// committed it (a proxy between booking serve and PostgreSQL withholds the
+// server's answer up to its ReadyForQuery and then drops the connection).
+// The service repeats the same append (same event ids, same expected
+// revision) to learn what committed and goes on; only when the repeats lose
+// their answers too does it answer 503, which stores nothing, and a repeat
+// of the request resolves to what committed.
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/retrysafe/booking/commands"
+)
+
+// uncertainStep is an append whose answer a test cuts.
+type uncertainStep struct {
+	name   string // sub-test name
+	prefix string // stream name prefix
+	typ    string // event type in the batch
+}
+
+var uncertainSteps = []uncertainStep{
+	{"intent record", "intent-", "IntentRecorded"},
+	{"order claim", "reservation-order-", "OrderClaimed"},
+	{"payment attempt", "order-", "PaymentAttemptStarted"},
+}
+
+// uncertainEnv sets the intent lease (long where no takeover may happen
+// even on a slow machine, short where a takeover after a 503 should come
+// quickly) and a frequent reconciler, and leaves the payment lease at its
+// default 30 s so that a send never needs a renewed lease.
+func uncertainEnv(intentLease string) map[string]string {
+	return map[string]string{
+		"BOOKING_INTENT_LEASE":      intentLease,
+		"BOOKING_RECOVERY_INTERVAL": "1s",
+	}
+}
+
+// positionOf returns the log position (tx, seq) of the first event of type
+// typ on stream, as text that orders like the position, or "" if none.
+func (s *server) positionOf(t testing.TB, stream, typ string) string {
+	t.Helper()
+	rows := s.textRows(t, `SELECT lpad(tx::text, 20, '0') || '/' || lpad(seq::text, 20, '0'), '', '' FROM events
+		WHERE stream = $1 AND type = $2 ORDER BY tx, seq LIMIT 1`, stream, typ)
+	if len(rows) == 0 {
+		return ""
+	}
+	return rows[0][0]
+}
+
+// checkCuts waits until the proxy has cut n answers (a payment attempt is
+// appended after the answer to the request), then checks that it cut exactly
+// n, each of an append to a stream of step that the server committed.
+func (s *server) checkCuts(t testing.TB, step uncertainStep, n int) {
+	t.Helper()
+	var cuts []cutAnswer
+	eventually(crashBound, func() bool { cuts = s.pgProxy.cutAnswers(); return len(cuts) >= n })
+	if len(cuts) != n || s.pgProxy.armed() != 0 {
+		t.Fatalf("pg proxy: cut %d answers %+v, want %d", len(cuts), cuts, n)
+	}
+	for _, c := range cuts {
+		if !strings.HasPrefix(c.Stream, step.prefix) || !slices.Contains(c.Types, step.typ) || !c.Committed {
+			t.Errorf("pg proxy: cut %+v, want a committed append of %s to %s…", c, step.typ, step.prefix)
+		}
+	}
+}
+
+// unknownAppends returns booking_append_unknown_outcomes_total{result}.
+func (s *server) unknownAppends(t testing.TB, result string) float64 {
+	t.Helper()
+	return s.metric(t, s.URL, `booking_append_unknown_outcomes_total{result="`+result+`"}`)
+}
+
+// TestUncertainCommit_LostAnswerIsLearnedByRepeatingTheAppend: the answer
+// of the intent record, of the order claim and of the payment attempt's
+// lease is lost after the commit. The service repeats the append, learns
+// that it committed and goes on: the first request answers 201 confirmed,
+// a repeat with the same key 201 replayed; one order, one charge, each event
+// once (no takeover, no second lease), nothing transient stored.
+func TestUncertainCommit_LostAnswerIsLearnedByRepeatingTheAppend(t *testing.T) {
+	t.Parallel()
+	for _, step := range uncertainSteps {
+		t.Run(step.name, func(t *testing.T) {
+			t.Parallel()
+			s := mustStart(t, Options{PGProxy: true, Env: uncertainEnv("30s")})
+			show := s.mustCreateShow(t, 10)
+			res := s.mustReserve(t, tokAlice, show, 2)
+			key := newKey()
+
+			s.pgProxy.cutNext(step.prefix, step.typ, 1)
+			r := s.placeOrderWait(t, key, res, "tok_visa", 10)
+			wantStatus(t, r, http.StatusCreated)
+			id := orderIDOf(t, r)
+			if r.replayed() || r.str("status") != "confirmed" {
+				t.Errorf("%s: want confirmed, not replayed", r)
+			}
+			s.checkCuts(t, step, 1)
+			again := s.placeOrderWait(t, key, res, "tok_visa", 10)
+			wantStatus(t, again, http.StatusCreated)
+			if !again.replayed() || again.str("id") != id || again.str("status") != "confirmed" {
+				t.Errorf("%s: want confirmed order %s with Idempotent-Replayed: true", again, id)
+			}
+
+			s.settle(t)
+			s.checkOrders(t, tokAlice, 1, id)
+			if c := s.checkCharges(t, 1, 0); c.Net != 2*priceAmount {
+				t.Errorf("GET /_sim/charges: net %d, want %d", c.Net, 2*priceAmount)
+			}
+			if got := s.streamTypes(t, intentStream("alice", commands.OpPlaceOrder, key)); !slices.Equal(got, []string{"IntentRecorded"}) {
+				t.Errorf("intent stream: %v, want [IntentRecorded] (the request stayed its executor)", got)
+			}
+			s.wantEvents(t, map[string]int{"ShowScheduled": 1, "SeatsHeld": 1, "ReservationHeld": 1, "IntentRecorded": 3,
+				"OrderClaimed": 1, "OrderPlaced": 1, "ReservationOrdered": 1, "PaymentAttemptStarted": 1,
+				"PaymentSucceeded": 1, "OrderConfirmed": 1}, nil)
+			if n := s.unknownAppends(t, "resolved"); n != 1 {
+				t.Errorf(`GET /metrics: booking_append_unknown_outcomes_total{result="resolved"} = %v, want 1`, n)
+			}
+			if got := s.available(t, show); got != 8 {
+				t.Errorf("GET /v1/shows/%s: available = %d, want 8", show, got)
+			}
+			s.checkSeats(t, show)
+		})
+	}
+}
+
+// TestUncertainCommit_AnswerLostOnEveryRepeatIs503ThenRepeatResolves: the
+// answers of the append and of all its repeats are lost (the first try
+// committed; the repeats found it and wrote nothing). The outcome stays
+// unknown to the request: the intent record and the order claim answer 503
+// with Retry-After, the payment attempt 202 (the order exists; the
+// reconciler sends under the lease it learns it holds). Nothing transient is
+// stored, and a repeat of the request with the same key resolves to what
+// committed: 201 replayed, one order, one charge.
+func TestUncertainCommit_AnswerLostOnEveryRepeatIs503ThenRepeatResolves(t *testing.T) {
+	t.Parallel()
+	const cuts = 4 // the first try and its three repeats
+	for _, step := range uncertainSteps {
+		t.Run(step.name, func(t *testing.T) {
+			t.Parallel()
+			lease := "30s"
+			if step.typ == "IntentRecorded" {
+				lease = "1s"
+			}
+			s := mustStart(t, Options{PGProxy: true, Env: uncertainEnv(lease)})
+			show := s.mustCreateShow(t, 10)
+			res := s.mustReserve(t, tokAlice, show, 2)
+			key := newKey()
+			stream := intentStream("alice", commands.OpPlaceOrder, key)
+
+			s.pgProxy.cutNext(step.prefix, step.typ, cuts)
+			r := s.placeOrderWait(t, key, res, "tok_visa", 0)
+			switch step.typ {
+			case "PaymentAttemptStarted":
+				// The order is placed; its payment is pending (or, on a slow
+				// machine, already done by the reconciler).
+				if r.Status != http.StatusAccepted && r.Status != http.StatusCreated {
+					t.Fatalf("%s, want 202 (or 201)", r)
+				}
+			default:
+				if checkProblem(t, r, http.StatusServiceUnavailable, "unavailable") && r.Header.Get("Retry-After") == "" {
+					t.Errorf("%s: no Retry-After", r)
+				}
+			}
+			s.checkCuts(t, step, cuts)
+			var unresolved float64
+			if !eventually(crashBound, func() bool { unresolved = s.unknownAppends(t, "unresolved"); return unresolved == 1 }) {
+				t.Errorf(`GET /metrics: booking_append_unknown_outcomes_total{result="unresolved"} = %v, want 1`, unresolved)
+			}
+			if n := s.unknownAppends(t, "resolved"); n != 0 {
+				t.Errorf(`GET /metrics: booking_append_unknown_outcomes_total{result="resolved"} = %v, want 0`, n)
+			}
+			if n := s.countType(t, "intent-", "IntentRejected"); n != 0 {
+				t.Errorf("event store: %d IntentRejected, want 0 (a 503 is never stored)", n)
+			}
+
+			// The client repeats with the same key until it gets an outcome
+			// (409 idempotency-key-in-use while the dead request's intent
+			// lease runs; 202 while the payment is pending).
+			var again *resp
+			if !eventually(crashBound, func() bool {
+				again = s.placeOrderWait(t, key, res, "tok_visa", 10)
+				return again.Status != http.StatusConflict && again.Status != http.StatusAccepted
+			}) {
+				t.Fatalf("%s after %s, want an outcome", again, crashBound)
+			}
+			wantStatus(t, again, http.StatusCreated)
+			id := orderIDOf(t, again)
+			if !again.replayed() || again.str("status") != "confirmed" {
+				t.Errorf("%s: want confirmed with Idempotent-Replayed: true", again)
+			}
+
+			s.settle(t)
+			s.checkOrders(t, tokAlice, 1, id)
+			if c := s.checkCharges(t, 1, 0); c.Net != 2*priceAmount {
+				t.Errorf("GET /_sim/charges: net %d, want %d", c.Net, 2*priceAmount)
+			}
+			exact := map[string]int{"ShowScheduled": 1, "SeatsHeld": 1, "ReservationHeld": 1, "IntentRecorded": 3,
+				"OrderClaimed": 1, "OrderPlaced": 1, "ReservationOrdered": 1, "PaymentAttemptStarted": 1,
+				"PaymentSucceeded": 1, "OrderConfirmed": 1}
+			var atLeast map[string]int
+			types := s.streamTypes(t, stream)
+			if step.typ == "IntentRecorded" {
+				// The intent stays with the request that answered 503 until
+				// its lease ends; then a repeat or recovery takes it over.
+				atLeast = map[string]int{"IntentResumed": 1}
+				if len(types) < 2 || types[0] != "IntentRecorded" || types[1] != "IntentResumed" {
+					t.Errorf("intent stream: %v, want IntentRecorded then IntentResumed", types)
+				}
+				// The request that answered 503 wrote nothing after the
+				// intent: the claim came from the takeover.
+				resumed, claimed := s.positionOf(t, stream, "IntentResumed"), s.positionOf(t, "reservation-order-"+res, "OrderClaimed")
+				if resumed == "" || claimed == "" || claimed < resumed {
+					t.Errorf("OrderClaimed at %q, IntentResumed at %q: want the claim after the takeover", claimed, resumed)
+				}
+			} else if !slices.Equal(types, []string{"IntentRecorded"}) {
+				t.Errorf("intent stream: %v, want [IntentRecorded] (past the commit point nobody takes over)", types)
+			}
+			s.wantEvents(t, exact, atLeast)
+			if got := s.available(t, show); got != 8 {
+				t.Errorf("GET /v1/shows/%s: available = %d, want 8", show, got)
+			}
+			s.checkSeats(t, show)
+			t.Logf("first answer %d; the repeat answered %d replayed", r.Status, again.Status)
+		})
+	}
+}
