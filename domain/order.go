@@ -55,6 +55,9 @@ type Refund struct {
 	Succeeded bool
 	RefundID  string
 	Refunded  Money // as recorded by RefundSucceeded
+	// Refused is set by RefundRefused: the provider does not know the
+	// charge, so the refund is no longer sent (the order is in review).
+	Refused bool
 }
 
 // ChargeFact is what the order knows about one provider charge.
@@ -131,12 +134,13 @@ func (o *Order) NetCharged() int64 {
 	return n
 }
 
-// PendingRefunds returns the refunds requested and not yet recorded as
-// succeeded, ordered by charge id.
+// PendingRefunds returns the refunds requested and neither recorded as
+// succeeded nor refused by the provider (the ones still to send), ordered
+// by charge id.
 func (o *Order) PendingRefunds() []Refund {
 	var out []Refund
 	for _, r := range o.Refunds {
-		if !r.Succeeded {
+		if !r.Succeeded && !r.Refused {
 			out = append(out, *r)
 		}
 	}
@@ -223,6 +227,10 @@ func (o *Order) Apply(e Event) {
 	case RefundSucceeded:
 		if r, ok := o.Refunds[e.ChargeID]; ok {
 			r.Succeeded, r.RefundID, r.Refunded = true, e.RefundID, e.Amount
+		}
+	case RefundRefused:
+		if r, ok := o.Refunds[e.ChargeID]; ok && !r.Succeeded {
+			r.Refused = true
 		}
 	case OrderNeedsReview:
 		o.Status, o.ReviewReason = OrderStatusNeedsReview, e.Reason
@@ -448,7 +456,8 @@ func (o *Order) recordFailure(r PaymentResult) []Event {
 
 // RecordRefund folds the provider's refund of chargeID (refund refundID, in
 // total amount) into the order: RefundSucceeded when the refund was
-// requested and not yet recorded; OrderNeedsReview when the provider
+// requested and not yet recorded (also after a RefundRefused: money
+// returned is a fact, whatever was said before); OrderNeedsReview when the provider
 // refunded the charge that paid a confirmed order without a request
 // (tickets valid, money returned); no events otherwise.
 func (o *Order) RecordRefund(chargeID, refundID string, amount Money) []Event {
@@ -460,6 +469,27 @@ func (o *Order) RecordRefund(chargeID, refundID string, amount Money) []Event {
 		return []Event{OrderNeedsReview{OrderID: o.ID, Reason: "the provider refunded the paying charge " + chargeID + " without a request"}}
 	}
 	return nil
+}
+
+// RefuseRefund folds the provider's definitive refusal of the refund of
+// chargeID (code and reason as the provider gave them) into the order: the
+// caller found that the provider does not know the charge. The order
+// recorded that charge as made and the provider denies it, a contradiction
+// no retry repairs, so it returns RefundRefused (the refund is not sent
+// again) and OrderNeedsReview, unless the order is in review already. It
+// returns no events when no refund of chargeID is pending (never
+// requested, succeeded, or refused before).
+func (o *Order) RefuseRefund(chargeID, code, reason string) []Event {
+	r, ok := o.Refunds[chargeID]
+	if !ok || r.Succeeded || r.Refused {
+		return nil
+	}
+	evs := []Event{RefundRefused{OrderID: o.ID, ChargeID: chargeID, Code: code, Reason: reason}}
+	if o.Status != OrderStatusNeedsReview {
+		evs = append(evs, OrderNeedsReview{OrderID: o.ID,
+			Reason: fmt.Sprintf("the provider does not know charge %s, whose refund was requested (%s)", chargeID, code)})
+	}
+	return evs
 }
 
 // Cancel decides a cancel requested by actor at now, before showStartsAt.
