@@ -485,6 +485,15 @@ func (p *fakePayments) forgetKeys() {
 	p.byKey, p.refKeys = map[string]string{}, map[string]string{}
 }
 
+// forgetCharges forgets every charge and refund, as a provider that lost
+// its state would.
+func (p *fakePayments) forgetCharges() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.charges, p.refunds = nil, nil
+	p.byKey, p.refKeys = map[string]string{}, map[string]string{}
+}
+
 // net returns the minor units charged (succeeded charges) net of refunds,
 // and the number of succeeded charges.
 func (p *fakePayments) net() (int64, int) {

@@ -626,6 +626,36 @@ func TestCancelOrder(t *testing.T) {
 			t.Errorf("repeat CancelOrder() = final %v replayed %v, %v; want a final replay", res.Final, res.Replayed, err)
 		}
 	})
+	t.Run("A cancel whose charge the provider no longer knows is final and leaves the order in review; repeats answer the same.", func(t *testing.T) {
+		t.Parallel()
+		f := newPayFix(t, payConfig(), "tok_visa", nil)
+		if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
+			t.Fatal(err)
+		}
+		f.pay.forgetCharges()
+		f.base = len(f.store.types(domain.OrderStream(payOrder)))
+		res, err := f.h.CancelOrder(context.Background(), req("c5"), payOrder)
+		if err != nil || !res.Final || res.Order.Status != domain.OrderStatusNeedsReview {
+			t.Fatalf("CancelOrder() = final %v, status %s, %v; want final, needs_review", res.Final, res.Order.Status, err)
+		}
+		want := []string{evRefundReq, evCancelled, evRefused, evReview}
+		if diff := cmp.Diff(want, f.appended()); diff != "" {
+			t.Errorf("appended (-want +got):\n%s", diff)
+		}
+		for _, key := range []string{"c5", "c6"} {
+			res, err = f.h.CancelOrder(context.Background(), req(key), payOrder)
+			if err != nil || !res.Final || res.Order.Status != domain.OrderStatusNeedsReview || res.Replayed != (key == "c5") {
+				t.Errorf("CancelOrder(%s) again = final %v, status %s, replayed %v, %v; want final, needs_review, no 409",
+					key, res.Final, res.Order.Status, res.Replayed, err)
+			}
+		}
+		if diff := cmp.Diff(want, f.appended()); diff != "" {
+			t.Errorf("appended after the repeats (-want +got):\n%s", diff)
+		}
+		if n := f.pay.count("refund"); n != 1 {
+			t.Errorf("refund calls = %d, want 1", n)
+		}
+	})
 	t.Run("A cancel of a failed order is refused with 409 and changes nothing.", func(t *testing.T) {
 		t.Parallel()
 		f := newPayFix(t, payConfig(), "tok_visa", []chargeFault{faultDecline})

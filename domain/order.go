@@ -86,10 +86,14 @@ type Order struct {
 	FirstOutcome string
 	FailReason   string
 	ReviewReason string
-	Attempts     []Attempt
-	ChargeID     string // the charge that paid the order (also when refunded after a cancel)
-	Tickets      []Ticket
-	Refunds      map[string]*Refund
+	// CancelAccepted is set once a cancel was accepted (OrderCancelRequested
+	// or OrderCancelled); it stays set if the order goes to review later (a
+	// refund the provider refused), so a repeat of the cancel is not refused.
+	CancelAccepted bool
+	Attempts       []Attempt
+	ChargeID       string // the charge that paid the order (also when refunded after a cancel)
+	Tickets        []Ticket
+	Refunds        map[string]*Refund
 	// Charges records every charge seen succeeded or failed, by charge id,
 	// for dedup and for the net amount charged.
 	Charges map[string]ChargeFact
@@ -214,9 +218,9 @@ func (o *Order) Apply(e Event) {
 			o.FirstOutcome = e.Reason
 		}
 	case OrderCancelRequested:
-		o.Status = OrderStatusCancelling
+		o.Status, o.CancelAccepted = OrderStatusCancelling, true
 	case OrderCancelled:
-		o.Status = OrderStatusCancelled
+		o.Status, o.CancelAccepted = OrderStatusCancelled, true
 		if o.FirstOutcome == "" {
 			o.FirstOutcome = OrderStatusCancelled
 		}
@@ -497,12 +501,16 @@ func (o *Order) RefuseRefund(chargeID, code, reason string) []Event {
 // order without an attempt is cancelled at once; with a payment in flight
 // or unknown it becomes cancelling: no new attempt or send starts, and it
 // ends cancelled once the payment resolves (a charge refunded). A repeat
-// returns no events. Returns ErrOrderNotFound for another actor's order,
-// ErrNotCancellable for a failed or needs_review order, ErrShowStarted once
-// the show has started.
+// returns no events, also once the accepted cancel's order went to review.
+// Returns ErrOrderNotFound for another actor's order, ErrNotCancellable for
+// a failed order or one in review without a cancel, ErrShowStarted once the
+// show has started.
 func (o *Order) Cancel(actor string, now, showStartsAt time.Time) ([]Event, error) {
 	if !o.Exists() || o.Actor != actor {
 		return nil, ErrOrderNotFound
+	}
+	if o.CancelAccepted {
+		return nil, nil
 	}
 	switch o.Status {
 	case OrderStatusCancelled, OrderStatusCancelling:
