@@ -527,8 +527,18 @@ func (h *Handler) afterOrderEvents(ctx context.Context, orderID string, evs []do
 // the charge (404 resource_missing, confirmed by reading the charge) ends the
 // refund: RefundRefused and the order in review (Order.RefuseRefund), never
 // retried. Returns the provider's or the store's error; the reconciler
-// retries until RefundSucceeded or RefundRefused is recorded.
+// retries until RefundSucceeded or RefundRefused is recorded. Within a
+// process, sends of one charge's refund (the request inline, the process
+// manager, the reconciler) take turns, and one whose refund was recorded
+// meanwhile calls nothing.
 func (h *Handler) sendRefund(ctx context.Context, orderID string, r domain.RefundRequested) error {
+	unlock := h.sends.Lock("refund/" + r.ChargeID)
+	defer unlock()
+	if o, _, err := h.LoadOrder(ctx, orderID); err == nil {
+		if done, ok := o.Refunds[r.ChargeID]; ok && (done.Succeeded || done.Refused) {
+			return nil
+		}
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ProviderTimeout)
 	defer cancel()
 	ref, err := h.payments.Refund(rctx, r.Key, r.ChargeID, r.Amount.Amount)
