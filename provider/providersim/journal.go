@@ -244,14 +244,11 @@ func (j *journal) append(r record) error {
 
 // rewrite replaces the journal with the header and recs, crash-safely: a
 // temporary file is written and synced, renamed over the journal, and the
-// directory synced. Then the journal is open for appending.
+// directory synced. Then the journal is open for appending. If the
+// temporary file cannot be written, the journal stays as it was.
 func (j *journal) rewrite(recs []record) error {
 	if j.closed {
 		return errors.New("providersim: state file closed")
-	}
-	if j.f != nil {
-		j.f.Close()
-		j.f = nil
 	}
 	tmp := j.path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -274,12 +271,19 @@ func (j *journal) rewrite(recs []record) error {
 	if err == nil {
 		err = os.Rename(tmp, j.path)
 	}
-	if err == nil {
-		err = syncDir(j.dir)
-	}
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("providersim: write state file %s: %w", j.path, err)
+	}
+	// From here the new file is in place: appends go to it, never to the
+	// replaced one.
+	if j.f != nil {
+		j.f.Close()
+		j.f = nil
+	}
+	if err := syncDir(j.dir); err != nil {
+		j.broken = fmt.Errorf("providersim: state file %s: sync of its directory failed: %w", j.path, err)
+		return j.broken
 	}
 	if j.f, err = os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0); err != nil {
 		return fmt.Errorf("providersim: open state file: %w", err)
