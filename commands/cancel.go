@@ -14,9 +14,11 @@ import (
 // a payment in flight or unknown the order becomes cancelling (Final false,
 // 202): no new send starts, and it ends cancelled once the payment resolves,
 // a charge refunded, so an accepted cancel always ends cancelled with net
-// charge 0 and tickets never valid. Refusals (show started, order failed or
-// in review) are *Rejection with 409, answered the same to every repeat;
-// another actor's order is 404.
+// charge 0 and tickets never valid — unless the provider refuses the refund
+// because it does not know the charge: the order then goes to needs_review
+// (Final true, 200 to the cancel and its repeats). Refusals (show started,
+// order failed or in review) are *Rejection with 409, answered the same to
+// every repeat; another actor's order is 404.
 func (h *Handler) CancelOrder(ctx context.Context, req Request, orderID string) (OrderResult, error) {
 	run, err := h.beginIntent(ctx, req, map[string]any{"order_id": orderID}, nil, nil)
 	if err != nil {
@@ -37,9 +39,9 @@ func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID strin
 		if !o.Exists() || o.Actor != req.Actor {
 			return OrderResult{}, h.reject(ctx, run, domain.ErrOrderNotFound, "")
 		}
-		if o.Status == domain.OrderStatusCancelled || o.Status == domain.OrderStatusCancelling {
+		if o.CancelAccepted {
 			h.resolveCancelling(ctx, o)
-			return OrderResult{Order: o, Final: o.Status == domain.OrderStatusCancelled, Outcome: out}, nil
+			return OrderResult{Order: o, Final: o.Status != domain.OrderStatusCancelling, Outcome: out}, nil
 		}
 		show, err := h.GetShow(ctx, o.ShowID)
 		if err != nil {
@@ -78,7 +80,7 @@ func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID strin
 			return OrderResult{}, err
 		}
 		h.resolveCancelling(ctx, o)
-		return OrderResult{Order: o, Final: o.Status == domain.OrderStatusCancelled, Outcome: out}, nil
+		return OrderResult{Order: o, Final: o.Status != domain.OrderStatusCancelling, Outcome: out}, nil
 	}
 	return OrderResult{}, domain.ErrContention
 }

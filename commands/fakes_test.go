@@ -284,6 +284,9 @@ type fakePayments struct {
 	byKey   map[string]string // charge key → charge id (forgotten by forgetKeys)
 	refunds []provider.Refund
 	refKeys map[string]string // refund key → refund id
+	// refund404 answers the next n refunds 404 resource_missing whether
+	// the charge exists or not (a wrong route, say).
+	refund404 int
 	// onCharge, when set, runs (without the lock) at the start of every
 	// CreateChargeRaw; tests use it to pause or interleave.
 	onCharge func(key string)
@@ -411,7 +414,7 @@ func (p *fakePayments) GetCharge(_ context.Context, id string) (provider.Charge,
 	p.record("get", id)
 	ch := p.chargeLocked(id)
 	if ch.ID == "" {
-		return provider.Charge{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404})
+		return provider.Charge{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404, Code: provider.CodeResourceMissing})
 	}
 	return ch, nil
 }
@@ -422,6 +425,10 @@ func (p *fakePayments) Refund(_ context.Context, key, chargeID string, amount in
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.record("refund", key)
+	if p.refund404 > 0 {
+		p.refund404--
+		return provider.Refund{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404, Code: provider.CodeResourceMissing})
+	}
 	if id, ok := p.refKeys[key]; ok {
 		for _, r := range p.refunds {
 			if r.ID == id {
@@ -437,7 +444,8 @@ func (p *fakePayments) Refund(_ context.Context, key, chargeID string, amount in
 		}
 	}
 	if ch == nil {
-		return provider.Refund{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404, Code: provider.CodeResourceMissing})
+		return provider.Refund{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404, Code: provider.CodeResourceMissing,
+			Message: "No such charge."})
 	}
 	left := ch.Amount - ch.RefundedAmount
 	if amount == 0 {
@@ -474,6 +482,15 @@ func (p *fakePayments) ListRefunds(_ context.Context, chargeID string) ([]provid
 func (p *fakePayments) forgetKeys() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.byKey, p.refKeys = map[string]string{}, map[string]string{}
+}
+
+// forgetCharges forgets every charge and refund, as a provider that lost
+// its state would.
+func (p *fakePayments) forgetCharges() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.charges, p.refunds = nil, nil
 	p.byKey, p.refKeys = map[string]string{}, map[string]string{}
 }
 

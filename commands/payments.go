@@ -527,9 +527,22 @@ func (h *Handler) afterOrderEvents(ctx context.Context, orderID string, evs []do
 // sendRefund calls the provider's refund with key refund-{chargeID} (the
 // RefundRequested event was recorded before) and records RefundSucceeded. A
 // refund the provider already made (its answer lost, or its key forgotten)
-// is found by listing the charge's refunds. Returns the provider's or the
-// store's error; the reconciler retries until RefundSucceeded is recorded.
+// is found by listing the charge's refunds. A provider that does not know
+// the charge (404 resource_missing, confirmed by reading the charge) ends the
+// refund: RefundRefused and the order in review (Order.RefuseRefund), never
+// retried. Returns the provider's or the store's error; the reconciler
+// retries until RefundSucceeded or RefundRefused is recorded. Within a
+// process, sends of one charge's refund (the request inline, the process
+// manager, the reconciler) take turns, and one whose refund was recorded
+// meanwhile calls nothing.
 func (h *Handler) sendRefund(ctx context.Context, orderID string, r domain.RefundRequested) error {
+	unlock := h.sends.Lock("refund/" + r.ChargeID)
+	defer unlock()
+	if o, _, err := h.LoadOrder(ctx, orderID); err == nil {
+		if done, ok := o.Refunds[r.ChargeID]; ok && (done.Succeeded || done.Refused) {
+			return nil
+		}
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ProviderTimeout)
 	defer cancel()
 	ref, err := h.payments.Refund(rctx, r.Key, r.ChargeID, r.Amount.Amount)
@@ -537,6 +550,15 @@ func (h *Handler) sendRefund(ctx context.Context, orderID string, r domain.Refun
 	if errors.Is(err, provider.ErrInvalidRequest) && errors.As(err, &apiErr) &&
 		(apiErr.Code == provider.CodeChargeAlreadyRefunded || apiErr.Code == provider.CodeAmountTooLarge) {
 		ref, err = h.findRefund(rctx, r)
+	}
+	if refusal, ok := unknownCharge(err); ok {
+		// A 404 to the refund alone could come from a wrong route or a proxy:
+		// only a read of the charge that says the same makes it definitive.
+		if _, gerr := h.payments.GetCharge(rctx, r.ChargeID); isUnknownCharge(gerr) {
+			return h.refuseRefund(ctx, orderID, r.ChargeID, refusal)
+		} else if gerr == nil {
+			err = fmt.Errorf("%w (yet the provider shows charge %s)", err, r.ChargeID)
+		}
 	}
 	if err != nil {
 		h.metrics.Reconciliation("refund_pending")
@@ -567,6 +589,58 @@ func (h *Handler) findRefund(ctx context.Context, r domain.RefundRequested) (pro
 		return provider.Refund{}, fmt.Errorf("charge %s: the provider refuses a refund but lists none", r.ChargeID)
 	}
 	return out, nil
+}
+
+// unknownCharge reports whether err is the provider's "no such charge"
+// (404 resource_missing), and returns its details.
+func unknownCharge(err error) (*provider.APIError, bool) {
+	var apiErr *provider.APIError
+	if errors.Is(err, provider.ErrNotFound) && errors.As(err, &apiErr) && apiErr.Code == provider.CodeResourceMissing {
+		return apiErr, true
+	}
+	return nil, false
+}
+
+func isUnknownCharge(err error) bool {
+	_, ok := unknownCharge(err)
+	return ok
+}
+
+// refuseRefund folds the provider's refusal of the refund of chargeID into
+// the order (RefundRefused, OrderNeedsReview), once.
+func (h *Handler) refuseRefund(ctx context.Context, orderID, chargeID string, refusal *provider.APIError) error {
+	for range 10 {
+		o, s, err := h.LoadOrder(ctx, orderID)
+		if err != nil {
+			return err
+		}
+		evs := o.RefuseRefund(chargeID, refusal.Code, refusal.Message)
+		if len(evs) == 0 {
+			return nil
+		}
+		now, err := h.now(ctx)
+		if err != nil {
+			return err
+		}
+		m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
+		pend := make([]pending, len(evs))
+		for i, e := range evs {
+			pend[i] = pending{DerivedID(orderID+"/"+chargeID, e.EventType()), e}
+		}
+		_, err = h.appendEvents(ctx, s.name, s.expected(), m, pend...)
+		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		h.metrics.Reconciliation("refund_refused")
+		h.log.Error("the provider does not know a charge whose refund was requested; the refund is not retried", "order_id", orderID,
+			"charge_id", chargeID, "code", refusal.Code)
+		h.observe(orderID, evs)
+		return nil
+	}
+	return domain.ErrContention
 }
 
 // recordRefund folds a refund the provider made into the order.

@@ -123,6 +123,8 @@ var (
 	evCancelled = "OrderCancelled"
 	evRefundReq = "RefundRequested"
 	evRefunded  = "RefundSucceeded"
+	evRefused   = "RefundRefused"
+	evReview    = "OrderNeedsReview"
 )
 
 func TestDrivePayment(t *testing.T) {
@@ -425,6 +427,51 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 			t.Errorf("provider net = %d, want 0 (one refund)", net)
 		}
 	})
+	t.Run("A refund of a charge the provider does not know puts the order in review and is not sent again.", func(t *testing.T) {
+		t.Parallel()
+		f := newPayFix(t, payConfig(), "tok_visa", nil, cancelledPaid("ch_forgotten")...)
+		for range 3 {
+			if err := f.h.ReconcileOrder(context.Background(), payOrder); err != nil {
+				t.Fatalf("ReconcileOrder() = %v", err)
+			}
+		}
+		if diff := cmp.Diff([]string{evRefused, evReview}, f.appended()); diff != "" {
+			t.Errorf("appended (-want +got):\n%s", diff)
+		}
+		if o := f.order(); o.Status != domain.OrderStatusNeedsReview || len(o.PendingRefunds()) != 0 {
+			t.Errorf("order is %s with pending refunds %v, want needs_review with none", o.Status, o.PendingRefunds())
+		}
+		if n, g := f.pay.count("refund"), f.pay.count("get"); n != 1 || g != 1 {
+			t.Errorf("refund calls = %d, charge reads = %d; want 1 and 1 (three passes, no retry)", n, g)
+		}
+		if r, nr := f.metrics.get("refund_refused"), f.metrics.get("needs_review"); r != 1 || nr != 1 {
+			t.Errorf("metrics: refund_refused %d, needs_review %d; want 1, 1", r, nr)
+		}
+	})
+	t.Run("A 404 to the refund that a read of the charge contradicts is retried, not refused.", func(t *testing.T) {
+		t.Parallel()
+		pay := newFakePayments()
+		ch := pay.addCharge(payOrder, 1, payAmount)
+		pay.refund404 = 1
+		f := newPayFix(t, payConfig(), "tok_visa", nil, cancelledPaid(ch.ID)...)
+		f.pay = pay
+		f.h = f.handler(f.cfg)
+		if err := f.h.ReconcileOrder(context.Background(), payOrder); !errors.Is(err, provider.ErrNotFound) {
+			t.Fatalf("ReconcileOrder() with a 404 to the refund = %v, want the 404 (retried later)", err)
+		}
+		if got := f.appended(); len(got) != 0 {
+			t.Fatalf("appended %v after a contradicted 404, want nothing", got)
+		}
+		if err := f.h.ReconcileOrder(context.Background(), payOrder); err != nil {
+			t.Fatalf("ReconcileOrder() again = %v", err)
+		}
+		if diff := cmp.Diff([]string{evRefunded}, f.appended()); diff != "" {
+			t.Errorf("appended (-want +got):\n%s", diff)
+		}
+		if net, _ := pay.net(); net != 0 {
+			t.Errorf("provider net = %d, want 0", net)
+		}
+	})
 }
 
 func TestHandleProviderEvent(t *testing.T) {
@@ -577,6 +624,36 @@ func TestCancelOrder(t *testing.T) {
 		res, err = f.h.CancelOrder(context.Background(), req("c2"), payOrder)
 		if err != nil || !res.Final || !res.Replayed {
 			t.Errorf("repeat CancelOrder() = final %v replayed %v, %v; want a final replay", res.Final, res.Replayed, err)
+		}
+	})
+	t.Run("A cancel whose charge the provider no longer knows is final and leaves the order in review; repeats answer the same.", func(t *testing.T) {
+		t.Parallel()
+		f := newPayFix(t, payConfig(), "tok_visa", nil)
+		if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
+			t.Fatal(err)
+		}
+		f.pay.forgetCharges()
+		f.base = len(f.store.types(domain.OrderStream(payOrder)))
+		res, err := f.h.CancelOrder(context.Background(), req("c5"), payOrder)
+		if err != nil || !res.Final || res.Order.Status != domain.OrderStatusNeedsReview {
+			t.Fatalf("CancelOrder() = final %v, status %s, %v; want final, needs_review", res.Final, res.Order.Status, err)
+		}
+		want := []string{evRefundReq, evCancelled, evRefused, evReview}
+		if diff := cmp.Diff(want, f.appended()); diff != "" {
+			t.Errorf("appended (-want +got):\n%s", diff)
+		}
+		for _, key := range []string{"c5", "c6"} {
+			res, err = f.h.CancelOrder(context.Background(), req(key), payOrder)
+			if err != nil || !res.Final || res.Order.Status != domain.OrderStatusNeedsReview || res.Replayed != (key == "c5") {
+				t.Errorf("CancelOrder(%s) again = final %v, status %s, replayed %v, %v; want final, needs_review, no 409",
+					key, res.Final, res.Order.Status, res.Replayed, err)
+			}
+		}
+		if diff := cmp.Diff(want, f.appended()); diff != "" {
+			t.Errorf("appended after the repeats (-want +got):\n%s", diff)
+		}
+		if n := f.pay.count("refund"); n != 1 {
+			t.Errorf("refund calls = %d, want 1", n)
 		}
 	})
 	t.Run("A cancel of a failed order is refused with 409 and changes nothing.", func(t *testing.T) {

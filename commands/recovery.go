@@ -323,7 +323,7 @@ func (h *Handler) committed(ctx context.Context, run *intentRun, str func(string
 		return err == nil && c.Kind == domain.ClaimKindOrder && c.OrderID == run.targetID(), err
 	case OpCancelOrder:
 		o, _, err := h.LoadOrder(ctx, str("order_id"))
-		return err == nil && (o.Status == domain.OrderStatusCancelled || o.Status == domain.OrderStatusCancelling), err
+		return err == nil && o.CancelAccepted, err
 	}
 	return false, nil
 }

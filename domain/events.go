@@ -247,6 +247,17 @@ type RefundSucceeded struct {
 	Amount   Money  `json:"amount"`
 }
 
+// RefundRefused records the provider's definitive refusal of the refund of
+// ChargeID: it does not know the charge (Code is the provider's error code,
+// "resource_missing"; Reason its message). The refund is not sent again; the
+// order needs review, since it recorded money the provider denies.
+type RefundRefused struct {
+	OrderID  string `json:"order_id"`
+	ChargeID string `json:"charge_id"`
+	Code     string `json:"code"`
+	Reason   string `json:"reason"`
+}
+
 // OrderNeedsReview parks an order whose facts contradict each other beyond
 // automatic repair; terminal until an operator acts.
 type OrderNeedsReview struct {
@@ -357,6 +368,9 @@ func (RefundRequested) EventType() string { return "RefundRequested" }
 // EventType returns "RefundSucceeded", the stable type name.
 func (RefundSucceeded) EventType() string { return "RefundSucceeded" }
 
+// EventType returns "RefundRefused", the stable type name.
+func (RefundRefused) EventType() string { return "RefundRefused" }
+
 // EventType returns "OrderNeedsReview", the stable type name.
 func (OrderNeedsReview) EventType() string { return "OrderNeedsReview" }
 
@@ -379,7 +393,7 @@ func EventTypes() []Event {
 		OrderClaimed{}, ExpiryClaimed{},
 		OrderPlaced{}, PaymentAttemptStarted{}, PaymentSucceeded{}, PaymentFailed{}, PaymentOutcomeUnknown{},
 		OrderConfirmed{}, OrderFailed{}, OrderCancelRequested{}, OrderCancelled{},
-		RefundRequested{}, RefundSucceeded{}, OrderNeedsReview{},
+		RefundRequested{}, RefundSucceeded{}, RefundRefused{}, OrderNeedsReview{},
 		IntentRecorded{}, IntentResumed{}, IntentRejected{},
 	}
 }

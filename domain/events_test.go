@@ -94,6 +94,7 @@ func goldenEvents() map[string]domain.Event {
 		domain.OrderCancelled{OrderID: goldenOrderID, VoidedTickets: []string{goldenTicket1, goldenTicket2}},
 		domain.RefundRequested{OrderID: goldenOrderID, ChargeID: goldenChargeID, Amount: goldenAmount, Key: domain.RefundKey(goldenChargeID), Reason: "cancelled"},
 		domain.RefundSucceeded{OrderID: goldenOrderID, ChargeID: goldenChargeID, RefundID: goldenRefundID, Amount: goldenAmount},
+		domain.RefundRefused{OrderID: goldenOrderID, ChargeID: goldenChargeID, Code: "resource_missing", Reason: "No such charge."},
 		domain.OrderNeedsReview{OrderID: goldenOrderID, Reason: "two successful charges: " + goldenChargeID + " and " + goldenChargeID2},
 
 		domain.IntentRecorded{Actor: goldenActor, Operation: "POST /v1/orders", KeySHA256: sha256Hex(goldenKey),

@@ -55,6 +55,9 @@ type Refund struct {
 	Succeeded bool
 	RefundID  string
 	Refunded  Money // as recorded by RefundSucceeded
+	// Refused is set by RefundRefused: the provider does not know the
+	// charge, so the refund is no longer sent (the order is in review).
+	Refused bool
 }
 
 // ChargeFact is what the order knows about one provider charge.
@@ -83,10 +86,14 @@ type Order struct {
 	FirstOutcome string
 	FailReason   string
 	ReviewReason string
-	Attempts     []Attempt
-	ChargeID     string // the charge that paid the order (also when refunded after a cancel)
-	Tickets      []Ticket
-	Refunds      map[string]*Refund
+	// CancelAccepted is set once a cancel was accepted (OrderCancelRequested
+	// or OrderCancelled); it stays set if the order goes to review later (a
+	// refund the provider refused), so a repeat of the cancel is not refused.
+	CancelAccepted bool
+	Attempts       []Attempt
+	ChargeID       string // the charge that paid the order (also when refunded after a cancel)
+	Tickets        []Ticket
+	Refunds        map[string]*Refund
 	// Charges records every charge seen succeeded or failed, by charge id,
 	// for dedup and for the net amount charged.
 	Charges map[string]ChargeFact
@@ -131,12 +138,13 @@ func (o *Order) NetCharged() int64 {
 	return n
 }
 
-// PendingRefunds returns the refunds requested and not yet recorded as
-// succeeded, ordered by charge id.
+// PendingRefunds returns the refunds requested and neither recorded as
+// succeeded nor refused by the provider (the ones still to send), ordered
+// by charge id.
 func (o *Order) PendingRefunds() []Refund {
 	var out []Refund
 	for _, r := range o.Refunds {
-		if !r.Succeeded {
+		if !r.Succeeded && !r.Refused {
 			out = append(out, *r)
 		}
 	}
@@ -210,9 +218,9 @@ func (o *Order) Apply(e Event) {
 			o.FirstOutcome = e.Reason
 		}
 	case OrderCancelRequested:
-		o.Status = OrderStatusCancelling
+		o.Status, o.CancelAccepted = OrderStatusCancelling, true
 	case OrderCancelled:
-		o.Status = OrderStatusCancelled
+		o.Status, o.CancelAccepted = OrderStatusCancelled, true
 		if o.FirstOutcome == "" {
 			o.FirstOutcome = OrderStatusCancelled
 		}
@@ -223,6 +231,10 @@ func (o *Order) Apply(e Event) {
 	case RefundSucceeded:
 		if r, ok := o.Refunds[e.ChargeID]; ok {
 			r.Succeeded, r.RefundID, r.Refunded = true, e.RefundID, e.Amount
+		}
+	case RefundRefused:
+		if r, ok := o.Refunds[e.ChargeID]; ok && !r.Succeeded {
+			r.Refused = true
 		}
 	case OrderNeedsReview:
 		o.Status, o.ReviewReason = OrderStatusNeedsReview, e.Reason
@@ -448,7 +460,8 @@ func (o *Order) recordFailure(r PaymentResult) []Event {
 
 // RecordRefund folds the provider's refund of chargeID (refund refundID, in
 // total amount) into the order: RefundSucceeded when the refund was
-// requested and not yet recorded; OrderNeedsReview when the provider
+// requested and not yet recorded (also after a RefundRefused: money
+// returned is a fact, whatever was said before); OrderNeedsReview when the provider
 // refunded the charge that paid a confirmed order without a request
 // (tickets valid, money returned); no events otherwise.
 func (o *Order) RecordRefund(chargeID, refundID string, amount Money) []Event {
@@ -462,17 +475,42 @@ func (o *Order) RecordRefund(chargeID, refundID string, amount Money) []Event {
 	return nil
 }
 
+// RefuseRefund folds the provider's definitive refusal of the refund of
+// chargeID (code and reason as the provider gave them) into the order: the
+// caller found that the provider does not know the charge. The order
+// recorded that charge as made and the provider denies it, a contradiction
+// no retry repairs, so it returns RefundRefused (the refund is not sent
+// again) and OrderNeedsReview, unless the order is in review already. It
+// returns no events when no refund of chargeID is pending (never
+// requested, succeeded, or refused before).
+func (o *Order) RefuseRefund(chargeID, code, reason string) []Event {
+	r, ok := o.Refunds[chargeID]
+	if !ok || r.Succeeded || r.Refused {
+		return nil
+	}
+	evs := []Event{RefundRefused{OrderID: o.ID, ChargeID: chargeID, Code: code, Reason: reason}}
+	if o.Status != OrderStatusNeedsReview {
+		evs = append(evs, OrderNeedsReview{OrderID: o.ID,
+			Reason: fmt.Sprintf("the provider does not know charge %s, whose refund was requested (%s)", chargeID, code)})
+	}
+	return evs
+}
+
 // Cancel decides a cancel requested by actor at now, before showStartsAt.
 // A confirmed order is refunded and cancelled (tickets voided); a pending
 // order without an attempt is cancelled at once; with a payment in flight
 // or unknown it becomes cancelling: no new attempt or send starts, and it
 // ends cancelled once the payment resolves (a charge refunded). A repeat
-// returns no events. Returns ErrOrderNotFound for another actor's order,
-// ErrNotCancellable for a failed or needs_review order, ErrShowStarted once
-// the show has started.
+// returns no events, also once the accepted cancel's order went to review.
+// Returns ErrOrderNotFound for another actor's order, ErrNotCancellable for
+// a failed order or one in review without a cancel, ErrShowStarted once the
+// show has started.
 func (o *Order) Cancel(actor string, now, showStartsAt time.Time) ([]Event, error) {
 	if !o.Exists() || o.Actor != actor {
 		return nil, ErrOrderNotFound
+	}
+	if o.CancelAccepted {
+		return nil, nil
 	}
 	switch o.Status {
 	case OrderStatusCancelled, OrderStatusCancelling:

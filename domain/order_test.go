@@ -309,6 +309,77 @@ func TestOrderRecordRefund(t *testing.T) {
 	}
 }
 
+func TestOrderRefuseRefund(t *testing.T) {
+	t.Parallel()
+	confirmed := []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordSucceeded(1, ordCharge1), ordConfirmed()}
+	cancelled := append(confirmed[:4:4], ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID, VoidedTickets: ordTickets})
+	refused := func(charge string) domain.RefundRefused {
+		return domain.RefundRefused{OrderID: ordID, ChargeID: charge, Code: "resource_missing", Reason: "No such charge."}
+	}
+	review := func(charge string) domain.OrderNeedsReview {
+		return domain.OrderNeedsReview{OrderID: ordID,
+			Reason: "the provider does not know charge " + charge + ", whose refund was requested (resource_missing)"}
+	}
+	redundant := append(confirmed[:4:4], ordSucceeded(1, ordCharge2), ordRefund(ordCharge2, domain.RefundRedundantEffect))
+	tests := []struct {
+		name   string
+		given  []domain.Event
+		charge string
+		want   []domain.Event
+	}{
+		{name: "A cancelled order whose charge the provider does not know needs review.",
+			given: cancelled, charge: ordCharge1, want: []domain.Event{refused(ordCharge1), review(ordCharge1)}},
+		{name: "A confirmed order whose redundant charge the provider does not know needs review.",
+			given: redundant, charge: ordCharge2, want: []domain.Event{refused(ordCharge2), review(ordCharge2)}},
+		{name: "An order in review already records only the refusal.",
+			given:  append(redundant[:6:6], refused(ordCharge2), review(ordCharge2), ordSucceeded(1, "ch_third"), ordRefund("ch_third", domain.RefundRedundantEffect)),
+			charge: "ch_third", want: []domain.Event{refused("ch_third")}},
+		{name: "A refusal already recorded records nothing.",
+			given: append(cancelled[:6:6], refused(ordCharge1), review(ordCharge1)), charge: ordCharge1},
+		{name: "A refund that succeeded records nothing.",
+			given:  append(cancelled[:6:6], domain.RefundSucceeded{OrderID: ordID, ChargeID: ordCharge1, RefundID: ordRefundID, Amount: ordAmount}),
+			charge: ordCharge1},
+		{name: "A charge without a requested refund records nothing.",
+			given: confirmed, charge: ordCharge1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := orderFrom(tt.given...)
+			got := o.RefuseRefund(tt.charge, "resource_missing", "No such charge.")
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("RefuseRefund(%s) events (-want +got):\n%s", tt.charge, diff)
+			}
+		})
+	}
+}
+
+// TestOrderRefusedRefundIsNoLongerPending: after RefundRefused the refund is
+// not sent again, the order is in review, the charge still counts as not
+// refunded; a refund the provider makes later is still recorded.
+func TestOrderRefusedRefundIsNoLongerPending(t *testing.T) {
+	t.Parallel()
+	o := orderFrom(ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordSucceeded(1, ordCharge1), ordConfirmed(),
+		ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID, VoidedTickets: ordTickets})
+	if got := len(o.PendingRefunds()); got != 1 {
+		t.Fatalf("PendingRefunds() before the refusal = %d refunds, want 1", got)
+	}
+	for _, e := range o.RefuseRefund(ordCharge1, "resource_missing", "No such charge.") {
+		o.Apply(e)
+	}
+	if got := o.PendingRefunds(); len(got) != 0 {
+		t.Errorf("PendingRefunds() after the refusal = %v, want none", got)
+	}
+	if o.Status != domain.OrderStatusNeedsReview || o.NetCharged() != ordAmount.Amount || o.FirstOutcome != domain.OrderStatusConfirmed {
+		t.Errorf("after the refusal: status %s, net %d, first outcome %s; want needs_review, %d, confirmed",
+			o.Status, o.NetCharged(), o.FirstOutcome, ordAmount.Amount)
+	}
+	want := []domain.Event{domain.RefundSucceeded{OrderID: ordID, ChargeID: ordCharge1, RefundID: ordRefundID, Amount: ordAmount}}
+	if diff := cmp.Diff(want, o.RecordRefund(ordCharge1, ordRefundID, ordAmount)); diff != "" {
+		t.Errorf("RecordRefund() after the refusal (-want +got):\n%s", diff)
+	}
+}
+
 func TestOrderCancel(t *testing.T) {
 	t.Parallel()
 	withAttempt := []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)}
@@ -343,6 +414,10 @@ func TestOrderCancel(t *testing.T) {
 		{name: "An order in review cannot be cancelled.",
 			given: []domain.Event{ordPlaced(), domain.OrderNeedsReview{OrderID: ordID, Reason: "x"}}, actor: ordActor, now: ordNow,
 			wantErr: domain.ErrNotCancellable},
+		{name: "A repeat after the cancel records nothing once its refund was refused and the order is in review.",
+			given: append(confirmed[:4:4], ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID, VoidedTickets: ordTickets},
+				domain.RefundRefused{OrderID: ordID, ChargeID: ordCharge1, Code: "resource_missing"}, domain.OrderNeedsReview{OrderID: ordID, Reason: "x"}),
+			actor: ordActor, now: ordNow},
 		{name: "Nothing is cancelled once the show has started.",
 			given: confirmed, actor: ordActor, now: ordShowAt, wantErr: domain.ErrShowStarted},
 		{name: "Another actor's order is not found.",

@@ -205,7 +205,7 @@ func (w workload) show(ctx context.Context, a *appender, rng *rand.Rand) {
 			a.add(ctx, order, domain.OrderCancelRequested{OrderID: orderID, Actor: actor})
 		case r < 92: // still unknown
 			a.add(ctx, order, start(1), domain.PaymentOutcomeUnknown{OrderID: orderID, Attempt: 1, Reason: "connection reset"})
-		case r < 97: // paid, then cancelled and refunded
+		case r < 97: // paid, then cancelled and refunded (or, 1 in 3, the provider no longer knows the charge: in review)
 			a.add(ctx, order, start(1), domain.PaymentSucceeded{OrderID: orderID, Attempt: 1, ChargeID: charge, Amount: amount},
 				domain.OrderConfirmed{OrderID: orderID, Tickets: tickets})
 			cin := intentOf(actor, opCancelOrder)
@@ -214,6 +214,11 @@ func (w workload) show(ctx context.Context, a *appender, rng *rand.Rand) {
 			a.add(ctx, order, domain.RefundRequested{OrderID: orderID, ChargeID: charge, Amount: amount, Key: domain.RefundKey(charge), Reason: "cancelled"},
 				domain.OrderCancelled{OrderID: orderID, VoidedTickets: []string{tickets[0].ID}})
 			release(domain.ReleaseCancelled)
+			if rng.IntN(3) == 0 {
+				a.add(ctx, order, domain.RefundRefused{OrderID: orderID, ChargeID: charge, Code: "resource_missing", Reason: "No such charge."},
+					domain.OrderNeedsReview{OrderID: orderID, Reason: "the provider does not know charge " + charge})
+				break
+			}
 			a.add(ctx, order, domain.RefundSucceeded{OrderID: orderID, ChargeID: charge, RefundID: "re_" + orderID[:8], Amount: amount})
 		default: // paid twice: a redundant charge refunded, then in review
 			a.add(ctx, order, start(1), domain.PaymentSucceeded{OrderID: orderID, Attempt: 1, ChargeID: charge, Amount: amount},
@@ -315,6 +320,17 @@ func paymentStatus(o *domain.Order) string {
 	return s
 }
 
+// refusedRefunds counts the order's refunds the provider refused and never made.
+func refusedRefunds(o *domain.Order) int {
+	n := 0
+	for _, r := range o.Refunds {
+		if r.Refused && !r.Succeeded {
+			n++
+		}
+	}
+	return n
+}
+
 // checkModel compares the read models with the domain fold of the store:
 // every event projected exactly once.
 func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
@@ -395,7 +411,8 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 		tb.Errorf("rm_reservations has %d rows, the store %d reservations", seen, len(m.reservations))
 	}
 	// Orders.
-	rows, err = db.pool.Query(ctx, `SELECT id::text, status, attempts, payment_status, charge_id, ticket_count, revision, unknown_since IS NOT NULL
+	rows, err = db.pool.Query(ctx, `SELECT id::text, status, attempts, payment_status, charge_id, ticket_count, revision, unknown_since IS NOT NULL,
+		refunds_pending, refunds_refused, refund_pending_since IS NOT NULL
 		FROM rm_orders`)
 	if err != nil {
 		tb.Fatal(err)
@@ -406,9 +423,10 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 			id, status, pay, charge string
 			attempts, tickets       int
 			rev                     int64
-			unknown                 bool
+			unknown, since          bool
+			pending, refused        int
 		)
-		if err := rows.Scan(&id, &status, &attempts, &pay, &charge, &tickets, &rev, &unknown); err != nil {
+		if err := rows.Scan(&id, &status, &attempts, &pay, &charge, &tickets, &rev, &unknown, &pending, &refused, &since); err != nil {
 			tb.Fatal(err)
 		}
 		seen++
@@ -422,6 +440,9 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 			rev != m.orderRev[id] || unknown != wantUnknown {
 			tb.Errorf("order %s: %s attempts %d pay %s charge %q tickets %d rev %d unknown %v; want %s %d %s %q %d %d %v", id,
 				status, attempts, pay, charge, tickets, rev, unknown, o.Status, len(o.Attempts), paymentStatus(o), o.ChargeID, len(o.Tickets), m.orderRev[id], wantUnknown)
+		}
+		if wantPending, wantRefused := len(o.PendingRefunds()), refusedRefunds(o); pending != wantPending || refused != wantRefused || since != (wantPending > 0) {
+			tb.Errorf("order %s: refunds pending %d (since set %v), refused %d; want %d, %d", id, pending, since, refused, wantPending, wantRefused)
 		}
 	}
 	rows.Close()

@@ -371,6 +371,48 @@ func (r *Reader) UnknownOutcomes(ctx context.Context, limit int) ([]UnknownOutco
 	return out, pos, nil
 }
 
+// RefundBacklog summarizes the refunds of the orders read model. Pending
+// counts the refunds requested and neither succeeded nor refused (the ones
+// still sent to the provider); OldestPending is the request time (event
+// time) of the oldest of them, zero when there is none. InReview counts the
+// refunds the provider refused because it does not know the charge; their
+// orders are in needs_review. NeedsReview counts the orders in needs_review
+// for any reason.
+type RefundBacklog struct {
+	Pending       int
+	OldestPending time.Time
+	InReview      int
+	NeedsReview   int
+}
+
+const sqlRefundBacklog = `SELECT cp.commit_tx, cp.prepare,
+    (SELECT coalesce(sum(refunds_pending), 0) FROM rm_orders WHERE refund_pending_since IS NOT NULL),
+    (SELECT min(refund_pending_since) FROM rm_orders WHERE refund_pending_since IS NOT NULL),
+    (SELECT coalesce(sum(refunds_refused), 0) FROM rm_orders WHERE refunds_refused > 0),
+    (SELECT count(*) FROM rm_orders WHERE status = 'needs_review')
+FROM (SELECT 1) AS one
+LEFT JOIN projection_checkpoints cp ON cp.name = 'orders'`
+
+// RefundBacklog returns the refund backlog and the orders projection's
+// checkpoint. Each figure is one aggregate over a partial index. Returns a
+// wrapped error if the query fails.
+func (r *Reader) RefundBacklog(ctx context.Context) (RefundBacklog, eventstore.Position, error) {
+	var (
+		b               RefundBacklog
+		commit, prepare *int64
+		pending, review int64
+		oldest          *time.Time
+	)
+	if err := r.pool.QueryRow(ctx, sqlRefundBacklog).Scan(&commit, &prepare, &pending, &oldest, &review, &b.NeedsReview); err != nil {
+		return b, eventstore.Position{}, fmt.Errorf("projections: refund backlog: %w", err)
+	}
+	b.Pending, b.InReview = int(pending), int(review)
+	if oldest != nil {
+		b.OldestPending = oldest.UTC()
+	}
+	return b, position(commit, prepare), nil
+}
+
 // Checkpoint returns the checkpoint of projection name (the zero Position
 // before it applied anything). Returns a wrapped error if the query fails.
 func (r *Reader) Checkpoint(ctx context.Context, name string) (eventstore.Position, error) {

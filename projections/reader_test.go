@@ -2,8 +2,11 @@ package projections
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/retrysafe/booking/domain"
 )
 
 // TestReaderPages pages through shows and an actor's orders: every row
@@ -107,4 +110,100 @@ func TestReaderPages(t *testing.T) {
 	if len(unknown) != wantUnknown || wantUnknown == 0 {
 		t.Errorf("UnknownOutcomes = %d orders, the store has %d", len(unknown), wantUnknown)
 	}
+	backlog, pos, err := r.RefundBacklog(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantBacklog RefundBacklog
+	for _, o := range m.orders {
+		wantBacklog.Pending += len(o.PendingRefunds())
+		wantBacklog.InReview += refusedRefunds(o)
+		if o.Status == domain.OrderStatusNeedsReview {
+			wantBacklog.NeedsReview++
+		}
+	}
+	if backlog.Pending != wantBacklog.Pending || backlog.InReview != wantBacklog.InReview || backlog.NeedsReview != wantBacklog.NeedsReview ||
+		wantBacklog.Pending == 0 || wantBacklog.InReview == 0 || backlog.OldestPending.IsZero() {
+		t.Errorf("RefundBacklog = %+v, the store has %d pending, %d refused, %d orders in review (each > 0, and an oldest time)",
+			backlog, wantBacklog.Pending, wantBacklog.InReview, wantBacklog.NeedsReview)
+	}
+	if cp, _ := r.Checkpoint(ctx, NameOrders); pos != cp {
+		t.Errorf("RefundBacklog position = %s, want the orders checkpoint %s", pos, cp)
+	}
+}
+
+// TestRefundBacklog: the backlog counts refunds still to send (with the
+// request time of the oldest, from event metadata), refunds the provider
+// refused, and orders in review; a refund made after its refusal leaves both.
+func TestRefundBacklog(t *testing.T) {
+	t.Parallel()
+	db := mustDB(t)
+	ctx := context.Background()
+	a := &appender{tb: t, store: db.store, clock: &clock{}}
+	amount := domain.Money{Amount: 3000, Currency: "EUR"}
+	t0 := epoch.Add(time.Hour)
+	order := func(at time.Time, evs ...domain.Event) string {
+		id := newID()
+		claim := domain.OrderClaimed{ReservationID: newID(), OrderID: id, ShowID: newID(), Actor: "actor-1", Intent: "intent-x", Quantity: 1, Amount: amount}
+		a.addAt(ctx, domain.OrderStream(id), at, domain.PlacedFrom(claim, at.Add(15*time.Minute), ""))
+		return id
+	}
+	requested := func(id, charge string) domain.RefundRequested {
+		return domain.RefundRequested{OrderID: id, ChargeID: charge, Amount: amount, Key: domain.RefundKey(charge), Reason: domain.RefundCancelled}
+	}
+	refused := func(id, charge string) []domain.Event {
+		return []domain.Event{domain.RefundRefused{OrderID: id, ChargeID: charge, Code: "resource_missing", Reason: "No such charge."},
+			domain.OrderNeedsReview{OrderID: id, Reason: "unknown charge"}}
+	}
+	// Still due since t0+2m and t0+3m (two charges of one order), and since t0+5m.
+	twice := order(t0)
+	a.addAt(ctx, domain.OrderStream(twice), t0.Add(2*time.Minute), requested(twice, "ch_a1"))
+	a.addAt(ctx, domain.OrderStream(twice), t0.Add(3*time.Minute), requested(twice, "ch_a2"))
+	later := order(t0)
+	a.addAt(ctx, domain.OrderStream(later), t0.Add(5*time.Minute), requested(later, "ch_b"))
+	// Requested first (t0+1m) and refunded: not due.
+	done := order(t0)
+	a.addAt(ctx, domain.OrderStream(done), t0.Add(time.Minute), requested(done, "ch_c"),
+		domain.RefundSucceeded{OrderID: done, ChargeID: "ch_c", RefundID: "re_c", Amount: amount})
+	// Refused: in review, not due.
+	gone := order(t0)
+	a.addAt(ctx, domain.OrderStream(gone), t0, requested(gone, "ch_d"))
+	a.addAt(ctx, domain.OrderStream(gone), t0.Add(time.Minute), refused(gone, "ch_d")...)
+	// Refused, then made after all: in review, neither due nor refused.
+	late := order(t0)
+	a.addAt(ctx, domain.OrderStream(late), t0, requested(late, "ch_e"))
+	a.addAt(ctx, domain.OrderStream(late), t0.Add(time.Minute), refused(late, "ch_e")...)
+	a.addAt(ctx, domain.OrderStream(late), t0.Add(2*time.Minute), domain.RefundSucceeded{OrderID: late, ChargeID: "ch_e", RefundID: "re_e", Amount: amount})
+	waitHorizon(t, ctx, db)
+
+	r := NewReader(db.pool)
+	want := RefundBacklog{Pending: 3, OldestPending: t0.Add(2 * time.Minute), InReview: 1, NeedsReview: 2}
+	check := func(when string) {
+		t.Helper()
+		got, _, err := r.RefundBacklog(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("RefundBacklog() %s = %+v, want %+v", when, got, want)
+		}
+	}
+	if _, err := Rebuild(ctx, db.pool, db.store, All(24*time.Hour), RebuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	check("after a rebuild")
+	// The first of the two charges is refunded: the oldest due is now t0+3m.
+	a.addAt(ctx, domain.OrderStream(twice), t0.Add(6*time.Minute), domain.RefundSucceeded{OrderID: twice, ChargeID: "ch_a1", RefundID: "re_a1", Amount: amount})
+	waitHorizon(t, ctx, db)
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	orders := Orders()
+	go func() { ran <- NewProjector(db.pool, orders).Run(rctx, db.store) }()
+	waitCaughtUp(t, ctx, db, []*Projection{orders})
+	stop()
+	if err := <-ran; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("orders projector: %v", err)
+	}
+	want.Pending, want.OldestPending = 2, t0.Add(3*time.Minute)
+	check("after the live projector applied a refund")
 }

@@ -33,12 +33,15 @@ var ordersTable = &tableSpec{name: "rm_orders", cols: []column{
 	{"amount", "bigint"}, {"currency", "text"}, {"payment_deadline", "timestamptz"}, {"attempts", "integer"},
 	{"last_outcome", "text"}, {"unknown_since", "timestamptz"}, {"charge_id", "text"}, {"refunds", "jsonb"},
 	{"ticket_count", "integer"}, {"ticket_ids", "jsonb"}, {"created_at", "timestamptz"}, {"updated_at", "timestamptz"},
-	{"revision", "bigint"},
+	{"revision", "bigint"}, {"refund_backlog", "jsonb"}, {"refunds_pending", "integer"}, {"refund_pending_since", "timestamptz"},
+	{"refunds_refused", "integer"},
 }}
 
 // orderRow is a row of rm_orders. LastOutcome is the outcome of attempt
 // Attempts (the current one); Refunds maps charge ids to "requested" or
-// "succeeded".
+// "succeeded" (a refund the provider refused stays "requested": it is still
+// owed, and the order is in review); RefundBacklog holds the refunds not
+// succeeded, from which the backlog columns are derived.
 type orderRow struct {
 	ID, Actor, ReservationID, ShowID, Intent string
 	Status, FailReason, ReviewReason         string
@@ -53,6 +56,40 @@ type orderRow struct {
 	TicketIDs                                []string
 	CreatedAt, UpdatedAt                     time.Time
 	Revision                                 int64
+	RefundBacklog                            map[string]refundDue
+}
+
+// refundDue is an entry of rm_orders.refund_backlog: a refund requested at
+// RequestedAt (event time) and not succeeded; Refused once the provider
+// refused it.
+type refundDue struct {
+	RequestedAt time.Time `json:"requested_at"`
+	Refused     bool      `json:"refused,omitempty"`
+}
+
+// refundBacklog derives the backlog columns: refunds pending (not refused),
+// the oldest request among them, refunds refused.
+func refundBacklog(b map[string]refundDue) (pending int64, since *time.Time, refused int64) {
+	for _, d := range b {
+		if d.Refused {
+			refused++
+			continue
+		}
+		pending++
+		if since == nil || d.RequestedAt.Before(*since) {
+			at := d.RequestedAt
+			since = &at
+		}
+	}
+	return pending, since, refused
+}
+
+// backlog returns the row's refund backlog, made if nil.
+func (r *orderRow) backlog() map[string]refundDue {
+	if r.RefundBacklog == nil {
+		r.RefundBacklog = map[string]refundDue{}
+	}
+	return r.RefundBacklog
 }
 
 func scanOrder(row pgx.Row) (*orderRow, error) {
@@ -62,14 +99,24 @@ func scanOrder(row pgx.Row) (*orderRow, error) {
 		ticketCount       int64
 		deadline, cr, upd time.Time
 		unknown           *time.Time
+		backlog           string
+		pending, refused  int64 // derived from backlog when written
+		pendingSince      *time.Time
 	)
 	if err := row.Scan(&r.ID, &r.Actor, &r.ReservationID, &r.ShowID, &r.Intent, &r.Status, &r.FailReason, &r.ReviewReason,
 		&r.Quantity, &r.Amount, &r.Currency, &deadline, &r.Attempts, &r.LastOutcome, &unknown, &r.ChargeID, &refunds,
-		&ticketCount, &tickets, &cr, &upd, &r.Revision); err != nil {
+		&ticketCount, &tickets, &cr, &upd, &r.Revision, &backlog, &pending, &pendingSince, &refused); err != nil {
 		return nil, fmt.Errorf("scan rm_orders: %w", err)
 	}
 	if err := json.Unmarshal([]byte(refunds), &r.Refunds); err != nil {
 		return nil, fmt.Errorf("rm_orders %s refunds: %w", r.ID, err)
+	}
+	if err := json.Unmarshal([]byte(backlog), &r.RefundBacklog); err != nil {
+		return nil, fmt.Errorf("rm_orders %s refund_backlog: %w", r.ID, err)
+	}
+	for k, d := range r.RefundBacklog {
+		d.RequestedAt = d.RequestedAt.UTC()
+		r.RefundBacklog[k] = d
 	}
 	if err := json.Unmarshal([]byte(tickets), &r.TicketIDs); err != nil {
 		return nil, fmt.Errorf("rm_orders %s ticket_ids: %w", r.ID, err)
@@ -91,10 +138,16 @@ func orderText(r *orderRow) []pgtype.Text {
 	if r.TicketIDs == nil {
 		tickets = []byte("[]")
 	}
+	backlog, _ := json.Marshal(r.RefundBacklog) // map keys sorted: deterministic
+	if r.RefundBacklog == nil {
+		backlog = []byte("{}")
+	}
+	pending, since, refused := refundBacklog(r.RefundBacklog)
 	return []pgtype.Text{txt(r.ID), txt(r.Actor), txt(r.ReservationID), txt(r.ShowID), txt(r.Intent), txt(r.Status),
 		txt(r.FailReason), txt(r.ReviewReason), txtInt(r.Quantity), txtInt(r.Amount), txt(r.Currency), txtTime(r.PaymentDeadline),
 		txtInt(r.Attempts), txt(r.LastOutcome), txtTimePtr(r.UnknownSince), txt(r.ChargeID), txt(string(refunds)),
-		txtInt(int64(len(r.TicketIDs))), txt(string(tickets)), txtTime(r.CreatedAt), txtTime(r.UpdatedAt), txtInt(r.Revision)}
+		txtInt(int64(len(r.TicketIDs))), txt(string(tickets)), txtTime(r.CreatedAt), txtTime(r.UpdatedAt), txtInt(r.Revision),
+		txt(string(backlog)), txtInt(pending), txtTimePtr(since), txtInt(refused)}
 }
 
 // Orders returns the projection of order streams into rm_orders.
@@ -108,7 +161,8 @@ type ordersFold struct{ orders *rowSet[orderRow] }
 
 var orderEvents = map[string]bool{"OrderPlaced": true, "PaymentAttemptStarted": true, "PaymentSucceeded": true,
 	"PaymentFailed": true, "PaymentOutcomeUnknown": true, "OrderConfirmed": true, "OrderFailed": true,
-	"OrderCancelRequested": true, "OrderCancelled": true, "RefundRequested": true, "RefundSucceeded": true, "OrderNeedsReview": true}
+	"OrderCancelRequested": true, "OrderCancelled": true, "RefundRequested": true, "RefundSucceeded": true, "RefundRefused": true,
+	"OrderNeedsReview": true}
 
 func (f *ordersFold) loaders() []rowLoader { return []rowLoader{f.orders} }
 func (f *ordersFold) finish(*queue)        {}
@@ -152,14 +206,15 @@ func (f *ordersFold) apply(e *envelope) error {
 		f.orders.put(&orderRow{ID: key, Actor: o.Actor, ReservationID: resID, ShowID: showID, Intent: o.Intent,
 			Status: "pending", Quantity: int64(o.Quantity), Amount: o.Amount.Amount, Currency: o.Amount.Currency,
 			PaymentDeadline: micro(o.PaymentDeadline), Refunds: map[string]string{}, TicketIDs: []string{},
-			CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
+			RefundBacklog: map[string]refundDue{}, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
 		return nil
 	}
 	if r == nil || e.revision <= r.Revision {
 		return nil
 	}
 	switch e.typ {
-	case "PaymentAttemptStarted", "PaymentSucceeded", "PaymentFailed", "PaymentOutcomeUnknown", "RefundRequested", "RefundSucceeded":
+	case "PaymentAttemptStarted", "PaymentSucceeded", "PaymentFailed", "PaymentOutcomeUnknown", "RefundRequested", "RefundSucceeded",
+		"RefundRefused":
 		var p paymentFact
 		if err := e.decode(&p); err != nil {
 			return err
@@ -189,10 +244,17 @@ func (f *ordersFold) apply(e *envelope) error {
 		case "RefundRequested":
 			if _, ok := r.Refunds[p.ChargeID]; !ok {
 				r.Refunds[p.ChargeID] = "requested"
+				r.backlog()[p.ChargeID] = refundDue{RequestedAt: e.at.UTC()}
 			}
 		case "RefundSucceeded":
 			if _, ok := r.Refunds[p.ChargeID]; ok {
 				r.Refunds[p.ChargeID] = "succeeded"
+				delete(r.backlog(), p.ChargeID)
+			}
+		case "RefundRefused": // the refund is no longer sent; the order goes to review
+			if d, ok := r.backlog()[p.ChargeID]; ok {
+				d.Refused = true
+				r.RefundBacklog[p.ChargeID] = d
 			}
 		}
 	case "OrderConfirmed":

@@ -224,9 +224,11 @@ type Options struct {
 	// harness's defaults).
 	Env map[string]string
 	// ExternalSim runs the provider simulator as its own process
-	// (`booking provider-sim`, BOOKING_PROVIDER_URL set), so its charges
-	// survive a kill of booking serve. By default the simulator runs inside
-	// booking serve (dev mode) and is lost with it.
+	// (`booking provider-sim`, BOOKING_PROVIDER_URL set), so it keeps
+	// running while booking serve is killed. By default the simulator runs
+	// inside booking serve (dev mode) and restarts with it; either way it
+	// keeps its state in the data directory (BOOKING_DATA_DIR/provider-sim),
+	// so a restart forgets no charge.
 	ExternalSim bool
 	// PGProxy routes booking serve's database connections through a
 	// pgProxy (server.pgProxy) that can cut the answer of a chosen append.

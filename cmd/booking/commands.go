@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/retrysafe/booking/migrations"
@@ -32,6 +33,17 @@ type providerSimCmd struct {
 	WebhookSecret string        `name:"webhook-secret" env:"BOOKING_PROVIDER_WEBHOOK_SECRET" default:"whsec_dev" help:"HMAC secret of webhook signatures."`
 	Retention     time.Duration `name:"retention" env:"BOOKING_PROVIDER_RETENTION" default:"24h" help:"Idempotency-key retention window."`
 	SlowDelay     time.Duration `name:"slow-delay" env:"BOOKING_PROVIDER_SLOW_DELAY" default:"2s" help:"Delay of tok_slow."`
+	DataDir       string        `name:"data-dir" env:"BOOKING_DATA_DIR" help:"Keep charges, refunds and idempotency keys in DIR/provider-sim across restarts (empty: in memory only)."`
+}
+
+// simDataDir is where the provider simulator keeps its state inside a data
+// directory: the same place for the in-process simulator of dev mode and for
+// `booking provider-sim`, so either can pick up the other's charges.
+func simDataDir(dataDir string) string {
+	if dataDir == "" {
+		return ""
+	}
+	return filepath.Join(dataDir, "provider-sim")
 }
 
 // Run serves the provider simulator until the context is done.
@@ -40,12 +52,17 @@ func (c *providerSimCmd) Run(e *env) error {
 		return configError("BOOKING_PROVIDER_RETENTION", "must be a positive duration")
 	}
 	cfg := providersim.Config{Addr: c.Addr, WebhookURL: c.WebhookURL, WebhookSecret: c.WebhookSecret,
-		Retention: c.Retention, SlowDelay: c.SlowDelay, Logger: slog.New(slog.NewTextHandler(e.stderr, nil))}
+		Retention: c.Retention, SlowDelay: c.SlowDelay, Logger: slog.New(slog.NewTextHandler(e.stderr, nil)),
+		DataDir: simDataDir(c.DataDir)}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("provider-sim: %w", err)
 	}
-	sim := providersim.New(cfg)
+	sim, err := providersim.Open(cfg)
+	if err != nil {
+		return fmt.Errorf("provider-sim (BOOKING_DATA_DIR): %w", err)
+	}
 	if err := sim.Start(e.ctx, c.Addr); err != nil {
+		sim.Close()
 		return configError("BOOKING_PROVIDER_SIM_ADDR", "%v", err)
 	}
 	fmt.Fprintf(e.stdout, "booking: provider simulator on %s\n", sim.URL())

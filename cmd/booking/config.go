@@ -24,7 +24,7 @@ type ServeConfig struct {
 	ProviderSimAddr       string        `name:"provider-sim-addr" env:"BOOKING_PROVIDER_SIM_ADDR" default:"127.0.0.1:8090" help:"Listen address of the in-process provider simulator."`
 	ProviderWebhookSecret string        `name:"provider-webhook-secret" env:"BOOKING_PROVIDER_WEBHOOK_SECRET" help:"Shared secret of provider webhook signatures (dev default: whsec_dev)."`
 	APITokens             string        `name:"api-tokens" env:"BOOKING_API_TOKENS" help:"Bearer tokens: name=token[:admin],..."`
-	DataDir               string        `name:"data-dir" env:"BOOKING_DATA_DIR" default:".data" help:"Data directory (embedded NATS storage)."`
+	DataDir               string        `name:"data-dir" env:"BOOKING_DATA_DIR" default:".data" help:"Data directory (embedded NATS storage; the dev-mode provider simulator's state in provider-sim/)."`
 	Deployment            string        `name:"deployment" env:"BOOKING_DEPLOYMENT" help:"Prefix of provider idempotency keys; empty in dev."`
 
 	IntentRetention  time.Duration `name:"intent-retention" env:"BOOKING_INTENT_RETENTION" default:"24h" help:"How long intents (idempotency keys) are kept."`

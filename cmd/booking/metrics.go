@@ -70,9 +70,12 @@ func (m *metrics) UnknownAppend(result string)   { m.unknownAppends.WithLabelVal
 
 // stateCollector reports, at scrape time, what only the databases know
 // (DESIGN §1.7, §6, §7): the log's horizon lag, pending intents and their
-// age, intents unfinished past half their retention (alert on > 0), and
-// unknown payment outcomes with the age of the oldest. Each scrape runs a
-// few indexed queries with a 2 s budget; a failed query omits its metrics.
+// age, intents unfinished past half their retention (alert on > 0), unknown
+// payment outcomes with the age of the oldest, and the refund backlog:
+// refunds still being sent with the age of the oldest, refunds the provider
+// refused (it does not know the charge) and orders in needs_review. Ages
+// are measured by the database clock. Each scrape runs a few indexed
+// queries with a 2 s budget; a failed query omits its metrics.
 type stateCollector struct {
 	lag       func(ctx context.Context) (pgstore.Lag, error)
 	reader    *projections.Reader
@@ -81,6 +84,7 @@ type stateCollector struct {
 	log       *slog.Logger
 
 	lagEvents, lagAge, pending, pendingAge, pastHalf, unknown, unknownAge *prometheus.Desc
+	refundsPending, refundAge, refundsInReview, needsReview               *prometheus.Desc
 }
 
 // stateScan bounds how many pending intents or unknown outcomes one scrape reads.
@@ -96,11 +100,18 @@ func newStateCollector(store *pgstore.Store, reader *projections.Reader, clock d
 		pastHalf:   d("booking_intents_unfinished_past_half_retention", "Intents still unfinished at half their retention: alert when above 0."),
 		unknown:    d("booking_payment_unknown_outcomes", "Orders whose last payment attempt has an unknown outcome (capped at 1000)."),
 		unknownAge: d("booking_payment_oldest_unknown_outcome_age_seconds", "Age of the oldest unknown payment outcome."),
+		refundsPending: d("booking_refunds_pending",
+			"Refunds requested and not yet succeeded that are still being sent (refused ones count in booking_refunds_in_review)."),
+		refundAge: d("booking_refund_oldest_pending_age_seconds", "Age of the oldest pending refund's request, by the database clock (0 when none)."),
+		refundsInReview: d("booking_refunds_in_review",
+			"Refunds the provider refused because it does not know the charge; not retried, their orders are in needs_review."),
+		needsReview: d("booking_orders_needs_review", "Orders in needs_review (contradictory facts): terminal until an operator acts."),
 	}
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.lagEvents, c.lagAge, c.pending, c.pendingAge, c.pastHalf, c.unknown, c.unknownAge} {
+	for _, d := range []*prometheus.Desc{c.lagEvents, c.lagAge, c.pending, c.pendingAge, c.pastHalf, c.unknown, c.unknownAge,
+		c.refundsPending, c.refundAge, c.refundsInReview, c.needsReview} {
 		ch <- d
 	}
 }
@@ -140,5 +151,17 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			oldest = max(oldest, now.Sub(u.Since))
 		}
 		gauge(c.unknownAge, oldest.Seconds())
+	}
+	if b, _, err := c.reader.RefundBacklog(ctx); err == nil {
+		gauge(c.refundsPending, float64(b.Pending))
+		var age time.Duration
+		if !b.OldestPending.IsZero() {
+			age = max(now.Sub(b.OldestPending), 0)
+		}
+		gauge(c.refundAge, age.Seconds())
+		gauge(c.refundsInReview, float64(b.InReview))
+		gauge(c.needsReview, float64(b.NeedsReview))
+	} else {
+		c.log.Debug("metrics: refund backlog", "err", err)
 	}
 }

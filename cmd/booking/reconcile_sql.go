@@ -11,19 +11,25 @@ import (
 
 // pgPendingOrders implements commands.PendingOrders with SQL over the
 // event store's own tables (no read model): the order streams that have no
-// ending event, or more RefundRequested than RefundSucceeded events.
+// ending event, or a charge with a RefundRequested and neither a
+// RefundSucceeded nor a RefundRefused (a refund the provider refused is
+// parked with its order in review, never sent again).
 type pgPendingOrders struct{ pool *pgxpool.Pool }
 
 // pendingOrdersSQL groups the events of order streams by stream. It reads
 // every order event, which is fine at this service's scale; a partial index
 // on events (stream) WHERE type IN (…) or a small work table would bound it.
+// Refunds are counted by distinct charge id (only refund events are decoded),
+// since a refund the provider makes after refusing it adds a RefundSucceeded
+// to the RefundRefused of the same charge.
 const pendingOrdersSQL = `
 SELECT stream
 FROM events
 WHERE stream LIKE 'order-%' AND stream > $1
 GROUP BY stream
 HAVING count(*) FILTER (WHERE type IN ('OrderConfirmed', 'OrderFailed', 'OrderCancelled', 'OrderNeedsReview')) = 0
-    OR count(*) FILTER (WHERE type = 'RefundRequested') > count(*) FILTER (WHERE type = 'RefundSucceeded')
+    OR count(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id') FILTER (WHERE type = 'RefundRequested')
+     > count(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id') FILTER (WHERE type IN ('RefundSucceeded', 'RefundRefused'))
 ORDER BY stream
 LIMIT $2`
 

@@ -31,6 +31,13 @@ func TestPendingOrdersSQL(t *testing.T) {
 		"00000000-0000-7000-8000-000000000004": {placed("4"), domain.OrderFailed{}, domain.RefundRequested{ChargeID: "ch"}}, // refund due
 		"00000000-0000-7000-8000-000000000005": {placed("5"), domain.OrderFailed{}, domain.RefundRequested{ChargeID: "ch"}, domain.RefundSucceeded{ChargeID: "ch"}},
 		"00000000-0000-7000-8000-000000000006": {placed("6"), domain.OrderNeedsReview{}}, // parked
+		// A refund the provider refused is parked with its order in review.
+		"00000000-0000-7000-8000-000000000007": {placed("7"), domain.OrderCancelled{}, domain.RefundRequested{ChargeID: "ch"},
+			domain.RefundRefused{ChargeID: "ch"}, domain.OrderNeedsReview{}},
+		// A refund refused and then made anyway does not hide another one still due.
+		"00000000-0000-7000-8000-000000000008": {placed("8"), domain.OrderCancelled{}, domain.RefundRequested{ChargeID: "ch1"},
+			domain.RefundRefused{ChargeID: "ch1"}, domain.OrderNeedsReview{}, domain.RefundSucceeded{ChargeID: "ch1"},
+			domain.RefundRequested{ChargeID: "ch2"}},
 	}
 	for id, evs := range orders {
 		data := make([]eventstore.EventData, len(evs))
@@ -64,7 +71,8 @@ func TestPendingOrdersSQL(t *testing.T) {
 		}
 		after = page[len(page)-1]
 	}
-	want := []string{"00000000-0000-7000-8000-000000000001", "00000000-0000-7000-8000-000000000003", "00000000-0000-7000-8000-000000000004"}
+	want := []string{"00000000-0000-7000-8000-000000000001", "00000000-0000-7000-8000-000000000003", "00000000-0000-7000-8000-000000000004",
+		"00000000-0000-7000-8000-000000000008"}
 	if diff := cmp.Diff(want, got); diff != "" || !slices.IsSorted(got) {
 		t.Errorf("PendingOrders pages (-want +got):\n%s", diff)
 	}

@@ -84,9 +84,17 @@ func (c *serveCmd) Run(e *env) error {
 	providerURL := cfg.ProviderURL
 	var sim *providersim.Server
 	if providerURL == "" {
-		sim = providersim.New(providersim.Config{WebhookURL: apiURL + "/v1/provider/webhooks",
-			WebhookSecret: cfg.ProviderWebhookSecret, Retention: cfg.ProviderWindow, Logger: log.With("component", "provider-sim")})
+		// The simulator keeps its charges in the data directory, so a restart
+		// of dev mode can still refund what it charged before.
+		sim, err = providersim.Open(providersim.Config{WebhookURL: apiURL + "/v1/provider/webhooks",
+			WebhookSecret: cfg.ProviderWebhookSecret, Retention: cfg.ProviderWindow, Logger: log.With("component", "provider-sim"),
+			DataDir: simDataDir(cfg.DataDir)})
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("provider simulator (BOOKING_DATA_DIR): %w", err)
+		}
 		if err := sim.Start(ctx, cfg.ProviderSimAddr); err != nil {
+			sim.Close()
 			ln.Close()
 			return configError("BOOKING_PROVIDER_SIM_ADDR", "%v", err)
 		}

@@ -203,21 +203,39 @@ func (s *Server) simPostClock(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if c.Now != "" {
-		s.SetClock(at)
+	err = s.moveClock(func(off time.Duration) time.Duration {
+		if c.Now != "" {
+			off = at.Sub(s.cfg.Now())
+		}
+		return off + by
+	})
+	if err != nil {
+		writeStateError(w, err)
+		return
 	}
-	s.AdvanceClock(by)
 	s.clockAnswer(w)
 }
 
 func (s *Server) simDeleteClock(w http.ResponseWriter, _ *http.Request) {
-	s.ResetClock()
+	if err := s.moveClock(func(time.Duration) time.Duration { return 0 }); err != nil {
+		writeStateError(w, err)
+		return
+	}
 	s.clockAnswer(w)
 }
 
 func (s *Server) simReset(w http.ResponseWriter, _ *http.Request) {
-	s.Reset()
+	if err := s.reset(); err != nil {
+		writeStateError(w, err)
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// writeStateError answers a change of the control API that could not be
+// saved in the state file (and was not made).
+func writeStateError(w http.ResponseWriter, err error) {
+	writeError(w, http.StatusInternalServerError, errBody{Type: provider.TypeAPIError, Message: "The change could not be saved: " + err.Error()})
 }
 
 // decodeStrict decodes one JSON object, refusing unknown fields.

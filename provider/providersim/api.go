@@ -37,6 +37,7 @@ const (
 	sweepEvery                = 256 // key inserts between sweeps of expired keys
 	closingMessage            = "The simulator is shutting down; the request was not executed."
 	errorBeforeCommitMessage  = "An error occurred while processing the request; nothing was charged."
+	notSavedMessage           = "An error occurred while saving the request; it was not executed."
 	keyInUseMessage           = "There is currently another in-progress request using this Idempotency-Key. Retry later."
 	idempotencyMismatchPrefix = "Keys for idempotent requests can only be used with the same parameters they were first used with."
 )
@@ -48,9 +49,10 @@ type keyEntry struct {
 	inFlight    bool
 	status      int
 	body        []byte
-	expires     time.Time
-	chargeID    string // the charge created under the key (charges endpoint)
-	refundID    string // the refund created under the key (refunds endpoint)
+	committed   time.Time // simulator clock
+	expires     time.Time // committed + Config.Retention
+	chargeID    string    // the charge created under the key (charges endpoint)
+	refundID    string    // the refund created under the key (refunds endpoint)
 }
 
 type claimResult int
@@ -129,10 +131,14 @@ func (s *Server) release(key string) {
 	}
 }
 
+// newEntryLocked returns the committed answer of a key, stamped now.
+func (s *Server) newEntryLocked(fp [32]byte, status int, body []byte, now time.Time) *keyEntry {
+	return &keyEntry{fingerprint: fp, status: status, body: body, committed: now, expires: now.Add(s.cfg.Retention)}
+}
+
 // storeLocked records the committed answer of key.
 func (s *Server) storeLocked(key string, e *keyEntry) {
 	e.inFlight = false
-	e.expires = s.nowLocked().Add(s.cfg.Retention)
 	s.keys[key] = e
 	s.inserts++
 	if s.inserts >= sweepEvery {
@@ -305,7 +311,12 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	status, answer, ev := s.commitCharge(key, fp, req, declined)
+	status, answer, ev, err := s.commitCharge(key, fp, req, declined)
+	if err != nil {
+		s.log.Error("charge not committed: the state file could not be written", "idempotency_key", key, "err", err)
+		writeError(w, http.StatusInternalServerError, errBody{Type: provider.TypeAPIError, Message: notSavedMessage})
+		return
+	}
 	committed = true
 	s.dispatch(ev)
 	if p.dropAfterCommit {
@@ -324,9 +335,10 @@ func containsToken(tokens []string, tok string) bool {
 	return false
 }
 
-// commitCharge records the charge and the key's answer, and returns the
-// answer and the event to deliver.
-func (s *Server) commitCharge(key string, fp [32]byte, req provider.ChargeRequest, declined bool) (int, []byte, *event) {
+// commitCharge records the charge and the key's answer (in the state file
+// first, if any), and returns the answer and the event to deliver. If the
+// state file cannot be written it returns the error and records nothing.
+func (s *Server) commitCharge(key string, fp [32]byte, req provider.ChargeRequest, declined bool) (int, []byte, *event, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.nowLocked()
@@ -350,9 +362,6 @@ func (s *Server) commitCharge(key string, fp [32]byte, req provider.ChargeReques
 		ch.FailureCode = provider.CodeCardDeclined
 		ch.FailureMessage = declineMessage
 	}
-	s.charges = append(s.charges, ch)
-	s.chargeByID[ch.ID] = ch
-
 	status, answer, evType := http.StatusOK, encodeJSON(ch), provider.EventChargeSucceeded
 	if declined {
 		snapshot := cloneCharge(ch)
@@ -368,9 +377,17 @@ func (s *Server) commitCharge(key string, fp [32]byte, req provider.ChargeReques
 			Charge: &snapshot,
 		})
 	}
-	s.storeLocked(key, &keyEntry{fingerprint: fp, status: status, body: answer, chargeID: ch.ID})
+	entry := s.newEntryLocked(fp, status, answer, now)
+	entry.chargeID = ch.ID
+	saved := cloneCharge(ch)
+	if err := s.persistLocked(record{Charge: &saved, Key: newKeyRecord(key, entry)}); err != nil {
+		return 0, nil, nil, err
+	}
+	s.charges = append(s.charges, ch)
+	s.chargeByID[ch.ID] = ch
+	s.storeLocked(key, entry)
 	s.log.Info("charge committed", "charge", ch.ID, "idempotency_key", key, "amount", ch.Amount, "currency", ch.Currency, "status", ch.Status, "order_id", meta[provider.MetadataOrderID], "attempt", meta[provider.MetadataAttempt])
-	return status, answer, s.newEventLocked(evType, ch)
+	return status, answer, s.newEventLocked(evType, ch), nil
 }
 
 // createRefund is POST /v1/refunds.
@@ -404,7 +421,12 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	if !s.execute(w, p, 0) {
 		return
 	}
-	re, ch, status, refusal := s.commitRefund(key, fp, req)
+	re, ch, status, refusal, err := s.commitRefund(key, fp, req)
+	if err != nil {
+		s.log.Error("refund not committed: the state file could not be written", "idempotency_key", key, "err", err)
+		writeError(w, http.StatusInternalServerError, errBody{Type: provider.TypeAPIError, Message: notSavedMessage})
+		return
+	}
 	if refusal != nil {
 		writeError(w, status, *refusal)
 		return
@@ -419,13 +441,15 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 }
 
 // commitRefund validates the refund against the charge's current state and
-// records it; on refusal it returns the status and error and records nothing.
-func (s *Server) commitRefund(key string, fp [32]byte, req provider.RefundRequest) ([]byte, *event, int, *errBody) {
+// records it (in the state file first, if any); on refusal it returns the
+// status and error and records nothing. If the state file cannot be written
+// it returns the error and records nothing.
+func (s *Server) commitRefund(key string, fp [32]byte, req provider.RefundRequest) ([]byte, *event, int, *errBody, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ch, ok := s.chargeByID[req.Charge]
-	invalid := func(status int, code, msg, param string) ([]byte, *event, int, *errBody) {
-		return nil, nil, status, &errBody{Type: provider.TypeInvalidRequestError, Code: code, Message: msg, Param: param}
+	invalid := func(status int, code, msg, param string) ([]byte, *event, int, *errBody, error) {
+		return nil, nil, status, &errBody{Type: provider.TypeInvalidRequestError, Code: code, Message: msg, Param: param}, nil
 	}
 	remaining := int64(0)
 	if ok {
@@ -460,14 +484,22 @@ func (s *Server) commitRefund(key string, fp [32]byte, req provider.RefundReques
 		IdempotencyKey: key,
 		Created:        now.Unix(),
 	}
-	ch.RefundedAmount += amount
-	ch.Refunded = ch.RefundedAmount == ch.Amount
+	answer := encodeJSON(re)
+	entry := s.newEntryLocked(fp, http.StatusOK, answer, now)
+	entry.refundID = re.ID
+	updated := cloneCharge(ch)
+	updated.RefundedAmount += amount
+	updated.Refunded = updated.RefundedAmount == updated.Amount
+	saved := *re
+	if err := s.persistLocked(record{Refund: &saved, Charge: &updated, Key: newKeyRecord(key, entry)}); err != nil {
+		return nil, nil, 0, nil, err
+	}
+	ch.RefundedAmount, ch.Refunded = updated.RefundedAmount, updated.Refunded
 	s.refunds = append(s.refunds, re)
 	s.refundByID[re.ID] = re
-	answer := encodeJSON(re)
-	s.storeLocked(key, &keyEntry{fingerprint: fp, status: http.StatusOK, body: answer, refundID: re.ID})
+	s.storeLocked(key, entry)
 	s.log.Info("refund committed", "refund", re.ID, "charge", ch.ID, "idempotency_key", key, "amount", amount, "refunded_amount", ch.RefundedAmount)
-	return answer, s.newEventLocked(provider.EventChargeRefunded, ch), 0, nil
+	return answer, s.newEventLocked(provider.EventChargeRefunded, ch), 0, nil, nil
 }
 
 // listCharges is GET /v1/charges?idempotency_key=K&order_id=O&attempt=N: the

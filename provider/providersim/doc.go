@@ -1,7 +1,15 @@
 // Package providersim is a Stripe-like payment provider simulator for dev
-// mode and tests (DESIGN.md §9); it is never used in production. It keeps
-// everything in memory. Run it in-process (New, then Handler or Start) or
-// alone (ListenAndServe, wired by `booking provider-sim`).
+// mode and tests (DESIGN.md §9); it is never used in production. Run it
+// in-process (New or Open, then Handler or Start) or alone (ListenAndServe,
+// wired by `booking provider-sim`).
+//
+// New keeps everything in memory. Open with Config.DataDir keeps what a
+// restart must not forget — charges, refunds, idempotency records (with their
+// fingerprints, stored answers and times) and the clock offset — in an
+// append-only state file in that directory, each commit written and fsynced
+// before it is answered, as a real provider never forgets a charge it
+// answered. See StateFile for the format, and what happens to a torn or a
+// corrupt file.
 //
 // The provider's idempotency follows Stripe (https://docs.stripe.com/api/idempotent_requests)
 // and draft-ietf-httpapi-idempotency-key-header; webhook signatures follow
@@ -116,6 +124,7 @@
 //	POST   /_sim/clock     {"advance":"25h"} and/or {"now":"2026-01-02T00:00:00Z"} (now first); answers as GET
 //	DELETE /_sim/clock     back to the base clock
 //	POST   /_sim/reset     204; forget all charges, refunds, keys, events, faults, clock offset
+//	                       (the state file too)
 //	GET    /healthz        {"status":"ok"}
 //
 // The faults body (every member optional; see Faults for exact semantics):

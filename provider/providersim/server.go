@@ -60,6 +60,11 @@ type Config struct {
 	// HTTPClient sends webhooks; default a new client. Each attempt is also
 	// bounded by Webhooks.Timeout.
 	HTTPClient *http.Client
+	// DataDir, when set, is the directory of the state file (StateFile) that
+	// keeps charges, refunds, idempotency records and the clock offset across
+	// restarts, and of its lock file (LockFile); Open creates it (mode 0700)
+	// and loads it. Empty keeps everything in memory, lost at exit.
+	DataDir string
 }
 
 // WebhookConfig configures webhook delivery. Delivery is at least once: each
@@ -160,7 +165,8 @@ type Server struct {
 	refunds    []*provider.Refund
 	refundByID map[string]*provider.Refund
 	keys       map[string]*keyEntry
-	inserts    int // key inserts since the last sweep of expired keys
+	inserts    int      // key inserts since the last sweep of expired keys
+	journal    *journal // the state file; nil in memory
 	events     []*event
 	deliveries []Delivery
 	held       *heldEvent    // an event held back for reordering
@@ -176,11 +182,55 @@ type Server struct {
 	wg   sync.WaitGroup
 }
 
-// New returns a simulator configured by cfg. Zero fields take their
-// defaults; invalid ones (see Config.Validate, which a CLI should call first)
-// are replaced by defaults or clamped. It starts no goroutine and listens
-// nowhere.
+// New returns a simulator configured by cfg that keeps its state in memory.
+// Zero fields take their defaults; invalid ones (see Config.Validate, which a
+// CLI should call first) are replaced by defaults or clamped. It starts no
+// goroutine and listens nowhere. It panics if cfg.DataDir is set: a state
+// file can fail to load, so use Open then.
 func New(cfg Config) *Server {
+	if cfg.DataDir != "" {
+		panic("providersim: New with Config.DataDir; use Open")
+	}
+	return newServer(cfg)
+}
+
+// Open is New, plus the state file when cfg.DataDir is set: it creates the
+// directory, locks it, loads the state file (see StateFile for the format
+// and what is kept), drops the idempotency records whose retention has
+// passed on the restored clock, and compacts the file. Close or Shutdown
+// releases the lock. It returns a *CorruptError, naming the file and line,
+// if the file does not read back, and an error naming the lock file if
+// another process uses the directory.
+func Open(cfg Config) (*Server, error) {
+	s := newServer(cfg)
+	if cfg.DataDir == "" {
+		return s, nil
+	}
+	j, recs, torn, err := openJournal(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.restoreLocked(j.path, recs); err != nil {
+		j.close()
+		return nil, err
+	}
+	if torn > 0 {
+		s.log.Warn("provider simulator: dropped an incomplete last line of the state file (a write cut short by a crash, never answered)",
+			"file", j.path, "bytes", torn)
+	}
+	if err := j.rewrite(s.snapshotLocked()); err != nil {
+		j.close()
+		return nil, err
+	}
+	s.journal = j
+	s.log.Info("provider simulator state loaded", "file", j.path, "charges", len(s.charges), "refunds", len(s.refunds),
+		"keys", len(s.keys), "clock_offset", s.offset.String())
+	return s, nil
+}
+
+func newServer(cfg Config) *Server {
 	cfg.setDefaults()
 	s := &Server{
 		cfg:        cfg,
@@ -320,6 +370,12 @@ func (s *Server) stop() {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.mu.Lock()
+	if s.journal != nil {
+		// A request still finishing after this answers 500 and commits nothing.
+		s.journal.close()
+	}
+	s.mu.Unlock()
 }
 
 // sleep waits d, or until the server closes; it reports whether d passed.
@@ -355,27 +411,42 @@ func (s *Server) Now() time.Time {
 func (s *Server) nowLocked() time.Time { return s.cfg.Now().Add(s.offset) }
 
 // SetClock sets the simulator's clock to t; it keeps ticking from there.
+// With a state file the offset is saved; a failure to save is logged (the
+// control API answers it as a 500).
 func (s *Server) SetClock(t time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.offset = t.Sub(s.cfg.Now())
+	s.logErr(s.moveClock(func(time.Duration) time.Duration { return t.Sub(s.cfg.Now()) }))
 }
 
 // AdvanceClock moves the simulator's clock by d (which may be negative) and
 // returns the new time. Advancing past Config.Retention forgets the keys
-// committed before, as the real window would.
+// committed before, as the real window would. Saved as SetClock.
 func (s *Server) AdvanceClock(d time.Duration) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.offset += d
-	return s.nowLocked()
+	s.logErr(s.moveClock(func(off time.Duration) time.Duration { return off + d }))
+	return s.Now()
 }
 
-// ResetClock puts the simulator's clock back on the base clock.
-func (s *Server) ResetClock() {
+// ResetClock puts the simulator's clock back on the base clock. Saved as
+// SetClock.
+func (s *Server) ResetClock() { s.logErr(s.moveClock(func(time.Duration) time.Duration { return 0 })) }
+
+// moveClock sets the offset to f(offset) and saves it; on a failure to save
+// the offset is unchanged.
+func (s *Server) moveClock(f func(offset time.Duration) time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.offset = 0
+	old := s.offset
+	s.offset = f(old)
+	if err := s.persistOffsetLocked(); err != nil {
+		s.offset = old
+		return err
+	}
+	return nil
+}
+
+func (s *Server) logErr(err error) {
+	if err != nil {
+		s.log.Error("provider simulator: state not saved", "err", err)
+	}
 }
 
 // SetWebhookURL changes where webhooks go, for deliveries not yet attempted
@@ -411,16 +482,26 @@ func (s *Server) Refunds() []provider.Refund {
 }
 
 // Reset forgets every charge, refund, key, event and delivery record, and
-// resets the faults and the clock. Deliveries already running continue.
-func (s *Server) Reset() {
+// resets the faults and the clock. Deliveries already running continue. With
+// a state file it is emptied too (a failure is logged and leaves the state
+// as it was; the control API answers it as a 500).
+func (s *Server) Reset() { s.logErr(s.reset()) }
+
+func (s *Server) reset() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.journal != nil {
+		if err := s.journal.rewrite(nil); err != nil {
+			return err
+		}
+	}
 	s.charges, s.refunds, s.events, s.deliveries = nil, nil, nil, nil
 	s.chargeByID = map[string]*provider.Charge{}
 	s.refundByID = map[string]*provider.Refund{}
 	s.keys = map[string]*keyEntry{}
 	s.offset = 0
 	s.setFaultsLocked(Faults{})
+	return nil
 }
 
 func cloneCharge(c *provider.Charge) provider.Charge {

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/booking/provider"
+)
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startProviderSim runs `booking provider-sim --data-dir dir` on a free port
+// until the returned stop is called, and returns its URL.
+func startProviderSim(t *testing.T, dir string) (url string, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"provider-sim", "--addr", "127.0.0.1:0", "--data-dir", dir}, &stdout, &lockedBuffer{})
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stdout.String(), "http://") {
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("booking provider-sim exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatal("booking provider-sim printed no URL within 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, after, _ := strings.Cut(stdout.String(), "provider simulator on ")
+	stopped := false
+	return strings.TrimSpace(after), func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("booking provider-sim after cancel = %v, want nil", err)
+		}
+	}
+}
+
+// TestProviderSimCmd_DataDir: `booking provider-sim --data-dir` keeps its
+// charges across a restart in DIR/provider-sim, and refuses to start on a
+// corrupt state file with a message naming the variable and the file.
+func TestProviderSimCmd_DataDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url, stop := startProviderSim(t, dir)
+	t.Cleanup(stop)
+	ctx := context.Background()
+	first, err := provider.New(url, nil).CreateCharge(ctx, "order-o1-1", provider.NewChargeRequest(1500, "EUR", "tok_visa", "o1", 1))
+	if err != nil {
+		t.Fatalf("CreateCharge() = %v", err)
+	}
+	stop()
+
+	url, stop = startProviderSim(t, dir)
+	client := provider.New(url, nil)
+	if got, err := client.GetCharge(ctx, first.ID); err != nil || got.Amount != 1500 {
+		t.Fatalf("GetCharge(%s) after a restart = %+v, %v; want the charge", first.ID, got, err)
+	}
+	again, err := client.CreateCharge(ctx, "order-o1-1", provider.NewChargeRequest(1500, "EUR", "tok_visa", "o1", 1))
+	if err != nil || again.ID != first.ID || !again.Replayed {
+		t.Fatalf("CreateCharge() repeat after a restart = %s (replayed %v), %v; want a replay of %s", again.ID, again.Replayed, err, first.ID)
+	}
+	stop()
+
+	state := filepath.Join(dir, "provider-sim", "state.journal")
+	if err := os.WriteFile(state, []byte("not a journal\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = run(ctx, []string{"provider-sim", "--addr", "127.0.0.1:0", "--data-dir", dir}, &lockedBuffer{}, &lockedBuffer{})
+	if err == nil || !strings.Contains(err.Error(), "BOOKING_DATA_DIR") || !strings.Contains(err.Error(), state) {
+		t.Fatalf("provider-sim on a corrupt state file = %v, want an error naming BOOKING_DATA_DIR and %s", err, state)
+	}
+}
