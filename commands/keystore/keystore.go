@@ -113,14 +113,14 @@ func (s *Store) Shred(ctx context.Context, orderID string) error {
 	return nil
 }
 
-// ShredDue deletes every data key whose shred_at has passed by the database
-// clock, in batches, and returns how many it deleted. It stops at ctx's end
-// or the first error.
-func (s *Store) ShredDue(ctx context.Context) (int64, error) {
+// ShredDue deletes every data key whose shred_at is at or before now (the
+// caller's reading of the database clock), in batches, and returns how many
+// it deleted. It stops at ctx's end or the first error.
+func (s *Store) ShredDue(ctx context.Context, now time.Time) (int64, error) {
 	var n int64
 	for {
 		tag, err := s.pool.Exec(ctx, `DELETE FROM order_keys WHERE order_id IN
-			(SELECT order_id FROM order_keys WHERE shred_at <= now() LIMIT $1)`, shredBatch)
+			(SELECT order_id FROM order_keys WHERE shred_at <= $1 LIMIT $2)`, now, shredBatch)
 		if err != nil {
 			return n, fmt.Errorf("keystore: shred due keys: %w", err)
 		}

@@ -191,7 +191,7 @@ func TestShredDue(t *testing.T) {
 	}
 	due = append(due, placed)
 
-	n, err := s.ShredDue(ctx)
+	n, err := s.ShredDue(ctx, dbNow(t, pool))
 	if err != nil || n != int64(len(due)) {
 		t.Fatalf("ShredDue() = %d, %v; want %d", n, err, len(due))
 	}
@@ -205,7 +205,7 @@ func TestShredDue(t *testing.T) {
 			t.Errorf("order %s: key not due was shredded (ok %v, %v)", id, ok, err)
 		}
 	}
-	if n, err := s.ShredDue(ctx); n != 0 || err != nil {
+	if n, err := s.ShredDue(ctx, dbNow(t, pool)); n != 0 || err != nil {
 		t.Errorf("ShredDue() again = %d, %v; want 0, nil", n, err)
 	}
 }
