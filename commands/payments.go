@@ -407,6 +407,13 @@ func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, no
 		if a.N > 1 {
 			res.FailReason = domain.FailNoAttempt
 		}
+	case errors.Is(err, provider.ErrUnauthorized):
+		// The provider refused our API key before executing anything: a
+		// configuration fault to alert on, never a decline. The reconciler
+		// retries once it is fixed.
+		h.metrics.Reconciliation("provider_unauthorized")
+		h.log.Error("the provider refused the API key; nothing was charged", "order_id", o.ID, "attempt", a.N, "err", err)
+		return stepDone, unavailable(err)
 	case errors.Is(err, provider.ErrUnavailable):
 		// Nothing was sent (also when the fence ran out before the call):
 		// the reconciler retries.

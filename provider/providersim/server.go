@@ -60,6 +60,12 @@ type Config struct {
 	// HTTPClient sends webhooks; default a new client. Each attempt is also
 	// bounded by Webhooks.Timeout.
 	HTTPClient *http.Client
+	// APIKey, when not empty, is the secret key every /v1 request must
+	// carry as "Authorization: Bearer <APIKey>" (Stripe's scheme); others
+	// are refused with 401 before anything runs. Empty accepts every
+	// request. The control API (/_sim) and /healthz never need it. The key
+	// is never logged or echoed.
+	APIKey string
 }
 
 // WebhookConfig configures webhook delivery. Delivery is at least once: each
