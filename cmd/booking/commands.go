@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/retrysafe/booking/migrations"
@@ -32,6 +33,7 @@ type providerSimCmd struct {
 	WebhookSecret string        `name:"webhook-secret" env:"BOOKING_PROVIDER_WEBHOOK_SECRET" default:"whsec_dev" help:"HMAC secret of webhook signatures."`
 	Retention     time.Duration `name:"retention" env:"BOOKING_PROVIDER_RETENTION" default:"24h" help:"Idempotency-key retention window."`
 	SlowDelay     time.Duration `name:"slow-delay" env:"BOOKING_PROVIDER_SLOW_DELAY" default:"2s" help:"Delay of tok_slow."`
+	APIKey        string        `name:"api-key" env:"BOOKING_PROVIDER_SIM_API_KEY" help:"When set, /v1 requests must carry Authorization: Bearer <key> (401 otherwise); never logged."`
 }
 
 // Run serves the provider simulator until the context is done.
@@ -40,7 +42,8 @@ func (c *providerSimCmd) Run(e *env) error {
 		return configError("BOOKING_PROVIDER_RETENTION", "must be a positive duration")
 	}
 	cfg := providersim.Config{Addr: c.Addr, WebhookURL: c.WebhookURL, WebhookSecret: c.WebhookSecret,
-		Retention: c.Retention, SlowDelay: c.SlowDelay, Logger: slog.New(slog.NewTextHandler(e.stderr, nil))}
+		Retention: c.Retention, SlowDelay: c.SlowDelay, Logger: slog.New(slog.NewTextHandler(e.stderr, nil)),
+		APIKey: strings.TrimSpace(c.APIKey)}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("provider-sim: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgstore"
@@ -52,6 +53,14 @@ func (c *serveCmd) Run(e *env) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	masterKeys, masterKeysFrom, err := loadMasterKeys(&cfg)
+	if err != nil {
+		return err
+	}
+	providerAPIKey, providerAPIKeyFrom, err := loadProviderAPIKey(&cfg)
+	if err != nil {
+		return err
+	}
 	tokens, _ := parseTokens(cfg.APITokens)
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx := e.ctx
@@ -73,6 +82,12 @@ func (c *serveCmd) Run(e *env) error {
 	defer pool.Close()
 	store := pgstore.New(pool)
 	registry := newRegistry()
+	keys := keystore.New(pool, masterKeys)
+	if err := keys.CheckMasterKeys(ctx); err != nil {
+		return configError("BOOKING_MASTER_KEYS", "%v", err)
+	}
+	log.Info("secrets at rest", "master_key_ids", masterKeys.IDs(), "master_keys_from", describeSecret(masterKeysFrom),
+		"provider_api_key_from", describeSecret(providerAPIKeyFrom))
 
 	// The HTTP listener comes first so the simulator knows where to send webhooks.
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -85,7 +100,8 @@ func (c *serveCmd) Run(e *env) error {
 	var sim *providersim.Server
 	if providerURL == "" {
 		sim = providersim.New(providersim.Config{WebhookURL: apiURL + "/v1/provider/webhooks",
-			WebhookSecret: cfg.ProviderWebhookSecret, Retention: cfg.ProviderWindow, Logger: log.With("component", "provider-sim")})
+			WebhookSecret: cfg.ProviderWebhookSecret, Retention: cfg.ProviderWindow, Logger: log.With("component", "provider-sim"),
+			APIKey: providerAPIKey})
 		if err := sim.Start(ctx, cfg.ProviderSimAddr); err != nil {
 			ln.Close()
 			return configError("BOOKING_PROVIDER_SIM_ADDR", "%v", err)
@@ -93,7 +109,11 @@ func (c *serveCmd) Run(e *env) error {
 		defer sim.Close()
 		providerURL = sim.URL()
 	}
-	payments := provider.New(providerURL, &http.Client{Timeout: cfg.ProviderTimeout + time.Second})
+	var providerOpts []provider.Option
+	if providerAPIKey != "" {
+		providerOpts = append(providerOpts, provider.WithAPIKey(providerAPIKey))
+	}
+	payments := provider.New(providerURL, &http.Client{Timeout: cfg.ProviderTimeout + time.Second}, providerOpts...)
 
 	hcfg := commands.DefaultConfig()
 	hcfg.Executor = uuid.Must(uuid.NewV7()).String()
@@ -109,7 +129,7 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.InUseWait = cfg.InUseWait
 	commands.StatusOf = statusOf
 	metrics := newMetrics()
-	opts := []commands.Option{commands.WithMetrics(metrics)}
+	opts := []commands.Option{commands.WithMetrics(metrics), commands.WithKeys(keys)}
 	if hooks, ok := faultHooks(log); ok {
 		opts = append(opts, commands.WithHooks(hooks))
 	}
