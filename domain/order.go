@@ -43,7 +43,7 @@ type Attempt struct {
 	SealedRequestBody []byte
 	RequestBody       string
 	Outcome           string
-	ChargeID      string
+	ChargeID          string
 	// Takeovers counts the lease starts of the attempt after the first
 	// (renewals by the owner and takeovers by another executor).
 	Takeovers int
