@@ -394,3 +394,38 @@ func TestPGConcurrentFirstRequestsLeaveOneKey(t *testing.T) {
 		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
 	}
 }
+
+// TestPGRefusedOrderIntentLeavesNoKey: a second order intent for a
+// reservation already ordered is refused; the key it held for its
+// order, which never exists, is deleted at once, and the refusal replays.
+func TestPGRefusedOrderIntentLeavesNoKey(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	h := f.handler("pg-a", nil)
+	ctx := context.Background()
+	res, _, err := h.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: f.mustShow(h), Quantity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := f.req(OpPlaceOrder)
+	first.Wait = 10 * time.Second
+	out, err := h.PlaceOrder(ctx, first, PlaceOrderCommand{ReservationID: res.ID, PaymentToken: distinctToken(providersim.TokenVisa)})
+	if err != nil || out.Order.Status != domain.OrderStatusConfirmed {
+		t.Fatalf("PlaceOrder = %s, %v; want confirmed", out.Order.Status, err)
+	}
+	second := f.req(OpPlaceOrder)
+	cmd := PlaceOrderCommand{ReservationID: res.ID, PaymentToken: distinctToken(providersim.TokenVisa)}
+	for i := range 2 {
+		_, err = h.PlaceOrder(ctx, second, cmd)
+		var rej *Rejection
+		if !errors.As(err, &rej) || !errors.Is(err, domain.ErrReservationAlreadyOrdered) || rej.Replayed != (i == 1) {
+			t.Fatalf("PlaceOrder #%d with a new key = %v, want the reservation-already-ordered rejection (replayed the second time)", i+1, err)
+		}
+	}
+	if n := f.keyRows(); n != 0 {
+		t.Errorf("order_keys has %d rows, want 0 (the confirmed order's and the refused intent's keys deleted)", n)
+	}
+	if net, n := f.charges(out.Order.ID); net != 1500 || n != 1 {
+		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
+	}
+}
