@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations/pgtest"
@@ -40,7 +41,8 @@ func BenchmarkBooking(b *testing.B) {
 	client := provider.New(simSrv.URL, &http.Client{Timeout: 10 * time.Second})
 	cfg := DefaultConfig()
 	cfg.Executor = "bench"
-	h := New(cfg, pgstore.New(pool), &pgClock{pool: pool}, client, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := New(cfg, pgstore.New(pool), &pgClock{pool: pool}, client, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		WithKeys(keystore.New(pool, testKeyring(b))))
 
 	var seq atomic.Int64
 	req := func(op string) Request {

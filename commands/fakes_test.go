@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retrysafe/booking/commands/envelope"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/provider"
@@ -587,4 +589,125 @@ func mustAppend(tb testing.TB, s EventStore, stream string, events ...domain.Eve
 	if _, err := s.Append(context.Background(), stream, eventstore.Any(), data...); err != nil {
 		tb.Fatalf("append to %s: %v", stream, err)
 	}
+}
+
+// memKeys is an in-memory Keys (the key table). Data keys are kept
+// unwrapped: wrapping is keystore's (tested there).
+type memKeys struct {
+	mu   sync.Mutex
+	rows map[string]*memKeyRow
+	fail error // when set, every call fails with it (the database is down)
+}
+
+type memKeyRow struct {
+	dk      *envelope.DataKey
+	held    []byte
+	shredAt time.Time
+}
+
+func newMemKeys() *memKeys { return &memKeys{rows: map[string]*memKeyRow{}} }
+
+// testDataKey is a fixed data key per order, so fixtures can seal bytes
+// before the handler runs.
+func testDataKey(orderID string) *envelope.DataKey {
+	sum := sha256.Sum256([]byte("test data key " + orderID))
+	dk, err := envelope.DataKeyFromBytes(sum[:])
+	if err != nil {
+		panic(err)
+	}
+	return dk
+}
+
+func (k *memKeys) Create(_ context.Context, orderID string, dk *envelope.DataKey, held []byte, shredAt time.Time) (*envelope.DataKey, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fail != nil {
+		return nil, k.fail
+	}
+	if r, ok := k.rows[orderID]; ok {
+		return r.dk, nil
+	}
+	k.rows[orderID] = &memKeyRow{dk: dk, held: held, shredAt: shredAt}
+	return dk, nil
+}
+
+func (k *memKeys) Key(_ context.Context, orderID string) (*envelope.DataKey, bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fail != nil {
+		return nil, false, k.fail
+	}
+	r, ok := k.rows[orderID]
+	if !ok {
+		return nil, false, nil
+	}
+	return r.dk, true, nil
+}
+
+func (k *memKeys) HeldToken(_ context.Context, orderID string) ([]byte, bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fail != nil {
+		return nil, false, k.fail
+	}
+	r, ok := k.rows[orderID]
+	if !ok {
+		return nil, false, nil
+	}
+	return r.held, true, nil
+}
+
+func (k *memKeys) Placed(_ context.Context, orderID string, deadline time.Time) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fail != nil {
+		return k.fail
+	}
+	if r, ok := k.rows[orderID]; ok {
+		r.held = nil
+		if deadline.Before(r.shredAt) {
+			r.shredAt = deadline
+		}
+	}
+	return nil
+}
+
+func (k *memKeys) Shred(_ context.Context, orderID string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fail != nil {
+		return k.fail
+	}
+	delete(k.rows, orderID)
+	return nil
+}
+
+func (k *memKeys) ShredDue(_ context.Context, now time.Time) (int64, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fail != nil {
+		return 0, k.fail
+	}
+	var n int64
+	for id, r := range k.rows {
+		if !now.Before(r.shredAt) {
+			delete(k.rows, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// has reports whether orderID has a key, and whether a token is held for it.
+func (k *memKeys) has(orderID string) (exists, held bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r, ok := k.rows[orderID]
+	return ok, ok && r.held != nil
+}
+
+func (k *memKeys) len() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.rows)
 }

@@ -63,15 +63,11 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 	case domain.SeatsHeld:
 		return h.ensureReservationHeld(ctx, heldRecord{id: r.ID, e: e, meta: m})
 	case domain.OrderClaimed:
-		token, err := h.tokenOf(ctx, e.Intent)
-		if err != nil {
-			return err
-		}
 		before, _, err := h.LoadOrder(ctx, e.OrderID)
 		if err != nil {
 			return err
 		}
-		if _, err := h.finishClaim(ctx, e, r.ID, token); err != nil {
+		if _, err := h.finishClaim(ctx, e, r.ID); err != nil {
 			return err
 		}
 		if !before.Exists() {
@@ -82,6 +78,17 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 		return h.finishExpiry(ctx, e, r.ID, m)
 	case domain.OrderPlaced, domain.PaymentOutcomeUnknown, domain.OrderCancelRequested:
 		orderID := orderIDOf(ev)
+		switch e := ev.(type) {
+		case domain.OrderPlaced:
+			// The order carries the token now: drop it from the key table.
+			if err := h.keys.Placed(ctx, orderID, e.PaymentDeadline); err != nil {
+				return unavailable(err)
+			}
+		case domain.OrderCancelRequested:
+			if err := h.shred(ctx, orderID); err != nil {
+				return err
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -90,9 +97,21 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 			}
 		}()
 	case domain.OrderFailed:
+		if err := h.shred(ctx, e.OrderID); err != nil {
+			return err
+		}
 		return h.finishEnded(ctx, e.OrderID, domain.ReleasePaymentFailed)
 	case domain.OrderCancelled:
+		if err := h.shred(ctx, e.OrderID); err != nil {
+			return err
+		}
 		return h.finishEnded(ctx, e.OrderID, domain.ReleaseCancelled)
+	case domain.OrderConfirmed:
+		return h.shred(ctx, e.OrderID)
+	case domain.OrderNeedsReview:
+		return h.shred(ctx, e.OrderID)
+	case domain.IntentRejected:
+		return h.shredRefusedOrder(ctx, r.Stream)
 	case domain.RefundRequested:
 		if err := h.sendRefund(ctx, e.OrderID, e); err != nil {
 			h.log.Warn("refund not sent yet; the reconciler retries", "order_id", e.OrderID, "err", err)
@@ -121,14 +140,16 @@ func (h *Handler) finishEnded(ctx context.Context, orderID, reason string) error
 	return h.finishOrderEnd(ctx, o, reason, DerivedID(orderID, "ended"))
 }
 
-// tokenOf reads the payment token from the intent that claimed an order; ""
-// when the intent is gone (retention passed), in which case payment fails.
-func (h *Handler) tokenOf(ctx context.Context, intentStream string) (string, error) {
+// shredRefusedOrder deletes the key held for the order of a refused order
+// intent: that order never exists.
+func (h *Handler) shredRefusedOrder(ctx context.Context, intentStream string) error {
 	s, err := h.load(ctx, intentStream)
 	if err != nil {
-		return "", err
+		return err
 	}
 	in := fold[domain.Intent](s.events)
-	t, _ := in.Recorded.Private["payment_token"].(string)
-	return t, nil
+	if !in.Exists() || in.Rejection == nil || in.Recorded.Operation != OpPlaceOrder {
+		return nil
+	}
+	return h.shred(ctx, in.Recorded.TargetID)
 }

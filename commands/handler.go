@@ -108,6 +108,7 @@ type Handler struct {
 	store    EventStore
 	clock    Clock
 	payments Payments
+	keys     Keys
 	registry *eventstore.Registry
 	log      *slog.Logger
 	hooks    Hooks
@@ -140,7 +141,7 @@ func New(cfg Config, store EventStore, clock Clock, payments Payments, registry 
 		log = slog.Default()
 	}
 	h := &Handler{cfg: cfg, store: store, clock: clock, payments: payments, registry: registry, log: log,
-		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}}
+		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}, keys: noKeys{}}
 	for _, o := range opts {
 		o(h)
 	}
@@ -231,12 +232,13 @@ type pending struct {
 	e  domain.Event
 }
 
-// appendEvents encodes and appends events to one stream with metadata m
-// (see appendResolving for an append whose outcome is unknown).
+// appendEvents encodes and appends events to one stream with metadata m,
+// each with its own schema version (see appendResolving for an append whose
+// outcome is unknown).
 func (h *Handler) appendEvents(ctx context.Context, name string, exp eventstore.ExpectedRevision, m eventstore.Metadata, evs ...pending) (eventstore.AppendResult, error) {
 	data := make([]eventstore.EventData, len(evs))
-	m.SchemaVersion = domain.SchemaVersion
 	for i, p := range evs {
+		m.SchemaVersion = domain.SchemaVersionOf(p.e)
 		d, err := eventstore.Encode(p.id, p.e, m)
 		if err != nil {
 			return eventstore.AppendResult{}, err

@@ -188,7 +188,7 @@ func (h *Handler) appendHolds(ctx context.Context, showID string, batch []*holdR
 		}
 		id := DerivedID(r.run.stream, "seats-held")
 		m := r.run.meta(now, "")
-		m.SchemaVersion = domain.SchemaVersion
+		m.SchemaVersion = domain.SchemaVersionOf(evs[0])
 		d, err := eventstore.Encode(id, evs[0], m)
 		if err != nil {
 			results[r] = holdResult{err: err}

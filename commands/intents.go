@@ -66,7 +66,16 @@ type intentRun struct {
 	created bool // this request recorded the intent or took it over
 	now     time.Time
 	command map[string]any
-	private map[string]any
+}
+
+// intentPrep is work a new intent needs right before it is recorded:
+// prepare runs just before IntentRecorded is appended under targetID (the
+// order flow holds the payment token in the key table there), and discard
+// undoes it when the intent was certainly not recorded under targetID (the
+// key was recorded by another request first). discard is best effort.
+type intentPrep struct {
+	prepare func(ctx context.Context, targetID string, now time.Time) error
+	discard func(ctx context.Context, targetID string)
 }
 
 // meta returns event metadata for events caused by this intent.
@@ -89,13 +98,23 @@ var StatusOf = func(err error) int { return 500 }
 //
 // validate, when not nil, runs only before a new intent is recorded: input
 // that is invalid at the database clock's now is refused without recording
-// anything, while a repeat still answers the intent's outcome.
-func (h *Handler) beginIntent(ctx context.Context, req Request, command, private map[string]any, validate func(now time.Time) error) (*intentRun, error) {
+// anything, while a repeat still answers the intent's outcome. prep, when
+// not nil, runs right before a new intent is recorded (see intentPrep).
+func (h *Handler) beginIntent(ctx context.Context, req Request, command map[string]any, prep *intentPrep, validate func(now time.Time) error) (*intentRun, error) {
 	stream := IntentStream(req.Actor, req.Operation, req.Key)
 	fp, err := Fingerprint(CanonicalVersion, req.Operation, command)
 	if err != nil {
 		return nil, err
 	}
+	// The target id is chosen once: prep's work under it stays valid when
+	// a lost race makes the loop record again.
+	targetID := NewID()
+	prepared, keep := false, false
+	defer func() {
+		if prepared && !keep {
+			prep.discard(context.WithoutCancel(ctx), targetID)
+		}
+	}()
 	var purgedAt *eventstore.Revision
 	for range 8 {
 		now, err := h.now(ctx)
@@ -127,10 +146,16 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command, private
 					return nil, err
 				}
 			}
+			if prep != nil && !prepared {
+				if err := prep.prepare(ctx, targetID, now); err != nil {
+					return nil, err
+				}
+				prepared = true
+			}
 			rec := domain.IntentRecorded{Actor: req.Actor, Operation: req.Operation, KeySHA256: sha256Hex([]byte(req.Key)),
-				Fingerprint: fp, CanonicalVersion: CanonicalVersion, Command: command, TargetID: NewID(),
-				Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease), Private: private}
-			run := &intentRun{req: req, stream: stream, created: true, now: now, command: command, private: private}
+				Fingerprint: fp, CanonicalVersion: CanonicalVersion, Command: command, TargetID: targetID,
+				Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease)}
+			run := &intentRun{req: req, stream: stream, created: true, now: now, command: command}
 			// If the answer is lost, appendEvents repeats this append (same
 			// event id, same expected revision) to learn whether the intent
 			// was recorded: success means it is, and this request is its
@@ -139,6 +164,9 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command, private
 			// lease.
 			res, err := h.appendEvents(ctx, stream, exp, run.meta(now, ""), pending{NewID(), rec})
 			var rc *eventstore.RevisionConflictError
+			if err != nil && !errors.As(err, &rc) {
+				keep = true // the append may have committed: keep what prep made for it
+			}
 			if errors.As(err, &rc) {
 				if rc.Actual >= 0 && purgedAt == nil {
 					// Purged earlier: the stream keeps its last revision.
@@ -150,6 +178,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command, private
 			if err != nil {
 				return nil, err
 			}
+			keep = true
 			run.intent.Apply(rec)
 			run.intent.RecordedAt = now
 			run.rev = res.NextRevision
@@ -175,10 +204,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command, private
 		if in.Rejection != nil {
 			return nil, rejectionOf(in.Rejection, true)
 		}
-		run := &intentRun{req: req, stream: stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command, private: in.Recorded.Private}
-		if private != nil {
-			run.private = private
-		}
+		run := &intentRun{req: req, stream: stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command}
 		return run, nil
 	}
 	return nil, domain.ErrContention.With("the idempotency key is being recorded concurrently; retry")

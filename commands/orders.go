@@ -11,8 +11,8 @@ import (
 )
 
 // PlaceOrderCommand is the normalized body of POST /v1/orders. PaymentToken
-// is a secret: it is fingerprinted as its SHA-256 and kept only in private
-// parts of events.
+// is a secret: it is fingerprinted as its SHA-256 and otherwise kept only
+// sealed under the order's data key (see keys.go), never in an intent.
 type PlaceOrderCommand struct {
 	ReservationID string
 	PaymentToken  string
@@ -43,8 +43,21 @@ type OrderResult struct {
 // ordered 409 with the caller's own order id, expired 410), answered the
 // same to every repeat; domain.ErrKeyReused, *InUseError, and
 // domain.ErrUnavailable-wrapped errors as for every intent.
+//
+// The token is held sealed in the key table under the new order's id before
+// the intent is recorded; a repeat finds it there.
 func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
-	run, err := h.beginIntent(ctx, req, cmd.Canonical(), map[string]any{"payment_token": cmd.PaymentToken}, nil)
+	prep := &intentPrep{
+		prepare: func(ctx context.Context, orderID string, now time.Time) error {
+			return h.holdToken(ctx, orderID, cmd.PaymentToken, now)
+		},
+		discard: func(ctx context.Context, orderID string) {
+			if err := h.shred(ctx, orderID); err != nil {
+				h.log.Warn("unused order key not deleted; the reconciler deletes it after the intent retention", "order_id", orderID, "err", err)
+			}
+		},
+	}
+	run, err := h.beginIntent(ctx, req, cmd.Canonical(), prep, nil)
 	if err != nil {
 		return OrderResult{}, err
 	}
@@ -79,7 +92,7 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 				return OrderResult{}, err
 			}
 			if !res.Exists() || res.Actor != req.Actor {
-				return OrderResult{}, h.reject(ctx, run, domain.ErrReservationNotFound, "")
+				return OrderResult{}, h.rejectOrder(ctx, run, domain.ErrReservationNotFound, "")
 			}
 			return OrderResult{}, h.rejectClaimed(ctx, run, c)
 		}
@@ -103,7 +116,7 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 		evs, derr := domain.DecideClaim(c, res, domain.ClaimOrder{ReservationID: cmd.ReservationID,
 			OrderID: run.targetID(), Actor: req.Actor, Intent: run.stream}, now)
 		if len(evs) == 0 && derr != nil {
-			return OrderResult{}, h.reject(ctx, run, asDomain(derr), "")
+			return OrderResult{}, h.rejectOrder(ctx, run, asDomain(derr), "")
 		}
 		id := DerivedID(run.stream, "order-claimed")
 		if _, ok := evs[0].(domain.ExpiryClaimed); ok {
@@ -126,12 +139,11 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 			if err := h.finishExpiry(ctx, evs[0].(domain.ExpiryClaimed), id, run.meta(now, id)); err != nil {
 				return OrderResult{}, err
 			}
-			return OrderResult{}, h.reject(ctx, run, asDomain(derr), "")
+			return OrderResult{}, h.rejectOrder(ctx, run, asDomain(derr), "")
 		}
 		h.step("order.claimed")
 	}
-	token, _ := run.private["payment_token"].(string)
-	if _, err := h.finishClaim(ctx, claim.Order, claimID, token); err != nil {
+	if _, err := h.finishClaim(ctx, claim.Order, claimID); err != nil {
 		return OrderResult{}, err
 	}
 	h.step("order.placed")
@@ -142,16 +154,29 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 // same whether the expiry job or a late order request writes it.
 func ExpiryClaimID(reservationID string) string { return DerivedID(reservationID, "expiry-claimed") }
 
+// rejectOrder records the refusal of an order intent (see reject): its
+// order never exists, so the key held for it is deleted.
+func (h *Handler) rejectOrder(ctx context.Context, run *intentRun, derr *domain.Error, resourceID string) error {
+	err := h.reject(ctx, run, derr, resourceID)
+	var rej *Rejection
+	if errors.As(err, &rej) {
+		if serr := h.shred(ctx, run.targetID()); serr != nil {
+			h.log.Warn("key of a refused order not deleted yet; the process manager retries", "order_id", run.targetID(), "err", serr)
+		}
+	}
+	return err
+}
+
 // rejectClaimed records the refusal of an order whose reservation was
 // claimed by something else.
 func (h *Handler) rejectClaimed(ctx context.Context, run *intentRun, c domain.Claim) error {
 	if c.Kind == domain.ClaimKindExpiry {
-		return h.reject(ctx, run, domain.ErrReservationExpired, "")
+		return h.rejectOrder(ctx, run, domain.ErrReservationExpired, "")
 	}
 	if c.Actor == run.req.Actor {
-		return h.reject(ctx, run, domain.ErrReservationAlreadyOrdered.With("the reservation already has order "+c.OrderID), c.OrderID)
+		return h.rejectOrder(ctx, run, domain.ErrReservationAlreadyOrdered.With("the reservation already has order "+c.OrderID), c.OrderID)
 	}
-	return h.reject(ctx, run, domain.ErrReservationAlreadyOrdered, "")
+	return h.rejectOrder(ctx, run, domain.ErrReservationAlreadyOrdered, "")
 }
 
 func (h *Handler) loadClaim(ctx context.Context, reservationID string) (domain.Claim, *stream, error) {
@@ -166,19 +191,36 @@ func (h *Handler) loadClaim(ctx context.Context, reservationID string) (domain.C
 // finishClaim does the follow-ups of an order claim: OrderPlaced on the
 // order stream and the reservation marked ordered, each with a deterministic
 // id; placed reports whether the OrderPlaced append succeeded (true also for
-// an idempotent repeat of it). token may be empty when it is not known (the intent expired); the payment then fails.
-func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimID, token string) (placed bool, err error) {
+// an idempotent repeat of it). OrderPlaced carries the sealed token held in
+// the key table, which is then dropped from there; without a token (the
+// intent expired, or its key is gone) the payment fails.
+func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimID string) (placed bool, err error) {
+	before, _, err := h.LoadOrder(ctx, c.OrderID)
+	if err != nil {
+		return false, err
+	}
+	var sealed []byte
+	if !before.Exists() {
+		if sealed, err = h.sealedTokenOf(ctx, c); err != nil {
+			return false, err
+		}
+	}
 	now, err := h.now(ctx)
 	if err != nil {
 		return false, err
 	}
 	m := eventstore.Metadata{Actor: c.Actor, Intent: c.Intent, CausationID: claimID, OccurredAt: now}
-	ev := domain.PlacedFrom(c, now.Add(h.cfg.PaymentDeadline), token)
+	ev := domain.PlacedFrom(c, now.Add(h.cfg.PaymentDeadline), sealed)
 	_, err = h.appendEvents(ctx, domain.OrderStream(c.OrderID), eventstore.NoStream(), m, pending{DerivedID(claimID, "order-placed"), ev})
 	if err != nil && !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return false, err
 	}
 	placed = err == nil
+	if placed && !before.Exists() {
+		if err := h.keys.Placed(ctx, c.OrderID, ev.PaymentDeadline); err != nil {
+			h.log.Warn("held token not dropped yet; the process manager retries", "order_id", c.OrderID, "err", err)
+		}
+	}
 	return placed, h.appendFollowUp(ctx, domain.ReservationStream(c.ReservationID), m, func(s *stream) []pending {
 		r := fold[domain.Reservation](s.events)
 		evs := r.MarkOrdered(c.OrderID)

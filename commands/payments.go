@@ -186,7 +186,7 @@ func (h *Handler) paymentStep(ctx context.Context, o domain.Order, s *stream, no
 		return stepAgain, h.takeOverAttempt(ctx, o, s, *last, now)
 	case !settled:
 		return stepDone, nil // outside the window a new attempt waits for the last send to settle
-	case o.PaymentToken == "":
+	case !o.HasPaymentToken():
 		return stepDone, h.endOrder(ctx, o, s, []domain.Event{domain.OrderFailed{OrderID: o.ID, Reason: domain.FailNoAttempt}},
 			"a new attempt is impossible: the payment token is gone")
 	default:
@@ -209,15 +209,38 @@ func (h *Handler) insideWindow(a domain.Attempt, now time.Time) bool {
 // startAttempt appends PaymentAttemptStarted for attempt n with this process
 // as the lease owner, at the revision o was loaded at. errRetry on a lost
 // race or a refusal (the caller reloads and decides again).
+//
+// The token is opened under the order's data key and the request bytes are
+// sealed under it; with the key gone (or no token) the order fails, as no
+// attempt can start.
 func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n int, now time.Time, st *driveState) error {
-	if o.PaymentToken == "" {
-		return h.endOrder(ctx, o, s, []domain.Event{domain.OrderFailed{OrderID: o.ID, Reason: domain.FailNoAttempt}}, "no payment token")
+	noToken := func(why string) error {
+		return h.endOrder(ctx, o, s, []domain.Event{domain.OrderFailed{OrderID: o.ID, Reason: domain.FailNoAttempt}}, why)
 	}
-	req := provider.NewChargeRequest(o.Amount.Amount, o.Amount.Currency, o.PaymentToken, o.ID, n)
+	if !o.HasPaymentToken() {
+		return noToken("no payment token")
+	}
+	dk, err := h.orderKey(ctx, o, true)
+	if errors.Is(err, errKeyGone) {
+		return noToken("the payment token is gone: the order's data key was deleted")
+	}
+	if err != nil {
+		return err
+	}
+	token := o.PaymentToken
+	if token == "" {
+		pt, err := dk.Open(o.SealedPaymentToken, TokenAAD(o.ID))
+		if err != nil {
+			h.log.Error("an order's sealed payment token does not open under its data key", "order_id", o.ID, "err", err)
+			return fmt.Errorf("order %s: payment token: %w", o.ID, err)
+		}
+		token = string(pt)
+	}
+	req := provider.NewChargeRequest(o.Amount.Amount, o.Amount.Currency, token, o.ID, n)
 	req.Description = fmt.Sprintf("%d ticket(s), order %s", o.Quantity, o.ID)
 	body := req.Body()
 	evs, err := o.Start(domain.StartAttempt{N: n, ProviderKey: h.ProviderKey(o.ID, n), Owner: h.cfg.Executor,
-		LeaseUntil: now.Add(h.cfg.PaymentLease), RequestSHA256: sha256Hex(body), RequestBody: string(body),
+		LeaseUntil: now.Add(h.cfg.PaymentLease), RequestSHA256: sha256Hex(body), SealedRequestBody: dk.Seal(body, RequestAAD(o.ID, n)),
 		Settle: h.cfg.SettleMargin}, now)
 	if err != nil {
 		h.log.Debug("payment attempt not started", "order_id", o.ID, "attempt", n, "why", err)
@@ -326,6 +349,19 @@ func (h *Handler) ownCharge(orderID string, ch provider.Charge) bool {
 // time just read, so a process paused past its lease cannot start the call),
 // then records the outcome as a fact.
 func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, now time.Time, st *driveState) (step, error) {
+	body, err := h.requestBody(ctx, o, a)
+	if errors.Is(err, errKeyGone) {
+		// A key is deleted once the order can send no more (a cancel came
+		// first, or the deadline passed): nothing is sent, and this call
+		// still knows whether it ever sent under its lease (st.unsent), so
+		// a cancel can finish at once. Decide again on a fresh reading.
+		h.log.Info("payment attempt not sent: the order's data key is gone", "order_id", o.ID, "attempt", a.N)
+		return stepLater, nil
+	}
+	if err != nil {
+		h.log.Warn("payment attempt not sent: its request bytes cannot be read", "order_id", o.ID, "attempt", a.N, "err", err)
+		return stepDone, err
+	}
 	st.unsent = 0
 	start := time.Now()
 	deadline := start.Add(h.cfg.ProviderTimeout)
@@ -334,7 +370,7 @@ func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, no
 	}
 	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	h.step("payment.fenced")
-	ch, err := h.payments.CreateChargeRaw(sctx, a.ProviderKey, []byte(a.RequestBody))
+	ch, err := h.payments.CreateChargeRaw(sctx, a.ProviderKey, body)
 	cancel()
 	h.step("payment.sent")
 	var apiErr *provider.APIError
@@ -375,6 +411,13 @@ func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, no
 		if a.N > 1 {
 			res.FailReason = domain.FailNoAttempt
 		}
+	case errors.Is(err, provider.ErrUnauthorized):
+		// The provider refused our API key before executing anything: a
+		// configuration fault to alert on, never a decline. The reconciler
+		// retries once it is fixed.
+		h.metrics.Reconciliation("provider_unauthorized")
+		h.log.Error("the provider refused the API key; nothing was charged", "order_id", o.ID, "attempt", a.N, "err", err)
+		return stepDone, unavailable(err)
 	case errors.Is(err, provider.ErrUnavailable):
 		// Nothing was sent (also when the fence ran out before the call):
 		// the reconciler retries.
@@ -506,6 +549,11 @@ func (h *Handler) afterOrderEvents(ctx context.Context, orderID string, evs []do
 		return err
 	}
 	for _, e := range evs {
+		if endsSending(e) {
+			if err := h.shred(ctx, orderID); err != nil {
+				h.log.Warn("order key not deleted yet; the process manager retries", "order_id", orderID, "err", err)
+			}
+		}
 		switch e := e.(type) {
 		case domain.OrderFailed:
 			if err := h.finishOrderEnd(ctx, o, domain.ReleasePaymentFailed, DerivedID(orderID, "OrderFailed")); err != nil {

@@ -18,6 +18,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/retrysafe/booking/commands/envelope"
+	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgstore"
@@ -51,7 +53,9 @@ func (c *pgClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 // pgFix is a database, a simulator, and a show with seats to order.
 type pgFix struct {
 	t      *testing.T
+	pool   *pgxpool.Pool
 	store  *pgstore.Store
+	keys   *keystore.Store
 	clock  *pgClock
 	sim    *providersim.Server
 	client *provider.Client
@@ -65,7 +69,8 @@ func newPGFix(t *testing.T, simCfg providersim.Config) *pgFix {
 	t.Helper()
 	dbURL := pgtest.NewDatabase(t)
 	pool := pgtest.NewPool(t, dbURL)
-	f := &pgFix{t: t, store: pgstore.New(pool), clock: &pgClock{pool: pool}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f := &pgFix{t: t, pool: pool, store: pgstore.New(pool), keys: keystore.New(pool, testKeyring(t)), clock: &pgClock{pool: pool},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if testing.Verbose() {
 		f.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -82,6 +87,20 @@ func newPGFix(t *testing.T, simCfg providersim.Config) *pgFix {
 	// transport, so the tests see the outcome-unknown path every time.
 	f.client = provider.New(simSrv.URL, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second})
 	return f
+}
+
+// testKeyring returns a keyring of one fresh master key.
+func testKeyring(tb testing.TB) *envelope.Keyring {
+	tb.Helper()
+	entry, err := envelope.GenerateMasterKey("test")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r, err := envelope.ParseKeyring(entry)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r
 }
 
 type testWriter struct{ t *testing.T }
@@ -122,7 +141,7 @@ func (f *pgFix) handler(executor string, tune func(*Config), opts ...Option) *Ha
 	if tune != nil {
 		tune(&cfg)
 	}
-	h := New(cfg, f.store, f.clock, f.client, newTestRegistry(), f.log.With("executor", executor), opts...)
+	h := New(cfg, f.store, f.clock, f.client, newTestRegistry(), f.log.With("executor", executor), append([]Option{WithKeys(f.keys)}, opts...)...)
 	f.recv.CompareAndSwap(nil, h)
 	return h
 }

@@ -43,6 +43,7 @@ type payFix struct {
 	clock   *fakeClock
 	pay     *fakePayments
 	metrics *recordingMetrics
+	keys    *memKeys
 	cfg     Config
 	h       *Handler
 	base    int // order events before the test's when
@@ -58,8 +59,27 @@ func payConfig() Config {
 // ordered reservation, then appends given to the order stream.
 func newPayFix(t *testing.T, cfg Config, token string, faults []chargeFault, given ...domain.Event) *payFix {
 	t.Helper()
+	keys := newMemKeys()
+	// The order's data key, as PlaceOrder and its follow-up leave it.
+	var sealed []byte
+	if token != "" {
+		dk := testDataKey(payOrder)
+		sealed = dk.Seal([]byte(token), TokenAAD(payOrder))
+		if _, err := keys.Create(context.Background(), payOrder, dk, nil, payT0.Add(cfg.PaymentDeadline)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	placed := domain.PlacedFrom(domain.OrderClaimed{ReservationID: payRes, OrderID: payOrder, ShowID: payShow, Actor: payActor,
+		Intent: payIntent, Quantity: 2, Amount: payAmount}, payT0.Add(cfg.PaymentDeadline), sealed)
+	return newPayFixPlaced(t, cfg, keys, placed, faults, given...)
+}
+
+// newPayFixPlaced is newPayFix with the order's first event and key table given.
+func newPayFixPlaced(t *testing.T, cfg Config, keys *memKeys, placed domain.OrderPlaced, faults []chargeFault, given ...domain.Event) *payFix {
+	t.Helper()
 	f := &payFix{t: t, store: newMemStore(), clock: newFakeClock(payT0), pay: newFakePayments(faults...), metrics: newRecordingMetrics(), cfg: cfg}
 	f.store.clock = f.clock
+	f.keys = keys
 	f.h = f.handler(cfg)
 	mustAppend(t, f.store, domain.ShowStream(payShow),
 		domain.ShowScheduled{ShowID: payShow, Name: "Pay Show", StartsAt: payT0.Add(48 * time.Hour), Capacity: 10, Price: payPrice},
@@ -67,8 +87,6 @@ func newPayFix(t *testing.T, cfg Config, token string, faults []chargeFault, giv
 	mustAppend(t, f.store, domain.ReservationStream(payRes),
 		domain.ReservationHeld{ReservationID: payRes, ShowID: payShow, Actor: payActor, Quantity: 2, Amount: payAmount, ExpiresAt: payT0.Add(10 * time.Minute)},
 		domain.ReservationOrdered{ReservationID: payRes, OrderID: payOrder})
-	placed := domain.PlacedFrom(domain.OrderClaimed{ReservationID: payRes, OrderID: payOrder, ShowID: payShow, Actor: payActor,
-		Intent: payIntent, Quantity: 2, Amount: payAmount}, payT0.Add(cfg.PaymentDeadline), token)
 	mustAppend(t, f.store, domain.OrderStream(payOrder), placed)
 	if len(given) > 0 {
 		mustAppend(t, f.store, domain.OrderStream(payOrder), given...)
@@ -80,7 +98,7 @@ func newPayFix(t *testing.T, cfg Config, token string, faults []chargeFault, giv
 // handler returns a handler on the fixture's fakes with cfg (another
 // executor id makes another process).
 func (f *payFix) handler(cfg Config) *Handler {
-	return New(cfg, f.store, f.clock, f.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithMetrics(f.metrics))
+	return New(cfg, f.store, f.clock, f.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithMetrics(f.metrics), WithKeys(f.keys))
 }
 
 // appended returns the types of the order events appended since the fixture was built.
@@ -109,7 +127,8 @@ func payStarted(n int, owner string, first, until time.Time) domain.PaymentAttem
 	req.Description = fmt.Sprintf("2 ticket(s), order %s", payOrder)
 	body := req.Body()
 	return domain.PaymentAttemptStarted{OrderID: payOrder, Attempt: n, ProviderKey: payKey(n), Owner: owner, LeaseUntil: until,
-		Amount: payAmount, StartedAt: first, RequestSHA256: sha256Hex(body), Private: &domain.AttemptPrivate{RequestBody: string(body)}}
+		Amount: payAmount, StartedAt: first, RequestSHA256: sha256Hex(body),
+		Private: &domain.AttemptPrivate{SealedRequestBody: testDataKey(payOrder).Seal(body, RequestAAD(payOrder, n))}}
 }
 
 var (

@@ -54,7 +54,12 @@ func (h *Handler) RunReconciler(ctx context.Context, pending PendingOrders, inte
 // ReconcilePass reconciles every order pending.PendingOrders lists, once. It
 // returns how many orders it looked at, and the listing's error (an order's
 // failure is logged, not returned). It blocks until the pass is done.
+//
+// The pass first deletes the order keys that are due (ShredDue): keys of
+// orders whose payment deadline passed, and keys held for orders never
+// placed within the intent retention. A failure there is logged.
 func (h *Handler) ReconcilePass(ctx context.Context, pending PendingOrders) (int, error) {
+	h.shredDue(ctx)
 	sem := make(chan struct{}, reconcileWorkers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -109,4 +114,19 @@ func (h *Handler) ReconcileOrder(ctx context.Context, orderID string) error {
 		firstErr = err
 	}
 	return firstErr
+}
+
+// shredDue deletes the order keys due by the database clock; a failure is
+// logged and the next pass retries.
+func (h *Handler) shredDue(ctx context.Context) {
+	now, err := h.now(ctx)
+	if err == nil {
+		var n int64
+		if n, err = h.keys.ShredDue(ctx, now); err == nil && n > 0 {
+			h.log.Info("order keys deleted: payment deadline or intent retention passed", "keys", n)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		h.log.Warn("due order keys not deleted yet; next pass retries", "err", err)
+	}
 }

@@ -256,7 +256,7 @@ func (h *Handler) loadRun(ctx context.Context, stream string) (*intentRun, error
 	}
 	in.RecordedAt = s.records[0].RecordedAt
 	req := Request{Actor: in.Recorded.Actor, Operation: in.Recorded.Operation, CorrelationID: "recovery"}
-	return &intentRun{req: req, stream: stream, intent: in, rev: s.last, command: in.Recorded.Command, private: in.Recorded.Private}, nil
+	return &intentRun{req: req, stream: stream, intent: in, rev: s.last, command: in.Recorded.Command}, nil
 }
 
 // recoverIntent resumes one intent if it is live, has no rejection and its

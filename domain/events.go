@@ -9,10 +9,32 @@ type Event interface {
 	EventType() string
 }
 
-// SchemaVersion is the schema version of every event type defined here. It is
-// written into each event's metadata so a future version can upcast old
-// events; golden files in testdata/ pin the encoding of version 1.
+// SchemaVersion is the schema version of the event types whose shape never
+// changed (version 1). Each event's schema version (SchemaVersionOf) is
+// written into its metadata; golden files in testdata/events pin the encoding
+// of every version, and every version ever written still decodes.
 const SchemaVersion = 1
+
+// SchemaVersionOf returns the schema version written with e today:
+//
+//   - 2 for OrderPlaced and PaymentAttemptStarted, whose private part holds
+//     the payment token and the provider request bytes only sealed under
+//     the order's data key (version 1 held them in clear);
+//   - 2 for IntentRecorded, which no longer has a private part: the payment
+//     token is held sealed in the key table until the order carries it
+//     (version 1 held it in clear);
+//   - SchemaVersion for every other type.
+//
+// Version 1 events decode into the same Go types: their clear fields
+// (OrderPrivate.PaymentToken, AttemptPrivate.RequestBody,
+// IntentRecorded.Private) are read but never written again.
+func SchemaVersionOf(e Event) int {
+	switch e.(type) {
+	case OrderPlaced, PaymentAttemptStarted, IntentRecorded:
+		return 2
+	}
+	return SchemaVersion
+}
 
 // Money is an amount in integer minor units (cents for EUR/USD) of an ISO 4217
 // currency.
@@ -122,7 +144,8 @@ type ExpiryClaimed struct {
 
 // OrderPlaced opens an order stream; it follows from OrderClaimed.
 // PaymentDeadline bounds how long payment attempts may go on. Private holds
-// the payment token and is never projected, published, logged or shown.
+// the payment token (sealed since schema version 2) and is never projected,
+// published, logged or shown; it is absent when the token was not known.
 type OrderPlaced struct {
 	OrderID         string        `json:"order_id"`
 	ReservationID   string        `json:"reservation_id"`
@@ -135,9 +158,14 @@ type OrderPlaced struct {
 	Private         *OrderPrivate `json:"private,omitempty"`
 }
 
-// OrderPrivate is the secret part of OrderPlaced.
+// OrderPrivate is the secret part of OrderPlaced. Version 2 holds
+// SealedPaymentToken: the token sealed (AES-256-GCM) under the order's data
+// key, which lives outside the log and is deleted once the order can send no
+// more, after which the bytes are unreadable. Version 1 held PaymentToken in
+// clear; it is still decoded, never written.
 type OrderPrivate struct {
-	PaymentToken string `json:"payment_token"`
+	PaymentToken       string `json:"payment_token,omitempty"`
+	SealedPaymentToken []byte `json:"sealed_payment_token,omitempty"`
 }
 
 // PaymentAttemptStarted starts (or, with the same Attempt, takes over) payment
@@ -146,8 +174,10 @@ type OrderPrivate struct {
 // this event is the lease's fencing token. StartedAt is when the attempt was
 // first started (a takeover keeps it): the provider's idempotency window for
 // ProviderKey is measured from it. RequestSHA256 is the hex SHA-256 of
-// the exact request body; Private.RequestBody holds those bytes so every send
-// of the attempt is byte-identical, even across deploys.
+// the exact request body; the first start of an attempt holds those bytes in
+// Private (sealed since schema version 2) so every send of the attempt is
+// byte-identical, even across deploys. Renewals and takeovers carry no
+// Private: they keep the first start's bytes.
 type PaymentAttemptStarted struct {
 	OrderID       string          `json:"order_id"`
 	Attempt       int             `json:"attempt"`
@@ -160,9 +190,13 @@ type PaymentAttemptStarted struct {
 	Private       *AttemptPrivate `json:"private,omitempty"`
 }
 
-// AttemptPrivate is the secret part of PaymentAttemptStarted.
+// AttemptPrivate is the secret part of PaymentAttemptStarted. Version 2
+// holds SealedRequestBody: the request bytes sealed under the order's data
+// key (see OrderPrivate). Version 1 held RequestBody in clear; it is still
+// decoded, never written.
 type AttemptPrivate struct {
-	RequestBody string `json:"request_body"`
+	RequestBody       string `json:"request_body,omitempty"`
+	SealedRequestBody []byte `json:"sealed_request_body,omitempty"`
 }
 
 // PaymentSucceeded records that the provider charged ChargeID for Attempt.
@@ -271,7 +305,10 @@ type OrderNeedsReview struct {
 // idempotency key. Fingerprint is the hex SHA-256 of the canonical form
 // (version CanonicalVersion) of Command, the normalized command. TargetID is
 // the resource the intent creates. Executor holds the intent's lease until
-// LeaseUntil. Private holds the command's secrets (the payment token).
+// LeaseUntil. Private held the command's secrets (the payment token) in
+// clear in schema version 1; it is still decoded, never written: since
+// version 2 an order's token is held sealed in the key table, outside every
+// intent stream.
 type IntentRecorded struct {
 	Actor            string         `json:"actor"`
 	Operation        string         `json:"operation"`
@@ -335,8 +372,6 @@ func (ExpiryClaimed) EventType() string { return "ExpiryClaimed" }
 func (OrderPlaced) EventType() string { return "OrderPlaced" }
 
 // EventType returns "PaymentAttemptStarted", the stable type name.
-
-// EventType returns "PaymentAttemptStarted", the stable type name.
 func (PaymentAttemptStarted) EventType() string { return "PaymentAttemptStarted" }
 
 // EventType returns "PaymentSucceeded", the stable type name.
@@ -344,8 +379,6 @@ func (PaymentSucceeded) EventType() string { return "PaymentSucceeded" }
 
 // EventType returns "PaymentFailed", the stable type name.
 func (PaymentFailed) EventType() string { return "PaymentFailed" }
-
-// EventType returns "PaymentOutcomeUnknown", the stable type name.
 
 // EventType returns "PaymentOutcomeUnknown", the stable type name.
 func (PaymentOutcomeUnknown) EventType() string { return "PaymentOutcomeUnknown" }

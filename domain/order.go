@@ -38,9 +38,12 @@ type Attempt struct {
 	LeaseUntil    time.Time
 	StartedAt     time.Time
 	RequestSHA256 string
-	RequestBody   string
-	Outcome       string
-	ChargeID      string
+	// SealedRequestBody is the request sealed under the order's data key
+	// (schema version 2); RequestBody the clear bytes of a version-1 event.
+	SealedRequestBody []byte
+	RequestBody       string
+	Outcome           string
+	ChargeID          string
 	// Takeovers counts the lease starts of the attempt after the first
 	// (renewals by the owner and takeovers by another executor).
 	Takeovers int
@@ -78,8 +81,11 @@ type Order struct {
 	Quantity        int
 	Amount          Money
 	PaymentDeadline time.Time
-	PaymentToken    string
-	Status          string
+	// SealedPaymentToken is the token sealed under the order's data key
+	// (schema version 2); PaymentToken the clear token of a version-1 event.
+	SealedPaymentToken []byte
+	PaymentToken       string
+	Status             string
 	// FirstOutcome is the first final payment outcome ("confirmed",
 	// "cancelled" or an OrderFailed reason); it fixes the status of replays
 	// of the creating intent.
@@ -101,6 +107,10 @@ type Order struct {
 
 // Exists reports whether the order stream has been opened.
 func (o *Order) Exists() bool { return o.Status != "" }
+
+// HasPaymentToken reports whether the order carries a payment token (sealed,
+// or in clear from a version-1 event). Without one no attempt can start.
+func (o *Order) HasPaymentToken() bool { return o.PaymentToken != "" || len(o.SealedPaymentToken) > 0 }
 
 // LastAttempt returns the current attempt, or nil before the first.
 func (o *Order) LastAttempt() *Attempt {
@@ -152,12 +162,14 @@ func (o *Order) PendingRefunds() []Refund {
 	return out
 }
 
-// PlacedFrom derives OrderPlaced from the order claim.
-func PlacedFrom(c OrderClaimed, deadline time.Time, token string) OrderPlaced {
+// PlacedFrom derives OrderPlaced from the order claim. sealedToken is the
+// payment token sealed under the order's data key, nil when it is not known
+// (the order's payment then fails).
+func PlacedFrom(c OrderClaimed, deadline time.Time, sealedToken []byte) OrderPlaced {
 	p := OrderPlaced{OrderID: c.OrderID, ReservationID: c.ReservationID, ShowID: c.ShowID, Actor: c.Actor,
 		Intent: c.Intent, Quantity: c.Quantity, Amount: c.Amount, PaymentDeadline: deadline.UTC()}
-	if token != "" {
-		p.Private = &OrderPrivate{PaymentToken: token}
+	if len(sealedToken) > 0 {
+		p.Private = &OrderPrivate{SealedPaymentToken: sealedToken}
 	}
 	return p
 }
@@ -170,7 +182,7 @@ func (o *Order) Apply(e Event) {
 			Quantity: e.Quantity, Amount: e.Amount, PaymentDeadline: e.PaymentDeadline, Status: OrderStatusPending,
 			Refunds: map[string]*Refund{}, Charges: map[string]ChargeFact{}}
 		if e.Private != nil {
-			o.PaymentToken = e.Private.PaymentToken
+			o.PaymentToken, o.SealedPaymentToken = e.Private.PaymentToken, e.Private.SealedPaymentToken
 		}
 	case PaymentAttemptStarted:
 		if last := o.LastAttempt(); last != nil && last.N == e.Attempt {
@@ -183,7 +195,7 @@ func (o *Order) Apply(e Event) {
 		a := Attempt{N: e.Attempt, ProviderKey: e.ProviderKey, Owner: e.Owner, LeaseUntil: e.LeaseUntil,
 			StartedAt: e.StartedAt, RequestSHA256: e.RequestSHA256}
 		if e.Private != nil {
-			a.RequestBody = e.Private.RequestBody
+			a.RequestBody, a.SealedRequestBody = e.Private.RequestBody, e.Private.SealedRequestBody
 		}
 		o.Attempts = append(o.Attempts, a)
 	case PaymentSucceeded:
@@ -258,7 +270,9 @@ type StartAttempt struct {
 	Owner         string
 	LeaseUntil    time.Time
 	RequestSHA256 string
-	RequestBody   string
+	// SealedRequestBody is the new attempt's request, sealed by the caller
+	// under the order's data key; ignored for a renewal or takeover.
+	SealedRequestBody []byte
 	// Settle is the settling margin: a new attempt starts only when the
 	// previous attempt's lease ended at least Settle ago, so that its last
 	// send (begun at least ProviderTimeout + SendMargin before the lease's
@@ -293,7 +307,7 @@ func (o *Order) Start(cmd StartAttempt, now time.Time) ([]Event, error) {
 	}
 	ev := PaymentAttemptStarted{OrderID: o.ID, Attempt: cmd.N, ProviderKey: cmd.ProviderKey, Owner: cmd.Owner,
 		LeaseUntil: cmd.LeaseUntil.UTC(), Amount: o.Amount, StartedAt: now.UTC(), RequestSHA256: cmd.RequestSHA256,
-		Private: &AttemptPrivate{RequestBody: cmd.RequestBody}}
+		Private: &AttemptPrivate{SealedRequestBody: cmd.SealedRequestBody}}
 	last := o.LastAttempt()
 	switch {
 	case last == nil && cmd.N == 1:
@@ -305,7 +319,7 @@ func (o *Order) Start(cmd StartAttempt, now time.Time) ([]Event, error) {
 			return nil, ErrAttemptNotAllowed.With("lease held by another owner")
 		}
 		ev.ProviderKey, ev.RequestSHA256, ev.StartedAt = last.ProviderKey, last.RequestSHA256, last.StartedAt
-		ev.Private = &AttemptPrivate{RequestBody: last.RequestBody}
+		ev.Private = nil // the first start holds the bytes
 	case last != nil && cmd.N == last.N+1:
 		if last.Outcome == OutcomeSucceeded || last.Outcome == OutcomeFailed {
 			return nil, ErrAttemptNotAllowed.With("previous attempt has an outcome")

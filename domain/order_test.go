@@ -37,13 +37,13 @@ var (
 
 func ordPlaced() domain.OrderPlaced {
 	return domain.OrderPlaced{OrderID: ordID, ReservationID: ordResID, ShowID: ordShowID, Actor: ordActor, Intent: ordIntent,
-		Quantity: 2, Amount: ordAmount, PaymentDeadline: ordDeadline, Private: &domain.OrderPrivate{PaymentToken: "tok_visa"}}
+		Quantity: 2, Amount: ordAmount, PaymentDeadline: ordDeadline, Private: &domain.OrderPrivate{SealedPaymentToken: []byte("sealed tok_visa")}}
 }
 
 // ordStarted is attempt n started at at by owner, with a lease of ordLease.
 func ordStarted(n int, owner string, at time.Time) domain.PaymentAttemptStarted {
 	return domain.PaymentAttemptStarted{OrderID: ordID, Attempt: n, ProviderKey: ordKey(n), Owner: owner, LeaseUntil: at.Add(ordLease),
-		Amount: ordAmount, StartedAt: at, RequestSHA256: "sha-" + ordKey(n), Private: &domain.AttemptPrivate{RequestBody: "body-" + ordKey(n)}}
+		Amount: ordAmount, StartedAt: at, RequestSHA256: "sha-" + ordKey(n), Private: &domain.AttemptPrivate{SealedRequestBody: []byte("sealed body-" + ordKey(n))}}
 }
 
 func ordKey(n int) string { return "order-" + ordID + "-" + string(rune('0'+n)) }
@@ -72,7 +72,7 @@ func TestOrderStart(t *testing.T) {
 	t.Parallel()
 	start := func(n int, owner string, at time.Time) domain.StartAttempt {
 		return domain.StartAttempt{N: n, ProviderKey: ordKey(n), Owner: owner, LeaseUntil: at.Add(ordLease),
-			RequestSHA256: "sha-" + ordKey(n), RequestBody: "body-" + ordKey(n), Settle: ordSettle}
+			RequestSHA256: "sha-" + ordKey(n), SealedRequestBody: []byte("sealed body-" + ordKey(n)), Settle: ordSettle}
 	}
 	expired := ordNow.Add(ordLease)
 	tests := []struct {
@@ -88,12 +88,11 @@ func TestOrderStart(t *testing.T) {
 			want: []domain.Event{ordStarted(1, ordOwnerA, ordNow)}},
 		{name: "No attempt starts at or after the payment deadline.",
 			given: []domain.Event{ordPlaced()}, when: start(1, ordOwnerA, ordDeadline), now: ordDeadline, wantErr: domain.ErrAttemptNotAllowed},
-		{name: "A takeover after the lease expired keeps the key, the request bytes and the first start.",
+		{name: "A takeover after the lease expired keeps the key, the request hash and the first start; the first start keeps the bytes.",
 			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)},
-			when:  domain.StartAttempt{N: 1, Owner: ordOwnerB, LeaseUntil: expired.Add(ordLease)}, now: expired,
+			when:  domain.StartAttempt{N: 1, Owner: ordOwnerB, LeaseUntil: expired.Add(ordLease), SealedRequestBody: []byte("ignored")}, now: expired,
 			want: []domain.Event{domain.PaymentAttemptStarted{OrderID: ordID, Attempt: 1, ProviderKey: ordKey(1), Owner: ordOwnerB,
-				LeaseUntil: expired.Add(ordLease), Amount: ordAmount, StartedAt: ordNow, RequestSHA256: "sha-" + ordKey(1),
-				Private: &domain.AttemptPrivate{RequestBody: "body-" + ordKey(1)}}}},
+				LeaseUntil: expired.Add(ordLease), Amount: ordAmount, StartedAt: ordNow, RequestSHA256: "sha-" + ordKey(1)}}},
 		{name: "A takeover one nanosecond before the lease's end is refused.",
 			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)},
 			when:  domain.StartAttempt{N: 1, Owner: ordOwnerB, LeaseUntil: expired.Add(ordLease)}, now: expired.Add(-time.Nanosecond),
@@ -102,8 +101,7 @@ func TestOrderStart(t *testing.T) {
 			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)},
 			when:  domain.StartAttempt{N: 1, Owner: ordOwnerA, LeaseUntil: ordNow.Add(time.Minute)}, now: ordNow.Add(10 * time.Second),
 			want: []domain.Event{domain.PaymentAttemptStarted{OrderID: ordID, Attempt: 1, ProviderKey: ordKey(1), Owner: ordOwnerA,
-				LeaseUntil: ordNow.Add(time.Minute), Amount: ordAmount, StartedAt: ordNow, RequestSHA256: "sha-" + ordKey(1),
-				Private: &domain.AttemptPrivate{RequestBody: "body-" + ordKey(1)}}}},
+				LeaseUntil: ordNow.Add(time.Minute), Amount: ordAmount, StartedAt: ordNow, RequestSHA256: "sha-" + ordKey(1)}}},
 		{name: "A lease that would end before now is refused.",
 			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)},
 			when:  domain.StartAttempt{N: 1, Owner: ordOwnerA, LeaseUntil: ordNow}, now: ordNow.Add(time.Second), wantErr: domain.ErrAttemptNotAllowed},
@@ -512,5 +510,56 @@ func TestOrderNetCharged(t *testing.T) {
 	}
 	if len(o.PendingRefunds()) != 0 {
 		t.Errorf("PendingRefunds() = %v, want none", o.PendingRefunds())
+	}
+}
+
+// TestOrderSecrets: the order keeps the sealed token and the first start's
+// sealed request bytes (schema version 2), and still reads the clear ones
+// of version-1 events; renewals and takeovers keep the first start's bytes.
+func TestOrderSecrets(t *testing.T) {
+	t.Parallel()
+	claim := domain.OrderClaimed{ReservationID: ordResID, OrderID: ordID, ShowID: ordShowID, Actor: ordActor, Intent: ordIntent, Quantity: 2, Amount: ordAmount}
+	v1Placed := ordPlaced()
+	v1Placed.Private = &domain.OrderPrivate{PaymentToken: "tok_visa_v1"}
+	v1Started := ordStarted(1, ordOwnerA, ordNow)
+	v1Started.Private = &domain.AttemptPrivate{RequestBody: `{"token":"tok_visa_v1"}`}
+	takeover := ordStarted(1, ordOwnerB, ordNow.Add(time.Minute))
+	takeover.Private = nil
+	tests := []struct {
+		name       string
+		given      []domain.Event
+		hasToken   bool
+		token      string
+		sealed     string
+		body       string
+		sealedBody string
+	}{
+		{name: "An order placed with a sealed token carries it sealed.",
+			given: []domain.Event{domain.PlacedFrom(claim, ordDeadline, []byte("sealed-1"))}, hasToken: true, sealed: "sealed-1"},
+		{name: "An order placed without a token has none, and no private part.",
+			given: []domain.Event{domain.PlacedFrom(claim, ordDeadline, nil)}},
+		{name: "A version-1 order still has its clear token.",
+			given: []domain.Event{v1Placed}, hasToken: true, token: "tok_visa_v1"},
+		{name: "A takeover keeps the first start's sealed bytes.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), takeover}, hasToken: true, sealed: "sealed tok_visa",
+			sealedBody: "sealed body-" + ordKey(1)},
+		{name: "A version-2 takeover of a version-1 attempt keeps the clear bytes.",
+			given: []domain.Event{v1Placed, v1Started, takeover}, hasToken: true, token: "tok_visa_v1", body: `{"token":"tok_visa_v1"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := orderFrom(tt.given...)
+			if o.HasPaymentToken() != tt.hasToken || o.PaymentToken != tt.token || string(o.SealedPaymentToken) != tt.sealed {
+				t.Errorf("order token = has %v, clear %q, sealed %q; want %v, %q, %q", o.HasPaymentToken(), o.PaymentToken, o.SealedPaymentToken,
+					tt.hasToken, tt.token, tt.sealed)
+			}
+			if a := o.LastAttempt(); a != nil && (a.RequestBody != tt.body || string(a.SealedRequestBody) != tt.sealedBody) {
+				t.Errorf("attempt bytes = clear %q, sealed %q; want %q, %q", a.RequestBody, a.SealedRequestBody, tt.body, tt.sealedBody)
+			}
+		})
+	}
+	if p := domain.PlacedFrom(claim, ordDeadline, nil); p.Private != nil {
+		t.Errorf("PlacedFrom(nil token).Private = %+v, want nil", p.Private)
 	}
 }

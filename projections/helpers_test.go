@@ -171,7 +171,9 @@ func (w workload) show(ctx context.Context, a *appender, rng *rand.Rand) {
 		claim := domain.OrderClaimed{ReservationID: resID, OrderID: orderID, ShowID: showID, Actor: actor, Intent: ointent, Quantity: q, Amount: amount}
 		a.add(ctx, domain.ClaimStream(resID), claim)
 		order := domain.OrderStream(orderID)
-		a.add(ctx, order, domain.PlacedFrom(claim, epoch.Add(15*time.Minute), "tok_secret"))
+		placed := domain.PlacedFrom(claim, epoch.Add(15*time.Minute), nil)
+		placed.Private = &domain.OrderPrivate{PaymentToken: "tok_secret"} // schema version 1: the token in clear
+		a.add(ctx, order, placed)
 		a.add(ctx, domain.ReservationStream(resID), domain.ReservationOrdered{ReservationID: resID, OrderID: orderID})
 		start := func(n int) domain.PaymentAttemptStarted {
 			return domain.PaymentAttemptStarted{OrderID: orderID, Attempt: n, ProviderKey: fmt.Sprintf("order-%s-%d", orderID, n),

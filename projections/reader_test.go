@@ -145,7 +145,7 @@ func TestRefundBacklog(t *testing.T) {
 	order := func(at time.Time, evs ...domain.Event) string {
 		id := newID()
 		claim := domain.OrderClaimed{ReservationID: newID(), OrderID: id, ShowID: newID(), Actor: "actor-1", Intent: "intent-x", Quantity: 1, Amount: amount}
-		a.addAt(ctx, domain.OrderStream(id), at, domain.PlacedFrom(claim, at.Add(15*time.Minute), ""))
+		a.addAt(ctx, domain.OrderStream(id), at, domain.PlacedFrom(claim, at.Add(15*time.Minute), nil))
 		return id
 	}
 	requested := func(id, charge string) domain.RefundRequested {

@@ -54,8 +54,10 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithAPIKey sends key as a bearer token on every request. The simulator
-// ignores it.
+// WithAPIKey sends key on every request as "Authorization: Bearer <key>",
+// the way Stripe authenticates (https://docs.stripe.com/api/authentication).
+// The key is a secret: the client never logs it or puts it in an error. The
+// simulator checks it when it is configured with one.
 func WithAPIKey(key string) Option { return func(c *Client) { c.apiKey = key } }
 
 // WithUserAgent sets the User-Agent header.

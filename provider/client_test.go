@@ -41,6 +41,9 @@ func TestClientClassifiesAnswers(t *testing.T) {
 		{"a 500 to a POST is an unknown outcome", 500, `{"error":{"type":"api_error"}}`, ErrOutcomeUnknown},
 		{"a 502 without JSON to a POST is an unknown outcome", 502, `<html>bad gateway</html>`, ErrOutcomeUnknown},
 		{"a 429 is unavailable", 429, `{"error":{"type":"rate_limit_error"}}`, ErrUnavailable},
+		{"a 401 is a refused API key", 401, `{"error":{"type":"invalid_request_error","message":"Invalid API Key provided."}}`, ErrUnauthorized},
+		{"a 401 is unavailable, never a refusal of the request", 401, `{"error":{"type":"invalid_request_error"}}`, ErrUnavailable},
+		{"a 403 is a refused API key", 403, `{"error":{"type":"invalid_request_error"}}`, ErrUnauthorized},
 		{"a 200 with a broken body is an unknown outcome", 200, `{"id":`, ErrOutcomeUnknown},
 	}
 	for _, tt := range tests {
@@ -128,5 +131,39 @@ func TestClientSendsRawBytesAndKey(t *testing.T) {
 	}
 	if gotBody != string(raw) || gotKey != "dep-order-o1-1" || !ch.Replayed || ch.ID != "ch_1" {
 		t.Fatalf("CreateChargeRaw() sent %s with key %q, got %+v", gotBody, gotKey, ch)
+	}
+}
+
+// TestClientSendsAPIKey: WithAPIKey sends "Authorization: Bearer <key>" on
+// every request; without it no Authorization header is sent. The key never
+// appears in an error.
+func TestClientSendsAPIKey(t *testing.T) {
+	t.Parallel()
+	const key = "sk_test_client_9f8e7d"
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"error":{"type":"invalid_request_error","message":"No valid API key provided."}}`)
+	}))
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+	_, err := New(srv.URL, nil, WithAPIKey(key)).CreateCharge(ctx, "k1", NewChargeRequest(100, "EUR", "tok_visa", "o1", 1))
+	if !errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("CreateCharge() answered 401 = %v, want ErrUnauthorized and no unknown outcome", err)
+	}
+	if strings.Contains(err.Error(), key) {
+		t.Errorf("the error shows the API key: %v", err)
+	}
+	if _, err := New(srv.URL, nil, WithAPIKey(key)).GetCharge(ctx, "ch_1"); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("GetCharge() answered 401 = %v, want ErrUnauthorized", err)
+	}
+	if _, err := New(srv.URL, nil).GetCharge(ctx, "ch_1"); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("GetCharge() without a key answered 401 = %v, want ErrUnauthorized", err)
+	}
+	want := []string{"Bearer " + key, "Bearer " + key, ""}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("Authorization headers = %q, want %q", got, want)
 	}
 }

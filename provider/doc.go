@@ -39,7 +39,15 @@
 // executing) leave the outcome open; resolve them with ChargeByKey, or by
 // repeating the same request with the same key. ErrDeclined records a failed
 // charge (no money moved). ErrUnavailable (nothing was sent, or 429),
-// ErrInvalidRequest, ErrNotFound and ErrIdempotency never charged.
+// ErrInvalidRequest, ErrNotFound, ErrIdempotency and ErrUnauthorized (a 401
+// or 403: the API key was refused) never charged.
+//
+// # Authentication
+//
+// With WithAPIKey every request carries "Authorization: Bearer <key>", as
+// Stripe's API expects (https://docs.stripe.com/api/authentication). A
+// refused key is ErrUnauthorized, which also matches ErrUnavailable: retry
+// after fixing the configuration; it is never a decline.
 //
 // # Webhooks
 //

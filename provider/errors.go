@@ -44,6 +44,12 @@ var (
 	// ErrNotFound is a 404: the charge or refund does not exist.
 	ErrNotFound = errors.New("provider: not found")
 
+	// ErrUnauthorized is a 401 or 403: the provider refused the API key
+	// (missing, wrong or without permission). Nothing was executed. Errors
+	// that wrap it also wrap ErrUnavailable: it is a configuration fault to
+	// alert on and retry after, never a decline.
+	ErrUnauthorized = errors.New("provider: API key refused")
+
 	// ErrBadSignature means a webhook's Provider-Signature header is missing,
 	// malformed, or matches no expected signature of the body.
 	ErrBadSignature = errors.New("provider: bad webhook signature")
@@ -77,8 +83,9 @@ const (
 
 // APIError is an error answer from the provider. It wraps the sentinel that
 // classifies it (ErrDeclined, ErrKeyInUse, ErrIdempotency, ErrOutcomeUnknown,
-// ErrUnavailable, ErrNotFound or ErrInvalidRequest), so errors.Is works on it,
-// and errors.As retrieves the details.
+// ErrUnavailable, ErrNotFound, ErrInvalidRequest, or ErrUnauthorized together
+// with ErrUnavailable), so errors.Is works on it, and errors.As retrieves the
+// details.
 type APIError struct {
 	Method, Path string // the request, e.g. "POST", "/v1/charges"
 	StatusCode   int    // HTTP status
@@ -116,9 +123,15 @@ func (e *APIError) Error() string {
 // Unwrap returns the sentinel that classifies e.
 func (e *APIError) Unwrap() error { return e.kind }
 
+// errUnauthorized is the classification of a refused API key: both
+// ErrUnauthorized and ErrUnavailable.
+var errUnauthorized = fmt.Errorf("%w: %w", ErrUnauthorized, ErrUnavailable)
+
 // classify returns the sentinel for an error answer to method.
 func classify(method string, status int, typ string) error {
 	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return errUnauthorized
 	case status == http.StatusPaymentRequired || typ == TypeCardError:
 		return ErrDeclined
 	case status == http.StatusConflict || typ == TypeIdempotencyKeyInUse:

@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -255,6 +256,10 @@ type server struct {
 
 	// pgProxy is the database proxy of Options.PGProxy, or nil.
 	pgProxy *pgProxy
+	// masterKeys (BOOKING_MASTER_KEYS, with an external simulator; dev mode
+	// generates its own in the data directory) and providerKey (the API key
+	// booking serve sends and the simulator requires) are per server.
+	masterKeys, providerKey string
 
 	mu  sync.Mutex
 	cur *proc
@@ -285,6 +290,8 @@ func mustStart(t *testing.T, opts Options) *server {
 		dataDir: t.TempDir(),
 		logs:    &syncBuffer{},
 	}
+	s.masterKeys = "e2e-1:" + base64.StdEncoding.EncodeToString(randomBytes(32))
+	s.providerKey = "sk_test_e2e_" + hex.EncodeToString(randomBytes(12))
 	s.httpAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	s.simAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	s.natsAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
@@ -339,10 +346,13 @@ func (s *server) env() []string {
 		// (429) is not what they are about.
 		"BOOKING_RETRY_BUDGET_RATE":  "10000",
 		"BOOKING_RETRY_BUDGET_BURST": "10000",
+		// The simulator requires it (in-process or external).
+		"BOOKING_PROVIDER_API_KEY": s.providerKey,
 	}
 	if s.opts.ExternalSim {
 		set["BOOKING_PROVIDER_URL"] = s.SimURL
 		set["BOOKING_PROVIDER_WEBHOOK_SECRET"] = webhookSecret
+		set["BOOKING_MASTER_KEYS"] = s.masterKeys
 	}
 	if len(s.opts.CrashAt) > 0 {
 		set["BOOKING_TEST_CRASH_AT"] = strings.Join(s.opts.CrashAt, ",")
@@ -369,7 +379,7 @@ func (s *server) startSim(t *testing.T) {
 	t.Helper()
 	env := s.env()
 	env = append(env, "BOOKING_PROVIDER_WEBHOOK_URL="+s.URL+"/v1/provider/webhooks",
-		"BOOKING_PROVIDER_WEBHOOK_SECRET="+webhookSecret)
+		"BOOKING_PROVIDER_WEBHOOK_SECRET="+webhookSecret, "BOOKING_PROVIDER_SIM_API_KEY="+s.providerKey)
 	fmt.Fprintf(s.logs, "=== e2e: starting booking provider-sim on %s\n", s.simAddr)
 	p, err := startProc("booking provider-sim", []string{"provider-sim"}, env, s.logs)
 	if err != nil {
@@ -861,9 +871,14 @@ func eventually(d time.Duration, cond func() bool) bool {
 
 // newKey returns a fresh Idempotency-Key.
 func newKey() string {
-	b := make([]byte, 8)
-	rand.Read(b)
-	return "e2e-" + hex.EncodeToString(b)
+	return "e2e-" + hex.EncodeToString(randomBytes(8))
+}
+
+// randomBytes returns n random bytes.
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b) // never fails (crypto/rand, Go 1.24+)
+	return b
 }
 
 // showStartsAt is a start time safely in the future.

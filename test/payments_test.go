@@ -41,10 +41,15 @@ func payEnv(kv ...string) map[string]string {
 // ---------------------------------------------------------------------------
 // Simulator control
 
-// simDo makes a request to the simulator and fails the test on a transport error.
+// simDo makes a request to the simulator and fails the test on a transport
+// error. Requests to its provider API (/v1) carry the API key it requires.
 func (s *server) simDo(t testing.TB, method, path string, body any, header map[string]string) *resp {
 	t.Helper()
-	return s.doCall(t, call{Method: method, Path: s.SimURL + path, Body: body, Header: header})
+	c := call{Method: method, Path: s.SimURL + path, Body: body, Header: header}
+	if strings.HasPrefix(path, "/v1/") {
+		c.Token = s.providerKey
+	}
+	return s.doCall(t, c)
 }
 
 // simFaults merges faults into the simulator's (POST /_sim/faults).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/retrysafe/booking/migrations"
@@ -33,6 +34,7 @@ type providerSimCmd struct {
 	WebhookSecret string        `name:"webhook-secret" env:"BOOKING_PROVIDER_WEBHOOK_SECRET" default:"whsec_dev" help:"HMAC secret of webhook signatures."`
 	Retention     time.Duration `name:"retention" env:"BOOKING_PROVIDER_RETENTION" default:"24h" help:"Idempotency-key retention window."`
 	SlowDelay     time.Duration `name:"slow-delay" env:"BOOKING_PROVIDER_SLOW_DELAY" default:"2s" help:"Delay of tok_slow."`
+	APIKey        string        `name:"api-key" env:"BOOKING_PROVIDER_SIM_API_KEY" help:"When set, /v1 requests must carry Authorization: Bearer <key> (401 otherwise); never logged."`
 	DataDir       string        `name:"data-dir" env:"BOOKING_DATA_DIR" help:"Keep charges, refunds and idempotency keys in DIR/provider-sim across restarts (empty: in memory only)."`
 }
 
@@ -53,7 +55,7 @@ func (c *providerSimCmd) Run(e *env) error {
 	}
 	cfg := providersim.Config{Addr: c.Addr, WebhookURL: c.WebhookURL, WebhookSecret: c.WebhookSecret,
 		Retention: c.Retention, SlowDelay: c.SlowDelay, Logger: slog.New(slog.NewTextHandler(e.stderr, nil)),
-		DataDir: simDataDir(c.DataDir)}
+		DataDir: simDataDir(c.DataDir), APIKey: strings.TrimSpace(c.APIKey)}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("provider-sim: %w", err)
 	}

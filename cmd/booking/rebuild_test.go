@@ -137,7 +137,7 @@ func TestRebuildCommandWhileServing(t *testing.T) {
 		add(domain.ShowStream(showID), held)
 		add(domain.ReservationStream(resID), domain.HeldFrom(held))
 		claim := domain.OrderClaimed{ReservationID: resID, OrderID: orderID, ShowID: showID, Actor: "alice", Quantity: 2, Amount: price.Times(2)}
-		add(domain.OrderStream(orderID), domain.PlacedFrom(claim, time.Now().Add(time.Hour), "tok_secret"),
+		add(domain.OrderStream(orderID), domain.PlacedFrom(claim, time.Now().Add(time.Hour), []byte("sealed tok_secret")),
 			domain.PaymentAttemptStarted{OrderID: orderID, Attempt: 1},
 			domain.PaymentSucceeded{OrderID: orderID, Attempt: 1, ChargeID: "ch_" + orderID},
 			domain.OrderConfirmed{OrderID: orderID, Tickets: []domain.Ticket{{ID: "t1"}, {ID: "t2"}}})

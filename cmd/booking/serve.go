@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgstore"
@@ -52,6 +53,14 @@ func (c *serveCmd) Run(e *env) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	masterKeys, masterKeysFrom, err := loadMasterKeys(&cfg)
+	if err != nil {
+		return err
+	}
+	providerAPIKey, providerAPIKeyFrom, err := loadProviderAPIKey(&cfg)
+	if err != nil {
+		return err
+	}
 	tokens, _ := parseTokens(cfg.APITokens)
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx := e.ctx
@@ -73,6 +82,12 @@ func (c *serveCmd) Run(e *env) error {
 	defer pool.Close()
 	store := pgstore.New(pool)
 	registry := newRegistry()
+	keys := keystore.New(pool, masterKeys)
+	if err := keys.CheckMasterKeys(ctx); err != nil {
+		return configError("BOOKING_MASTER_KEYS", "%v", err)
+	}
+	log.Info("secrets at rest", "master_key_ids", masterKeys.IDs(), "master_keys_from", describeSecret(masterKeysFrom),
+		"provider_api_key_from", describeSecret(providerAPIKeyFrom))
 
 	// The HTTP listener comes first so the simulator knows where to send webhooks.
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -88,7 +103,7 @@ func (c *serveCmd) Run(e *env) error {
 		// of dev mode can still refund what it charged before.
 		sim, err = providersim.Open(providersim.Config{WebhookURL: apiURL + "/v1/provider/webhooks",
 			WebhookSecret: cfg.ProviderWebhookSecret, Retention: cfg.ProviderWindow, Logger: log.With("component", "provider-sim"),
-			DataDir: simDataDir(cfg.DataDir)})
+			DataDir: simDataDir(cfg.DataDir), APIKey: providerAPIKey})
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("provider simulator (BOOKING_DATA_DIR): %w", err)
@@ -101,7 +116,11 @@ func (c *serveCmd) Run(e *env) error {
 		defer sim.Close()
 		providerURL = sim.URL()
 	}
-	payments := provider.New(providerURL, &http.Client{Timeout: cfg.ProviderTimeout + time.Second})
+	var providerOpts []provider.Option
+	if providerAPIKey != "" {
+		providerOpts = append(providerOpts, provider.WithAPIKey(providerAPIKey))
+	}
+	payments := provider.New(providerURL, &http.Client{Timeout: cfg.ProviderTimeout + time.Second}, providerOpts...)
 
 	hcfg := commands.DefaultConfig()
 	hcfg.Executor = uuid.Must(uuid.NewV7()).String()
@@ -117,7 +136,7 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.InUseWait = cfg.InUseWait
 	commands.StatusOf = statusOf
 	metrics := newMetrics()
-	opts := []commands.Option{commands.WithMetrics(metrics)}
+	opts := []commands.Option{commands.WithMetrics(metrics), commands.WithKeys(keys)}
 	if hooks, ok := faultHooks(log); ok {
 		opts = append(opts, commands.WithHooks(hooks))
 	}

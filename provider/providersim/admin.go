@@ -26,6 +26,7 @@ func (s *Server) routes() http.Handler {
 	})
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(requestID)
+		r.Use(s.authenticate)
 		r.Post("/charges", s.createCharge)
 		r.Get("/charges", s.listCharges)
 		r.Get("/charges/{id}", s.getCharge)

@@ -91,6 +91,20 @@
 // {"error":{"type","code","decline_code","message","param","charge"}} with
 // empty members omitted.
 //
+// # Authentication
+//
+// With Config.APIKey set (`booking provider-sim` reads it from
+// BOOKING_PROVIDER_SIM_API_KEY), every /v1 request must carry
+// "Authorization: Bearer <key>", as Stripe's API does
+// (https://docs.stripe.com/api/authentication). Without it, or with another
+// key, the answer is 401 with WWW-Authenticate: Bearer (RFC 6750) and
+//
+//	{"error":{"type":"invalid_request_error","message":"Invalid API Key provided."}}
+//
+// before anything runs: no charge, no key used up. The key is compared in
+// constant time and never logged or echoed. /healthz and the control API
+// (/_sim) need no key. Without Config.APIKey every request is accepted.
+//
 // # Webhooks
 //
 // After a charge or refund commits, an event is POSTed to the webhook URL:

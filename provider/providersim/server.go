@@ -65,6 +65,12 @@ type Config struct {
 	// restarts, and of its lock file (LockFile); Open creates it (mode 0700)
 	// and loads it. Empty keeps everything in memory, lost at exit.
 	DataDir string
+	// APIKey, when not empty, is the secret key every /v1 request must
+	// carry as "Authorization: Bearer <APIKey>" (Stripe's scheme); others
+	// are refused with 401 before anything runs. Empty accepts every
+	// request. The control API (/_sim) and /healthz never need it. The key
+	// is never logged or echoed.
+	APIKey string
 }
 
 // WebhookConfig configures webhook delivery. Delivery is at least once: each

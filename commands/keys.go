@@ -1,0 +1,198 @@
+package commands
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/retrysafe/booking/commands/envelope"
+	"github.com/retrysafe/booking/domain"
+)
+
+// Secrets at rest (crypto-shredding). An order's payment token and its
+// provider request bytes never enter an intent stream and never sit in the
+// log in clear:
+//
+//   - PlaceOrder makes a fresh data key for the order id it is about to
+//     record, seals the token under it and writes both to the key table
+//     (Keys.Create, the key wrapped by a master key) before IntentRecorded.
+//   - The order's follow-up copies the sealed token into OrderPlaced
+//     (Keys.HeldToken), then drops it from the key table and makes the row
+//     due at the payment deadline (Keys.Placed).
+//   - Starting an attempt opens the token and seals the request bytes into
+//     PaymentAttemptStarted; every send of the attempt opens those bytes.
+//   - The key is deleted once the order can send no more (Keys.Shred): by
+//     the request and the process manager after OrderConfirmed, OrderFailed,
+//     OrderCancelRequested, OrderCancelled or OrderNeedsReview, and after a
+//     refused order intent (its order never exists); by the reconciler for
+//     every row whose due time passed (Keys.ShredDue: the payment deadline,
+//     or the intent's retention for a row whose order was never placed).
+//     Deleting is idempotent, so every path may repeat it after a crash.
+//
+// A missing key means the secrets are gone: the order is then paid as if
+// it had no token (it fails), and an order that ended replays, renders and
+// rebuilds without them.
+
+// Keys is the key table (PostgreSQL table order_keys, implemented by
+// package commands/keystore): one data key per order, stored wrapped by a
+// master key, plus the order's sealed payment token until the order stream
+// carries it. Implementations are safe for concurrent use.
+type Keys interface {
+	// Create stores dk as orderID's data key with heldToken (the token
+	// sealed under dk; nil for none), due for shredding at shredAt, unless
+	// orderID has a key already. It returns the key stored for orderID.
+	Create(ctx context.Context, orderID string, dk *envelope.DataKey, heldToken []byte, shredAt time.Time) (*envelope.DataKey, error)
+	// Key returns orderID's data key; ok is false when it has none (never
+	// created, or shredded).
+	Key(ctx context.Context, orderID string) (dk *envelope.DataKey, ok bool, err error)
+	// HeldToken returns the sealed token held for orderID (nil once placed);
+	// exists is false when orderID has no key.
+	HeldToken(ctx context.Context, orderID string) (token []byte, exists bool, err error)
+	// Placed drops the held token and makes the key due at deadline if that
+	// is earlier. A missing key is a no-op.
+	Placed(ctx context.Context, orderID string, deadline time.Time) error
+	// Shred deletes orderID's key; idempotent.
+	Shred(ctx context.Context, orderID string) error
+	// ShredDue deletes every key due at or before now (database clock) and
+	// returns how many.
+	ShredDue(ctx context.Context, now time.Time) (int64, error)
+}
+
+// WithKeys installs the key table. A Handler without one refuses orders
+// (503) and keeps no secrets.
+func WithKeys(k Keys) Option { return func(h *Handler) { h.keys = k } }
+
+// errNoKeys is the failure of a handler built without a key table.
+var errNoKeys = errors.New("commands: no key table configured")
+
+// noKeys is the key table of a Handler built without WithKeys.
+type noKeys struct{}
+
+func (noKeys) Create(context.Context, string, *envelope.DataKey, []byte, time.Time) (*envelope.DataKey, error) {
+	return nil, errNoKeys
+}
+func (noKeys) Key(context.Context, string) (*envelope.DataKey, bool, error) {
+	return nil, false, errNoKeys
+}
+func (noKeys) HeldToken(context.Context, string) ([]byte, bool, error) { return nil, false, errNoKeys }
+func (noKeys) Placed(context.Context, string, time.Time) error         { return nil }
+func (noKeys) Shred(context.Context, string) error                     { return nil }
+func (noKeys) ShredDue(context.Context, time.Time) (int64, error)      { return 0, nil }
+
+// TokenAAD is the associated data that binds an order's sealed payment
+// token to the order: a ciphertext copied to another order does not open.
+func TokenAAD(orderID string) []byte { return []byte("booking/order/" + orderID + "/payment_token") }
+
+// RequestAAD is the associated data that binds the sealed request bytes of
+// attempt n (1-based) to the order and the attempt.
+func RequestAAD(orderID string, n int) []byte {
+	return []byte("booking/order/" + orderID + "/attempt/" + strconv.Itoa(n) + "/request_body")
+}
+
+// holdToken makes orderID's data key and holds the token sealed under it in
+// the key table, due for shredding after the intent's retention: called
+// before the order's intent is recorded.
+func (h *Handler) holdToken(ctx context.Context, orderID, token string, now time.Time) error {
+	dk := envelope.NewDataKey()
+	if _, err := h.keys.Create(ctx, orderID, dk, dk.Seal([]byte(token), TokenAAD(orderID)), now.Add(h.cfg.IntentRetention)); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// sealedTokenOf returns the sealed token to place order c with: the one held
+// in the key table, or, for an intent recorded before tokens were held there
+// (schema version 1, token in clear on the intent), that token sealed under
+// a new key. nil when neither is known (the payment then fails).
+func (h *Handler) sealedTokenOf(ctx context.Context, c domain.OrderClaimed) ([]byte, error) {
+	held, exists, err := h.keys.HeldToken(ctx, c.OrderID)
+	if err != nil || exists {
+		return held, unavailable(err)
+	}
+	s, err := h.load(ctx, c.Intent)
+	if err != nil {
+		return nil, err
+	}
+	in := fold[domain.Intent](s.events)
+	token, _ := in.Recorded.Private["payment_token"].(string)
+	if token == "" {
+		return nil, nil
+	}
+	now, err := h.now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.holdToken(ctx, c.OrderID, token, now); err != nil {
+		return nil, err
+	}
+	held, _, err = h.keys.HeldToken(ctx, c.OrderID)
+	return held, unavailable(err)
+}
+
+// errKeyGone means an order's data key is gone: what was sealed under it
+// cannot be read any more.
+var errKeyGone = errors.New("the order's data key is gone (shredded)")
+
+// orderKey returns o's data key. create makes one (due at the payment
+// deadline) for an order placed before secrets were sealed (schema version
+// 1), which has none. Returns errKeyGone (wrapped) when there is none.
+func (h *Handler) orderKey(ctx context.Context, o domain.Order, create bool) (*envelope.DataKey, error) {
+	dk, ok, err := h.keys.Key(ctx, o.ID)
+	if err != nil {
+		h.log.Error("an order's data key cannot be read: is every master key that wraps one configured?", "order_id", o.ID, "err", err)
+		return nil, unavailable(err)
+	}
+	if ok {
+		return dk, nil
+	}
+	if create && o.PaymentToken != "" {
+		dk, err = h.keys.Create(ctx, o.ID, envelope.NewDataKey(), nil, o.PaymentDeadline)
+		return dk, unavailable(err)
+	}
+	return nil, fmt.Errorf("order %s: %w", o.ID, errKeyGone)
+}
+
+// requestBody returns the exact request bytes of attempt a of o: opened
+// under the order's data key (or as a version-1 event stored them) and
+// checked against the attempt's RequestSHA256. Returns errKeyGone (wrapped)
+// when the key is gone.
+func (h *Handler) requestBody(ctx context.Context, o domain.Order, a domain.Attempt) ([]byte, error) {
+	body := []byte(a.RequestBody)
+	if a.RequestBody == "" {
+		dk, err := h.orderKey(ctx, o, false)
+		if err != nil {
+			return nil, err
+		}
+		if body, err = dk.Open(a.SealedRequestBody, RequestAAD(o.ID, a.N)); err != nil {
+			return nil, fmt.Errorf("order %s attempt %d: request bytes: %w", o.ID, a.N, err)
+		}
+	}
+	if sum := sha256.Sum256(body); hex.EncodeToString(sum[:]) != a.RequestSHA256 {
+		return nil, fmt.Errorf("order %s attempt %d: the request bytes do not match request_sha256", o.ID, a.N)
+	}
+	return body, nil
+}
+
+// shred deletes an order's data key once it can send no more. A failure is
+// logged: the process manager repeats it, and the reconciler deletes every
+// key whose payment deadline passed.
+func (h *Handler) shred(ctx context.Context, orderID string) error {
+	if err := h.keys.Shred(ctx, orderID); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// endsSending reports whether e means the order can send no more payment
+// requests: its data key may be shredded.
+func endsSending(e domain.Event) bool {
+	switch e.(type) {
+	case domain.OrderConfirmed, domain.OrderFailed, domain.OrderCancelRequested, domain.OrderCancelled, domain.OrderNeedsReview:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,169 @@
+// Package keystore is the PostgreSQL key table of crypto-shredding (table
+// order_keys): each order's data key, wrapped by the master keys of an
+// envelope.Keyring, and the order's sealed payment token until the order
+// stream carries it. It implements commands.Keys with pgx; package commands
+// decides when rows are written and deleted.
+package keystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/commands/envelope"
+)
+
+// shredBatch bounds the rows one ShredDue statement deletes.
+const shredBatch = 1000
+
+// Store is the order_keys table. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	ring *envelope.Keyring
+}
+
+// New returns the key table on pool, wrapping and unwrapping with ring.
+func New(pool *pgxpool.Pool, ring *envelope.Keyring) *Store { return &Store{pool: pool, ring: ring} }
+
+// wrapAAD binds a wrapped data key to its order: a wrapped key copied to
+// another order's row does not unwrap.
+func wrapAAD(orderID string) []byte { return []byte("booking/order-key/" + orderID) }
+
+// Create stores dk, wrapped by the keyring's primary master key, as the data
+// key of orderID with heldToken (the payment token sealed under dk; nil for
+// none) and shredAt, unless orderID already has a key. It returns the data
+// key stored for orderID: dk, or the one stored before (whose held token is
+// the one kept). Errors are the database's.
+func (s *Store) Create(ctx context.Context, orderID string, dk *envelope.DataKey, heldToken []byte, shredAt time.Time) (*envelope.DataKey, error) {
+	w := s.ring.Wrap(dk, wrapAAD(orderID))
+	tag, err := s.pool.Exec(ctx, `INSERT INTO order_keys (order_id, master_key_id, wrapped_key, held_token, shred_at)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_id) DO NOTHING`, orderID, w.KeyID, w.Ciphertext, heldToken, shredAt)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: create the key of order %s: %w", orderID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return dk, nil
+	}
+	stored, ok, err := s.Key(ctx, orderID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("keystore: the key of order %s was shredded while it was being created", orderID)
+	}
+	return stored, nil
+}
+
+// Key returns the data key of orderID; ok is false when the order has none
+// (never created, or shredded). Returns an error wrapping
+// envelope.ErrUnknownMasterKey when the master key that wrapped it is not
+// configured, envelope.ErrDecrypt when it does not unwrap, or the database's
+// error.
+func (s *Store) Key(ctx context.Context, orderID string) (*envelope.DataKey, bool, error) {
+	var w envelope.Wrapped
+	err := s.pool.QueryRow(ctx, `SELECT master_key_id, wrapped_key FROM order_keys WHERE order_id = $1`, orderID).Scan(&w.KeyID, &w.Ciphertext)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("keystore: read the key of order %s: %w", orderID, err)
+	}
+	dk, err := s.ring.Unwrap(w, wrapAAD(orderID))
+	if err != nil {
+		return nil, false, fmt.Errorf("keystore: unwrap the key of order %s: %w", orderID, err)
+	}
+	return dk, true, nil
+}
+
+// HeldToken returns the sealed payment token held for orderID (nil once the
+// order stream carries it); exists is false when the order has no key row.
+func (s *Store) HeldToken(ctx context.Context, orderID string) (token []byte, exists bool, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT held_token FROM order_keys WHERE order_id = $1`, orderID).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("keystore: read the held token of order %s: %w", orderID, err)
+	}
+	return token, true, nil
+}
+
+// Placed records that the order stream carries the token now: the held
+// token is dropped and the row is due for shredding at deadline (the
+// payment deadline) unless it was due earlier. A missing row is a no-op.
+func (s *Store) Placed(ctx context.Context, orderID string, deadline time.Time) error {
+	_, err := s.pool.Exec(ctx, `UPDATE order_keys SET held_token = NULL, shred_at = least(shred_at, $2) WHERE order_id = $1`, orderID, deadline)
+	if err != nil {
+		return fmt.Errorf("keystore: mark order %s placed: %w", orderID, err)
+	}
+	return nil
+}
+
+// Shred deletes the data key of orderID, making everything sealed under it
+// unreadable. It is idempotent.
+func (s *Store) Shred(ctx context.Context, orderID string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM order_keys WHERE order_id = $1`, orderID); err != nil {
+		return fmt.Errorf("keystore: shred the key of order %s: %w", orderID, err)
+	}
+	return nil
+}
+
+// ShredDue deletes every data key whose shred_at is at or before now (the
+// caller's reading of the database clock), in batches, and returns how many
+// it deleted. It stops at ctx's end or the first error.
+func (s *Store) ShredDue(ctx context.Context, now time.Time) (int64, error) {
+	var n int64
+	for {
+		tag, err := s.pool.Exec(ctx, `DELETE FROM order_keys WHERE order_id IN
+			(SELECT order_id FROM order_keys WHERE shred_at <= $1 LIMIT $2)`, now, shredBatch)
+		if err != nil {
+			return n, fmt.Errorf("keystore: shred due keys: %w", err)
+		}
+		n += tag.RowsAffected()
+		if tag.RowsAffected() < shredBatch {
+			return n, nil
+		}
+	}
+}
+
+// MasterKeyUse returns how many data keys each master key id wraps.
+func (s *Store) MasterKeyUse(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT master_key_id, count(*) FROM order_keys GROUP BY master_key_id`)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: count keys by master key: %w", err)
+	}
+	out := map[string]int64{}
+	var id string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { out[id] = n; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("keystore: count keys by master key: %w", err)
+	}
+	return out, nil
+}
+
+// CheckMasterKeys returns an error naming every master key id that wraps a
+// stored data key but is missing from the keyring: those orders could not
+// be paid. Run it at start.
+func (s *Store) CheckMasterKeys(ctx context.Context) error {
+	use, err := s.MasterKeyUse(ctx)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for id, n := range use {
+		if !s.ring.Has(id) {
+			missing = append(missing, fmt.Sprintf("%s (%d order keys)", id, n))
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return fmt.Errorf("master keys %v wrap stored order keys but are not configured: keep them listed until no order key uses them", missing)
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package keystore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/commands/envelope"
+	"github.com/retrysafe/booking/commands/keystore"
+	"github.com/retrysafe/booking/migrations/pgtest"
+)
+
+func newPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	return pgtest.NewPool(t, pgtest.NewDatabase(t))
+}
+
+func ring(t *testing.T, entries ...string) *envelope.Keyring {
+	t.Helper()
+	s := ""
+	for i, e := range entries {
+		if i > 0 {
+			s += ","
+		}
+		s += e
+	}
+	r, err := envelope.ParseKeyring(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func gen(t *testing.T, id string) string {
+	t.Helper()
+	e, err := envelope.GenerateMasterKey(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func dbNow(t *testing.T, pool *pgxpool.Pool) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := pool.QueryRow(context.Background(), "SELECT now()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+func rows(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM order_keys").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+var tokenAAD = []byte("token")
+
+// TestLifecycle: a key is created with the held token, read back, kept
+// when created again, placed (token dropped, due at the deadline) and
+// shredded; then nothing sealed under it opens.
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	s := keystore.New(pool, ring(t, gen(t, "m1")))
+	order := uuid.NewString()
+	now := dbNow(t, pool)
+
+	if _, ok, err := s.Key(ctx, order); ok || err != nil {
+		t.Fatalf("Key(unknown order) = ok %v, %v; want false, nil", ok, err)
+	}
+	if _, exists, err := s.HeldToken(ctx, order); exists || err != nil {
+		t.Fatalf("HeldToken(unknown order) = exists %v, %v; want false, nil", exists, err)
+	}
+
+	dk := envelope.NewDataKey()
+	sealed := dk.Seal([]byte("tok_visa_lifecycle"), tokenAAD)
+	got, err := s.Create(ctx, order, dk, sealed, now.Add(24*time.Hour))
+	if err != nil || got != dk {
+		t.Fatalf("Create(new order) = %p, %v; want the given key", got, err)
+	}
+	var raw []byte
+	if err := pool.QueryRow(ctx, "SELECT wrapped_key || coalesce(held_token, '') FROM order_keys").Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte("tok_visa_lifecycle")) {
+		t.Errorf("the key row holds the token in clear")
+	}
+
+	// Created again (a retry with another fresh key): the first stays.
+	other := envelope.NewDataKey()
+	again, err := s.Create(ctx, order, other, other.Seal([]byte("tok_other"), tokenAAD), now.Add(time.Hour))
+	if err != nil {
+		t.Fatalf("Create(existing order) error = %v", err)
+	}
+	if pt, err := again.Open(sealed, tokenAAD); err != nil || string(pt) != "tok_visa_lifecycle" {
+		t.Errorf("Create(existing order) returned a key that opens %q, %v; want the first key", pt, err)
+	}
+	held, exists, err := s.HeldToken(ctx, order)
+	if err != nil || !exists || !bytes.Equal(held, sealed) {
+		t.Fatalf("HeldToken = %x, %v, %v; want the first sealed token", held, exists, err)
+	}
+	key, ok, err := s.Key(ctx, order)
+	if err != nil || !ok {
+		t.Fatalf("Key = ok %v, %v", ok, err)
+	}
+	if pt, err := key.Open(held, tokenAAD); err != nil || string(pt) != "tok_visa_lifecycle" {
+		t.Fatalf("Key(order).Open(HeldToken) = %q, %v", pt, err)
+	}
+
+	deadline := now.Add(15 * time.Minute)
+	if err := s.Placed(ctx, order, deadline); err != nil {
+		t.Fatal(err)
+	}
+	if held, exists, err := s.HeldToken(ctx, order); err != nil || !exists || held != nil {
+		t.Errorf("HeldToken after Placed = %x, %v, %v; want nil, true, nil", held, exists, err)
+	}
+	var shredAt time.Time
+	if err := pool.QueryRow(ctx, "SELECT shred_at FROM order_keys WHERE order_id = $1", order).Scan(&shredAt); err != nil {
+		t.Fatal(err)
+	}
+	if !shredAt.Equal(deadline) {
+		t.Errorf("shred_at after Placed = %s, want the deadline %s", shredAt, deadline)
+	}
+	// A later deadline never postpones shredding.
+	if err := s.Placed(ctx, order, deadline.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT shred_at FROM order_keys WHERE order_id = $1", order).Scan(&shredAt); err != nil || !shredAt.Equal(deadline) {
+		t.Errorf("shred_at after a second Placed = %s, %v; want %s", shredAt, err, deadline)
+	}
+
+	for range 2 { // idempotent
+		if err := s.Shred(ctx, order); err != nil {
+			t.Fatalf("Shred error = %v", err)
+		}
+	}
+	if _, ok, err := s.Key(ctx, order); ok || err != nil {
+		t.Errorf("Key after Shred = ok %v, %v; want false, nil", ok, err)
+	}
+	if n := rows(t, pool); n != 0 {
+		t.Errorf("order_keys has %d rows after Shred, want 0", n)
+	}
+	if err := s.Placed(ctx, order, deadline); err != nil {
+		t.Errorf("Placed after Shred error = %v, want a no-op", err)
+	}
+	if n := rows(t, pool); n != 0 {
+		t.Errorf("Placed after Shred recreated a row")
+	}
+}
+
+// TestShredDue deletes exactly the rows whose shred_at has passed by the
+// database clock.
+func TestShredDue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	s := keystore.New(pool, ring(t, gen(t, "m1")))
+	now := dbNow(t, pool)
+	var due, later []string
+	for i := range 5 {
+		id := uuid.NewString()
+		at := now.Add(-time.Duration(i+1) * time.Minute)
+		if i%2 == 1 {
+			at = now.Add(time.Hour)
+			later = append(later, id)
+		} else {
+			due = append(due, id)
+		}
+		if _, err := s.Create(ctx, id, envelope.NewDataKey(), nil, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A placed order whose deadline passed is due too.
+	placed := uuid.NewString()
+	if _, err := s.Create(ctx, placed, envelope.NewDataKey(), []byte("x"), now.Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Placed(ctx, placed, now.Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	due = append(due, placed)
+
+	n, err := s.ShredDue(ctx, dbNow(t, pool))
+	if err != nil || n != int64(len(due)) {
+		t.Fatalf("ShredDue() = %d, %v; want %d", n, err, len(due))
+	}
+	for _, id := range due {
+		if _, ok, _ := s.Key(ctx, id); ok {
+			t.Errorf("order %s: key still there after ShredDue", id)
+		}
+	}
+	for _, id := range later {
+		if _, ok, err := s.Key(ctx, id); !ok || err != nil {
+			t.Errorf("order %s: key not due was shredded (ok %v, %v)", id, ok, err)
+		}
+	}
+	if n, err := s.ShredDue(ctx, dbNow(t, pool)); n != 0 || err != nil {
+		t.Errorf("ShredDue() again = %d, %v; want 0, nil", n, err)
+	}
+}
+
+// TestMasterKeyRotation: keys wrapped under master key a stay readable when
+// b is put first; new keys are wrapped by b; removing a is refused by
+// CheckMasterKeys while a still wraps keys.
+func TestMasterKeyRotation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	a, b := gen(t, "a"), gen(t, "b")
+	old := keystore.New(pool, ring(t, a))
+	now := dbNow(t, pool)
+	o1 := uuid.NewString()
+	dk1 := envelope.NewDataKey()
+	secret := dk1.Seal([]byte("tok_visa_rotation"), tokenAAD)
+	if _, err := old.Create(ctx, o1, dk1, secret, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+
+	rotated := keystore.New(pool, ring(t, b, a))
+	if err := rotated.CheckMasterKeys(ctx); err != nil {
+		t.Errorf("CheckMasterKeys with [b, a] = %v, want nil", err)
+	}
+	k1, ok, err := rotated.Key(ctx, o1)
+	if err != nil || !ok {
+		t.Fatalf("Key(o1) with [b, a] = ok %v, %v", ok, err)
+	}
+	if pt, err := k1.Open(secret, tokenAAD); err != nil || string(pt) != "tok_visa_rotation" {
+		t.Errorf("old key opens %q, %v", pt, err)
+	}
+	o2 := uuid.NewString()
+	if _, err := rotated.Create(ctx, o2, envelope.NewDataKey(), nil, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	use, err := rotated.MasterKeyUse(ctx)
+	if err != nil || use["a"] != 1 || use["b"] != 1 {
+		t.Errorf("MasterKeyUse() = %v, %v; want a:1 b:1", use, err)
+	}
+
+	onlyB := keystore.New(pool, ring(t, b))
+	if err := onlyB.CheckMasterKeys(ctx); err == nil {
+		t.Errorf("CheckMasterKeys with [b] while a wraps a key = nil, want an error")
+	}
+	if _, _, err := onlyB.Key(ctx, o1); !errors.Is(err, envelope.ErrUnknownMasterKey) {
+		t.Errorf("Key(o1) with [b] error = %v, want ErrUnknownMasterKey", err)
+	}
+	if err := onlyB.Shred(ctx, o1); err != nil {
+		t.Fatal(err)
+	}
+	if err := onlyB.CheckMasterKeys(ctx); err != nil {
+		t.Errorf("CheckMasterKeys with [b] once a wraps nothing = %v, want nil", err)
+	}
+}
+
+// TestWrappedKeyBoundToOrder: a wrapped key moved to another order's row
+// does not unwrap.
+func TestWrappedKeyBoundToOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	s := keystore.New(pool, ring(t, gen(t, "m")))
+	now := dbNow(t, pool)
+	o1, o2 := uuid.NewString(), uuid.NewString()
+	for _, o := range []string{o1, o2} {
+		if _, err := s.Create(ctx, o, envelope.NewDataKey(), nil, now.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE order_keys SET wrapped_key = (SELECT wrapped_key FROM order_keys WHERE order_id = $1) WHERE order_id = $2`, o1, o2); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Key(ctx, o2); !errors.Is(err, envelope.ErrDecrypt) {
+		t.Errorf("Key(o2) with o1's wrapped key: error = %v, want ErrDecrypt", err)
+	}
+}

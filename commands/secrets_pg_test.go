@@ -1,0 +1,431 @@
+package commands
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/provider"
+	"github.com/retrysafe/booking/provider/providersim"
+)
+
+// Integration tests of secrets at rest: real PostgreSQL (events and the
+// order_keys table), the real simulator, tokens that no test reuses.
+
+// distinctToken returns the simulator token prefix followed by a random
+// suffix (it behaves as the prefix), so a grep finds exactly this order's.
+func distinctToken(prefix string) string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return prefix + "_" + hex.EncodeToString(b)
+}
+
+// heldBeforeIntent is the event store with a check: when an order intent is
+// appended, the key table must already hold the sealed token of its order.
+type heldBeforeIntent struct {
+	EventStore
+	t       *testing.T
+	keys    Keys
+	checked atomic.Int64
+}
+
+func (s *heldBeforeIntent) Append(ctx context.Context, stream string, exp eventstore.ExpectedRevision, events ...eventstore.EventData) (eventstore.AppendResult, error) {
+	for _, e := range events {
+		if e.Type != "IntentRecorded" {
+			continue
+		}
+		var rec domain.IntentRecorded
+		if err := json.Unmarshal(e.Data, &rec); err != nil {
+			s.t.Errorf("IntentRecorded does not decode: %v", err)
+		}
+		if rec.Operation != OpPlaceOrder {
+			continue
+		}
+		held, exists, err := s.keys.HeldToken(ctx, rec.TargetID)
+		if err != nil || !exists || len(held) == 0 {
+			s.t.Errorf("IntentRecorded of order %s appended while the key table holds %x (exists %v, %v); want its sealed token first",
+				rec.TargetID, held, exists, err)
+		}
+		if rec.Private != nil {
+			s.t.Errorf("IntentRecorded of order %s has a private part %v", rec.TargetID, rec.Private)
+		}
+		s.checked.Add(1)
+	}
+	return s.EventStore.Append(ctx, stream, exp, events...)
+}
+
+// rawEvents returns every event's type, data and metadata as stored.
+func (f *pgFix) rawEvents() []eventstore.RecordedEvent {
+	f.t.Helper()
+	rows, err := f.pool.Query(context.Background(), `SELECT stream, type, data, metadata FROM events ORDER BY tx, seq`)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []eventstore.RecordedEvent
+	for rows.Next() {
+		var r eventstore.RecordedEvent
+		if err := rows.Scan(&r.Stream, &r.Type, &r.Data, &r.Metadata); err != nil {
+			f.t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		f.t.Fatal(err)
+	}
+	return out
+}
+
+func (f *pgFix) keyRows() int {
+	f.t.Helper()
+	var n int
+	if err := f.pool.QueryRow(context.Background(), `SELECT count(*) FROM order_keys`).Scan(&n); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+// TestPGPaymentSecretsAtRest: confirmed, declined and cancelled orders with
+// distinct tokens. The token is held in the key table before each intent is
+// recorded; no event holds a token in clear (data or metadata); the changed
+// events are written at schema version 2; every key is deleted once its
+// order ended; and every order still replays and loads after that.
+func TestPGPaymentSecretsAtRest(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	store := &heldBeforeIntent{EventStore: f.store, t: t, keys: f.keys}
+	cfg := DefaultConfig()
+	cfg.Executor = "pg-secrets"
+	h := New(cfg, store, f.clock, f.client, newTestRegistry(), f.log, WithKeys(f.keys))
+	f.recv.Store(h)
+	ctx := context.Background()
+
+	visa, decline, cancelled := distinctToken(providersim.TokenVisa), distinctToken(providersim.TokenDecline), distinctToken(providersim.TokenVisa)
+	type placed struct {
+		req    Request
+		cmd    PlaceOrderCommand
+		res    OrderResult
+		status string
+	}
+	var orders []placed
+	for _, tok := range []string{visa, decline, cancelled} {
+		res, _, err := h.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: f.mustShow(h), Quantity: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := f.req(OpPlaceOrder)
+		req.Wait = 10 * time.Second
+		cmd := PlaceOrderCommand{ReservationID: res.ID, PaymentToken: tok}
+		out, err := h.PlaceOrder(ctx, req, cmd)
+		if err != nil || !out.Final {
+			t.Fatalf("PlaceOrder(%s) = final %v, %v", tok, out.Final, err)
+		}
+		orders = append(orders, placed{req: req, cmd: cmd, res: out})
+	}
+	if got := orders[0].res.Order.Status; got != domain.OrderStatusConfirmed {
+		t.Errorf("tok_visa order is %s, want confirmed", got)
+	}
+	if got := orders[1].res.Order.Status; got != domain.OrderStatusFailed {
+		t.Errorf("tok_decline order is %s, want failed", got)
+	}
+	c, err := h.CancelOrder(ctx, f.req(OpCancelOrder), orders[2].res.Order.ID)
+	if err != nil || c.Order.Status != domain.OrderStatusCancelled {
+		t.Fatalf("CancelOrder = %s, %v; want cancelled", c.Order.Status, err)
+	}
+	f.eventually(10*time.Second, "the cancelled order's refund", func() bool {
+		o := f.order(h, orders[2].res.Order.ID)
+		return len(o.PendingRefunds()) == 0
+	})
+	orders[0].status, orders[1].status, orders[2].status = domain.OrderStatusConfirmed, domain.OrderStatusFailed, domain.OrderStatusCancelled
+	if n := store.checked.Load(); n != 3 {
+		t.Errorf("%d order intents checked at append, want 3", n)
+	}
+
+	// Counts at the simulator: one charge kept, one declined, one refunded.
+	wantNet := []int64{1500, 0, 0}
+	for i, o := range orders {
+		if net, _ := f.charges(o.res.Order.ID); net != wantNet[i] {
+			t.Errorf("order %d: net charged %d, want %d", i, net, wantNet[i])
+		}
+	}
+
+	// No token in clear anywhere in the log; versions as documented.
+	evs := f.rawEvents()
+	versions := map[string]int{}
+	for _, e := range evs {
+		for _, tok := range []string{visa, decline, cancelled} {
+			if bytes.Contains(e.Data, []byte(tok)) || bytes.Contains(e.Metadata, []byte(tok)) {
+				t.Errorf("%s %s holds the payment token %s in clear", e.Stream, e.Type, tok)
+			}
+		}
+		md, err := eventstore.DecodeMetadata(e.Metadata)
+		if err != nil {
+			t.Fatal(err)
+		}
+		versions[e.Type] = md.SchemaVersion
+	}
+	for typ, want := range map[string]int{"IntentRecorded": 2, "OrderPlaced": 2, "PaymentAttemptStarted": 2, "OrderConfirmed": 1, "SeatsHeld": 1} {
+		if versions[typ] != want {
+			t.Errorf("%s written at schema version %d, want %d", typ, versions[typ], want)
+		}
+	}
+
+	// Every key is gone: nothing sealed in the log can be opened any more.
+	if n := f.keyRows(); n != 0 {
+		t.Errorf("order_keys has %d rows after every order ended, want 0", n)
+	}
+	for i, o := range orders {
+		got := f.order(h, o.res.Order.ID)
+		a := got.LastAttempt()
+		if len(got.SealedPaymentToken) == 0 || got.PaymentToken != "" {
+			t.Errorf("order %d: sealed token %d bytes, clear %q; want sealed only", i, len(got.SealedPaymentToken), got.PaymentToken)
+		}
+		if a == nil || len(a.SealedRequestBody) == 0 || a.RequestBody != "" {
+			t.Errorf("order %d: last attempt %+v; want sealed request bytes only", i, a)
+		}
+		if _, ok, err := f.keys.Key(ctx, o.res.Order.ID); ok || err != nil {
+			t.Errorf("order %d: key still readable (ok %v, %v)", i, ok, err)
+		}
+		// The shredded order replays: same order, same status, nothing new.
+		before := len(f.types(o.res.Order.ID))
+		again, err := h.PlaceOrder(ctx, o.req, o.cmd)
+		if err != nil || !again.Replayed || again.Order.ID != o.res.Order.ID || again.Order.Status != o.status {
+			t.Errorf("order %d: replay after shredding = %s %s replayed %v, %v; want %s %s replayed", i,
+				again.Order.ID, again.Order.Status, again.Replayed, err, o.res.Order.ID, o.status)
+		}
+		if _, err := h.GetOrder(ctx, pgActor, o.res.Order.ID); err != nil {
+			t.Errorf("order %d: GetOrder after shredding: %v", i, err)
+		}
+		if err := h.ReconcileOrder(ctx, o.res.Order.ID); err != nil {
+			t.Errorf("order %d: ReconcileOrder after shredding: %v", i, err)
+		}
+		if after := len(f.types(o.res.Order.ID)); after != before {
+			t.Errorf("order %d: %d events after the replay, want %d", i, after, before)
+		}
+	}
+	if n := f.keyRows(); n != 0 {
+		t.Errorf("order_keys has %d rows after the replays, want 0 (a replay must not hold the token again)", n)
+	}
+}
+
+// mustShow schedules the fixture's show once and returns its id.
+func (f *pgFix) mustShow(h *Handler) string {
+	f.t.Helper()
+	if f.show == "" {
+		now, err := f.clock.Now(context.Background())
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		admin := f.req(OpScheduleShow)
+		admin.Actor = "admin"
+		show, _, err := h.ScheduleShow(context.Background(), admin, ScheduleShowCommand{Name: "PG Show", StartsAt: now.Add(72 * time.Hour), Capacity: 100,
+			Price: domain.Money{Amount: 1500, Currency: "EUR"}})
+		if err != nil {
+			f.t.Fatalf("ScheduleShow: %v", err)
+		}
+		f.show = show.ID
+	}
+	return f.show
+}
+
+// TestPGOrderWithoutKeyFailsUncharged: the key row disappears after the
+// claim and before the order is placed: the order is placed without a
+// token and fails as no attempt is possible; nothing is charged.
+func TestPGOrderWithoutKeyFailsUncharged(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	hooks := Hooks{Step: func(step string) {
+		if step == "order.claimed" {
+			if _, err := f.pool.Exec(context.Background(), `DELETE FROM order_keys`); err != nil {
+				t.Error(err)
+			}
+		}
+	}}
+	h := f.handler("pg-a", nil, WithHooks(hooks))
+	res := f.placeOrder(h, distinctToken(providersim.TokenVisa), 10*time.Second)
+	o := res.Order
+	if !res.Final || o.Status != domain.OrderStatusFailed || o.FailReason != domain.FailNoAttempt {
+		t.Fatalf("PlaceOrder = final %v, %s (%s); want failed, %s", res.Final, o.Status, o.FailReason, domain.FailNoAttempt)
+	}
+	if o.HasPaymentToken() || len(o.Attempts) != 0 {
+		t.Errorf("order has a token %v and %d attempts, want none", o.HasPaymentToken(), len(o.Attempts))
+	}
+	if net, n := f.charges(o.ID); net != 0 || n != 0 {
+		t.Errorf("simulator: net %d over %d charges, want none", net, n)
+	}
+}
+
+// noPending lists no order: a reconciler pass then only deletes due keys.
+type noPending struct{}
+
+func (noPending) PendingOrders(context.Context, string, int) ([]string, error) { return nil, nil }
+
+// TestPGDeadlineShredsKey: a placed order keeps its key until its payment
+// deadline; then a reconciler pass deletes the key even though nothing has
+// ended the order yet, and the order then fails past its deadline,
+// uncharged. The placing request is held after OrderPlaced, so no payment
+// runs meanwhile.
+func TestPGDeadlineShredsKey(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	hooks, reached, release := blockAt("order.placed")
+	h := f.handler("pg-a", nil, WithHooks(hooks))
+	ctx := context.Background()
+	done := make(chan OrderResult)
+	go func() { done <- f.placeOrder(h, distinctToken(providersim.TokenVisa), 10*time.Second) }()
+	<-reached
+	id := f.claimedOrder()
+	if n, err := h.ReconcilePass(ctx, noPending{}); n != 0 || err != nil {
+		t.Fatalf("ReconcilePass = %d, %v", n, err)
+	}
+	if _, ok, err := f.keys.Key(ctx, id); !ok || err != nil {
+		t.Fatalf("before the deadline the key is gone (ok %v, %v)", ok, err)
+	}
+
+	f.clock.Advance(h.Config().PaymentDeadline)
+	if _, err := h.ReconcilePass(ctx, noPending{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := f.keys.Key(ctx, id); ok || err != nil {
+		t.Fatalf("at the deadline the key is still there (ok %v, %v)", ok, err)
+	}
+	if o := f.order(h, id); o.Status != domain.OrderStatusPending || len(o.Attempts) != 0 {
+		t.Fatalf("the key pass changed the order: %s with %d attempts", o.Status, len(o.Attempts))
+	}
+	close(release)
+	res := <-done
+	if o := res.Order; !res.Final || o.ID != id || o.Status != domain.OrderStatusFailed || o.FailReason != domain.FailPaymentDeadline {
+		t.Errorf("PlaceOrder = %s %s (%s) final %v, want %s failed (%s)", o.ID, o.Status, o.FailReason, res.Final, id, domain.FailPaymentDeadline)
+	}
+	if net, n := f.charges(id); net != 0 || n != 0 {
+		t.Errorf("simulator: net %d over %d charges, want none", net, n)
+	}
+}
+
+// claimedOrder returns the id of the only order claimed so far.
+func (f *pgFix) claimedOrder() string {
+	f.t.Helper()
+	var id string
+	err := f.pool.QueryRow(context.Background(),
+		`SELECT convert_from(data, 'UTF8')::jsonb->>'order_id' FROM events WHERE type = 'OrderClaimed'`).Scan(&id)
+	if err != nil {
+		f.t.Fatalf("the claimed order: %v", err)
+	}
+	return id
+}
+
+// blockedPayments holds every charge until release is closed.
+type blockedPayments struct {
+	Payments
+	release chan struct{}
+}
+
+func (p blockedPayments) CreateChargeRaw(ctx context.Context, key string, body []byte) (provider.Charge, error) {
+	<-p.release
+	return p.Payments.CreateChargeRaw(ctx, key, body)
+}
+
+// TestPGConcurrentFirstRequestsLeaveOneKey: ten identical first requests
+// at once record one intent; the nine that lost the race delete the keys
+// they made, so the table holds one row (its token dropped once the order
+// carries it) until the order ends, then none.
+func TestPGConcurrentFirstRequestsLeaveOneKey(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	release := make(chan struct{})
+	cfg := DefaultConfig()
+	cfg.Executor = "pg-dup"
+	h := New(cfg, f.store, f.clock, blockedPayments{Payments: f.client, release: release}, newTestRegistry(), f.log, WithKeys(f.keys))
+	ctx := context.Background()
+	res, _, err := h.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: f.mustShow(h), Quantity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := f.req(OpPlaceOrder)
+	cmd := PlaceOrderCommand{ReservationID: res.ID, PaymentToken: distinctToken(providersim.TokenVisa)}
+	var wg sync.WaitGroup
+	ids := make([]string, 10)
+	for i := range ids {
+		wg.Go(func() {
+			out, err := h.PlaceOrder(ctx, req, cmd)
+			var inUse *InUseError
+			switch {
+			case err == nil:
+				ids[i] = out.Order.ID
+			case !errors.As(err, &inUse):
+				t.Errorf("request %d: PlaceOrder = %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	var orderID string
+	for _, id := range ids {
+		if id != "" && orderID != "" && id != orderID {
+			t.Fatalf("two orders for one intent: %v", ids)
+		}
+		if id != "" {
+			orderID = id
+		}
+	}
+	if orderID == "" {
+		t.Fatalf("no request answered the order: %v", ids)
+	}
+	if n := f.keyRows(); n != 1 {
+		t.Errorf("order_keys has %d rows while the order is pending, want 1", n)
+	}
+	if held, exists, err := f.keys.HeldToken(ctx, orderID); err != nil || !exists || held != nil {
+		t.Errorf("HeldToken(placed order) = %x, %v, %v; want nil, true (the order stream carries it)", held, exists, err)
+	}
+	close(release)
+	f.eventually(10*time.Second, "the order to confirm", func() bool {
+		return f.order(h, orderID).Status == domain.OrderStatusConfirmed
+	})
+	f.eventually(5*time.Second, "the key to be deleted", func() bool { return f.keyRows() == 0 })
+	if net, n := f.charges(orderID); net != 1500 || n != 1 {
+		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
+	}
+}
+
+// TestPGRefusedOrderIntentLeavesNoKey: a second order intent for a
+// reservation already ordered is refused; the key it held for its
+// order, which never exists, is deleted at once, and the refusal replays.
+func TestPGRefusedOrderIntentLeavesNoKey(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	h := f.handler("pg-a", nil)
+	ctx := context.Background()
+	res, _, err := h.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: f.mustShow(h), Quantity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := f.req(OpPlaceOrder)
+	first.Wait = 10 * time.Second
+	out, err := h.PlaceOrder(ctx, first, PlaceOrderCommand{ReservationID: res.ID, PaymentToken: distinctToken(providersim.TokenVisa)})
+	if err != nil || out.Order.Status != domain.OrderStatusConfirmed {
+		t.Fatalf("PlaceOrder = %s, %v; want confirmed", out.Order.Status, err)
+	}
+	second := f.req(OpPlaceOrder)
+	cmd := PlaceOrderCommand{ReservationID: res.ID, PaymentToken: distinctToken(providersim.TokenVisa)}
+	for i := range 2 {
+		_, err = h.PlaceOrder(ctx, second, cmd)
+		var rej *Rejection
+		if !errors.As(err, &rej) || !errors.Is(err, domain.ErrReservationAlreadyOrdered) || rej.Replayed != (i == 1) {
+			t.Fatalf("PlaceOrder #%d with a new key = %v, want the reservation-already-ordered rejection (replayed the second time)", i+1, err)
+		}
+	}
+	if n := f.keyRows(); n != 0 {
+		t.Errorf("order_keys has %d rows, want 0 (the confirmed order's and the refused intent's keys deleted)", n)
+	}
+	if net, n := f.charges(out.Order.ID); net != 1500 || n != 1 {
+		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
+	}
+}
