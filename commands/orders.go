@@ -109,6 +109,9 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 		if _, ok := evs[0].(domain.ExpiryClaimed); ok {
 			id = ExpiryClaimID(cmd.ReservationID)
 		}
+		if derr == nil {
+			h.step("order.claiming")
+		}
 		_, err = h.appendEvents(ctx, claimStream, eventstore.NoStream(), run.meta(now, ""), pending{id, evs[0]})
 		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 			continue // someone claimed first: decide again from the claim

@@ -220,6 +220,10 @@ type Options struct {
 	// CrashAt lists fault-injection steps (BOOKING_TEST_CRASH_AT): the
 	// process SIGKILLs itself right after each named step.
 	CrashAt []string
+	// HoldAt lists steps armed at start (BOOKING_TEST_HOLD_AT): every
+	// request or job that reaches one parks there until the test calls
+	// releaseHold. armHold arms a step later, once the setup is done.
+	HoldAt []string
 	// Env sets extra environment variables of booking serve (overriding the
 	// harness's defaults).
 	Env map[string]string
@@ -335,6 +339,9 @@ func (s *server) env() []string {
 	}
 	if len(s.opts.CrashAt) > 0 {
 		set["BOOKING_TEST_CRASH_AT"] = strings.Join(s.opts.CrashAt, ",")
+	}
+	if len(s.opts.HoldAt) > 0 {
+		set["BOOKING_TEST_HOLD_AT"] = strings.Join(s.opts.HoldAt, ",")
 	}
 	for k, v := range s.opts.Env {
 		set[k] = v
@@ -471,6 +478,62 @@ func (s *server) Restart(mods ...func(*Options)) {
 
 // withoutCrash clears Options.CrashAt (for Restart).
 func withoutCrash(o *Options) { o.CrashAt = nil }
+
+// ---------------------------------------------------------------------------
+// Hold points (faultinject build: /_test/holds/{step})
+
+// holdState is the answer of the hold control API.
+type holdState struct {
+	Step    string `json:"step"`
+	Armed   bool   `json:"armed"`
+	Parked  int    `json:"parked"`
+	Arrived int    `json:"arrived"`
+}
+
+// holdCall makes a request to the hold control API of booking serve and
+// fails the test unless it answers 200.
+func (s *server) holdCall(t testing.TB, method, step, query string) holdState {
+	t.Helper()
+	r := s.doCall(t, call{Method: method, Path: "/_test/holds/" + step + query})
+	wantStatus(t, r, http.StatusOK)
+	var st holdState
+	if err := json.Unmarshal(r.Body, &st); err != nil || st.Step != step {
+		t.Fatalf("%s: want a hold state of %s (%v)", r, step, err)
+	}
+	return st
+}
+
+// armHold makes booking serve park every request or job that reaches step
+// from now on, until releaseHold.
+func (s *server) armHold(t testing.TB, step string) {
+	t.Helper()
+	if st := s.holdCall(t, "PUT", step, ""); !st.Armed {
+		t.Fatalf("PUT /_test/holds/%s: %+v, want armed", step, st)
+	}
+}
+
+// waitHeld waits (up to 60 s) until n arrivals in all have parked at step,
+// and returns how many are parked now.
+func (s *server) waitHeld(t testing.TB, step string, n int) int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st := s.holdCall(t, "GET", step, fmt.Sprintf("?arrived=%d&wait=10s", n))
+		if st.Arrived >= n {
+			return st.Parked
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hold %s: %d arrival(s) within 60 s, want %d (%+v)", step, st.Arrived, n, st)
+		}
+	}
+}
+
+// releaseHold disarms step and lets everything parked there go on; it
+// returns how many had arrived there in all.
+func (s *server) releaseHold(t testing.TB, step string) int {
+	t.Helper()
+	return s.holdCall(t, "DELETE", step, "").Arrived
+}
 
 // shutdown stops whatever still runs, at cleanup.
 func (s *server) shutdown() {

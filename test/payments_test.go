@@ -413,7 +413,7 @@ func (s *server) startPeer(t *testing.T) *peer {
 	natsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	env := s.env()
 	env = append(env, "BOOKING_HTTP_ADDR="+httpAddr, "BOOKING_NATS_ADDR="+natsAddr, "BOOKING_DATA_DIR="+t.TempDir(),
-		"BOOKING_TEST_CRASH_AT=")
+		"BOOKING_TEST_CRASH_AT=", "BOOKING_TEST_HOLD_AT=")
 	fmt.Fprintf(s.logs, "=== e2e: starting a second booking serve on %s\n", httpAddr)
 	p, err := startProc("booking serve (peer)", []string{"serve"}, env, s.logs)
 	if err != nil {

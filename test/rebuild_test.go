@@ -337,14 +337,22 @@ func TestRebuild_EqualsLiveTwiceAndTouchesNoProviderOrNATS(t *testing.T) {
 	if c := s.rbCancel(t, tokAlice, cancelConfirmed); c.Status != http.StatusOK || c.str("status") != "cancelled" {
 		t.Errorf("%s, want 200 cancelled", c)
 	}
-	// A pending order (tok_slow, Prefer: wait=0) cancelled: 202 cancelling.
+	// A pending order (tok_slow, Prefer: wait=0) cancelled while its payment
+	// attempt is in flight: 202 cancelling. The send is held at
+	// payment.fenced (the attempt started, the provider not yet called)
+	// until the cancel has answered, so the cancel cannot come before the
+	// attempt (200 cancelled) or after the charge.
 	{
 		res := s.mustReserve(t, tokBob, showA, 1)
+		s.armHold(t, "payment.fenced")
 		r := s.doCall(t, call{Method: "POST", Path: "/v1/orders", Token: tokBob, Key: keyOf(newKey()),
 			Body: orderBody(res, "tok_slow"), Header: map[string]string{"Prefer": "wait=0"}})
 		wantStatus(t, r, http.StatusAccepted)
 		owner[r.str("id")] = tokBob
-		if c := s.rbCancel(t, tokBob, r.str("id")); c.Status != http.StatusAccepted || c.str("status") != "cancelling" {
+		s.waitHeld(t, "payment.fenced", 1)
+		c := s.rbCancel(t, tokBob, r.str("id"))
+		s.releaseHold(t, "payment.fenced")
+		if c.Status != http.StatusAccepted || c.str("status") != "cancelling" {
 			t.Errorf("%s, want 202 cancelling", c)
 		}
 	}

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/retrysafe/booking/commands"
 )
 
@@ -292,43 +290,12 @@ func TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat(t *testing.T) {
 	})
 }
 
-// blockAppends holds the event store's per-stream append lock of stream
-// (pg_advisory_xact_lock(1702261620, hashtext(stream)), migrations
-// 00001) in an open transaction, so a request that reaches the append waits
-// there. release terminates every backend still waiting for that lock (the
-// killed process's orphaned connection, which would otherwise commit its
-// append once the lock is free) and then ends the transaction.
-func (s *server) blockAppends(t testing.TB, stream string) (release func()) {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, s.dbURL)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatalf("begin: %v", err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(1702261620, hashtext($1))`, stream); err != nil {
-		t.Fatalf("lock %s: %v", stream, err)
-	}
-	return func() {
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
-			WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n); err != nil {
-			t.Errorf("terminate waiters: %v", err)
-		}
-		_ = tx.Rollback(ctx)
-		conn.Close(ctx)
-	}
-}
-
 // TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat: the
-// executor dies after IntentRecorded and before the commit point (there is
-// no crash hook there: the test holds the commit stream's append lock, waits
-// for the intent, then SIGKILLs the process and removes its orphaned
-// connection). Recovery takes the intent over after its lease and finishes
-// it exactly as a repeat would; a repeat then replays it.
+// executor dies after IntentRecorded and right before the commit point (the
+// request is parked at the hold point order.claiming or
+// reservation.holding, then the process is SIGKILLed). Recovery takes the
+// intent over after its lease and finishes it exactly as a repeat would; a
+// repeat then replays it.
 func TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
 	t.Run("order", func(t *testing.T) {
@@ -338,19 +305,16 @@ func TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat(t *testing.T) {
 		res := s.mustReserve(t, tokAlice, show, 2)
 		key := newKey()
 		stream := intentStream("alice", commands.OpPlaceOrder, key)
-		release := s.blockAppends(t, "reservation-order-"+res)
+		s.armHold(t, "order.claiming")
 		order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa"),
 			Client: crashClient()}
 		done := make(chan error, 1)
 		go func() { _, err := s.send(context.Background(), order); done <- err }()
-		if !eventually(10*time.Second, func() bool { return s.streamEventCount(t, stream) > 0 }) {
-			release()
-			t.Fatalf("no IntentRecorded on %s within 10 s", stream)
-		}
-		time.Sleep(300 * time.Millisecond) // let it reach the blocked claim
+		s.waitHeld(t, "order.claiming", 1)
 		s.Kill()
-		<-done
-		release()
+		if err := <-done; err == nil {
+			t.Fatalf("POST /v1/orders answered, want a connection error (killed while held at order.claiming)")
+		}
 		if n := s.streamEventCount(t, "reservation-order-"+res); n != 0 {
 			t.Fatalf("claim stream has %d events after the kill, want 0 (killed before the commit point)", n)
 		}
@@ -392,21 +356,21 @@ func TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat(t *testing.T) {
 		show := s.mustCreateShow(t, 10)
 		key := newKey()
 		stream := intentStream("alice", commands.OpReserveSeats, key)
-		release := s.blockAppends(t, "show-"+show)
+		s.armHold(t, "reservation.holding")
 		body := map[string]any{"show_id": show, "quantity": 4}
 		reserve := call{Method: "POST", Path: "/v1/reservations", Token: tokAlice, Key: keyOf(key), Body: body, Client: crashClient()}
 		done := make(chan error, 1)
 		go func() { _, err := s.send(context.Background(), reserve); done <- err }()
-		if !eventually(10*time.Second, func() bool { return s.streamEventCount(t, stream) > 0 }) {
-			release()
-			t.Fatalf("no IntentRecorded on %s within 10 s", stream)
-		}
-		time.Sleep(300 * time.Millisecond)
+		s.waitHeld(t, "reservation.holding", 1)
 		s.Kill()
-		<-done
-		release()
+		if err := <-done; err == nil {
+			t.Fatalf("POST /v1/reservations answered, want a connection error (killed while held at reservation.holding)")
+		}
 		if n := s.countType(t, "show-", "SeatsHeld"); n != 0 {
 			t.Fatalf("%d SeatsHeld after the kill, want 0 (killed before the commit point)", n)
+		}
+		if got := s.streamTypes(t, stream); strings.Join(got, ",") != "IntentRecorded" {
+			t.Fatalf("intent stream after the kill: %v, want [IntentRecorded]", got)
 		}
 
 		s.Restart()

@@ -228,19 +228,29 @@ func TestRelayDuplicateWindowExceeded(t *testing.T) {
 // TestTwoRelaysAtOnce: a relay whose lease expired without its noticing
 // keeps publishing while the standby takes over; the stream still holds
 // each event once, and the stale relay cannot move the checkpoint.
+//
+// Nothing here races the clock: A never renews during the test (as if paused
+// between renewals) and its checkpoint saves are skipped until the test has
+// seen it publish under B's lease, so B's takeover and A's late publishes
+// happen whatever the machine's load; then A's next save is fenced.
 func TestTwoRelaysAtOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, url string) {
-		e := newEnv(t, url, time.Minute)
+		e := newEnv(t, url, 30*time.Minute) // beyond A's fail-over time
 		var w workload
 		w.appendOrders(t, e.ctx, e.store, 5)
 
-		// A renews and checkpoints only every second, so it keeps publishing
-		// for about a second after losing the lease.
+		var holdSaves atomic.Bool
 		cfgA := testRelayConfig(e)
-		cfgA.Owner, cfgA.LeaseTTL, cfgA.RenewEvery, cfgA.CheckpointEvery = "A", 10*time.Second, time.Second, time.Second
+		cfgA.Owner, cfgA.LeaseTTL, cfgA.RenewEvery = "A", 10*time.Minute, time.Hour
 		cfgB := testRelayConfig(e)
-		cfgB.Owner = "B"
+		cfgB.Owner, cfgB.LeaseTTL, cfgB.RenewEvery = "B", time.Minute, 200*time.Millisecond
 		a := NewRelay(e.store, e.pool, e.nc, cfgA)
+		a.beforeSave = func(eventstore.Position) hookAction {
+			if holdSaves.Load() {
+				return hookSkip
+			}
+			return hookSave
+		}
 		b := NewRelay(e.store, e.pool, e.nc, cfgB)
 		runA := start(t, e.ctx, a.Run)
 		waitFor(t, 10*time.Second, "A publishes", func() bool { return a.Stats().Published > 0 })
@@ -249,29 +259,37 @@ func TestTwoRelaysAtOnce(t *testing.T) {
 		// Appends keep coming while the lease changes hands.
 		actx, stopAppends := context.WithCancel(e.ctx)
 		var appends sync.WaitGroup
+		var appended atomic.Int64
 		appends.Go(func() {
 			for actx.Err() == nil {
 				w.appendOrders(t, e.ctx, e.store, 2)
-				time.Sleep(5 * time.Millisecond)
+				appended.Add(1)
+				time.Sleep(5 * time.Millisecond) // pacing only
 			}
 		})
-		time.Sleep(200 * time.Millisecond)
+		waitFor(t, 10*time.Second, "appends under way", func() bool { return appended.Load() >= 2 })
 		stA, err := LoadRelayState(e.ctx, e.pool, DefaultRelayName)
 		if err != nil || stA.Owner != "A" {
 			t.Fatalf("lease = %+v, %v; want A's", stA, err)
 		}
-		// The lease expires (A is paused, say); B takes it over.
+		// The lease expires (A is paused, say); B takes it over. A learns
+		// nothing until its next checkpoint save.
+		holdSaves.Store(true)
 		if _, err := e.pool.Exec(e.ctx, `UPDATE notify_relays SET lease_until = now()`); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "B leads", func() bool { return b.Stats().Leads == 1 })
+		waitFor(t, 20*time.Second, "B leads", func() bool { return b.Stats().Leads == 1 })
 		aBefore := a.Stats()
-		time.Sleep(1500 * time.Millisecond) // both run; A is fenced at its next checkpoint or renewal
+		waitFor(t, 20*time.Second, "A publishes under B's lease", func() bool {
+			s := a.Stats()
+			return s.Published+s.Duplicates > aBefore.Published+aBefore.Duplicates
+		})
+		holdSaves.Store(false)
+		waitFor(t, 20*time.Second, "A fenced at its next checkpoint save", func() bool { return a.Stats().Fenced >= 1 })
 		stopAppends()
 		appends.Wait()
-		aAfter := a.Stats()
-		if aAfter.Published+aAfter.Duplicates == aBefore.Published+aBefore.Duplicates || aAfter.Fenced != 1 {
-			t.Fatalf("A before B's takeover %+v, after %+v: want A to have kept publishing, then been fenced once", aBefore, aAfter)
+		if aAfter := a.Stats(); aAfter.Fenced != 1 {
+			t.Fatalf("A before B's takeover %+v, after %+v: want A fenced once", aBefore, aAfter)
 		}
 
 		// The stale relay cannot move the checkpoint.
@@ -292,6 +310,9 @@ func TestTwoRelaysAtOnce(t *testing.T) {
 		waitFor(t, 20*time.Second, "B's checkpoint at head", func() bool { return b.Stats().Checkpoint == head })
 		runA.stop(t)
 		runB.stop(t)
+		if sa, sb := a.Stats(), b.Stats(); sa.Leads != 1 || sa.Fenced != 1 || sb.Leads != 1 || sb.Fenced != 0 {
+			t.Errorf("A: %+v; B: %+v; want A to have led and been fenced once, B to have led once and never been fenced", sa, sb)
+		}
 		e.checkStreamOnce(t)
 		t.Logf("A: %+v; B: %+v", a.Stats(), b.Stats())
 	})
