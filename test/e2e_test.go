@@ -427,7 +427,7 @@ func TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats(t *testing.T) {
 	if tickets, _ := g.get("tickets").([]any); len(tickets) != 0 {
 		t.Errorf("%s: a failed order shows tickets", g)
 	}
-	if !eventually(5*time.Second, func() bool { return s.available(t, show) == 10 }) {
+	if !eventually(30*time.Second, func() bool { return s.available(t, show) == 10 }) {
 		t.Errorf("GET /v1/shows/%s: available = %d after the decline, want 10 (the capacity)", show, s.available(t, show))
 	}
 	if rr := s.do(t, "GET", "/v1/reservations/"+res, tokAlice, "", nil); rr.str("status") != "released" {
@@ -488,7 +488,7 @@ func TestOrder_KilledAfterClaimIsFinishedWithoutRepeat(t *testing.T) {
 	s.Restart(withoutCrash)
 	var placed, ordered int
 	var c chargeSummary
-	if !eventually(15*time.Second, func() bool {
+	if !eventually(30*time.Second, func() bool {
 		placed = s.orders(t)
 		ordered = s.countType(t, "reservation-", "ReservationOrdered")
 		c = s.charges(t)
@@ -497,7 +497,7 @@ func TestOrder_KilledAfterClaimIsFinishedWithoutRepeat(t *testing.T) {
 		t.Fatalf("15 s after the restart: %d OrderPlaced, %d ReservationOrdered, charges %s; want 1, 1, 1 succeeded",
 			placed, ordered, c)
 	}
-	if !eventually(5*time.Second, func() bool {
+	if !eventually(30*time.Second, func() bool {
 		return s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil).str("status") == "confirmed"
 	}) {
 		t.Errorf("%s, want status confirmed", s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil))
@@ -656,13 +656,13 @@ func TestOrders_ListShowsEachOwnOrderOnce(t *testing.T) {
 
 	var r *resp
 	var ids []string
-	ok := eventually(10*time.Second, func() bool {
+	ok := eventually(30*time.Second, func() bool {
 		r = s.do(t, "GET", "/v1/orders", tokAlice, "", nil)
 		ids = listIDs(r)
 		return r.Status == http.StatusOK && len(ids) >= 1
 	})
 	if !ok {
-		t.Fatalf("%s, want 200 listing alice's order within 10 s", r)
+		t.Fatalf("%s, want 200 listing alice's order within 30 s", r)
 	}
 	if len(ids) != 1 || ids[0] != o.str("id") {
 		t.Errorf("%s: orders %v, want exactly [%s]", r, ids, o.str("id"))

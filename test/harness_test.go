@@ -34,6 +34,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
@@ -681,6 +682,28 @@ func (s *server) send(ctx context.Context, c call) (*resp, error) {
 	return r, nil
 }
 
+// retryable reports whether an answer asks the client to repeat the same
+// request later: 503 (unavailable, contention) or 409
+// idempotency-key-in-use (the first request with the key is still running).
+func retryable(r *resp) bool {
+	return r.Status == http.StatusServiceUnavailable ||
+		(r.Status == http.StatusConflict && r.str("code") == "idempotency-key-in-use")
+}
+
+// sendRepeating makes c, repeating it (same key) every 100 ms while the
+// answer is retryable, for up to 60 s; it returns the last answer (safe from
+// any goroutine).
+func (s *server) sendRepeating(ctx context.Context, c call) (*resp, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r, err := s.send(ctx, c)
+		if err != nil || !retryable(r) || time.Now().After(deadline) {
+			return r, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // doCall makes c and fails the test on a transport error.
 func (s *server) doCall(t testing.TB, c call) *resp {
 	t.Helper()
@@ -866,23 +889,41 @@ func (s *server) claimedOrderIDs(t testing.TB) []string {
 	return out
 }
 
-// settle waits until the event count stays the same for 500 ms (background
-// follow-ups done), at most 15 s, and returns it.
+// settle waits until the background work is done and returns the event
+// count: the process manager's checkpoint is at the head of the log (every
+// follow-up of every event so far is finished) and the count has stayed the
+// same for 500 ms since (late payment steps, refunds and webhooks land). It
+// fails the test after 60 s, so a busy machine only makes it slower.
 func (s *server) settle(t testing.TB) int {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	n := s.totalEvents(t)
-	stableSince := time.Now()
-	for time.Since(stableSince) < 500*time.Millisecond {
+	deadline := time.Now().Add(60 * time.Second)
+	n, caughtUp := s.totalEvents(t), false
+	var stableSince time.Time
+	for {
+		if !caughtUp {
+			if caughtUp = s.followUpsAtHead(t); caughtUp {
+				stableSince = time.Now()
+			}
+		} else if time.Since(stableSince) >= 500*time.Millisecond {
+			return n
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the event store did not settle within 15 s (still appending; %d events)", n)
+			t.Fatalf("the event store did not settle within 60 s (%d events; process manager at the head: %v)", n, caughtUp)
 		}
 		time.Sleep(50 * time.Millisecond)
 		if m := s.totalEvents(t); m != n {
-			n, stableSince = m, time.Now()
+			n, caughtUp = m, false
 		}
 	}
-	return n
+}
+
+// followUpsAtHead reports whether the process manager's checkpoint is at or
+// past the last event of the log (true for an empty log).
+func (s *server) followUpsAtHead(t testing.TB) bool {
+	t.Helper()
+	return s.queryInt(t, `SELECT count(*) FROM (SELECT tx, seq FROM events ORDER BY tx DESC, seq DESC LIMIT 1) head
+		WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.name = $1
+			AND (c.commit_tx, c.prepare) >= (head.tx::text::bigint, head.seq))`, commands.FollowUpsName) == 0
 }
 
 // eventually polls cond every 50 ms for up to d; it returns whether cond held.

@@ -39,8 +39,8 @@ func TestOrder_FiftyConcurrentRepeatsAndAChangedBodyMakeOneOrder(t *testing.T) {
 	close(start)
 	// The changed body goes as soon as the intent exists, so it is decided
 	// against the identical requests' fingerprint (not raced to record it).
-	if !eventually(10*time.Second, func() bool { return s.countType(t, "intent-", "IntentRecorded") > intentsBefore }) {
-		t.Fatalf("no IntentRecorded within 10 s of sending 50 order requests")
+	if !eventually(30*time.Second, func() bool { return s.countType(t, "intent-", "IntentRecorded") > intentsBefore }) {
+		t.Fatalf("no IntentRecorded within 30 s of sending 50 order requests")
 	}
 	odd, oddErr := s.send(context.Background(), changed)
 	wg.Wait()
@@ -124,7 +124,7 @@ func TestOrder_PendingIs202UntilTheOutcomeIsFinal(t *testing.T) {
 		}
 	}
 	var r *resp
-	if !eventually(10*time.Second, func() bool {
+	if !eventually(30*time.Second, func() bool {
 		r = s.doCall(t, c)
 		return r.Status != http.StatusAccepted
 	}) {
