@@ -248,7 +248,7 @@ func TestPGDroppedConnectionIsReconciled(t *testing.T) {
 	f := newPGFix(t, providersim.Config{})
 	f.pauseWebhooks(true)
 	h := f.handler("pg-a", nil)
-	res := f.placeOrder(h, providersim.TokenTimeoutAfterCommit, 5*time.Second)
+	res := f.placeOrder(h, providersim.TokenTimeoutAfterCommit, 60*time.Second)
 	if !res.Final || res.Order.Status != domain.OrderStatusConfirmed {
 		t.Fatalf("PlaceOrder = final %v, %s; want confirmed", res.Final, res.Order.Status)
 	}
@@ -431,7 +431,7 @@ func TestPGKeyInUseThenSuccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := f.handler("pg-a", nil)
-	res := f.placeOrder(h, providersim.TokenVisa, 5*time.Second)
+	res := f.placeOrder(h, providersim.TokenVisa, 60*time.Second)
 	if !res.Final || res.Order.Status != domain.OrderStatusConfirmed {
 		t.Fatalf("PlaceOrder = final %v, %s; want confirmed", res.Final, res.Order.Status)
 	}
@@ -449,7 +449,7 @@ func TestPGDeclineReleasesSeats(t *testing.T) {
 	t.Parallel()
 	f := newPGFix(t, providersim.Config{})
 	h := f.handler("pg-a", nil)
-	res := f.placeOrder(h, providersim.TokenDecline, 5*time.Second)
+	res := f.placeOrder(h, providersim.TokenDecline, 60*time.Second)
 	if !res.Final || res.Order.Status != domain.OrderStatusFailed || res.Order.FirstOutcome != domain.FailPaymentDeclined {
 		t.Fatalf("PlaceOrder = final %v, %s (%s); want failed, payment_declined", res.Final, res.Order.Status, res.Order.FirstOutcome)
 	}
@@ -476,7 +476,7 @@ func TestPGChargeAfterFailureIsRefunded(t *testing.T) {
 	t.Parallel()
 	f := newPGFix(t, providersim.Config{})
 	h := f.handler("pg-a", nil)
-	res := f.placeOrder(h, providersim.TokenDecline, 5*time.Second)
+	res := f.placeOrder(h, providersim.TokenDecline, 60*time.Second)
 	id := res.Order.ID
 	if res.Order.Status != domain.OrderStatusFailed {
 		t.Fatalf("order %s, want failed", res.Order.Status)
