@@ -471,11 +471,11 @@ func TestOrder_KilledAfterClaimIsFinishedWithoutRepeat(t *testing.T) {
 	res := s.mustReserve(t, tokAlice, show, 2)
 	key := newKey()
 	order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa"),
-		Client: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
+		Client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
 	if r, err := s.send(context.Background(), order); err == nil {
 		t.Fatalf("%s, want a connection error (the process is killed after order.claimed)", r)
 	}
-	s.WaitExit(10 * time.Second)
+	s.WaitExit(60 * time.Second)
 	ids := s.claimedOrderIDs(t)
 	if len(ids) != 1 {
 		t.Fatalf("event store after the crash: OrderClaimed %v, want exactly 1 (the commit point)", ids)

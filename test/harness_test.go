@@ -436,9 +436,9 @@ func (s *server) Stop() {
 	if p == nil || p.hasExited() {
 		return
 	}
-	if !p.signalAndWait(syscall.SIGTERM, 25*time.Second) {
+	if !p.signalAndWait(syscall.SIGTERM, 60*time.Second) {
 		p.signalAndWait(syscall.SIGKILL, 10*time.Second)
-		s.t.Errorf("booking serve did not exit within 25 s of SIGTERM; killed")
+		s.t.Errorf("booking serve did not exit within 60 s of SIGTERM; killed")
 		return
 	}
 	fmt.Fprintf(s.logs, "=== e2e: booking serve stopped (%v)\n", p.exitErr)
@@ -545,9 +545,9 @@ func (s *server) shutdown() {
 		if p == nil || p.hasExited() {
 			continue
 		}
-		if !p.signalAndWait(syscall.SIGTERM, 25*time.Second) {
+		if !p.signalAndWait(syscall.SIGTERM, 60*time.Second) {
 			p.signalAndWait(syscall.SIGKILL, 10*time.Second)
-			s.t.Errorf("%s did not exit within 25 s of SIGTERM; killed", p.name)
+			s.t.Errorf("%s did not exit within 60 s of SIGTERM; killed", p.name)
 			continue
 		}
 		if code := p.exitCode(); code != 0 {

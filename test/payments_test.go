@@ -471,9 +471,9 @@ func (s *server) startPeer(t *testing.T) *peer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if !p.hasExited() && !p.signalAndWait(syscall.SIGTERM, 25*time.Second) {
+		if !p.hasExited() && !p.signalAndWait(syscall.SIGTERM, 60*time.Second) {
 			p.signalAndWait(syscall.SIGKILL, 10*time.Second)
-			t.Errorf("the second booking serve did not exit within 25 s of SIGTERM; killed")
+			t.Errorf("the second booking serve did not exit within 60 s of SIGTERM; killed")
 		}
 	})
 	s.waitHealthy(t, p, "http://"+httpAddr+"/healthz")
@@ -516,7 +516,7 @@ func TestPayment_KilledAfterChargeBeforeRecordIsReconciled(t *testing.T) {
 	if r, err := s.send(context.Background(), order); err == nil {
 		t.Fatalf("%s, want a connection error (the process is killed after payment.sent)", r)
 	}
-	s.WaitExit(10 * time.Second)
+	s.WaitExit(60 * time.Second)
 	ids := s.claimedOrderIDs(t)
 	if len(ids) != 1 {
 		t.Fatalf("event store after the crash: OrderClaimed %v, want 1", ids)
@@ -1307,7 +1307,7 @@ func TestPayment_WindowPassedUnknownAttemptIsReconciledFirst(t *testing.T) {
 	if r, err := s.send(context.Background(), order); err == nil {
 		t.Fatalf("%s, want a connection error (killed after payment.sent)", r)
 	}
-	s.WaitExit(10 * time.Second)
+	s.WaitExit(60 * time.Second)
 	ids := s.claimedOrderIDs(t)
 	if len(ids) != 1 {
 		t.Fatalf("OrderClaimed %v, want 1", ids)

@@ -30,7 +30,7 @@ const recoveryBound = 60 * time.Second
 
 // crashClient never reuses connections and waits long enough for a crash.
 func crashClient() *http.Client {
-	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 }
 
 // intentStream is the intent stream of (actor, operation, key).
@@ -194,7 +194,7 @@ func TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat(t *testing.T) {
 			if r, err := s.send(context.Background(), order); err == nil {
 				t.Fatalf("%s, want a connection error (the process is killed after %s)", r, step)
 			}
-			s.WaitExit(10 * time.Second)
+			s.WaitExit(60 * time.Second)
 			ids := s.claimedOrderIDs(t)
 			if len(ids) != 1 {
 				t.Fatalf("event store after the crash at %s: OrderClaimed %v, want 1", step, ids)
@@ -255,7 +255,7 @@ func TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat(t *testing.T) {
 		if r, err := s.send(context.Background(), reserve); err == nil {
 			t.Fatalf("%s, want a connection error (the process is killed after reservation.held)", r)
 		}
-		s.WaitExit(10 * time.Second)
+		s.WaitExit(60 * time.Second)
 		if n := s.countType(t, "show-", "SeatsHeld"); n != 1 {
 			t.Fatalf("event store after the crash: %d SeatsHeld, want 1 (the commit point)", n)
 		}
