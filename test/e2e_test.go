@@ -494,7 +494,7 @@ func TestOrder_KilledAfterClaimIsFinishedWithoutRepeat(t *testing.T) {
 		c = s.charges(t)
 		return placed == 1 && ordered == 1 && c.Succeeded == 1
 	}) {
-		t.Fatalf("15 s after the restart: %d OrderPlaced, %d ReservationOrdered, charges %s; want 1, 1, 1 succeeded",
+		t.Fatalf("30 s after the restart: %d OrderPlaced, %d ReservationOrdered, charges %s; want 1, 1, 1 succeeded",
 			placed, ordered, c)
 	}
 	if !eventually(30*time.Second, func() bool {

@@ -1206,7 +1206,7 @@ func TestPayment_CancelRacingPaymentEndsInExactlyOneOutcome(t *testing.T) {
 	}
 	final := map[string]bool{"confirmed": true, "cancelled": true, "failed": true, "needs_review": true}
 	statuses := map[string]*resp{}
-	if !eventually(30*time.Second, func() bool {
+	if !eventually(120*time.Second, func() bool {
 		for _, r := range out {
 			if g, ok := statuses[r.id]; ok && final[g.str("status")] {
 				continue
@@ -1221,13 +1221,13 @@ func TestPayment_CancelRacingPaymentEndsInExactlyOneOutcome(t *testing.T) {
 	}) {
 		for i, r := range out {
 			if g := statuses[r.id]; !final[g.str("status")] {
-				t.Errorf("run %d: %s 30 s after the race: not final", i, g)
+				t.Errorf("run %d: %s 120 s after the race: not final", i, g)
 			}
 		}
 		t.FailNow()
 	}
 	// Refunds of cancelled orders land shortly after.
-	if !eventually(30*time.Second, func() bool {
+	if !eventually(120*time.Second, func() bool {
 		for _, r := range out {
 			if statuses[r.id].str("status") == "cancelled" && s.orderMoney(t, r.id).Net != 0 {
 				return false
@@ -1235,7 +1235,7 @@ func TestPayment_CancelRacingPaymentEndsInExactlyOneOutcome(t *testing.T) {
 		}
 		return true
 	}) {
-		t.Errorf("some cancelled orders still have a net charge after 15 s")
+		t.Errorf("some cancelled orders still have a net charge after 120 s")
 	}
 	s.settle(t)
 	var nConfirmed, nCancelled, nRefunded int
