@@ -585,6 +585,10 @@ func TestPayment_ProviderSlowerThanLeaseIsTakenOver(t *testing.T) {
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 1)
 	key := newKey()
+	// The owner's send (1 s timeout) returns into a hold at payment.sent,
+	// whenever that is, and records nothing until the test releases it
+	// after the resume: so the test knows what the stale owner did last.
+	s.armHold(t, "payment.sent")
 	r := s.placeOrderWait(t, key, res, "tok_slow", 0)
 	wantStatus(t, r, http.StatusAccepted)
 	id := orderIDOf(t, r)
@@ -600,9 +604,6 @@ func TestPayment_ProviderSlowerThanLeaseIsTakenOver(t *testing.T) {
 	}
 	owner := first.str("owner")
 	s.waitInFlight(t, first.str("provider_key")) // the send is at the provider (tok_slow: 7 s)
-	// Once resumed, the owner's send returns and parks at payment.sent, so the
-	// test knows the stale owner went on before it looks at what it did.
-	s.armHold(t, "payment.sent")
 	s.pauseServe(t)
 	b := s.startPeer(t)
 
@@ -1358,6 +1359,9 @@ func TestPayment_PausedOwnerResumedAfterTakeoverAndWindow(t *testing.T) {
 	b := s.startPeer(t)
 	show := s.mustCreateShow(t, 10)
 	var ids []string
+	// Each owner's send (1 s timeout) returns into a hold at payment.sent
+	// and records nothing until the test releases it after the resume.
+	s.armHold(t, "payment.sent")
 	for range 3 {
 		res := s.mustReserve(t, tokAlice, show, 1)
 		r := s.placeOrderWait(t, newKey(), res, "tok_slow", 0)
@@ -1380,8 +1384,6 @@ func TestPayment_PausedOwnerResumedAfterTakeoverAndWindow(t *testing.T) {
 		keys = append(keys, ofType(s.orderEvents(t, id), "PaymentAttemptStarted")[0].str("provider_key"))
 	}
 	s.waitInFlight(t, keys...) // the sends are at the provider (tok_slow: 6 s)
-	// Once resumed, each stale send returns and parks at payment.sent.
-	s.armHold(t, "payment.sent")
 	s.pauseServe(t)
 	pausedAt := time.Now()
 
@@ -1446,7 +1448,7 @@ func TestPayment_PausedOwnerResumedAfterTakeoverAndWindow(t *testing.T) {
 	for _, id := range ids {
 		s.waitStatus(t, id, recoveryBound, "confirmed", "failed", "needs_review", "cancelled")
 	}
-	// The resumed owner's stale sends return; then whatever it still does.
+	// The resumed owner's stale sends go on; then whatever it still does.
 	s.waitHeld(t, "payment.sent", len(ids))
 	s.releaseHold(t, "payment.sent")
 	s.settle(t)
