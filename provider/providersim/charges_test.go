@@ -93,8 +93,10 @@ func TestSameKeyWithOtherParametersIsIdempotencyError(t *testing.T) {
 func TestConcurrentSameKeyMakesExactlyOneCharge(t *testing.T) {
 	t.Parallel()
 	s := mustSim(t, providersim.Config{})
-	// A little processing time makes overlaps, hence 409s, certain.
-	if err := s.SetFaults(providersim.Faults{LatencyMS: 50}); err != nil {
+	// Every request takes 5 s, and the others start once the first holds
+	// the key, so overlaps (hence 409s) are certain on any machine.
+	const latency = 5 * time.Second
+	if err := s.SetFaults(providersim.Faults{LatencyMS: int(latency / time.Millisecond)}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
@@ -103,8 +105,14 @@ func TestConcurrentSameKeyMakesExactlyOneCharge(t *testing.T) {
 	var wg sync.WaitGroup
 	results := make([]provider.Charge, n)
 	errs := make([]error, n)
+	wg.Go(func() { results[0], errs[0] = s.client.CreateCharge(ctx, "same-key", req) })
+	for begin := time.Now(); !slices.Contains(s.InFlight(), "same-key"); time.Sleep(5 * time.Millisecond) {
+		if time.Since(begin) > latency {
+			t.Fatalf("the first request did not hold the key within %s", latency)
+		}
+	}
 	start := make(chan struct{})
-	for i := range n {
+	for i := 1; i < n; i++ {
 		wg.Go(func() {
 			<-start
 			results[i], errs[i] = s.client.CreateCharge(ctx, "same-key", req)
