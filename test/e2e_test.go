@@ -180,7 +180,10 @@ func TestOrder_ConcurrentNewKeysForOneReservationMakeOneOrder(t *testing.T) {
 	res := s.mustReserve(t, tokAlice, show, 2)
 	calls := make([]call, 10)
 	for i := range calls {
-		calls[i] = call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: orderBody(res, "tok_visa")}
+		// Prefer: wait=10: the winner's payment is final in its answer even
+		// on a busy machine.
+		calls[i] = call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: orderBody(res, "tok_visa"),
+			Header: map[string]string{"Prefer": "wait=10"}}
 	}
 	answers := s.burstCalls(t, calls)
 	var winner string
