@@ -221,14 +221,20 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// testRelayConfig is a relay with short windows: fail-over about 1.3 s.
+// testRelayConfig is a relay with short windows that a busy machine still
+// keeps (a renewal or an ack late by a second or two costs nothing):
+// fail-over about 8.2 s, so a duplicate window must be longer (testWindow).
 func testRelayConfig(e *env) RelayConfig {
 	return RelayConfig{
-		LeaseTTL: 600 * time.Millisecond, RenewEvery: 150 * time.Millisecond, RetryInterval: 100 * time.Millisecond,
-		AckTimeout: 500 * time.Millisecond, CheckpointEvery: 50 * time.Millisecond, MaxInFlight: 256,
+		LeaseTTL: 3 * time.Second, RenewEvery: 500 * time.Millisecond, RetryInterval: 100 * time.Millisecond,
+		AckTimeout: 5 * time.Second, CheckpointEvery: 50 * time.Millisecond, MaxInFlight: 256,
 		Logger: e.log,
 	}
 }
+
+// testWindow is the shortest duplicate window the tests use with
+// testRelayConfig: just above its fail-over time.
+const testWindow = 10 * time.Second
 
 // running is a relay or subscriber running in its own goroutine.
 type running struct {

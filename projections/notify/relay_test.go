@@ -126,7 +126,9 @@ func killedRelay(t *testing.T, e *env, cfg RelayConfig, want int, noChain bool) 
 		return hookSkip
 	}
 	run := start(t, e.ctx, r.Run)
-	waitFor(t, 60*time.Second, "all events published and acknowledged", func() bool { return r.Stats().Published == int64(want) })
+	// Counted by the stream, not by the relay's acks: a relay that restarted
+	// on a late ack resumes after what the stream holds and never counts it.
+	waitFor(t, 60*time.Second, "all events published", func() bool { return e.streamCount(t) == want })
 	killed.Store(true)
 	run.stop(t)
 	st, err := LoadRelayState(e.ctx, e.pool, cfg.withDefaults().Name)
@@ -181,7 +183,7 @@ func TestRelayKilledBeforeCheckpoint(t *testing.T) {
 // leaves each event once; one that republishes blindly stores duplicates,
 // and the subscriber still applies each event once.
 func TestRelayDuplicateWindowExceeded(t *testing.T) {
-	const window = 2 * time.Second
+	const window = testWindow
 	forEachBackend(t, func(t *testing.T, url string) {
 		t.Run("relay resumes from the stream", func(t *testing.T) {
 			e := newEnv(t, url, window)
@@ -318,8 +320,8 @@ func TestTwoRelaysAtOnce(t *testing.T) {
 		waitFor(t, 60*time.Second, "B's checkpoint at head", func() bool { return b.Stats().Checkpoint == head })
 		runA.stop(t)
 		runB.stop(t)
-		if sa, sb := a.Stats(), b.Stats(); sa.Leads != 1 || sa.Fenced != 1 || sb.Leads != 1 || sb.Fenced != 0 {
-			t.Errorf("A: %+v; B: %+v; want A to have led and been fenced once, B to have led once and never been fenced", sa, sb)
+		if sa, sb := a.Stats(), b.Stats(); sa.Fenced != 1 || sb.Leads != 1 || sb.Fenced != 0 {
+			t.Errorf("A: %+v; B: %+v; want A fenced once, B to have led once and never been fenced", sa, sb)
 		}
 		e.checkStreamOnce(t)
 		t.Logf("A: %+v; B: %+v", a.Stats(), b.Stats())
@@ -427,7 +429,7 @@ func TestCheckStream(t *testing.T) {
 // republish inside the window is a duplicate ack; past the window the same
 // republish fails its expectation instead of being stored twice.
 func TestStreamExpectations(t *testing.T) {
-	const window = 1500 * time.Millisecond
+	const window = testWindow // the republish inside it is inside it on a busy machine
 	forEachBackend(t, func(t *testing.T, url string) {
 		e := newEnv(t, url, window)
 		ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString()}

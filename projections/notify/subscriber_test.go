@@ -158,7 +158,7 @@ func TestSubscriberOrderUnderRedeliveries(t *testing.T) {
 // passed) is stopped by the per-entity revision check.
 func TestSubscriberPrunedLateCopy(t *testing.T) {
 	t.Parallel()
-	const window = 2 * time.Second
+	const window = testWindow
 	e := newEnv(t, mustEmbedded(t), window)
 	var w workload
 	w.appendOrders(t, e.ctx, e.store, 2)
