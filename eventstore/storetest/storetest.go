@@ -36,8 +36,9 @@ type HoldOpener interface {
 	HoldOpenAppend(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) (commit func(context.Context) (eventstore.AppendResult, error), abort func(), err error)
 }
 
-// timeout bounds every case.
-const timeout = 30 * time.Second
+// timeout bounds every case: generous, because the suite runs its cases
+// in parallel on machines that may be fully busy.
+const timeout = 2 * time.Minute
 
 // Run runs the conformance suite against the stores newStore returns.
 // newStore is called once per case or table row, from that test's goroutine
