@@ -818,7 +818,7 @@ func (s *server) charges(t testing.TB) chargeSummary {
 
 func (s *server) queryInt(t testing.TB, sql string, args ...any) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var n int
 	if err := s.db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
@@ -849,7 +849,7 @@ func (s *server) orders(t testing.TB) int {
 // streamTypes returns the event types of stream in revision order.
 func (s *server) streamTypes(t testing.TB, stream string) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rows, err := s.db.Query(ctx, `SELECT type FROM events WHERE stream = $1 ORDER BY revision`, stream)
 	if err != nil {
@@ -870,7 +870,7 @@ func (s *server) streamTypes(t testing.TB, stream string) []string {
 // claimedOrderIDs returns the order ids of every OrderClaimed, oldest first.
 func (s *server) claimedOrderIDs(t testing.TB) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rows, err := s.db.Query(ctx, `SELECT convert_from(data, 'UTF8')::jsonb->>'order_id' FROM events
 		WHERE type = 'OrderClaimed' ORDER BY tx, seq`)

@@ -307,7 +307,7 @@ func (e orderEvent) num(k string) int    { v, _ := e.Data[k].(float64); return i
 // orderEvents returns the events of order-{id} in revision order.
 func (s *server) orderEvents(t testing.TB, id string) []orderEvent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rows, err := s.db.Query(ctx, `SELECT revision, type, recorded_at, convert_from(data, 'UTF8') FROM events
 		WHERE stream = $1 ORDER BY revision`, "order-"+id)

@@ -46,7 +46,7 @@ type rbSnapshot map[string][]string
 // rbQueryText returns the first column of every row of sql, as text.
 func (s *server) rbQueryText(t testing.TB, sql string, args ...any) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
@@ -165,7 +165,7 @@ AND (stream LIKE 'show-%' OR stream LIKE 'reservation-%' OR stream LIKE 'order-%
 // rbNATSMsgs returns the number of messages in JetStream stream BOOKING.
 func rbNATSMsgs(t testing.TB, js jetstream.JetStream) uint64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, "BOOKING")
 	if err != nil {

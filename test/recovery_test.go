@@ -45,7 +45,7 @@ func (s *server) streamEventCount(t testing.TB, stream string) int {
 // jsonRows runs sql (returning (text, text, jsonb-as-text)) and returns the rows.
 func (s *server) textRows(t testing.TB, sql string, args ...any) [][3]string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
