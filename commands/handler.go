@@ -151,14 +151,17 @@ type Hooks struct {
 //     recorded.
 //   - payment.recorded: after a payment outcome was appended.
 //   - cancel.recorded: after a cancel was appended to the order stream.
-//   - expiry.claimed: after the expiry job appended an ExpiryClaimed.
+//   - expiry.claiming: before the expiry job's no-stream append of
+//     ExpiryClaimed (the commit point of a hold's expiry).
+//   - expiry.claimed: after the expiry job appended an ExpiryClaimed (the
+//     process manager may release the seats from then on).
 var Steps = []string{
 	"intent.recorded",
 	"reservation.holding", "reservation.held",
 	"order.claiming", "order.claimed", "order.placed",
 	"payment.fenced", "payment.sent", "payment.recorded",
 	"cancel.recorded",
-	"expiry.claimed",
+	"expiry.claiming", "expiry.claimed",
 }
 
 func (h *Handler) step(name string) {
