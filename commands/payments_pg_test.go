@@ -65,7 +65,7 @@ func newPGFix(t *testing.T, simCfg providersim.Config) *pgFix {
 	t.Helper()
 	dbURL := pgtest.NewDatabase(t)
 	pool := pgtest.NewPool(t, dbURL)
-	f := &pgFix{t: t, store: pgstore.New(pool), clock: &pgClock{pool: pool}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f := &pgFix{t: t, store: pgstore.New(pool, pgstore.WithAppendTimeout(time.Minute)), clock: &pgClock{pool: pool}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if testing.Verbose() {
 		f.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

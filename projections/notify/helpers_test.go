@@ -28,6 +28,11 @@ import (
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
+// testAppendBound bounds each append of the tests' event store: far above
+// the production default (5 s), because the tests append bursts on machines
+// that may be fully busy.
+const testAppendBound = time.Minute
+
 // natsBackend starts a NATS server with JetStream for one test and returns
 // its client URL; the server stops at the test's cleanup.
 type natsBackend struct {
@@ -186,7 +191,7 @@ func newEnv(tb testing.TB, natsURL string, window time.Duration) *env {
 	tb.Cleanup(cancel)
 	pool := pgtest.NewPool(tb, pgtest.NewDatabase(tb))
 	e := &env{tb: tb, ctx: ctx, pool: pool, url: natsURL,
-		store: pgstore.New(pool, pgstore.WithPollInterval(time.Millisecond, 20*time.Millisecond)),
+		store: pgstore.New(pool, pgstore.WithPollInterval(time.Millisecond, 20*time.Millisecond), pgstore.WithAppendTimeout(testAppendBound)),
 		log:   slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	e.nc = mustConnect(tb, natsURL)
 	var err error
