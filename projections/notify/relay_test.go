@@ -250,6 +250,7 @@ func TestTwoRelaysAtOnce(t *testing.T) {
 		w.appendOrders(t, e.ctx, e.store, 5)
 
 		var holdSaves atomic.Bool
+		var skipped atomic.Int64 // saves A skipped while holdSaves was set
 		cfgA := testRelayConfig(e)
 		cfgA.Owner, cfgA.LeaseTTL, cfgA.RenewEvery = "A", 10*time.Minute, time.Hour
 		cfgB := testRelayConfig(e)
@@ -257,6 +258,7 @@ func TestTwoRelaysAtOnce(t *testing.T) {
 		a := NewRelay(e.store, e.pool, e.nc, cfgA)
 		a.beforeSave = func(eventstore.Position) hookAction {
 			if holdSaves.Load() {
+				skipped.Add(1)
 				return hookSkip
 			}
 			return hookSave
@@ -285,6 +287,9 @@ func TestTwoRelaysAtOnce(t *testing.T) {
 		// The lease expires (A is paused, say); B takes it over. A learns
 		// nothing until its next checkpoint save.
 		holdSaves.Store(true)
+		// Saves run one at a time: once A skipped one, no save it began
+		// before the flag can still land after B's takeover.
+		waitFor(t, 60*time.Second, "A skips a checkpoint save", func() bool { return skipped.Load() > 0 })
 		if _, err := e.pool.Exec(e.ctx, `UPDATE notify_relays SET lease_until = now()`); err != nil {
 			t.Fatal(err)
 		}
