@@ -90,11 +90,14 @@ func TestExpiry_HoldExpiresWithoutRequestThenOrderIs410(t *testing.T) {
 		t.Errorf("claim stream %v while the expiry job is held before its claim, want none", got)
 	}
 	s.releaseHold(t, "expiry.claiming")
+	// The follow-ups of the claim: the seats go back, then the reservation
+	// is marked expired.
 	if !eventually(30*time.Second, func() bool {
-		return strings.Join(s.streamTypes(t, claim), ",") == "ExpiryClaimed" && s.countType(t, "show-", "SeatsReleased") == 1
+		return strings.Join(s.streamTypes(t, claim), ",") == "ExpiryClaimed" && s.countType(t, "show-", "SeatsReleased") == 1 &&
+			s.countType(t, "reservation-", "ReservationExpired") == 1
 	}) {
-		t.Fatalf("30 s after the expiry claim: claim stream %v, %d SeatsReleased; want [ExpiryClaimed], 1",
-			s.streamTypes(t, claim), s.countType(t, "show-", "SeatsReleased"))
+		t.Fatalf("30 s after the expiry claim: claim stream %v, %d SeatsReleased, %d ReservationExpired; want [ExpiryClaimed], 1, 1",
+			s.streamTypes(t, claim), s.countType(t, "show-", "SeatsReleased"), s.countType(t, "reservation-", "ReservationExpired"))
 	}
 	if got := s.available(t, show); got != 10 {
 		t.Errorf("GET /v1/shows/%s: available = %d after the expiry, want 10", show, got)
