@@ -15,6 +15,8 @@ PG_SH        := test/scripts/pg.sh
 PKG          ?= ./...
 TEST_ARGS    ?=
 TEST_TIMEOUT ?= 25m
+# make test-stress: how many runs of `make test` under a CPU hog.
+STRESS_RUNS  ?= 1
 BENCH        ?= .
 BENCHTIME    ?= 2s
 BENCH_COUNT  ?= 1
@@ -65,8 +67,8 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} \
 		/^##@/ {printf "\n%s\n", substr($$0, 5); next} \
 		/^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@printf '\nVariables: PKG=%s TEST_ARGS=%s TEST_TIMEOUT=%s BENCH=%s BENCHTIME=%s\n' \
-		'$(PKG)' '$(TEST_ARGS)' '$(TEST_TIMEOUT)' '$(BENCH)' '$(BENCHTIME)'
+	@printf '\nVariables: PKG=%s TEST_ARGS=%s TEST_TIMEOUT=%s STRESS_RUNS=%s BENCH=%s BENCHTIME=%s\n' \
+		'$(PKG)' '$(TEST_ARGS)' '$(TEST_TIMEOUT)' '$(STRESS_RUNS)' '$(BENCH)' '$(BENCHTIME)'
 	@printf '           PG_DATA=%s PG_PORT=%s BOOKING_HTTP_ADDR=%s GOFLAGS=%s\n' \
 		'$(PG_DATA)' '$(PG_PORT)' '$(BOOKING_HTTP_ADDR)' "$${GOFLAGS:-}"
 
@@ -105,12 +107,34 @@ psql: ## Open psql on the local database of `make run`
 
 .PHONY: test
 # Tests that stop the shared PostgreSQL server (TestOutage_*) run alone, after all
-# packages have run in parallel, so they cannot disturb other packages' tests.
+# packages have run in parallel, so they cannot disturb other packages' tests. Each
+# phase gets its own throwaway server; both phases always run, both results are
+# printed, and the target fails if either failed (an interrupt stops it at once).
 EXCLUSIVE_TESTS := ^TestOutage_
 
 test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command)
-	$(PG_SH) throwaway -- bash -c '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip "$(EXCLUSIVE_TESTS)" $(TEST_ARGS) $(PKG) && \
-		BOOKING_TEST_PG_EXCLUSIVE=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run "$(EXCLUSIVE_TESTS)" $(TEST_ARGS) ./test/'
+	@rc1=0; rc2=0; \
+	echo "==> make test: phase 1 of 2: all packages in parallel, $(EXCLUSIVE_TESTS) skipped"; \
+	$(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) $(PKG) || rc1=$$?; \
+	if ((rc1 == 130 || rc1 == 143)); then echo "make test: interrupted (exit $$rc1)"; exit "$$rc1"; fi; \
+	echo "==> make test: phase 2 of 2: $(EXCLUSIVE_TESTS) alone (they stop the PostgreSQL server)"; \
+	BOOKING_TEST_PG_EXCLUSIVE=1 $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) ./test/ || rc2=$$?; \
+	result() { if (($$1 == 0)); then echo PASS; else echo "FAIL (exit $$1)"; fi; }; \
+	echo "==> make test: phase 1 (all packages): $$(result $$rc1)"; \
+	echo "==> make test: phase 2 ($(EXCLUSIVE_TESTS)):  $$(result $$rc2)"; \
+	if ((rc1 != 0)); then exit "$$rc1"; fi; \
+	exit "$$rc2"
+
+.PHONY: test-stress
+test-stress: ## Run `make test` STRESS_RUNS times while a CPU hog keeps every core busy; stop at the first failure
+	@$(GO) build -o bin/cpuhog ./test/cpuhog; \
+	for ((run = 1; run <= $(STRESS_RUNS); run++)); do \
+		echo "==> make test-stress: run $$run of $(STRESS_RUNS) (CPU hog on every core)"; \
+		rc=0; bin/cpuhog -- $(MAKE) test || rc=$$?; \
+		if ((rc != 0)); then echo "==> make test-stress: run $$run of $(STRESS_RUNS) FAILED (exit $$rc)"; exit "$$rc"; fi; \
+		echo "==> make test-stress: run $$run of $(STRESS_RUNS) passed"; \
+	done; \
+	echo "==> make test-stress: all $(STRESS_RUNS) run(s) passed"
 
 .PHONY: test-short
 test-short: ## Like test, with -short (skips the slow end-to-end scenarios)

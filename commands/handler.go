@@ -122,11 +122,47 @@ type Handler struct {
 }
 
 // Hooks are test-only fault points: each, when set, is called at a step
-// boundary and may kill the process. Production wiring never sets them (see
-// cmd/booking's faultinject build tag).
+// boundary and may kill the process or park the calling goroutine until a
+// test releases it. Production wiring never sets them (see cmd/booking's
+// faultinject build tag).
 type Hooks struct {
-	// Step is called with a step name such as "order.claimed" after that step's append.
+	// Step is called with one of Steps, synchronously on the goroutine that
+	// reached it (a request's or a background job's). It may block.
 	Step func(step string)
+}
+
+// Steps lists every fault point's name, in the order a booking reaches
+// them. A name in the past tense ("order.claimed") is called right after
+// that step's append returned; one ending in "-ing" ("order.claiming") right
+// before the append, so a process stopped or parked there has not reached
+// it.
+//
+//   - intent.recorded: a new IntentRecorded was appended (every operation);
+//     the commit point is still ahead.
+//   - reservation.holding: before SeatsHeld joins the show's next append
+//     (the reservation's commit point).
+//   - reservation.held: after SeatsHeld was appended.
+//   - order.claiming: before the no-stream append of OrderClaimed to
+//     reservation-order-{id} (the order's commit point).
+//   - order.claimed: after that append.
+//   - order.placed: after OrderPlaced and the reservation's follow-up.
+//   - payment.fenced: after PaymentAttemptStarted (the lease) and the send's
+//     fence were taken, before the provider call.
+//   - payment.sent: after the provider call returned, before its outcome is
+//     recorded.
+//   - payment.recorded: after a payment outcome was appended.
+//   - cancel.recorded: after a cancel was appended to the order stream.
+//   - expiry.claiming: before the expiry job's no-stream append of
+//     ExpiryClaimed (the commit point of a hold's expiry).
+//   - expiry.claimed: after the expiry job appended an ExpiryClaimed (the
+//     process manager may release the seats from then on).
+var Steps = []string{
+	"intent.recorded",
+	"reservation.holding", "reservation.held",
+	"order.claiming", "order.claimed", "order.placed",
+	"payment.fenced", "payment.sent", "payment.recorded",
+	"cancel.recorded",
+	"expiry.claiming", "expiry.claimed",
 }
 
 func (h *Handler) step(name string) {

@@ -23,7 +23,7 @@ func TestHoldBatch_ConcurrentHoldsNeverOversell(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t, pgtest.NewDatabase(t))
-	store := pgstore.New(pool)
+	store := pgstore.New(pool, pgstore.WithAppendTimeout(time.Minute)) // not 5 s: the machine may be fully busy
 	newH := func(exec string) *Handler {
 		cfg := DefaultConfig()
 		cfg.Executor = exec

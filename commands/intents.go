@@ -182,6 +182,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			run.intent.Apply(rec)
 			run.intent.RecordedAt = now
 			run.rev = res.NextRevision
+			h.step("intent.recorded")
 			return run, nil
 		}
 		storedFP := fp

@@ -122,6 +122,9 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 		if _, ok := evs[0].(domain.ExpiryClaimed); ok {
 			id = ExpiryClaimID(cmd.ReservationID)
 		}
+		if derr == nil {
+			h.step("order.claiming")
+		}
 		// The commit point. If its answer is lost, appendEvents repeats the
 		// claim (same id, no stream): success means the claim is this
 		// intent's and the request goes on; a conflict means it did not

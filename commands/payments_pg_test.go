@@ -69,7 +69,7 @@ func newPGFix(t *testing.T, simCfg providersim.Config) *pgFix {
 	t.Helper()
 	dbURL := pgtest.NewDatabase(t)
 	pool := pgtest.NewPool(t, dbURL)
-	f := &pgFix{t: t, pool: pool, store: pgstore.New(pool), keys: keystore.New(pool, testKeyring(t)), clock: &pgClock{pool: pool},
+	f := &pgFix{t: t, pool: pool, store: pgstore.New(pool, pgstore.WithAppendTimeout(time.Minute)), keys: keystore.New(pool, testKeyring(t)), clock: &pgClock{pool: pool},
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if testing.Verbose() {
 		f.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -267,7 +267,7 @@ func TestPGDroppedConnectionIsReconciled(t *testing.T) {
 	f := newPGFix(t, providersim.Config{})
 	f.pauseWebhooks(true)
 	h := f.handler("pg-a", nil)
-	res := f.placeOrder(h, providersim.TokenTimeoutAfterCommit, 5*time.Second)
+	res := f.placeOrder(h, providersim.TokenTimeoutAfterCommit, 60*time.Second)
 	if !res.Final || res.Order.Status != domain.OrderStatusConfirmed {
 		t.Fatalf("PlaceOrder = final %v, %s; want confirmed", res.Final, res.Order.Status)
 	}
@@ -294,13 +294,22 @@ func TestPGDroppedConnectionIsReconciled(t *testing.T) {
 // stale owner's lease append at the revision it loaded is rejected. 1 charge.
 func TestPGSlowProviderLeaseTakeover(t *testing.T) {
 	t.Parallel()
-	f := newPGFix(t, providersim.Config{SlowDelay: 1500 * time.Millisecond})
+	// The charge takes far longer than the owner's lease (1 s), so B finds
+	// it still executing and must take the lease over, however late B runs
+	// on a busy machine; B's own lease (30 s) outlasts the charge, so B
+	// takes over once, and B's calls get 5 s each (only the owner's send is
+	// meant to time out).
+	f := newPGFix(t, providersim.Config{SlowDelay: 6 * time.Second})
 	short := func(c *Config) {
 		c.PaymentLease, c.ProviderTimeout, c.SendMargin, c.SettleMargin = time.Second, 300*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond
 	}
+	long := func(c *Config) {
+		short(c)
+		c.PaymentLease, c.ProviderTimeout = 30*time.Second, 5*time.Second
+	}
 	hooks, reached, release := blockAt("payment.sent")
 	a := f.handler("pg-owner", short, WithHooks(hooks))
-	b := f.handler("pg-reconciler", short)
+	b := f.handler("pg-reconciler", long)
 	res := f.placeOrder(a, providersim.TokenSlow, 0)
 	id := res.Order.ID
 	<-reached // a's send timed out (the provider is still executing); a is stuck before recording
@@ -309,9 +318,20 @@ func TestPGSlowProviderLeaseTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Until(staleOrder.LastAttempt().LeaseUntil) + 50*time.Millisecond) // the lease expires (database clock ≈ host clock)
-	if err := b.DrivePayment(context.Background(), id); err != nil {
-		t.Fatalf("B DrivePayment() = %v", err)
+	f.eventually(60*time.Second, "the lease to expire by the database clock", func() bool {
+		now, err := f.clock.Now(context.Background())
+		return err == nil && now.After(staleOrder.LastAttempt().LeaseUntil)
+	})
+	// B drives the payment as the reconciler does: again after a transient
+	// failure (a provider call that timed out on a busy machine).
+	for begin := time.Now(); ; {
+		err := b.DrivePayment(context.Background(), id)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, domain.ErrUnavailable) || time.Since(begin) > time.Minute {
+			t.Fatalf("B DrivePayment() = %v", err)
+		}
 	}
 	o := f.order(b, id)
 	if o.Status != domain.OrderStatusConfirmed || o.LastAttempt().Owner != "pg-reconciler" || o.LastAttempt().Takeovers != 1 {
@@ -323,7 +343,7 @@ func TestPGSlowProviderLeaseTakeover(t *testing.T) {
 		t.Errorf("stale owner's lease append = %v, want a revision conflict (errRetry)", err)
 	}
 	close(release) // the owner resumes: its unknown outcome is moot
-	f.eventually(5*time.Second, "the owner to finish", func() bool { return a.sends.TryLock(id) != nil })
+	f.eventually(60*time.Second, "the owner to finish", func() bool { return a.sends.TryLock(id) != nil })
 	if err := f.sim.WaitWebhooks(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -347,11 +367,11 @@ func TestPGWebhooks(t *testing.T) {
 	res := f.placeOrder(h, providersim.TokenVisa, 0)
 	id := res.Order.ID
 	<-reached // the sender has its answer but has not recorded it
-	f.eventually(5*time.Second, "the webhook to confirm the order", func() bool {
+	f.eventually(60*time.Second, "the webhook to confirm the order", func() bool {
 		return f.order(h, id).Status == domain.OrderStatusConfirmed
 	})
 	close(release)
-	f.eventually(5*time.Second, "the sender to finish", func() bool { return h.sends.TryLock(id) != nil })
+	f.eventually(60*time.Second, "the sender to finish", func() bool { return h.sends.TryLock(id) != nil })
 	if diff := cmp.Diff(placedStartedConfirmed, f.types(id)); diff != "" {
 		t.Fatalf("order events (-want +got):\n%s", diff)
 	}
@@ -407,8 +427,8 @@ func TestPGWebhookSignature(t *testing.T) {
 	h := f.handler("pg-a", nil)
 	res := f.placeOrder(h, providersim.TokenTimeoutAfterCommit, 0)
 	id := res.Order.ID
-	f.eventually(5*time.Second, "the charge", func() bool { _, n := f.charges(id); return n == 1 })
-	f.eventually(5*time.Second, "the sender to finish", func() bool { return h.sends.TryLock(id) != nil })
+	f.eventually(60*time.Second, "the charge", func() bool { _, n := f.charges(id); return n == 1 })
+	f.eventually(60*time.Second, "the sender to finish", func() bool { return h.sends.TryLock(id) != nil })
 	before := f.types(id)
 	ev := f.sim.Events()[0]
 	body := ev.Body()
@@ -439,7 +459,7 @@ func TestPGKeyInUseThenSuccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := f.handler("pg-a", nil)
-	res := f.placeOrder(h, providersim.TokenVisa, 5*time.Second)
+	res := f.placeOrder(h, providersim.TokenVisa, 60*time.Second)
 	if !res.Final || res.Order.Status != domain.OrderStatusConfirmed {
 		t.Fatalf("PlaceOrder = final %v, %s; want confirmed", res.Final, res.Order.Status)
 	}
@@ -457,7 +477,7 @@ func TestPGDeclineReleasesSeats(t *testing.T) {
 	t.Parallel()
 	f := newPGFix(t, providersim.Config{})
 	h := f.handler("pg-a", nil)
-	res := f.placeOrder(h, providersim.TokenDecline, 5*time.Second)
+	res := f.placeOrder(h, providersim.TokenDecline, 60*time.Second)
 	if !res.Final || res.Order.Status != domain.OrderStatusFailed || res.Order.FirstOutcome != domain.FailPaymentDeclined {
 		t.Fatalf("PlaceOrder = final %v, %s (%s); want failed, payment_declined", res.Final, res.Order.Status, res.Order.FirstOutcome)
 	}
@@ -484,7 +504,7 @@ func TestPGChargeAfterFailureIsRefunded(t *testing.T) {
 	t.Parallel()
 	f := newPGFix(t, providersim.Config{})
 	h := f.handler("pg-a", nil)
-	res := f.placeOrder(h, providersim.TokenDecline, 5*time.Second)
+	res := f.placeOrder(h, providersim.TokenDecline, 60*time.Second)
 	id := res.Order.ID
 	if res.Order.Status != domain.OrderStatusFailed {
 		t.Fatalf("order %s, want failed", res.Order.Status)
@@ -494,7 +514,7 @@ func TestPGChargeAfterFailureIsRefunded(t *testing.T) {
 	if _, err := f.client.CreateCharge(context.Background(), "stray-"+id, stray); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually(5*time.Second, "the redundant charge to be refunded", func() bool {
+	f.eventually(60*time.Second, "the redundant charge to be refunded", func() bool {
 		return slices.Contains(f.types(id), evRefunded)
 	})
 	want := []string{"OrderPlaced", evStarted, evFailed, evOrderFail, evSucceeded, evRefundReq, evRefunded}
@@ -543,7 +563,7 @@ func TestPGCancelRacesPayment(t *testing.T) {
 			t.Fatalf("run %d: CancelOrder() answered %s", i, c.Order.Status)
 		}
 		var o domain.Order
-		f.eventually(10*time.Second, fmt.Sprintf("run %d to settle", i), func() bool {
+		f.eventually(60*time.Second, fmt.Sprintf("run %d to settle", i), func() bool {
 			if err := h.ReconcileOrder(ctx, id); err != nil {
 				t.Logf("run %d: ReconcileOrder: %v", i, err)
 			}
@@ -624,7 +644,7 @@ func TestPGReconcilerFinishesAfterOwnerDied(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- b.RunReconciler(ctx, staticPending{id}, 50*time.Millisecond) }()
-	f.eventually(5*time.Second, "the reconciler to confirm", func() bool {
+	f.eventually(60*time.Second, "the reconciler to confirm", func() bool {
 		return f.order(b, id).Status == domain.OrderStatusConfirmed
 	})
 	cancel()

@@ -359,6 +359,7 @@ func (h *Handler) ExpireReservation(ctx context.Context, reservationID string) e
 			}
 			claim = evs[0].(domain.ExpiryClaimed)
 			m := eventstore.Metadata{Actor: res.Actor, OccurredAt: now}
+			h.step("expiry.claiming")
 			_, err = h.appendEvents(ctx, domain.ClaimStream(reservationID), eventstore.NoStream(), m, pending{id, claim})
 			if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 				continue

@@ -78,6 +78,7 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 			}
 			return domain.Reservation{}, out, err
 		}
+		h.step("reservation.holding")
 		held, decided, err := h.holdSeats(ctx, run, cmd, resID)
 		if err != nil {
 			return domain.Reservation{}, out, err

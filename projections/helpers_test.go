@@ -19,6 +19,11 @@ import (
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
+// testAppendBound bounds each append of the tests' event store: far above
+// the production default (5 s), because the tests append bursts on machines
+// that may be fully busy.
+const testAppendBound = time.Minute
+
 // testDB is a fresh migrated database with a pool and an event store.
 type testDB struct {
 	url   string
@@ -43,8 +48,8 @@ func mustDB(tb testing.TB) *testDB {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(fast.Close)
-	return &testDB{url: url, pool: pool, store: pgstore.New(pool, pgstore.WithPollInterval(time.Millisecond, 20*time.Millisecond)),
-		fast: pgstore.New(fast)}
+	return &testDB{url: url, pool: pool, store: pgstore.New(pool, pgstore.WithPollInterval(time.Millisecond, 20*time.Millisecond), pgstore.WithAppendTimeout(testAppendBound)),
+		fast: pgstore.New(fast, pgstore.WithAppendTimeout(testAppendBound))}
 }
 
 func newID() string { return uuid.Must(uuid.NewV7()).String() }

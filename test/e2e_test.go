@@ -180,7 +180,10 @@ func TestOrder_ConcurrentNewKeysForOneReservationMakeOneOrder(t *testing.T) {
 	res := s.mustReserve(t, tokAlice, show, 2)
 	calls := make([]call, 10)
 	for i := range calls {
-		calls[i] = call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: orderBody(res, "tok_visa")}
+		// Prefer: wait=10: the winner's payment is final in its answer even
+		// on a busy machine.
+		calls[i] = call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: orderBody(res, "tok_visa"),
+			Header: map[string]string{"Prefer": "wait=10"}}
 	}
 	answers := s.burstCalls(t, calls)
 	var winner string
@@ -427,7 +430,7 @@ func TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats(t *testing.T) {
 	if tickets, _ := g.get("tickets").([]any); len(tickets) != 0 {
 		t.Errorf("%s: a failed order shows tickets", g)
 	}
-	if !eventually(5*time.Second, func() bool { return s.available(t, show) == 10 }) {
+	if !eventually(30*time.Second, func() bool { return s.available(t, show) == 10 }) {
 		t.Errorf("GET /v1/shows/%s: available = %d after the decline, want 10 (the capacity)", show, s.available(t, show))
 	}
 	if rr := s.do(t, "GET", "/v1/reservations/"+res, tokAlice, "", nil); rr.str("status") != "released" {
@@ -471,11 +474,11 @@ func TestOrder_KilledAfterClaimIsFinishedWithoutRepeat(t *testing.T) {
 	res := s.mustReserve(t, tokAlice, show, 2)
 	key := newKey()
 	order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa"),
-		Client: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
+		Client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
 	if r, err := s.send(context.Background(), order); err == nil {
 		t.Fatalf("%s, want a connection error (the process is killed after order.claimed)", r)
 	}
-	s.WaitExit(10 * time.Second)
+	s.WaitExit(60 * time.Second)
 	ids := s.claimedOrderIDs(t)
 	if len(ids) != 1 {
 		t.Fatalf("event store after the crash: OrderClaimed %v, want exactly 1 (the commit point)", ids)
@@ -488,16 +491,16 @@ func TestOrder_KilledAfterClaimIsFinishedWithoutRepeat(t *testing.T) {
 	s.Restart(withoutCrash)
 	var placed, ordered int
 	var c chargeSummary
-	if !eventually(15*time.Second, func() bool {
+	if !eventually(30*time.Second, func() bool {
 		placed = s.orders(t)
 		ordered = s.countType(t, "reservation-", "ReservationOrdered")
 		c = s.charges(t)
 		return placed == 1 && ordered == 1 && c.Succeeded == 1
 	}) {
-		t.Fatalf("15 s after the restart: %d OrderPlaced, %d ReservationOrdered, charges %s; want 1, 1, 1 succeeded",
+		t.Fatalf("30 s after the restart: %d OrderPlaced, %d ReservationOrdered, charges %s; want 1, 1, 1 succeeded",
 			placed, ordered, c)
 	}
-	if !eventually(5*time.Second, func() bool {
+	if !eventually(30*time.Second, func() bool {
 		return s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil).str("status") == "confirmed"
 	}) {
 		t.Errorf("%s, want status confirmed", s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil))
@@ -656,13 +659,13 @@ func TestOrders_ListShowsEachOwnOrderOnce(t *testing.T) {
 
 	var r *resp
 	var ids []string
-	ok := eventually(10*time.Second, func() bool {
+	ok := eventually(30*time.Second, func() bool {
 		r = s.do(t, "GET", "/v1/orders", tokAlice, "", nil)
 		ids = listIDs(r)
 		return r.Status == http.StatusOK && len(ids) >= 1
 	})
 	if !ok {
-		t.Fatalf("%s, want 200 listing alice's order within 10 s", r)
+		t.Fatalf("%s, want 200 listing alice's order within 30 s", r)
 	}
 	if len(ids) != 1 || ids[0] != o.str("id") {
 		t.Errorf("%s: orders %v, want exactly [%s]", r, ids, o.str("id"))

@@ -35,6 +35,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
@@ -221,6 +222,10 @@ type Options struct {
 	// CrashAt lists fault-injection steps (BOOKING_TEST_CRASH_AT): the
 	// process SIGKILLs itself right after each named step.
 	CrashAt []string
+	// HoldAt lists steps armed at start (BOOKING_TEST_HOLD_AT): every
+	// request or job that reaches one parks there until the test calls
+	// releaseHold. armHold arms a step later, once the setup is done.
+	HoldAt []string
 	// Env sets extra environment variables of booking serve (overriding the
 	// harness's defaults).
 	Env map[string]string
@@ -357,6 +362,9 @@ func (s *server) env() []string {
 	if len(s.opts.CrashAt) > 0 {
 		set["BOOKING_TEST_CRASH_AT"] = strings.Join(s.opts.CrashAt, ",")
 	}
+	if len(s.opts.HoldAt) > 0 {
+		set["BOOKING_TEST_HOLD_AT"] = strings.Join(s.opts.HoldAt, ",")
+	}
 	for k, v := range s.opts.Env {
 		set[k] = v
 	}
@@ -458,9 +466,9 @@ func (s *server) Stop() {
 	if p == nil || p.hasExited() {
 		return
 	}
-	if !p.signalAndWait(syscall.SIGTERM, 25*time.Second) {
+	if !p.signalAndWait(syscall.SIGTERM, 60*time.Second) {
 		p.signalAndWait(syscall.SIGKILL, 10*time.Second)
-		s.t.Errorf("booking serve did not exit within 25 s of SIGTERM; killed")
+		s.t.Errorf("booking serve did not exit within 60 s of SIGTERM; killed")
 		return
 	}
 	fmt.Fprintf(s.logs, "=== e2e: booking serve stopped (%v)\n", p.exitErr)
@@ -502,6 +510,62 @@ func (s *server) Restart(mods ...func(*Options)) {
 // withoutCrash clears Options.CrashAt (for Restart).
 func withoutCrash(o *Options) { o.CrashAt = nil }
 
+// ---------------------------------------------------------------------------
+// Hold points (faultinject build: /_test/holds/{step})
+
+// holdState is the answer of the hold control API.
+type holdState struct {
+	Step    string `json:"step"`
+	Armed   bool   `json:"armed"`
+	Parked  int    `json:"parked"`
+	Arrived int    `json:"arrived"`
+}
+
+// holdCall makes a request to the hold control API of booking serve and
+// fails the test unless it answers 200.
+func (s *server) holdCall(t testing.TB, method, step, query string) holdState {
+	t.Helper()
+	r := s.doCall(t, call{Method: method, Path: "/_test/holds/" + step + query})
+	wantStatus(t, r, http.StatusOK)
+	var st holdState
+	if err := json.Unmarshal(r.Body, &st); err != nil || st.Step != step {
+		t.Fatalf("%s: want a hold state of %s (%v)", r, step, err)
+	}
+	return st
+}
+
+// armHold makes booking serve park every request or job that reaches step
+// from now on, until releaseHold.
+func (s *server) armHold(t testing.TB, step string) {
+	t.Helper()
+	if st := s.holdCall(t, "PUT", step, ""); !st.Armed {
+		t.Fatalf("PUT /_test/holds/%s: %+v, want armed", step, st)
+	}
+}
+
+// waitHeld waits (up to 60 s) until n arrivals in all have parked at step,
+// and returns how many are parked now.
+func (s *server) waitHeld(t testing.TB, step string, n int) int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st := s.holdCall(t, "GET", step, fmt.Sprintf("?arrived=%d&wait=10s", n))
+		if st.Arrived >= n {
+			return st.Parked
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hold %s: %d arrival(s) within 60 s, want %d (%+v)", step, st.Arrived, n, st)
+		}
+	}
+}
+
+// releaseHold disarms step and lets everything parked there go on; it
+// returns how many had arrived there in all.
+func (s *server) releaseHold(t testing.TB, step string) int {
+	t.Helper()
+	return s.holdCall(t, "DELETE", step, "").Arrived
+}
+
 // shutdown stops whatever still runs, at cleanup.
 func (s *server) shutdown() {
 	s.mu.Lock()
@@ -511,9 +575,9 @@ func (s *server) shutdown() {
 		if p == nil || p.hasExited() {
 			continue
 		}
-		if !p.signalAndWait(syscall.SIGTERM, 25*time.Second) {
+		if !p.signalAndWait(syscall.SIGTERM, 60*time.Second) {
 			p.signalAndWait(syscall.SIGKILL, 10*time.Second)
-			s.t.Errorf("%s did not exit within 25 s of SIGTERM; killed", p.name)
+			s.t.Errorf("%s did not exit within 60 s of SIGTERM; killed", p.name)
 			continue
 		}
 		if code := p.exitCode(); code != 0 {
@@ -624,6 +688,12 @@ func (s *server) send(ctx context.Context, c call) (*resp, error) {
 	if c.Key != nil {
 		req.Header["Idempotency-Key"] = []string{*c.Key}
 	}
+	if c.Method == http.MethodPost && strings.HasSuffix(url, "/v1/orders") {
+		// A test that is not about the wait budget asks for the longest
+		// wait (RFC 7240), so a busy machine never turns its final answer
+		// into a 202; a test about the budget sets Prefer itself.
+		req.Header.Set("Prefer", "wait=10")
+	}
 	for k, v := range c.Header {
 		req.Header.Set(k, v)
 	}
@@ -646,6 +716,28 @@ func (s *server) send(ctx context.Context, c call) (*resp, error) {
 		r.JSON = m
 	}
 	return r, nil
+}
+
+// retryable reports whether an answer asks the client to repeat the same
+// request later: 503 (unavailable, contention) or 409
+// idempotency-key-in-use (the first request with the key is still running).
+func retryable(r *resp) bool {
+	return r.Status == http.StatusServiceUnavailable ||
+		(r.Status == http.StatusConflict && r.str("code") == "idempotency-key-in-use")
+}
+
+// sendRepeating makes c, repeating it (same key) every 100 ms while the
+// answer is retryable, for up to 60 s; it returns the last answer (safe from
+// any goroutine).
+func (s *server) sendRepeating(ctx context.Context, c call) (*resp, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r, err := s.send(ctx, c)
+		if err != nil || !retryable(r) || time.Now().After(deadline) {
+			return r, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // doCall makes c and fails the test on a transport error.
@@ -762,7 +854,7 @@ func (s *server) charges(t testing.TB) chargeSummary {
 
 func (s *server) queryInt(t testing.TB, sql string, args ...any) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var n int
 	if err := s.db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
@@ -793,7 +885,7 @@ func (s *server) orders(t testing.TB) int {
 // streamTypes returns the event types of stream in revision order.
 func (s *server) streamTypes(t testing.TB, stream string) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rows, err := s.db.Query(ctx, `SELECT type FROM events WHERE stream = $1 ORDER BY revision`, stream)
 	if err != nil {
@@ -814,7 +906,7 @@ func (s *server) streamTypes(t testing.TB, stream string) []string {
 // claimedOrderIDs returns the order ids of every OrderClaimed, oldest first.
 func (s *server) claimedOrderIDs(t testing.TB) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rows, err := s.db.Query(ctx, `SELECT convert_from(data, 'UTF8')::jsonb->>'order_id' FROM events
 		WHERE type = 'OrderClaimed' ORDER BY tx, seq`)
@@ -833,23 +925,41 @@ func (s *server) claimedOrderIDs(t testing.TB) []string {
 	return out
 }
 
-// settle waits until the event count stays the same for 500 ms (background
-// follow-ups done), at most 15 s, and returns it.
+// settle waits until the background work is done and returns the event
+// count: the process manager's checkpoint is at the head of the log (every
+// follow-up of every event so far is finished) and the count has stayed the
+// same for 500 ms since (late payment steps, refunds and webhooks land). It
+// fails the test after 60 s, so a busy machine only makes it slower.
 func (s *server) settle(t testing.TB) int {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	n := s.totalEvents(t)
-	stableSince := time.Now()
-	for time.Since(stableSince) < 500*time.Millisecond {
+	deadline := time.Now().Add(60 * time.Second)
+	n, caughtUp := s.totalEvents(t), false
+	var stableSince time.Time
+	for {
+		if !caughtUp {
+			if caughtUp = s.followUpsAtHead(t); caughtUp {
+				stableSince = time.Now()
+			}
+		} else if time.Since(stableSince) >= 500*time.Millisecond {
+			return n
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the event store did not settle within 15 s (still appending; %d events)", n)
+			t.Fatalf("the event store did not settle within 60 s (%d events; process manager at the head: %v)", n, caughtUp)
 		}
 		time.Sleep(50 * time.Millisecond)
 		if m := s.totalEvents(t); m != n {
-			n, stableSince = m, time.Now()
+			n, caughtUp = m, false
 		}
 	}
-	return n
+}
+
+// followUpsAtHead reports whether the process manager's checkpoint is at or
+// past the last event of the log (true for an empty log).
+func (s *server) followUpsAtHead(t testing.TB) bool {
+	t.Helper()
+	return s.queryInt(t, `SELECT count(*) FROM (SELECT tx, seq FROM events ORDER BY tx DESC, seq DESC LIMIT 1) head
+		WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.name = $1
+			AND (c.commit_tx, c.prepare) >= (head.tx::text::bigint, head.seq))`, commands.FollowUpsName) == 0
 }
 
 // eventually polls cond every 50 ms for up to d; it returns whether cond held.

@@ -8,6 +8,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"os"
 	"os/exec"
@@ -45,7 +46,7 @@ type rbSnapshot map[string][]string
 // rbQueryText returns the first column of every row of sql, as text.
 func (s *server) rbQueryText(t testing.TB, sql string, args ...any) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
@@ -164,7 +165,7 @@ AND (stream LIKE 'show-%' OR stream LIKE 'reservation-%' OR stream LIKE 'order-%
 // rbNATSMsgs returns the number of messages in JetStream stream BOOKING.
 func rbNATSMsgs(t testing.TB, js jetstream.JetStream) uint64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, "BOOKING")
 	if err != nil {
@@ -262,14 +263,9 @@ func (s *server) rbRebuild(t testing.TB) (int, string) {
 // is retryable (503, 409 idempotency-key-in-use).
 func (s *server) rbCancel(t testing.TB, token, id string) *resp {
 	t.Helper()
-	key := newKey()
-	var c *resp
-	for range 10 {
-		c = s.do(t, "POST", "/v1/orders/"+id+"/cancel", token, key, nil)
-		if c.Status != http.StatusServiceUnavailable && !(c.Status == http.StatusConflict && c.str("code") == "idempotency-key-in-use") {
-			return c
-		}
-		time.Sleep(200 * time.Millisecond)
+	c, err := s.sendRepeating(context.Background(), call{Method: "POST", Path: "/v1/orders/" + id + "/cancel", Token: token, Key: keyOf(newKey())})
+	if err != nil {
+		t.Fatalf("POST /v1/orders/%s/cancel: %v", id, err)
 	}
 	return c
 }
@@ -337,14 +333,22 @@ func TestRebuild_EqualsLiveTwiceAndTouchesNoProviderOrNATS(t *testing.T) {
 	if c := s.rbCancel(t, tokAlice, cancelConfirmed); c.Status != http.StatusOK || c.str("status") != "cancelled" {
 		t.Errorf("%s, want 200 cancelled", c)
 	}
-	// A pending order (tok_slow, Prefer: wait=0) cancelled: 202 cancelling.
+	// A pending order (tok_slow, Prefer: wait=0) cancelled while its payment
+	// attempt is in flight: 202 cancelling. The send is held at
+	// payment.fenced (the attempt started, the provider not yet called)
+	// until the cancel has answered, so the cancel cannot come before the
+	// attempt (200 cancelled) or after the charge.
 	{
 		res := s.mustReserve(t, tokBob, showA, 1)
+		s.armHold(t, "payment.fenced")
 		r := s.doCall(t, call{Method: "POST", Path: "/v1/orders", Token: tokBob, Key: keyOf(newKey()),
 			Body: orderBody(res, "tok_slow"), Header: map[string]string{"Prefer": "wait=0"}})
 		wantStatus(t, r, http.StatusAccepted)
 		owner[r.str("id")] = tokBob
-		if c := s.rbCancel(t, tokBob, r.str("id")); c.Status != http.StatusAccepted || c.str("status") != "cancelling" {
+		s.waitHeld(t, "payment.fenced", 1)
+		c := s.rbCancel(t, tokBob, r.str("id"))
+		s.releaseHold(t, "payment.fenced")
+		if c.Status != http.StatusAccepted || c.str("status") != "cancelling" {
 			t.Errorf("%s, want 202 cancelling", c)
 		}
 	}
@@ -498,8 +502,13 @@ AND relname ~ '_rebuild_[0-9]+' ORDER BY 1`); len(left) != 0 {
 			}
 		}
 		lastRebuiltAt = rebuiltAt
-		time.Sleep(1500 * time.Millisecond) // the live projectors are back on their locks
-		rbCompare(t, what+" (1.5 s later)", live, s.rbSnapshot(t))
+		// The live projectors are back on their locks (the rebuild held
+		// them): compare again once each has had the chance to apply
+		// something.
+		if !eventually(60*time.Second, func() bool { return s.rbProjectorsLocked(t) }) {
+			t.Fatalf("%s: the live projectors did not take their locks back within 60 s", what)
+		}
+		rbCompare(t, what+" (live projectors back)", live, s.rbSnapshot(t))
 		if after := s.rbOutside(t, js); after != before {
 			t.Errorf("%s: simulator/NATS changed: before %+v, after %+v", what, before, after)
 		}
@@ -521,16 +530,16 @@ AND relname ~ '_rebuild_[0-9]+' ORDER BY 1`); len(left) != 0 {
 
 	// ---- the live projectors go on after the swaps
 	newID := order(tokAlice, showA, 1, "tok_visa", http.StatusCreated)
-	if !eventually(20*time.Second, func() bool {
+	if !eventually(60*time.Second, func() bool {
 		l, _ := s.rbListOrders(t, tokAlice)
 		o, ok := l[newID]
 		return ok && o["status"] == "confirmed"
 	}) {
 		l, pos := s.rbListOrders(t, tokAlice)
-		t.Errorf("GET /v1/orders: order %s placed after the rebuilds not listed confirmed within 20 s (position %s, checkpoints %v, head %s): %v",
+		t.Errorf("GET /v1/orders: order %s placed after the rebuilds not listed confirmed within 60 s (position %s, checkpoints %v, head %s): %v",
 			newID, pos, s.rbCheckpoints(t), s.rbHead(t), l)
 	}
-	if !eventually(20*time.Second, func() bool {
+	if !eventually(60*time.Second, func() bool {
 		h := s.rbHead(t)
 		for _, cp := range s.rbCheckpoints(t) {
 			if !strings.HasSuffix(cp, " "+h) {
@@ -539,11 +548,29 @@ AND relname ~ '_rebuild_[0-9]+' ORDER BY 1`); len(left) != 0 {
 		}
 		return true
 	}) {
-		t.Errorf("checkpoints %v not at the head %s 20 s after the new order", s.rbCheckpoints(t), s.rbHead(t))
+		t.Errorf("checkpoints %v not at the head %s 60 s after the new order", s.rbCheckpoints(t), s.rbHead(t))
 	}
-	if !eventually(20*time.Second, func() bool { return uint64(s.rbPublished(t)) == rbNATSMsgs(t, js) }) {
+	if !eventually(60*time.Second, func() bool { return uint64(s.rbPublished(t)) == rbNATSMsgs(t, js) }) {
 		t.Errorf("NATS: %d messages, want %d after the new order (the relay goes on)", rbNATSMsgs(t, js), s.rbPublished(t))
 	}
+}
+
+// rbProjectorsLocked reports whether every projector's session advisory
+// lock (cmd/booking lockKey: FNV-64a of "booking-worker:projection:NAME")
+// is held.
+func (s *server) rbProjectorsLocked(t testing.TB) bool {
+	t.Helper()
+	for _, name := range s.rbQueryText(t, `SELECT name FROM projection_checkpoints ORDER BY name`) {
+		h := fnv.New64a()
+		h.Write([]byte("booking-worker:projection:" + name))
+		k := h.Sum64()
+		if s.queryInt(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND classid = $1::bigint::oid AND objid = $2::bigint::oid`, int64(k>>32), int64(k&0xffffffff)) != 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // rbCounts summarizes a snapshot's row counts.

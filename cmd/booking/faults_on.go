@@ -3,31 +3,272 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
+
+	"github.com/go-chi/chi/v5"
 
 	"github.com/retrysafe/booking/commands"
 )
 
-// faultHooks kills the process with SIGKILL right after a named step when
-// BOOKING_TEST_CRASH_AT lists it (comma-separated step names, e.g.
-// order.claimed). Only binaries built with -tags faultinject have this.
-func faultHooks(log *slog.Logger) (commands.Hooks, bool) {
-	spec := os.Getenv("BOOKING_TEST_CRASH_AT")
-	if spec == "" {
-		return commands.Hooks{}, false
+// faultHooks returns the test-only fault points of a binary built with
+// -tags faultinject, configured from the environment:
+//
+//   - BOOKING_TEST_CRASH_AT=step[,step...] kills the process with SIGKILL at
+//     each named step;
+//   - BOOKING_TEST_HOLD_AT=step[,step...] parks every goroutine that reaches
+//     a named step until a test releases that step.
+//
+// Step names are commands.Steps; an unknown name is a configuration error.
+// The returned handler serves the hold control API under /_test (see
+// holdSet.routes); it exists in this build only. Parked goroutines are
+// released when ctx is done, so a graceful shutdown never waits for a test.
+func faultHooks(ctx context.Context, log *slog.Logger) (commands.Hooks, http.Handler, error) {
+	crash, err := parseSteps("BOOKING_TEST_CRASH_AT", os.Getenv("BOOKING_TEST_CRASH_AT"))
+	if err != nil {
+		return commands.Hooks{}, nil, err
 	}
-	steps := map[string]bool{}
-	for _, s := range strings.Split(spec, ",") {
-		steps[strings.TrimSpace(s)] = true
+	holdAt, err := parseSteps("BOOKING_TEST_HOLD_AT", os.Getenv("BOOKING_TEST_HOLD_AT"))
+	if err != nil {
+		return commands.Hooks{}, nil, err
 	}
+	holds := newHoldSet(log)
+	for _, s := range holdAt {
+		holds.arm(s)
+	}
+	go func() {
+		<-ctx.Done()
+		holds.releaseAll()
+	}()
 	return commands.Hooks{Step: func(step string) {
-		if steps[step] {
+		if slices.Contains(crash, step) {
 			log.Warn("fault injection: killing the process", "step", step)
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
 		}
-	}}, true
+		holds.hold(step)
+	}}, holds.routes(), nil
+}
+
+// parseSteps splits a comma-separated list of step names and checks each
+// against commands.Steps.
+func parseSteps(variable, spec string) ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(spec, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !slices.Contains(commands.Steps, s) {
+			return nil, configError(variable, "unknown step %q (known: %s)", s, strings.Join(commands.Steps, ", "))
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// holdSet parks goroutines at armed steps. It is safe for concurrent use.
+//
+// Its counts make a test race-free without sleeping: arrived only grows, so
+// "wait until arrived >= n" cannot miss an arrival, and release disarms the
+// step in the same critical section that wakes the parked goroutines, so no
+// goroutine can park after a release it did not see.
+type holdSet struct {
+	log     *slog.Logger
+	mu      sync.Mutex
+	steps   map[string]*holdStep
+	changed chan struct{} // closed and replaced on every change
+}
+
+type holdStep struct {
+	armed   bool
+	parked  int           // goroutines parked now
+	arrived int           // goroutines that ever parked here
+	release chan struct{} // closed when the step is released
+}
+
+// holdState is a step's state as the control API shows it.
+type holdState struct {
+	Step    string `json:"step"`
+	Armed   bool   `json:"armed"`
+	Parked  int    `json:"parked"`
+	Arrived int    `json:"arrived"`
+}
+
+func newHoldSet(log *slog.Logger) *holdSet {
+	return &holdSet{log: log, steps: map[string]*holdStep{}, changed: make(chan struct{})}
+}
+
+// get returns step's entry; the caller holds mu.
+func (hs *holdSet) get(step string) *holdStep {
+	st := hs.steps[step]
+	if st == nil {
+		st = &holdStep{release: make(chan struct{})}
+		hs.steps[step] = st
+	}
+	return st
+}
+
+// notify wakes every waiter; the caller holds mu.
+func (hs *holdSet) notify() {
+	close(hs.changed)
+	hs.changed = make(chan struct{})
+}
+
+func (hs *holdSet) state(step string) holdState {
+	st := hs.get(step)
+	return holdState{Step: step, Armed: st.armed, Parked: st.parked, Arrived: st.arrived}
+}
+
+// arm makes step park every goroutine that reaches it from now on.
+func (hs *holdSet) arm(step string) holdState {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	st := hs.get(step)
+	if !st.armed {
+		st.armed = true
+		st.release = make(chan struct{})
+		hs.notify()
+	}
+	return hs.state(step)
+}
+
+// release disarms step and lets every goroutine parked there go on.
+func (hs *holdSet) release(step string) holdState {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	st := hs.get(step)
+	if st.armed {
+		st.armed = false
+		close(st.release)
+		hs.notify()
+	}
+	return hs.state(step)
+}
+
+func (hs *holdSet) releaseAll() {
+	hs.mu.Lock()
+	var steps []string
+	for s := range hs.steps {
+		steps = append(steps, s)
+	}
+	hs.mu.Unlock()
+	for _, s := range steps {
+		hs.release(s)
+	}
+}
+
+// hold parks the caller while step is armed, until it is released.
+func (hs *holdSet) hold(step string) {
+	hs.mu.Lock()
+	st := hs.steps[step]
+	if st == nil || !st.armed {
+		hs.mu.Unlock()
+		return
+	}
+	st.parked++
+	st.arrived++
+	n, ch := st.arrived, st.release
+	hs.notify()
+	hs.mu.Unlock()
+	hs.log.Warn("fault injection: holding at a step until the test releases it", "step", step, "arrival", n)
+	<-ch
+	hs.mu.Lock()
+	st.parked--
+	hs.notify()
+	hs.mu.Unlock()
+	hs.log.Warn("fault injection: released", "step", step, "arrival", n)
+}
+
+// waitArrived blocks until at least n goroutines have arrived at step in
+// all, ctx is done or d passes, and returns the state then.
+func (hs *holdSet) waitArrived(ctx context.Context, step string, n int, d time.Duration) holdState {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		hs.mu.Lock()
+		s := hs.state(step)
+		ch := hs.changed
+		hs.mu.Unlock()
+		if s.Arrived >= n {
+			return s
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return s
+		case <-timer.C:
+			return s
+		}
+	}
+}
+
+// routes serves the hold control API (faultinject builds only):
+//
+//	GET    /_test/holds/{step}[?arrived=N[&wait=D]]  state; with arrived, first
+//	       waits (up to D, a Go duration, default 30s) until N goroutines in
+//	       all have parked at step
+//	PUT    /_test/holds/{step}   arm: park every goroutine that reaches step
+//	DELETE /_test/holds/{step}   release: disarm step and let every parked
+//	       goroutine go on
+//
+// Each answers 200 with {"step", "armed", "parked", "arrived"}; an unknown
+// step is 404, a bad parameter 400.
+func (hs *holdSet) routes() http.Handler {
+	r := chi.NewRouter()
+	step := func(w http.ResponseWriter, r *http.Request) (string, bool) {
+		s := chi.URLParam(r, "step")
+		if !slices.Contains(commands.Steps, s) {
+			http.Error(w, fmt.Sprintf("unknown step %q (known: %s)", s, strings.Join(commands.Steps, ", ")), http.StatusNotFound)
+			return "", false
+		}
+		return s, true
+	}
+	answer := func(w http.ResponseWriter, st holdState) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(st)
+	}
+	r.Get("/holds/{step}", func(w http.ResponseWriter, r *http.Request) {
+		s, ok := step(w, r)
+		if !ok {
+			return
+		}
+		n, d := 0, 30*time.Second
+		if v := r.URL.Query().Get("arrived"); v != "" {
+			var err error
+			if n, err = strconv.Atoi(v); err != nil || n < 0 {
+				http.Error(w, "arrived: want a count ≥ 0", http.StatusBadRequest)
+				return
+			}
+		}
+		if v := r.URL.Query().Get("wait"); v != "" {
+			var err error
+			if d, err = time.ParseDuration(v); err != nil || d < 0 {
+				http.Error(w, "wait: want a Go duration ≥ 0 such as 30s", http.StatusBadRequest)
+				return
+			}
+		}
+		answer(w, hs.waitArrived(r.Context(), s, n, d))
+	})
+	r.Put("/holds/{step}", func(w http.ResponseWriter, r *http.Request) {
+		if s, ok := step(w, r); ok {
+			answer(w, hs.arm(s))
+		}
+	})
+	r.Delete("/holds/{step}", func(w http.ResponseWriter, r *http.Request) {
+		if s, ok := step(w, r); ok {
+			answer(w, hs.release(s))
+		}
+	})
+	return r
 }

@@ -98,7 +98,7 @@ func TestRebuildCommandWhileServing(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t)
 	pool := pgtest.NewPool(t, url)
-	store := pgstore.New(pool)
+	store := pgstore.New(pool, pgstore.WithAppendTimeout(time.Minute)) // not 5 s: the machine may be fully busy
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -18,7 +18,7 @@ import (
 func TestPendingOrdersSQL(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, pgtest.NewDatabase(t))
-	store := pgstore.New(pool)
+	store := pgstore.New(pool, pgstore.WithAppendTimeout(time.Minute)) // not 5 s: the machine may be fully busy
 	ctx := context.Background()
 	money := domain.Money{Amount: 100, Currency: "EUR"}
 	placed := func(id string) domain.Event {

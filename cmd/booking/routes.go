@@ -28,6 +28,9 @@ type api struct {
 	budget        *budget
 	webhooks      http.Handler
 	lists         listReader
+	// testAPI serves /_test (fault-injection control); nil in the
+	// production build.
+	testAPI http.Handler
 }
 
 // listReader serves the list endpoints from the read models; nil until the
@@ -57,6 +60,9 @@ func (a *api) routes() http.Handler {
 	r.Get("/openapi.yaml", serveOpenAPI)
 	if a.webhooks != nil {
 		r.Post("/v1/provider/webhooks", a.webhooks.ServeHTTP)
+	}
+	if a.testAPI != nil {
+		r.Mount("/_test", a.testAPI)
 	}
 	r.Group(func(r chi.Router) {
 		r.Use(a.authenticate)

@@ -137,7 +137,12 @@ func (c *serveCmd) Run(e *env) error {
 	commands.StatusOf = statusOf
 	metrics := newMetrics()
 	opts := []commands.Option{commands.WithMetrics(metrics), commands.WithKeys(keys)}
-	if hooks, ok := faultHooks(log); ok {
+	hooks, testAPI, err := faultHooks(ctx, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if hooks.Step != nil {
 		opts = append(opts, commands.WithHooks(hooks))
 	}
 	h := commands.New(hcfg, store, dbClock{pool}, payments, registry, log, opts...)
@@ -145,6 +150,7 @@ func (c *serveCmd) Run(e *env) error {
 	api := &api{h: h, tokens: tokens, log: log, metrics: metrics, pool: pool,
 		webhookSecret: []byte(cfg.ProviderWebhookSecret), budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst)}
 	api.webhooks = newWebhookHandler(api, h) // payments (issue 4): POST /v1/provider/webhooks; before routes()
+	api.testAPI = testAPI                    // nil unless built with -tags faultinject
 	srv := &http.Server{Handler: api.routes(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))

@@ -61,12 +61,15 @@ func newTestPool(tb testing.TB) *pgxpool.Pool {
 
 func TestStore(t *testing.T) {
 	pool := newTestPool(t)
-	storetest.Run(t, func(t *testing.T) eventstore.Store { return heldStore{New(pool)} })
+	// The suite's cases run in parallel and may meet a fully busy machine:
+	// a bound of 1 min per append (not the default 5 s, tested on its own
+	// below) keeps a slow append from passing for a failed one.
+	storetest.Run(t, func(t *testing.T) eventstore.Store { return heldStore{New(pool, WithAppendTimeout(time.Minute))} })
 }
 
 func testContext(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }

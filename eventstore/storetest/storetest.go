@@ -45,8 +45,9 @@ type HoldOpenUnsupported interface {
 	HoldOpenUnsupported() string
 }
 
-// timeout bounds every case.
-const timeout = 30 * time.Second
+// timeout bounds every case: generous, because the suite runs its cases
+// in parallel on machines that may be fully busy.
+const timeout = 2 * time.Minute
 
 // Run runs the conformance suite against the stores newStore returns.
 // newStore is called once per case or table row, from that test's goroutine

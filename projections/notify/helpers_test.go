@@ -28,6 +28,11 @@ import (
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
+// testAppendBound bounds each append of the tests' event store: far above
+// the production default (5 s), because the tests append bursts on machines
+// that may be fully busy.
+const testAppendBound = time.Minute
+
 // natsBackend starts a NATS server with JetStream for one test and returns
 // its client URL; the server stops at the test's cleanup.
 type natsBackend struct {
@@ -186,7 +191,7 @@ func newEnv(tb testing.TB, natsURL string, window time.Duration) *env {
 	tb.Cleanup(cancel)
 	pool := pgtest.NewPool(tb, pgtest.NewDatabase(tb))
 	e := &env{tb: tb, ctx: ctx, pool: pool, url: natsURL,
-		store: pgstore.New(pool, pgstore.WithPollInterval(time.Millisecond, 20*time.Millisecond)),
+		store: pgstore.New(pool, pgstore.WithPollInterval(time.Millisecond, 20*time.Millisecond), pgstore.WithAppendTimeout(testAppendBound)),
 		log:   slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	e.nc = mustConnect(tb, natsURL)
 	var err error
@@ -221,14 +226,20 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// testRelayConfig is a relay with short windows: fail-over about 1.3 s.
+// testRelayConfig is a relay with short windows that a busy machine still
+// keeps (a renewal or an ack late by a second or two costs nothing):
+// fail-over about 8.2 s, so a duplicate window must be longer (testWindow).
 func testRelayConfig(e *env) RelayConfig {
 	return RelayConfig{
-		LeaseTTL: 600 * time.Millisecond, RenewEvery: 150 * time.Millisecond, RetryInterval: 100 * time.Millisecond,
-		AckTimeout: 500 * time.Millisecond, CheckpointEvery: 50 * time.Millisecond, MaxInFlight: 256,
+		LeaseTTL: 3 * time.Second, RenewEvery: 500 * time.Millisecond, RetryInterval: 100 * time.Millisecond,
+		AckTimeout: 5 * time.Second, CheckpointEvery: 50 * time.Millisecond, MaxInFlight: 256,
 		Logger: e.log,
 	}
 }
+
+// testWindow is the shortest duplicate window the tests use with
+// testRelayConfig: just above its fail-over time.
+const testWindow = 10 * time.Second
 
 // running is a relay or subscriber running in its own goroutine.
 type running struct {

@@ -18,7 +18,7 @@ func (e *env) publishAll(t *testing.T, w *workload) {
 	r := NewRelay(e.store, e.pool, e.nc, testRelayConfig(e))
 	run := start(t, e.ctx, r.Run)
 	head := w.lastPosition()
-	waitFor(t, 20*time.Second, "checkpoint at head", func() bool { return r.Stats().Checkpoint == head })
+	waitFor(t, 60*time.Second, "checkpoint at head", func() bool { return r.Stats().Checkpoint == head })
 	run.stop(t)
 }
 
@@ -83,7 +83,9 @@ func TestSubscriberLostAck(t *testing.T) {
 		e.publishAll(t, &w)
 
 		var lost atomic.Int64
-		s := NewSubscriber(e.js, e.pool, SubscriberConfig{Durable: "lost", AckWait: 500 * time.Millisecond, GapDelay: 20 * time.Millisecond, Logger: e.log})
+		// The ack wait is far longer than handling a message on a busy
+		// machine, so the only redeliveries are those of the lost acks.
+		s := NewSubscriber(e.js, e.pool, SubscriberConfig{Durable: "lost", AckWait: 10 * time.Second, GapDelay: 20 * time.Millisecond, Logger: e.log})
 		s.loseAck = func(n *Notification) bool {
 			if n.Delivered == 1 && n.Revision%2 == 0 {
 				lost.Add(1)
@@ -156,14 +158,14 @@ func TestSubscriberOrderUnderRedeliveries(t *testing.T) {
 // passed) is stopped by the per-entity revision check.
 func TestSubscriberPrunedLateCopy(t *testing.T) {
 	t.Parallel()
-	const window = 2 * time.Second
+	const window = testWindow
 	e := newEnv(t, mustEmbedded(t), window)
 	var w workload
 	w.appendOrders(t, e.ctx, e.store, 2)
 	e.publishAll(t, &w)
 	s := NewSubscriber(e.js, e.pool, SubscriberConfig{Durable: "prune", ProcessedHorizon: time.Hour, GapDelay: 20 * time.Millisecond, Logger: e.log})
 	run := start(t, e.ctx, s.Run)
-	waitFor(t, 20*time.Second, "all applied", func() bool { return s.Stats().Applied == int64(w.publicCount()) })
+	waitFor(t, 60*time.Second, "all applied", func() bool { return s.Stats().Applied == int64(w.publicCount()) })
 
 	if _, err := e.pool.Exec(e.ctx, `UPDATE notify_processed SET processed_at = now() - interval '2 hours'`); err != nil {
 		t.Fatal(err)
@@ -181,7 +183,7 @@ func TestSubscriberPrunedLateCopy(t *testing.T) {
 	if err != nil || ack.Duplicate {
 		t.Fatalf("republish of %s = %+v, %v; want it stored again", first.header.Get(HeaderMsgID), ack, err)
 	}
-	waitFor(t, 20*time.Second, "late copy handled", func() bool { return s.Stats().Stale == 1 })
+	waitFor(t, 60*time.Second, "late copy handled", func() bool { return s.Stats().Stale == 1 })
 	run.stop(t)
 	e.checkApplied(t, "prune", &w)
 }

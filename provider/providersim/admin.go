@@ -36,6 +36,7 @@ func (s *Server) routes() http.Handler {
 	})
 	r.Route("/_sim", func(r chi.Router) {
 		r.Get("/charges", s.simCharges)
+		r.Get("/in-flight", s.simInFlight)
 		r.Get("/refunds", s.simRefunds)
 		r.Get("/events", s.simEvents)
 		r.Post("/events/{id}/resend", s.simResend)
@@ -92,6 +93,30 @@ func (s *Server) simCharges(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		Charges []SimCharge `json:"charges"`
 	}{out})
+}
+
+// simInFlight answers GET /_sim/in-flight: {"idempotency_keys": [...]}, the
+// keys of charge and refund requests received and not yet answered, sorted,
+// so a test can wait until a request is at the provider.
+func (s *Server) simInFlight(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		IdempotencyKeys []string `json:"idempotency_keys"`
+	}{s.InFlight()})
+}
+
+// InFlight returns the idempotency keys of the charge and refund requests
+// received and not yet answered, sorted. It is safe for concurrent use.
+func (s *Server) InFlight() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []string{}
+	for k, e := range s.keys {
+		if e.inFlight {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (s *Server) simRefunds(w http.ResponseWriter, _ *http.Request) {

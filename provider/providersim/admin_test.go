@@ -51,6 +51,48 @@ func TestSimChargesListsEveryChargeWithExactFields(t *testing.T) {
 	}
 }
 
+// TestInFlightListsRequestsUntilAnswered: GET /_sim/in-flight lists a slow
+// charge's key while it is being processed and no longer once it answered.
+func TestInFlightListsRequestsUntilAnswered(t *testing.T) {
+	t.Parallel()
+	s := mustSim(t, providersim.Config{SlowDelay: time.Hour}) // answered only when the test closes the simulator
+	var out struct {
+		Keys []string `json:"idempotency_keys"`
+	}
+	if status := s.mustDo(t, http.MethodGet, "/_sim/in-flight", nil, &out); status != http.StatusOK || out.Keys == nil || len(out.Keys) != 0 {
+		t.Fatalf("GET /_sim/in-flight = %d %v, want 200 with an empty list", status, out.Keys)
+	}
+	if _, err := s.client.CreateCharge(ctxT(t), "fast", charge("o1", 1, "tok_visa")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.client.CreateCharge(context.Background(), "slow", charge("o2", 1, "tok_slow"))
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s.mustDo(t, http.MethodGet, "/_sim/in-flight", nil, &out)
+		if slices.Equal(out.Keys, []string{"slow"}) {
+			break
+		}
+		if time.Now().After(deadline) || len(out.Keys) > 1 {
+			t.Fatalf("GET /_sim/in-flight = %v, want [slow] while the slow charge runs", out.Keys)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := s.InFlight(); !slices.Equal(got, []string{"slow"}) {
+		t.Fatalf("InFlight() = %v, want [slow]", got)
+	}
+	s.Close() // aborts the slow charge: answered, not committed
+	if err := <-done; err == nil {
+		t.Fatal("slow charge aborted by Close: no error, want one")
+	}
+	if got := s.InFlight(); len(got) != 0 {
+		t.Fatalf("InFlight() after the answer = %v, want none", got)
+	}
+}
+
 func TestFaultsOverHTTP(t *testing.T) {
 	t.Parallel()
 	s := mustSim(t, providersim.Config{})
@@ -179,7 +221,7 @@ func TestListenAndServeShutsDownOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.ListenAndServe(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for s.URL() == "" && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -196,7 +238,7 @@ func TestListenAndServeShutsDownOnCancel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ListenAndServe() = %v, want nil", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("ListenAndServe() did not return after cancel")
 	}
 	if _, err := c.GetCharge(ctxT(t), "ch_x"); !errors.Is(err, provider.ErrUnavailable) {

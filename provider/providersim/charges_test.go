@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -92,8 +93,10 @@ func TestSameKeyWithOtherParametersIsIdempotencyError(t *testing.T) {
 func TestConcurrentSameKeyMakesExactlyOneCharge(t *testing.T) {
 	t.Parallel()
 	s := mustSim(t, providersim.Config{})
-	// A little processing time makes overlaps, hence 409s, certain.
-	if err := s.SetFaults(providersim.Faults{LatencyMS: 50}); err != nil {
+	// Every request takes 5 s, and the others start once the first holds
+	// the key, so overlaps (hence 409s) are certain on any machine.
+	const latency = 5 * time.Second
+	if err := s.SetFaults(providersim.Faults{LatencyMS: int(latency / time.Millisecond)}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
@@ -102,8 +105,14 @@ func TestConcurrentSameKeyMakesExactlyOneCharge(t *testing.T) {
 	var wg sync.WaitGroup
 	results := make([]provider.Charge, n)
 	errs := make([]error, n)
+	wg.Go(func() { results[0], errs[0] = s.client.CreateCharge(ctx, "same-key", req) })
+	for begin := time.Now(); !slices.Contains(s.InFlight(), "same-key"); time.Sleep(5 * time.Millisecond) {
+		if time.Since(begin) > latency {
+			t.Fatalf("the first request did not hold the key within %s", latency)
+		}
+	}
 	start := make(chan struct{})
-	for i := range n {
+	for i := 1; i < n; i++ {
 		wg.Go(func() {
 			<-start
 			results[i], errs[i] = s.client.CreateCharge(ctx, "same-key", req)
@@ -220,7 +229,10 @@ func TestFixedTokens(t *testing.T) {
 
 	t.Run("tok_slow succeeds after the delay and holds the key meanwhile", func(t *testing.T) {
 		t.Parallel()
-		s := mustSim(t, providersim.Config{SlowDelay: 300 * time.Millisecond})
+		// The delay is long enough that the concurrent request surely
+		// arrives while the first is in flight, whatever the machine's load.
+		const delay = 3 * time.Second
+		s := mustSim(t, providersim.Config{SlowDelay: delay})
 		ctx := ctxT(t)
 		req := charge("o1", 1, "tok_slow")
 		begin := time.Now()
@@ -229,15 +241,20 @@ func TestFixedTokens(t *testing.T) {
 			_, err := s.client.CreateCharge(ctx, "k", req)
 			done <- err
 		}()
-		time.Sleep(100 * time.Millisecond)
+		for !slices.Contains(s.InFlight(), "k") { // the first request holds the key
+			if time.Since(begin) > delay {
+				t.Fatalf("the first tok_slow request was not in flight within %s", delay)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 		if _, err := s.client.CreateCharge(ctx, "k", req); !errors.Is(err, provider.ErrKeyInUse) {
 			t.Errorf("concurrent CreateCharge() = %v, want ErrKeyInUse", err)
 		}
 		if err := <-done; err != nil {
 			t.Fatalf("CreateCharge() = %v", err)
 		}
-		if d := time.Since(begin); d < 300*time.Millisecond {
-			t.Errorf("tok_slow answered after %s, want ≥ 300ms", d)
+		if d := time.Since(begin); d < delay {
+			t.Errorf("tok_slow answered after %s, want ≥ %s", d, delay)
 		}
 		if n := len(s.Charges()); n != 1 {
 			t.Fatalf("simulator has %d charges, want 1", n)
@@ -252,7 +269,7 @@ func TestFixedTokens(t *testing.T) {
 		if _, err := s.client.CreateCharge(ctx, "k", charge("o1", 1, "tok_slow")); !errors.Is(err, provider.ErrOutcomeUnknown) {
 			t.Fatalf("CreateCharge() = %v, want ErrOutcomeUnknown", err)
 		}
-		deadline := time.Now().Add(2 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for len(s.Charges()) == 0 && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -127,6 +127,7 @@
 // # Control API (/_sim)
 //
 //	GET    /_sim/charges   {"charges":[{"id","idempotency_key","amount","currency","status","refunded_amount","metadata"}]}
+//	GET    /_sim/in-flight {"idempotency_keys":[…]}: requests received and not yet answered, sorted
 //	GET    /_sim/refunds   {"refunds":[refund…]}
 //	GET    /_sim/events    {"events":[event…]}
 //	POST   /_sim/events/{id}/resend   202; delivers the event once more (404 if unknown)

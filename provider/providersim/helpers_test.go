@@ -99,7 +99,7 @@ func charge(orderID string, attempt int, token string) provider.ChargeRequest {
 
 func ctxT(tb testing.TB) context.Context {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	tb.Cleanup(cancel)
 	return ctx
 }

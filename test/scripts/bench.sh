@@ -38,7 +38,7 @@ report() { tee -a "$tmp"; }
 	fi
 	echo "# commit:    $rev"
 	echo "# go:        $(go version 2>/dev/null || echo unknown)"
-	echo "# cpu:       $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1) x $(nproc)"
+	echo "# cpu:       $(sed -n 's/^model name[[:space:]]*: //p;T;q' /proc/cpuinfo 2>/dev/null) x $(nproc)"
 	echo "# memory:    $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo 2>/dev/null)"
 	echo "# command:   $*"
 } | report
