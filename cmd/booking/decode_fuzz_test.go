@@ -86,12 +86,16 @@ func printableASCII(s string) bool {
 	return true
 }
 
-// surrogateEscape matches a JSON escape of a UTF-16 surrogate.
-var surrogateEscape = regexp.MustCompile(`\\u[dD][89abcdefABCDEF][0-9a-fA-F]{2}`)
+// surrogateEscape matches a JSON escape of a UTF-16 surrogate;
+// replacementEscape one of U+FFFD.
+var (
+	surrogateEscape   = regexp.MustCompile(`\\u[dD][89abcdefABCDEF][0-9a-fA-F]{2}`)
+	replacementEscape = regexp.MustCompile(`\\u[fF][fF][fF][dD]`)
+)
 
 // replacementsIn counts U+FFFD in raw, literal or escaped.
 func replacementsIn(raw []byte) int {
-	return bytes.Count(raw, []byte("\uFFFD")) + len(regexp.MustCompile(`\\u[fF][fF][fF][dD]`).FindAll(raw, -1))
+	return bytes.Count(raw, []byte("\uFFFD")) + len(replacementEscape.FindAll(raw, -1))
 }
 
 // replacementsOf counts U+FFFD in the strings and member names of v.
