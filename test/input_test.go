@@ -302,7 +302,8 @@ func TestRawStorage_StringsAsSentValuesAsValues(t *testing.T) {
 	var listed string
 	if !eventually(15*time.Second, func() bool {
 		l := s.do(t, "GET", "/v1/shows", tokAlice, "", nil)
-		for _, it := range l.get("items").([]any) {
+		items, _ := l.get("items").([]any)
+		for _, it := range items {
 			if m, _ := it.(map[string]any); m["id"] == id {
 				listed, _ = m["name"].(string)
 				return true
