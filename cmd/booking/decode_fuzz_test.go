@@ -304,6 +304,9 @@ func exponentOf(s string) int {
 // Spelling variants of FuzzFingerprintSpelling: each bit of the fuzzed
 // selector picks one.
 func spellInt(n int64, sel uint64) string {
+	if n == 0 {
+		return []string{"0", "0.0", "0e0", "-0", "0.000E+7"}[sel%5] // JSON allows no leading zeros
+	}
 	switch sel % 5 {
 	case 1:
 		return strconv.FormatInt(n, 10) + ".0"
