@@ -23,7 +23,7 @@ type slowBody struct {
 	body    []byte
 	err     error         // reading the answer failed (the connection closed without one)
 	sent    int           // body bytes written before the answer arrived
-	elapsed time.Duration // from the end of the headers to the answer
+	elapsed time.Duration // from the dial to the answer
 	closed  bool          // the server closed the connection after the answer
 }
 
@@ -33,6 +33,7 @@ type slowBody struct {
 // arrives, and reports the answer and whether the server then closed.
 func (s *server) sendSlowly(t *testing.T, path, token, key, body string) slowBody {
 	t.Helper()
+	start := time.Now() // the server's read deadline runs from the connection's first read
 	conn, err := net.DialTimeout("tcp", s.httpAddr, 10*time.Second)
 	if err != nil {
 		t.Fatalf("dial %s: %v", s.httpAddr, err)
@@ -43,7 +44,6 @@ func (s *server) sendSlowly(t *testing.T, path, token, key, body string) slowBod
 	if _, err := io.WriteString(conn, head); err != nil {
 		t.Fatalf("write headers: %v", err)
 	}
-	start := time.Now()
 	type answer struct {
 		res  *http.Response
 		body []byte
@@ -124,7 +124,7 @@ func TestSlowBody_IsCutOffWith408AndRecordsNothing(t *testing.T) {
 		t.Errorf("the answer came after %d of %d body bytes, want a body still trickling (at least 2 bytes, not all)", got.sent, len(body))
 	}
 	if got.elapsed < readTimeout {
-		t.Errorf("the answer came %v after the headers, want at least the read timeout %v", got.elapsed, readTimeout)
+		t.Errorf("the answer came %v after the dial, want at least the read timeout %v", got.elapsed, readTimeout)
 	}
 	if !got.res.Close || !got.closed {
 		t.Errorf("%s: Connection: close %v, closed %v; want the connection closed after the 408", r.Req, got.res.Close, got.closed)

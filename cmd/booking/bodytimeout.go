@@ -15,33 +15,28 @@ import (
 // (RFC 9112 §9.6; net/http lingers the same way on its own early closes).
 const lingerAfterTimeout = 500 * time.Millisecond
 
-// bodyDeadline bounds the time to receive a request's body: it must arrive
-// whole within a.readTimeout (BOOKING_HTTP_READ_TIMEOUT) of the end of the
-// headers, however steadily it trickles. Reading it after that fails with
-// os.ErrDeadlineExceeded, which the handlers answer 408 request-timeout
-// (bodyReadError) before anything is recorded; the connection then closes.
+// lingerAfterBodyTimeout completes the server's read timeout. The server's
+// ReadTimeout (BOOKING_HTTP_READ_TIMEOUT) bounds the time to receive a whole
+// request, headers and body, however steadily it trickles: reading the body
+// after that fails with os.ErrDeadlineExceeded, which the handlers answer
+// 408 request-timeout (bodyReadError) before anything is recorded, and
+// net/http then closes the connection. This middleware makes sure that
+// answer reaches the client: it sends it, then reads and discards what the
+// client still sends for lingerAfterTimeout before the close.
 //
-// The deadline is lifted once the body has been read to its end, so a
-// handler's own work is not bounded by it. (http.Server.ReadTimeout is not
-// used for this: it stays armed while the handler runs and cancels the
-// request's context when it passes.)
-func (a *api) bodyDeadline(next http.Handler) http.Handler {
+// (ReadTimeout does not bound a handler's own work: net/http lifts the read
+// deadline once the body has been read to its end.)
+func lingerAfterBodyTimeout(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.readTimeout <= 0 || r.Body == nil || r.Body == http.NoBody {
+		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
 		}
-		rc := http.NewResponseController(w)
-		if err := rc.SetReadDeadline(time.Now().Add(a.readTimeout)); err != nil {
-			next.ServeHTTP(w, r) // a ResponseWriter without deadlines (httptest)
-			return
-		}
-		b := &deadlineBody{ReadCloser: r.Body, rc: rc}
+		b := &watchedBody{ReadCloser: r.Body}
 		r.Body = b
 		next.ServeHTTP(w, r)
 		if b.timedOut {
-			// The answer (408) is complete; send it, then drain what the
-			// client still sends for a moment so the close is not a reset.
+			rc := http.NewResponseController(w)
 			_ = rc.Flush()
 			_ = rc.SetReadDeadline(time.Now().Add(lingerAfterTimeout))
 			_, _ = io.Copy(io.Discard, io.LimitReader(b.ReadCloser, maxWebhookBytes))
@@ -49,22 +44,17 @@ func (a *api) bodyDeadline(next http.Handler) http.Handler {
 	})
 }
 
-// deadlineBody is a request body read under bodyDeadline's deadline. It is
-// read by the handler's goroutine only.
-type deadlineBody struct {
+// watchedBody is a request body that records whether reading it passed the
+// read deadline. It is read by the handler's goroutine only.
+type watchedBody struct {
 	io.ReadCloser
-	rc       *http.ResponseController
 	timedOut bool
 }
 
-// Read reads the body; at its end it lifts the read deadline, and it records
-// whether the deadline passed.
-func (b *deadlineBody) Read(p []byte) (int, error) {
+// Read reads the body and records a read deadline that passed.
+func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	switch {
-	case errors.Is(err, io.EOF):
-		_ = b.rc.SetReadDeadline(time.Time{})
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	if errors.Is(err, os.ErrDeadlineExceeded) {
 		b.timedOut = true
 	}
 	return n, err

@@ -15,10 +15,10 @@ import (
 type ServeConfig struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (event store, read models, checkpoints, leases)."`
 	HTTPAddr    string `name:"http-addr" env:"BOOKING_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address."`
-	// HTTPReadTimeout bounds the time to receive a request's headers, and
-	// then its body: a body that has not arrived whole by then is answered
-	// 408 and nothing is recorded.
-	HTTPReadTimeout time.Duration `name:"http-read-timeout" env:"BOOKING_HTTP_READ_TIMEOUT" default:"15s" help:"Time to receive a request's headers, and then its body (408 after)."`
+	// HTTPReadTimeout bounds the time to receive a whole request, headers
+	// and body: a body that has not arrived whole by then is answered 408
+	// and nothing is recorded.
+	HTTPReadTimeout time.Duration `name:"http-read-timeout" env:"BOOKING_HTTP_READ_TIMEOUT" default:"15s" help:"Time to receive a whole request, headers and body (408 after)."`
 	EventStore      string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"postgres, or a kurrentdb:// / esdb:// connection string."`
 
 	NATSURL               string        `name:"nats-url" env:"BOOKING_NATS_URL" help:"External NATS server URL; empty starts an embedded server."`

@@ -118,7 +118,7 @@ const (
 
 // decodeBody reads r's JSON object body strictly: a JSON media type (or
 // none), at most maxBodyBytes, read within the server's read timeout (see
-// bodyDeadline), then decodeJSON.
+// lingerAfterBodyTimeout), then decodeJSON.
 func decodeBody(r *http.Request) (*body, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)

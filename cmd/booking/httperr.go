@@ -120,7 +120,7 @@ func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // writeProblem writes p with its Content-Length, so the answer is complete
-// on the wire even when the connection is held open after it (bodyDeadline).
+// on the wire even when the connection is held open after it (lingerAfterBodyTimeout).
 func writeProblem(w http.ResponseWriter, p problem) {
 	raw, err := json.Marshal(p)
 	if err != nil {

@@ -28,9 +28,6 @@ type api struct {
 	budget        *budget
 	webhooks      http.Handler
 	lists         listReader
-	// readTimeout bounds the time to receive a request body
-	// (BOOKING_HTTP_READ_TIMEOUT); 0 leaves bodies unbounded in time.
-	readTimeout time.Duration
 }
 
 // listReader serves the list endpoints from the read models; nil until the
@@ -54,7 +51,7 @@ func (a *api) routes() http.Handler {
 	rt := r
 	r.Use(middleware.RequestID)
 	r.Use(middleware.Recoverer)
-	r.Use(a.bodyDeadline)
+	r.Use(lingerAfterBodyTimeout)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	r.Get("/readyz", a.readyz)
 	r.Handle("/metrics", a.metrics.handler())

@@ -116,13 +116,12 @@ func (c *serveCmd) Run(e *env) error {
 	h := commands.New(hcfg, store, dbClock{pool}, payments, registry, log, opts...)
 
 	api := &api{h: h, tokens: tokens, log: log, metrics: metrics, pool: pool,
-		webhookSecret: []byte(cfg.ProviderWebhookSecret), budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst),
-		readTimeout: cfg.HTTPReadTimeout}
+		webhookSecret: []byte(cfg.ProviderWebhookSecret), budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst)}
 	api.webhooks = newWebhookHandler(api, h) // payments (issue 4): POST /v1/provider/webhooks; before routes()
-	// Headers must arrive within the read timeout; the body then has as long
-	// again (api.bodyDeadline). No ReadTimeout: it would cancel the contexts
-	// of requests still being handled when it passes.
-	srv := &http.Server{Handler: api.routes(), ReadHeaderTimeout: cfg.HTTPReadTimeout, IdleTimeout: 2 * time.Minute}
+	// A whole request, headers and body, must arrive within the read timeout
+	// (a trickled body is cut off: 408, see lingerAfterBodyTimeout); the
+	// handler's own work is not bounded by it.
+	srv := &http.Server{Handler: api.routes(), ReadTimeout: cfg.HTTPReadTimeout, IdleTimeout: 2 * time.Minute}
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var workers sync.WaitGroup
