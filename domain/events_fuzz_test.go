@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
@@ -28,8 +29,9 @@ func registry() *eventstore.Registry {
 // FuzzDecodeStoredEvent: decoding stored event data (eventstore registry,
 // as every reader of the log does) never panics, refuses an unknown type
 // with ErrUnknownEventType, and returns the registered type; what it
-// decodes re-encodes to bytes that decode to the same event and encode to
-// the same bytes (one step to a fixed point); folding the event into every
+// decodes re-encodes to bytes that decode to the same event (an empty map
+// or slice being the same as none) and encode to the same bytes (one step
+// to a fixed point); folding the event into every
 // aggregate does not panic; stored metadata decodes the same way. The
 // golden files of every event type are the seeds.
 func FuzzDecodeStoredEvent(f *testing.F) {
@@ -78,7 +80,9 @@ func FuzzDecodeStoredEvent(f *testing.F) {
 			if err != nil {
 				t.Fatalf("Decode(%q, %s), the re-encoding of %q, error = %v", name, ed.Data, data, err)
 			}
-			if diff := cmp.Diff(ev, again); diff != "" {
+			// An empty map or slice and none are one value here: omitempty
+			// drops both, and the service never writes an empty one.
+			if diff := cmp.Diff(ev, again, cmpopts.EquateEmpty()); diff != "" {
 				t.Fatalf("Decode(%q, %q) and its re-encoding differ (-first +again):\n%s", name, data, diff)
 			}
 			ed2, err := eventstore.Encode("id", again, eventstore.Metadata{})
