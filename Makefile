@@ -19,9 +19,11 @@ BENCH        ?= .
 BENCHTIME    ?= 2s
 BENCH_COUNT  ?= 1
 BENCH_OUT    ?= bench.txt
-# Fuzzing: each target runs FUZZTIME with FUZZ_PARALLEL workers.
+# Fuzzing: each target runs FUZZTIME with FUZZ_PARALLEL workers; FUZZ_ONLY
+# (a regular expression) picks targets by name.
 FUZZTIME      ?= 30s
 FUZZ_PARALLEL ?= 2
+FUZZ_ONLY     ?=
 # staticcheck 2026.2.2 (module version v0.8.2); its go.mod requires Go 1.26.
 STATICCHECK_VERSION ?= v0.8.2
 
@@ -70,7 +72,7 @@ help: ## Show this help
 		/^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@printf '\nVariables: PKG=%s TEST_ARGS=%s TEST_TIMEOUT=%s BENCH=%s BENCHTIME=%s\n' \
 		'$(PKG)' '$(TEST_ARGS)' '$(TEST_TIMEOUT)' '$(BENCH)' '$(BENCHTIME)'
-	@printf '           FUZZTIME=%s FUZZ_PARALLEL=%s\n' '$(FUZZTIME)' '$(FUZZ_PARALLEL)'
+	@printf '           FUZZTIME=%s FUZZ_PARALLEL=%s FUZZ_ONLY=%s\n' '$(FUZZTIME)' '$(FUZZ_PARALLEL)' '$(FUZZ_ONLY)'
 	@printf '           PG_DATA=%s PG_PORT=%s BOOKING_HTTP_ADDR=%s GOFLAGS=%s\n' \
 		'$(PG_DATA)' '$(PG_PORT)' '$(BOOKING_HTTP_ADDR)' "$${GOFLAGS:-}"
 
@@ -122,7 +124,7 @@ test-short: ## Like test, with -short (skips the slow end-to-end scenarios)
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target (test/scripts/fuzz.sh list) for FUZZTIME each, one after the other
-	test/scripts/fuzz.sh run '$(FUZZTIME)' -parallel '$(FUZZ_PARALLEL)'
+	FUZZ_ONLY='$(FUZZ_ONLY)' test/scripts/fuzz.sh run '$(FUZZTIME)' -parallel '$(FUZZ_PARALLEL)'
 
 .PHONY: lint
 lint: ## gofmt check, go vet and a pinned staticcheck

@@ -17,7 +17,8 @@
 #       if any target failed; a failing input is saved by go test under
 #       PACKAGE-DIR/testdata/fuzz/TARGET/, where it stays a regression test.
 #
-# Environment: GO (default go).
+# Environment: GO (default go); FUZZ_ONLY, an extended regular expression:
+# `run` fuzzes only the targets whose names match it (default: all).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 GO="${GO:-go}"
@@ -49,10 +50,14 @@ run() {
 	local fuzztime="$1"
 	shift
 	check
-	local failed=0 dir target log start secs line execs interesting summary=()
-	log="$(mktemp)"
-	trap 'rm -f "$log"' EXIT
+	local failed=0 dir target start secs line execs interesting summary=()
+	fuzz_log="$(mktemp)"
+	trap 'rm -f "$fuzz_log"' EXIT
+	local log="$fuzz_log"
 	while read -r dir target; do
+		if [[ -n "${FUZZ_ONLY:-}" && ! "$target" =~ $FUZZ_ONLY ]]; then
+			continue
+		fi
 		echo "=== fuzz $dir $target for $fuzztime"
 		start=$SECONDS
 		if "$GO" test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$@" "$dir" 2>&1 | tee "$log"; then
