@@ -21,6 +21,11 @@ BENCH        ?= .
 BENCHTIME    ?= 2s
 BENCH_COUNT  ?= 1
 BENCH_OUT    ?= bench.txt
+# Fuzzing: each target runs FUZZTIME with FUZZ_PARALLEL workers; FUZZ_ONLY
+# (a regular expression) picks targets by name.
+FUZZTIME      ?= 30s
+FUZZ_PARALLEL ?= 2
+FUZZ_ONLY     ?=
 # staticcheck 2026.2.2 (module version v0.8.2); its go.mod requires Go 1.26.
 STATICCHECK_VERSION ?= v0.8.2
 
@@ -69,6 +74,7 @@ help: ## Show this help
 		/^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@printf '\nVariables: PKG=%s TEST_ARGS=%s TEST_TIMEOUT=%s STRESS_RUNS=%s BENCH=%s BENCHTIME=%s\n' \
 		'$(PKG)' '$(TEST_ARGS)' '$(TEST_TIMEOUT)' '$(STRESS_RUNS)' '$(BENCH)' '$(BENCHTIME)'
+	@printf '           FUZZTIME=%s FUZZ_PARALLEL=%s FUZZ_ONLY=%s\n' '$(FUZZTIME)' '$(FUZZ_PARALLEL)' '$(FUZZ_ONLY)'
 	@printf '           PG_DATA=%s PG_PORT=%s BOOKING_HTTP_ADDR=%s GOFLAGS=%s\n' \
 		'$(PG_DATA)' '$(PG_PORT)' '$(BOOKING_HTTP_ADDR)' "$${GOFLAGS:-}"
 
@@ -139,6 +145,10 @@ test-stress: ## Run `make test` STRESS_RUNS times while a CPU hog keeps every co
 .PHONY: test-short
 test-short: ## Like test, with -short (skips the slow end-to-end scenarios)
 	$(PG_SH) throwaway -- $(GO) test -race -short -count=1 -timeout $(TEST_TIMEOUT) $(TEST_ARGS) $(PKG)
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target (test/scripts/fuzz.sh list) for FUZZTIME each, one after the other
+	FUZZ_ONLY='$(FUZZ_ONLY)' test/scripts/fuzz.sh run '$(FUZZTIME)' -parallel '$(FUZZ_PARALLEL)'
 
 .PHONY: lint
 lint: ## gofmt check, go vet and a pinned staticcheck

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gowebpki/jcs"
+	"golang.org/x/text/unicode/norm"
 )
 
 // CanonicalVersion is the version of the canonical form used for new intents.
@@ -13,16 +14,19 @@ import (
 const CanonicalVersion = 1
 
 // Fingerprint returns the hex SHA-256 of the canonical form, version version,
-// of a normalized command of operation. Version 1 is the RFC 8785 (JCS)
-// serialization of {"cmd": command, "op": operation, "v": 1}: property order
-// and whitespace never matter and numbers are compared by value. command
-// must hold only JSON values (strings already NFC-normalized by the caller,
-// integers as int64 within ±(2^53−1), maps and slices of those). Returns an
-// error for an unknown version.
+// of a command of operation. Version 1 is the RFC 8785 (JCS) serialization
+// of {"cmd": command, "op": operation, "v": 1} with every string of command
+// in Unicode Normalization Form C (UAX #15): property order and whitespace
+// never matter, numbers are compared by value, and strings that differ only
+// in their normalization are the same. The normalization exists only here,
+// for the comparison: commands, events and answers keep strings as sent.
+// command must hold only JSON values (strings, integers as int64 within
+// ±(2^53−1), maps and slices of those). Returns an error for an unknown
+// version.
 func Fingerprint(version int, operation string, command map[string]any) (string, error) {
 	switch version {
 	case 1:
-		raw, err := json.Marshal(map[string]any{"v": 1, "op": operation, "cmd": command})
+		raw, err := json.Marshal(map[string]any{"v": 1, "op": operation, "cmd": nfcValue(command)})
 		if err != nil {
 			return "", fmt.Errorf("fingerprint: %w", err)
 		}
@@ -33,6 +37,29 @@ func Fingerprint(version int, operation string, command map[string]any) (string,
 		return sha256Hex(canon), nil
 	default:
 		return "", fmt.Errorf("fingerprint: unknown canonical form version %d", version)
+	}
+}
+
+// nfcValue returns a copy of the JSON value v with every string, member
+// names included, in Normalization Form C.
+func nfcValue(v any) any {
+	switch v := v.(type) {
+	case string:
+		return norm.NFC.String(v)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[norm.NFC.String(k)] = nfcValue(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = nfcValue(e)
+		}
+		return out
+	default:
+		return v
 	}
 }
 
@@ -48,5 +75,11 @@ func normalizeJSON(m map[string]any) map[string]any {
 	if json.Unmarshal(b, &out) != nil {
 		return m
 	}
+	return out
+}
+
+// nfcCommand is nfcValue on a command.
+func nfcCommand(m map[string]any) map[string]any {
+	out, _ := nfcValue(m).(map[string]any)
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/retrysafe/booking/domain"
 )
@@ -130,6 +131,8 @@ func TestFingerprintIgnoresPropertyOrderAndWhitespace(t *testing.T) {
 			`{"name":"Café Concert","starts_at":"2030-06-01T19:30:00Z","capacity":120.0,"price":{"amount":25e2,"currency":"EUR"}}`},
 		{"The body with the same instant in another offset gives the pinned fingerprint.",
 			`{"name":"Café Concert","starts_at":"2030-06-01T21:30:00+02:00","capacity":120,"price":{"amount":2500,"currency":"EUR"}}`},
+		{"The body with the name in NFD gives the pinned fingerprint (NFC inside the fingerprint).",
+			`{"name":"Cafe\u0301 Concert","starts_at":"2030-06-01T19:30:00Z","capacity":120,"price":{"amount":2500,"currency":"EUR"}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -238,8 +241,8 @@ func TestFingerprintDistinguishesCommands(t *testing.T) {
 		{"An extra null field gives another fingerprint.", OpReserveSeats, map[string]any{"show_id": fpShowID, "quantity": int64(2), "note": nil}},
 		{"A missing field gives another fingerprint.", OpReserveSeats, map[string]any{"show_id": fpShowID}},
 		{"A nested command gives another fingerprint.", OpReserveSeats, map[string]any{"cmd": map[string]any{"show_id": fpShowID, "quantity": int64(2)}}},
-		{"A string differing only in Unicode normalization gives another fingerprint (callers NFC-normalize).",
-			OpScheduleShow, map[string]any{"name": "Cafe\u0301 Concert"}},
+		{"A string that differs after NFC gives another fingerprint.",
+			OpReserveSeats, map[string]any{"show_id": norm.NFD.String("\u00e9") + fpShowID, "quantity": int64(2)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -295,4 +298,30 @@ func TestFingerprintRefusesNonJSONValues(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestFingerprintKeepsCommandsAsSent(t *testing.T) {
+	t.Parallel()
+	nfd := ScheduleShowCommand{Name: "Cafe\u0301 Concert", StartsAt: fpShow.StartsAt, Capacity: fpShow.Capacity, Price: fpShow.Price}
+	cmd := nfd.Canonical()
+	if got := mustFingerprint(t, CanonicalVersion, OpScheduleShow, cmd); got != fpShowHex {
+		t.Errorf("Fingerprint(NFD name) = %s, want the NFC form's %s", got, fpShowHex)
+	}
+	if cmd["name"] != "Cafe\u0301 Concert" {
+		t.Errorf("Canonical()[name] = %q after Fingerprint, want the NFD name as sent", cmd["name"])
+	}
+	if got := showCommandOf(cmd); got.Name != nfd.Name || !got.StartsAt.Equal(nfd.StartsAt) || got.Capacity != nfd.Capacity || got.Price != nfd.Price {
+		t.Errorf("showCommandOf(Canonical()) = %+v, want %+v", got, nfd)
+	}
+	if got := showCommandOf(normalizeJSON(cmd)); got.Name != nfd.Name || got.Capacity != nfd.Capacity || got.Price != nfd.Price {
+		t.Errorf("showCommandOf(as decoded from the intent event) = %+v, want %+v", got, nfd)
+	}
+	if fields := diffFieldsNFC(cmd, fpShow.Canonical()); len(fields) != 0 {
+		t.Errorf("the differing fields of the NFD and NFC commands = %v, want none", fields)
+	}
+}
+
+// diffFieldsNFC is the comparison beginIntent makes for a 422.
+func diffFieldsNFC(a, b map[string]any) []string {
+	return domain.DiffFields(nfcCommand(normalizeJSON(a)), nfcCommand(normalizeJSON(b)))
 }

@@ -193,7 +193,8 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		}
 		if storedFP != in.Recorded.Fingerprint {
 			h.metrics.FingerprintConflict(req.Operation)
-			fields := domain.DiffFields(in.Recorded.Command, normalizeJSON(command))
+			// Compared as the fingerprint compares: strings in NFC.
+			fields := domain.DiffFields(nfcCommand(in.Recorded.Command), nfcCommand(normalizeJSON(command)))
 			e := *domain.ErrKeyReused
 			e.Fields = fields
 			if len(fields) > 0 {

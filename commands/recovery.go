@@ -281,12 +281,7 @@ func (h *Handler) recoverIntent(ctx context.Context, stream string) error {
 	}
 	switch run.req.Operation {
 	case OpScheduleShow:
-		startsAt, _ := time.Parse(time.RFC3339Nano, str("starts_at"))
-		price, _ := run.command["price"].(map[string]any)
-		amount, _ := price["amount"].(float64)
-		currency, _ := price["currency"].(string)
-		_, _, err = h.scheduleShow(ctx, run, ScheduleShowCommand{Name: str("name"), StartsAt: startsAt,
-			Capacity: num("capacity"), Price: domain.Money{Amount: int64(amount), Currency: currency}})
+		_, _, err = h.scheduleShow(ctx, run, showCommandOf(run.command))
 	case OpReserveSeats:
 		_, _, err = h.reserveSeats(ctx, run, ReserveSeatsCommand{ShowID: str("show_id"), Quantity: num("quantity")})
 	case OpPlaceOrder:

@@ -48,7 +48,22 @@ func (h *Handler) ScheduleShow(ctx context.Context, req Request, cmd ScheduleSho
 	if err != nil {
 		return domain.Show{}, Outcome{}, err
 	}
-	return h.scheduleShow(ctx, run, cmd)
+	// Run the command the intent recorded: a repeat that takes over may spell
+	// the name otherwise (the same fingerprint), and the show is named as
+	// the intent's first request sent it.
+	return h.scheduleShow(ctx, run, showCommandOf(run.command))
+}
+
+// showCommandOf returns the ScheduleShowCommand of an intent's recorded
+// command (Canonical, or the same decoded from its event).
+func showCommandOf(command map[string]any) ScheduleShowCommand {
+	m := normalizeJSON(command)
+	str := func(m map[string]any, k string) string { v, _ := m[k].(string); return v }
+	num := func(m map[string]any, k string) float64 { v, _ := m[k].(float64); return v }
+	startsAt, _ := time.Parse(time.RFC3339Nano, str(m, "starts_at"))
+	price, _ := m["price"].(map[string]any)
+	return ScheduleShowCommand{Name: str(m, "name"), StartsAt: startsAt.UTC(), Capacity: int(num(m, "capacity")),
+		Price: domain.Money{Amount: int64(num(price, "amount")), Currency: str(price, "currency")}}
 }
 
 // scheduleShow runs a show intent from wherever it stands.

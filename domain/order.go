@@ -199,6 +199,7 @@ func (o *Order) Apply(e Event) {
 		}
 		o.Attempts = append(o.Attempts, a)
 	case PaymentSucceeded:
+		o.initMaps()
 		o.Charges[e.ChargeID] = ChargeFact{Attempt: e.Attempt, Outcome: OutcomeSucceeded, Amount: e.Amount}
 		if a := o.attempt(e.Attempt); a != nil && a.Outcome != OutcomeSucceeded {
 			a.Outcome, a.ChargeID = OutcomeSucceeded, e.ChargeID
@@ -207,6 +208,7 @@ func (o *Order) Apply(e Event) {
 			o.ChargeID = e.ChargeID
 		}
 	case PaymentFailed:
+		o.initMaps()
 		if e.ChargeID != "" {
 			if c, ok := o.Charges[e.ChargeID]; !ok || c.Outcome != OutcomeSucceeded {
 				o.Charges[e.ChargeID] = ChargeFact{Attempt: e.Attempt, Outcome: OutcomeFailed}
@@ -237,6 +239,7 @@ func (o *Order) Apply(e Event) {
 			o.FirstOutcome = OrderStatusCancelled
 		}
 	case RefundRequested:
+		o.initMaps()
 		if _, ok := o.Refunds[e.ChargeID]; !ok {
 			o.Refunds[e.ChargeID] = &Refund{ChargeID: e.ChargeID, Amount: e.Amount, Key: e.Key, Reason: e.Reason}
 		}
@@ -250,6 +253,18 @@ func (o *Order) Apply(e Event) {
 		}
 	case OrderNeedsReview:
 		o.Status, o.ReviewReason = OrderStatusNeedsReview, e.Reason
+	}
+}
+
+// initMaps makes the fact maps of an order that was not placed (a stream
+// whose first event is not OrderPlaced, which the service never writes):
+// folding such a stream must not panic a reader.
+func (o *Order) initMaps() {
+	if o.Charges == nil {
+		o.Charges = map[string]ChargeFact{}
+	}
+	if o.Refunds == nil {
+		o.Refunds = map[string]*Refund{}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Limits on show and reservation commands.
@@ -62,6 +63,10 @@ func validateShow(cmd ScheduleShow, now time.Time) error {
 	switch {
 	case strings.TrimSpace(cmd.Name) == "" || len([]rune(cmd.Name)) > MaxNameLength:
 		return invalidField("name", fmt.Sprintf("name must have 1 to %d characters and not be blank", MaxNameLength))
+	case strings.ContainsFunc(cmd.Name, unicode.IsControl):
+		// Read models keep names in PostgreSQL text, which cannot hold U+0000:
+		// such a name would stop the shows projection at its event forever.
+		return invalidField("name", "name must not contain control characters (U+0000–U+001F, U+007F–U+009F)")
 	case cmd.Capacity < 1 || cmd.Capacity > MaxCapacity:
 		return invalidField("capacity", fmt.Sprintf("capacity must be between 1 and %d", MaxCapacity))
 	case cmd.Price.Amount < 1 || cmd.Price.Amount > MaxAmountMinor/MaxSeatsPerHold:

@@ -70,11 +70,13 @@ func TestShowSchedule(t *testing.T) {
 		return []domain.Event{domain.ShowScheduled{ShowID: c.ShowID, Name: c.Name, StartsAt: c.StartsAt.UTC(), Capacity: c.Capacity, Price: c.Price}}
 	}
 	var (
-		badName     = invalid("name", "name must have 1 to 200 characters and not be blank")
-		badCapacity = invalid("capacity", "capacity must be between 1 and 1000000")
-		badAmount   = invalid("price.amount", "price.amount must be an integer of minor units from 1 to 450359962737049")
-		badCurrency = invalid("price.currency", "price.currency must be an ISO 4217 code such as EUR")
-		badStart    = invalid("starts_at", "starts_at must be in the future")
+		badName = invalid("name", "name must have 1 to 200 characters and not be blank")
+		// badNameControl is the refusal of a name with a control character.
+		badNameControl = invalid("name", "name must not contain control characters (U+0000–U+001F, U+007F–U+009F)")
+		badCapacity    = invalid("capacity", "capacity must be between 1 and 1000000")
+		badAmount      = invalid("price.amount", "price.amount must be an integer of minor units from 1 to 450359962737049")
+		badCurrency    = invalid("price.currency", "price.currency must be an ISO 4217 code such as EUR")
+		badStart       = invalid("starts_at", "starts_at must be in the future")
 	)
 	type tc struct {
 		name    string
@@ -97,6 +99,11 @@ func TestShowSchedule(t *testing.T) {
 		{name: "A name of exactly 200 multi-byte characters is accepted because length counts characters, not bytes.",
 			when: with(func(c *domain.ScheduleShow) { c.Name = strings.Repeat("é", 200) }), now: showNow,
 			want: accepted(with(func(c *domain.ScheduleShow) { c.Name = strings.Repeat("é", 200) }))},
+		{name: "A name with U+0000 is refused (PostgreSQL text cannot hold it).", when: with(func(c *domain.ScheduleShow) { c.Name = "Concert\x00" }), now: showNow, wantErr: badNameControl},
+		{name: "A name with a newline is refused.", when: with(func(c *domain.ScheduleShow) { c.Name = "Con\ncert" }), now: showNow, wantErr: badNameControl},
+		{name: "A name with a C1 control character is refused.", when: with(func(c *domain.ScheduleShow) { c.Name = "Con\u0085cert" }), now: showNow, wantErr: badNameControl},
+		{name: "A name in NFD is accepted as it is.", when: with(func(c *domain.ScheduleShow) { c.Name = "Cafe\u0301" }), now: showNow,
+			want: accepted(with(func(c *domain.ScheduleShow) { c.Name = "Cafe\u0301" }))},
 		{name: "A name of 201 characters is refused.", when: with(func(c *domain.ScheduleShow) { c.Name = strings.Repeat("a", 201) }), now: showNow, wantErr: badName},
 		{name: "The name is checked before the other fields.",
 			when: domain.ScheduleShow{ShowID: fixShowID, Name: "", StartsAt: showNow.Add(-time.Hour), Capacity: 0, Price: domain.Money{Amount: -1, Currency: "eur"}},

@@ -17,7 +17,11 @@ import (
 type ServeConfig struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (event store, read models, checkpoints, leases)."`
 	HTTPAddr    string `name:"http-addr" env:"BOOKING_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address."`
-	EventStore  string `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"postgres, or a kurrentdb:// / esdb:// connection string."`
+	// HTTPReadTimeout bounds the time to receive a whole request, headers
+	// and body: a body that has not arrived whole by then is answered 408
+	// and nothing is recorded.
+	HTTPReadTimeout time.Duration `name:"http-read-timeout" env:"BOOKING_HTTP_READ_TIMEOUT" default:"15s" help:"Time to receive a whole request, headers and body (408 after)."`
+	EventStore      string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"postgres, or a kurrentdb:// / esdb:// connection string."`
 
 	NATSURL               string        `name:"nats-url" env:"BOOKING_NATS_URL" help:"External NATS server URL; empty starts an embedded server."`
 	NATSAddr              string        `name:"nats-addr" env:"BOOKING_NATS_ADDR" default:"127.0.0.1:4222" help:"Listen address of the embedded NATS server."`
@@ -115,7 +119,7 @@ func (c *ServeConfig) Validate() error {
 		{"BOOKING_RESERVATION_HOLD", c.ReservationHold}, {"BOOKING_PAYMENT_LEASE", c.PaymentLease},
 		{"BOOKING_PROVIDER_TIMEOUT", c.ProviderTimeout}, {"BOOKING_PROVIDER_RETENTION", c.ProviderWindow},
 		{"BOOKING_PAYMENT_DEADLINE", c.PaymentDeadline}, {"BOOKING_RECOVERY_INTERVAL", c.RecoveryInterval},
-		{"BOOKING_NATS_DUPLICATE_WINDOW", c.NATSDuplicateWindow},
+		{"BOOKING_NATS_DUPLICATE_WINDOW", c.NATSDuplicateWindow}, {"BOOKING_HTTP_READ_TIMEOUT", c.HTTPReadTimeout},
 	}
 	for _, p := range positive {
 		if p.d <= 0 {
@@ -157,25 +161,41 @@ type actor struct {
 	Admin bool
 }
 
+// maxActorLength bounds an actor name of BOOKING_API_TOKENS, in bytes.
+const maxActorLength = 64
+
 // parseTokens parses BOOKING_API_TOKENS: comma-separated name=token or
-// name=token:admin entries. Names are the stable actor ids.
+// name=token:admin entries (spaces around an entry are ignored). The name
+// is the stable actor id: 1 to 64 printable ASCII characters other than
+// space, '=', ',' and ':'. The token is an RFC 6750 §2.1 b64token (letters,
+// digits, "-._~+/", then optional trailing "="), as a client sends it in
+// Authorization: Bearer. A token may appear once; a name may have several
+// tokens (rotation). Errors name the entry by its actor name and never
+// contain any part of a token.
 func parseTokens(s string) (map[string]actor, error) {
 	out := map[string]actor{}
-	for _, entry := range strings.Split(s, ",") {
+	for i, entry := range strings.Split(s, ",") {
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
 			continue
 		}
 		name, tok, ok := strings.Cut(entry, "=")
 		if !ok || name == "" || tok == "" {
-			return nil, fmt.Errorf("entry %q: want name=token[:admin]", redactEntry(entry))
+			return nil, fmt.Errorf("entry %d: want name=token[:admin]", i+1)
+		}
+		if !validActor(name) {
+			return nil, fmt.Errorf("entry %d: the name must have 1 to %d printable ASCII characters other than space, '=', ',' and ':'", i+1, maxActorLength)
 		}
 		a := actor{ID: name}
 		if t, role, ok := strings.Cut(tok, ":"); ok {
 			if role != "admin" {
-				return nil, fmt.Errorf("entry for %q: unknown role %q (only admin)", name, role)
+				// The part after ':' is not echoed: it may be part of a token.
+				return nil, fmt.Errorf("entry for %q: the only role is admin (name=token:admin)", name)
 			}
 			tok, a.Admin = t, true
+		}
+		if !validBearer(tok) {
+			return nil, fmt.Errorf("entry for %q: the token must be an RFC 6750 b64token (letters, digits, -._~+/ and trailing =)", name)
 		}
 		if _, dup := out[tok]; dup {
 			return nil, fmt.Errorf("entry for %q: token used twice", name)
@@ -188,9 +208,31 @@ func parseTokens(s string) (map[string]actor, error) {
 	return out, nil
 }
 
-func redactEntry(e string) string {
-	if name, _, ok := strings.Cut(e, "="); ok {
-		return name + "=…"
+// validActor reports whether name may be an actor name of BOOKING_API_TOKENS.
+func validActor(name string) bool {
+	if name == "" || len(name) > maxActorLength {
+		return false
 	}
-	return "…"
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c <= ' ' || c > '~' || c == '=' || c == ',' || c == ':' {
+			return false
+		}
+	}
+	return true
+}
+
+// validBearer reports whether tok is a b64token (RFC 6750 §2.1):
+// 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
+func validBearer(tok string) bool {
+	body := strings.TrimRight(tok, "=")
+	if body == "" {
+		return false
+	}
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~+/", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

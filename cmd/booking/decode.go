@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"mime"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"time"
-
-	"golang.org/x/text/unicode/norm"
+	"unicode/utf8"
 
 	"github.com/retrysafe/booking/domain"
 )
@@ -28,26 +27,34 @@ const maxBodyBytes = 64 << 10
 const maxSafeInt = 1<<53 - 1
 
 // parseIdempotencyKey returns the Idempotency-Key of r
-// (draft-ietf-httpapi-idempotency-key-header §2.1: an RFC 8941 sf-string; a
-// bare token is accepted as the same key). Missing, repeated, empty, blank,
-// longer than 255 characters or outside printable ASCII is an Invalid error
-// with code idempotency-key-invalid. Keys are case-sensitive and never
-// truncated.
+// (draft-ietf-httpapi-idempotency-key-header §2.1): exactly one header,
+// whose value parseKeyValue accepts. Errors are Invalid with code
+// idempotency-key-invalid.
 func parseIdempotencyKey(r *http.Request) (string, error) {
 	vals := r.Header.Values("Idempotency-Key")
-	bad := func(msg string) error {
-		return httpError(domain.Invalid, codeKeyInvalid, msg, "Idempotency-Key")
-	}
 	if len(vals) == 0 {
-		return "", bad("the Idempotency-Key header is required on this request")
+		return "", badKey("the Idempotency-Key header is required on this request")
 	}
 	if len(vals) > 1 {
-		return "", bad("send exactly one Idempotency-Key header")
+		return "", badKey("send exactly one Idempotency-Key header")
 	}
-	v := vals[0]
+	return parseKeyValue(vals[0])
+}
+
+func badKey(msg string) error {
+	return httpError(domain.Invalid, codeKeyInvalid, msg, "Idempotency-Key")
+}
+
+// parseKeyValue returns the key of one Idempotency-Key header value: an
+// RFC 8941 sf-string ("abc", with \" and \\ as its only escapes) is
+// unescaped; a bare value is taken as it is, so "abc" and abc are the same
+// key. Missing, empty, blank, longer than 255 characters or outside
+// printable ASCII is an Invalid error with code idempotency-key-invalid.
+// Keys are case-sensitive and never truncated.
+func parseKeyValue(v string) (string, error) {
 	for i := 0; i < len(v); i++ {
 		if v[i] < 0x20 || v[i] > 0x7e {
-			return "", bad("the Idempotency-Key must be printable ASCII")
+			return "", badKey("the Idempotency-Key must be printable ASCII")
 		}
 	}
 	if strings.HasPrefix(v, `"`) {
@@ -58,13 +65,13 @@ func parseIdempotencyKey(r *http.Request) (string, error) {
 			switch {
 			case c == '\\':
 				if i+1 >= len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
-					return "", bad(`the quoted Idempotency-Key has an invalid escape (only \" and \\ are allowed)`)
+					return "", badKey(`the quoted Idempotency-Key has an invalid escape (only \" and \\ are allowed)`)
 				}
 				b.WriteByte(v[i+1])
 				i++
 			case c == '"':
 				if i != len(v)-1 {
-					return "", bad("the quoted Idempotency-Key has characters after its closing quote")
+					return "", badKey("the quoted Idempotency-Key has characters after its closing quote")
 				}
 				closed = true
 			default:
@@ -72,18 +79,18 @@ func parseIdempotencyKey(r *http.Request) (string, error) {
 			}
 		}
 		if !closed {
-			return "", bad("the quoted Idempotency-Key lacks its closing quote")
+			return "", badKey("the quoted Idempotency-Key lacks its closing quote")
 		}
 		v = b.String()
 	}
 	if v == "" {
-		return "", bad("the Idempotency-Key must not be empty")
+		return "", badKey("the Idempotency-Key must not be empty")
 	}
 	if strings.TrimSpace(v) == "" {
-		return "", bad("the Idempotency-Key must not be blank")
+		return "", badKey("the Idempotency-Key must not be blank")
 	}
 	if len(v) > maxKeyLength {
-		return "", bad(fmt.Sprintf("the Idempotency-Key must have at most %d characters", maxKeyLength))
+		return "", badKey(fmt.Sprintf("the Idempotency-Key must have at most %d characters", maxKeyLength))
 	}
 	return v, nil
 }
@@ -97,8 +104,21 @@ type body struct {
 	err  error
 }
 
+// maxJSONDepth bounds the nesting of a request body's objects and arrays;
+// the API's bodies nest two levels deep.
+const maxJSONDepth = 32
+
+// Codes of request bodies that cannot be taken.
+const (
+	codeInvalidJSON    = "invalid-json"
+	codeInvalidUTF8    = "invalid-utf8"
+	codeRequestTimeout = "request-timeout"
+	codeInvalidBody    = "invalid-body"
+)
+
 // decodeBody reads r's JSON object body strictly: a JSON media type (or
-// none), at most maxBodyBytes, one object, numbers kept exact.
+// none), at most maxBodyBytes, read within the server's read timeout (see
+// lingerAfterBodyTimeout), then decodeJSON.
 func decodeBody(r *http.Request) (*body, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
@@ -108,33 +128,141 @@ func decodeBody(r *http.Request) (*body, error) {
 	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
 	if err != nil {
-		return nil, httpError(domain.Invalid, "invalid-body", "the body could not be read")
+		return nil, bodyReadError(err)
 	}
 	if len(raw) > maxBodyBytes {
 		return nil, httpError(domain.Invalid, codeBodyTooLarge, fmt.Sprintf("the body must be at most %d bytes", maxBodyBytes))
+	}
+	return decodeJSON(raw)
+}
+
+// bodyReadError is the answer to a request body that could not be read: 408
+// request-timeout when the read deadline passed first, else 400.
+func bodyReadError(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return httpError(domain.Invalid, codeRequestTimeout, "the request body did not arrive in time; send it again, whole")
+	}
+	return httpError(domain.Invalid, codeInvalidBody, "the body could not be read")
+}
+
+// decodeJSON decodes raw as one JSON object (RFC 8259) and refuses what the
+// standard decoder would silently accept or alter: text that is not UTF-8
+// (RFC 8259 §8.1), including escaped lone surrogates such as "\ud800", is
+// invalid-utf8 (encoding/json would turn both into U+FFFD, so two different
+// bodies would read the same); a member name twice in one object, nesting
+// deeper than maxJSONDepth, or anything after the value is invalid-json.
+// Numbers are kept exact (json.Number). All errors are Invalid.
+func decodeJSON(raw []byte) (*body, error) {
+	if !utf8.Valid(raw) {
+		return nil, httpError(domain.Invalid, codeInvalidUTF8, "the body is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, httpError(domain.Invalid, "invalid-json", "the body is not valid JSON: "+jsonErr(err))
-	}
-	if dec.More() {
-		return nil, httpError(domain.Invalid, "invalid-json", "the body has data after its JSON value")
+		return nil, httpError(domain.Invalid, codeInvalidJSON, "the body is not valid JSON: "+jsonErr(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, httpError(domain.Invalid, "invalid-json", "the body has data after its JSON value")
+		return nil, httpError(domain.Invalid, codeInvalidJSON, "the body has data after its JSON value")
+	}
+	switch scanJSONText(raw) {
+	case errLoneSurrogate:
+		return nil, httpError(domain.Invalid, codeInvalidUTF8, `the body has an escaped lone surrogate (such as "\ud800"), which is not a Unicode character`)
+	case errTooDeep:
+		return nil, httpError(domain.Invalid, codeInvalidJSON, fmt.Sprintf("the body nests objects and arrays deeper than %d levels", maxJSONDepth))
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, httpError(domain.Invalid, "invalid-json", "the body must be a JSON object")
+		return nil, httpError(domain.Invalid, codeInvalidJSON, "the body must be a JSON object")
 	}
 	if name, dup := duplicateMember(raw); dup {
 		// RFC 8785 and RFC 8259 §4 assume unique member names; "last one wins"
 		// would let two different-looking bodies share a fingerprint.
-		return nil, httpError(domain.Invalid, "invalid-json", fmt.Sprintf("the body repeats the member %q", name), name)
+		return nil, httpError(domain.Invalid, codeInvalidJSON, fmt.Sprintf("the body repeats the member %q", name), name)
 	}
 	return &body{m: m, used: map[string]bool{}}, nil
+}
+
+// Findings of scanJSONText.
+var (
+	errLoneSurrogate = errors.New("escaped lone surrogate")
+	errTooDeep       = errors.New("nested too deep")
+)
+
+// scanJSONText checks the text of a JSON document that encoding/json has
+// accepted: every \u escape of a surrogate (U+D800–U+DFFF) must be a high
+// one followed by an escaped low one (RFC 8259 §7), and objects and arrays
+// nest at most maxJSONDepth deep. It returns nil, errLoneSurrogate or
+// errTooDeep; on text that is not valid JSON its answer means nothing, but it
+// never panics.
+func scanJSONText(raw []byte) error {
+	depth := 0
+	inString := false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if !inString {
+			switch c {
+			case '"':
+				inString = true
+			case '{', '[':
+				if depth++; depth > maxJSONDepth {
+					return errTooDeep
+				}
+			case '}', ']':
+				depth--
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			if i+1 < len(raw) && raw[i+1] == 'u' {
+				r, ok := hex4(raw, i+2)
+				if !ok {
+					return nil // not JSON
+				}
+				i += 5 // at the escape's last hex digit
+				switch {
+				case r >= 0xdc00 && r <= 0xdfff:
+					return errLoneSurrogate
+				case r >= 0xd800 && r <= 0xdbff:
+					if i+2 >= len(raw) || raw[i+1] != '\\' || raw[i+2] != 'u' {
+						return errLoneSurrogate
+					}
+					lo, ok := hex4(raw, i+3)
+					if !ok || lo < 0xdc00 || lo > 0xdfff {
+						return errLoneSurrogate
+					}
+					i += 6
+				}
+			} else {
+				i++ // a one-character escape such as \" or \\
+			}
+		}
+	}
+	return nil
+}
+
+// hex4 returns the value of the four hex digits at raw[i:i+4].
+func hex4(raw []byte, i int) (rune, bool) {
+	if i+4 > len(raw) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range raw[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 func jsonErr(err error) string {
@@ -163,23 +291,10 @@ func (b *body) get(field string, required bool) (any, bool) {
 	return v, true
 }
 
-// String returns a required string field, NFC-normalized (UAX #15).
+// String returns a required string field exactly as sent: values are stored
+// and shown byte for byte; Unicode normalization (NFC) happens only inside
+// the fingerprint (commands.Fingerprint).
 func (b *body) String(field string) string {
-	v, ok := b.get(field, true)
-	if !ok {
-		return ""
-	}
-	s, ok := v.(string)
-	if !ok {
-		b.fail(field, fmt.Sprintf("%s%s must be a string", b.path, field))
-		return ""
-	}
-	return norm.NFC.String(s)
-}
-
-// RawString returns a required string field exactly as sent (no
-// normalization): for opaque values such as payment tokens.
-func (b *body) RawString(field string) string {
 	v, ok := b.get(field, true)
 	if !ok {
 		return ""
@@ -205,17 +320,103 @@ func (b *body) Int(field string) int64 {
 		b.fail(field, fmt.Sprintf("%s%s must be an integer", b.path, field))
 		return 0
 	}
-	r, ok := new(big.Rat).SetString(string(n))
-	if !ok || !r.IsInt() {
+	i, err := jsonInteger(string(n))
+	switch {
+	case errors.Is(err, errOutOfRange):
+		b.fail(field, fmt.Sprintf("%s%s must be between -(2^53-1) and 2^53-1", b.path, field))
+		return 0
+	case err != nil:
 		b.fail(field, fmt.Sprintf("%s%s must be an integer", b.path, field))
 		return 0
 	}
-	i := r.Num()
-	if i.CmpAbs(big.NewInt(maxSafeInt)) > 0 {
-		b.fail(field, fmt.Sprintf("%s%s must be between -(2^53-1) and 2^53-1", b.path, field))
-		return 0
+	return i
+}
+
+// Errors of jsonInteger.
+var (
+	errNotInteger = errors.New("not an integer")
+	errOutOfRange = errors.New("integer beyond ±(2^53−1)")
+)
+
+// maxExponent bounds the exponents jsonInteger works with: beyond it a
+// nonzero number is out of range or not integral whatever its digits (a body
+// holds at most maxBodyBytes of them).
+const maxExponent = 1 << 20
+
+// jsonInteger returns the value of the JSON number literal s (RFC 8259 §6)
+// when it is an integer: "2", "2.0", "2e0" and "20e-1" are all 2. Returns
+// errNotInteger for a non-integral value or a malformed literal, and
+// errOutOfRange for an integer beyond ±(2^53−1). Its work is linear in
+// len(s) whatever the exponent (big.Rat would compute 10^exponent).
+func jsonInteger(s string) (int64, error) {
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
 	}
-	return i.Int64()
+	mant, exp, hasExp := s, "", false
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		mant, exp, hasExp = s[:i], s[i+1:], true
+	}
+	intPart, frac, hasDot := strings.Cut(mant, ".")
+	if !allDigits(intPart) || len(intPart) == 0 || (len(intPart) > 1 && intPart[0] == '0') ||
+		(hasDot && (len(frac) == 0 || !allDigits(frac))) {
+		return 0, errNotInteger
+	}
+	e := 0
+	if hasExp {
+		expNeg := false
+		if exp != "" && (exp[0] == '+' || exp[0] == '-') {
+			expNeg, exp = exp[0] == '-', exp[1:]
+		}
+		if exp == "" || !allDigits(exp) {
+			return 0, errNotInteger
+		}
+		for _, c := range exp {
+			if e = e*10 + int(c-'0'); e > maxExponent {
+				e = maxExponent
+			}
+		}
+		if expNeg {
+			e = -e
+		}
+	}
+	digits := strings.TrimLeft(intPart+frac, "0")
+	e -= len(frac)
+	if digits == "" {
+		return 0, nil // zero, whatever its exponent
+	}
+	trimmed := strings.TrimRight(digits, "0")
+	e += len(digits) - len(trimmed)
+	digits = trimmed
+	if e < 0 {
+		return 0, errNotInteger
+	}
+	if len(digits)+e > 16 { // 2^53−1 has 16 digits
+		return 0, errOutOfRange
+	}
+	var n int64
+	for _, c := range digits {
+		n = n*10 + int64(c-'0')
+	}
+	for range e {
+		n *= 10
+	}
+	if n > maxSafeInt {
+		return 0, errOutOfRange
+	}
+	if neg {
+		n = -n
+	}
+	return n, nil
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // Time returns a required RFC 3339 timestamp field, in UTC.

@@ -125,6 +125,58 @@ func bodyUUID(b *body, field string) string {
 	return u.String()
 }
 
+// showCommand reads the body of POST /v1/shows. Strings are taken as sent
+// (the name byte for byte), the start as an instant in UTC, numbers by value.
+// Errors are Invalid and name the field.
+func showCommand(b *body) (commands.ScheduleShowCommand, error) {
+	cmd := commands.ScheduleShowCommand{Name: b.String("name"), StartsAt: b.Time("starts_at")}
+	capacity := b.Int("capacity")
+	cmd.Price = b.Money("price")
+	if err := b.done(); err != nil {
+		return commands.ScheduleShowCommand{}, err
+	}
+	if capacity < 1 || capacity > domain.MaxCapacity {
+		return commands.ScheduleShowCommand{}, httpError(domain.Invalid, "invalid-request", "capacity must be between 1 and 1000000", "capacity")
+	}
+	cmd.Capacity = int(capacity)
+	if _, err := currency.ParseISO(cmd.Price.Currency); err != nil || len(cmd.Price.Currency) != 3 {
+		return commands.ScheduleShowCommand{}, httpError(domain.Invalid, "invalid-request", "price.currency must be an ISO 4217 currency code such as EUR", "price.currency")
+	}
+	return cmd, nil
+}
+
+// reservationCommand reads the body of POST /v1/reservations. Errors are
+// Invalid and name the field.
+func reservationCommand(b *body) (commands.ReserveSeatsCommand, error) {
+	showID := bodyUUID(b, "show_id")
+	q := b.Int("quantity")
+	if err := b.done(); err != nil {
+		return commands.ReserveSeatsCommand{}, err
+	}
+	if q < 1 || q > domain.MaxSeatsPerHold {
+		return commands.ReserveSeatsCommand{}, httpError(domain.Invalid, "invalid-request", "quantity must be between 1 and "+strconv.Itoa(domain.MaxSeatsPerHold), "quantity")
+	}
+	return commands.ReserveSeatsCommand{ShowID: showID, Quantity: int(q)}, nil
+}
+
+// orderCommand reads the body of POST /v1/orders. The payment token is a
+// secret passed on byte for byte. Errors are Invalid and name the field.
+func orderCommand(b *body) (commands.PlaceOrderCommand, error) {
+	resID := bodyUUID(b, "reservation_id")
+	pay := b.Object("payment")
+	token := pay.String("token")
+	if err := pay.done(); err != nil {
+		return commands.PlaceOrderCommand{}, err
+	}
+	if err := b.done(); err != nil {
+		return commands.PlaceOrderCommand{}, err
+	}
+	if token == "" || len(token) > 255 {
+		return commands.PlaceOrderCommand{}, httpError(domain.Invalid, "invalid-request", "payment.token must have 1 to 255 characters", "payment.token")
+	}
+	return commands.PlaceOrderCommand{ReservationID: resID, PaymentToken: token}, nil
+}
+
 func (a *api) postShow(w http.ResponseWriter, r *http.Request) {
 	if !actorFrom(r.Context()).Admin {
 		a.writeError(w, r, domain.ErrForbidden.With("only an admin may create shows"))
@@ -140,20 +192,9 @@ func (a *api) postShow(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	cmd := commands.ScheduleShowCommand{Name: b.String("name"), StartsAt: b.Time("starts_at")}
-	capacity := b.Int("capacity")
-	cmd.Price = b.Money("price")
-	if err := b.done(); err != nil {
+	cmd, err := showCommand(b)
+	if err != nil {
 		a.writeError(w, r, err)
-		return
-	}
-	if capacity < 1 || capacity > domain.MaxCapacity {
-		a.writeError(w, r, httpError(domain.Invalid, "invalid-request", "capacity must be between 1 and 1000000", "capacity"))
-		return
-	}
-	cmd.Capacity = int(capacity)
-	if _, err := currency.ParseISO(cmd.Price.Currency); err != nil || len(cmd.Price.Currency) != 3 {
-		a.writeError(w, r, httpError(domain.Invalid, "invalid-request", "price.currency must be an ISO 4217 currency code such as EUR", "price.currency"))
 		return
 	}
 	ctx, cancel := detached(r)
@@ -191,19 +232,14 @@ func (a *api) postReservation(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	showID := bodyUUID(b, "show_id")
-	q := b.Int("quantity")
-	if err := b.done(); err != nil {
+	cmd, err := reservationCommand(b)
+	if err != nil {
 		a.writeError(w, r, err)
-		return
-	}
-	if q < 1 || q > domain.MaxSeatsPerHold {
-		a.writeError(w, r, httpError(domain.Invalid, "invalid-request", "quantity must be between 1 and "+strconv.Itoa(domain.MaxSeatsPerHold), "quantity"))
 		return
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
-	res, out, err := a.h.ReserveSeats(ctx, req, commands.ReserveSeatsCommand{ShowID: showID, Quantity: int(q)})
+	res, out, err := a.h.ReserveSeats(ctx, req, cmd)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -225,32 +261,6 @@ func (a *api) getReservation(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewReservation(res))
 }
 
-// Wait budget of POST /v1/orders (RFC 7240 Prefer: wait).
-const (
-	defaultWait = 3 * time.Second
-	maxWait     = 10 * time.Second
-)
-
-// preferWait returns the wait budget from a Prefer: wait=N header (RFC 7240
-// §4.3), clamped to [0, 10 s], and whether the preference was applied.
-func preferWait(r *http.Request) (time.Duration, bool) {
-	for _, h := range r.Header.Values("Prefer") {
-		for _, pref := range strings.Split(h, ",") {
-			name, val, ok := strings.Cut(strings.TrimSpace(pref), "=")
-			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
-				continue
-			}
-			n, err := strconv.ParseUint(strings.Trim(strings.TrimSpace(val), `"`), 10, 64)
-			if err != nil {
-				continue
-			}
-			// Clamp before converting, so a huge N cannot overflow.
-			return time.Duration(min(n, uint64(maxWait/time.Second))) * time.Second, true
-		}
-	}
-	return defaultWait, false
-}
-
 func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 	req, err := a.request(r, commands.OpPlaceOrder)
 	if err != nil {
@@ -262,19 +272,9 @@ func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	resID := bodyUUID(b, "reservation_id")
-	pay := b.Object("payment")
-	token := pay.RawString("token") // a secret passed through byte for byte, never normalized
-	if err := pay.done(); err != nil {
+	cmd, err := orderCommand(b)
+	if err != nil {
 		a.writeError(w, r, err)
-		return
-	}
-	if err := b.done(); err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	if token == "" || len(token) > 255 {
-		a.writeError(w, r, httpError(domain.Invalid, "invalid-request", "payment.token must have 1 to 255 characters", "payment.token"))
 		return
 	}
 	wait, applied := preferWait(r)
@@ -284,7 +284,7 @@ func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
-	res, err := a.h.PlaceOrder(ctx, req, commands.PlaceOrderCommand{ReservationID: resID, PaymentToken: token})
+	res, err := a.h.PlaceOrder(ctx, req, cmd)
 	if err != nil {
 		a.writeError(w, r, err)
 		return

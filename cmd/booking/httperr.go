@@ -34,6 +34,7 @@ var codeStatus = map[string]int{
 	codeRateLimited:                http.StatusTooManyRequests,
 	codeUnsupportedMedia:           http.StatusUnsupportedMediaType,
 	codeBodyTooLarge:               http.StatusRequestEntityTooLarge,
+	codeRequestTimeout:             http.StatusRequestTimeout,
 }
 
 // Codes produced by the HTTP layer itself.
@@ -118,11 +119,20 @@ func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeProblem(w, p)
 }
 
+// writeProblem writes p with its Content-Length, so the answer is complete
+// on the wire even when the connection is held open after it (lingerAfterBodyTimeout).
 func writeProblem(w http.ResponseWriter, p problem) {
+	raw, err := json.Marshal(p)
+	if err != nil {
+		raw = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500,"code":"internal"}`)
+		p.Status = http.StatusInternalServerError
+	}
+	raw = append(raw, '\n')
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", strconv.Itoa(len(raw)))
 	w.WriteHeader(p.Status)
-	_ = json.NewEncoder(w).Encode(p)
+	_, _ = w.Write(raw)
 }
 
 // setRetryAfter sets Retry-After in whole seconds (RFC 9110 §10.2.3), at least 1.

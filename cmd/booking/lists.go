@@ -145,27 +145,43 @@ func listOrderView(o projections.Order) orderView {
 // listLimit parses ?limit=: default 50, at most 200 (larger values are
 // clamped); anything but a positive integer is a 400.
 func listLimit(r *http.Request) (int, error) {
-	s := r.URL.Query().Get("limit")
+	return parseLimit(r.URL.Query().Get("limit"))
+}
+
+// parseLimit is listLimit on the parameter's value ("" when absent): decimal
+// digits only, at least 1, clamped to maxListLimit however large.
+func parseLimit(s string) (int, error) {
 	if s == "" {
 		return defaultListLimit, nil
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		return 0, httpError(domain.Invalid, "invalid-request", fmt.Sprintf("limit must be an integer from 1 to %d", maxListLimit), "limit")
+	bad := httpError(domain.Invalid, "invalid-request", fmt.Sprintf("limit must be an integer from 1 to %d", maxListLimit), "limit")
+	if !allDigits(s) {
+		return 0, bad
 	}
-	return min(n, maxListLimit), nil
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return maxListLimit, nil // only digits, so the value is beyond 2^64: clamped
+	}
+	if n < 1 {
+		return 0, bad
+	}
+	return int(min(n, maxListLimit)), nil
 }
 
-// Cursors are opaque to clients: base64url of "kind|RFC 3339 time|id",
-// where kind tells which list the cursor belongs to.
+// Cursors are opaque to clients: base64url (no padding) of
+// "kind|RFC 3339 time in UTC|id", where kind tells which list the cursor
+// belongs to and id is a lowercase UUID. A cursor is accepted only in the
+// exact form encodeCursor writes, so each position has one cursor.
 
 func encodeCursor(kind string, t time.Time, id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(kind + "|" + t.UTC().Format(time.RFC3339Nano) + "|" + id))
 }
 
+// decodeCursor returns the time and id of a cursor of list kind, or an
+// Invalid error naming cursor for anything encodeCursor would not write.
 func decodeCursor(kind, c string) (time.Time, string, error) {
 	bad := httpError(domain.Invalid, "invalid-request", "cursor is not a cursor of this list; pass next_cursor as returned", "cursor")
-	b, err := base64.RawURLEncoding.DecodeString(c)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(c)
 	if err != nil {
 		return time.Time{}, "", bad
 	}
@@ -177,10 +193,14 @@ func decodeCursor(kind, c string) (time.Time, string, error) {
 	if err != nil {
 		return time.Time{}, "", bad
 	}
-	if _, err := uuid.Parse(parts[2]); err != nil {
+	u, err := uuid.Parse(parts[2])
+	if err != nil || u.String() != parts[2] {
 		return time.Time{}, "", bad
 	}
-	return t, parts[2], nil
+	if encodeCursor(kind, t, parts[2]) != c {
+		return time.Time{}, "", bad // another spelling of a time (offset, trailing zeros)
+	}
+	return t.UTC(), parts[2], nil
 }
 
 // readModelError turns a failed read-model query into a 503 (the cause is

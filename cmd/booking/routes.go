@@ -54,6 +54,7 @@ func (a *api) routes() http.Handler {
 	rt := r
 	r.Use(middleware.RequestID)
 	r.Use(middleware.Recoverer)
+	r.Use(lingerAfterBodyTimeout)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	r.Get("/readyz", a.readyz)
 	r.Handle("/metrics", a.metrics.handler())

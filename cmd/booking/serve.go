@@ -151,7 +151,10 @@ func (c *serveCmd) Run(e *env) error {
 		webhookSecret: []byte(cfg.ProviderWebhookSecret), budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst)}
 	api.webhooks = newWebhookHandler(api, h) // payments (issue 4): POST /v1/provider/webhooks; before routes()
 	api.testAPI = testAPI                    // nil unless built with -tags faultinject
-	srv := &http.Server{Handler: api.routes(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// A whole request, headers and body, must arrive within the read timeout
+	// (a trickled body is cut off: 408, see lingerAfterBodyTimeout); the
+	// handler's own work is not bounded by it.
+	srv := &http.Server{Handler: api.routes(), ReadTimeout: cfg.HTTPReadTimeout, IdleTimeout: 2 * time.Minute}
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var workers sync.WaitGroup

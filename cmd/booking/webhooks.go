@@ -28,7 +28,8 @@ type webhookReceiver interface {
 // raw body and its Provider-Signature go to r, which verifies them against
 // a.webhookSecret before anything is parsed or recorded. Answers: 204 when
 // the fact is recorded (or already was); 400 for a bad signature, a stale
-// timestamp or a malformed event, with nothing recorded; 404 for a charge
+// timestamp or a malformed event, with nothing recorded; 408 for a body
+// that did not arrive within the read timeout; 404 for a charge
 // of no known order, so the provider redelivers; 503 while a dependency is
 // down.
 func newWebhookHandler(a *api, r webhookReceiver) http.Handler {
@@ -40,7 +41,7 @@ func newWebhookHandler(a *api, r webhookReceiver) http.Handler {
 				a.writeError(w, req, httpError(domain.Invalid, codeBodyTooLarge, "the webhook body is too large"))
 				return
 			}
-			a.writeError(w, req, httpError(domain.Invalid, "invalid-request", "the webhook body could not be read"))
+			a.writeError(w, req, bodyReadError(err))
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), webhookTimeout)

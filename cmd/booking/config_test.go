@@ -1,0 +1,176 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// validServeConfig returns a ServeConfig that Validate accepts, with the
+// documented defaults.
+func validServeConfig() ServeConfig {
+	return ServeConfig{DatabaseURL: "postgres://localhost/booking", HTTPAddr: "127.0.0.1:8080", HTTPReadTimeout: 15 * time.Second,
+		EventStore: "postgres", ProviderSimAddr: "127.0.0.1:8090", APITokens: "alice=tok-alice",
+		IntentRetention: 24 * time.Hour, IntentLease: 5 * time.Second, ReservationHold: 10 * time.Minute,
+		PaymentLease: 30 * time.Second, ProviderTimeout: 10 * time.Second, ProviderWindow: 24 * time.Hour,
+		PaymentDeadline: 15 * time.Minute, RecoveryInterval: 30 * time.Second, InUseWait: 2 * time.Second,
+		NATSDuplicateWindow: 10 * time.Minute, RetryBudgetRate: 20, RetryBudgetBurst: 40}
+}
+
+func TestServeConfigValidate(t *testing.T) {
+	t.Parallel()
+	if err := (func() *ServeConfig { c := validServeConfig(); return &c }()).Validate(); err != nil {
+		t.Fatalf("Validate() of the defaults = %v, want nil", err)
+	}
+	tests := []struct {
+		name    string
+		mod     func(*ServeConfig)
+		wantVar string
+	}{
+		{"A zero read timeout is refused.", func(c *ServeConfig) { c.HTTPReadTimeout = 0 }, "BOOKING_HTTP_READ_TIMEOUT"},
+		{"A negative read timeout is refused.", func(c *ServeConfig) { c.HTTPReadTimeout = -time.Second }, "BOOKING_HTTP_READ_TIMEOUT"},
+		{"A token with a space is refused.", func(c *ServeConfig) { c.APITokens = "alice=tok alice" }, "BOOKING_API_TOKENS"},
+		{"An unknown role is refused.", func(c *ServeConfig) { c.APITokens = "alice=tok:root" }, "BOOKING_API_TOKENS"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := validServeConfig()
+			tt.mod(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.wantVar) {
+				t.Fatalf("Validate() = %v, want an error naming %s", err, tt.wantVar)
+			}
+		})
+	}
+}
+
+func TestParseTokens(t *testing.T) {
+	t.Parallel()
+	got, err := parseTokens(" alice=tok-alice , bob=dGVzdA==,admin=tok.admin_~+/:admin,alice=tok-alice-2 ")
+	if err != nil {
+		t.Fatalf("parseTokens() error = %v", err)
+	}
+	want := map[string]actor{"tok-alice": {ID: "alice"}, "dGVzdA==": {ID: "bob"}, "tok.admin_~+/": {ID: "admin", Admin: true}, "tok-alice-2": {ID: "alice"}}
+	if len(got) != len(want) {
+		t.Fatalf("parseTokens() = %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("parseTokens()[%q] = %v, want %v", k, got[k], v)
+		}
+	}
+	for _, s := range []string{"", ",", "alice", "alice=", "=tok", "al ice=tok", "alice=to ken", "alice=tök", "alice=tok:root",
+		"alice=tok:admin:x", "alice=to=ken", "alice=tok,bob=tok", "a:b=tok", strings.Repeat("a", maxActorLength+1) + "=tok"} {
+		if _, err := parseTokens(s); err == nil {
+			t.Errorf("parseTokens(%q) = nil error, want a refusal", s)
+		}
+	}
+	// The part after ':' may be part of a token that holds a colon: never echoed.
+	if _, err := parseTokens("alice=s3cr3t:PASSWORD42"); err == nil || strings.Contains(err.Error(), "PASSWORD42") || strings.Contains(err.Error(), "s3cr3t") {
+		t.Errorf("parseTokens(alice=s3cr3t:PASSWORD42) error = %v, want a refusal that shows no part of the token", err)
+	}
+}
+
+// maskSecrets returns s with every letter and digit of each entry's token
+// part (after the first '=') replaced by another of its class (rot13,
+// digits +5), except an exact role "admin" and the role that would turn into
+// it: an input with other secrets of the same shape.
+func maskSecrets(s string) string {
+	entries := strings.Split(s, ",")
+	for i, e := range entries {
+		name, secret, ok := strings.Cut(e, "=")
+		if !ok {
+			continue
+		}
+		tok, role, hasRole := strings.Cut(secret, ":")
+		tok = strings.Map(rot, tok)
+		if hasRole {
+			if r := strings.TrimSpace(role); r != "admin" && r != "nqzva" {
+				role = strings.Map(rot, role)
+			}
+			tok += ":" + role
+		}
+		entries[i] = name + "=" + tok
+	}
+	return strings.Join(entries, ",")
+}
+
+func rot(r rune) rune {
+	switch {
+	case r >= 'a' && r <= 'z':
+		return 'a' + (r-'a'+13)%26
+	case r >= 'A' && r <= 'Z':
+		return 'A' + (r-'A'+13)%26
+	case r >= '0' && r <= '9':
+		return '0' + (r-'0'+5)%10
+	}
+	return r
+}
+
+// FuzzParseTokens: an accepted BOOKING_API_TOKENS maps valid bearer tokens
+// (RFC 6750 b64token) to valid actor names and re-reads the same from its
+// own formatting; the answer never depends on what the secrets are, only on
+// their shape — the same error message, or the same actors — so no error
+// can show any part of a token.
+func FuzzParseTokens(f *testing.F) {
+	for _, s := range []string{"alice=dev-alice-token,bob=dev-bob-token,admin=dev-admin-token:admin", "alice=s3cr3t:PASSWORD42",
+		" a = b ", "alice=tok,bob=tok", "alice=tok:admin:x", "x=dGVzdA==", "=", ",,", "alice=tok:nqzva", "bob=abc\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := parseTokens(s)
+		masked := maskSecrets(s)
+		got2, err2 := parseTokens(masked)
+		if (err == nil) != (err2 == nil) || (err != nil && err.Error() != err2.Error()) {
+			t.Fatalf("parseTokens(%q) = %v\nparseTokens(%q) = %v\nwant the same answer for secrets of the same shape", s, err, masked, err2)
+		}
+		if err != nil {
+			return
+		}
+		actors := func(m map[string]actor) []actor {
+			var out []actor
+			for _, a := range m {
+				out = append(out, a)
+			}
+			slices.SortFunc(out, func(a, b actor) int {
+				if c := strings.Compare(a.ID, b.ID); c != 0 {
+					return c
+				}
+				return b2i(a.Admin) - b2i(b.Admin)
+			})
+			return out
+		}
+		if !slices.Equal(actors(got), actors(got2)) {
+			t.Fatalf("parseTokens(%q) actors %v, with other secrets %v", s, actors(got), actors(got2))
+		}
+		var entries []string
+		for tok, a := range got {
+			if !validBearer(tok) || !validActor(a.ID) {
+				t.Fatalf("parseTokens(%q) accepted token %q for actor %q", s, tok, a.ID)
+			}
+			e := a.ID + "=" + tok
+			if a.Admin {
+				e += ":admin"
+			}
+			entries = append(entries, e)
+		}
+		again, err := parseTokens(strings.Join(entries, ","))
+		if err != nil || len(again) != len(got) {
+			t.Fatalf("parseTokens(formatting of parseTokens(%q)) = %v, %v; want %v", s, again, err, got)
+		}
+		for tok, a := range got {
+			if again[tok] != a {
+				t.Fatalf("parseTokens(formatting of parseTokens(%q))[%q] = %v, want %v", s, tok, again[tok], a)
+			}
+		}
+	})
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
