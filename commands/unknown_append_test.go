@@ -76,7 +76,7 @@ func newLostFix(t *testing.T) *lostFix {
 	f.store.clock = f.clock
 	cfg := DefaultConfig()
 	cfg.Executor = execA
-	f.h = New(cfg, f.store, f.clock, f.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithMetrics(f.metrics))
+	f.h = New(cfg, f.store, f.clock, f.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithMetrics(f.metrics), WithKeys(newMemKeys()))
 	ctx := context.Background()
 	show, _, err := f.h.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
 		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(48 * time.Hour), Capacity: 10, Price: payPrice})

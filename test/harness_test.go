@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -122,17 +123,21 @@ func freePort(tb testing.TB) int {
 	tb.Helper()
 	portMu.Lock()
 	defer portMu.Unlock()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	// Below the kernel's ephemeral range (32768–60999), so no outgoing
+	// connection can take the port between this check and the server's
+	// bind, and below pg.sh's range (20000–32000) for throwaway servers.
+	for range 1000 {
+		p := 10000 + mrand.IntN(10000)
+		if portsUsed[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
-			tb.Fatalf("free port: %v", err)
+			continue
 		}
-		p := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		if !portsUsed[p] {
-			portsUsed[p] = true
-			return p
-		}
+		portsUsed[p] = true
+		return p
 	}
 	tb.Fatalf("free port: no unused port found")
 	return 0

@@ -20,7 +20,7 @@ func validServe(t *testing.T) ServeConfig {
 		NATSAddr: "127.0.0.1:0", NATSDuplicateWindow: 600e9, ProviderSimAddr: "127.0.0.1:0", APITokens: "a=tok-a",
 		DataDir: t.TempDir(), IntentRetention: 86400e9, IntentLease: 5e9, ReservationHold: 600e9, PaymentLease: 30e9,
 		ProviderTimeout: 10e9, ProviderWindow: 86400e9, PaymentDeadline: 900e9, RecoveryInterval: 30e9, InUseWait: 2e9,
-		RetryBudgetRate: 20, RetryBudgetBurst: 40}
+		RetryBudgetRate: 20, RetryBudgetBurst: 40, HTTPReadTimeout: 15e9}
 }
 
 func genKey(t *testing.T, id string) string {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -161,14 +162,22 @@ func startProcess(tb testing.TB) string {
 	return ""
 }
 
+// freePort returns a free TCP port below the kernel's ephemeral range
+// (32768–60999), so no outgoing connection can take it before the server
+// binds it, and below pg.sh's range (20000–32000).
 func freePort(tb testing.TB) int {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	for range 1000 {
+		p := 10000 + mrand.IntN(10000)
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return p
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	tb.Fatal("no free TCP port found")
+	return 0
 }
 
 // env is one scenario's world: a fresh database with its event store, a
