@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"context"
@@ -199,7 +199,7 @@ func (a *api) postShow(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
-	show, out, err := a.h.ScheduleShow(ctx, req, cmd)
+	show, out, err := a.svc.ScheduleShow(ctx, req, cmd)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -213,7 +213,7 @@ func (a *api) getShow(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, domain.ErrShowNotFound)
 		return
 	}
-	show, err := a.h.GetShow(r.Context(), id)
+	show, err := a.svc.GetShow(r.Context(), id)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -239,7 +239,7 @@ func (a *api) postReservation(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
-	res, out, err := a.h.ReserveSeats(ctx, req, cmd)
+	res, out, err := a.svc.ReserveSeats(ctx, req, cmd)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -253,7 +253,7 @@ func (a *api) getReservation(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, domain.ErrReservationNotFound)
 		return
 	}
-	res, err := a.h.GetReservation(r.Context(), actorFrom(r.Context()).ID, id)
+	res, err := a.svc.GetReservation(r.Context(), actorFrom(r.Context()).ID, id)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -284,7 +284,7 @@ func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
-	res, err := a.h.PlaceOrder(ctx, req, cmd)
+	res, err := a.svc.PlaceOrder(ctx, req, cmd)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -326,7 +326,7 @@ func (a *api) getOrder(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, domain.ErrOrderNotFound)
 		return
 	}
-	o, err := a.h.GetOrder(r.Context(), actorFrom(r.Context()).ID, id)
+	o, err := a.svc.GetOrder(r.Context(), actorFrom(r.Context()).ID, id)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -361,7 +361,7 @@ func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
-	res, err := a.h.CancelOrder(ctx, req, id)
+	res, err := a.svc.CancelOrder(ctx, req, id)
 	if err != nil {
 		a.writeError(w, r, err)
 		return

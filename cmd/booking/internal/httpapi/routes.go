@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/time/rate"
 
 	"github.com/retrysafe/booking/commands"
@@ -19,11 +18,12 @@ import (
 
 // api is the HTTP API (DESIGN §6). It is safe for concurrent use.
 type api struct {
-	h             *commands.Handler
-	tokens        map[string]actor
+	svc           Service
+	tokens        map[string]Actor
 	log           *slog.Logger
-	metrics       *metrics
-	pool          *pgxpool.Pool
+	metrics       http.Handler
+	ready         func(ctx context.Context) error
+	rateLimited   func()
 	webhookSecret []byte
 	budget        *budget
 	webhooks      http.Handler
@@ -44,8 +44,8 @@ type ctxKey int
 
 const actorKey ctxKey = iota
 
-func actorFrom(ctx context.Context) actor {
-	a, _ := ctx.Value(actorKey).(actor)
+func actorFrom(ctx context.Context) Actor {
+	a, _ := ctx.Value(actorKey).(Actor)
 	return a
 }
 
@@ -57,7 +57,9 @@ func (a *api) routes() http.Handler {
 	r.Use(lingerAfterBodyTimeout)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	r.Get("/readyz", a.readyz)
-	r.Handle("/metrics", a.metrics.handler())
+	if a.metrics != nil {
+		r.Handle("/metrics", a.metrics)
+	}
 	r.Get("/openapi.yaml", serveOpenAPI)
 	if a.webhooks != nil {
 		r.Post("/v1/provider/webhooks", a.webhooks.ServeHTTP)
@@ -99,7 +101,11 @@ func (a *api) routes() http.Handler {
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := a.pool.Ping(ctx); err != nil {
+	if a.ready == nil {
+		writeJSON(w, 200, map[string]string{"status": "ready"})
+		return
+	}
+	if err := a.ready(ctx); err != nil {
 		a.writeError(w, r, httpError(domain.Unavailable, "unavailable", "the database is unreachable"))
 		return
 	}
@@ -163,7 +169,9 @@ func (a *api) limit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			if d := a.budget.reserve(actorFrom(r.Context()).ID); d > 0 {
-				a.metrics.rateLimited.Inc()
+				if a.rateLimited != nil {
+					a.rateLimited()
+				}
 				setRetryAfter(w, d)
 				a.writeError(w, r, httpError(domain.Invalid, codeRateLimited, "too many requests for this actor; retry after the time in Retry-After"))
 				return
