@@ -15,7 +15,7 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// Views: the JSON shapes of the API's resources (DESIGN §6).
+// Views: the JSON shapes of the API's resources (README, HTTP API).
 
 type showView struct {
 	ID        string       `json:"id"`
@@ -90,15 +90,9 @@ func viewOrder(o domain.Order) orderView {
 
 // writeCreated answers 201 with the created (or replayed) resource at location.
 func writeCreated(w http.ResponseWriter, out commands.Outcome, location string, body any) {
-	replayed(w, out)
+	markReplayed(w, out)
 	w.Header().Set("Location", location)
 	writeJSON(w, http.StatusCreated, body)
-}
-
-func replayed(w http.ResponseWriter, out commands.Outcome) {
-	if out.Replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-	}
 }
 
 // pathID returns the {id} path parameter if it is a UUID.
@@ -277,11 +271,7 @@ func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	wait, applied := preferWait(r)
-	req.Wait = wait
-	if applied {
-		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-	}
+	applyWait(w, r, &req)
 	ctx, cancel := detached(r)
 	defer cancel()
 	res, err := a.svc.PlaceOrder(ctx, req, cmd)
@@ -296,7 +286,7 @@ func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 // success status when confirmed (or cancelled by its owner), 402 when the
 // payment failed, 202 with Location and Retry-After while pending.
 func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res commands.OrderResult, success int) {
-	replayed(w, res.Outcome)
+	markReplayed(w, res.Outcome)
 	o := res.Order
 	w.Header().Set("Location", "/v1/orders/"+o.ID)
 	if !res.Final {
@@ -306,15 +296,11 @@ func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res comma
 	}
 	switch o.FirstOutcome {
 	case domain.FailPaymentDeclined:
-		writeProblem(w, problem{Type: "https://booking.invalid/problems/payment-declined", Title: "Payment Required",
-			Status: http.StatusPaymentRequired, Code: domain.ErrPaymentDeclined.Code, Detail: "the payment was declined; the order failed and its seats were released",
-			Instance: r.URL.Path,
-			OrderID:  o.ID, Order: viewOrder(o)})
+		a.writeError(w, r, &orderFailedError{order: o, err: httpError(kindPaymentFailed, domain.ErrPaymentDeclined.Code,
+			"the payment was declined; the order failed and its seats were released")})
 	case domain.FailPaymentDeadline, domain.FailNoAttempt:
-		writeProblem(w, problem{Type: "https://booking.invalid/problems/payment-failed", Title: "Payment Required",
-			Status: http.StatusPaymentRequired, Code: "payment-failed", Detail: "the payment did not complete (" + o.FirstOutcome + "); the order failed",
-			Instance: r.URL.Path,
-			OrderID:  o.ID, Order: viewOrder(o)})
+		a.writeError(w, r, &orderFailedError{order: o, err: httpError(kindPaymentFailed, codePaymentFailed,
+			"the payment did not complete ("+o.FirstOutcome+"); the order failed")})
 	default:
 		writeJSON(w, success, viewOrder(o))
 	}
@@ -366,7 +352,7 @@ func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	replayed(w, res.Outcome)
+	markReplayed(w, res.Outcome)
 	w.Header().Set("Location", "/v1/orders/"+id)
 	if !res.Final {
 		setRetryAfter(w, time.Second)

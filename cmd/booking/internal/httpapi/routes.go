@@ -12,11 +12,10 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"golang.org/x/time/rate"
 
-	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 )
 
-// api is the HTTP API (DESIGN §6). It is safe for concurrent use.
+// api is the HTTP API of the README's "HTTP API (v1)". It is safe for concurrent use.
 type api struct {
 	svc           Service
 	tokens        map[string]Actor
@@ -92,8 +91,7 @@ func (a *api) routes() http.Handler {
 			}
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeProblem(w, problem{Instance: r.URL.Path, Type: "https://booking.invalid/problems/method-not-allowed", Title: "Method Not Allowed",
-			Status: http.StatusMethodNotAllowed, Code: "method-not-allowed", Detail: r.Method + " is not allowed here"})
+		a.writeError(w, r, httpError(kindMethodNotAllowed, "method-not-allowed", r.Method+" is not allowed here"))
 	})
 	return r
 }
@@ -119,13 +117,13 @@ func (a *api) authenticate(next http.Handler) http.Handler {
 		scheme, tok, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="booking"`)
-			a.writeError(w, r, httpError(domain.Invalid, codeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)"))
+			a.writeError(w, r, httpError(kindUnauthorized, codeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)"))
 			return
 		}
 		act, ok := a.tokens[strings.TrimSpace(tok)]
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="booking", error="invalid_token"`)
-			a.writeError(w, r, httpError(domain.Invalid, codeUnauthorized, "the bearer token is not valid"))
+			a.writeError(w, r, httpError(kindUnauthorized, codeUnauthorized, "the bearer token is not valid"))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey, act)))
@@ -173,22 +171,12 @@ func (a *api) limit(next http.Handler) http.Handler {
 					a.rateLimited()
 				}
 				setRetryAfter(w, d)
-				a.writeError(w, r, httpError(domain.Invalid, codeRateLimited, "too many requests for this actor; retry after the time in Retry-After"))
+				a.writeError(w, r, httpError(kindRateLimited, codeRateLimited, "too many requests for this actor; retry after the time in Retry-After"))
 				return
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// request builds the idempotency envelope of a POST.
-func (a *api) request(r *http.Request, op string) (commands.Request, error) {
-	key, err := parseIdempotencyKey(r)
-	if err != nil {
-		return commands.Request{}, err
-	}
-	return commands.Request{Actor: actorFrom(r.Context()).ID, Operation: op, Key: key,
-		CorrelationID: middleware.GetReqID(r.Context())}, nil
 }
 
 func (a *api) listShows(w http.ResponseWriter, r *http.Request) {
