@@ -171,22 +171,33 @@ func orderCommand(b *body) (commands.PlaceOrderCommand, error) {
 	return commands.PlaceOrderCommand{ReservationID: resID, PaymentToken: token}, nil
 }
 
+// readCommand reads a state-changing POST whose body is a command: its
+// idempotency envelope for operation op (request), then its body, decoded
+// strictly and built into the typed command by parse. Errors are Invalid
+// (400, or 413, 415, 408 for the body) and nothing has been recorded.
+func readCommand[C any](r *http.Request, op string, parse func(*body) (C, error)) (commands.Request, C, error) {
+	var zero C
+	req, err := request(r, op)
+	if err != nil {
+		return commands.Request{}, zero, err
+	}
+	b, err := decodeBody(r)
+	if err != nil {
+		return commands.Request{}, zero, err
+	}
+	cmd, err := parse(b)
+	if err != nil {
+		return commands.Request{}, zero, err
+	}
+	return req, cmd, nil
+}
+
 func (a *api) postShow(w http.ResponseWriter, r *http.Request) {
 	if !actorFrom(r.Context()).Admin {
 		a.writeError(w, r, domain.ErrForbidden.With("only an admin may create shows"))
 		return
 	}
-	req, err := a.request(r, commands.OpScheduleShow)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	b, err := decodeBody(r)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	cmd, err := showCommand(b)
+	req, cmd, err := readCommand(r, commands.OpScheduleShow, showCommand)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -216,17 +227,7 @@ func (a *api) getShow(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) postReservation(w http.ResponseWriter, r *http.Request) {
-	req, err := a.request(r, commands.OpReserveSeats)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	b, err := decodeBody(r)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	cmd, err := reservationCommand(b)
+	req, cmd, err := readCommand(r, commands.OpReserveSeats, reservationCommand)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -256,17 +257,7 @@ func (a *api) getReservation(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
-	req, err := a.request(r, commands.OpPlaceOrder)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	b, err := decodeBody(r)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	cmd, err := orderCommand(b)
+	req, cmd, err := readCommand(r, commands.OpPlaceOrder, orderCommand)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -324,7 +315,7 @@ func (a *api) getOrder(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
-	req, err := a.request(r, commands.OpCancelOrder)
+	req, err := request(r, commands.OpCancelOrder)
 	if err != nil {
 		a.writeError(w, r, err)
 		return

@@ -160,8 +160,10 @@ func waitPreference(field string) (time.Duration, bool) {
 	return defaultWait, false
 }
 
-// request builds the idempotency envelope of a POST.
-func (a *api) request(r *http.Request, op string) (commands.Request, error) {
+// request builds the idempotency envelope of a POST: the intent's scope
+// (actor id, operation "METHOD route-template", key) and the request id as
+// correlation id. Errors are those of parseIdempotencyKey.
+func request(r *http.Request, op string) (commands.Request, error) {
 	key, err := parseIdempotencyKey(r)
 	if err != nil {
 		return commands.Request{}, err
