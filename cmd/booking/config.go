@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 	"github.com/retrysafe/booking/commands/envelope"
 )
 
@@ -154,12 +155,8 @@ func (c *ServeConfig) Validate() error {
 	return nil
 }
 
-// actor is an authenticated caller: a stable id (the token's name, never
-// the token) and whether it is an admin.
-type actor struct {
-	ID    string
-	Admin bool
-}
+// actor is an authenticated caller (httpapi.Actor).
+type actor = httpapi.Actor
 
 // maxActorLength bounds an actor name of BOOKING_API_TOKENS, in bytes.
 const maxActorLength = 64

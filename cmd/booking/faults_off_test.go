@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 )
 
 // TestProductionBuildCannotInjectFaults: without -tags faultinject the
@@ -20,9 +22,9 @@ func TestProductionBuildCannotInjectFaults(t *testing.T) {
 	if err != nil || hooks.Step != nil || testAPI != nil {
 		t.Fatalf("faultHooks() = step hook set %v, control API %v, %v; want none and no error", hooks.Step != nil, testAPI, err)
 	}
-	a := &api{metrics: newMetrics(), testAPI: testAPI}
+	h := httpapi.New(httpapi.Config{Test: testAPI}, nil, nil, slog.New(slog.DiscardHandler))
 	rec := httptest.NewRecorder()
-	a.routes().ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/_test/holds/order.claiming", nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/_test/holds/order.claiming", nil))
 	if rec.Code != http.StatusNotFound {
 		t.Fatalf("PUT /_test/holds/order.claiming = %d, want 404 (no control API in the production build)", rec.Code)
 	}

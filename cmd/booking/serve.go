@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
@@ -134,7 +135,7 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
 	hcfg.ProviderWindow = cfg.ProviderWindow // payments (issue 4): same-key retries only inside the provider's window
 	hcfg.InUseWait = cfg.InUseWait
-	commands.StatusOf = statusOf
+	commands.StatusOf = httpapi.StatusOf
 	metrics := newMetrics()
 	opts := []commands.Option{commands.WithMetrics(metrics), commands.WithKeys(keys)}
 	hooks, testAPI, err := faultHooks(ctx, log)
@@ -147,14 +148,10 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	h := commands.New(hcfg, store, dbClock{pool}, payments, registry, log, opts...)
 
-	api := &api{h: h, tokens: tokens, log: log, metrics: metrics, pool: pool,
-		webhookSecret: []byte(cfg.ProviderWebhookSecret), budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst)}
-	api.webhooks = newWebhookHandler(api, h) // payments (issue 4): POST /v1/provider/webhooks; before routes()
-	api.testAPI = testAPI                    // nil unless built with -tags faultinject
 	// A whole request, headers and body, must arrive within the read timeout
-	// (a trickled body is cut off: 408, see lingerAfterBodyTimeout); the
-	// handler's own work is not bounded by it.
-	srv := &http.Server{Handler: api.routes(), ReadTimeout: cfg.HTTPReadTimeout, IdleTimeout: 2 * time.Minute}
+	// (a trickled body is cut off: 408); the handler's own work is not
+	// bounded by it.
+	srv := &http.Server{ReadTimeout: cfg.HTTPReadTimeout, IdleTimeout: 2 * time.Minute}
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var workers sync.WaitGroup
@@ -193,7 +190,10 @@ func (c *serveCmd) Run(e *env) error {
 			runExclusive(wctx, pool, log, projectorLock(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, store) })
 		}()
 	}
-	api.lists = newLists(projections.NewReader(pool), api.writeError)
+	srv.Handler = httpapi.New(httpapi.Config{Tokens: tokens, WebhookSecret: []byte(cfg.ProviderWebhookSecret),
+		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
+		Ready: pool.Ping, Metrics: metrics.handler(), RateLimited: metrics.rateLimited.Inc, Test: testAPI},
+		h, projections.NewReader(pool), log)
 	metrics.reg.MustRegister(newStateCollector(store, projections.NewReader(pool), dbClock{pool}, cfg.IntentRetention, log))
 	// ---- end read models
 	// ---- notifications (issue 6): the embedded NATS server with JetStream

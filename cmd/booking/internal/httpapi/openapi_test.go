@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"net/http"
@@ -12,7 +12,7 @@ import (
 // TestOpenAPIDescribesEveryRoute fails when a route is added without being
 // described in openapi.yaml.
 func TestOpenAPIDescribesEveryRoute(t *testing.T) {
-	a := &api{metrics: newMetrics(), webhooks: nopHandler{}}
+	a := &api{metrics: nopHandler{}, webhooks: nopHandler{}}
 	router := a.routes().(chi.Routes)
 	spec := string(openAPISpec)
 	n := 0
@@ -40,7 +40,7 @@ func (nopHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
 // TestMethodNotAllowedHasAllow: a 405 must carry Allow (RFC 9110 §15.5.6).
 func TestMethodNotAllowedHasAllow(t *testing.T) {
-	a := &api{metrics: newMetrics(), webhooks: nopHandler{}}
+	a := &api{metrics: nopHandler{}, webhooks: nopHandler{}}
 	rec := httptest.NewRecorder()
 	a.routes().ServeHTTP(rec, httptest.NewRequest("DELETE", "/v1/shows", nil))
 	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") == "" {

@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// Views: the JSON shapes of the API's resources (DESIGN §6).
+// Views: the JSON shapes of the API's resources (README, HTTP API).
 
 type showView struct {
 	ID        string       `json:"id"`
@@ -90,15 +90,9 @@ func viewOrder(o domain.Order) orderView {
 
 // writeCreated answers 201 with the created (or replayed) resource at location.
 func writeCreated(w http.ResponseWriter, out commands.Outcome, location string, body any) {
-	replayed(w, out)
+	markReplayed(w, out)
 	w.Header().Set("Location", location)
 	writeJSON(w, http.StatusCreated, body)
-}
-
-func replayed(w http.ResponseWriter, out commands.Outcome) {
-	if out.Replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-	}
 }
 
 // pathID returns the {id} path parameter if it is a UUID.
@@ -177,29 +171,40 @@ func orderCommand(b *body) (commands.PlaceOrderCommand, error) {
 	return commands.PlaceOrderCommand{ReservationID: resID, PaymentToken: token}, nil
 }
 
+// readCommand reads a state-changing POST whose body is a command: its
+// idempotency envelope for operation op (request), then its body, decoded
+// strictly and built into the typed command by parse. Errors are Invalid
+// (400, or 413, 415, 408 for the body) and nothing has been recorded.
+func readCommand[C any](r *http.Request, op string, parse func(*body) (C, error)) (commands.Request, C, error) {
+	var zero C
+	req, err := request(r, op)
+	if err != nil {
+		return commands.Request{}, zero, err
+	}
+	b, err := decodeBody(r)
+	if err != nil {
+		return commands.Request{}, zero, err
+	}
+	cmd, err := parse(b)
+	if err != nil {
+		return commands.Request{}, zero, err
+	}
+	return req, cmd, nil
+}
+
 func (a *api) postShow(w http.ResponseWriter, r *http.Request) {
 	if !actorFrom(r.Context()).Admin {
 		a.writeError(w, r, domain.ErrForbidden.With("only an admin may create shows"))
 		return
 	}
-	req, err := a.request(r, commands.OpScheduleShow)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	b, err := decodeBody(r)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	cmd, err := showCommand(b)
+	req, cmd, err := readCommand(r, commands.OpScheduleShow, showCommand)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
-	show, out, err := a.h.ScheduleShow(ctx, req, cmd)
+	show, out, err := a.svc.ScheduleShow(ctx, req, cmd)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -213,7 +218,7 @@ func (a *api) getShow(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, domain.ErrShowNotFound)
 		return
 	}
-	show, err := a.h.GetShow(r.Context(), id)
+	show, err := a.svc.GetShow(r.Context(), id)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -222,24 +227,14 @@ func (a *api) getShow(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) postReservation(w http.ResponseWriter, r *http.Request) {
-	req, err := a.request(r, commands.OpReserveSeats)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	b, err := decodeBody(r)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	cmd, err := reservationCommand(b)
+	req, cmd, err := readCommand(r, commands.OpReserveSeats, reservationCommand)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
-	res, out, err := a.h.ReserveSeats(ctx, req, cmd)
+	res, out, err := a.svc.ReserveSeats(ctx, req, cmd)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -253,7 +248,7 @@ func (a *api) getReservation(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, domain.ErrReservationNotFound)
 		return
 	}
-	res, err := a.h.GetReservation(r.Context(), actorFrom(r.Context()).ID, id)
+	res, err := a.svc.GetReservation(r.Context(), actorFrom(r.Context()).ID, id)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -262,29 +257,15 @@ func (a *api) getReservation(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
-	req, err := a.request(r, commands.OpPlaceOrder)
+	req, cmd, err := readCommand(r, commands.OpPlaceOrder, orderCommand)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	b, err := decodeBody(r)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	cmd, err := orderCommand(b)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	wait, applied := preferWait(r)
-	req.Wait = wait
-	if applied {
-		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-	}
+	applyWait(w, r, &req)
 	ctx, cancel := detached(r)
 	defer cancel()
-	res, err := a.h.PlaceOrder(ctx, req, cmd)
+	res, err := a.svc.PlaceOrder(ctx, req, cmd)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -296,7 +277,7 @@ func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 // success status when confirmed (or cancelled by its owner), 402 when the
 // payment failed, 202 with Location and Retry-After while pending.
 func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res commands.OrderResult, success int) {
-	replayed(w, res.Outcome)
+	markReplayed(w, res.Outcome)
 	o := res.Order
 	w.Header().Set("Location", "/v1/orders/"+o.ID)
 	if !res.Final {
@@ -306,15 +287,11 @@ func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res comma
 	}
 	switch o.FirstOutcome {
 	case domain.FailPaymentDeclined:
-		writeProblem(w, problem{Type: "https://booking.invalid/problems/payment-declined", Title: "Payment Required",
-			Status: http.StatusPaymentRequired, Code: domain.ErrPaymentDeclined.Code, Detail: "the payment was declined; the order failed and its seats were released",
-			Instance: r.URL.Path,
-			OrderID:  o.ID, Order: viewOrder(o)})
+		a.writeError(w, r, &orderFailedError{order: o, err: httpError(kindPaymentFailed, domain.ErrPaymentDeclined.Code,
+			"the payment was declined; the order failed and its seats were released")})
 	case domain.FailPaymentDeadline, domain.FailNoAttempt:
-		writeProblem(w, problem{Type: "https://booking.invalid/problems/payment-failed", Title: "Payment Required",
-			Status: http.StatusPaymentRequired, Code: "payment-failed", Detail: "the payment did not complete (" + o.FirstOutcome + "); the order failed",
-			Instance: r.URL.Path,
-			OrderID:  o.ID, Order: viewOrder(o)})
+		a.writeError(w, r, &orderFailedError{order: o, err: httpError(kindPaymentFailed, codePaymentFailed,
+			"the payment did not complete ("+o.FirstOutcome+"); the order failed")})
 	default:
 		writeJSON(w, success, viewOrder(o))
 	}
@@ -326,7 +303,7 @@ func (a *api) getOrder(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, domain.ErrOrderNotFound)
 		return
 	}
-	o, err := a.h.GetOrder(r.Context(), actorFrom(r.Context()).ID, id)
+	o, err := a.svc.GetOrder(r.Context(), actorFrom(r.Context()).ID, id)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -338,7 +315,7 @@ func (a *api) getOrder(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
-	req, err := a.request(r, commands.OpCancelOrder)
+	req, err := request(r, commands.OpCancelOrder)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -361,12 +338,12 @@ func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := detached(r)
 	defer cancel()
-	res, err := a.h.CancelOrder(ctx, req, id)
+	res, err := a.svc.CancelOrder(ctx, req, id)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	replayed(w, res.Outcome)
+	markReplayed(w, res.Outcome)
 	w.Header().Set("Location", "/v1/orders/"+id)
 	if !res.Final {
 		setRetryAfter(w, time.Second)

@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"bytes"
@@ -17,83 +17,11 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// maxKeyLength is the longest Idempotency-Key accepted, in characters.
-const maxKeyLength = 255
-
 // maxBodyBytes bounds request bodies.
 const maxBodyBytes = 64 << 10
 
 // maxSafeInt is 2^53−1, the largest integer every JSON implementation holds exactly.
 const maxSafeInt = 1<<53 - 1
-
-// parseIdempotencyKey returns the Idempotency-Key of r
-// (draft-ietf-httpapi-idempotency-key-header §2.1): exactly one header,
-// whose value parseKeyValue accepts. Errors are Invalid with code
-// idempotency-key-invalid.
-func parseIdempotencyKey(r *http.Request) (string, error) {
-	vals := r.Header.Values("Idempotency-Key")
-	if len(vals) == 0 {
-		return "", badKey("the Idempotency-Key header is required on this request")
-	}
-	if len(vals) > 1 {
-		return "", badKey("send exactly one Idempotency-Key header")
-	}
-	return parseKeyValue(vals[0])
-}
-
-func badKey(msg string) error {
-	return httpError(domain.Invalid, codeKeyInvalid, msg, "Idempotency-Key")
-}
-
-// parseKeyValue returns the key of one Idempotency-Key header value: an
-// RFC 8941 sf-string ("abc", with \" and \\ as its only escapes) is
-// unescaped; a bare value is taken as it is, so "abc" and abc are the same
-// key. Missing, empty, blank, longer than 255 characters or outside
-// printable ASCII is an Invalid error with code idempotency-key-invalid.
-// Keys are case-sensitive and never truncated.
-func parseKeyValue(v string) (string, error) {
-	for i := 0; i < len(v); i++ {
-		if v[i] < 0x20 || v[i] > 0x7e {
-			return "", badKey("the Idempotency-Key must be printable ASCII")
-		}
-	}
-	if strings.HasPrefix(v, `"`) {
-		var b strings.Builder
-		closed := false
-		for i := 1; i < len(v); i++ {
-			c := v[i]
-			switch {
-			case c == '\\':
-				if i+1 >= len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
-					return "", badKey(`the quoted Idempotency-Key has an invalid escape (only \" and \\ are allowed)`)
-				}
-				b.WriteByte(v[i+1])
-				i++
-			case c == '"':
-				if i != len(v)-1 {
-					return "", badKey("the quoted Idempotency-Key has characters after its closing quote")
-				}
-				closed = true
-			default:
-				b.WriteByte(c)
-			}
-		}
-		if !closed {
-			return "", badKey("the quoted Idempotency-Key lacks its closing quote")
-		}
-		v = b.String()
-	}
-	if v == "" {
-		return "", badKey("the Idempotency-Key must not be empty")
-	}
-	if strings.TrimSpace(v) == "" {
-		return "", badKey("the Idempotency-Key must not be blank")
-	}
-	if len(v) > maxKeyLength {
-		return "", badKey(fmt.Sprintf("the Idempotency-Key must have at most %d characters", maxKeyLength))
-	}
-	return v, nil
-}
 
 // body is a decoded JSON object whose fields are taken one by one with their
 // types checked; unknown fields are reported by done.
@@ -123,7 +51,7 @@ func decodeBody(r *http.Request) (*body, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, httpError(domain.Invalid, codeUnsupportedMedia, "the body must be application/json")
+			return nil, httpError(kindUnsupportedMedia, codeUnsupportedMedia, "the body must be application/json")
 		}
 	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
@@ -131,7 +59,7 @@ func decodeBody(r *http.Request) (*body, error) {
 		return nil, bodyReadError(err)
 	}
 	if len(raw) > maxBodyBytes {
-		return nil, httpError(domain.Invalid, codeBodyTooLarge, fmt.Sprintf("the body must be at most %d bytes", maxBodyBytes))
+		return nil, httpError(kindBodyTooLarge, codeBodyTooLarge, fmt.Sprintf("the body must be at most %d bytes", maxBodyBytes))
 	}
 	return decodeJSON(raw)
 }
@@ -140,7 +68,7 @@ func decodeBody(r *http.Request) (*body, error) {
 // request-timeout when the read deadline passed first, else 400.
 func bodyReadError(err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return httpError(domain.Invalid, codeRequestTimeout, "the request body did not arrive in time; send it again, whole")
+		return httpError(kindRequestTimeout, codeRequestTimeout, "the request body did not arrive in time; send it again, whole")
 	}
 	return httpError(domain.Invalid, codeInvalidBody, "the body could not be read")
 }

@@ -1,10 +1,9 @@
-package main
+package httpapi
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -13,9 +12,10 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// kindStatus is the one table that maps an error Kind to an HTTP status
-// (STYLE §3). codeStatus overrides it for the few codes whose status is
-// fixed by the API contract (DESIGN §6).
+// kindStatus is the one table that maps an error kind to an HTTP status
+// (RFC 9110 §15): every answer that is not a success takes its status from
+// here, in writeError. Its first rows are the domain's kinds; the last are
+// the kinds of the HTTP layer's own refusals, declared below.
 var kindStatus = map[domain.Kind]int{
 	domain.Internal:    http.StatusInternalServerError,
 	domain.Invalid:     http.StatusBadRequest,
@@ -25,17 +25,28 @@ var kindStatus = map[domain.Kind]int{
 	domain.Unavailable: http.StatusServiceUnavailable,
 	domain.Forbidden:   http.StatusForbidden,
 	domain.Gone:        http.StatusGone,
+
+	kindUnauthorized:     http.StatusUnauthorized,
+	kindRateLimited:      http.StatusTooManyRequests,
+	kindPaymentFailed:    http.StatusPaymentRequired,
+	kindUnsupportedMedia: http.StatusUnsupportedMediaType,
+	kindBodyTooLarge:     http.StatusRequestEntityTooLarge,
+	kindRequestTimeout:   http.StatusRequestTimeout,
+	kindMethodNotAllowed: http.StatusMethodNotAllowed,
 }
 
-var codeStatus = map[string]int{
-	domain.ErrPaymentDeclined.Code: http.StatusPaymentRequired,
-	"payment-failed":               http.StatusPaymentRequired,
-	codeUnauthorized:               http.StatusUnauthorized,
-	codeRateLimited:                http.StatusTooManyRequests,
-	codeUnsupportedMedia:           http.StatusUnsupportedMediaType,
-	codeBodyTooLarge:               http.StatusRequestEntityTooLarge,
-	codeRequestTimeout:             http.StatusRequestTimeout,
-}
+// Kinds of the refusals and outcomes that only the HTTP layer produces. They
+// extend domain.Kind from 128 up, clear of the domain's own kinds, and never
+// leave this package: nothing records them.
+const (
+	kindUnauthorized     domain.Kind = 128 + iota // no or an unknown bearer token
+	kindRateLimited                               // over the actor's retry budget
+	kindPaymentFailed                             // the order's payment failed (the order is in the problem)
+	kindUnsupportedMedia                          // a body that is not JSON
+	kindBodyTooLarge                              // a body beyond its limit
+	kindRequestTimeout                            // a body that did not arrive within the read timeout
+	kindMethodNotAllowed                          // a path that has no route for the method
+)
 
 // Codes produced by the HTTP layer itself.
 const (
@@ -44,10 +55,12 @@ const (
 	codeUnsupportedMedia = "unsupported-media-type"
 	codeBodyTooLarge     = "body-too-large"
 	codeKeyInvalid       = "idempotency-key-invalid"
+	codePaymentFailed    = "payment-failed"
 )
 
-// statusOf returns the HTTP status of err: a recorded rejection's own
-// status, else the code override, else the Kind's.
+// statusOf returns the HTTP status of err: the status a recorded rejection
+// was stored with (so a replay answers what the first request did), else
+// kindStatus of err's kind; 500 for an error that is not a *domain.Error.
 func statusOf(err error) int {
 	var rej *commands.Rejection
 	if errors.As(err, &rej) && rej.Status != 0 {
@@ -55,13 +68,26 @@ func statusOf(err error) int {
 	}
 	var de *domain.Error
 	if errors.As(err, &de) {
-		if s, ok := codeStatus[de.Code]; ok {
+		if s, ok := kindStatus[de.Kind]; ok {
 			return s
 		}
-		return kindStatus[de.Kind]
 	}
 	return http.StatusInternalServerError
 }
+
+// orderFailedError is the answer to an order whose payment failed: its
+// problem carries the order (order_id and order members) beside the domain
+// error it wraps.
+type orderFailedError struct {
+	err   *domain.Error
+	order domain.Order
+}
+
+// Error returns the wrapped error's detail.
+func (e *orderFailedError) Error() string { return e.err.Error() }
+
+// Unwrap returns the domain error.
+func (e *orderFailedError) Unwrap() error { return e.err }
 
 // problem is an RFC 9457 problem details object with this API's stable code
 // and extension members.
@@ -99,20 +125,15 @@ func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusServiceUnavailable && de != nil && de.Kind == domain.Unavailable {
 		a.log.Warn("dependency unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	var rej *commands.Rejection
-	if errors.As(err, &rej) {
-		if rej.ResourceID != "" && (rej.Err.Code == domain.ErrReservationAlreadyOrdered.Code) {
-			p.OrderID = rej.ResourceID
-		}
-		if rej.Replayed {
-			w.Header().Set("Idempotent-Replayed", "true")
-		}
+	var failed *orderFailedError
+	if errors.As(err, &failed) {
+		p.OrderID, p.Order = failed.order.ID, viewOrder(failed.order)
 	}
-	var inUse *commands.InUseError
-	switch {
-	case errors.As(err, &inUse):
-		setRetryAfter(w, inUse.RetryAfter)
-	case status == http.StatusServiceUnavailable:
+	var rej *commands.Rejection
+	if errors.As(err, &rej) && rej.ResourceID != "" && rej.Err.Code == domain.ErrReservationAlreadyOrdered.Code {
+		p.OrderID = rej.ResourceID
+	}
+	if !idempotencyHeaders(w, err) && status == http.StatusServiceUnavailable {
 		setRetryAfter(w, time.Second)
 	}
 	p.Type = "https://booking.invalid/problems/" + p.Code
@@ -135,15 +156,6 @@ func writeProblem(w http.ResponseWriter, p problem) {
 	_, _ = w.Write(raw)
 }
 
-// setRetryAfter sets Retry-After in whole seconds (RFC 9110 §10.2.3), at least 1.
-func setRetryAfter(w http.ResponseWriter, d time.Duration) {
-	s := int((d + time.Second - 1) / time.Second)
-	if s < 1 {
-		s = 1
-	}
-	w.Header().Set("Retry-After", strconv.Itoa(s))
-}
-
 // httpError is an HTTP-layer refusal (auth, rate limit, media type).
 func httpError(kind domain.Kind, code, msg string, fields ...string) *domain.Error {
 	return &domain.Error{Kind: kind, Code: code, Msg: msg, Fields: fields}
@@ -155,5 +167,3 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
-
-var _ = slog.Default

@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"bytes"
@@ -49,7 +49,7 @@ func TestWebhookRoute(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			a := &api{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(), webhookSecret: []byte("whsec_x")}
+			a := &api{log: slog.New(slog.NewTextHandler(io.Discard, nil)), webhookSecret: []byte("whsec_x")}
 			recv := &fakeReceiver{err: tt.err}
 			a.webhooks = newWebhookHandler(a, recv)
 			srv := httptest.NewServer(a.routes())

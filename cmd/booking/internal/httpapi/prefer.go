@@ -1,45 +1,8 @@
-package main
+package httpapi
 
 import (
-	"net/http"
-	"strconv"
 	"strings"
-	"time"
 )
-
-// Wait budget of POST /v1/orders (RFC 7240 Prefer: wait).
-const (
-	defaultWait = 3 * time.Second
-	maxWait     = 10 * time.Second
-)
-
-// preferWait returns the wait budget of r from its Prefer headers (RFC 7240
-// §4.3, wait=delta-seconds), clamped to [0, 10 s], and whether the
-// preference was applied (Preference-Applied). Only the first wait
-// preference counts (RFC 7240 §2); one whose value is not delta-seconds is
-// ignored, leaving the default budget of 3 s.
-func preferWait(r *http.Request) (time.Duration, bool) {
-	return waitPreference(strings.Join(r.Header.Values("Prefer"), ","))
-}
-
-// waitPreference is preferWait on the combined field value of Prefer.
-func waitPreference(field string) (time.Duration, bool) {
-	for _, p := range parsePrefer(field) {
-		if !strings.EqualFold(p.name, "wait") {
-			continue
-		}
-		if p.value == "" || !allDigits(p.value) {
-			return defaultWait, false
-		}
-		n, err := strconv.ParseUint(p.value, 10, 64)
-		if err != nil {
-			n = uint64(maxWait / time.Second) // beyond 2^64: clamped like any large value
-		}
-		// Clamp before converting, so a huge N cannot overflow.
-		return time.Duration(min(n, uint64(maxWait/time.Second))) * time.Second, true
-	}
-	return defaultWait, false
-}
 
 // preference is one element of a Prefer field (RFC 7240 §2): its name and
 // value (unquoted); its parameters are not kept.

@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"encoding/base64"
@@ -29,11 +29,11 @@ const positionHeader = "Booking-Position"
 // carries the read model's position in Booking-Position. It implements
 // listReader and is safe for concurrent use.
 type lists struct {
-	r          *projections.Reader
+	r          Reads
 	writeError func(w http.ResponseWriter, r *http.Request, err error)
 }
 
-func newLists(r *projections.Reader, writeError func(w http.ResponseWriter, r *http.Request, err error)) *lists {
+func newLists(r Reads, writeError func(w http.ResponseWriter, r *http.Request, err error)) *lists {
 	return &lists{r: r, writeError: writeError}
 }
 

@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"context"
@@ -24,7 +24,7 @@ type webhookReceiver interface {
 	ReceiveWebhook(ctx context.Context, secret []byte, signature string, body []byte) error
 }
 
-// newWebhookHandler returns POST /v1/provider/webhooks (DESIGN §5, §6): the
+// newWebhookHandler returns POST /v1/provider/webhooks (README, Webhooks): the
 // raw body and its Provider-Signature go to r, which verifies them against
 // a.webhookSecret before anything is parsed or recorded. Answers: 204 when
 // the fact is recorded (or already was); 400 for a bad signature, a stale
@@ -38,7 +38,7 @@ func newWebhookHandler(a *api, r webhookReceiver) http.Handler {
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
-				a.writeError(w, req, httpError(domain.Invalid, codeBodyTooLarge, "the webhook body is too large"))
+				a.writeError(w, req, httpError(kindBodyTooLarge, codeBodyTooLarge, "the webhook body is too large"))
 				return
 			}
 			a.writeError(w, req, bodyReadError(err))

@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"context"
@@ -10,20 +10,19 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/time/rate"
 
-	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 )
 
-// api is the HTTP API (DESIGN §6). It is safe for concurrent use.
+// api is the HTTP API of the README's "HTTP API (v1)". It is safe for concurrent use.
 type api struct {
-	h             *commands.Handler
-	tokens        map[string]actor
+	svc           Service
+	tokens        map[string]Actor
 	log           *slog.Logger
-	metrics       *metrics
-	pool          *pgxpool.Pool
+	metrics       http.Handler
+	ready         func(ctx context.Context) error
+	rateLimited   func()
 	webhookSecret []byte
 	budget        *budget
 	webhooks      http.Handler
@@ -44,8 +43,8 @@ type ctxKey int
 
 const actorKey ctxKey = iota
 
-func actorFrom(ctx context.Context) actor {
-	a, _ := ctx.Value(actorKey).(actor)
+func actorFrom(ctx context.Context) Actor {
+	a, _ := ctx.Value(actorKey).(Actor)
 	return a
 }
 
@@ -57,7 +56,9 @@ func (a *api) routes() http.Handler {
 	r.Use(lingerAfterBodyTimeout)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	r.Get("/readyz", a.readyz)
-	r.Handle("/metrics", a.metrics.handler())
+	if a.metrics != nil {
+		r.Handle("/metrics", a.metrics)
+	}
 	r.Get("/openapi.yaml", serveOpenAPI)
 	if a.webhooks != nil {
 		r.Post("/v1/provider/webhooks", a.webhooks.ServeHTTP)
@@ -90,8 +91,7 @@ func (a *api) routes() http.Handler {
 			}
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeProblem(w, problem{Instance: r.URL.Path, Type: "https://booking.invalid/problems/method-not-allowed", Title: "Method Not Allowed",
-			Status: http.StatusMethodNotAllowed, Code: "method-not-allowed", Detail: r.Method + " is not allowed here"})
+		a.writeError(w, r, httpError(kindMethodNotAllowed, "method-not-allowed", r.Method+" is not allowed here"))
 	})
 	return r
 }
@@ -99,7 +99,11 @@ func (a *api) routes() http.Handler {
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := a.pool.Ping(ctx); err != nil {
+	if a.ready == nil {
+		writeJSON(w, 200, map[string]string{"status": "ready"})
+		return
+	}
+	if err := a.ready(ctx); err != nil {
 		a.writeError(w, r, httpError(domain.Unavailable, "unavailable", "the database is unreachable"))
 		return
 	}
@@ -113,13 +117,13 @@ func (a *api) authenticate(next http.Handler) http.Handler {
 		scheme, tok, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="booking"`)
-			a.writeError(w, r, httpError(domain.Invalid, codeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)"))
+			a.writeError(w, r, httpError(kindUnauthorized, codeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)"))
 			return
 		}
 		act, ok := a.tokens[strings.TrimSpace(tok)]
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="booking", error="invalid_token"`)
-			a.writeError(w, r, httpError(domain.Invalid, codeUnauthorized, "the bearer token is not valid"))
+			a.writeError(w, r, httpError(kindUnauthorized, codeUnauthorized, "the bearer token is not valid"))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey, act)))
@@ -163,24 +167,16 @@ func (a *api) limit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			if d := a.budget.reserve(actorFrom(r.Context()).ID); d > 0 {
-				a.metrics.rateLimited.Inc()
+				if a.rateLimited != nil {
+					a.rateLimited()
+				}
 				setRetryAfter(w, d)
-				a.writeError(w, r, httpError(domain.Invalid, codeRateLimited, "too many requests for this actor; retry after the time in Retry-After"))
+				a.writeError(w, r, httpError(kindRateLimited, codeRateLimited, "too many requests for this actor; retry after the time in Retry-After"))
 				return
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// request builds the idempotency envelope of a POST.
-func (a *api) request(r *http.Request, op string) (commands.Request, error) {
-	key, err := parseIdempotencyKey(r)
-	if err != nil {
-		return commands.Request{}, err
-	}
-	return commands.Request{Actor: actorFrom(r.Context()).ID, Operation: op, Key: key,
-		CorrelationID: middleware.GetReqID(r.Context())}, nil
 }
 
 func (a *api) listShows(w http.ResponseWriter, r *http.Request) {

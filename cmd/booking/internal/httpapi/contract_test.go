@@ -1,0 +1,622 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
+	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/projections"
+)
+
+// The HTTP contract of the API, checked against small fakes of Service and
+// Reads: for every route the status, the headers and the problem document
+// (RFC 9457), and what reached the service. A refusal of the HTTP layer
+// (bad input, a bad key, auth, media type, size) must not reach the service
+// at all: it records nothing, so the key is not used up.
+
+const (
+	showID   = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+	resID    = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a6c"
+	orderID  = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a7d"
+	tokAlice = "tok-alice"
+	tokAdmin = "tok-admin"
+)
+
+var (
+	startsAt = time.Date(2030, 6, 1, 20, 0, 0, 0, time.UTC)
+	eur45    = domain.Money{Amount: 4500, Currency: "EUR"}
+	aShow    = domain.Show{ID: showID, Name: "Concert", StartsAt: startsAt, Capacity: 100, Price: eur45, Scheduled: true}
+	aRes     = domain.Reservation{ID: resID, ShowID: showID, Quantity: 2, Status: "held", ExpiresAt: startsAt.Add(-time.Hour),
+		Amount: domain.Money{Amount: 9000, Currency: "EUR"}}
+)
+
+func order(status, firstOutcome string) domain.Order {
+	o := domain.Order{ID: orderID, ReservationID: resID, ShowID: showID, Quantity: 2, Amount: aRes.Amount,
+		Status: status, FirstOutcome: firstOutcome}
+	if status == domain.OrderStatusConfirmed {
+		o.Tickets = []domain.Ticket{{ID: "t1"}, {ID: "t2"}}
+		o.ChargeID = "ch_1"
+	}
+	if status == domain.OrderStatusFailed {
+		o.FailReason = firstOutcome
+	}
+	return o
+}
+
+// fakeService is a Service and Reads whose answers a case sets. It records
+// every call and the last request envelope. Safe for concurrent use.
+type fakeService struct {
+	mu      sync.Mutex
+	calls   []string
+	req     commands.Request
+	id      string
+	outcome commands.Outcome
+	result  commands.OrderResult
+	order   domain.Order
+	err     error
+	readErr error
+}
+
+func (f *fakeService) record(call string, req commands.Request, id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+	f.req, f.id = req, id
+}
+
+func (f *fakeService) ScheduleShow(_ context.Context, req commands.Request, cmd commands.ScheduleShowCommand) (domain.Show, commands.Outcome, error) {
+	f.record("ScheduleShow", req, "")
+	s := aShow
+	s.Name, s.StartsAt, s.Capacity, s.Price = cmd.Name, cmd.StartsAt, cmd.Capacity, cmd.Price
+	return s, f.outcome, f.err
+}
+
+func (f *fakeService) GetShow(_ context.Context, id string) (domain.Show, error) {
+	f.record("GetShow", commands.Request{}, id)
+	return aShow, f.err
+}
+
+func (f *fakeService) ReserveSeats(_ context.Context, req commands.Request, cmd commands.ReserveSeatsCommand) (domain.Reservation, commands.Outcome, error) {
+	f.record("ReserveSeats", req, cmd.ShowID)
+	return aRes, f.outcome, f.err
+}
+
+func (f *fakeService) GetReservation(_ context.Context, actor, id string) (domain.Reservation, error) {
+	f.record("GetReservation", commands.Request{Actor: actor}, id)
+	return aRes, f.err
+}
+
+func (f *fakeService) PlaceOrder(_ context.Context, req commands.Request, cmd commands.PlaceOrderCommand) (commands.OrderResult, error) {
+	f.record("PlaceOrder", req, cmd.ReservationID)
+	return f.result, f.err
+}
+
+func (f *fakeService) GetOrder(_ context.Context, actor, id string) (domain.Order, error) {
+	f.record("GetOrder", commands.Request{Actor: actor}, id)
+	return f.order, f.err
+}
+
+func (f *fakeService) CancelOrder(_ context.Context, req commands.Request, id string) (commands.OrderResult, error) {
+	f.record("CancelOrder", req, id)
+	return f.result, f.err
+}
+
+func (f *fakeService) ReceiveWebhook(_ context.Context, _ []byte, _ string, _ []byte) error {
+	f.record("ReceiveWebhook", commands.Request{}, "")
+	return f.err
+}
+
+func (f *fakeService) Shows(_ context.Context, after *projections.ShowKey, limit int) (projections.ShowPage, error) {
+	f.record("Shows", commands.Request{}, "")
+	next := &projections.ShowKey{StartsAt: startsAt, ID: showID}
+	return projections.ShowPage{Items: []projections.Show{{ID: showID, Name: "Concert", StartsAt: startsAt, Capacity: 100,
+		Price: eur45, Available: 97, Held: 2, Ordered: 1}}, Next: next, Position: eventstore.Position{Commit: 7, Prepare: 3}}, f.readErr
+}
+
+func (f *fakeService) Orders(_ context.Context, actor string, after *projections.OrderKey, limit int) (projections.OrderPage, error) {
+	f.record("Orders", commands.Request{Actor: actor}, "")
+	return projections.OrderPage{Items: []projections.Order{{ID: orderID, ReservationID: resID, ShowID: showID,
+		Status: domain.OrderStatusConfirmed, Quantity: 2, Amount: aRes.Amount, PaymentStatus: "succeeded", TicketIDs: []string{"t1"}}},
+		Position: eventstore.Position{Commit: 9, Prepare: 1}}, f.readErr
+}
+
+// contractCase is one request and the answer the contract requires.
+type contractCase struct {
+	name   string
+	method string
+	path   string
+	token  string            // bearer token; "-" sends no Authorization
+	key    string            // Idempotency-Key of a POST; "-" sends none
+	header map[string]string // more request headers (Content-Type replaces the default)
+	body   string
+	setup  func(*fakeService)
+	cfg    func(*httpapi.Config)
+	before int // identical requests sent first (for the retry budget)
+
+	status int
+	want   map[string]string // response headers; "" means absent
+	code   string            // problem code; "" for an answer that is not a problem
+	fields []string          // the problem's fields
+	calls  []string          // the service calls the request made (nil: none)
+	check  func(t *testing.T, f *fakeService, doc map[string]any)
+}
+
+func showBody(extra string) string {
+	return `{"name":"Concert","starts_at":"2030-06-01T20:00:00Z","capacity":100,"price":{"amount":4500,"currency":"EUR"}` + extra + `}`
+}
+
+const (
+	resBody   = `{"show_id":"` + showID + `","quantity":2}`
+	orderBody = `{"reservation_id":"` + resID + `","payment":{"token":"tok_visa"}}`
+)
+
+func withErr(err error) func(*fakeService) { return func(f *fakeService) { f.err = err } }
+
+func replayedOutcome(f *fakeService) { f.outcome = commands.Outcome{Replayed: true} }
+
+func orderResult(o domain.Order, final, replayed bool) func(*fakeService) {
+	return func(f *fakeService) {
+		f.result = commands.OrderResult{Order: o, Final: final, Outcome: commands.Outcome{Replayed: replayed}}
+	}
+}
+
+// member checks a top-level member of the answer's JSON document.
+func member(name string, want any) func(t *testing.T, f *fakeService, doc map[string]any) {
+	return func(t *testing.T, _ *fakeService, doc map[string]any) {
+		t.Helper()
+		if diff := cmp.Diff(want, doc[name]); diff != "" {
+			t.Errorf("member %s (-want +got):\n%s", name, diff)
+		}
+	}
+}
+
+// requested checks the request envelope that reached the service.
+func requested(want commands.Request) func(t *testing.T, f *fakeService, doc map[string]any) {
+	return func(t *testing.T, f *fakeService, _ map[string]any) {
+		t.Helper()
+		got := f.req
+		got.CorrelationID = ""
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("request envelope (-want +got):\n%s", diff)
+		}
+	}
+}
+
+func contractCases() []contractCase {
+	keyReused := domain.ErrKeyReused.With("this idempotency key was used with a different request (quantity)")
+	keyReused.Fields = []string{"quantity"}
+	declined := order(domain.OrderStatusFailed, domain.FailPaymentDeclined)
+	deadline := order(domain.OrderStatusFailed, domain.FailPaymentDeadline)
+	return []contractCase{
+		// Service routes and the router.
+		{name: "GET /healthz is 200 ok", method: "GET", path: "/healthz", token: "-", status: 200,
+			want: map[string]string{"Content-Type": "application/json"}, check: member("status", "ok")},
+		{name: "GET /readyz is 200 when ready", method: "GET", path: "/readyz", token: "-", status: 200, check: member("status", "ready")},
+		{name: "GET /readyz is 503 with Retry-After when the database is down", method: "GET", path: "/readyz", token: "-",
+			cfg: func(c *httpapi.Config) {
+				c.Ready = func(context.Context) error { return errors.New("connection refused") }
+			},
+			status: 503, code: "unavailable", want: map[string]string{"Retry-After": "1"}},
+		{name: "GET /openapi.yaml is the description", method: "GET", path: "/openapi.yaml", token: "-", status: 200,
+			want: map[string]string{"Content-Type": "application/yaml"}},
+		{name: "GET /metrics is served by the metrics handler", method: "GET", path: "/metrics", token: "-", status: 200,
+			want: map[string]string{"Content-Type": "text/plain; version=0.0.4"}},
+		{name: "an unknown path is 404 not-found", method: "GET", path: "/v2/shows", token: "-", status: 404, code: "not-found"},
+		{name: "DELETE /v1/shows is 405 with Allow", method: "DELETE", path: "/v1/shows", status: 405, code: "method-not-allowed",
+			want: map[string]string{"Allow": "GET, POST"}},
+		{name: "PUT /v1/orders/{id} is 405 with Allow: GET", method: "PUT", path: "/v1/orders/" + orderID, status: 405,
+			code: "method-not-allowed", want: map[string]string{"Allow": "GET"}},
+		{name: "GET /v1/orders/{id}/cancel is 405 with Allow: POST", method: "GET", path: "/v1/orders/" + orderID + "/cancel",
+			status: 405, code: "method-not-allowed", want: map[string]string{"Allow": "POST"}},
+		{name: "GET /v1/provider/webhooks is 405 with Allow: POST", method: "GET", path: "/v1/provider/webhooks", token: "-",
+			status: 405, code: "method-not-allowed", want: map[string]string{"Allow": "POST"}},
+
+		// Authentication and authorization.
+		{name: "no Authorization is 401 with a challenge", method: "GET", path: "/v1/shows/" + showID, token: "-", status: 401,
+			code: "unauthorized", want: map[string]string{"WWW-Authenticate": `Bearer realm="booking"`}},
+		{name: "an unknown token is 401 invalid_token", method: "GET", path: "/v1/orders", token: "tok-mallory", status: 401,
+			code: "unauthorized", want: map[string]string{"WWW-Authenticate": `Bearer realm="booking", error="invalid_token"`}},
+		{name: "a Basic credential is 401", method: "POST", path: "/v1/reservations", token: "-",
+			header: map[string]string{"Authorization": "Basic YWxpY2U6eA=="}, body: resBody, status: 401, code: "unauthorized"},
+		{name: "a POST without a token is 401 before the key is looked at", method: "POST", path: "/v1/orders", token: "-", key: "-",
+			body: orderBody, status: 401, code: "unauthorized"},
+		{name: "a non-admin creating a show is 403 forbidden", method: "POST", path: "/v1/shows", body: showBody(""),
+			status: 403, code: "forbidden"},
+
+		// POST /v1/shows.
+		{name: "POST /v1/shows is 201 with Location", method: "POST", path: "/v1/shows", token: tokAdmin, key: "show-1",
+			body: showBody(""), status: 201, calls: []string{"ScheduleShow"},
+			want:  map[string]string{"Location": "/v1/shows/" + showID, "Content-Type": "application/json", "Idempotent-Replayed": ""},
+			check: requested(commands.Request{Actor: "admin", Operation: commands.OpScheduleShow, Key: "show-1"})},
+		{name: "a repeated POST /v1/shows is 201 with Idempotent-Replayed", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: showBody(""), setup: replayedOutcome, status: 201, calls: []string{"ScheduleShow"},
+			want: map[string]string{"Idempotent-Replayed": "true", "Location": "/v1/shows/" + showID}},
+		{name: "a show's name is passed on as sent, in NFD", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body:   `{"name":"Cafe\u0301","starts_at":"2030-06-01T22:00:00+02:00","capacity":1e2,"price":{"amount":4500,"currency":"EUR"}}`,
+			status: 201, calls: []string{"ScheduleShow"}, check: func(t *testing.T, f *fakeService, doc map[string]any) {
+				if doc["name"] != "Cafe\u0301" || doc["starts_at"] != "2030-06-01T20:00:00Z" || doc["capacity"] != 100.0 {
+					t.Errorf("show = %v, want the name as sent, the start in UTC and capacity 100", doc)
+				}
+			}},
+		{name: "a missing Idempotency-Key is 400 and nothing is recorded", method: "POST", path: "/v1/shows", token: tokAdmin,
+			key: "-", body: showBody(""), status: 400, code: "idempotency-key-invalid", fields: []string{"Idempotency-Key"}},
+		{name: "an empty Idempotency-Key is 400", method: "POST", path: "/v1/shows", token: tokAdmin, key: `""`,
+			body: showBody(""), status: 400, code: "idempotency-key-invalid"},
+		{name: "a blank Idempotency-Key is 400", method: "POST", path: "/v1/reservations", key: `"   "`,
+			body: resBody, status: 400, code: "idempotency-key-invalid"},
+		{name: "a 256-character Idempotency-Key is 400", method: "POST", path: "/v1/reservations", key: strings.Repeat("k", 256),
+			body: resBody, status: 400, code: "idempotency-key-invalid"},
+		{name: "a quoted key with a bad escape is 400", method: "POST", path: "/v1/reservations", key: `"a\b"`,
+			body: resBody, status: 400, code: "idempotency-key-invalid"},
+		{name: "a 255-character key is accepted whole", method: "POST", path: "/v1/reservations", key: strings.Repeat("k", 255),
+			body: resBody, status: 201, calls: []string{"ReserveSeats"},
+			check: requested(commands.Request{Actor: "alice", Operation: commands.OpReserveSeats, Key: strings.Repeat("k", 255)})},
+		{name: "an sf-string key is unescaped", method: "POST", path: "/v1/reservations", key: `"r\"1\\"`,
+			body: resBody, status: 201, calls: []string{"ReserveSeats"},
+			check: requested(commands.Request{Actor: "alice", Operation: commands.OpReserveSeats, Key: `r"1\`})},
+		{name: "a text/plain body is 415", method: "POST", path: "/v1/shows", token: tokAdmin,
+			header: map[string]string{"Content-Type": "text/plain"}, body: showBody(""), status: 415, code: "unsupported-media-type"},
+		{name: "a problem+json body is accepted as JSON", method: "POST", path: "/v1/reservations",
+			header: map[string]string{"Content-Type": "application/merge-patch+json"}, body: resBody, status: 201, calls: []string{"ReserveSeats"}},
+		{name: "a body over 64 KiB is 413", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: showBody(`,"pad":"` + strings.Repeat("x", 64<<10) + `"`), status: 413, code: "body-too-large"},
+		{name: "a body that is not JSON is 400 invalid-json", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: `{"name":`, status: 400, code: "invalid-json"},
+		{name: "a repeated member is 400 invalid-json naming it", method: "POST", path: "/v1/reservations",
+			body: `{"show_id":"` + showID + `","quantity":1,"quantity":2}`, status: 400, code: "invalid-json", fields: []string{"quantity"}},
+		{name: "an escaped lone surrogate is 400 invalid-utf8", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body:   `{"name":"\ud800","starts_at":"2030-06-01T20:00:00Z","capacity":1,"price":{"amount":1,"currency":"EUR"}}`,
+			status: 400, code: "invalid-utf8"},
+		{name: "raw invalid UTF-8 is 400 invalid-utf8", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: "{\"name\":\"\xff\"}", status: 400, code: "invalid-utf8"},
+		{name: "an unknown field is 400 unknown-field naming it", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: showBody(`,"venue":"x"`), status: 400, code: "unknown-field", fields: []string{"venue"}},
+		{name: "capacity 0 is 400 naming capacity", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"capacity":100`, `"capacity":0`, 1), status: 400, code: "invalid-request",
+			fields: []string{"capacity"}},
+		{name: "an unknown currency is 400 naming price.currency", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"EUR"`, `"ZZZ"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"}},
+		{name: "a missing price.amount is 400 naming it", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"amount":4500,`, ``, 1), status: 400, code: "invalid-request", fields: []string{"price.amount"}},
+		{name: "a reused key is 422 naming the differing fields", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: showBody(""), setup: withErr(keyReused), status: 422, code: "idempotency-key-reused", fields: []string{"quantity"},
+			calls: []string{"ScheduleShow"}, want: map[string]string{"Retry-After": ""}},
+		{name: "a key in use is 409 with Retry-After rounded up", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: showBody(""), setup: withErr(&commands.InUseError{RetryAfter: 2500 * time.Millisecond}), status: 409,
+			code: "idempotency-key-in-use", calls: []string{"ScheduleShow"}, want: map[string]string{"Retry-After": "3"}},
+		{name: "a key in use for under a second says Retry-After: 1", method: "POST", path: "/v1/reservations",
+			body: resBody, setup: withErr(&commands.InUseError{RetryAfter: time.Millisecond}), status: 409,
+			code: "idempotency-key-in-use", calls: []string{"ReserveSeats"}, want: map[string]string{"Retry-After": "1"}},
+		{name: "an internal error is 500 with a generic detail", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: showBody(""), setup: withErr(errors.New("pq: secret detail")), status: 500, code: "internal",
+			calls: []string{"ScheduleShow"}, check: member("detail", "an internal error occurred; it has been logged")},
+
+		// GET /v1/shows/{id}.
+		{name: "GET /v1/shows/{id} is 200 with available", method: "GET", path: "/v1/shows/" + showID, status: 200,
+			calls: []string{"GetShow"}, want: map[string]string{"Content-Type": "application/json", "Cache-Control": "no-store"},
+			check: member("available", 100.0)},
+		{name: "an id in capitals reads the lowercase id", method: "GET", path: "/v1/shows/" + strings.ToUpper(showID), status: 200,
+			calls: []string{"GetShow"}, check: func(t *testing.T, f *fakeService, _ map[string]any) {
+				if f.id != showID {
+					t.Errorf("GetShow(%q), want %q", f.id, showID)
+				}
+			}},
+		{name: "an id that is not a UUID is 404 without a lookup", method: "GET", path: "/v1/shows/concert", status: 404,
+			code: "show-not-found"},
+		{name: "an unknown show is 404", method: "GET", path: "/v1/shows/" + showID, setup: withErr(domain.ErrShowNotFound),
+			status: 404, code: "show-not-found", calls: []string{"GetShow"}},
+
+		// POST /v1/reservations and GET /v1/reservations/{id}.
+		{name: "POST /v1/reservations is 201 with Location", method: "POST", path: "/v1/reservations", key: "res-1", body: resBody,
+			status: 201, calls: []string{"ReserveSeats"}, want: map[string]string{"Location": "/v1/reservations/" + resID},
+			check: requested(commands.Request{Actor: "alice", Operation: commands.OpReserveSeats, Key: "res-1"})},
+		{name: "a repeated reservation is 201 with Idempotent-Replayed", method: "POST", path: "/v1/reservations", body: resBody,
+			setup: replayedOutcome, status: 201, calls: []string{"ReserveSeats"}, want: map[string]string{"Idempotent-Replayed": "true"}},
+		{name: "21 seats is 400 naming quantity", method: "POST", path: "/v1/reservations",
+			body: `{"show_id":"` + showID + `","quantity":21}`, status: 400, code: "invalid-request", fields: []string{"quantity"}},
+		{name: "2.5 seats is 400 naming quantity", method: "POST", path: "/v1/reservations",
+			body: `{"show_id":"` + showID + `","quantity":2.5}`, status: 400, code: "invalid-request", fields: []string{"quantity"}},
+		{name: "2e0 seats is 2 seats", method: "POST", path: "/v1/reservations",
+			body: `{"show_id":"` + showID + `","quantity":2e0}`, status: 201, calls: []string{"ReserveSeats"}},
+		{name: "a show_id that is not a UUID is 400 naming it", method: "POST", path: "/v1/reservations",
+			body: `{"show_id":"concert","quantity":2}`, status: 400, code: "invalid-request", fields: []string{"show_id"}},
+		{name: "sold out is 409 sold-out", method: "POST", path: "/v1/reservations", body: resBody,
+			setup: withErr(&commands.Rejection{Status: 409, Err: domain.ErrSoldOut}), status: 409, code: "sold-out",
+			calls: []string{"ReserveSeats"}, want: map[string]string{"Idempotent-Replayed": "", "Retry-After": ""}},
+		{name: "a replayed refusal is answered with its stored status and Idempotent-Replayed", method: "POST", path: "/v1/reservations",
+			body: resBody, setup: withErr(&commands.Rejection{Status: 409, Err: domain.ErrShowStarted, Replayed: true}), status: 409,
+			code: "show-started", calls: []string{"ReserveSeats"}, want: map[string]string{"Idempotent-Replayed": "true"}},
+		{name: "contention is 503 with Retry-After", method: "POST", path: "/v1/reservations", body: resBody,
+			setup: withErr(domain.ErrContention), status: 503, code: "contention", calls: []string{"ReserveSeats"},
+			want: map[string]string{"Retry-After": "1"}},
+		{name: "GET /v1/reservations/{id} is 200 for its owner", method: "GET", path: "/v1/reservations/" + resID, status: 200,
+			calls: []string{"GetReservation"}, check: member("quantity", 2.0)},
+		{name: "another actor's reservation is 404", method: "GET", path: "/v1/reservations/" + resID,
+			setup: withErr(domain.ErrReservationNotFound), status: 404, code: "reservation-not-found", calls: []string{"GetReservation"}},
+
+		// POST /v1/orders.
+		{name: "a confirmed order is 201 with Location and tickets", method: "POST", path: "/v1/orders", key: "order-1", body: orderBody,
+			setup: orderResult(order(domain.OrderStatusConfirmed, domain.OrderStatusConfirmed), true, false), status: 201,
+			calls: []string{"PlaceOrder"}, want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": "", "Preference-Applied": ""},
+			check: func(t *testing.T, f *fakeService, doc map[string]any) {
+				if tickets, _ := doc["tickets"].([]any); len(tickets) != 2 || f.req.Wait != 3*time.Second {
+					t.Errorf("order %v with wait %v, want two tickets and the default wait of 3 s", doc, f.req.Wait)
+				}
+			}},
+		{name: "a repeated confirmed order is 201 with Idempotent-Replayed", method: "POST", path: "/v1/orders", body: orderBody,
+			setup: orderResult(order(domain.OrderStatusConfirmed, domain.OrderStatusConfirmed), true, true), status: 201,
+			calls: []string{"PlaceOrder"}, want: map[string]string{"Idempotent-Replayed": "true"}},
+		{name: "a pending order is 202 with Location and Retry-After", method: "POST", path: "/v1/orders", body: orderBody,
+			setup: orderResult(order(domain.OrderStatusPending, ""), false, false), status: 202, calls: []string{"PlaceOrder"},
+			want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": "1"}, check: member("status", "pending")},
+		{name: "Prefer: wait=5 waits 5 s and says so", method: "POST", path: "/v1/orders", body: orderBody,
+			header: map[string]string{"Prefer": "wait=5"},
+			setup:  orderResult(order(domain.OrderStatusPending, ""), false, false), status: 202, calls: []string{"PlaceOrder"},
+			want: map[string]string{"Preference-Applied": "wait=5"},
+			check: func(t *testing.T, f *fakeService, _ map[string]any) {
+				if f.req.Wait != 5*time.Second {
+					t.Errorf("wait = %v, want 5s", f.req.Wait)
+				}
+			}},
+		{name: "Prefer: wait=60 is clamped to 10 s", method: "POST", path: "/v1/orders", body: orderBody,
+			header: map[string]string{"Prefer": "respond-async, wait=60"},
+			setup:  orderResult(order(domain.OrderStatusConfirmed, domain.OrderStatusConfirmed), true, false), status: 201,
+			calls: []string{"PlaceOrder"}, want: map[string]string{"Preference-Applied": "wait=10"}},
+		{name: "Prefer: wait=x is ignored", method: "POST", path: "/v1/orders", body: orderBody,
+			header: map[string]string{"Prefer": "wait=x"},
+			setup:  orderResult(order(domain.OrderStatusConfirmed, domain.OrderStatusConfirmed), true, false), status: 201,
+			calls: []string{"PlaceOrder"}, want: map[string]string{"Preference-Applied": ""}},
+		{name: "a declined payment is 402 payment-declined with the order and Location", method: "POST", path: "/v1/orders",
+			body: orderBody, setup: orderResult(declined, true, false), status: 402, code: "payment-declined", calls: []string{"PlaceOrder"},
+			want: map[string]string{"Location": "/v1/orders/" + orderID, "Idempotent-Replayed": ""},
+			check: func(t *testing.T, _ *fakeService, doc map[string]any) {
+				o, _ := doc["order"].(map[string]any)
+				if doc["order_id"] != orderID || o["id"] != orderID || o["status"] != "failed" || doc["instance"] != "/v1/orders" {
+					t.Errorf("problem = %v, want order_id, the failed order and the instance", doc)
+				}
+			}},
+		{name: "a replayed decline is 402 with Idempotent-Replayed", method: "POST", path: "/v1/orders", body: orderBody,
+			setup: orderResult(declined, true, true), status: 402, code: "payment-declined", calls: []string{"PlaceOrder"},
+			want: map[string]string{"Idempotent-Replayed": "true", "Location": "/v1/orders/" + orderID}},
+		{name: "a payment past its deadline is 402 payment-failed with the order", method: "POST", path: "/v1/orders", body: orderBody,
+			setup: orderResult(deadline, true, false), status: 402, code: "payment-failed", calls: []string{"PlaceOrder"},
+			want: map[string]string{"Location": "/v1/orders/" + orderID}, check: member("order_id", orderID)},
+		{name: "an already ordered reservation is 409 naming the order", method: "POST", path: "/v1/orders", body: orderBody,
+			setup:  withErr(&commands.Rejection{Status: 409, Err: domain.ErrReservationAlreadyOrdered, ResourceID: orderID}),
+			status: 409, code: "reservation-already-ordered", calls: []string{"PlaceOrder"}, check: member("order_id", orderID)},
+		{name: "an expired reservation is 410", method: "POST", path: "/v1/orders", body: orderBody,
+			setup: withErr(&commands.Rejection{Status: 410, Err: domain.ErrReservationExpired}), status: 410,
+			code: "reservation-expired", calls: []string{"PlaceOrder"}},
+		{name: "an unknown reservation is 404", method: "POST", path: "/v1/orders", body: orderBody,
+			setup: withErr(&commands.Rejection{Status: 404, Err: domain.ErrReservationNotFound}), status: 404,
+			code: "reservation-not-found", calls: []string{"PlaceOrder"}},
+		{name: "a reused order key is 422", method: "POST", path: "/v1/orders", body: orderBody, setup: withErr(keyReused),
+			status: 422, code: "idempotency-key-reused", calls: []string{"PlaceOrder"}},
+		{name: "an order key in use is 409 with Retry-After", method: "POST", path: "/v1/orders", body: orderBody,
+			setup: withErr(&commands.InUseError{RetryAfter: 4 * time.Second}), status: 409, code: "idempotency-key-in-use",
+			calls: []string{"PlaceOrder"}, want: map[string]string{"Retry-After": "4"}},
+		{name: "a missing payment.token is 400 naming it", method: "POST", path: "/v1/orders",
+			body: `{"reservation_id":"` + resID + `","payment":{}}`, status: 400, code: "invalid-request", fields: []string{"payment.token"}},
+		{name: "an empty payment.token is 400 naming it", method: "POST", path: "/v1/orders",
+			body: `{"reservation_id":"` + resID + `","payment":{"token":""}}`, status: 400, code: "invalid-request", fields: []string{"payment.token"}},
+		{name: "an unknown member of payment is 400 naming it", method: "POST", path: "/v1/orders",
+			body: `{"reservation_id":"` + resID + `","payment":{"token":"t","cvc":"1"}}`, status: 400, code: "unknown-field",
+			fields: []string{"payment.cvc"}},
+		{name: "an order body over 64 KiB is 413", method: "POST", path: "/v1/orders",
+			body: `{"reservation_id":"` + resID + `","payment":{"token":"` + strings.Repeat("t", 70_000) + `"}}`, status: 413, code: "body-too-large"},
+		{name: "an order without a key is 400", method: "POST", path: "/v1/orders", key: "-", body: orderBody, status: 400,
+			code: "idempotency-key-invalid"},
+
+		// GET /v1/orders/{id}.
+		{name: "a pending order is 200 with a Retry-After poll hint", method: "GET", path: "/v1/orders/" + orderID,
+			setup: func(f *fakeService) { f.order = order(domain.OrderStatusPending, "") }, status: 200, calls: []string{"GetOrder"},
+			want: map[string]string{"Retry-After": "1"}},
+		{name: "a cancelling order is 200 with a Retry-After poll hint", method: "GET", path: "/v1/orders/" + orderID,
+			setup: func(f *fakeService) { f.order = order(domain.OrderStatusCancelling, "") }, status: 200, calls: []string{"GetOrder"},
+			want: map[string]string{"Retry-After": "1"}},
+		{name: "a confirmed order is 200 without Retry-After", method: "GET", path: "/v1/orders/" + orderID,
+			setup: func(f *fakeService) { f.order = order(domain.OrderStatusConfirmed, domain.OrderStatusConfirmed) }, status: 200,
+			calls: []string{"GetOrder"}, want: map[string]string{"Retry-After": ""}, check: member("status", "confirmed")},
+		{name: "another actor's order is 404", method: "GET", path: "/v1/orders/" + orderID, setup: withErr(domain.ErrOrderNotFound),
+			status: 404, code: "order-not-found", calls: []string{"GetOrder"}},
+
+		// POST /v1/orders/{id}/cancel.
+		{name: "an accepted cancel is 200 with Location", method: "POST", path: "/v1/orders/" + orderID + "/cancel", key: "c-1",
+			setup: orderResult(order(domain.OrderStatusCancelled, domain.OrderStatusConfirmed), true, false), status: 200,
+			calls: []string{"CancelOrder"}, want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": ""},
+			check: requested(commands.Request{Actor: "alice", Operation: commands.OpCancelOrder, Key: "c-1"})},
+		{name: "a cancel while the payment is in flight is 202 with Retry-After", method: "POST", path: "/v1/orders/" + orderID + "/cancel",
+			setup: orderResult(order(domain.OrderStatusCancelling, ""), false, false), status: 202, calls: []string{"CancelOrder"},
+			want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": "1"}},
+		{name: "a repeated cancel is answered with Idempotent-Replayed", method: "POST", path: "/v1/orders/" + orderID + "/cancel",
+			setup: orderResult(order(domain.OrderStatusCancelled, domain.OrderStatusConfirmed), true, true), status: 200,
+			calls: []string{"CancelOrder"}, want: map[string]string{"Idempotent-Replayed": "true"}},
+		{name: "a cancel with an empty object body is accepted", method: "POST", path: "/v1/orders/" + orderID + "/cancel", body: `{}`,
+			setup: orderResult(order(domain.OrderStatusCancelled, domain.OrderStatusConfirmed), true, false), status: 200,
+			calls: []string{"CancelOrder"}},
+		{name: "a cancel with a member is 400 unknown-field", method: "POST", path: "/v1/orders/" + orderID + "/cancel",
+			body: `{"reason":"x"}`, status: 400, code: "unknown-field", fields: []string{"reason"}},
+		{name: "a cancel of an id that is not a UUID is 404", method: "POST", path: "/v1/orders/42/cancel", status: 404,
+			code: "order-not-found"},
+		{name: "a cancel without a key is 400", method: "POST", path: "/v1/orders/" + orderID + "/cancel", key: "-", status: 400,
+			code: "idempotency-key-invalid"},
+		{name: "a refused cancel is 409 order-not-cancellable", method: "POST", path: "/v1/orders/" + orderID + "/cancel",
+			setup: withErr(&commands.Rejection{Status: 409, Err: domain.ErrNotCancellable}), status: 409,
+			code: "order-not-cancellable", calls: []string{"CancelOrder"}},
+
+		// Lists.
+		{name: "GET /v1/shows is 200 with Booking-Position and a next cursor", method: "GET", path: "/v1/shows?limit=1", status: 200,
+			calls: []string{"Shows"}, want: map[string]string{"Booking-Position": "7/3", "Content-Type": "application/json"},
+			check: func(t *testing.T, _ *fakeService, doc map[string]any) {
+				items, _ := doc["items"].([]any)
+				if len(items) != 1 || doc["next_cursor"] == nil {
+					t.Errorf("page = %v, want one item and a next cursor", doc)
+				}
+			}},
+		{name: "GET /v1/orders is the caller's, with Booking-Position", method: "GET", path: "/v1/orders", status: 200,
+			calls: []string{"Orders"}, want: map[string]string{"Booking-Position": "9/1"}, check: member("next_cursor", nil)},
+		{name: "limit=0 is 400 naming limit", method: "GET", path: "/v1/shows?limit=0", status: 400, code: "invalid-request",
+			fields: []string{"limit"}},
+		{name: "limit=-1 is 400 naming limit", method: "GET", path: "/v1/orders?limit=-1", status: 400, code: "invalid-request",
+			fields: []string{"limit"}},
+		{name: "a cursor not handed out is 400 naming cursor", method: "GET", path: "/v1/shows?cursor=abc", status: 400,
+			code: "invalid-request", fields: []string{"cursor"}},
+		{name: "a read model that fails is 503 with Retry-After", method: "GET", path: "/v1/shows",
+			setup: func(f *fakeService) { f.readErr = errors.New("connection reset") }, status: 503, code: "unavailable",
+			calls: []string{"Shows"}, want: map[string]string{"Retry-After": "1"}},
+
+		// The retry budget.
+		{name: "a POST over the actor's budget is 429 with Retry-After", method: "POST", path: "/v1/reservations", body: resBody,
+			cfg: func(c *httpapi.Config) { c.RetryBudgetRate, c.RetryBudgetBurst = 0.5, 1 }, before: 1, status: 429,
+			code: "rate-limited", calls: []string{"ReserveSeats"}, want: map[string]string{"Retry-After": "2"}},
+		{name: "GETs do not spend the budget", method: "GET", path: "/v1/shows/" + showID,
+			cfg: func(c *httpapi.Config) { c.RetryBudgetRate, c.RetryBudgetBurst = 0.5, 1 }, before: 3, status: 200,
+			calls: []string{"GetShow", "GetShow", "GetShow", "GetShow"}},
+
+		// Webhooks.
+		{name: "a webhook needs no bearer token and is 204", method: "POST", path: "/v1/provider/webhooks", token: "-", key: "-",
+			body: `{"id":"evt_1"}`, status: 204, calls: []string{"ReceiveWebhook"}},
+		{name: "a webhook with a bad signature is 400", method: "POST", path: "/v1/provider/webhooks", token: "-", key: "-",
+			body: `{"id":"evt_1"}`, setup: withErr(commands.ErrWebhookSignature), status: 400, code: "invalid-signature",
+			calls: []string{"ReceiveWebhook"}},
+		{name: "a webhook body over 1 MiB is 413", method: "POST", path: "/v1/provider/webhooks", token: "-", key: "-",
+			body: strings.Repeat(" ", 1<<20+1), status: 413, code: "body-too-large"},
+	}
+}
+
+func TestHTTPContract(t *testing.T) {
+	t.Parallel()
+	for _, tc := range contractCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeService{}
+			if tc.setup != nil {
+				tc.setup(f)
+			}
+			cfg := httpapi.Config{
+				Tokens:           map[string]httpapi.Actor{tokAlice: {ID: "alice"}, tokAdmin: {ID: "admin", Admin: true}},
+				WebhookSecret:    []byte("whsec_test"),
+				RetryBudgetRate:  1000,
+				RetryBudgetBurst: 1000,
+				Ready:            func(context.Context) error { return nil },
+				Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+					w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+				}),
+			}
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			h := httpapi.New(cfg, f, f, slog.New(slog.DiscardHandler))
+			var rec *httptest.ResponseRecorder
+			for range tc.before + 1 {
+				rec = httptest.NewRecorder()
+				h.ServeHTTP(rec, newContractRequest(tc))
+			}
+			res := rec.Result()
+			raw, _ := io.ReadAll(res.Body)
+			if res.StatusCode != tc.status {
+				t.Fatalf("%s %s = %d %s, want %d", tc.method, tc.path, res.StatusCode, raw, tc.status)
+			}
+			for name, want := range tc.want {
+				if got := res.Header.Get(name); got != want {
+					t.Errorf("header %s = %q, want %q", name, got, want)
+				}
+			}
+			var doc map[string]any
+			if len(raw) > 0 && strings.Contains(res.Header.Get("Content-Type"), "json") {
+				if err := json.Unmarshal(raw, &doc); err != nil {
+					t.Fatalf("answer %q is not a JSON object: %v", raw, err)
+				}
+			}
+			checkProblem(t, tc, res.Header, doc)
+			f.mu.Lock()
+			calls := f.calls
+			f.mu.Unlock()
+			if diff := cmp.Diff(tc.calls, calls); diff != "" {
+				t.Errorf("service calls (-want +got):\n%s", diff)
+			}
+			if tc.check != nil {
+				tc.check(t, f, doc)
+			}
+		})
+	}
+}
+
+// newContractRequest builds tc's request: alice's token, a key on every
+// POST and a JSON body type unless tc says otherwise.
+func newContractRequest(tc contractCase) *http.Request {
+	r := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
+	if tc.body == "" {
+		r = httptest.NewRequest(tc.method, tc.path, nil)
+	} else {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	switch tc.token {
+	case "":
+		r.Header.Set("Authorization", "Bearer "+tokAlice)
+	case "-":
+	default:
+		r.Header.Set("Authorization", "Bearer "+tc.token)
+	}
+	if tc.method == http.MethodPost {
+		switch tc.key {
+		case "":
+			r.Header.Set("Idempotency-Key", "key-1")
+		case "-":
+		default:
+			r.Header.Set("Idempotency-Key", tc.key)
+		}
+	}
+	for k, v := range tc.header {
+		r.Header.Set(k, v)
+	}
+	return r
+}
+
+// checkProblem checks an error answer's RFC 9457 document: its media type,
+// type, title, status, detail and code, and its fields; and that a success
+// is plain JSON.
+func checkProblem(t *testing.T, tc contractCase, h http.Header, doc map[string]any) {
+	t.Helper()
+	if tc.code == "" {
+		if ct := h.Get("Content-Type"); strings.HasPrefix(ct, "application/problem+json") {
+			t.Errorf("a %d answer is a problem: %v", tc.status, doc)
+		}
+		return
+	}
+	if ct := h.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type = %q, want application/problem+json", ct)
+	}
+	want := map[string]any{"type": "https://booking.invalid/problems/" + tc.code, "title": http.StatusText(tc.status),
+		"status": float64(tc.status), "code": tc.code}
+	got := map[string]any{"type": doc["type"], "title": doc["title"], "status": doc["status"], "code": doc["code"]}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("problem (-want +got):\n%s", diff)
+	}
+	if d, _ := doc["detail"].(string); d == "" {
+		t.Errorf("problem %v has no detail", doc)
+	}
+	if tc.fields != nil {
+		var fields []string
+		for _, f := range doc["fields"].([]any) {
+			fields = append(fields, f.(string))
+		}
+		if diff := cmp.Diff(tc.fields, fields); diff != "" {
+			t.Errorf("problem fields (-want +got):\n%s", diff)
+		}
+	}
+}

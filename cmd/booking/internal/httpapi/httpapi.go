@@ -1,0 +1,103 @@
+// Package httpapi is the HTTP adapter of the booking service: the router,
+// its middleware (authentication, the per-actor retry budget, the read
+// deadline of bodies), the strict decoding of requests, the handlers of the
+// v1 API and the one mapping of errors to RFC 9457 problem documents.
+//
+// It calls the commands layer and the read models only through the Service
+// and Reads interfaces it declares, so its HTTP contract (statuses, headers,
+// problem documents, the idempotency headers) is tested with net/http/httptest
+// against small fakes. package main builds the real implementations and
+// passes them to New.
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/projections"
+)
+
+// Service is what the handlers need from the commands layer; it is
+// implemented by *commands.Handler. Every method is safe for concurrent use.
+// Errors are *domain.Error (see domain.KindOf), a *commands.Rejection, a
+// *commands.InUseError, or anything else, which is answered 500.
+type Service interface {
+	// ScheduleShow carries out POST /v1/shows under the idempotency key of req.
+	ScheduleShow(ctx context.Context, req commands.Request, cmd commands.ScheduleShowCommand) (domain.Show, commands.Outcome, error)
+	// GetShow returns a show from the event store.
+	GetShow(ctx context.Context, id string) (domain.Show, error)
+	// ReserveSeats carries out POST /v1/reservations.
+	ReserveSeats(ctx context.Context, req commands.Request, cmd commands.ReserveSeatsCommand) (domain.Reservation, commands.Outcome, error)
+	// GetReservation returns actor's reservation id from the event store.
+	GetReservation(ctx context.Context, actor, id string) (domain.Reservation, error)
+	// PlaceOrder carries out POST /v1/orders, waiting up to req.Wait for the
+	// payment's outcome.
+	PlaceOrder(ctx context.Context, req commands.Request, cmd commands.PlaceOrderCommand) (commands.OrderResult, error)
+	// GetOrder returns actor's order id from the event store.
+	GetOrder(ctx context.Context, actor, id string) (domain.Order, error)
+	// CancelOrder carries out POST /v1/orders/{id}/cancel.
+	CancelOrder(ctx context.Context, req commands.Request, orderID string) (commands.OrderResult, error)
+	// ReceiveWebhook verifies and records a payment provider notification.
+	ReceiveWebhook(ctx context.Context, secret []byte, signature string, body []byte) error
+}
+
+// Reads is what the list endpoints need from the read models; it is
+// implemented by *projections.Reader. Each page comes from one database
+// snapshot and carries the read model's position.
+type Reads interface {
+	// Shows returns up to limit shows by start time after the key after (nil: from the start).
+	Shows(ctx context.Context, after *projections.ShowKey, limit int) (projections.ShowPage, error)
+	// Orders returns up to limit of actor's orders, newest first, after the key after.
+	Orders(ctx context.Context, actor string, after *projections.OrderKey, limit int) (projections.OrderPage, error)
+}
+
+// Actor is an authenticated caller: a stable id (the token's name, never
+// the token) and whether it is an admin.
+type Actor struct {
+	ID    string
+	Admin bool
+}
+
+// Config is the HTTP adapter's configuration. The zero value of every
+// optional field leaves its feature out.
+type Config struct {
+	// Tokens maps a bearer token (RFC 6750) to its actor.
+	Tokens map[string]Actor
+	// WebhookSecret verifies Provider-Signature on POST /v1/provider/webhooks.
+	WebhookSecret []byte
+	// RetryBudgetRate and RetryBudgetBurst size the per-actor token bucket
+	// of POST requests: sustained requests per second, and burst size.
+	RetryBudgetRate  float64
+	RetryBudgetBurst int
+	// Ready answers GET /readyz: nil when the service can serve (the
+	// database answers). Nil Ready: always ready.
+	Ready func(ctx context.Context) error
+	// Metrics serves GET /metrics; nil: no such route.
+	Metrics http.Handler
+	// RateLimited is called once per request refused 429 by the retry budget.
+	RateLimited func()
+	// Test is mounted at /_test (fault-injection control); nil in the
+	// production build.
+	Test http.Handler
+}
+
+// New returns the API's handler: every route of the v1 API, /healthz,
+// /readyz, /metrics and /openapi.yaml. reads may be nil, and then the list
+// endpoints answer 503. log receives internal errors in full. The handler is
+// safe for concurrent use.
+func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
+	a := &api{svc: svc, tokens: cfg.Tokens, log: log, metrics: cfg.Metrics, ready: cfg.Ready, rateLimited: cfg.RateLimited,
+		webhookSecret: cfg.WebhookSecret, budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test}
+	a.webhooks = newWebhookHandler(a, svc)
+	if reads != nil {
+		a.lists = newLists(reads, a.writeError)
+	}
+	return a.routes()
+}
+
+// StatusOf returns the HTTP status of err, from the one table that maps an
+// error kind to a status (see httperr.go).
+func StatusOf(err error) int { return statusOf(err) }
