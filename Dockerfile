@@ -17,8 +17,8 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-# -trimpath and -s -w: no build paths or symbol tables in the image (15 MB instead
-# of 22 MB). The empty data directory is copied below with the runtime user as owner,
+# -trimpath and -s -w: no build paths or symbol tables in the image (about a
+# third smaller). The empty data directory is copied below with the runtime user as owner,
 # so a volume mounted there is writable without a shell to chown it.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
 	CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags='-s -w' -o /out/booking ./cmd/booking \

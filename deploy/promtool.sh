@@ -31,19 +31,19 @@ install_promtool() {
   sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
   or set PROMTOOL to a promtool binary."
 	printf '%s: promtool not found; installing Debian package prometheus with apt-get\n' "$PROG" >&2
-	local policy=/usr/sbin/policy-rc.d created_policy=0 rc=0
-	if [[ ! -e "$policy" ]]; then
-		printf '#!/bin/sh\n# temporary, written by %s: do not start services during install\nexit 101\n' "$PROG" >"$policy"
-		chmod 755 "$policy"
-		created_policy=1
-	fi
-	{
+	# In a subshell, so that the temporary policy-rc.d (which keeps the package from
+	# starting a Prometheus server) is removed however apt-get ends.
+	(
+		policy=/usr/sbin/policy-rc.d
+		if [[ ! -e "$policy" ]]; then
+			trap 'rm -f "$policy"' EXIT
+			printf '#!/bin/sh\n# temporary, written by %s\nexit 101\n' "$PROG" >"$policy"
+			chmod 755 "$policy"
+		fi
 		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -q &&
-			apt-get install -y -q --no-install-recommends prometheus
-	} >&2 || rc=$?
-	((created_policy)) && rm -f "$policy"
-	((rc == 0)) || die "apt-get install prometheus failed (exit $rc)"
+		apt-get update -q >&2 &&
+			apt-get install -y -q --no-install-recommends prometheus >&2
+	) || die "apt-get install prometheus failed (exit $?)"
 }
 
 bin="$(find_promtool)"
