@@ -4,7 +4,7 @@
 # manager), running as the unprivileged user nonroot (65532).
 #
 #   docker build -t booking .
-#   docker run --rm booking --help
+#   docker run --rm booking serve --help     # the variables it reads
 #
 # deploy/compose.yaml runs it in the scale-out shape; the README's "Deploying past
 # one machine" says what was and was not run where this was written.
