@@ -10,6 +10,8 @@ MAKEFLAGS += --no-print-directory
 GO           ?= go
 BIN          := bin/booking
 PG_SH        := test/scripts/pg.sh
+# Runs promtool, installing Debian's prometheus package (which ships it) if missing.
+PROMTOOL     := deploy/promtool.sh
 
 # Tests and benchmarks. GOFLAGS from the environment or the command line is passed on.
 PKG          ?= ./...
@@ -114,22 +116,31 @@ psql: ## Open psql on the local database of `make run`
 .PHONY: test
 # Tests that stop the shared PostgreSQL server (TestOutage_*) run alone, after all
 # packages have run in parallel, so they cannot disturb other packages' tests. Each
-# phase gets its own throwaway server; both phases always run, both results are
-# printed, and the target fails if either failed (an interrupt stops it at once).
+# phase gets its own throwaway server. The third phase is `make test-alerts`. All
+# phases always run, every result is printed, and the target fails if any failed (an
+# interrupt stops it at once).
 EXCLUSIVE_TESTS := ^TestOutage_
 
 test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command)
-	@rc1=0; rc2=0; \
-	echo "==> make test: phase 1 of 2: all packages in parallel, $(EXCLUSIVE_TESTS) skipped"; \
+	@rc1=0; rc2=0; rc3=0; \
+	echo "==> make test: phase 1 of 3: all packages in parallel, $(EXCLUSIVE_TESTS) skipped"; \
 	$(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) $(PKG) || rc1=$$?; \
 	if ((rc1 == 130 || rc1 == 143)); then echo "make test: interrupted (exit $$rc1)"; exit "$$rc1"; fi; \
-	echo "==> make test: phase 2 of 2: $(EXCLUSIVE_TESTS) alone (they stop the PostgreSQL server)"; \
+	echo "==> make test: phase 2 of 3: $(EXCLUSIVE_TESTS) alone (they stop the PostgreSQL server)"; \
 	BOOKING_TEST_PG_EXCLUSIVE=1 $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) ./test/ || rc2=$$?; \
+	if ((rc2 == 130 || rc2 == 143)); then echo "make test: interrupted (exit $$rc2)"; exit "$$rc2"; fi; \
+	echo "==> make test: phase 3 of 3: alert rules and Prometheus configuration (promtool)"; \
+	$(MAKE) test-alerts || rc3=$$?; \
 	result() { if (($$1 == 0)); then echo PASS; else echo "FAIL (exit $$1)"; fi; }; \
 	echo "==> make test: phase 1 (all packages): $$(result $$rc1)"; \
 	echo "==> make test: phase 2 ($(EXCLUSIVE_TESTS)):  $$(result $$rc2)"; \
-	if ((rc1 != 0)); then exit "$$rc1"; fi; \
-	exit "$$rc2"
+	echo "==> make test: phase 3 (alert rules):  $$(result $$rc3)"; \
+	for rc in "$$rc1" "$$rc2" "$$rc3"; do if ((rc != 0)); then exit "$$rc"; fi; done
+
+.PHONY: test-alerts
+test-alerts: ## Check deploy/prometheus and run the alert rules' unit tests (promtool; installed if missing)
+	$(PROMTOOL) check config deploy/prometheus/prometheus.yml
+	$(PROMTOOL) test rules deploy/prometheus/alerts_test.yml
 
 .PHONY: test-stress
 test-stress: ## Run `make test` STRESS_RUNS times while a CPU hog keeps every core busy; stop at the first failure
