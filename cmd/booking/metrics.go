@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/projections"
 )
@@ -79,7 +80,7 @@ func (m *metrics) UnknownAppend(result string)   { m.unknownAppends.WithLabelVal
 type stateCollector struct {
 	lag       func(ctx context.Context) (pgstore.Lag, error)
 	reader    *projections.Reader
-	clock     dbClock
+	clock     *pgcoord.Clock
 	retention time.Duration
 	log       *slog.Logger
 
@@ -90,7 +91,7 @@ type stateCollector struct {
 // stateScan bounds how many pending intents or unknown outcomes one scrape reads.
 const stateScan = 1000
 
-func newStateCollector(store *pgstore.Store, reader *projections.Reader, clock dbClock, retention time.Duration, log *slog.Logger) *stateCollector {
+func newStateCollector(store *pgstore.Store, reader *projections.Reader, clock *pgcoord.Clock, retention time.Duration, log *slog.Logger) *stateCollector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	return &stateCollector{lag: store.HorizonLag, reader: reader, clock: clock, retention: retention, log: log,
 		lagEvents:  d("booking_log_horizon_lag_events", "Committed events the log cannot hand out yet because an older transaction is still open."),

@@ -18,6 +18,7 @@ import (
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/projections"
@@ -145,7 +146,8 @@ func (c *serveCmd) Run(e *env) error {
 	if hooks.Step != nil {
 		opts = append(opts, commands.WithHooks(hooks))
 	}
-	h := commands.New(hcfg, store, dbClock{pool}, payments, registry, log, opts...)
+	clock := pgcoord.NewClock(pool)
+	h := commands.New(hcfg, store, clock, payments, registry, log, opts...)
 
 	api := &api{h: h, tokens: tokens, log: log, metrics: metrics, pool: pool,
 		webhookSecret: []byte(cfg.ProviderWebhookSecret), budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst)}
@@ -158,14 +160,15 @@ func (c *serveCmd) Run(e *env) error {
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var workers sync.WaitGroup
+	locks := pgcoord.NewLocks(pool)
 	startWorker := func(name string, work func(ctx context.Context) error) {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			runExclusive(wctx, pool, log, name, cfg.RecoveryInterval/3, work)
+			locks.RunExclusive(wctx, log, name, cfg.RecoveryInterval/3, work)
 		}()
 	}
-	cps := pgCheckpoints{pool}
+	cps := pgcoord.NewCheckpoints(pool)
 	startWorker(commands.FollowUpsName, func(ctx context.Context) error { return h.RunFollowUps(ctx, store, cps) })
 	startWorker(commands.RecoveryName, func(ctx context.Context) error {
 		return h.RunRecovery(ctx, store, cps, cfg.RecoveryInterval/3)
@@ -174,27 +177,27 @@ func (c *serveCmd) Run(e *env) error {
 		return h.RunExpiry(ctx, store, cps, cfg.RecoveryInterval/3)
 	})
 	startWorker("intent-purge", func(ctx context.Context) error {
-		return runPurge(ctx, pool, store, cfg.IntentRetention, cfg.RecoveryInterval, log)
+		return runPurge(ctx, store, cfg.IntentRetention, cfg.RecoveryInterval, log)
 	})
 	// ---- payments (issue 4): the payment reconciler (unknown outcomes, expired
 	// leases, deadlines, cancels, refunds), one instance across replicas.
 	startWorker(commands.ReconcilerName, func(ctx context.Context) error {
-		return h.RunReconciler(ctx, pgPendingOrders{pool}, cfg.RecoveryInterval/3)
+		return h.RunReconciler(ctx, store, cfg.RecoveryInterval/3)
 	})
 	// ---- end payments
 	// ---- read models (issue 5): one live projector per read model, each a
 	// single instance across replicas under its lock, handed over to a
 	// waiting `booking projections rebuild`; the list endpoints read them.
 	for _, p := range projections.All(cfg.IntentRetention) {
-		pr := newProjector(pool, p)
+		pr := newProjector(pool, locks, p)
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			runExclusive(wctx, pool, log, projectorLock(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, store) })
+			locks.RunExclusive(wctx, log, projectorLock(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, store) })
 		}()
 	}
 	api.lists = newLists(projections.NewReader(pool), api.writeError)
-	metrics.reg.MustRegister(newStateCollector(store, projections.NewReader(pool), dbClock{pool}, cfg.IntentRetention, log))
+	metrics.reg.MustRegister(newStateCollector(store, projections.NewReader(pool), clock, cfg.IntentRetention, log))
 	// ---- end read models
 	// ---- notifications (issue 6): the embedded NATS server with JetStream
 	// unless BOOKING_NATS_URL (whose stream BOOKING is checked), and the relay,
