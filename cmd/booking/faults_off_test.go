@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 )
 
 // TestProductionBuildCannotInjectFaults: without -tags faultinject the
@@ -20,7 +22,7 @@ func TestProductionBuildCannotInjectFaults(t *testing.T) {
 	if err != nil || hooks.Step != nil || testAPI != nil {
 		t.Fatalf("faultHooks() = step hook set %v, control API %v, %v; want none and no error", hooks.Step != nil, testAPI, err)
 	}
-	a := &api{metrics: newMetrics(), testAPI: testAPI}
+	a := &api{metrics: metrics.New(), testAPI: testAPI}
 	rec := httptest.NewRecorder()
 	a.routes().ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/_test/holds/order.claiming", nil))
 	if rec.Code != http.StatusNotFound {

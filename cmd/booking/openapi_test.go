@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 )
 
 // TestOpenAPIDescribesEveryRoute fails when a route is added without being
 // described in openapi.yaml.
 func TestOpenAPIDescribesEveryRoute(t *testing.T) {
-	a := &api{metrics: newMetrics(), webhooks: nopHandler{}}
+	a := &api{metrics: metrics.New(), webhooks: nopHandler{}}
 	router := a.routes().(chi.Routes)
 	spec := string(openAPISpec)
 	n := 0
@@ -40,7 +42,7 @@ func (nopHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
 // TestMethodNotAllowedHasAllow: a 405 must carry Allow (RFC 9110 §15.5.6).
 func TestMethodNotAllowedHasAllow(t *testing.T) {
-	a := &api{metrics: newMetrics(), webhooks: nopHandler{}}
+	a := &api{metrics: metrics.New(), webhooks: nopHandler{}}
 	rec := httptest.NewRecorder()
 	a.routes().ServeHTTP(rec, httptest.NewRequest("DELETE", "/v1/shows", nil))
 	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") == "" {

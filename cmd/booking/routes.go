@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/time/rate"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 )
@@ -22,7 +23,7 @@ type api struct {
 	h             *commands.Handler
 	tokens        map[string]actor
 	log           *slog.Logger
-	metrics       *metrics
+	metrics       *metrics.Metrics
 	pool          *pgxpool.Pool
 	webhookSecret []byte
 	budget        *budget
@@ -57,7 +58,7 @@ func (a *api) routes() http.Handler {
 	r.Use(lingerAfterBodyTimeout)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	r.Get("/readyz", a.readyz)
-	r.Handle("/metrics", a.metrics.handler())
+	r.Handle("/metrics", a.metrics.Handler())
 	r.Get("/openapi.yaml", serveOpenAPI)
 	if a.webhooks != nil {
 		r.Post("/v1/provider/webhooks", a.webhooks.ServeHTTP)
@@ -163,7 +164,7 @@ func (a *api) limit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
 			if d := a.budget.reserve(actorFrom(r.Context()).ID); d > 0 {
-				a.metrics.rateLimited.Inc()
+				a.metrics.RateLimited()
 				setRetryAfter(w, d)
 				a.writeError(w, r, httpError(domain.Invalid, codeRateLimited, "too many requests for this actor; retry after the time in Retry-After"))
 				return

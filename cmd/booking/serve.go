@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
@@ -136,8 +137,8 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.ProviderWindow = cfg.ProviderWindow // payments (issue 4): same-key retries only inside the provider's window
 	hcfg.InUseWait = cfg.InUseWait
 	commands.StatusOf = statusOf
-	metrics := newMetrics()
-	opts := []commands.Option{commands.WithMetrics(metrics), commands.WithKeys(keys)}
+	mx := metrics.New()
+	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys)}
 	hooks, testAPI, err := faultHooks(ctx, log)
 	if err != nil {
 		ln.Close()
@@ -149,7 +150,7 @@ func (c *serveCmd) Run(e *env) error {
 	clock := pgcoord.NewClock(pool)
 	h := commands.New(hcfg, store, clock, payments, registry, log, opts...)
 
-	api := &api{h: h, tokens: tokens, log: log, metrics: metrics, pool: pool,
+	api := &api{h: h, tokens: tokens, log: log, metrics: mx, pool: pool,
 		webhookSecret: []byte(cfg.ProviderWebhookSecret), budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst)}
 	api.webhooks = newWebhookHandler(api, h) // payments (issue 4): POST /v1/provider/webhooks; before routes()
 	api.testAPI = testAPI                    // nil unless built with -tags faultinject
@@ -197,7 +198,7 @@ func (c *serveCmd) Run(e *env) error {
 		}()
 	}
 	api.lists = newLists(projections.NewReader(pool), api.writeError)
-	metrics.reg.MustRegister(newStateCollector(store, projections.NewReader(pool), clock, cfg.IntentRetention, log))
+	mx.MustRegister(metrics.NewStateCollector(store, projections.NewReader(pool), clock, cfg.IntentRetention, log))
 	// ---- end read models
 	// ---- notifications (issue 6): the embedded NATS server with JetStream
 	// unless BOOKING_NATS_URL (whose stream BOOKING is checked), and the relay,

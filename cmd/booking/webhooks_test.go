@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/provider"
@@ -49,7 +50,7 @@ func TestWebhookRoute(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			a := &api{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(), webhookSecret: []byte("whsec_x")}
+			a := &api{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: metrics.New(), webhookSecret: []byte("whsec_x")}
 			recv := &fakeReceiver{err: tt.err}
 			a.webhooks = newWebhookHandler(a, recv)
 			srv := httptest.NewServer(a.routes())
