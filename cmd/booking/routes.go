@@ -18,7 +18,7 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// api is the HTTP API (DESIGN §6). It is safe for concurrent use.
+// api is the HTTP API. It is safe for concurrent use.
 type api struct {
 	h             *commands.Handler
 	tokens        map[string]actor

@@ -134,7 +134,7 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.ProviderTimeout = cfg.ProviderTimeout
 	hcfg.SendMargin = sendMargin
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
-	hcfg.ProviderWindow = cfg.ProviderWindow // payments (issue 4): same-key retries only inside the provider's window
+	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's window
 	hcfg.InUseWait = cfg.InUseWait
 	commands.StatusOf = statusOf
 	mx := metrics.New()
@@ -152,7 +152,7 @@ func (c *serveCmd) Run(e *env) error {
 
 	api := &api{h: h, tokens: tokens, log: log, metrics: mx, pool: pool,
 		webhookSecret: []byte(cfg.ProviderWebhookSecret), budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst)}
-	api.webhooks = newWebhookHandler(api, h) // payments (issue 4): POST /v1/provider/webhooks; before routes()
+	api.webhooks = newWebhookHandler(api, h) // POST /v1/provider/webhooks; before routes()
 	api.testAPI = testAPI                    // nil unless built with -tags faultinject
 	// A whole request, headers and body, must arrive within the read timeout
 	// (a trickled body is cut off: 408, see lingerAfterBodyTimeout); the
@@ -180,13 +180,12 @@ func (c *serveCmd) Run(e *env) error {
 	startWorker("intent-purge", func(ctx context.Context) error {
 		return runPurge(ctx, store, cfg.IntentRetention, cfg.RecoveryInterval, log)
 	})
-	// ---- payments (issue 4): the payment reconciler (unknown outcomes, expired
+	// The payment reconciler (unknown outcomes, expired
 	// leases, deadlines, cancels, refunds), one instance across replicas.
 	startWorker(commands.ReconcilerName, func(ctx context.Context) error {
 		return h.RunReconciler(ctx, store, cfg.RecoveryInterval/3)
 	})
-	// ---- end payments
-	// ---- read models (issue 5): one live projector per read model, each a
+	// One live projector per read model, each a
 	// single instance across replicas under its lock, handed over to a
 	// waiting `booking projections rebuild`; the list endpoints read them.
 	for _, p := range projections.All(cfg.IntentRetention) {
@@ -199,8 +198,7 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	api.lists = newLists(projections.NewReader(pool), api.writeError)
 	mx.MustRegister(metrics.NewStateCollector(store, projections.NewReader(pool), clock, cfg.IntentRetention, log))
-	// ---- end read models
-	// ---- notifications (issue 6): the embedded NATS server with JetStream
+	// The embedded NATS server with JetStream
 	// unless BOOKING_NATS_URL (whose stream BOOKING is checked), and the relay,
 	// one active instance across replicas under its fenced lease. The deferred
 	// close runs after workers.Wait: the relay has saved its checkpoint, then
@@ -218,7 +216,6 @@ func (c *serveCmd) Run(e *env) error {
 		defer workers.Done()
 		notif.runRelay(wctx)
 	}()
-	// ---- end notifications
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

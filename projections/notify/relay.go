@@ -153,8 +153,9 @@ type RelayStats struct {
 	Checkpoint eventstore.Position
 }
 
-// Relay publishes the public events of the log to NATS JetStream (DESIGN §8),
-// one active instance across replicas under a fenced PostgreSQL lease. Create
+// Relay publishes the public events of the log to NATS JetStream (at least
+// once, in log order, deduplicated by Nats-Msg-Id), one active instance
+// across replicas under a fenced PostgreSQL lease (pgcoord.Leases). Create
 // it with NewRelay and call Run. Its methods are safe for concurrent use.
 type Relay struct {
 	cfg  RelayConfig
