@@ -48,7 +48,7 @@ type checkpoint struct {
 // projection's checkpoint and applies each batch of events together with the
 // checkpoint in one transaction. Create it with NewProjector. The caller
 // makes it the only running instance of its projection (a PostgreSQL lock,
-// see cmd/booking runExclusive). A Projector is used by one goroutine at a
+// see pgcoord.Locks.RunExclusive). A Projector is used by one goroutine at a
 // time (Run blocks).
 type Projector struct {
 	pool       *pgxpool.Pool

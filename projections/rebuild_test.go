@@ -3,7 +3,8 @@ package projections
 import (
 	"context"
 	"errors"
-	"hash/fnv"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -14,78 +15,47 @@ import (
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgcoord"
 )
 
-// The test's stand-ins for cmd/booking's advisory locks (runExclusive).
-
-func lockKeyOf(name string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("test-projection:" + name))
-	return int64(h.Sum64())
-}
-
-const sqlLockWaiting = `SELECT EXISTS (SELECT 1 FROM pg_locks
-WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
-  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND classid = $1::bigint::oid AND objid = $2::bigint::oid)`
-
-func lockWaiting(pool *pgxpool.Pool, key int64) func(ctx context.Context) (bool, error) {
-	return func(ctx context.Context) (bool, error) {
-		var ok bool
-		err := pool.QueryRow(ctx, sqlLockWaiting, int64(uint64(key)>>32), int64(uint64(key)&0xffffffff)).Scan(&ok)
-		return ok, err
-	}
-}
-
-// takeLock waits for the session lock of name on its own connection.
+// takeLock waits for the projector lock of name (pgcoord.Locks, as
+// `booking projections rebuild` does).
 func takeLock(pool *pgxpool.Pool) func(ctx context.Context, name string) (func(), error) {
+	locks := pgcoord.NewLocks(pool)
 	return func(ctx context.Context, name string) (func(), error) {
-		conn, err := pool.Acquire(ctx)
+		l, err := locks.Acquire(ctx, "projection:"+name)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockKeyOf(name)); err != nil {
-			conn.Release()
-			return nil, err
-		}
-		return func() {
-			conn.Conn().Close(context.Background()) // closing the session releases the lock
-			conn.Release()
-		}, nil
+		return l.Release, nil
 	}
 }
 
 // runExclusive runs the live projectors of ps, each only while it holds its
-// lock, yielding it to a waiting rebuild and trying again every 10 ms.
+// lock (pgcoord.Locks.RunExclusive, as `booking serve` does), yielding it to
+// a waiting rebuild and trying again every 10 ms.
 func runExclusive(t *testing.T, ctx context.Context, db *testDB, ps []*Projection, yields *sync.Map) func() {
 	var wg sync.WaitGroup
+	locks := pgcoord.NewLocks(db.pool)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, p := range ps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pr := NewProjector(db.pool, p, WithMaxBatch(50), WithYield(10*time.Millisecond, lockWaiting(db.pool, lockKeyOf(p.name))))
-			for ctx.Err() == nil {
-				conn, err := db.pool.Acquire(ctx)
-				if err != nil {
-					return
+			name := "projection:" + p.name
+			pr := NewProjector(db.pool, p, WithMaxBatch(50), WithYield(10*time.Millisecond, func(ctx context.Context) (bool, error) {
+				return locks.Waiting(ctx, name)
+			}))
+			locks.RunExclusive(ctx, log, name, 10*time.Millisecond, func(wctx context.Context) error {
+				err := pr.Run(wctx, db.store)
+				if err == nil && ctx.Err() == nil {
+					n, _ := yields.LoadOrStore(p.name, new(int))
+					*(n.(*int))++
+				} else if err != nil && ctx.Err() == nil {
+					t.Errorf("projector %s: %v", p.name, err)
 				}
-				var got bool
-				if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, lockKeyOf(p.name)).Scan(&got); err == nil && got {
-					err := pr.Run(ctx, db.store)
-					if err == nil && ctx.Err() == nil {
-						n, _ := yields.LoadOrStore(p.name, new(int))
-						*(n.(*int))++
-					} else if err != nil && ctx.Err() == nil {
-						t.Errorf("projector %s: %v", p.name, err)
-					}
-				}
-				conn.Conn().Close(context.Background())
-				conn.Release()
-				select {
-				case <-ctx.Done():
-				case <-time.After(10 * time.Millisecond):
-				}
-			}
+				return err
+			})
 		}()
 	}
 	return wg.Wait

@@ -1420,7 +1420,7 @@ func TestPayment_PausedOwnerResumedAfterTakeoverAndWindow(t *testing.T) {
 				id, owners[id], typesOf(s.orderEvents(t, id)), b.URL)
 		}
 		// Diagnosis: who holds the reconciler's session advisory lock
-		// (cmd/booking lockKey: FNV-64a of "booking-worker:payment-reconciler")?
+		// (pgcoord.Key: FNV-64a of "booking-worker:payment-reconciler")?
 		h := fnv.New64a()
 		h.Write([]byte("booking-worker:payment-reconciler"))
 		k := h.Sum64()

@@ -556,7 +556,7 @@ AND relname ~ '_rebuild_[0-9]+' ORDER BY 1`); len(left) != 0 {
 }
 
 // rbProjectorsLocked reports whether every projector's session advisory
-// lock (cmd/booking lockKey: FNV-64a of "booking-worker:projection:NAME")
+// lock (pgcoord.Key: FNV-64a of "booking-worker:projection:NAME")
 // is held.
 func (s *server) rbProjectorsLocked(t testing.TB) bool {
 	t.Helper()

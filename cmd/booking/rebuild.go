@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/projections"
@@ -26,7 +27,7 @@ type rebuildCmd struct {
 	Names           []string      `arg:"" optional:"" help:"Read models to rebuild: orders, reservations, shows, intents (default: all)."`
 }
 
-// projectorLock is the runExclusive name (and so the advisory lock) of the
+// projectorLock is the pgcoord.Locks name (and so the advisory lock) of the
 // live projector of a read model; the rebuild takes the same lock.
 func projectorLock(name string) string { return "projection:" + name }
 
@@ -66,25 +67,39 @@ func (c *rebuildCmd) Run(e *env) error {
 	}
 	defer pool.Close()
 
-	var total int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&total); err != nil {
-		return fmt.Errorf("count events: %w", err)
+	store := pgstore.New(pool)
+	locks := pgcoord.NewLocks(pool)
+	total, err := store.EventCount(ctx)
+	if err != nil {
+		return err
 	}
 	names := make([]string, len(ps))
 	for i, p := range ps {
 		names[i] = p.Name()
 	}
 	bar := c.progressBar(e.stderr, total, strings.Join(names, ", "))
-	res, err := projections.Rebuild(ctx, pool, pgstore.New(pool), ps, projections.RebuildOptions{
-		Guard: func(ctx context.Context, name string) (func(), error) { return tryLock(ctx, pool, rebuildGuard(name)) },
+	res, err := projections.Rebuild(ctx, pool, store, ps, projections.RebuildOptions{
+		Guard: func(ctx context.Context, name string) (func(), error) {
+			l, err := locks.TryAcquire(ctx, rebuildGuard(name))
+			if errors.Is(err, pgcoord.ErrLockHeld) {
+				return nil, errors.New("another rebuild of it is running")
+			}
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		},
 		Lock: func(ctx context.Context, name string) (func(), error) {
 			lctx, cancel := context.WithTimeout(ctx, c.LockTimeout)
 			defer cancel()
-			release, err := waitLock(lctx, pool, projectorLock(name))
+			l, err := locks.Acquire(lctx, projectorLock(name))
 			if err != nil && ctx.Err() == nil && lctx.Err() != nil {
 				return nil, fmt.Errorf("the live projector did not hand over its lock within %s (--lock-timeout): %w", c.LockTimeout, err)
 			}
-			return release, err
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
 		},
 		Progress: func(n int64) {
 			if bar != nil {
@@ -137,67 +152,11 @@ func (c *rebuildCmd) progressBar(w io.Writer, total int64, what string) *progres
 	)
 }
 
-// tryLock takes the session advisory lock of name on a connection of its
-// own, or fails at once if another session holds it. The returned function
-// releases it (by closing the session).
-func tryLock(ctx context.Context, pool *pgxpool.Pool, name string) (func(), error) {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, lockKey(name)).Scan(&got); err != nil || !got {
-		conn.Conn().Close(context.WithoutCancel(ctx))
-		conn.Release()
-		if err == nil {
-			err = errors.New("another rebuild of it is running")
-		}
-		return nil, err
-	}
-	return func() {
-		conn.Conn().Close(context.WithoutCancel(ctx))
-		conn.Release()
-	}, nil
-}
-
-// waitLock waits for the session advisory lock of name on a connection of
-// its own; a live projector that sees the wait (lockWaiting) gives it up.
-// The returned function releases it.
-func waitLock(ctx context.Context, pool *pgxpool.Pool, name string) (func(), error) {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockKey(name)); err != nil {
-		conn.Conn().Close(context.WithoutCancel(ctx)) // also ends a wait the server still has queued
-		conn.Release()
-		return nil, err
-	}
-	return func() {
-		conn.Conn().Close(context.WithoutCancel(ctx))
-		conn.Release()
-	}, nil
-}
-
-const sqlLockWaiting = `SELECT EXISTS (SELECT 1 FROM pg_locks
-WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
-  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND classid = $1::bigint::oid AND objid = $2::bigint::oid)`
-
-// lockWaiting reports whether a session waits for the advisory lock of name
-// (a single-bigint key shows in pg_locks as classid = high 32 bits, objid =
-// low 32 bits, objsubid = 1).
-func lockWaiting(pool *pgxpool.Pool, name string) func(ctx context.Context) (bool, error) {
-	key := uint64(lockKey(name))
-	return func(ctx context.Context) (bool, error) {
-		var waiting bool
-		err := pool.QueryRow(ctx, sqlLockWaiting, int64(key>>32), int64(key&0xffffffff)).Scan(&waiting)
-		return waiting, err
-	}
-}
-
 // newProjector returns the live projector of p for `booking serve`: it
 // checks every second for a waiting rebuild and then hands over its lock.
-func newProjector(pool *pgxpool.Pool, p *projections.Projection) *projections.Projector {
-	return projections.NewProjector(pool, p, projections.WithYield(time.Second, lockWaiting(pool, projectorLock(p.Name()))))
+func newProjector(pool *pgxpool.Pool, locks *pgcoord.Locks, p *projections.Projection) *projections.Projector {
+	name := projectorLock(p.Name())
+	return projections.NewProjector(pool, p, projections.WithYield(time.Second, func(ctx context.Context) (bool, error) {
+		return locks.Waiting(ctx, name)
+	}))
 }

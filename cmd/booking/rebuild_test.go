@@ -17,6 +17,7 @@ import (
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations/pgtest"
 	"github.com/retrysafe/booking/projections"
@@ -90,7 +91,7 @@ func waitProjected(t *testing.T, pool *pgxpool.Pool, store *pgstore.Store) {
 }
 
 // TestRebuildCommandWhileServing runs the live projectors as `booking
-// serve` does (runExclusive per projector) and `booking projections
+// serve` does (Locks.RunExclusive per projector) and `booking projections
 // rebuild` against them: the rebuild takes each projector's lock (the
 // projector hands it over), swaps in tables equal to the live ones, twice in
 // a row, and the live projectors resume from the swapped checkpoints.
@@ -105,12 +106,13 @@ func TestRebuildCommandWhileServing(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	locks := pgcoord.NewLocks(pool)
 	for _, p := range projections.All(24 * time.Hour) {
-		pr := newProjector(pool, p)
+		pr := newProjector(pool, locks, p)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runExclusive(ctx, pool, log, projectorLock(p.Name()), 50*time.Millisecond, func(ctx context.Context) error { return pr.Run(ctx, store) })
+			locks.RunExclusive(ctx, log, projectorLock(p.Name()), 50*time.Millisecond, func(ctx context.Context) error { return pr.Run(ctx, store) })
 		}()
 	}
 

@@ -15,10 +15,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
+	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/projections"
@@ -133,11 +135,11 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.ProviderTimeout = cfg.ProviderTimeout
 	hcfg.SendMargin = sendMargin
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
-	hcfg.ProviderWindow = cfg.ProviderWindow // payments (issue 4): same-key retries only inside the provider's window
+	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's window
 	hcfg.InUseWait = cfg.InUseWait
 	commands.StatusOf = httpapi.StatusOf
-	metrics := newMetrics()
-	opts := []commands.Option{commands.WithMetrics(metrics), commands.WithKeys(keys)}
+	mx := metrics.New()
+	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys)}
 	hooks, testAPI, err := faultHooks(ctx, log)
 	if err != nil {
 		ln.Close()
@@ -146,7 +148,8 @@ func (c *serveCmd) Run(e *env) error {
 	if hooks.Step != nil {
 		opts = append(opts, commands.WithHooks(hooks))
 	}
-	h := commands.New(hcfg, store, dbClock{pool}, payments, registry, log, opts...)
+	clock := pgcoord.NewClock(pool)
+	h := commands.New(hcfg, store, clock, payments, registry, log, opts...)
 
 	// A whole request, headers and body, must arrive within the read timeout
 	// (a trickled body is cut off: 408); the handler's own work is not
@@ -155,14 +158,15 @@ func (c *serveCmd) Run(e *env) error {
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var workers sync.WaitGroup
+	locks := pgcoord.NewLocks(pool)
 	startWorker := func(name string, work func(ctx context.Context) error) {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			runExclusive(wctx, pool, log, name, cfg.RecoveryInterval/3, work)
+			locks.RunExclusive(wctx, log, name, cfg.RecoveryInterval/3, work)
 		}()
 	}
-	cps := pgCheckpoints{pool}
+	cps := pgcoord.NewCheckpoints(pool)
 	startWorker(commands.FollowUpsName, func(ctx context.Context) error { return h.RunFollowUps(ctx, store, cps) })
 	startWorker(commands.RecoveryName, func(ctx context.Context) error {
 		return h.RunRecovery(ctx, store, cps, cfg.RecoveryInterval/3)
@@ -171,32 +175,30 @@ func (c *serveCmd) Run(e *env) error {
 		return h.RunExpiry(ctx, store, cps, cfg.RecoveryInterval/3)
 	})
 	startWorker("intent-purge", func(ctx context.Context) error {
-		return runPurge(ctx, pool, store, cfg.IntentRetention, cfg.RecoveryInterval, log)
+		return runPurge(ctx, store, cfg.IntentRetention, cfg.RecoveryInterval, log)
 	})
-	// ---- payments (issue 4): the payment reconciler (unknown outcomes, expired
+	// The payment reconciler (unknown outcomes, expired
 	// leases, deadlines, cancels, refunds), one instance across replicas.
 	startWorker(commands.ReconcilerName, func(ctx context.Context) error {
-		return h.RunReconciler(ctx, pgPendingOrders{pool}, cfg.RecoveryInterval/3)
+		return h.RunReconciler(ctx, store, cfg.RecoveryInterval/3)
 	})
-	// ---- end payments
-	// ---- read models (issue 5): one live projector per read model, each a
+	// One live projector per read model, each a
 	// single instance across replicas under its lock, handed over to a
 	// waiting `booking projections rebuild`; the list endpoints read them.
 	for _, p := range projections.All(cfg.IntentRetention) {
-		pr := newProjector(pool, p)
+		pr := newProjector(pool, locks, p)
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			runExclusive(wctx, pool, log, projectorLock(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, store) })
+			locks.RunExclusive(wctx, log, projectorLock(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, store) })
 		}()
 	}
 	srv.Handler = httpapi.New(httpapi.Config{Tokens: tokens, WebhookSecret: []byte(cfg.ProviderWebhookSecret),
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
-		Ready: pool.Ping, Metrics: metrics.handler(), RateLimited: metrics.rateLimited.Inc, Test: testAPI},
+		Ready: pool.Ping, Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI},
 		h, projections.NewReader(pool), log)
-	metrics.reg.MustRegister(newStateCollector(store, projections.NewReader(pool), dbClock{pool}, cfg.IntentRetention, log))
-	// ---- end read models
-	// ---- notifications (issue 6): the embedded NATS server with JetStream
+	mx.MustRegister(metrics.NewStateCollector(store, projections.NewReader(pool), clock, cfg.IntentRetention, log))
+	// The embedded NATS server with JetStream
 	// unless BOOKING_NATS_URL (whose stream BOOKING is checked), and the relay,
 	// one active instance across replicas under its fenced lease. The deferred
 	// close runs after workers.Wait: the relay has saved its checkpoint, then
@@ -214,7 +216,6 @@ func (c *serveCmd) Run(e *env) error {
 		defer workers.Done()
 		notif.runRelay(wctx)
 	}()
-	// ---- end notifications
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -123,6 +123,17 @@
 // appends from elsewhere are found by polling every 5 ms at first, doubling
 // on each empty poll up to 100 ms (WithPollInterval).
 //
+// # Queries beyond eventstore.Store
+//
+// Every statement of the service on the events and streams tables lives in
+// this package (a test in test/sqlhome_test.go keeps it so). Besides the
+// Store interface, the service's jobs and metrics use PurgeStreams (intent
+// retention), PendingOrders (the payment reconciler's work list),
+// EventCount (the rebuild's progress) and HorizonLag (a metric). Their
+// callers declare one-method interfaces for them, so another backend
+// supplies its own. What the service needs from PostgreSQL whatever the
+// event store (clock, locks, checkpoints, leases) is in eventstore/pgcoord.
+//
 // # Errors
 //
 // Database errors are translated at the package boundary: conflicts are

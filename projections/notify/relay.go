@@ -153,8 +153,9 @@ type RelayStats struct {
 	Checkpoint eventstore.Position
 }
 
-// Relay publishes the public events of the log to NATS JetStream (DESIGN §8),
-// one active instance across replicas under a fenced PostgreSQL lease. Create
+// Relay publishes the public events of the log to NATS JetStream (at least
+// once, in log order, deduplicated by Nats-Msg-Id), one active instance
+// across replicas under a fenced PostgreSQL lease (pgcoord.Leases). Create
 // it with NewRelay and call Run. Its methods are safe for concurrent use.
 type Relay struct {
 	cfg  RelayConfig
@@ -232,7 +233,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		switch {
 		case err == nil:
 			r.leads.Add(1)
-			log.Info("relay lease acquired", "token", l.token, "checkpoint", l.checkpoint.String())
+			log.Info("relay lease acquired", "token", l.Token(), "checkpoint", l.Checkpoint().String())
 			standby = false
 			err = r.lead(ctx, l, sent)
 			if ctx.Err() != nil {
@@ -241,7 +242,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			switch {
 			case errors.Is(err, ErrFenced):
 				r.fenced.Add(1)
-				log.Warn("relay fenced: another instance took the lease", "token", l.token)
+				log.Warn("relay fenced: another instance took the lease", "token", l.Token())
 			case errors.Is(err, errStreamMoved):
 				log.Info("relay restarting: the stream moved ahead", "err", err)
 			case err != nil:
@@ -285,7 +286,7 @@ type tail struct {
 // acquisition was sent: the lease is trusted until sent + 0.9 × TTL unless
 // renewed.
 func (r *Relay) lead(ctx context.Context, l *lease, sent time.Duration) error {
-	log := r.cfg.Logger.With("relay", r.cfg.Name, "owner", r.cfg.Owner, "token", l.token)
+	log := r.cfg.Logger.With("relay", r.cfg.Name, "owner", r.cfg.Owner, "token", l.Token())
 	trust := r.cfg.LeaseTTL * 9 / 10
 	var deadline atomic.Int64
 	deadline.Store(int64(sent + trust))
@@ -306,7 +307,7 @@ func (r *Relay) lead(ctx context.Context, l *lease, sent time.Duration) error {
 		return err
 	}
 
-	start := l.checkpoint
+	start := l.Checkpoint()
 	var first nats.Header // expectation of the first publish
 	if !r.noChain {
 		t, err := r.streamTail(ctx, stream, log)
@@ -325,8 +326,8 @@ func (r *Relay) lead(ctx context.Context, l *lease, sent time.Duration) error {
 		}
 	}
 
-	r.setCheckpoint(l.checkpoint)
-	if l.checkpoint.Less(start) {
+	r.setCheckpoint(l.Checkpoint())
+	if l.Checkpoint().Less(start) {
 		// Everything up to the stream's last notification is published.
 		if err := l.saveCheckpoint(ctx, start); err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgcoord"
 )
 
 func TestSubject(t *testing.T) {
@@ -308,7 +309,7 @@ func TestTwoRelaysAtOnce(t *testing.T) {
 		}
 
 		// The stale relay cannot move the checkpoint.
-		stale := &lease{pool: e.pool, name: DefaultRelayName, owner: "A", token: stA.Token, ttl: time.Second}
+		stale := &lease{pgcoord.NewLeases(e.pool).Held(DefaultRelayName, stA.Token, time.Second)}
 		before, _ := LoadRelayState(e.ctx, e.pool, DefaultRelayName)
 		if err := stale.saveCheckpoint(e.ctx, eventstore.Position{Commit: 1 << 40}); !errors.Is(err, ErrFenced) {
 			t.Fatalf("stale saveCheckpoint = %v, want ErrFenced", err)
@@ -339,7 +340,7 @@ func TestLeaseFencing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, mustEmbedded(t), time.Minute)
 	l1, err := acquireLease(e.ctx, e.pool, "x", "one", time.Minute)
-	if err != nil || l1.token != 1 {
+	if err != nil || l1.Token() != 1 {
 		t.Fatalf("acquire = %+v, %v; want token 1", l1, err)
 	}
 	if _, err := acquireLease(e.ctx, e.pool, "x", "two", time.Minute); !errors.Is(err, ErrLeaseHeld) {
@@ -355,7 +356,7 @@ func TestLeaseFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	l2, err := acquireLease(e.ctx, e.pool, "x", "two", time.Minute)
-	if err != nil || l2.token != 2 || l2.checkpoint != (eventstore.Position{Commit: 5, Prepare: 7}) {
+	if err != nil || l2.Token() != 2 || l2.Checkpoint() != (eventstore.Position{Commit: 5, Prepare: 7}) {
 		t.Fatalf("takeover = %+v, %v; want token 2 and checkpoint 5/7 (never moved back)", l2, err)
 	}
 	if err := l1.saveCheckpoint(e.ctx, eventstore.Position{Commit: 9}); !errors.Is(err, ErrFenced) {

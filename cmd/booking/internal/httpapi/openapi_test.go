@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/go-chi/chi/v5"
+
 )
 
 // TestOpenAPIDescribesEveryRoute fails when a route is added without being

@@ -1,4 +1,8 @@
-package main
+// Package metrics holds the service's Prometheus metrics: the counters the
+// use cases and the HTTP adapter increment (Metrics) and the gauges read
+// from the databases at scrape time (StateCollector). Metric names and
+// labels are part of the service's operational contract and do not change.
+package metrics
 
 import (
 	"context"
@@ -10,13 +14,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/projections"
 )
 
-// metrics are the service's Prometheus metrics (DESIGN §1.7). It implements
-// commands.Metrics. Safe for concurrent use.
-type metrics struct {
+// Metrics are the service's Prometheus counters, in a registry of their own
+// with the Go runtime and process collectors. It implements
+// commands.Metrics. Create it with New; safe for concurrent use.
+type Metrics struct {
 	reg                  *prometheus.Registry
 	fingerprintConflicts *prometheus.CounterVec
 	replays              *prometheus.CounterVec
@@ -29,8 +35,9 @@ type metrics struct {
 	unknownAppends       *prometheus.CounterVec
 }
 
-func newMetrics() *metrics {
-	m := &metrics{
+// New returns the service's metrics, every counter registered at zero.
+func New() *Metrics {
+	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		fingerprintConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "booking_idempotency_fingerprint_conflicts_total",
 			Help: "Repeats refused with 422 because the idempotency key was used with a different request."}, []string{"operation"}),
@@ -57,29 +64,82 @@ func newMetrics() *metrics {
 	return m
 }
 
-func (m *metrics) handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
+// Handler returns the Prometheus exposition handler of the registry (text
+// or protobuf format, by the scrape's Accept header).
+func (m *Metrics) Handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
 
-func (m *metrics) FingerprintConflict(op string) { m.fingerprintConflicts.WithLabelValues(op).Inc() }
-func (m *metrics) Replay(op string)              { m.replays.WithLabelValues(op).Inc() }
-func (m *metrics) InUse(op string)               { m.inUse.WithLabelValues(op).Inc() }
-func (m *metrics) Contention()                   { m.contention.Inc() }
-func (m *metrics) RedundantEffect()              { m.redundantEffects.Inc() }
-func (m *metrics) Reconciliation(result string)  { m.reconciliations.WithLabelValues(result).Inc() }
-func (m *metrics) Recovered(step string)         { m.recovered.WithLabelValues(step).Inc() }
-func (m *metrics) UnknownAppend(result string)   { m.unknownAppends.WithLabelValues(result).Inc() }
+// MustRegister adds collectors (such as a StateCollector) to the registry;
+// it panics if one collides with a metric already registered.
+func (m *Metrics) MustRegister(cs ...prometheus.Collector) { m.reg.MustRegister(cs...) }
 
-// stateCollector reports, at scrape time, what only the databases know
-// (DESIGN §1.7, §6, §7): the log's horizon lag, pending intents and their
+// FingerprintConflict counts a repeat of operation op refused with 422
+// (booking_idempotency_fingerprint_conflicts_total{operation}).
+func (m *Metrics) FingerprintConflict(op string) { m.fingerprintConflicts.WithLabelValues(op).Inc() }
+
+// Replay counts a repeat of op answered from its intent
+// (booking_idempotency_replays_total{operation}).
+func (m *Metrics) Replay(op string) { m.replays.WithLabelValues(op).Inc() }
+
+// InUse counts a repeat of op answered 409 idempotency-key-in-use
+// (booking_idempotency_in_use_total{operation}).
+func (m *Metrics) InUse(op string) { m.inUse.WithLabelValues(op).Inc() }
+
+// Contention counts a request answered 503 after bounded retries on a show
+// stream (booking_show_contention_total).
+func (m *Metrics) Contention() { m.contention.Inc() }
+
+// RedundantEffect counts a charge refunded as a redundant effect
+// (booking_redundant_effects_total).
+func (m *Metrics) RedundantEffect() { m.redundantEffects.Inc() }
+
+// Reconciliation counts a payment reconciliation by result
+// (booking_payment_reconciliations_total{result}).
+func (m *Metrics) Reconciliation(result string) { m.reconciliations.WithLabelValues(result).Inc() }
+
+// Recovered counts a follow-up or intent step finished by a background job
+// (booking_recovered_steps_total{step}).
+func (m *Metrics) Recovered(step string) { m.recovered.WithLabelValues(step).Inc() }
+
+// UnknownAppend counts an append whose answer was lost, by result
+// (booking_append_unknown_outcomes_total{result}).
+func (m *Metrics) UnknownAppend(result string) { m.unknownAppends.WithLabelValues(result).Inc() }
+
+// RateLimited counts a request answered 429 because its actor exceeded its
+// retry budget (booking_retry_budget_exceeded_total).
+func (m *Metrics) RateLimited() { m.rateLimited.Inc() }
+
+// Clock reads the database clock (pgcoord.Clock).
+type Clock interface {
+	Now(ctx context.Context) (time.Time, error)
+}
+
+// HorizonLagger reports how far the log's readable horizon trails its
+// newest events (pgstore.Store.HorizonLag).
+type HorizonLagger interface {
+	HorizonLag(ctx context.Context) (pgstore.Lag, error)
+}
+
+// ReadModels are the read-model queries the gauges come from
+// (projections.Reader).
+type ReadModels interface {
+	PendingIntents(ctx context.Context, limit int) ([]projections.PendingIntent, eventstore.Position, error)
+	UnknownOutcomes(ctx context.Context, limit int) ([]projections.UnknownOutcome, eventstore.Position, error)
+	RefundBacklog(ctx context.Context) (projections.RefundBacklog, eventstore.Position, error)
+}
+
+// StateCollector is a prometheus.Collector that reports, at scrape time,
+// what only the databases know: the log's horizon lag, pending intents and their
 // age, intents unfinished past half their retention (alert on > 0), unknown
 // payment outcomes with the age of the oldest, and the refund backlog:
 // refunds still being sent with the age of the oldest, refunds the provider
 // refused (it does not know the charge) and orders in needs_review. Ages
 // are measured by the database clock. Each scrape runs a few indexed
-// queries with a 2 s budget; a failed query omits its metrics.
-type stateCollector struct {
-	lag       func(ctx context.Context) (pgstore.Lag, error)
-	reader    *projections.Reader
-	clock     dbClock
+// queries with a 2 s budget; a failed query omits its metrics. Create it
+// with NewStateCollector; safe for concurrent scrapes.
+type StateCollector struct {
+	lag       HorizonLagger
+	reader    ReadModels
+	clock     Clock
 	retention time.Duration
 	log       *slog.Logger
 
@@ -90,9 +150,13 @@ type stateCollector struct {
 // stateScan bounds how many pending intents or unknown outcomes one scrape reads.
 const stateScan = 1000
 
-func newStateCollector(store *pgstore.Store, reader *projections.Reader, clock dbClock, retention time.Duration, log *slog.Logger) *stateCollector {
+// NewStateCollector returns the collector of the state gauges: the horizon
+// lag from lag (nil: omitted, for a backend without one), the intents,
+// unknown outcomes and refund backlog from reader, ages by clock, and
+// "past half" measured against the intent retention.
+func NewStateCollector(lag HorizonLagger, reader ReadModels, clock Clock, retention time.Duration, log *slog.Logger) *StateCollector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
-	return &stateCollector{lag: store.HorizonLag, reader: reader, clock: clock, retention: retention, log: log,
+	return &StateCollector{lag: lag, reader: reader, clock: clock, retention: retention, log: log,
 		lagEvents:  d("booking_log_horizon_lag_events", "Committed events the log cannot hand out yet because an older transaction is still open."),
 		lagAge:     d("booking_log_horizon_lag_seconds", "Age of the oldest open transaction holding back the log's readable horizon."),
 		pending:    d("booking_intents_pending", "Intents without a final outcome (capped at 1000 per scrape)."),
@@ -109,22 +173,27 @@ func newStateCollector(store *pgstore.Store, reader *projections.Reader, clock d
 	}
 }
 
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+// Describe implements prometheus.Collector.
+func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.lagEvents, c.lagAge, c.pending, c.pendingAge, c.pastHalf, c.unknown, c.unknownAge,
 		c.refundsPending, c.refundAge, c.refundsInReview, c.needsReview} {
 		ch <- d
 	}
 }
 
-func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+// Collect implements prometheus.Collector: it runs the queries (2 s budget
+// in all) and sends the gauges whose query succeeded.
+func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	if lag, err := c.lag(ctx); err == nil {
-		gauge(c.lagEvents, float64(lag.Events))
-		gauge(c.lagAge, lag.Age.Seconds())
-	} else {
-		c.log.Debug("metrics: horizon lag", "err", err)
+	if c.lag != nil {
+		if lag, err := c.lag.HorizonLag(ctx); err == nil {
+			gauge(c.lagEvents, float64(lag.Events))
+			gauge(c.lagAge, lag.Age.Seconds())
+		} else {
+			c.log.Debug("metrics: horizon lag", "err", err)
+		}
 	}
 	now, err := c.clock.Now(ctx)
 	if err != nil {

@@ -1,0 +1,132 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// This file holds the queries over the event store's own tables (events,
+// streams) that the service's background jobs and metrics need beyond
+// eventstore.Store. Their callers declare small interfaces for them, so
+// another backend supplies its own versions.
+
+// EventCount returns the number of events stored in the log (truncated
+// events are deleted and not counted), for a progress bar's total. Returns
+// a wrapped error if the query fails. Safe for concurrent use.
+func (s *Store) EventCount(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgstore: count events: %w", err)
+	}
+	return n, nil
+}
+
+// purgeSQL finds the streams with a name prefix whose first live event (the
+// one at the truncation point) was recorded more than $2 seconds ago by the
+// database clock.
+const purgeSQL = `
+SELECT s.name, s.last_revision
+FROM streams s
+JOIN events e ON e.stream = s.name AND e.revision = s.truncate_before
+WHERE s.name LIKE $1
+  AND e.recorded_at < now() - make_interval(secs => $2)
+LIMIT $3`
+
+// PurgeStreams truncates up to limit streams whose name starts with prefix
+// and whose first live event was recorded more than olderThan ago by the
+// database clock (PostgreSQL's now()): the whole stream goes, its last
+// revision stays (see Truncate), so a later append to it must expect that
+// revision. prefix is matched literally. It returns the number of streams
+// truncated; fewer than limit means none is left for now. Returns a wrapped
+// error if a query or a truncation fails (the streams truncated before it
+// stay truncated). Safe for concurrent use; two concurrent calls may
+// truncate the same stream twice, which is harmless.
+func (s *Store) PurgeStreams(ctx context.Context, prefix string, olderThan time.Duration, limit int) (int, error) {
+	like := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(prefix) + "%"
+	rows, err := s.pool.Query(ctx, purgeSQL, like, olderThan.Seconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: purge %s*: %w", prefix, err)
+	}
+	type victim struct {
+		name string
+		last int64
+	}
+	var vs []victim
+	for rows.Next() {
+		var v victim
+		if err := rows.Scan(&v.name, &v.last); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("pgstore: purge %s*: %w", prefix, err)
+		}
+		vs = append(vs, v)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("pgstore: purge %s*: %w", prefix, err)
+	}
+	for i, v := range vs {
+		if err := s.Truncate(ctx, v.name, eventstore.Revision(v.last)+1); err != nil {
+			return i, err
+		}
+	}
+	return len(vs), nil
+}
+
+// pendingOrdersSQL groups the events of order streams by stream. It reads
+// every order event, which is fine at this service's scale; a partial index
+// on events (stream) WHERE type IN (…) or a small work table would bound it.
+// Refunds are counted by distinct charge id (only refund events are decoded),
+// since a refund the provider makes after refusing it adds a RefundSucceeded
+// to the RefundRefused of the same charge.
+const pendingOrdersSQL = `
+SELECT stream
+FROM events
+WHERE stream LIKE 'order-%' AND stream > $1
+GROUP BY stream
+HAVING count(*) FILTER (WHERE type IN ('OrderConfirmed', 'OrderFailed', 'OrderCancelled', 'OrderNeedsReview')) = 0
+    OR count(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id') FILTER (WHERE type = 'RefundRequested')
+     > count(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id') FILTER (WHERE type IN ('RefundSucceeded', 'RefundRefused'))
+ORDER BY stream
+LIMIT $2`
+
+// orderPrefix is the stream name prefix of orders ("order-{orderID}", see
+// domain.OrderStream).
+const orderPrefix = "order-"
+
+// PendingOrders returns up to limit order ids, ascending by stream name and
+// after the order id after ("" for the first page), of the order streams
+// (order-{id}) that still need the payment reconciler: those with no ending
+// event (OrderConfirmed, OrderFailed, OrderCancelled, OrderNeedsReview), and
+// those with a charge whose RefundRequested has neither a RefundSucceeded
+// nor a RefundRefused (a refund the provider refused is parked with its
+// order in review, never sent again). It reads the log's tables directly,
+// not a read model, so it is exact at the moment of the query. Fewer than
+// limit ids means the last page. Returns a wrapped error if the query
+// fails. Safe for concurrent use; it implements commands.PendingOrders.
+func (s *Store) PendingOrders(ctx context.Context, after string, limit int) ([]string, error) {
+	from := ""
+	if after != "" {
+		from = orderPrefix + after
+	}
+	rows, err := s.pool.Query(ctx, pendingOrdersSQL, from, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: pending orders: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var stream string
+		if err := rows.Scan(&stream); err != nil {
+			return nil, fmt.Errorf("pgstore: pending orders: %w", err)
+		}
+		ids = append(ids, strings.TrimPrefix(stream, orderPrefix))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: pending orders: %w", err)
+	}
+	return ids, nil
+}
