@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/go-chi/chi/v5"
-
 )
 
 // TestOpenAPIDescribesEveryRoute fails when a route is added without being
