@@ -304,20 +304,21 @@ func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res comma
 		writeJSON(w, http.StatusAccepted, viewOrder(o))
 		return
 	}
+	var failed *domain.Error
 	switch o.FirstOutcome {
 	case domain.FailPaymentDeclined:
-		writeProblem(w, problem{Type: "https://booking.invalid/problems/payment-declined", Title: "Payment Required",
-			Status: http.StatusPaymentRequired, Code: domain.ErrPaymentDeclined.Code, Detail: "the payment was declined; the order failed and its seats were released",
-			Instance: r.URL.Path,
-			OrderID:  o.ID, Order: viewOrder(o)})
+		failed = domain.ErrPaymentDeclined.With("the payment was declined; the order failed and its seats were released")
 	case domain.FailPaymentDeadline, domain.FailNoAttempt:
-		writeProblem(w, problem{Type: "https://booking.invalid/problems/payment-failed", Title: "Payment Required",
-			Status: http.StatusPaymentRequired, Code: "payment-failed", Detail: "the payment did not complete (" + o.FirstOutcome + "); the order failed",
-			Instance: r.URL.Path,
-			OrderID:  o.ID, Order: viewOrder(o)})
-	default:
-		writeJSON(w, success, viewOrder(o))
+		failed = domain.ErrPaymentFailed.With("the payment did not complete (" + o.FirstOutcome + "); the order failed")
 	}
+	if failed == nil {
+		writeJSON(w, success, viewOrder(o))
+		return
+	}
+	status := statusOf(failed)
+	writeProblem(w, problem{Type: "https://booking.invalid/problems/" + failed.Code, Title: http.StatusText(status),
+		Status: status, Code: failed.Code, Detail: failed.Msg, Instance: r.URL.Path,
+		OrderID: o.ID, Order: viewOrder(o)})
 }
 
 func (a *api) getOrder(w http.ResponseWriter, r *http.Request) {

@@ -14,27 +14,23 @@ import (
 )
 
 // kindStatus is the one table that maps an error Kind to an HTTP status
-// (STYLE §3). codeStatus overrides it for the few codes whose status is
-// fixed by the API contract (DESIGN §6).
+// (RFC 9110 §15); every error answer, recorded rejections included, takes its
+// status from it.
 var kindStatus = map[domain.Kind]int{
-	domain.Internal:    http.StatusInternalServerError,
-	domain.Invalid:     http.StatusBadRequest,
-	domain.NotFound:    http.StatusNotFound,
-	domain.Conflict:    http.StatusConflict,
-	domain.Rejected:    http.StatusUnprocessableEntity,
-	domain.Unavailable: http.StatusServiceUnavailable,
-	domain.Forbidden:   http.StatusForbidden,
-	domain.Gone:        http.StatusGone,
-}
-
-var codeStatus = map[string]int{
-	domain.ErrPaymentDeclined.Code: http.StatusPaymentRequired,
-	"payment-failed":               http.StatusPaymentRequired,
-	codeUnauthorized:               http.StatusUnauthorized,
-	codeRateLimited:                http.StatusTooManyRequests,
-	codeUnsupportedMedia:           http.StatusUnsupportedMediaType,
-	codeBodyTooLarge:               http.StatusRequestEntityTooLarge,
-	codeRequestTimeout:             http.StatusRequestTimeout,
+	domain.Internal:         http.StatusInternalServerError,
+	domain.Invalid:          http.StatusBadRequest,
+	domain.NotFound:         http.StatusNotFound,
+	domain.Conflict:         http.StatusConflict,
+	domain.Rejected:         http.StatusUnprocessableEntity,
+	domain.Unavailable:      http.StatusServiceUnavailable,
+	domain.Forbidden:        http.StatusForbidden,
+	domain.Gone:             http.StatusGone,
+	domain.Unauthorized:     http.StatusUnauthorized,
+	domain.RateLimited:      http.StatusTooManyRequests,
+	domain.PaymentRequired:  http.StatusPaymentRequired,
+	domain.UnsupportedMedia: http.StatusUnsupportedMediaType,
+	domain.TooLarge:         http.StatusRequestEntityTooLarge,
+	domain.Timeout:          http.StatusRequestTimeout,
 }
 
 // Codes produced by the HTTP layer itself.
@@ -46,18 +42,17 @@ const (
 	codeKeyInvalid       = "idempotency-key-invalid"
 )
 
-// statusOf returns the HTTP status of err: a recorded rejection's own
-// status, else the code override, else the Kind's.
+// statusOf returns the HTTP status of err: its Kind's, from kindStatus. A
+// rejection recorded before rejections stored only their kind (a version 1
+// IntentRejected) answers the status it recorded, so its repeats answer as
+// they always did.
 func statusOf(err error) int {
 	var rej *commands.Rejection
-	if errors.As(err, &rej) && rej.Status != 0 {
-		return rej.Status
+	if errors.As(err, &rej) && rej.LegacyStatus != 0 {
+		return rej.LegacyStatus
 	}
 	var de *domain.Error
 	if errors.As(err, &de) {
-		if s, ok := codeStatus[de.Code]; ok {
-			return s
-		}
 		return kindStatus[de.Kind]
 	}
 	return http.StatusInternalServerError

@@ -134,7 +134,6 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
 	hcfg.ProviderWindow = cfg.ProviderWindow // payments (issue 4): same-key retries only inside the provider's window
 	hcfg.InUseWait = cfg.InUseWait
-	commands.StatusOf = statusOf
 	metrics := newMetrics()
 	opts := []commands.Option{commands.WithMetrics(metrics), commands.WithKeys(keys)}
 	hooks, testAPI, err := faultHooks(ctx, log)
