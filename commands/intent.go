@@ -135,14 +135,15 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		}
 	}()
 	var purgedAt *eventstore.Revision
-	for range 8 {
+	var run *intentRun
+	err = h.retryConflicts(ctx, func() error {
 		now, err := h.now(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s, err := h.load(ctx, stream)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		in := fold[domain.Intent](s.events)
 		if s.exists {
@@ -154,7 +155,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		}
 		if s.exists && in.Expired(now, h.cfg.IntentRetention) {
 			if err := h.store.Truncate(ctx, stream, s.last+1); err != nil {
-				return nil, unavailable(err)
+				return unavailable(err)
 			}
 			exp = eventstore.Exact(s.last)
 			s.exists, in = false, domain.Intent{}
@@ -164,7 +165,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		storedFP := fp
 		if v := in.Recorded.CanonicalVersion; in.Exists() && v != CanonicalVersion {
 			if storedFP, err = Fingerprint(v, req.Operation, command); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		switch in.Resolve(storedFP, now, h.cfg.IntentRetention) {
@@ -177,37 +178,38 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			if len(fields) > 0 {
 				e.Msg = fmt.Sprintf("this idempotency key was used with a different request; differing fields: %v", fields)
 			}
-			return nil, &e
+			return &e
 		case domain.ResolveRejected:
 			h.metrics.Replay(req.Operation)
-			return nil, rejectionOf(in.Rejection, true)
+			return rejectionOf(in.Rejection, true)
 		case domain.ResolveContinue:
 			h.metrics.Replay(req.Operation)
-			return &intentRun{req: req, stream: stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command}, nil
+			run = &intentRun{req: req, stream: stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command}
+			return nil
 		}
 		// domain.ResolveNew: record the intent.
 		if validate != nil {
 			if err := validate(now); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if prep != nil && !prepared {
 			if err := prep.prepare(ctx, targetID, now); err != nil {
-				return nil, err
+				return err
 			}
 			prepared = true
 		}
 		rec := domain.IntentRecorded{Actor: req.Actor, Operation: req.Operation, KeySHA256: sha256Hex([]byte(req.Key)),
 			Fingerprint: fp, CanonicalVersion: CanonicalVersion, Command: command, TargetID: targetID,
 			Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease)}
-		run := &intentRun{req: req, stream: stream, created: true, now: now, command: command}
+		rn := &intentRun{req: req, stream: stream, created: true, now: now, command: command}
 		// If the answer is lost, appendEvents repeats this append (same
 		// event id, same expected revision) to learn whether the intent
 		// was recorded: success means it is, and this request is its
 		// executor; still unknown after the repeats is a 503 and the
 		// intent (if recorded) waits for a repeat or recovery after its
 		// lease.
-		res, err := h.appendEvents(ctx, stream, exp, run.meta(now, ""), pending{NewID(), rec})
+		res, err := h.appendEvents(ctx, stream, exp, rn.meta(now, ""), pending{NewID(), rec})
 		var rc *eventstore.RevisionConflictError
 		if errors.As(err, &rc) {
 			if rc.Actual >= 0 && purgedAt == nil {
@@ -215,19 +217,26 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 				a := eventstore.Revision(rc.Actual)
 				purgedAt = &a
 			}
-			continue
+			return err
 		}
 		keep = true // the append may have committed: keep what prep made for it
 		if err != nil {
-			return nil, err
+			return err
 		}
-		run.intent.Apply(rec)
-		run.intent.RecordedAt = now
-		run.rev = res.NextRevision
+		rn.intent.Apply(rec)
+		rn.intent.RecordedAt = now
+		rn.rev = res.NextRevision
 		h.step("intent.recorded")
-		return run, nil
+		run = rn
+		return nil
+	})
+	if errors.Is(err, domain.ErrContention) {
+		return nil, domain.ErrContention.With("the idempotency key is being recorded concurrently; retry")
 	}
-	return nil, domain.ErrContention.With("the idempotency key is being recorded concurrently; retry")
+	if err != nil {
+		return nil, err
+	}
+	return run, nil
 }
 
 // rejectionOf returns the answer of a recorded rejection; a version 1 event

@@ -2,7 +2,6 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/retrysafe/booking/domain"
@@ -70,35 +69,36 @@ func showCommandOf(command map[string]any) ScheduleShowCommand {
 func (h *Handler) scheduleShow(ctx context.Context, run *intentRun, cmd ScheduleShowCommand) (domain.Show, Outcome, error) {
 	out := Outcome{Replayed: !run.created}
 	showID := run.targetID()
-	for range 8 {
-		show, s, err := h.LoadShow(ctx, showID)
-		if err != nil {
-			return domain.Show{}, out, err
-		}
-		if s.exists {
-			return show, out, nil
+	var show domain.Show
+	err := h.retryConflicts(ctx, func() error {
+		var s *stream
+		var err error
+		if show, s, err = h.LoadShow(ctx, showID); err != nil || s.exists {
+			return err
 		}
 		if err := h.awaitExecutor(ctx, run, func() (bool, error) {
 			_, s, err := h.LoadShow(ctx, showID)
 			return err == nil && s.exists, err
 		}); err != nil {
-			if errors.Is(err, errRetry) {
-				continue
-			}
-			return domain.Show{}, out, err
+			return err
 		}
 		evs, err := show.Schedule(domain.ScheduleShow{ShowID: showID, Name: cmd.Name, StartsAt: cmd.StartsAt,
 			Capacity: cmd.Capacity, Price: cmd.Price}, run.now)
 		if err != nil {
-			return domain.Show{}, out, h.reject(ctx, run, asDomain(err), "")
+			return h.reject(ctx, run, asDomain(err), "")
 		}
 		_, err = h.appendEvents(ctx, domain.ShowStream(showID), eventstore.NoStream(), run.meta(run.now, ""),
 			pending{DerivedID(run.stream, "show-scheduled"), evs[0]})
-		if err != nil && !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-			return domain.Show{}, out, err
+		if err != nil {
+			return err // a conflict: scheduled meanwhile, read it on the next try
 		}
+		show, _, err = h.LoadShow(ctx, showID)
+		return err
+	})
+	if err != nil {
+		return domain.Show{}, out, err
 	}
-	return domain.Show{}, out, domain.ErrContention
+	return show, out, nil
 }
 
 // LoadShow returns the show with id and its loaded stream; a show that does
