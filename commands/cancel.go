@@ -6,7 +6,7 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// CancelOrder cancels the caller's order (DESIGN §5). A confirmed order is
+// CancelOrder cancels the caller's order. A confirmed order is
 // refunded and cancelled at once, its tickets voided (OrderResult.Final
 // true, 200). A pending order without an attempt is cancelled at once. With
 // a payment in flight or unknown the order becomes cancelling (Final false,

@@ -13,7 +13,7 @@ import (
 	"github.com/retrysafe/booking/provider"
 )
 
-// Payments (DESIGN §5). An order's payment is a sequence of attempts; attempt
+// Payments. An order's payment is a sequence of attempts; attempt
 // n is sent under the provider idempotency key ProviderKey(order, n) with the
 // exact bytes stored in its PaymentAttemptStarted. Only the holder of the
 // attempt's lease sends, and only while database time + ProviderTimeout +
@@ -60,8 +60,7 @@ const (
 	stepLater             // reload and decide again after a backoff
 )
 
-// DrivePayment pushes an order's payment as far as it can go now (DESIGN
-// §5): it starts attempt 1 when there is none; sends while this process
+// DrivePayment pushes an order's payment as far as it can go now: it starts attempt 1 when there is none; sends while this process
 // holds the attempt's lease (the fence); reconciles an attempt whose outcome
 // is unknown or whose lease this process may take over by querying the
 // provider (by key, then by metadata) before any send; retries inside the
