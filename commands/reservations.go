@@ -93,6 +93,9 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 		}
 		return opened()
 	})
+	if errors.Is(err, domain.ErrContention) {
+		h.metrics.Contention()
+	}
 	if err != nil {
 		return domain.Reservation{}, out, err
 	}

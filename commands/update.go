@@ -48,7 +48,6 @@ func (h *Handler) retryConflicts(ctx context.Context, try func() error) error {
 			return err
 		}
 	}
-	h.metrics.Contention()
 	return domain.ErrContention
 }
 
