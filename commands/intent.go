@@ -47,7 +47,7 @@ type Request struct {
 // Outcome describes how a request was answered. Replayed is true when the
 // request repeated an existing intent (Idempotent-Replayed: true). Rejection
 // is set for a definitive refusal recorded on the intent: every repeat
-// answers it with the same Status.
+// answers it the same.
 type Outcome struct {
 	Replayed  bool
 	Rejection *Rejection
