@@ -83,7 +83,7 @@ type Config struct {
 	InUseWait time.Duration
 	// ConflictAttempts bounds the tries of every load-decide-append that
 	// loses a race (a revision conflict) before 503 contention; see the
-	// retry policy in update.go.
+	// retry policy in update.go. Zero means the default (20).
 	ConflictAttempts int
 }
 

@@ -17,8 +17,8 @@ import (
 //     intent changed hands (errRetry). Every other error is returned at once;
 //     an append whose outcome is unknown is resolved below this policy, by
 //     appendResolving.
-//   - At most Config.ConflictAttempts tries (default 20), each loading the
-//     stream afresh and deciding again on what it holds.
+//   - At most Config.ConflictAttempts tries (20 by default, and when zero),
+//     each loading the stream afresh and deciding again on what it holds.
 //   - Between tries a capped exponential backoff with jitter (see backoff),
 //     from conflictBackoffBase doubling up to conflictBackoffMax, so
 //     contenders spread out instead of colliding again.
@@ -37,7 +37,11 @@ const (
 // off.
 func (h *Handler) retryConflicts(ctx context.Context, try func() error) error {
 	bo := newBackoff(conflictBackoffBase, conflictBackoffMax)
-	for n := range max(h.cfg.ConflictAttempts, 1) {
+	attempts := h.cfg.ConflictAttempts
+	if attempts <= 0 {
+		attempts = DefaultConfig().ConflictAttempts
+	}
+	for n := range attempts {
 		if n > 0 {
 			if err := sleepCtx(ctx, bo.next()); err != nil {
 				return err
