@@ -2,13 +2,11 @@ package commands
 
 import (
 	"context"
-	"errors"
 
 	"github.com/retrysafe/booking/domain"
-	"github.com/retrysafe/booking/eventstore"
 )
 
-// CancelOrder cancels the caller's order (DESIGN §5). A confirmed order is
+// CancelOrder cancels the caller's order. A confirmed order is
 // refunded and cancelled at once, its tickets voided (OrderResult.Final
 // true, 200). A pending order without an attempt is cancelled at once. With
 // a payment in flight or unknown the order becomes cancelling (Final false,
@@ -31,58 +29,55 @@ func (h *Handler) CancelOrder(ctx context.Context, req Request, orderID string) 
 func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID string) (OrderResult, error) {
 	req := run.req
 	out := Outcome{Replayed: !run.created}
-	for range 10 {
+	var result OrderResult
+	err := h.retryConflicts(ctx, func() error {
 		o, s, err := h.LoadOrder(ctx, orderID)
 		if err != nil {
-			return OrderResult{}, err
+			return err
 		}
 		if !o.Exists() || o.Actor != req.Actor {
-			return OrderResult{}, h.reject(ctx, run, domain.ErrOrderNotFound, "")
+			return h.reject(ctx, run, domain.ErrOrderNotFound, "")
 		}
 		if o.CancelAccepted {
 			h.resolveCancelling(ctx, o)
-			return OrderResult{Order: o, Final: o.Status != domain.OrderStatusCancelling, Outcome: out}, nil
+			result = OrderResult{Order: o, Final: o.Status != domain.OrderStatusCancelling, Outcome: out}
+			return nil
 		}
 		show, err := h.GetShow(ctx, o.ShowID)
 		if err != nil {
-			return OrderResult{}, err
+			return err
 		}
 		now, err := h.now(ctx)
 		if err != nil {
-			return OrderResult{}, err
+			return err
 		}
 		evs, derr := o.Cancel(req.Actor, now, show.StartsAt)
 		if derr != nil {
-			return OrderResult{}, h.reject(ctx, run, asDomain(derr), orderID)
+			return h.reject(ctx, run, asDomain(derr), orderID)
 		}
 		if len(evs) == 0 {
-			continue
-		}
-		pend := make([]pending, len(evs))
-		for i, e := range evs {
-			pend[i] = pending{DerivedID(run.stream, e.EventType()), e}
+			return errRetry
 		}
 		// At the revision the decision saw: a payment outcome recorded
 		// meanwhile makes the cancel decide again on the new state.
-		_, err = h.appendEvents(ctx, s.name, s.expected(), run.meta(now, ""), pend...)
-		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-			continue
-		}
-		if err != nil {
-			return OrderResult{}, err
+		if _, err := h.appendEvents(ctx, s.name, s.expected(), run.meta(now, ""), derived(run.stream, evs)...); err != nil {
+			return err
 		}
 		h.step("cancel.recorded")
 		if err := h.afterOrderEvents(ctx, orderID, evs); err != nil {
-			return OrderResult{}, err
+			return err
 		}
-		o, _, err = h.LoadOrder(ctx, orderID)
-		if err != nil {
-			return OrderResult{}, err
+		if o, _, err = h.LoadOrder(ctx, orderID); err != nil {
+			return err
 		}
 		h.resolveCancelling(ctx, o)
-		return OrderResult{Order: o, Final: o.Status != domain.OrderStatusCancelling, Outcome: out}, nil
+		result = OrderResult{Order: o, Final: o.Status != domain.OrderStatusCancelling, Outcome: out}
+		return nil
+	})
+	if err != nil {
+		return OrderResult{}, err
 	}
-	return OrderResult{}, domain.ErrContention
+	return result, nil
 }
 
 // resolveCancelling drives the payment of a cancelling order in the

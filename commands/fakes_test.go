@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -15,222 +13,19 @@ import (
 	"github.com/retrysafe/booking/commands/envelope"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/memstore"
 	"github.com/retrysafe/booking/provider"
 )
 
-// Hand-written fakes of the interfaces commands declares (STYLE §5): an
-// in-memory event store with the expected-revision and idempotent-append
-// semantics of eventstore.Store, a settable clock, and a recording payment
+// Hand-written fakes of the interfaces commands declares: the in-memory
+// event store of package memstore (run through the eventstore conformance
+// suite like every backend), a settable clock, and a recording payment
 // provider. Safe for concurrent use.
 
-// memStore is an in-memory EventStore. Appends follow eventstore.Store: the
-// expected revision must hold, except that a repeat whose ids are all stored
-// at the place the expected revision names succeeds without writing; ids
-// are unique across all streams. Truncate hides events below a revision and
-// keeps the stream's last revision.
-type memStore struct {
-	mu      sync.Mutex
-	streams map[string]*memStream
-	ids     map[string]string // event id → stream
-	seq     uint64
-	// beforeAppend, when set, runs (without the lock) before each append;
-	// tests use it to interleave a competing writer.
-	beforeAppend func(stream string)
-	// afterAppend, when set, runs (without the lock) after each append that
-	// wrote events, with their types.
-	afterAppend func(stream string, types []string)
-	// clock, when set, stamps RecordedAt (the database clock); else the host clock.
-	clock *fakeClock
-}
+// memStore is the in-memory EventStore the tests use.
+type memStore = memstore.Store
 
-type memStream struct {
-	events   []eventstore.RecordedEvent // all, including truncated ones
-	truncate eventstore.Revision
-}
-
-func newMemStore() *memStore {
-	return &memStore{streams: map[string]*memStream{}, ids: map[string]string{}}
-}
-
-// Append implements EventStore.
-func (m *memStore) Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) (eventstore.AppendResult, error) {
-	if len(events) == 0 {
-		return eventstore.AppendResult{}, errors.New("memstore: no events")
-	}
-	if err := ctx.Err(); err != nil {
-		return eventstore.AppendResult{}, err
-	}
-	if hook := m.beforeAppend; hook != nil {
-		hook(stream)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.streams[stream]
-	last := int64(-1)
-	if s != nil {
-		last = int64(len(s.events)) - 1
-	}
-	holds := false
-	switch rev, exact := expected.ExactRevision(); {
-	case expected.IsAny():
-		holds = true
-	case expected.IsNoStream():
-		holds = last == -1
-	case expected.IsStreamExists():
-		holds = last >= 0
-	case exact:
-		holds = last == int64(rev)
-	}
-	dup := false
-	for _, e := range events {
-		if _, ok := m.ids[e.ID]; ok {
-			dup = true
-		}
-	}
-	if !holds || dup {
-		if m.alreadyAppendedLocked(stream, s, expected, events) {
-			r := s.events[m.indexLocked(s, events[len(events)-1].ID)]
-			return eventstore.AppendResult{NextRevision: r.Revision, Position: r.Position}, nil
-		}
-		return eventstore.AppendResult{}, &eventstore.RevisionConflictError{Stream: stream, Expected: expected, Actual: last}
-	}
-	if s == nil {
-		s = &memStream{}
-		m.streams[stream] = s
-	}
-	recordedAt := time.Now().UTC()
-	if m.clock != nil {
-		recordedAt, _ = m.clock.Now(ctx)
-	}
-	var res eventstore.AppendResult
-	types := make([]string, len(events))
-	for i, e := range events {
-		types[i] = e.Type
-		m.seq++
-		r := eventstore.RecordedEvent{ID: e.ID, Stream: stream, Type: e.Type, Revision: uint64(len(s.events)),
-			Position: eventstore.Position{Commit: m.seq, Prepare: m.seq}, Data: e.Data, Metadata: e.Metadata, RecordedAt: recordedAt}
-		s.events = append(s.events, r)
-		m.ids[e.ID] = stream
-		res = eventstore.AppendResult{NextRevision: r.Revision, Position: r.Position}
-	}
-	if hook := m.afterAppend; hook != nil {
-		m.mu.Unlock()
-		hook(stream, types)
-		m.mu.Lock()
-	}
-	return res, nil
-}
-
-func (m *memStore) indexLocked(s *memStream, id string) int {
-	return slices.IndexFunc(s.events, func(r eventstore.RecordedEvent) bool { return r.ID == id })
-}
-
-// alreadyAppendedLocked reports whether every event of the batch is stored in
-// the stream where expected puts it (KurrentDB's idempotent append).
-func (m *memStore) alreadyAppendedLocked(stream string, s *memStream, expected eventstore.ExpectedRevision, events []eventstore.EventData) bool {
-	if s == nil {
-		return false
-	}
-	first := -1
-	if rev, exact := expected.ExactRevision(); exact {
-		first = int(rev) + 1
-	} else if expected.IsNoStream() {
-		first = 0
-	}
-	for i, e := range events {
-		if m.ids[e.ID] != stream {
-			return false
-		}
-		idx := m.indexLocked(s, e.ID)
-		if first >= 0 && idx != first+i {
-			return false
-		}
-	}
-	return true
-}
-
-// ReadStream implements EventStore.
-func (m *memStore) ReadStream(ctx context.Context, stream string, from eventstore.Revision, limit int) ([]eventstore.RecordedEvent, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.streams[stream]
-	if s == nil {
-		return nil, eventstore.ErrStreamNotFound
-	}
-	var out []eventstore.RecordedEvent
-	for _, r := range s.events {
-		if r.Revision >= from && r.Revision >= s.truncate {
-			out = append(out, r)
-		}
-		if limit > 0 && len(out) == limit {
-			break
-		}
-	}
-	if len(out) == 0 && from <= s.truncate {
-		return nil, eventstore.ErrStreamNotFound
-	}
-	return out, nil
-}
-
-// Truncate implements EventStore.
-func (m *memStore) Truncate(_ context.Context, stream string, before eventstore.Revision) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s := m.streams[stream]; s != nil && before > s.truncate {
-		s.truncate = min(before, eventstore.Revision(len(s.events)))
-	}
-	return nil
-}
-
-// SubscribeAll implements Log: batches of every event after position after,
-// in append order, polling every millisecond once caught up, until ctx is
-// done (ctx.Err()) or fn fails (its error).
-func (m *memStore) SubscribeAll(ctx context.Context, after eventstore.Position, fn func(ctx context.Context, batch []eventstore.RecordedEvent) error) error {
-	for {
-		m.mu.Lock()
-		var batch []eventstore.RecordedEvent
-		for _, s := range m.streams {
-			for _, r := range s.events {
-				if after.Less(r.Position) {
-					batch = append(batch, r)
-				}
-			}
-		}
-		m.mu.Unlock()
-		slices.SortFunc(batch, func(a, b eventstore.RecordedEvent) int {
-			if a.Position.Less(b.Position) {
-				return -1
-			}
-			return 1
-		})
-		if len(batch) > 0 {
-			if err := fn(ctx, batch); err != nil {
-				return err
-			}
-			after = batch[len(batch)-1].Position
-			continue
-		}
-		if err := sleepCtx(ctx, time.Millisecond); err != nil {
-			return err
-		}
-	}
-}
-
-// types returns the event types of stream, in order (nil when none).
-func (m *memStore) types(stream string) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []string
-	if s := m.streams[stream]; s != nil {
-		for _, r := range s.events {
-			out = append(out, r.Type)
-		}
-	}
-	return out
-}
+func newMemStore() *memStore { return memstore.New() }
 
 // fakeClock is a settable Clock, standing in for the database clock.
 type fakeClock struct {

@@ -81,24 +81,26 @@ type Config struct {
 	SettleMargin time.Duration
 	// InUseWait bounds how long a repeat waits for an in-flight first request.
 	InUseWait time.Duration
-	// ShowRetries bounds retries of a revision conflict on a show stream before 503 contention.
-	ShowRetries int
+	// ConflictAttempts bounds the tries of every load-decide-append that
+	// loses a race (a revision conflict) before 503 contention; see the
+	// retry policy in update.go. Zero means the default (20).
+	ConflictAttempts int
 }
 
 // DefaultConfig returns the defaults documented in the README.
 func DefaultConfig() Config {
 	return Config{
-		IntentRetention: 24 * time.Hour,
-		IntentLease:     5 * time.Second,
-		HoldFor:         10 * time.Minute,
-		PaymentLease:    30 * time.Second,
-		ProviderTimeout: 10 * time.Second,
-		SendMargin:      2 * time.Second,
-		PaymentDeadline: 15 * time.Minute,
-		ProviderWindow:  24 * time.Hour,
-		SettleMargin:    5 * time.Second,
-		InUseWait:       2 * time.Second,
-		ShowRetries:     20,
+		IntentRetention:  24 * time.Hour,
+		IntentLease:      5 * time.Second,
+		HoldFor:          10 * time.Minute,
+		PaymentLease:     30 * time.Second,
+		ProviderTimeout:  10 * time.Second,
+		SendMargin:       2 * time.Second,
+		PaymentDeadline:  15 * time.Minute,
+		ProviderWindow:   24 * time.Hour,
+		SettleMargin:     5 * time.Second,
+		InUseWait:        2 * time.Second,
+		ConflictAttempts: 20,
 	}
 }
 

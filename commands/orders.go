@@ -73,50 +73,44 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 	claimStream := domain.ClaimStream(cmd.ReservationID)
 	var claim domain.Claim
 	var claimID string
-	for i := 0; ; i++ {
-		if i == 8 {
-			return OrderResult{}, domain.ErrContention
-		}
+	err := h.retryConflicts(ctx, func() error {
 		c, cs, err := h.loadClaim(ctx, cmd.ReservationID)
 		if err != nil {
-			return OrderResult{}, err
+			return err
 		}
 		if c.Kind == domain.ClaimKindOrder && c.OrderID == run.targetID() {
 			claim, claimID = c, cs.records[0].ID
-			break
+			return nil
 		}
 		if c.Kind != domain.ClaimNone {
 			// Another actor must not learn that the reservation exists.
 			res, err := h.loadReservation(ctx, cmd.ReservationID)
 			if err != nil {
-				return OrderResult{}, err
+				return err
 			}
 			if !res.Exists() || res.Actor != req.Actor {
-				return OrderResult{}, h.rejectOrder(ctx, run, domain.ErrReservationNotFound, "")
+				return h.rejectOrder(ctx, run, domain.ErrReservationNotFound, "")
 			}
-			return OrderResult{}, h.rejectClaimed(ctx, run, c)
+			return h.rejectClaimed(ctx, run, c)
 		}
 		if err := h.awaitExecutor(ctx, run, func() (bool, error) {
 			c, _, err := h.loadClaim(ctx, cmd.ReservationID)
 			return c.Kind != domain.ClaimNone, err
 		}); err != nil {
-			if errors.Is(err, errRetry) {
-				continue
-			}
-			return OrderResult{}, err
+			return err
 		}
 		res, err := h.loadReservation(ctx, cmd.ReservationID)
 		if err != nil {
-			return OrderResult{}, err
+			return err
 		}
 		now, err := h.now(ctx)
 		if err != nil {
-			return OrderResult{}, err
+			return err
 		}
 		evs, derr := domain.DecideClaim(c, res, domain.ClaimOrder{ReservationID: cmd.ReservationID,
 			OrderID: run.targetID(), Actor: req.Actor, Intent: run.stream}, now)
 		if len(evs) == 0 && derr != nil {
-			return OrderResult{}, h.rejectOrder(ctx, run, asDomain(derr), "")
+			return h.rejectOrder(ctx, run, asDomain(derr), "")
 		}
 		id := DerivedID(run.stream, "order-claimed")
 		if _, ok := evs[0].(domain.ExpiryClaimed); ok {
@@ -132,19 +126,28 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 		// unknown is a 503, and a committed claim is then finished by the
 		// process manager and replayed to a repeat.
 		_, err = h.appendEvents(ctx, claimStream, eventstore.NoStream(), run.meta(now, ""), pending{id, evs[0]})
-		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-			continue // someone claimed first: decide again from the claim
-		}
 		if err != nil {
-			return OrderResult{}, err
+			return err // a conflict: someone claimed first, decide again from the claim
 		}
 		if derr != nil { // we wrote the expiry claim ourselves
 			if err := h.finishExpiry(ctx, evs[0].(domain.ExpiryClaimed), id, run.meta(now, id)); err != nil {
-				return OrderResult{}, err
+				return err
 			}
-			return OrderResult{}, h.rejectOrder(ctx, run, asDomain(derr), "")
+			return h.rejectOrder(ctx, run, asDomain(derr), "")
 		}
 		h.step("order.claimed")
+		c, cs, err = h.loadClaim(ctx, cmd.ReservationID)
+		if err != nil {
+			return err
+		}
+		if c.Kind != domain.ClaimKindOrder || c.OrderID != run.targetID() {
+			return errRetry // the claim is read again on the next try
+		}
+		claim, claimID = c, cs.records[0].ID
+		return nil
+	})
+	if err != nil {
+		return OrderResult{}, err
 	}
 	if _, err := h.finishClaim(ctx, claim.Order, claimID); err != nil {
 		return OrderResult{}, err
@@ -256,7 +259,7 @@ func (h *Handler) finishExpiry(ctx context.Context, e domain.ExpiryClaimed, clai
 func (h *Handler) releaseSeats(ctx context.Context, showID, reservationID, reason, cause string, m eventstore.Metadata) error {
 	unlock := h.shows.Lock(showID)
 	defer unlock()
-	for range 10 {
+	err := h.retryConflicts(ctx, func() error {
 		e, err := h.refreshShow(ctx, showID)
 		if err != nil {
 			return err
@@ -271,11 +274,12 @@ func (h *Handler) releaseSeats(ctx context.Context, showID, reservationID, reaso
 		}
 		m.OccurredAt = now
 		_, err = h.appendEvents(ctx, domain.ShowStream(showID), e.expected(), m, pending{DerivedID(cause, "seats-released"), evs[0]})
-		if !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-			return err
-		}
+		return err
+	})
+	if errors.Is(err, domain.ErrContention) {
+		return fmt.Errorf("release seats of %s: %w", reservationID, err)
 	}
-	return fmt.Errorf("release seats of %s: %w", reservationID, domain.ErrContention)
+	return err
 }
 
 // finishOrderEnd does the follow-ups of a failed or cancelled order: seats

@@ -13,7 +13,7 @@ import (
 	"github.com/retrysafe/booking/provider"
 )
 
-// Payments (DESIGN §5). An order's payment is a sequence of attempts; attempt
+// Payments. An order's payment is a sequence of attempts; attempt
 // n is sent under the provider idempotency key ProviderKey(order, n) with the
 // exact bytes stored in its PaymentAttemptStarted. Only the holder of the
 // attempt's lease sends, and only while database time + ProviderTimeout +
@@ -60,8 +60,7 @@ const (
 	stepLater             // reload and decide again after a backoff
 )
 
-// DrivePayment pushes an order's payment as far as it can go now (DESIGN
-// §5): it starts attempt 1 when there is none; sends while this process
+// DrivePayment pushes an order's payment as far as it can go now: it starts attempt 1 when there is none; sends while this process
 // holds the attempt's lease (the fence); reconciles an attempt whose outcome
 // is unknown or whose lease this process may take over by querying the
 // provider (by key, then by metadata) before any send; retries inside the
@@ -460,40 +459,32 @@ func resultOf(attempt int, ch provider.Charge) domain.PaymentResult {
 // id through Order.Record and deterministic event ids; never fenced) and
 // runs the follow-ups of what it appended.
 func (h *Handler) recordPayment(ctx context.Context, orderID string, res domain.PaymentResult) error {
-	for range 10 {
-		o, s, err := h.LoadOrder(ctx, orderID)
-		if err != nil {
-			return err
-		}
-		evs := o.Record(res, TicketIDs(orderID, o.Quantity))
-		if len(evs) == 0 {
-			return nil
-		}
+	c, err := h.update(ctx, domain.OrderStream(orderID), func(s *stream) (change, error) {
+		o := fold[domain.Order](s.events)
 		cause := orderID + "/" + res.ChargeID
 		if res.ChargeID == "" {
 			cause = orderID + "/attempt-" + strconv.Itoa(res.Attempt) + "/" + res.Outcome
 		}
-		now, err := h.now(ctx)
-		if err != nil {
-			return err
-		}
-		m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
-		pend := make([]pending, len(evs))
-		for i, e := range evs {
-			pend[i] = pending{DerivedID(cause, e.EventType()), e}
-		}
-		_, err = h.appendEvents(ctx, s.name, s.expected(), m, pend...)
-		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		h.step("payment.recorded")
-		h.observe(orderID, evs)
-		return h.afterOrderEvents(ctx, orderID, evs)
+		return change{events: derived(cause, o.Record(res, TicketIDs(orderID, o.Quantity))),
+			meta: eventstore.Metadata{Actor: o.Actor, Intent: o.Intent}}, nil
+	})
+	if err != nil || len(c.events) == 0 {
+		return err
 	}
-	return domain.ErrContention
+	evs := c.domainEvents()
+	h.step("payment.recorded")
+	h.observe(orderID, evs)
+	return h.afterOrderEvents(ctx, orderID, evs)
+}
+
+// derived gives each event the id derived from cause and its type (a repeat
+// of the same decision appends the same ids, so it is a no-op).
+func derived(cause string, evs []domain.Event) []pending {
+	pend := make([]pending, len(evs))
+	for i, e := range evs {
+		pend[i] = pending{DerivedID(cause, e.EventType()), e}
+	}
+	return pend
 }
 
 // observe counts and logs what appended order events mean for operators.
@@ -657,69 +648,39 @@ func isUnknownCharge(err error) bool {
 // refuseRefund folds the provider's refusal of the refund of chargeID into
 // the order (RefundRefused, OrderNeedsReview), once.
 func (h *Handler) refuseRefund(ctx context.Context, orderID, chargeID string, refusal *provider.APIError) error {
-	for range 10 {
-		o, s, err := h.LoadOrder(ctx, orderID)
-		if err != nil {
-			return err
-		}
-		evs := o.RefuseRefund(chargeID, refusal.Code, refusal.Message)
-		if len(evs) == 0 {
-			return nil
-		}
-		now, err := h.now(ctx)
-		if err != nil {
-			return err
-		}
-		m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
-		pend := make([]pending, len(evs))
-		for i, e := range evs {
-			pend[i] = pending{DerivedID(orderID+"/"+chargeID, e.EventType()), e}
-		}
-		_, err = h.appendEvents(ctx, s.name, s.expected(), m, pend...)
-		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		h.metrics.Reconciliation("refund_refused")
-		h.log.Error("the provider does not know a charge whose refund was requested; the refund is not retried", "order_id", orderID,
-			"charge_id", chargeID, "code", refusal.Code)
-		h.observe(orderID, evs)
-		return nil
+	c, err := h.update(ctx, domain.OrderStream(orderID), func(s *stream) (change, error) {
+		o := fold[domain.Order](s.events)
+		return change{events: derived(orderID+"/"+chargeID, o.RefuseRefund(chargeID, refusal.Code, refusal.Message)),
+			meta: eventstore.Metadata{Actor: o.Actor, Intent: o.Intent}}, nil
+	})
+	if err != nil || len(c.events) == 0 {
+		return err
 	}
-	return domain.ErrContention
+	h.metrics.Reconciliation("refund_refused")
+	h.log.Error("the provider does not know a charge whose refund was requested; the refund is not retried", "order_id", orderID,
+		"charge_id", chargeID, "code", refusal.Code)
+	h.observe(orderID, c.domainEvents())
+	return nil
 }
 
 // recordRefund folds a refund the provider made into the order.
 func (h *Handler) recordRefund(ctx context.Context, orderID, chargeID, refundID string, amount domain.Money) error {
-	for range 10 {
-		o, s, err := h.LoadOrder(ctx, orderID)
-		if err != nil {
-			return err
+	c, err := h.update(ctx, domain.OrderStream(orderID), func(s *stream) (change, error) {
+		o := fold[domain.Order](s.events)
+		amt := amount
+		if amt.Currency == "" {
+			amt.Currency = o.Amount.Currency
 		}
-		if amount.Currency == "" {
-			amount.Currency = o.Amount.Currency
+		evs := o.RecordRefund(chargeID, refundID, amt)
+		if len(evs) > 1 {
+			evs = evs[:1]
 		}
-		evs := o.RecordRefund(chargeID, refundID, amount)
-		if len(evs) == 0 {
-			return nil
-		}
-		now, err := h.now(ctx)
-		if err != nil {
-			return err
-		}
-		m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
-		_, err = h.appendEvents(ctx, s.name, s.expected(), m, pending{DerivedID(orderID+"/"+chargeID, evs[0].EventType()), evs[0]})
-		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-			continue
-		}
-		if err == nil {
-			h.observe(orderID, evs)
-		}
-		return err
+		return change{events: derived(orderID+"/"+chargeID, evs), meta: eventstore.Metadata{Actor: o.Actor, Intent: o.Intent}}, nil
+	})
+	if err == nil && len(c.events) > 0 {
+		h.observe(orderID, c.domainEvents())
 	}
-	return domain.ErrContention
+	return err
 }
 
 // backoff is a capped exponential backoff with full jitter (AWS

@@ -78,7 +78,7 @@ func newPayFix(t *testing.T, cfg Config, token string, faults []chargeFault, giv
 func newPayFixPlaced(t *testing.T, cfg Config, keys *memKeys, placed domain.OrderPlaced, faults []chargeFault, given ...domain.Event) *payFix {
 	t.Helper()
 	f := &payFix{t: t, store: newMemStore(), clock: newFakeClock(payT0), pay: newFakePayments(faults...), metrics: newRecordingMetrics(), cfg: cfg}
-	f.store.clock = f.clock
+	f.store.SetClock(f.clock)
 	f.keys = keys
 	f.h = f.handler(cfg)
 	mustAppend(t, f.store, domain.ShowStream(payShow),
@@ -91,7 +91,7 @@ func newPayFixPlaced(t *testing.T, cfg Config, keys *memKeys, placed domain.Orde
 	if len(given) > 0 {
 		mustAppend(t, f.store, domain.OrderStream(payOrder), given...)
 	}
-	f.base = len(f.store.types(domain.OrderStream(payOrder)))
+	f.base = len(f.store.Types(domain.OrderStream(payOrder)))
 	return f
 }
 
@@ -103,7 +103,7 @@ func (f *payFix) handler(cfg Config) *Handler {
 
 // appended returns the types of the order events appended since the fixture was built.
 func (f *payFix) appended() []string {
-	if all := f.store.types(domain.OrderStream(payOrder)); len(all) > f.base {
+	if all := f.store.Types(domain.OrderStream(payOrder)); len(all) > f.base {
 		return all[f.base:]
 	}
 	return nil
@@ -298,7 +298,7 @@ func TestDrivePayment(t *testing.T) {
 			if tt.wantMetric != "" && f.metrics.get(tt.wantMetric) == 0 {
 				t.Errorf("metric %q not counted; got %v", tt.wantMetric, f.metrics.results)
 			}
-			released := slices.Contains(f.store.types(domain.ShowStream(payShow)), "SeatsReleased")
+			released := slices.Contains(f.store.Types(domain.ShowStream(payShow)), "SeatsReleased")
 			if want := o.Status == domain.OrderStatusFailed || o.Status == domain.OrderStatusCancelled; released != want {
 				t.Errorf("seats released = %v with the order %s", released, o.Status)
 			}
@@ -312,13 +312,13 @@ func TestCancelBeforeTheFirstSendFinishesAtOnce(t *testing.T) {
 	t.Parallel()
 	f := newPayFix(t, payConfig(), "tok_visa", nil)
 	var once sync.Once
-	f.store.afterAppend = func(stream string, types []string) {
+	f.store.SetAfterAppend(func(stream string, types []string) {
 		if stream == domain.OrderStream(payOrder) && slices.Contains(types, evStarted) {
 			once.Do(func() {
 				mustAppend(t, f.store, stream, domain.OrderCancelRequested{OrderID: payOrder, Actor: payActor})
 			})
 		}
-	}
+	})
 	if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
 		t.Fatalf("DrivePayment() = %v", err)
 	}
@@ -597,7 +597,7 @@ func TestCancelOrder(t *testing.T) {
 		if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
 			t.Fatal(err)
 		}
-		f.base = len(f.store.types(domain.OrderStream(payOrder)))
+		f.base = len(f.store.Types(domain.OrderStream(payOrder)))
 		res, err := f.h.CancelOrder(context.Background(), req("c1"), payOrder)
 		if err != nil {
 			t.Fatalf("CancelOrder() = %v", err)
@@ -652,7 +652,7 @@ func TestCancelOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.pay.forgetCharges()
-		f.base = len(f.store.types(domain.OrderStream(payOrder)))
+		f.base = len(f.store.Types(domain.OrderStream(payOrder)))
 		res, err := f.h.CancelOrder(context.Background(), req("c5"), payOrder)
 		if err != nil || !res.Final || res.Order.Status != domain.OrderStatusNeedsReview {
 			t.Fatalf("CancelOrder() = final %v, status %s, %v; want final, needs_review", res.Final, res.Order.Status, err)
@@ -681,7 +681,7 @@ func TestCancelOrder(t *testing.T) {
 		if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
 			t.Fatal(err)
 		}
-		f.base = len(f.store.types(domain.OrderStream(payOrder)))
+		f.base = len(f.store.Types(domain.OrderStream(payOrder)))
 		_, err := f.h.CancelOrder(context.Background(), req("c3"), payOrder)
 		if !errors.Is(err, domain.ErrNotCancellable) || domain.KindOf(err) != domain.Conflict {
 			t.Errorf("CancelOrder() = %v, want ErrNotCancellable (409)", err)

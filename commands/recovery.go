@@ -327,7 +327,7 @@ func (h *Handler) committed(ctx context.Context, run *intentRun, str func(string
 // passed (database clock) and that no order claimed, with the same id a late
 // order request would use, then releases its seats; a no-op otherwise.
 func (h *Handler) ExpireReservation(ctx context.Context, reservationID string) error {
-	for range 5 {
+	return h.retryConflicts(ctx, func() error {
 		c, _, err := h.loadClaim(ctx, reservationID)
 		if err != nil {
 			return err
@@ -356,11 +356,8 @@ func (h *Handler) ExpireReservation(ctx context.Context, reservationID string) e
 			m := eventstore.Metadata{Actor: res.Actor, OccurredAt: now}
 			h.step("expiry.claiming")
 			_, err = h.appendEvents(ctx, domain.ClaimStream(reservationID), eventstore.NoStream(), m, pending{id, claim})
-			if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-				continue
-			}
 			if err != nil {
-				return err
+				return err // a conflict: an order or expiry claimed first, decide again
 			}
 			h.step("expiry.claimed")
 		}
@@ -368,6 +365,5 @@ func (h *Handler) ExpireReservation(ctx context.Context, reservationID string) e
 			return nil
 		}
 		return h.finishExpiry(ctx, claim, id, eventstore.Metadata{Actor: res.Actor, OccurredAt: now})
-	}
-	return domain.ErrContention
+	})
 }

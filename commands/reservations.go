@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
@@ -50,49 +49,57 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 		held, ok := e.held[resID]
 		return held, ok, nil
 	}
-	for range h.cfg.ShowRetries {
-		res, err := h.loadReservation(ctx, resID)
-		if err != nil {
-			return domain.Reservation{}, out, err
+	var res domain.Reservation
+	// opened reads the reservation: errRetry until its stream exists.
+	opened := func() error {
+		var err error
+		if res, err = h.loadReservation(ctx, resID); err != nil || res.Exists() {
+			return err
 		}
-		if res.Exists() {
-			return res, out, nil
+		return errRetry
+	}
+	err := h.retryConflicts(ctx, func() error {
+		if err := opened(); !errors.Is(err, errRetry) {
+			return err
 		}
 		held, ok, err := committed()
 		if err != nil {
-			return domain.Reservation{}, out, err
+			return err
 		}
 		if ok {
-			// Committed; finish the follow-up.
+			// Committed; finish the follow-up, then read the reservation.
 			if err := h.ensureReservationHeld(ctx, held); err != nil {
-				return domain.Reservation{}, out, err
+				return err
 			}
-			continue
+			return opened()
 		}
 		if err := h.awaitExecutor(ctx, run, func() (bool, error) {
 			_, ok, err := committed()
 			return ok, err
 		}); err != nil {
-			if errors.Is(err, errRetry) {
-				continue
-			}
-			return domain.Reservation{}, out, err
+			return err
 		}
 		h.step("reservation.holding")
 		held, decided, err := h.holdSeats(ctx, run, cmd, resID)
 		if err != nil {
-			return domain.Reservation{}, out, err
+			return err
 		}
 		if !decided {
-			continue // lost a race on the show stream: decide again
+			return errRetry // lost a race on the show stream: decide again
 		}
 		h.step("reservation.held")
 		if err := h.ensureReservationHeld(ctx, held); err != nil {
-			return domain.Reservation{}, out, err
+			return err
 		}
+		return opened()
+	})
+	if errors.Is(err, domain.ErrContention) {
+		h.metrics.Contention()
 	}
-	h.metrics.Contention()
-	return domain.Reservation{}, out, domain.ErrContention
+	if err != nil {
+		return domain.Reservation{}, out, err
+	}
+	return res, out, nil
 }
 
 // heldRecord is a SeatsHeld event with its id and metadata.
@@ -142,30 +149,15 @@ func (h *Handler) GetReservation(ctx context.Context, actor, id string) (domain.
 	return r, nil
 }
 
-// appendFollowUp appends derived events to a stream read just before,
-// retrying on a revision conflict: decide is called with the fresh stream
-// and returns the events to append (none when already done).
+// appendFollowUp appends derived events to a stream with update (see the
+// retry policy in update.go): decide is called with the fresh stream and
+// returns the events to append (none when already done), with metadata m.
 func (h *Handler) appendFollowUp(ctx context.Context, name string, m eventstore.Metadata, decide func(s *stream) []pending) error {
-	for range 10 {
-		s, err := h.load(ctx, name)
-		if err != nil {
-			return err
-		}
-		evs := decide(s)
-		if len(evs) == 0 {
-			return nil
-		}
-		now, err := h.now(ctx)
-		if err != nil {
-			return err
-		}
-		m.OccurredAt = now
-		_, err = h.appendEvents(ctx, name, s.expected(), m, evs...)
-		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		return err
+	_, err := h.update(ctx, name, func(s *stream) (change, error) {
+		return change{events: decide(s), meta: m}, nil
+	})
+	if errors.Is(err, domain.ErrContention) {
+		return fmt.Errorf("follow-up on %s: %w", name, err)
 	}
-	return fmt.Errorf("follow-up on %s: %w", name, domain.ErrContention)
+	return err
 }

@@ -66,7 +66,7 @@ func TestLegacyIntentTokenIsSealedAtPlacement(t *testing.T) {
 	const token = "tok_visa_legacy_intent"
 	ctx := context.Background()
 	store, clock, keys := newMemStore(), newFakeClock(payT0), newMemKeys()
-	store.clock = clock
+	store.SetClock(clock)
 	h := New(payConfig(), store, clock, newFakePayments(), newTestRegistry(), nil, WithKeys(keys))
 	intent := IntentStream(payActor, OpPlaceOrder, "legacy-key")
 	mustAppend(t, store, intent, domain.IntentRecorded{Actor: payActor, Operation: OpPlaceOrder, KeySHA256: "k", Fingerprint: "fp",

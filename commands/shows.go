@@ -2,7 +2,6 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/retrysafe/booking/domain"
@@ -70,35 +69,36 @@ func showCommandOf(command map[string]any) ScheduleShowCommand {
 func (h *Handler) scheduleShow(ctx context.Context, run *intentRun, cmd ScheduleShowCommand) (domain.Show, Outcome, error) {
 	out := Outcome{Replayed: !run.created}
 	showID := run.targetID()
-	for range 8 {
-		show, s, err := h.LoadShow(ctx, showID)
-		if err != nil {
-			return domain.Show{}, out, err
-		}
-		if s.exists {
-			return show, out, nil
+	var show domain.Show
+	err := h.retryConflicts(ctx, func() error {
+		var s *stream
+		var err error
+		if show, s, err = h.LoadShow(ctx, showID); err != nil || s.exists {
+			return err
 		}
 		if err := h.awaitExecutor(ctx, run, func() (bool, error) {
 			_, s, err := h.LoadShow(ctx, showID)
 			return err == nil && s.exists, err
 		}); err != nil {
-			if errors.Is(err, errRetry) {
-				continue
-			}
-			return domain.Show{}, out, err
+			return err
 		}
 		evs, err := show.Schedule(domain.ScheduleShow{ShowID: showID, Name: cmd.Name, StartsAt: cmd.StartsAt,
 			Capacity: cmd.Capacity, Price: cmd.Price}, run.now)
 		if err != nil {
-			return domain.Show{}, out, h.reject(ctx, run, asDomain(err), "")
+			return h.reject(ctx, run, asDomain(err), "")
 		}
 		_, err = h.appendEvents(ctx, domain.ShowStream(showID), eventstore.NoStream(), run.meta(run.now, ""),
 			pending{DerivedID(run.stream, "show-scheduled"), evs[0]})
-		if err != nil && !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-			return domain.Show{}, out, err
+		if err != nil {
+			return err // a conflict: scheduled meanwhile, read it on the next try
 		}
+		show, _, err = h.LoadShow(ctx, showID)
+		return err
+	})
+	if err != nil {
+		return domain.Show{}, out, err
 	}
-	return domain.Show{}, out, domain.ErrContention
+	return show, out, nil
 }
 
 // LoadShow returns the show with id and its loaded stream; a show that does
@@ -130,68 +130,4 @@ func (h *Handler) GetShow(ctx context.Context, id string) (domain.Show, error) {
 		return domain.Show{}, domain.ErrShowNotFound
 	}
 	return show, nil
-}
-
-// awaitExecutor decides what a request does before an intent's commit point:
-// the request that recorded (or took over) the intent goes on; a repeat
-// inside the executor's lease waits up to InUseWait for committed to turn
-// true (then returns errRetry so the caller re-reads) and otherwise answers
-// domain.ErrKeyInUse; after the lease it takes over (errRetry on a lost race).
-func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed func() (bool, error)) error {
-	if run.created {
-		return nil
-	}
-	now, err := h.now(ctx)
-	if err != nil {
-		return err
-	}
-	if run.intent.LeaseLive(now) {
-		wait := min(h.cfg.InUseWait, run.intent.LeaseUntil.Sub(now)+50*time.Millisecond)
-		done, err := waitFor(ctx, wait, committed)
-		if err != nil {
-			return err
-		}
-		if done {
-			return errRetry
-		}
-		if err := h.reloadIntent(ctx, run); err != nil {
-			return err
-		}
-		if now, err = h.now(ctx); err != nil {
-			return err
-		}
-		if run.intent.LeaseLive(now) {
-			h.metrics.InUse(run.req.Operation)
-			return &InUseError{RetryAfter: max(time.Second, run.intent.LeaseUntil.Sub(now))}
-		}
-	}
-	if err := h.takeOver(ctx, run); err != nil {
-		if errors.Is(err, errRetry) {
-			if err := h.reloadIntent(ctx, run); err != nil {
-				return err
-			}
-		}
-		return err
-	}
-	return nil
-}
-
-// InUseError is domain.ErrKeyInUse with the time after which a retry may
-// find the executor's lease expired (Retry-After).
-type InUseError struct {
-	RetryAfter time.Duration
-}
-
-// Error returns domain.ErrKeyInUse's message.
-func (e *InUseError) Error() string { return domain.ErrKeyInUse.Error() }
-
-// Unwrap returns domain.ErrKeyInUse.
-func (e *InUseError) Unwrap() error { return domain.ErrKeyInUse }
-
-func asDomain(err error) *domain.Error {
-	var de *domain.Error
-	if errors.As(err, &de) {
-		return de
-	}
-	return &domain.Error{Kind: domain.Internal, Code: "internal", Msg: "internal error"}
 }

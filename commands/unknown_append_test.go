@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -73,7 +74,7 @@ func newLostFix(t *testing.T) *lostFix {
 	t.Helper()
 	f := &lostFix{store: &lossyStore{memStore: newMemStore()}, clock: newFakeClock(payT0), pay: newFakePayments(),
 		metrics: newRecordingMetrics()}
-	f.store.clock = f.clock
+	f.store.SetClock(f.clock)
 	cfg := DefaultConfig()
 	cfg.Executor = execA
 	f.h = New(cfg, f.store, f.clock, f.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithMetrics(f.metrics), WithKeys(newMemKeys()))
@@ -99,17 +100,14 @@ func (f *lostFix) order(key string) (OrderResult, error) {
 
 // count returns the number of events of type typ in streams with prefix.
 func (f *lostFix) count(prefix, typ string) int {
-	f.store.memStore.mu.Lock()
-	defer f.store.memStore.mu.Unlock()
+	all, err := f.store.ReadAll(context.Background(), eventstore.Position{}, math.MaxInt32)
+	if err != nil {
+		panic(err)
+	}
 	n := 0
-	for name, s := range f.store.streams {
-		if !strings.HasPrefix(name, prefix) {
-			continue
-		}
-		for _, e := range s.events {
-			if e.Type == typ {
-				n++
-			}
+	for _, e := range all {
+		if strings.HasPrefix(e.Stream, prefix) && e.Type == typ {
+			n++
 		}
 	}
 	return n
@@ -169,12 +167,12 @@ func TestLostAppendAnswerIsRepeatedToLearnTheOutcome(t *testing.T) {
 				t.Errorf("%d answers lost, want 1", f.store.lost)
 			}
 			f.checkOneOrder(t, out)
-			if got := f.store.types(IntentStream("alice", OpPlaceOrder, "k1")); !cmp.Equal(got, []string{"IntentRecorded"}) {
+			if got := f.store.Types(IntentStream("alice", OpPlaceOrder, "k1")); !cmp.Equal(got, []string{"IntentRecorded"}) {
 				t.Errorf("intent stream %v, want [IntentRecorded] (recorded once, the request stayed its executor)", got)
 			}
-			if n := len(f.store.types(domain.OrderStream(out.Order.ID))); tc.typ == "PaymentAttemptStarted" && n != 4 {
+			if n := len(f.store.Types(domain.OrderStream(out.Order.ID))); tc.typ == "PaymentAttemptStarted" && n != 4 {
 				t.Errorf("order stream %v, want [OrderPlaced PaymentAttemptStarted PaymentSucceeded OrderConfirmed]",
-					f.store.types(domain.OrderStream(out.Order.ID)))
+					f.store.Types(domain.OrderStream(out.Order.ID)))
 			}
 			if n := f.metrics.get("unknown_append:resolved"); n != 1 {
 				t.Errorf("UnknownAppend(resolved) counted %d, want 1", n)
@@ -210,7 +208,7 @@ func TestLostAppendAnswerStillUnknownIs503(t *testing.T) {
 			t.Errorf("UnknownAppend(unresolved) counted %d, want 1", n)
 		}
 		stream := IntentStream("alice", OpPlaceOrder, "k1")
-		if got := f.store.types(stream); !cmp.Equal(got, []string{"IntentRecorded"}) {
+		if got := f.store.Types(stream); !cmp.Equal(got, []string{"IntentRecorded"}) {
 			t.Errorf("intent stream %v, want [IntentRecorded] (nothing transient stored)", got)
 		}
 		if n := f.count("reservation-order-", "OrderClaimed"); n != 0 {
@@ -229,7 +227,7 @@ func TestLostAppendAnswerStillUnknownIs503(t *testing.T) {
 			t.Fatalf("repeat after the lease: PlaceOrder() = %+v, %v; want the order, replayed", out, err)
 		}
 		f.checkOneOrder(t, out)
-		if got := f.store.types(stream); !cmp.Equal(got, []string{"IntentRecorded", "IntentResumed"}) {
+		if got := f.store.Types(stream); !cmp.Equal(got, []string{"IntentRecorded", "IntentResumed"}) {
 			t.Errorf("intent stream %v, want [IntentRecorded IntentResumed]", got)
 		}
 	})

@@ -2,20 +2,30 @@ package domain
 
 import "errors"
 
-// Kind classifies an Error. cmd/booking maps each Kind to one HTTP status, in
-// one table (httperr.go); the zero Kind is Internal.
+// Kind classifies an Error. The HTTP adapter maps each Kind to one HTTP
+// status (RFC 9110 §15), in its one Kind→status table, and nowhere else; the
+// zero Kind is Internal. A Kind is stored by name (String) in IntentRejected,
+// so a name never changes meaning.
 type Kind uint8
 
 // The kinds of domain errors.
 const (
-	Internal    Kind = iota // a bug or an unclassified failure: 500
-	Invalid                 // the request is malformed or violates validation: 400
-	NotFound                // the resource does not exist or is not the caller's: 404
-	Conflict                // the request conflicts with current state: 409
-	Rejected                // a definitive business refusal with its own status (402, 410, 422)
-	Unavailable             // a transient failure; retrying later may succeed: 503
-	Forbidden               // the actor may not do this: 403
-	Gone                    // the resource existed but can no longer be acted on: 410
+	Internal         Kind = iota // a bug or an unclassified failure: 500
+	Invalid                      // the request is malformed or violates validation: 400
+	NotFound                     // the resource does not exist or is not the caller's: 404
+	Conflict                     // the request conflicts with current state: 409
+	Rejected                     // a definitive refusal of the request as sent (a reused idempotency key): 422
+	Unavailable                  // a transient failure; retrying later may succeed: 503
+	Forbidden                    // the actor may not do this: 403
+	Gone                         // the resource existed but can no longer be acted on: 410
+	Unauthorized                 // no valid credentials (a missing or unknown bearer token): 401
+	RateLimited                  // the actor's retry budget is spent; retry after a pause: 429
+	PaymentRequired              // the payment was declined or did not complete: 402
+	UnsupportedMedia             // the body's media type is not accepted: 415
+	TooLarge                     // the body exceeds its size limit: 413
+	Timeout                      // the request did not arrive whole in time: 408
+
+	lastKind = Timeout
 )
 
 // String returns the kind's lowercase name.
@@ -35,6 +45,18 @@ func (k Kind) String() string {
 		return "forbidden"
 	case Gone:
 		return "gone"
+	case Unauthorized:
+		return "unauthorized"
+	case RateLimited:
+		return "rate_limited"
+	case PaymentRequired:
+		return "payment_required"
+	case UnsupportedMedia:
+		return "unsupported_media"
+	case TooLarge:
+		return "too_large"
+	case Timeout:
+		return "timeout"
 	default:
 		return "internal"
 	}
@@ -76,7 +98,7 @@ func (e *Error) With(msg string) *Error {
 
 // ParseKind returns the Kind named by String, or Internal.
 func ParseKind(s string) Kind {
-	for k := Internal; k <= Gone; k++ {
+	for k := Internal; k <= lastKind; k++ {
 		if k.String() == s {
 			return k
 		}
@@ -106,10 +128,13 @@ var (
 	ErrReservationAlreadyOrdered = &Error{Kind: Conflict, Code: "reservation-already-ordered", Msg: "the reservation already has an order"}
 	ErrReservationExpired        = &Error{Kind: Gone, Code: "reservation-expired", Msg: "the reservation has expired"}
 	ErrReservationReleased       = &Error{Kind: Gone, Code: "reservation-released", Msg: "the reservation was released"}
-	ErrPaymentDeclined           = &Error{Kind: Rejected, Code: "payment-declined", Msg: "the payment was declined"}
+	ErrPaymentDeclined           = &Error{Kind: PaymentRequired, Code: "payment-declined", Msg: "the payment was declined"}
+	ErrPaymentFailed             = &Error{Kind: PaymentRequired, Code: "payment-failed", Msg: "the payment did not complete; the order failed"}
 	ErrNotCancellable            = &Error{Kind: Conflict, Code: "order-not-cancellable", Msg: "the order can no longer be cancelled"}
 	ErrVersionConflict           = &Error{Kind: Conflict, Code: "version-conflict", Msg: "the stream changed concurrently"}
 	ErrContention                = &Error{Kind: Unavailable, Code: "contention", Msg: "too many concurrent requests for this resource; retry later"}
 	ErrUnavailable               = &Error{Kind: Unavailable, Code: "unavailable", Msg: "a dependency is unavailable; retry later"}
 	ErrForbidden                 = &Error{Kind: Forbidden, Code: "forbidden", Msg: "the actor may not do this"}
+	ErrUnauthorized              = &Error{Kind: Unauthorized, Code: "unauthorized", Msg: "a valid bearer token is required"}
+	ErrRateLimited               = &Error{Kind: RateLimited, Code: "rate-limited", Msg: "too many requests for this actor; retry later"}
 )

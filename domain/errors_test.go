@@ -56,6 +56,12 @@ func TestKindString(t *testing.T) {
 		{"Unavailable is unavailable.", domain.Unavailable, "unavailable"},
 		{"Forbidden is forbidden.", domain.Forbidden, "forbidden"},
 		{"Gone is gone.", domain.Gone, "gone"},
+		{"Unauthorized is unauthorized.", domain.Unauthorized, "unauthorized"},
+		{"RateLimited is rate_limited.", domain.RateLimited, "rate_limited"},
+		{"PaymentRequired is payment_required.", domain.PaymentRequired, "payment_required"},
+		{"UnsupportedMedia is unsupported_media.", domain.UnsupportedMedia, "unsupported_media"},
+		{"TooLarge is too_large.", domain.TooLarge, "too_large"},
+		{"Timeout is timeout.", domain.Timeout, "timeout"},
 		{"An unknown kind is internal.", domain.Kind(200), "internal"},
 	}
 	for _, tt := range tests {
@@ -81,7 +87,7 @@ func TestParseKind(t *testing.T) {
 		{"A name with surrounding space is not a kind.", " gone", domain.Internal},
 	}
 	// Every kind round-trips through String and ParseKind.
-	for k := domain.Internal; k <= domain.Gone; k++ {
+	for k := domain.Internal; k <= domain.Timeout; k++ {
 		tests = append(tests, struct {
 			name string
 			in   string
@@ -206,12 +212,15 @@ func TestSentinels(t *testing.T) {
 		{domain.ErrReservationAlreadyOrdered, domain.Conflict, "reservation-already-ordered"},
 		{domain.ErrReservationExpired, domain.Gone, "reservation-expired"},
 		{domain.ErrReservationReleased, domain.Gone, "reservation-released"},
-		{domain.ErrPaymentDeclined, domain.Rejected, "payment-declined"},
+		{domain.ErrPaymentDeclined, domain.PaymentRequired, "payment-declined"},
+		{domain.ErrPaymentFailed, domain.PaymentRequired, "payment-failed"},
 		{domain.ErrNotCancellable, domain.Conflict, "order-not-cancellable"},
 		{domain.ErrVersionConflict, domain.Conflict, "version-conflict"},
 		{domain.ErrContention, domain.Unavailable, "contention"},
 		{domain.ErrUnavailable, domain.Unavailable, "unavailable"},
 		{domain.ErrForbidden, domain.Forbidden, "forbidden"},
+		{domain.ErrUnauthorized, domain.Unauthorized, "unauthorized"},
+		{domain.ErrRateLimited, domain.RateLimited, "rate-limited"},
 		{domain.ErrKeyReused, domain.Rejected, "idempotency-key-reused"},
 		{domain.ErrKeyInUse, domain.Conflict, "idempotency-key-in-use"},
 		{domain.ErrAttemptNotAllowed, domain.Conflict, "attempt-not-allowed"},

@@ -23,14 +23,17 @@ const SchemaVersion = 1
 //   - 2 for IntentRecorded, which no longer has a private part: the payment
 //     token is held sealed in the key table until the order carries it
 //     (version 1 held it in clear);
+//   - 2 for IntentRejected, which stores the rejection's Kind and Code
+//     only (version 1 also stored the HTTP status it was answered with);
 //   - SchemaVersion for every other type.
 //
 // Version 1 events decode into the same Go types: their clear fields
 // (OrderPrivate.PaymentToken, AttemptPrivate.RequestBody,
-// IntentRecorded.Private) are read but never written again.
+// IntentRecorded.Private, IntentRejected.Status) are read but never written
+// again.
 func SchemaVersionOf(e Event) int {
 	switch e.(type) {
-	case OrderPlaced, PaymentAttemptStarted, IntentRecorded:
+	case OrderPlaced, PaymentAttemptStarted, IntentRecorded, IntentRejected:
 		return 2
 	}
 	return SchemaVersion
@@ -329,12 +332,16 @@ type IntentResumed struct {
 	LeaseUntil time.Time `json:"lease_until"`
 }
 
-// IntentRejected records a definitive refusal of the intent, so every repeat
-// answers the same Status (HTTP, fixed when recorded), Kind and Code.
-// ResourceID names a resource the answer may show (the caller's existing
-// order, for example).
+// IntentRejected records a definitive refusal of the intent as a domain
+// outcome, so every repeat answers the same Kind and Code (Kind by its
+// String name). ResourceID names a resource the answer may show (the
+// caller's existing order, for example).
+//
+// Version 2 stores no HTTP status: the adapter maps Kind to a status. Status
+// is read only from version 1 events, which stored the HTTP status fixed
+// when they were recorded; a repeat of such an intent answers that status.
 type IntentRejected struct {
-	Status     int    `json:"status"`
+	Status     int    `json:"status,omitempty"`
 	Kind       string `json:"kind"`
 	Code       string `json:"code"`
 	Detail     string `json:"detail"`

@@ -150,8 +150,12 @@ func goldenEvents() map[string][]golden {
 		v1(intentV1),
 		v2(intent, "IntentRecorded.Private"),
 		v1(domain.IntentResumed{Executor: "booking-7d9f4c-1", LeaseUntil: goldenOrderedAt.Add(2 * time.Minute)}),
+		// Version 1 also stored the HTTP status it answered; version 2
+		// stores the domain outcome (kind and code) only.
 		v1(domain.IntentRejected{Status: 409, Kind: "conflict", Code: "reservation-already-ordered",
 			Detail: "the reservation already has order " + goldenOrderID, ResourceID: goldenOrderID}),
+		v2(domain.IntentRejected{Kind: "conflict", Code: "reservation-already-ordered",
+			Detail: "the reservation already has order " + goldenOrderID, ResourceID: goldenOrderID}, "IntentRejected.Status"),
 	}
 	m := make(map[string][]golden, len(evs))
 	for _, g := range evs {
@@ -370,7 +374,7 @@ func TestEventTypes(t *testing.T) {
 	if domain.SchemaVersion != 1 {
 		t.Errorf("SchemaVersion = %d, want 1: it names the version of the types that never changed", domain.SchemaVersion)
 	}
-	want := map[string]int{"OrderPlaced": 2, "PaymentAttemptStarted": 2, "IntentRecorded": 2}
+	want := map[string]int{"OrderPlaced": 2, "PaymentAttemptStarted": 2, "IntentRecorded": 2, "IntentRejected": 2}
 	for _, e := range domain.EventTypes() {
 		v, ok := want[e.EventType()]
 		if !ok {

@@ -98,22 +98,48 @@ func equalJSON(a, b any) bool {
 	}
 }
 
-// Resolution is what a repeat of an intent should do.
+// Resolution is what a request does with the intent its idempotency key
+// names (draft-ietf-httpapi-idempotency-key-header §2). The whole decision
+// table of the promise is Resolve (when the request arrives) and Await
+// (before the intent's commit point):
+//
+//	Resolve: no intent, or one past its retention   → ResolveNew
+//	Resolve: another fingerprint                     → ResolveMismatch (422)
+//	Resolve: same fingerprint, rejected              → ResolveRejected (the recorded answer)
+//	Resolve: same fingerprint, not rejected          → ResolveContinue (finish it or answer its outcome)
+//	Await:   this request recorded or took it over   → ResolveExecute
+//	Await:   executor's lease live, not yet waited    → ResolveWait (for the commit point)
+//	Await:   executor's lease live after the wait     → ResolveInUse (409 with Retry-After)
+//	Await:   executor's lease expired                 → ResolveTakeOver (IntentResumed, fenced)
 type Resolution uint8
 
-// Resolutions of a repeat.
+// Resolutions of a request, in the order of the table above.
 const (
 	ResolveNew      Resolution = iota // no live intent: record a new one
 	ResolveMismatch                   // different fingerprint: 422
 	ResolveRejected                   // definitively rejected: answer the rejection
 	ResolveContinue                   // same fingerprint: continue or answer the outcome
+	ResolveExecute                    // this request is the executor: go to the commit point
+	ResolveWait                       // another executor holds the lease: wait for its commit point
+	ResolveInUse                      // still held after the wait: 409 idempotency-key-in-use
+	ResolveTakeOver                   // the executor's lease expired: take the intent over
 )
 
+// String returns the resolution's name, for test failures and logs.
+func (r Resolution) String() string {
+	names := [...]string{"new", "mismatch", "rejected", "continue", "execute", "wait", "in-use", "take-over"}
+	if int(r) < len(names) {
+		return names[r]
+	}
+	return "unknown"
+}
+
 // Resolve decides what a request with fingerprint fp does with this intent
-// at now (database clock). retention is the intent retention: an intent
-// older than it is treated as absent (its key starts a new intent). Whether a
-// continuing request waits for the executor or takes over is decided with
-// LeaseLive once the caller knows whether the commit point was reached.
+// at now (database clock). fp must be computed under the intent's canonical
+// version (Recorded.CanonicalVersion) when the intent exists. retention is
+// the intent retention: an intent at or past RecordedAt + retention is
+// treated as absent (its key starts a new intent). A continuing request that
+// has not reached the commit point decides with Await.
 func (i *Intent) Resolve(fp string, now time.Time, retention time.Duration) Resolution {
 	if !i.Exists() || (!i.RecordedAt.IsZero() && !now.Before(i.RecordedAt.Add(retention))) {
 		return ResolveNew
@@ -125,6 +151,25 @@ func (i *Intent) Resolve(fp string, now time.Time, retention time.Duration) Reso
 		return ResolveRejected
 	}
 	return ResolveContinue
+}
+
+// Await decides what a continuing request does before the intent's commit
+// point is reached, at now (database clock). executor is true when this
+// request recorded the intent or took it over; waited is true once it has
+// waited for the executor (bounded) and found the commit point still
+// missing. It returns ResolveExecute, ResolveWait, ResolveInUse or
+// ResolveTakeOver.
+func (i *Intent) Await(executor, waited bool, now time.Time) Resolution {
+	switch {
+	case executor:
+		return ResolveExecute
+	case i.LeaseLive(now) && !waited:
+		return ResolveWait
+	case i.LeaseLive(now):
+		return ResolveInUse
+	default:
+		return ResolveTakeOver
+	}
 }
 
 // LeaseLive reports whether the intent's executor still holds its lease at

@@ -97,6 +97,60 @@ func TestIntentResolve(t *testing.T) {
 	}
 }
 
+func TestIntentAwait(t *testing.T) {
+	t.Parallel()
+	resumed := domain.IntentResumed{Executor: "booking-2", LeaseUntil: intentLease.Add(time.Minute)}
+	tests := []struct {
+		name     string
+		given    []domain.Event
+		executor bool
+		waited   bool
+		now      time.Time
+		want     domain.Resolution
+	}{
+		{name: "The request that recorded the intent executes it.", given: []domain.Event{givenIntent()}, executor: true,
+			now: intentRecordedAt, want: domain.ResolveExecute},
+		{name: "The executor executes even after its lease ended.", given: []domain.Event{givenIntent()}, executor: true,
+			now: intentLease.Add(time.Hour), want: domain.ResolveExecute},
+		{name: "A repeat inside the executor's lease waits for the commit point.", given: []domain.Event{givenIntent()},
+			now: intentLease.Add(-time.Nanosecond), want: domain.ResolveWait},
+		{name: "A repeat that waited and still finds the lease live answers in use.", given: []domain.Event{givenIntent()}, waited: true,
+			now: intentLease.Add(-time.Nanosecond), want: domain.ResolveInUse},
+		{name: "A repeat exactly at the lease's end takes the intent over.", given: []domain.Event{givenIntent()},
+			now: intentLease, want: domain.ResolveTakeOver},
+		{name: "A repeat that waited past the lease's end takes the intent over.", given: []domain.Event{givenIntent()}, waited: true,
+			now: intentLease.Add(time.Second), want: domain.ResolveTakeOver},
+		{name: "A repeat inside a taken-over lease waits for the new executor.", given: []domain.Event{givenIntent(), resumed},
+			now: intentLease.Add(time.Second), want: domain.ResolveWait},
+		{name: "A repeat after a taken-over lease ended takes the intent over again.", given: []domain.Event{givenIntent(), resumed},
+			now: resumed.LeaseUntil, want: domain.ResolveTakeOver},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			in := intentFrom(intentRecordedAt, tt.given...)
+			if got := in.Await(tt.executor, tt.waited, tt.now); got != tt.want {
+				t.Errorf("Await(%t, %t, %v) = %v, want %v", tt.executor, tt.waited, tt.now, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestResolutionString(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for r := domain.ResolveNew; r <= domain.ResolveTakeOver; r++ {
+		name := r.String()
+		if name == "unknown" || seen[name] {
+			t.Errorf("Resolution(%d).String() = %q, want a distinct name", r, name)
+		}
+		seen[name] = true
+	}
+	if got := domain.Resolution(200).String(); got != "unknown" {
+		t.Errorf("Resolution(200).String() = %q, want \"unknown\"", got)
+	}
+}
+
 func TestIntentExpired(t *testing.T) {
 	t.Parallel()
 	expiresAt := intentRecordedAt.Add(intentRetention)

@@ -312,7 +312,7 @@ var ErrAttemptNotAllowed = &Error{Kind: Conflict, Code: "attempt-not-allowed", M
 //   - A new attempt (N = last+1) needs the previous one without an outcome
 //     and settled (its lease ended at least cmd.Settle before now); the
 //     caller must have found no charge of it at the provider, by key and by
-//     metadata (DESIGN §5).
+//     metadata.
 func (o *Order) Start(cmd StartAttempt, now time.Time) ([]Event, error) {
 	if o.Status != OrderStatusPending {
 		return nil, ErrAttemptNotAllowed.With("order is " + o.Status)

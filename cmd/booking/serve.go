@@ -137,7 +137,6 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
 	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's window
 	hcfg.InUseWait = cfg.InUseWait
-	commands.StatusOf = httpapi.StatusOf
 	mx := metrics.New()
 	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys)}
 	hooks, testAPI, err := faultHooks(ctx, log)

@@ -51,7 +51,7 @@ func decodeBody(r *http.Request) (*body, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, httpError(kindUnsupportedMedia, codeUnsupportedMedia, "the body must be application/json")
+			return nil, httpError(domain.UnsupportedMedia, codeUnsupportedMedia, "the body must be application/json")
 		}
 	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
@@ -59,7 +59,7 @@ func decodeBody(r *http.Request) (*body, error) {
 		return nil, bodyReadError(err)
 	}
 	if len(raw) > maxBodyBytes {
-		return nil, httpError(kindBodyTooLarge, codeBodyTooLarge, fmt.Sprintf("the body must be at most %d bytes", maxBodyBytes))
+		return nil, httpError(domain.TooLarge, codeBodyTooLarge, fmt.Sprintf("the body must be at most %d bytes", maxBodyBytes))
 	}
 	return decodeJSON(raw)
 }
@@ -68,7 +68,7 @@ func decodeBody(r *http.Request) (*body, error) {
 // request-timeout when the read deadline passed first, else 400.
 func bodyReadError(err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return httpError(kindRequestTimeout, codeRequestTimeout, "the request body did not arrive in time; send it again, whole")
+		return httpError(domain.Timeout, codeRequestTimeout, "the request body did not arrive in time; send it again, whole")
 	}
 	return httpError(domain.Invalid, codeInvalidBody, "the body could not be read")
 }

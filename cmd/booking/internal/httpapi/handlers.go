@@ -287,11 +287,11 @@ func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res comma
 	}
 	switch o.FirstOutcome {
 	case domain.FailPaymentDeclined:
-		a.writeError(w, r, &orderFailedError{order: o, err: httpError(kindPaymentFailed, domain.ErrPaymentDeclined.Code,
-			"the payment was declined; the order failed and its seats were released")})
+		a.writeError(w, r, &orderFailedError{order: o,
+			err: domain.ErrPaymentDeclined.With("the payment was declined; the order failed and its seats were released")})
 	case domain.FailPaymentDeadline, domain.FailNoAttempt:
-		a.writeError(w, r, &orderFailedError{order: o, err: httpError(kindPaymentFailed, codePaymentFailed,
-			"the payment did not complete ("+o.FirstOutcome+"); the order failed")})
+		a.writeError(w, r, &orderFailedError{order: o,
+			err: domain.ErrPaymentFailed.With("the payment did not complete (" + o.FirstOutcome + "); the order failed")})
 	default:
 		writeJSON(w, success, viewOrder(o))
 	}

@@ -12,41 +12,32 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// kindStatus is the one table that maps an error kind to an HTTP status
-// (RFC 9110 §15): every answer that is not a success takes its status from
-// here, in writeError. Its first rows are the domain's kinds; the last are
-// the kinds of the HTTP layer's own refusals, declared below.
+// kindStatus is the one table that maps an error Kind to an HTTP status
+// (RFC 9110 §15); every error answer, recorded rejections included, takes its
+// status from it.
 var kindStatus = map[domain.Kind]int{
-	domain.Internal:    http.StatusInternalServerError,
-	domain.Invalid:     http.StatusBadRequest,
-	domain.NotFound:    http.StatusNotFound,
-	domain.Conflict:    http.StatusConflict,
-	domain.Rejected:    http.StatusUnprocessableEntity,
-	domain.Unavailable: http.StatusServiceUnavailable,
-	domain.Forbidden:   http.StatusForbidden,
-	domain.Gone:        http.StatusGone,
+	domain.Internal:         http.StatusInternalServerError,
+	domain.Invalid:          http.StatusBadRequest,
+	domain.NotFound:         http.StatusNotFound,
+	domain.Conflict:         http.StatusConflict,
+	domain.Rejected:         http.StatusUnprocessableEntity,
+	domain.Unavailable:      http.StatusServiceUnavailable,
+	domain.Forbidden:        http.StatusForbidden,
+	domain.Gone:             http.StatusGone,
+	domain.Unauthorized:     http.StatusUnauthorized,
+	domain.RateLimited:      http.StatusTooManyRequests,
+	domain.PaymentRequired:  http.StatusPaymentRequired,
+	domain.UnsupportedMedia: http.StatusUnsupportedMediaType,
+	domain.TooLarge:         http.StatusRequestEntityTooLarge,
+	domain.Timeout:          http.StatusRequestTimeout,
 
-	kindUnauthorized:     http.StatusUnauthorized,
-	kindRateLimited:      http.StatusTooManyRequests,
-	kindPaymentFailed:    http.StatusPaymentRequired,
-	kindUnsupportedMedia: http.StatusUnsupportedMediaType,
-	kindBodyTooLarge:     http.StatusRequestEntityTooLarge,
-	kindRequestTimeout:   http.StatusRequestTimeout,
 	kindMethodNotAllowed: http.StatusMethodNotAllowed,
 }
 
-// Kinds of the refusals and outcomes that only the HTTP layer produces. They
-// extend domain.Kind from 128 up, clear of the domain's own kinds, and never
-// leave this package: nothing records them.
-const (
-	kindUnauthorized     domain.Kind = 128 + iota // no or an unknown bearer token
-	kindRateLimited                               // over the actor's retry budget
-	kindPaymentFailed                             // the order's payment failed (the order is in the problem)
-	kindUnsupportedMedia                          // a body that is not JSON
-	kindBodyTooLarge                              // a body beyond its limit
-	kindRequestTimeout                            // a body that did not arrive within the read timeout
-	kindMethodNotAllowed                          // a path that has no route for the method
-)
+// kindMethodNotAllowed is the kind of the one refusal only the router makes
+// (a path without a route for the method, RFC 9110 §15.5.6); it extends
+// domain.Kind from 128 up, clear of the domain's kinds, and is never recorded.
+const kindMethodNotAllowed domain.Kind = 128
 
 // Codes produced by the HTTP layer itself.
 const (
@@ -55,22 +46,20 @@ const (
 	codeUnsupportedMedia = "unsupported-media-type"
 	codeBodyTooLarge     = "body-too-large"
 	codeKeyInvalid       = "idempotency-key-invalid"
-	codePaymentFailed    = "payment-failed"
 )
 
-// statusOf returns the HTTP status of err: the status a recorded rejection
-// was stored with (so a replay answers what the first request did), else
-// kindStatus of err's kind; 500 for an error that is not a *domain.Error.
+// statusOf returns the HTTP status of err: its Kind's, from kindStatus. A
+// rejection recorded before rejections stored only their kind (a version 1
+// IntentRejected) answers the status it recorded, so its repeats answer as
+// they always did.
 func statusOf(err error) int {
 	var rej *commands.Rejection
-	if errors.As(err, &rej) && rej.Status != 0 {
-		return rej.Status
+	if errors.As(err, &rej) && rej.LegacyStatus != 0 {
+		return rej.LegacyStatus
 	}
 	var de *domain.Error
 	if errors.As(err, &de) {
-		if s, ok := kindStatus[de.Kind]; ok {
-			return s
-		}
+		return kindStatus[de.Kind]
 	}
 	return http.StatusInternalServerError
 }

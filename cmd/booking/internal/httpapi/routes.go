@@ -117,13 +117,13 @@ func (a *api) authenticate(next http.Handler) http.Handler {
 		scheme, tok, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="booking"`)
-			a.writeError(w, r, httpError(kindUnauthorized, codeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)"))
+			a.writeError(w, r, httpError(domain.Unauthorized, codeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)"))
 			return
 		}
 		act, ok := a.tokens[strings.TrimSpace(tok)]
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="booking", error="invalid_token"`)
-			a.writeError(w, r, httpError(kindUnauthorized, codeUnauthorized, "the bearer token is not valid"))
+			a.writeError(w, r, httpError(domain.Unauthorized, codeUnauthorized, "the bearer token is not valid"))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey, act)))
@@ -171,7 +171,7 @@ func (a *api) limit(next http.Handler) http.Handler {
 					a.rateLimited()
 				}
 				setRetryAfter(w, d)
-				a.writeError(w, r, httpError(kindRateLimited, codeRateLimited, "too many requests for this actor; retry after the time in Retry-After"))
+				a.writeError(w, r, httpError(domain.RateLimited, codeRateLimited, "too many requests for this actor; retry after the time in Retry-After"))
 				return
 			}
 		}

@@ -38,7 +38,7 @@ func newWebhookHandler(a *api, r webhookReceiver) http.Handler {
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
-				a.writeError(w, req, httpError(kindBodyTooLarge, codeBodyTooLarge, "the webhook body is too large"))
+				a.writeError(w, req, httpError(domain.TooLarge, codeBodyTooLarge, "the webhook body is too large"))
 				return
 			}
 			a.writeError(w, req, bodyReadError(err))

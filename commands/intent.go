@@ -1,5 +1,23 @@
 package commands
 
+// This file is the intent module: every rule of the idempotency promise on
+// the commands side (draft-ietf-httpapi-idempotency-key-header) lives here,
+// decided by the domain's table (domain.Intent.Resolve and Await) and used by
+// every state-changing use case through beginIntent and awaitExecutor:
+//
+//   - an intent is (actor, operation, key), its stream IntentStream(...);
+//   - a new intent records IntentRecorded at no stream (or at the purged
+//     stream's last revision) with the target id, executor and lease;
+//   - a repeat with another fingerprint is domain.ErrKeyReused (422), naming
+//     the differing fields, never their values;
+//   - a repeat of a definitively rejected intent answers the same rejection;
+//   - before the commit point a repeat waits (bounded) inside the executor's
+//     lease, then answers InUseError (409), and after the lease takes the
+//     intent over with IntentResumed, fenced by the stream revision;
+//   - a definitive refusal is recorded once (reject, event id derived from
+//     the intent stream) as a domain outcome: kind and code, no HTTP status;
+//   - an intent past its retention is truncated and its key starts anew.
+
 import (
 	"context"
 	"errors"
@@ -29,19 +47,24 @@ type Request struct {
 // Outcome describes how a request was answered. Replayed is true when the
 // request repeated an existing intent (Idempotent-Replayed: true). Rejection
 // is set for a definitive refusal recorded on the intent: every repeat
-// answers it with the same Status.
+// answers it the same.
 type Outcome struct {
 	Replayed  bool
 	Rejection *Rejection
 }
 
 // Rejection is a definitive refusal of an intent, answered identically to
-// every repeat. It is an error whose Unwrap is the domain error.
+// every repeat. It is an error whose Unwrap is the domain error, whose Kind
+// fixes the answer's status. ResourceID names a resource the answer may
+// show; Replayed is true when a repeat found it recorded.
 type Rejection struct {
-	Status     int
 	Err        *domain.Error
 	ResourceID string
 	Replayed   bool
+	// LegacyStatus is the HTTP status a version 1 IntentRejected stored
+	// with the rejection; a repeat of it answers that status. Zero for
+	// rejections recorded as domain outcomes (version 2).
+	LegacyStatus int
 }
 
 // Error returns the domain error's message.
@@ -87,10 +110,6 @@ func (r *intentRun) meta(now time.Time, causation string) eventstore.Metadata {
 // targetID is the id of the resource the intent creates.
 func (r *intentRun) targetID() string { return r.intent.Recorded.TargetID }
 
-// StatusOf maps an error to the HTTP status its rejection fixes; cmd/booking
-// sets it from its one Kind→status table (httperr.go).
-var StatusOf = func(err error) int { return 500 }
-
 // beginIntent records the intent of req, or finds it. It returns the run, or
 // a KeyReused *domain.Error (422) when a live intent has a different
 // fingerprint, or the recorded *Rejection. Expired intents (database clock)
@@ -116,14 +135,15 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		}
 	}()
 	var purgedAt *eventstore.Revision
-	for range 8 {
+	var run *intentRun
+	err = h.retryConflicts(ctx, func() error {
 		now, err := h.now(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s, err := h.load(ctx, stream)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		in := fold[domain.Intent](s.events)
 		if s.exists {
@@ -135,63 +155,21 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		}
 		if s.exists && in.Expired(now, h.cfg.IntentRetention) {
 			if err := h.store.Truncate(ctx, stream, s.last+1); err != nil {
-				return nil, unavailable(err)
+				return unavailable(err)
 			}
 			exp = eventstore.Exact(s.last)
-			s.exists = false
+			s.exists, in = false, domain.Intent{}
 		}
-		if !s.exists {
-			if validate != nil {
-				if err := validate(now); err != nil {
-					return nil, err
-				}
-			}
-			if prep != nil && !prepared {
-				if err := prep.prepare(ctx, targetID, now); err != nil {
-					return nil, err
-				}
-				prepared = true
-			}
-			rec := domain.IntentRecorded{Actor: req.Actor, Operation: req.Operation, KeySHA256: sha256Hex([]byte(req.Key)),
-				Fingerprint: fp, CanonicalVersion: CanonicalVersion, Command: command, TargetID: targetID,
-				Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease)}
-			run := &intentRun{req: req, stream: stream, created: true, now: now, command: command}
-			// If the answer is lost, appendEvents repeats this append (same
-			// event id, same expected revision) to learn whether the intent
-			// was recorded: success means it is, and this request is its
-			// executor; still unknown after the repeats is a 503 and the
-			// intent (if recorded) waits for a repeat or recovery after its
-			// lease.
-			res, err := h.appendEvents(ctx, stream, exp, run.meta(now, ""), pending{NewID(), rec})
-			var rc *eventstore.RevisionConflictError
-			if err != nil && !errors.As(err, &rc) {
-				keep = true // the append may have committed: keep what prep made for it
-			}
-			if errors.As(err, &rc) {
-				if rc.Actual >= 0 && purgedAt == nil {
-					// Purged earlier: the stream keeps its last revision.
-					a := eventstore.Revision(rc.Actual)
-					purgedAt = &a
-				}
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			keep = true
-			run.intent.Apply(rec)
-			run.intent.RecordedAt = now
-			run.rev = res.NextRevision
-			h.step("intent.recorded")
-			return run, nil
-		}
+		// A repeat is fingerprinted under the intent's canonical version,
+		// so a deploy never turns retries into 422s.
 		storedFP := fp
-		if v := in.Recorded.CanonicalVersion; v != CanonicalVersion {
+		if v := in.Recorded.CanonicalVersion; in.Exists() && v != CanonicalVersion {
 			if storedFP, err = Fingerprint(v, req.Operation, command); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		if storedFP != in.Recorded.Fingerprint {
+		switch in.Resolve(storedFP, now, h.cfg.IntentRetention) {
+		case domain.ResolveMismatch:
 			h.metrics.FingerprintConflict(req.Operation)
 			// Compared as the fingerprint compares: strings in NFC.
 			fields := domain.DiffFields(nfcCommand(in.Recorded.Command), nfcCommand(normalizeJSON(command)))
@@ -200,20 +178,71 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			if len(fields) > 0 {
 				e.Msg = fmt.Sprintf("this idempotency key was used with a different request; differing fields: %v", fields)
 			}
-			return nil, &e
+			return &e
+		case domain.ResolveRejected:
+			h.metrics.Replay(req.Operation)
+			return rejectionOf(in.Rejection, true)
+		case domain.ResolveContinue:
+			h.metrics.Replay(req.Operation)
+			run = &intentRun{req: req, stream: stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command}
+			return nil
 		}
-		h.metrics.Replay(req.Operation)
-		if in.Rejection != nil {
-			return nil, rejectionOf(in.Rejection, true)
+		// domain.ResolveNew: record the intent.
+		if validate != nil {
+			if err := validate(now); err != nil {
+				return err
+			}
 		}
-		run := &intentRun{req: req, stream: stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command}
-		return run, nil
+		if prep != nil && !prepared {
+			if err := prep.prepare(ctx, targetID, now); err != nil {
+				return err
+			}
+			prepared = true
+		}
+		rec := domain.IntentRecorded{Actor: req.Actor, Operation: req.Operation, KeySHA256: sha256Hex([]byte(req.Key)),
+			Fingerprint: fp, CanonicalVersion: CanonicalVersion, Command: command, TargetID: targetID,
+			Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease)}
+		rn := &intentRun{req: req, stream: stream, created: true, now: now, command: command}
+		// If the answer is lost, appendEvents repeats this append (same
+		// event id, same expected revision) to learn whether the intent
+		// was recorded: success means it is, and this request is its
+		// executor; still unknown after the repeats is a 503 and the
+		// intent (if recorded) waits for a repeat or recovery after its
+		// lease.
+		res, err := h.appendEvents(ctx, stream, exp, rn.meta(now, ""), pending{NewID(), rec})
+		var rc *eventstore.RevisionConflictError
+		if errors.As(err, &rc) {
+			if rc.Actual >= 0 && purgedAt == nil {
+				// Purged earlier: the stream keeps its last revision.
+				a := eventstore.Revision(rc.Actual)
+				purgedAt = &a
+			}
+			return err
+		}
+		keep = true // the append may have committed: keep what prep made for it
+		if err != nil {
+			return err
+		}
+		rn.intent.Apply(rec)
+		rn.intent.RecordedAt = now
+		rn.rev = res.NextRevision
+		h.step("intent.recorded")
+		run = rn
+		return nil
+	})
+	if errors.Is(err, domain.ErrContention) {
+		return nil, domain.ErrContention.With("the idempotency key is being recorded concurrently; retry")
 	}
-	return nil, domain.ErrContention.With("the idempotency key is being recorded concurrently; retry")
+	if err != nil {
+		return nil, err
+	}
+	return run, nil
 }
 
+// rejectionOf returns the answer of a recorded rejection; a version 1 event
+// keeps the status it stored.
 func rejectionOf(r *domain.IntentRejected, replayed bool) *Rejection {
-	return &Rejection{Status: r.Status, ResourceID: r.ResourceID, Replayed: replayed,
+	return &Rejection{LegacyStatus: r.Status, ResourceID: r.ResourceID, Replayed: replayed,
 		Err: &domain.Error{Kind: domain.ParseKind(r.Kind), Code: r.Code, Msg: r.Detail}}
 }
 
@@ -241,7 +270,7 @@ func (h *Handler) takeOver(ctx context.Context, run *intentRun) error {
 // reject records a definitive refusal on the intent stream (the first
 // rejection wins) and returns it. A repeat answers the same.
 func (h *Handler) reject(ctx context.Context, run *intentRun, derr *domain.Error, resourceID string) error {
-	ev := domain.IntentRejected{Status: StatusOf(derr), Kind: derr.Kind.String(), Code: derr.Code, Detail: derr.Error(), ResourceID: resourceID}
+	ev := domain.IntentRejected{Kind: derr.Kind.String(), Code: derr.Code, Detail: derr.Error(), ResourceID: resourceID}
 	now, err := h.now(ctx)
 	if err != nil {
 		return err
@@ -266,6 +295,75 @@ func (h *Handler) reject(ctx context.Context, run *intentRun, derr *domain.Error
 		return rejectionOf(in.Rejection, !run.created)
 	}
 	return domain.ErrContention.With("the request changed hands while it was being refused; retry")
+}
+
+// awaitExecutor decides what a request does before an intent's commit point,
+// by domain.Intent.Await: the request that recorded (or took over) the
+// intent goes on; a repeat inside the executor's lease waits up to InUseWait
+// for committed to turn true (then returns errRetry so the caller re-reads)
+// and otherwise answers *InUseError (domain.ErrKeyInUse, 409); after the
+// lease it takes over (errRetry on a lost race).
+func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed func() (bool, error)) error {
+	waited := false
+	for {
+		var now time.Time
+		if !run.created {
+			var err error
+			if now, err = h.now(ctx); err != nil {
+				return err
+			}
+		}
+		switch run.intent.Await(run.created, waited, now) {
+		case domain.ResolveExecute:
+			return nil
+		case domain.ResolveWait:
+			wait := min(h.cfg.InUseWait, run.intent.LeaseUntil.Sub(now)+50*time.Millisecond)
+			done, err := waitFor(ctx, wait, committed)
+			if err != nil {
+				return err
+			}
+			if done {
+				return errRetry
+			}
+			if err := h.reloadIntent(ctx, run); err != nil {
+				return err
+			}
+			waited = true
+		case domain.ResolveInUse:
+			h.metrics.InUse(run.req.Operation)
+			return &InUseError{RetryAfter: max(time.Second, run.intent.LeaseUntil.Sub(now))}
+		default: // domain.ResolveTakeOver
+			err := h.takeOver(ctx, run)
+			if errors.Is(err, errRetry) {
+				if err := h.reloadIntent(ctx, run); err != nil {
+					return err
+				}
+			}
+			return err
+		}
+	}
+}
+
+// InUseError is domain.ErrKeyInUse with the time after which a retry may
+// find the executor's lease expired (Retry-After, RFC 9110 §10.2.3).
+type InUseError struct {
+	RetryAfter time.Duration
+}
+
+// Error returns domain.ErrKeyInUse's message.
+func (e *InUseError) Error() string { return domain.ErrKeyInUse.Error() }
+
+// Unwrap returns domain.ErrKeyInUse.
+func (e *InUseError) Unwrap() error { return domain.ErrKeyInUse }
+
+// asDomain returns err's *domain.Error, or an Internal one: what a use case
+// records with reject.
+func asDomain(err error) *domain.Error {
+	var de *domain.Error
+	if errors.As(err, &de) {
+		return de
+	}
+	return &domain.Error{Kind: domain.Internal, Code: "internal", Msg: "internal error"}
 }
 
 // reloadIntent refreshes run from its stream.

@@ -1,0 +1,104 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// The retry policy of every load-decide-append in this package, written
+// once (retryConflicts, and update on top of it):
+//
+//   - Only a lost race is retried: an append that failed with a revision
+//     conflict (eventstore.ErrWrongExpectedRevision) or a step that found the
+//     intent changed hands (errRetry). Every other error is returned at once;
+//     an append whose outcome is unknown is resolved below this policy, by
+//     appendResolving.
+//   - At most Config.ConflictAttempts tries (20 by default, and when zero),
+//     each loading the stream afresh and deciding again on what it holds.
+//   - Between tries a capped exponential backoff with jitter (see backoff),
+//     from conflictBackoffBase doubling up to conflictBackoffMax, so
+//     contenders spread out instead of colliding again.
+//   - When the tries run out: domain.ErrContention (503 with Retry-After),
+//     which is never stored as an intent's outcome, so a repeat completes
+//     the intent.
+const (
+	conflictBackoffBase = 2 * time.Millisecond
+	conflictBackoffMax  = 100 * time.Millisecond
+)
+
+// retryConflicts runs try under the retry policy above: again while it
+// returns a revision conflict or errRetry, up to Config.ConflictAttempts
+// times. Returns try's first other result (nil included), ctx's error if it
+// is done while backing off, or domain.ErrContention. Blocks while backing
+// off.
+func (h *Handler) retryConflicts(ctx context.Context, try func() error) error {
+	bo := newBackoff(conflictBackoffBase, conflictBackoffMax)
+	attempts := h.cfg.ConflictAttempts
+	if attempts <= 0 {
+		attempts = DefaultConfig().ConflictAttempts
+	}
+	for n := range attempts {
+		if n > 0 {
+			if err := sleepCtx(ctx, bo.next()); err != nil {
+				return err
+			}
+		}
+		err := try()
+		if !errors.Is(err, eventstore.ErrWrongExpectedRevision) && !errors.Is(err, errRetry) {
+			return err
+		}
+	}
+	return domain.ErrContention
+}
+
+// change is what one decision appends to one stream: its events with their
+// ids, and their metadata (update sets OccurredAt from the database clock).
+type change struct {
+	events []pending
+	meta   eventstore.Metadata
+}
+
+// domainEvents returns the change's events without their ids.
+func (c change) domainEvents() []domain.Event {
+	evs := make([]domain.Event, len(c.events))
+	for i, p := range c.events {
+		evs[i] = p.e
+	}
+	return evs
+}
+
+// update is the one load-decide-append: it loads stream name, lets decide
+// choose the change to append after what it loaded (no events: nothing left
+// to do), and appends it at the loaded revision (the expected revision),
+// all under the retry policy above. It returns the change appended, or the
+// zero change when decide chose none; decide's error, a dependency failure
+// (wrapping domain.ErrUnavailable) or domain.ErrContention. decide may run
+// several times and must not have side effects.
+func (h *Handler) update(ctx context.Context, name string, decide func(s *stream) (change, error)) (change, error) {
+	var done change
+	err := h.retryConflicts(ctx, func() error {
+		s, err := h.load(ctx, name)
+		if err != nil {
+			return err
+		}
+		c, err := decide(s)
+		if err != nil || len(c.events) == 0 {
+			return err
+		}
+		now, err := h.now(ctx)
+		if err != nil {
+			return err
+		}
+		c.meta.OccurredAt = now
+		if _, err := h.appendEvents(ctx, name, s.expected(), c.meta, c.events...); err != nil {
+			return err
+		}
+		done = c
+		return nil
+	})
+	return done, err
+}
