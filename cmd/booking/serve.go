@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/faults"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
@@ -137,7 +138,7 @@ func (c *serveCmd) Run(e *env) error {
 	commands.StatusOf = statusOf
 	metrics := newMetrics()
 	opts := []commands.Option{commands.WithMetrics(metrics), commands.WithKeys(keys)}
-	hooks, testAPI, err := faultHooks(ctx, log)
+	hooks, testAPI, err := faults.FromEnv(ctx, log)
 	if err != nil {
 		ln.Close()
 		return err
