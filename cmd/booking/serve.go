@@ -54,11 +54,12 @@ func (c *serveCmd) Run(e *env) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	masterKeys, masterKeysFrom, err := loadMasterKeys(&cfg)
+	dev := cfg.ProviderURL == "" // dev mode: the provider simulator in-process
+	masterKeys, masterKeysFrom, err := cfg.Secrets.LoadMasterKeys(dev, cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	providerAPIKey, providerAPIKeyFrom, err := loadProviderAPIKey(&cfg)
+	providerAPIKey, providerAPIKeyFrom, err := cfg.Secrets.LoadProviderAPIKey(dev)
 	if err != nil {
 		return err
 	}
@@ -87,8 +88,8 @@ func (c *serveCmd) Run(e *env) error {
 	if err := keys.CheckMasterKeys(ctx); err != nil {
 		return configError("BOOKING_MASTER_KEYS", "%v", err)
 	}
-	log.Info("secrets at rest", "master_key_ids", masterKeys.IDs(), "master_keys_from", describeSecret(masterKeysFrom),
-		"provider_api_key_from", describeSecret(providerAPIKeyFrom))
+	log.Info("secrets at rest", "master_key_ids", masterKeys.IDs(), "master_keys_from", masterKeysFrom.String(),
+		"provider_api_key_from", providerAPIKeyFrom.String())
 
 	// The HTTP listener comes first so the simulator knows where to send webhooks.
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -99,7 +100,7 @@ func (c *serveCmd) Run(e *env) error {
 
 	providerURL := cfg.ProviderURL
 	var sim *providersim.Server
-	if providerURL == "" {
+	if dev {
 		// The simulator keeps its charges in the data directory, so a restart
 		// of dev mode can still refund what it charged before.
 		sim, err = providersim.Open(providersim.Config{WebhookURL: apiURL + "/v1/provider/webhooks",
