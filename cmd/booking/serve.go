@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/faults"
+	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
@@ -134,7 +135,7 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.ProviderTimeout = cfg.ProviderTimeout
 	hcfg.SendMargin = sendMargin
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
-	hcfg.ProviderWindow = cfg.ProviderWindow // payments (issue 4): same-key retries only inside the provider's window
+	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's idempotency window
 	hcfg.InUseWait = cfg.InUseWait
 	commands.StatusOf = statusOf
 	metrics := newMetrics()
@@ -178,15 +179,14 @@ func (c *serveCmd) Run(e *env) error {
 	startWorker("intent-purge", func(ctx context.Context) error {
 		return runPurge(ctx, pool, store, cfg.IntentRetention, cfg.RecoveryInterval, log)
 	})
-	// ---- payments (issue 4): the payment reconciler (unknown outcomes, expired
-	// leases, deadlines, cancels, refunds), one instance across replicas.
+	// The payment reconciler (unknown outcomes, expired leases, deadlines,
+	// cancels, refunds), one instance across replicas.
 	startWorker(commands.ReconcilerName, func(ctx context.Context) error {
 		return h.RunReconciler(ctx, pgPendingOrders{pool}, cfg.RecoveryInterval/3)
 	})
-	// ---- end payments
-	// ---- read models (issue 5): one live projector per read model, each a
-	// single instance across replicas under its lock, handed over to a
-	// waiting `booking projections rebuild`; the list endpoints read them.
+	// One live projector per read model, each a single instance across
+	// replicas under its lock, handed over to a waiting `booking projections
+	// rebuild`; the list endpoints read them.
 	for _, p := range projections.All(cfg.IntentRetention) {
 		pr := newProjector(pool, p)
 		workers.Add(1)
@@ -197,26 +197,24 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	api.lists = newLists(projections.NewReader(pool), api.writeError)
 	metrics.reg.MustRegister(newStateCollector(store, projections.NewReader(pool), dbClock{pool}, cfg.IntentRetention, log))
-	// ---- end read models
-	// ---- notifications (issue 6): the embedded NATS server with JetStream
-	// unless BOOKING_NATS_URL (whose stream BOOKING is checked), and the relay,
-	// one active instance across replicas under its fenced lease. The deferred
-	// close runs after workers.Wait: the relay has saved its checkpoint, then
-	// the connection drains and the embedded server stops.
-	notif, err := startNotifications(ctx, cfg, log, pool, store)
+	// Notifications: the embedded NATS server unless BOOKING_NATS_URL, and
+	// the relay, one active instance across replicas under its fenced lease.
+	// The deferred Close runs after workers.Wait: the relay has saved its
+	// checkpoint, then the connection drains and the embedded server stops.
+	notif, err := natsrun.Start(ctx, natsrun.Config{URL: cfg.NATSURL, Addr: cfg.NATSAddr, DuplicateWindow: cfg.NATSDuplicateWindow,
+		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir}, log, pool, store)
 	if err != nil {
 		ln.Close()
 		stopWorkers()
 		workers.Wait()
 		return err
 	}
-	defer notif.close()
+	defer notif.Close()
 	workers.Add(1)
 	go func() {
 		defer workers.Done()
-		notif.runRelay(wctx)
+		notif.RunRelay(wctx)
 	}()
-	// ---- end notifications
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/projections/notify"
 )
@@ -25,8 +25,10 @@ type notificationsCmd struct {
 	Tail tailCmd `cmd:"" help:"Reference subscriber: durable pull consumer with dedup and per-entity ordering."`
 }
 
-// tailCmd is `booking notifications tail`, the reference subscriber
-// (DESIGN §8): see notify.Subscriber for what it guarantees.
+// tailCmd is `booking notifications tail`, the reference subscriber of
+// stream BOOKING: see notify.Subscriber for what it guarantees (duplicates
+// dropped by Nats-Msg-Id, per-entity order by stream revision, gaps
+// reported).
 type tailCmd struct {
 	Durable          string        `name:"durable" default:"booking-tail" help:"Durable consumer name (instances sharing it share the work)."`
 	Subject          string        `name:"subject" default:"booking.v1.>" help:"Subject filter."`
@@ -80,9 +82,9 @@ func (c *tailCmd) Run(e *env) error {
 		return configError("DATABASE_URL", "%v", err)
 	}
 	defer pool.Close()
-	nc, err := nats.Connect(c.NATSURL, nats.Name("booking notifications tail"), nats.Timeout(natsStartTimeout), nats.MaxReconnects(-1))
+	nc, err := natsrun.Connect(c.NATSURL, "booking notifications tail")
 	if err != nil {
-		return configError("BOOKING_NATS_URL", "connect: %v", err)
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
