@@ -1,9 +1,11 @@
-// Package natsrun is the NATS side of `booking serve`: the embedded NATS
-// server with JetStream (unless BOOKING_NATS_URL names an external one), the
-// client connection, stream BOOKING with its duplicate window, and the
-// notification relay of projections/notify, which publishes every event once
-// per Nats-Msg-Id (see ARCHITECTURE.md, Key lineage). Errors are
-// *configerr.Error values naming the variable at fault.
+// Package natsrun is the NATS side of the booking command. For `booking
+// serve` (Start) it runs the embedded NATS server with JetStream (unless
+// BOOKING_NATS_URL names an external one), connects, makes sure of stream
+// BOOKING and its duplicate window, and builds the notification relay of
+// projections/notify, which publishes every event once per Nats-Msg-Id (see
+// ARCHITECTURE.md, Key lineage). For `booking notifications tail` (Tail) it
+// runs the reference subscriber. Errors are *configerr.Error values naming
+// the variable at fault.
 //
 // The JetStream duplicate window must outlast the relay's fail-over time:
 // a relay that takes over republishes what its predecessor may have
