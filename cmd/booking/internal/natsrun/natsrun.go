@@ -109,7 +109,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, pool *pgxpool.Pool
 			return nil, err
 		}
 		n.url = n.server.ClientURL()
-		if n.nc, err = nats.Connect(n.url, nats.Name("booking serve"), nats.InProcessServer(n.server), nats.MaxReconnects(-1)); err != nil {
+		if n.nc, err = nats.Connect(n.url, nats.Name("booking serve"), nats.InProcessServer(n.server),
+			nats.Timeout(StartTimeout), nats.MaxReconnects(-1)); err != nil {
 			n.Close()
 			return nil, fmt.Errorf("nats: connect to the embedded server: %w", err)
 		}
