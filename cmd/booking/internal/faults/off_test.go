@@ -4,7 +4,6 @@ package faults
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"testing"
 )
@@ -14,7 +13,7 @@ import (
 func TestProductionBuildCannotInjectFaults(t *testing.T) {
 	t.Setenv("BOOKING_TEST_CRASH_AT", "order.claimed")
 	t.Setenv("BOOKING_TEST_HOLD_AT", "order.claiming")
-	hooks, testAPI, err := FromEnv(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	hooks, testAPI, err := FromEnv(context.Background(), slog.New(slog.DiscardHandler))
 	if err != nil || hooks.Step != nil || testAPI != nil {
 		t.Fatalf("FromEnv() = step hook set %v, control API %v, %v; want none and no error", hooks.Step != nil, testAPI, err)
 	}

@@ -5,7 +5,6 @@ package faults
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +12,8 @@ import (
 	"testing"
 )
 
-func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+// quiet is a logger that drops everything.
+var quiet = slog.New(slog.DiscardHandler)
 
 // TestUnknownStepIsRefused: a step name outside commands.Steps in either
 // variable is a configuration error naming that variable.
@@ -23,7 +23,7 @@ func TestUnknownStepIsRefused(t *testing.T) {
 			t.Setenv("BOOKING_TEST_CRASH_AT", "")
 			t.Setenv("BOOKING_TEST_HOLD_AT", "")
 			t.Setenv(variable, "order.claimed, order.nowhere")
-			_, h, err := FromEnv(t.Context(), discard())
+			_, h, err := FromEnv(t.Context(), quiet)
 			if err == nil || h != nil || !strings.Contains(err.Error(), "invalid configuration: "+variable+": unknown step \"order.nowhere\"") {
 				t.Fatalf("FromEnv() = handler %v, %v; want an error naming %s and the unknown step", h, err, variable)
 			}
@@ -57,7 +57,7 @@ func TestHoldPoint(t *testing.T) {
 	t.Setenv("BOOKING_TEST_HOLD_AT", "order.claiming")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	hooks, h, err := FromEnv(ctx, discard())
+	hooks, h, err := FromEnv(ctx, quiet)
 	if err != nil || hooks.Step == nil || h == nil {
 		t.Fatalf("FromEnv() = step hook set %v, control API %v, %v; want both", hooks.Step != nil, h, err)
 	}
@@ -109,7 +109,7 @@ func TestHoldPoint(t *testing.T) {
 func TestControlAPIRefusals(t *testing.T) {
 	t.Setenv("BOOKING_TEST_CRASH_AT", "")
 	t.Setenv("BOOKING_TEST_HOLD_AT", "")
-	_, h, err := FromEnv(t.Context(), discard())
+	_, h, err := FromEnv(t.Context(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

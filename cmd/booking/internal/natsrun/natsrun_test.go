@@ -1,7 +1,6 @@
 package natsrun
 
 import (
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -12,7 +11,8 @@ import (
 	"github.com/retrysafe/booking/projections/notify"
 )
 
-func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+// quiet is a logger that drops everything.
+var quiet = slog.New(slog.DiscardHandler)
 
 // TestStart: the embedded server creates stream BOOKING with the configured
 // duplicate window; a second process on it as an external server checks the
@@ -22,7 +22,7 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 func TestStart(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Addr: "127.0.0.1:0", DuplicateWindow: 10 * time.Minute, RecoveryInterval: 30 * time.Second, DataDir: t.TempDir()}
-	n, err := Start(t.Context(), cfg, discard(), nil, nil)
+	n, err := Start(t.Context(), cfg, quiet, nil, nil)
 	if err != nil {
 		t.Fatalf("Start(embedded) = %v", err)
 	}
@@ -40,7 +40,7 @@ func TestStart(t *testing.T) {
 	}
 
 	external := Config{URL: n.server.ClientURL(), DuplicateWindow: cfg.DuplicateWindow, RecoveryInterval: cfg.RecoveryInterval}
-	m, err := Start(t.Context(), external, discard(), nil, nil)
+	m, err := Start(t.Context(), external, quiet, nil, nil)
 	if err != nil {
 		t.Fatalf("Start(external, same window) = %v", err)
 	}
@@ -56,7 +56,7 @@ func TestStart(t *testing.T) {
 		{"no server at BOOKING_NATS_URL", Config{URL: "nats://127.0.0.1:1", DuplicateWindow: 10 * time.Minute, RecoveryInterval: 30 * time.Second}, "BOOKING_NATS_URL"},
 		{"an address without a port", Config{Addr: "127.0.0.1", DuplicateWindow: 10 * time.Minute, RecoveryInterval: 30 * time.Second, DataDir: t.TempDir()}, "BOOKING_NATS_ADDR"},
 	} {
-		_, err := Start(t.Context(), tt.cfg, discard(), nil, nil)
+		_, err := Start(t.Context(), tt.cfg, quiet, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "invalid configuration: "+tt.wantVar+":") {
 			t.Errorf("Start with %s = %v, want an error naming %s", tt.name, err, tt.wantVar)
 		}

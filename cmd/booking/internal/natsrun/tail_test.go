@@ -39,13 +39,13 @@ func TestWriteNotification(t *testing.T) {
 // server, refuses to start with an error naming BOOKING_NATS_URL.
 func TestTailNeedsTheStream(t *testing.T) {
 	t.Parallel()
-	ns, err := startEmbedded(Config{Addr: "127.0.0.1:0", DataDir: t.TempDir()}, discard())
+	ns, err := startEmbedded(Config{Addr: "127.0.0.1:0", DataDir: t.TempDir()}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ns.Shutdown()
 	for _, url := range []string{ns.ClientURL(), "nats://127.0.0.1:1"} {
-		err := Tail(t.Context(), TailConfig{URL: url, Durable: "t", Subject: notify.SubjectAll}, nil, &bytes.Buffer{}, discard())
+		err := Tail(t.Context(), TailConfig{URL: url, Durable: "t", Subject: notify.SubjectAll}, nil, &bytes.Buffer{}, quiet)
 		if err == nil || !strings.Contains(err.Error(), "invalid configuration: BOOKING_NATS_URL:") {
 			t.Errorf("Tail on %s = %v, want an error naming BOOKING_NATS_URL", url, err)
 		}
