@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
-	"github.com/retrysafe/booking/commands/envelope"
+	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
+	"github.com/retrysafe/booking/cmd/booking/internal/secrets"
 )
 
 // ServeConfig is the configuration of `booking serve`, read once from the
-// environment (flags override) with the defaults documented in the README
-// (DESIGN §10). Validate checks every value and the safety relations between
-// the windows, naming the variable at fault.
+// environment (flags override) with the defaults documented in the README.
+// Validate checks every value and the safety relations between the windows,
+// naming the variable at fault.
 type ServeConfig struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (event store, read models, checkpoints, leases)."`
 	HTTPAddr    string `name:"http-addr" env:"BOOKING_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address."`
@@ -34,12 +35,9 @@ type ServeConfig struct {
 	DataDir               string        `name:"data-dir" env:"BOOKING_DATA_DIR" default:".data" help:"Data directory (embedded NATS storage; in dev mode the provider simulator's state in provider-sim/ and the generated master key)."`
 	Deployment            string        `name:"deployment" env:"BOOKING_DEPLOYMENT" help:"Prefix of provider idempotency keys; empty in dev."`
 
-	// Secrets: each from its variable or from the file the _FILE variable
-	// names (never both); see secrets.go. Never logged.
-	ProviderAPIKey     string `name:"provider-api-key" env:"BOOKING_PROVIDER_API_KEY" help:"Secret API key sent to the provider as Authorization: Bearer; dev mode generates one the in-process simulator requires. Prefer the _FILE variable."`
-	ProviderAPIKeyFile string `name:"provider-api-key-file" env:"BOOKING_PROVIDER_API_KEY_FILE" help:"File holding the provider API key (instead of BOOKING_PROVIDER_API_KEY)."`
-	MasterKeys         string `name:"master-keys" env:"BOOKING_MASTER_KEYS" help:"Master keys wrapping the per-order data keys: id:base64(32 bytes)[,id:base64...]; the first wraps, all unwrap. Required with BOOKING_PROVIDER_URL; dev mode generates one in BOOKING_DATA_DIR. Prefer the _FILE variable."`
-	MasterKeysFile     string `name:"master-keys-file" env:"BOOKING_MASTER_KEYS_FILE" help:"File holding the master keys, one id:base64 a line (instead of BOOKING_MASTER_KEYS)."`
+	// Secrets: each from its variable or from the file its _FILE variable
+	// names (never both); never logged.
+	Secrets secrets.Config `embed:""`
 
 	IntentRetention  time.Duration `name:"intent-retention" env:"BOOKING_INTENT_RETENTION" default:"24h" help:"How long intents (idempotency keys) are kept."`
 	IntentLease      time.Duration `name:"intent-lease" env:"BOOKING_INTENT_LEASE" default:"5s" help:"How long a request owns its intent before the commit point."`
@@ -59,9 +57,10 @@ type ServeConfig struct {
 // sendMargin is the safety margin of the payment send fence.
 const sendMargin = 2 * time.Second
 
-// configError names the variable at fault.
+// configError names the variable at fault: "invalid configuration:
+// VARIABLE: reason" (a *configerr.Error).
 func configError(variable, format string, args ...any) error {
-	return fmt.Errorf("invalid configuration: %s: %s", variable, fmt.Sprintf(format, args...))
+	return configerr.New(variable, format, args...)
 }
 
 // Validate checks every field and the relations between windows that keep
@@ -92,19 +91,8 @@ func (c *ServeConfig) Validate() error {
 	} else if _, _, err := net.SplitHostPort(c.ProviderSimAddr); err != nil {
 		return configError("BOOKING_PROVIDER_SIM_ADDR", "must be host:port: %v", err)
 	}
-	if c.MasterKeys != "" && c.MasterKeysFile != "" {
-		return configError("BOOKING_MASTER_KEYS", "set either BOOKING_MASTER_KEYS or BOOKING_MASTER_KEYS_FILE, not both")
-	}
-	if c.MasterKeys != "" {
-		if _, err := envelope.ParseKeyring(c.MasterKeys); err != nil {
-			return configError("BOOKING_MASTER_KEYS", "%v", err)
-		}
-	} else if c.MasterKeysFile == "" && c.ProviderURL != "" {
-		return configError("BOOKING_MASTER_KEYS", "required with a real provider (BOOKING_PROVIDER_URL): "+
-			"id:base64[,id:base64...] of 32-byte keys, or BOOKING_MASTER_KEYS_FILE naming a file of them")
-	}
-	if c.ProviderAPIKey != "" && c.ProviderAPIKeyFile != "" {
-		return configError("BOOKING_PROVIDER_API_KEY", "set either BOOKING_PROVIDER_API_KEY or BOOKING_PROVIDER_API_KEY_FILE, not both")
+	if err := c.Secrets.Check(c.ProviderURL == ""); err != nil {
+		return err
 	}
 	if c.APITokens == "" {
 		return configError("BOOKING_API_TOKENS", "required: name=token[:admin],...")

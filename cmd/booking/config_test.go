@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -32,6 +34,12 @@ func TestServeConfigValidate(t *testing.T) {
 		{"A negative read timeout is refused.", func(c *ServeConfig) { c.HTTPReadTimeout = -time.Second }, "BOOKING_HTTP_READ_TIMEOUT"},
 		{"A token with a space is refused.", func(c *ServeConfig) { c.APITokens = "alice=tok alice" }, "BOOKING_API_TOKENS"},
 		{"An unknown role is refused.", func(c *ServeConfig) { c.APITokens = "alice=tok:root" }, "BOOKING_API_TOKENS"},
+		{"A real provider without master keys is refused.", func(c *ServeConfig) {
+			c.ProviderURL, c.ProviderWebhookSecret = "https://provider.invalid", "whsec"
+		}, "BOOKING_MASTER_KEYS"},
+		{"Both provider key variables are refused.", func(c *ServeConfig) {
+			c.Secrets.ProviderAPIKey, c.Secrets.ProviderAPIKeyFile = "sk_1", "/run/secrets/provider"
+		}, "BOOKING_PROVIDER_API_KEY"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,6 +51,28 @@ func TestServeConfigValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v, want an error naming %s", err, tt.wantVar)
 			}
 		})
+	}
+}
+
+// TestServeHelpNamesSecrets: booking serve --help documents every secret
+// variable.
+func TestServeHelpNamesSecrets(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"serve", "--help"}, &stdout, &stderr); err != nil {
+		t.Fatalf("serve --help: %v", err)
+	}
+	for _, v := range []string{"BOOKING_MASTER_KEYS", "BOOKING_MASTER_KEYS_FILE", "BOOKING_PROVIDER_API_KEY", "BOOKING_PROVIDER_API_KEY_FILE"} {
+		if !strings.Contains(stdout.String(), "$"+v) {
+			t.Errorf("booking serve --help does not name %s:\n%s", v, stdout.String())
+		}
+	}
+	stdout.Reset()
+	if err := run(context.Background(), []string{"provider-sim", "--help"}, &stdout, &stderr); err != nil {
+		t.Fatalf("provider-sim --help: %v", err)
+	}
+	if !strings.Contains(stdout.String(), "$BOOKING_PROVIDER_SIM_API_KEY") {
+		t.Errorf("booking provider-sim --help does not name BOOKING_PROVIDER_SIM_API_KEY:\n%s", stdout.String())
 	}
 }
 

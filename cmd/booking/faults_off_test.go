@@ -4,23 +4,22 @@ package main
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
+	"github.com/retrysafe/booking/cmd/booking/internal/faults"
 )
 
-// TestProductionBuildCannotInjectFaults: without -tags faultinject the
-// fault variables are ignored: no hooks, no /_test control API.
-func TestProductionBuildCannotInjectFaults(t *testing.T) {
-	t.Setenv("BOOKING_TEST_CRASH_AT", "order.claimed")
-	t.Setenv("BOOKING_TEST_HOLD_AT", "order.claiming")
-	hooks, testAPI, err := faultHooks(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil || hooks.Step != nil || testAPI != nil {
-		t.Fatalf("faultHooks() = step hook set %v, control API %v, %v; want none and no error", hooks.Step != nil, testAPI, err)
+// TestProductionBuildHasNoTestRoutes: without -tags faultinject the router
+// serves no /_test control API (the faults package's own test checks that
+// FromEnv returns none whatever the fault variables say).
+func TestProductionBuildHasNoTestRoutes(t *testing.T) {
+	_, testAPI, err := faults.FromEnv(context.Background(), slog.New(slog.DiscardHandler))
+	if err != nil || testAPI != nil {
+		t.Fatalf("faults.FromEnv() = control API %v, %v; want none and no error", testAPI, err)
 	}
 	h := httpapi.New(httpapi.Config{Test: testAPI}, nil, nil, slog.New(slog.DiscardHandler))
 	rec := httptest.NewRecorder()

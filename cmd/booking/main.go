@@ -24,8 +24,8 @@ func main() {
 	}
 }
 
-// cli is the command line (DESIGN §10). Configuration comes from the
-// environment; flags override it.
+// cli is the command line: one subcommand per kong command struct.
+// Configuration comes from the environment; flags override it.
 type cli struct {
 	Serve         serveCmd         `cmd:"" help:"Run the API and the workers (process manager, payments, recovery, projectors, relay)."`
 	Migrate       migrateCmd       `cmd:"" help:"Apply the database migrations."`

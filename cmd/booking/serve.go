@@ -16,6 +16,8 @@ import (
 
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
+	"github.com/retrysafe/booking/cmd/booking/internal/faults"
+	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
@@ -56,11 +58,12 @@ func (c *serveCmd) Run(e *env) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	masterKeys, masterKeysFrom, err := loadMasterKeys(&cfg)
+	dev := cfg.ProviderURL == "" // dev mode: the provider simulator in-process
+	masterKeys, masterKeysFrom, err := cfg.Secrets.LoadMasterKeys(dev, cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	providerAPIKey, providerAPIKeyFrom, err := loadProviderAPIKey(&cfg)
+	providerAPIKey, providerAPIKeyFrom, err := cfg.Secrets.LoadProviderAPIKey(dev)
 	if err != nil {
 		return err
 	}
@@ -89,8 +92,8 @@ func (c *serveCmd) Run(e *env) error {
 	if err := keys.CheckMasterKeys(ctx); err != nil {
 		return configError("BOOKING_MASTER_KEYS", "%v", err)
 	}
-	log.Info("secrets at rest", "master_key_ids", masterKeys.IDs(), "master_keys_from", describeSecret(masterKeysFrom),
-		"provider_api_key_from", describeSecret(providerAPIKeyFrom))
+	log.Info("secrets at rest", "master_key_ids", masterKeys.IDs(), "master_keys_from", masterKeysFrom.String(),
+		"provider_api_key_from", providerAPIKeyFrom.String())
 
 	// The HTTP listener comes first so the simulator knows where to send webhooks.
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -101,7 +104,7 @@ func (c *serveCmd) Run(e *env) error {
 
 	providerURL := cfg.ProviderURL
 	var sim *providersim.Server
-	if providerURL == "" {
+	if dev {
 		// The simulator keeps its charges in the data directory, so a restart
 		// of dev mode can still refund what it charged before.
 		sim, err = providersim.Open(providersim.Config{WebhookURL: apiURL + "/v1/provider/webhooks",
@@ -135,11 +138,11 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.ProviderTimeout = cfg.ProviderTimeout
 	hcfg.SendMargin = sendMargin
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
-	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's window
+	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's idempotency window
 	hcfg.InUseWait = cfg.InUseWait
 	mx := metrics.New()
 	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys)}
-	hooks, testAPI, err := faultHooks(ctx, log)
+	hooks, testAPI, err := faults.FromEnv(ctx, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -176,14 +179,14 @@ func (c *serveCmd) Run(e *env) error {
 	startWorker("intent-purge", func(ctx context.Context) error {
 		return runPurge(ctx, store, cfg.IntentRetention, cfg.RecoveryInterval, log)
 	})
-	// The payment reconciler (unknown outcomes, expired
-	// leases, deadlines, cancels, refunds), one instance across replicas.
+	// The payment reconciler (unknown outcomes, expired leases, deadlines,
+	// cancels, refunds), one instance across replicas.
 	startWorker(commands.ReconcilerName, func(ctx context.Context) error {
 		return h.RunReconciler(ctx, store, cfg.RecoveryInterval/3)
 	})
-	// One live projector per read model, each a
-	// single instance across replicas under its lock, handed over to a
-	// waiting `booking projections rebuild`; the list endpoints read them.
+	// One live projector per read model, each a single instance across
+	// replicas under its lock, handed over to a waiting `booking projections
+	// rebuild`; the list endpoints read them.
 	for _, p := range projections.All(cfg.IntentRetention) {
 		pr := newProjector(pool, locks, p)
 		workers.Add(1)
@@ -197,23 +200,23 @@ func (c *serveCmd) Run(e *env) error {
 		Ready: pool.Ping, Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(store, projections.NewReader(pool), clock, cfg.IntentRetention, log))
-	// The embedded NATS server with JetStream
-	// unless BOOKING_NATS_URL (whose stream BOOKING is checked), and the relay,
-	// one active instance across replicas under its fenced lease. The deferred
-	// close runs after workers.Wait: the relay has saved its checkpoint, then
-	// the connection drains and the embedded server stops.
-	notif, err := startNotifications(ctx, cfg, log, pool, store)
+	// Notifications: the embedded NATS server unless BOOKING_NATS_URL, and
+	// the relay, one active instance across replicas under its fenced lease.
+	// The deferred Close runs after workers.Wait: the relay has saved its
+	// checkpoint, then the connection drains and the embedded server stops.
+	notif, err := natsrun.Start(ctx, natsrun.Config{URL: cfg.NATSURL, Addr: cfg.NATSAddr, DuplicateWindow: cfg.NATSDuplicateWindow,
+		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir}, log, pool, store)
 	if err != nil {
 		ln.Close()
 		stopWorkers()
 		workers.Wait()
 		return err
 	}
-	defer notif.close()
+	defer notif.Close()
 	workers.Add(1)
 	go func() {
 		defer workers.Done()
-		notif.runRelay(wctx)
+		notif.RunRelay(wctx)
 	}()
 
 	serveErr := make(chan error, 1)

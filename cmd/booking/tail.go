@@ -1,22 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/projections/notify"
 )
@@ -25,8 +18,10 @@ type notificationsCmd struct {
 	Tail tailCmd `cmd:"" help:"Reference subscriber: durable pull consumer with dedup and per-entity ordering."`
 }
 
-// tailCmd is `booking notifications tail`, the reference subscriber
-// (DESIGN §8): see notify.Subscriber for what it guarantees.
+// tailCmd is `booking notifications tail`, the reference subscriber of
+// stream BOOKING: see notify.Subscriber for what it guarantees (duplicates
+// dropped by Nats-Msg-Id, per-entity order by stream revision, gaps
+// reported).
 type tailCmd struct {
 	Durable          string        `name:"durable" default:"booking-tail" help:"Durable consumer name (instances sharing it share the work)."`
 	Subject          string        `name:"subject" default:"booking.v1.>" help:"Subject filter."`
@@ -80,61 +75,6 @@ func (c *tailCmd) Run(e *env) error {
 		return configError("DATABASE_URL", "%v", err)
 	}
 	defer pool.Close()
-	nc, err := nats.Connect(c.NATSURL, nats.Name("booking notifications tail"), nats.Timeout(natsStartTimeout), nats.MaxReconnects(-1))
-	if err != nil {
-		return configError("BOOKING_NATS_URL", "connect: %v", err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("nats: %w", err)
-	}
-	if _, err := js.Stream(ctx, notify.StreamName); err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return configError("BOOKING_NATS_URL", "no stream %s on %s (start `booking serve` first)", notify.StreamName, c.NATSURL)
-		}
-		return configError("BOOKING_NATS_URL", "stream %s: %v", notify.StreamName, err)
-	}
-
-	var mu sync.Mutex // one line at a time
-	sub := notify.NewSubscriber(js, pool, notify.SubscriberConfig{
-		Durable: c.Durable, Subject: c.Subject, AckWait: c.AckWait, ProcessedHorizon: c.ProcessedHorizon,
-		Logger: log,
-		Applied: func(n *notify.Notification) {
-			mu.Lock()
-			defer mu.Unlock()
-			writeNotification(e.stdout, n, c.JSON)
-		},
-	})
-	log.Info("tailing notifications", "nats", c.NATSURL, "durable", c.Durable, "subject", c.Subject)
-	err = sub.Run(ctx)
-	st := sub.Stats()
-	log.Info("tail stopped", "applied", st.Applied, "duplicates", st.Duplicates, "stale", st.Stale,
-		"gaps", st.Gaps, "deferred", st.Deferred, "redelivered", st.Redelivered, "malformed", st.Malformed, "errors", st.Errors)
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
-}
-
-// writeNotification prints n as one line: the payload as compact JSON, or
-// "occurred_at subject stream@revision id=… position=…" (plus " gap=true"
-// when it was applied after missing revisions).
-func writeNotification(w io.Writer, n *notify.Notification, asJSON bool) {
-	if asJSON {
-		var b bytes.Buffer
-		if err := json.Compact(&b, n.Body); err != nil {
-			b.Reset()
-			b.Write(bytes.ReplaceAll(n.Body, []byte("\n"), nil))
-		}
-		b.WriteByte('\n')
-		w.Write(b.Bytes())
-		return
-	}
-	gap := ""
-	if n.Gap {
-		gap = " gap=true"
-	}
-	fmt.Fprintf(w, "%s %s %s@%d id=%s position=%s%s\n",
-		n.OccurredAt.UTC().Format(time.RFC3339Nano), n.Subject, n.Stream, n.Revision, n.MsgID, n.Position, gap)
+	return natsrun.Tail(ctx, natsrun.TailConfig{URL: c.NATSURL, Durable: c.Durable, Subject: c.Subject, JSON: c.JSON,
+		AckWait: c.AckWait, ProcessedHorizon: c.ProcessedHorizon}, pool, e.stdout, log)
 }

@@ -1,6 +1,6 @@
 //go:build faultinject
 
-package main
+package faults
 
 import (
 	"context"
@@ -16,24 +16,17 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
+	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/commands"
 )
 
-// faultHooks returns the test-only fault points of a binary built with
-// -tags faultinject, configured from the environment:
-//
-//   - BOOKING_TEST_CRASH_AT=step[,step...] kills the process with SIGKILL at
-//     each named step;
-//   - BOOKING_TEST_HOLD_AT=step[,step...] parks every goroutine that reaches
-//     a named step until a test releases that step.
-//
-// Step names are commands.Steps; an unknown name is a configuration error.
-// The returned handler serves the hold control API under /_test (see
-// holdSet.routes); it exists in this build only. Parked goroutines are
-// released when ctx is done, so a graceful shutdown never waits for a test.
-func faultHooks(ctx context.Context, log *slog.Logger) (commands.Hooks, http.Handler, error) {
+// FromEnv returns the fault points of a binary built with -tags
+// faultinject, configured from BOOKING_TEST_CRASH_AT and
+// BOOKING_TEST_HOLD_AT (see the package documentation), and the control API
+// of its hold points. An unknown step name is a *configerr.Error naming the
+// variable. Parked goroutines are released when ctx is done, so a graceful
+// shutdown never waits for a test.
+func FromEnv(ctx context.Context, log *slog.Logger) (commands.Hooks, http.Handler, error) {
 	crash, err := parseSteps("BOOKING_TEST_CRASH_AT", os.Getenv("BOOKING_TEST_CRASH_AT"))
 	if err != nil {
 		return commands.Hooks{}, nil, err
@@ -57,11 +50,11 @@ func faultHooks(ctx context.Context, log *slog.Logger) (commands.Hooks, http.Han
 			select {}
 		}
 		holds.hold(step)
-	}}, holds.routes(), nil
+	}}, holds.handler(), nil
 }
 
 // parseSteps splits a comma-separated list of step names and checks each
-// against commands.Steps.
+// against commands.Steps; an unknown name is an error naming variable.
 func parseSteps(variable, spec string) ([]string, error) {
 	var out []string
 	for _, s := range strings.Split(spec, ",") {
@@ -70,7 +63,7 @@ func parseSteps(variable, spec string) ([]string, error) {
 			continue
 		}
 		if !slices.Contains(commands.Steps, s) {
-			return nil, configError(variable, "unknown step %q (known: %s)", s, strings.Join(commands.Steps, ", "))
+			return nil, configerr.New(variable, "unknown step %q (known: %s)", s, strings.Join(commands.Steps, ", "))
 		}
 		out = append(out, s)
 	}
@@ -125,6 +118,7 @@ func (hs *holdSet) notify() {
 	hs.changed = make(chan struct{})
 }
 
+// state returns step's state; the caller holds mu.
 func (hs *holdSet) state(step string) holdState {
 	st := hs.get(step)
 	return holdState{Step: step, Armed: st.armed, Parked: st.parked, Arrived: st.arrived}
@@ -156,6 +150,7 @@ func (hs *holdSet) release(step string) holdState {
 	return hs.state(step)
 }
 
+// releaseAll releases every step.
 func (hs *holdSet) releaseAll() {
 	hs.mu.Lock()
 	var steps []string
@@ -213,21 +208,11 @@ func (hs *holdSet) waitArrived(ctx context.Context, step string, n int, d time.D
 	}
 }
 
-// routes serves the hold control API (faultinject builds only):
-//
-//	GET    /_test/holds/{step}[?arrived=N[&wait=D]]  state; with arrived, first
-//	       waits (up to D, a Go duration, default 30s) until N goroutines in
-//	       all have parked at step
-//	PUT    /_test/holds/{step}   arm: park every goroutine that reaches step
-//	DELETE /_test/holds/{step}   release: disarm step and let every parked
-//	       goroutine go on
-//
-// Each answers 200 with {"step", "armed", "parked", "arrived"}; an unknown
-// step is 404, a bad parameter 400.
-func (hs *holdSet) routes() http.Handler {
-	r := chi.NewRouter()
+// handler serves the control API under Prefix (see the package
+// documentation) with the standard library's method and wildcard patterns.
+func (hs *holdSet) handler() http.Handler {
 	step := func(w http.ResponseWriter, r *http.Request) (string, bool) {
-		s := chi.URLParam(r, "step")
+		s := r.PathValue("step")
 		if !slices.Contains(commands.Steps, s) {
 			http.Error(w, fmt.Sprintf("unknown step %q (known: %s)", s, strings.Join(commands.Steps, ", ")), http.StatusNotFound)
 			return "", false
@@ -238,7 +223,8 @@ func (hs *holdSet) routes() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(st)
 	}
-	r.Get("/holds/{step}", func(w http.ResponseWriter, r *http.Request) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+Prefix+"/holds/{step}", func(w http.ResponseWriter, r *http.Request) {
 		s, ok := step(w, r)
 		if !ok {
 			return
@@ -260,15 +246,15 @@ func (hs *holdSet) routes() http.Handler {
 		}
 		answer(w, hs.waitArrived(r.Context(), s, n, d))
 	})
-	r.Put("/holds/{step}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("PUT "+Prefix+"/holds/{step}", func(w http.ResponseWriter, r *http.Request) {
 		if s, ok := step(w, r); ok {
 			answer(w, hs.arm(s))
 		}
 	})
-	r.Delete("/holds/{step}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("DELETE "+Prefix+"/holds/{step}", func(w http.ResponseWriter, r *http.Request) {
 		if s, ok := step(w, r); ok {
 			answer(w, hs.release(s))
 		}
 	})
-	return r
+	return mux
 }

@@ -1,0 +1,237 @@
+// Package natsrun is the NATS side of the booking command. For `booking
+// serve` (Start) it runs the embedded NATS server with JetStream (unless
+// BOOKING_NATS_URL names an external one), connects, makes sure of stream
+// BOOKING and its duplicate window, and builds the notification relay of
+// projections/notify, which publishes every event once per Nats-Msg-Id (see
+// ARCHITECTURE.md, Key lineage). For `booking notifications tail` (Tail) it
+// runs the reference subscriber. Errors are *configerr.Error values naming
+// the variable at fault.
+//
+// The JetStream duplicate window must outlast the relay's fail-over time:
+// a relay that takes over republishes what its predecessor may have
+// published without saving its checkpoint, and JetStream drops those
+// repeats only inside the window (NATS docs, JetStream "Message
+// Deduplication").
+package natsrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
+	"github.com/retrysafe/booking/projections/notify"
+)
+
+// StartTimeout bounds the start of the embedded server, the first
+// connection to an external one and the stream check.
+const StartTimeout = 10 * time.Second
+
+// Config is what the NATS side needs from the serve configuration.
+type Config struct {
+	// URL is BOOKING_NATS_URL, an external server; empty starts the
+	// embedded one.
+	URL string
+	// Addr is BOOKING_NATS_ADDR, host:port of the embedded server (port 0:
+	// any free port).
+	Addr string
+	// DuplicateWindow is BOOKING_NATS_DUPLICATE_WINDOW, stream BOOKING's
+	// JetStream duplicate window.
+	DuplicateWindow time.Duration
+	// RecoveryInterval is BOOKING_RECOVERY_INTERVAL; the relay's lease lasts
+	// half of it.
+	RecoveryInterval time.Duration
+	// DataDir is BOOKING_DATA_DIR; the embedded server stores its streams in
+	// DataDir/nats.
+	DataDir string
+}
+
+// Notifications is the running NATS side: the embedded server (nil with an
+// external one), the client connection, and the relay. Run the relay with
+// RunRelay and call Close after it has stopped.
+type Notifications struct {
+	server *server.Server
+	nc     *nats.Conn
+	relay  *notify.Relay
+	url    string
+	log    *slog.Logger
+}
+
+// RelayConfig derives the relay's windows from cfg: the lease lasts half the
+// recovery interval (at least 1 s), so the relay's fail-over stays within
+// BOOKING_RECOVERY_INTERVAL.
+func RelayConfig(cfg Config, log *slog.Logger) notify.RelayConfig {
+	ttl := max(cfg.RecoveryInterval/2, time.Second)
+	return notify.RelayConfig{
+		LeaseTTL:   ttl,
+		AckTimeout: min(notify.DefaultAckTimeout, ttl),
+		Logger:     log.With("component", "relay"),
+	}
+}
+
+// Connect connects to the NATS server at url as client name, reconnecting
+// for ever after the first connection; a failed first connection (within
+// StartTimeout) is an error naming BOOKING_NATS_URL.
+func Connect(url, name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, nats.Name(name), nats.Timeout(StartTimeout), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, configerr.New("BOOKING_NATS_URL", "connect: %v", err)
+	}
+	return nc, nil
+}
+
+// Start starts the embedded NATS server with JetStream (file storage in
+// DataDir/nats, listening on Addr) unless cfg.URL names an external server,
+// connects to it, makes sure stream BOOKING exists with the configured
+// duplicate window (an external stream is checked, never changed) and
+// builds the relay over events, keeping its lease and checkpoint in pool.
+// Errors name the variable at fault.
+func Start(ctx context.Context, cfg Config, log *slog.Logger, pool *pgxpool.Pool, events notify.Log) (*Notifications, error) {
+	rcfg := RelayConfig(cfg, log)
+	if err := rcfg.CheckDuplicateWindow(cfg.DuplicateWindow); err != nil {
+		return nil, configerr.New("BOOKING_NATS_DUPLICATE_WINDOW", "%s must exceed the relay's fail-over time %s (lease %s, from BOOKING_RECOVERY_INTERVAL %s)",
+			cfg.DuplicateWindow, rcfg.FailoverTime(), rcfg.LeaseTTL, cfg.RecoveryInterval)
+	}
+	n := &Notifications{log: log.With("component", "nats"), url: cfg.URL}
+	var err error
+	if cfg.URL == "" {
+		if n.server, err = startEmbedded(cfg, n.log); err != nil {
+			return nil, err
+		}
+		n.url = n.server.ClientURL()
+		if n.nc, err = nats.Connect(n.url, nats.Name("booking serve"), nats.InProcessServer(n.server),
+			nats.Timeout(StartTimeout), nats.MaxReconnects(-1)); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("nats: connect to the embedded server: %w", err)
+		}
+	} else if n.nc, err = Connect(cfg.URL, "booking serve"); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, StartTimeout)
+	defer cancel()
+	spec := notify.StreamSpec{Duplicates: cfg.DuplicateWindow}
+	if n.server != nil {
+		_, err = notify.EnsureStream(sctx, js, spec)
+	} else {
+		_, err = notify.CheckStream(sctx, js, spec)
+	}
+	var cfgErr *notify.StreamConfigError
+	switch {
+	case errors.As(err, &cfgErr) && cfgErr.Field == "duplicates":
+		n.Close()
+		return nil, configerr.New("BOOKING_NATS_DUPLICATE_WINDOW", "is %s but stream %s on BOOKING_NATS_URL has duplicate window %s; change one of them",
+			cfg.DuplicateWindow, cfgErr.Stream, cfgErr.Got)
+	case errors.As(err, &cfgErr):
+		n.Close()
+		return nil, configerr.New("BOOKING_NATS_URL", "stream %s has subjects %s, want %s", cfgErr.Stream, cfgErr.Got, cfgErr.Want)
+	case err != nil:
+		n.Close()
+		if n.server != nil {
+			return nil, fmt.Errorf("nats: %w", err)
+		}
+		return nil, configerr.New("BOOKING_NATS_URL", "%v", err)
+	}
+	n.relay = notify.NewRelay(events, pool, n.nc, rcfg)
+	n.log.Info("notifications ready", "url", n.url, "embedded", n.server != nil, "stream", notify.StreamName,
+		"duplicate_window", cfg.DuplicateWindow, "relay_failover", rcfg.FailoverTime())
+	return n, nil
+}
+
+// startEmbedded runs a NATS server with JetStream in this process.
+func startEmbedded(cfg Config, log *slog.Logger) (*server.Server, error) {
+	host, portStr, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return nil, configerr.New("BOOKING_NATS_ADDR", "must be host:port: %v", err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return nil, configerr.New("BOOKING_NATS_ADDR", "invalid port %q", portStr)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	} else {
+		// Fail fast and clearly on a port in use (the server would only log it).
+		ln, err := net.Listen("tcp", cfg.Addr)
+		if err != nil {
+			return nil, configerr.New("BOOKING_NATS_ADDR", "listen: %v (set BOOKING_NATS_URL to use a running server)", err)
+		}
+		ln.Close()
+	}
+	dir := filepath.Join(cfg.DataDir, "nats")
+	ns, err := server.NewServer(&server.Options{
+		ServerName: "booking",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   dir,
+		NoSigs:     true,
+	})
+	if err != nil {
+		return nil, configerr.New("BOOKING_DATA_DIR", "embedded NATS server: %v", err)
+	}
+	ns.SetLoggerV2(logger{log}, false, false, false)
+	go ns.Start()
+	if !ns.ReadyForConnections(StartTimeout) {
+		ns.Shutdown()
+		return nil, configerr.New("BOOKING_NATS_ADDR", "embedded NATS server did not start within %s (storage %s)", StartTimeout, dir)
+	}
+	log.Info("embedded NATS server started", "url", ns.ClientURL(), "store", dir)
+	return ns, nil
+}
+
+// RunRelay runs the relay until ctx is done, logging why it stopped if not
+// for ctx. It blocks.
+func (n *Notifications) RunRelay(ctx context.Context) {
+	if err := n.relay.Run(ctx); err != nil {
+		n.log.Error("relay stopped", "err", err)
+	}
+}
+
+// Close drains the connection (pending publishes and acks finish, within
+// StartTimeout), then stops the embedded server. Call it after the relay has
+// stopped.
+func (n *Notifications) Close() {
+	if n.nc != nil {
+		closed := make(chan struct{})
+		n.nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+		if err := n.nc.Drain(); err != nil {
+			n.nc.Close()
+		} else {
+			select {
+			case <-closed:
+			case <-time.After(StartTimeout):
+				n.nc.Close()
+			}
+		}
+	}
+	if n.server != nil {
+		n.server.Shutdown()
+		n.server.WaitForShutdown()
+	}
+}
+
+// logger sends the embedded server's log to slog; its notices are debug
+// output (the server is chatty at start).
+type logger struct{ log *slog.Logger }
+
+func (l logger) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l logger) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l logger) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l logger) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l logger) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l logger) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }

@@ -1,0 +1,64 @@
+package natsrun
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/retrysafe/booking/projections/notify"
+)
+
+// quiet is a logger that drops everything.
+var quiet = slog.New(slog.DiscardHandler)
+
+// TestStart: the embedded server creates stream BOOKING with the configured
+// duplicate window; a second process on it as an external server checks the
+// stream and refuses a different window; a window within the relay's
+// fail-over time and an unreachable server are refused, each naming the
+// variable at fault.
+func TestStart(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Addr: "127.0.0.1:0", DuplicateWindow: 10 * time.Minute, RecoveryInterval: 30 * time.Second, DataDir: t.TempDir()}
+	n, err := Start(t.Context(), cfg, quiet, nil, nil)
+	if err != nil {
+		t.Fatalf("Start(embedded) = %v", err)
+	}
+	defer n.Close()
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(t.Context(), notify.StreamName)
+	if err != nil {
+		t.Fatalf("stream %s after Start: %v", notify.StreamName, err)
+	}
+	if got := s.CachedInfo().Config.Duplicates; got != cfg.DuplicateWindow {
+		t.Errorf("stream %s duplicate window = %s, want %s", notify.StreamName, got, cfg.DuplicateWindow)
+	}
+
+	external := Config{URL: n.server.ClientURL(), DuplicateWindow: cfg.DuplicateWindow, RecoveryInterval: cfg.RecoveryInterval}
+	m, err := Start(t.Context(), external, quiet, nil, nil)
+	if err != nil {
+		t.Fatalf("Start(external, same window) = %v", err)
+	}
+	m.Close()
+
+	for _, tt := range []struct {
+		name    string
+		cfg     Config
+		wantVar string
+	}{
+		{"another window than the external stream's", Config{URL: external.URL, DuplicateWindow: 20 * time.Minute, RecoveryInterval: 30 * time.Second}, "BOOKING_NATS_DUPLICATE_WINDOW"},
+		{"a window within the relay's fail-over", Config{URL: external.URL, DuplicateWindow: 2 * time.Second, RecoveryInterval: 30 * time.Second}, "BOOKING_NATS_DUPLICATE_WINDOW"},
+		{"no server at BOOKING_NATS_URL", Config{URL: "nats://127.0.0.1:1", DuplicateWindow: 10 * time.Minute, RecoveryInterval: 30 * time.Second}, "BOOKING_NATS_URL"},
+		{"an address without a port", Config{Addr: "127.0.0.1", DuplicateWindow: 10 * time.Minute, RecoveryInterval: 30 * time.Second, DataDir: t.TempDir()}, "BOOKING_NATS_ADDR"},
+	} {
+		_, err := Start(t.Context(), tt.cfg, quiet, nil, nil)
+		if err == nil || !strings.Contains(err.Error(), "invalid configuration: "+tt.wantVar+":") {
+			t.Errorf("Start with %s = %v, want an error naming %s", tt.name, err, tt.wantVar)
+		}
+	}
+}

@@ -1,0 +1,53 @@
+package natsrun
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/booking/projections/notify"
+)
+
+// TestWriteNotification: one line per notification, the summary form or
+// the payload as compact JSON.
+func TestWriteNotification(t *testing.T) {
+	t.Parallel()
+	n := &notify.Notification{
+		Payload: notify.Payload{ID: "e1", Stream: "order-o1", Revision: 3, Position: "7/12",
+			OccurredAt: time.Date(2027, 6, 1, 20, 0, 0, 500, time.FixedZone("CEST", 7200))},
+		MsgID: "e1", Subject: "booking.v1.order.OrderConfirmed", Body: []byte("{\n  \"id\": \"e1\",\n  \"revision\": 3\n}"),
+	}
+	for _, tt := range []struct {
+		gap, asJSON bool
+		want        string
+	}{
+		{false, false, "2027-06-01T18:00:00.0000005Z booking.v1.order.OrderConfirmed order-o1@3 id=e1 position=7/12\n"},
+		{true, false, "2027-06-01T18:00:00.0000005Z booking.v1.order.OrderConfirmed order-o1@3 id=e1 position=7/12 gap=true\n"},
+		{false, true, `{"id":"e1","revision":3}` + "\n"},
+	} {
+		n.Gap = tt.gap
+		var b bytes.Buffer
+		writeNotification(&b, n, tt.asJSON)
+		if b.String() != tt.want {
+			t.Errorf("writeNotification(gap %v, json %v) = %q, want %q", tt.gap, tt.asJSON, b.String(), tt.want)
+		}
+	}
+}
+
+// TestTailNeedsTheStream: tail on a server without stream BOOKING, or on no
+// server, refuses to start with an error naming BOOKING_NATS_URL.
+func TestTailNeedsTheStream(t *testing.T) {
+	t.Parallel()
+	ns, err := startEmbedded(Config{Addr: "127.0.0.1:0", DataDir: t.TempDir()}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	for _, url := range []string{ns.ClientURL(), "nats://127.0.0.1:1"} {
+		err := Tail(t.Context(), TailConfig{URL: url, Durable: "t", Subject: notify.SubjectAll}, nil, &bytes.Buffer{}, quiet)
+		if err == nil || !strings.Contains(err.Error(), "invalid configuration: BOOKING_NATS_URL:") {
+			t.Errorf("Tail on %s = %v, want an error naming BOOKING_NATS_URL", url, err)
+		}
+	}
+}

@@ -1,0 +1,242 @@
+// Package secrets loads the secrets of `booking serve`: the master keys that
+// wrap the per-order data keys (BOOKING_MASTER_KEYS or
+// BOOKING_MASTER_KEYS_FILE) and the payment provider's API key
+// (BOOKING_PROVIDER_API_KEY or BOOKING_PROVIDER_API_KEY_FILE).
+//
+// Each secret comes either from its variable or from the file its _FILE
+// variable names, never both; surrounding white space is trimmed. In dev
+// mode (no BOOKING_PROVIDER_URL: the provider simulator runs in-process)
+// missing secrets are made up: a master key generated once into the data
+// directory, and a fresh random provider API key that the simulator then
+// requires. Values are never logged or echoed in errors; every error is a
+// *configerr.Error naming the variable at fault.
+package secrets
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
+	"github.com/retrysafe/booking/commands/envelope"
+)
+
+// Config holds the secret settings as given, from the environment or flags
+// (the struct tags are the command line's, for kong). Never log it.
+type Config struct {
+	ProviderAPIKey     string `name:"provider-api-key" env:"BOOKING_PROVIDER_API_KEY" help:"Secret API key sent to the provider as Authorization: Bearer; dev mode generates one the in-process simulator requires. Prefer the _FILE variable."`
+	ProviderAPIKeyFile string `name:"provider-api-key-file" env:"BOOKING_PROVIDER_API_KEY_FILE" help:"File holding the provider API key (instead of BOOKING_PROVIDER_API_KEY)."`
+	MasterKeys         string `name:"master-keys" env:"BOOKING_MASTER_KEYS" help:"Master keys wrapping the per-order data keys: id:base64(32 bytes)[,id:base64...]; the first wraps, all unwrap. Required with BOOKING_PROVIDER_URL; dev mode generates one in BOOKING_DATA_DIR. Prefer the _FILE variable."`
+	MasterKeysFile     string `name:"master-keys-file" env:"BOOKING_MASTER_KEYS_FILE" help:"File holding the master keys, one id:base64 a line (instead of BOOKING_MASTER_KEYS)."`
+}
+
+// DevMasterKeyFile is the name of the master key file dev mode generates in
+// BOOKING_DATA_DIR when no master keys are configured.
+const DevMasterKeyFile = "master-keys"
+
+// maxSecretFile bounds a secret file's size, in bytes.
+const maxSecretFile = 64 << 10
+
+// Source is where a secret came from, for the start log line.
+type Source string
+
+// The sources of a secret; the zero Source means there is none.
+const (
+	FromVariable  Source = "variable"
+	FromFile      Source = "file"
+	FromDataDir   Source = "data directory (dev mode)"
+	FromGenerated Source = "generated (dev mode)"
+)
+
+// String is how the start log line shows a secret: where it came from
+// ("none" for the zero Source), never its value.
+func (s Source) String() string {
+	if s == "" {
+		return "none"
+	}
+	return string(s)
+}
+
+// errMasterKeysRequired refuses a real provider without master keys.
+func errMasterKeysRequired() error {
+	return configerr.New("BOOKING_MASTER_KEYS", "required with a real provider (BOOKING_PROVIDER_URL): "+
+		"id:base64[,id:base64...] of 32-byte keys, or BOOKING_MASTER_KEYS_FILE naming a file of them")
+}
+
+// Check validates what can be checked without reading files: not both a
+// variable and its _FILE variable, a well-formed BOOKING_MASTER_KEYS, and
+// master keys configured unless dev is true (dev mode: no
+// BOOKING_PROVIDER_URL).
+func (c *Config) Check(dev bool) error {
+	if c.MasterKeys != "" && c.MasterKeysFile != "" {
+		return configerr.New("BOOKING_MASTER_KEYS", "set either BOOKING_MASTER_KEYS or BOOKING_MASTER_KEYS_FILE, not both")
+	}
+	if c.MasterKeys != "" {
+		if _, err := envelope.ParseKeyring(c.MasterKeys); err != nil {
+			return configerr.New("BOOKING_MASTER_KEYS", "%v", err)
+		}
+	} else if c.MasterKeysFile == "" && !dev {
+		return errMasterKeysRequired()
+	}
+	if c.ProviderAPIKey != "" && c.ProviderAPIKeyFile != "" {
+		return configerr.New("BOOKING_PROVIDER_API_KEY", "set either BOOKING_PROVIDER_API_KEY or BOOKING_PROVIDER_API_KEY_FILE, not both")
+	}
+	return nil
+}
+
+// readSecret returns the secret from value (variable valueVar) or from the
+// file file (variable fileVar), trimmed of surrounding whitespace; ok is
+// false when neither is set. Both set, an unreadable, oversized or empty
+// file, or a blank value are errors naming the variable.
+func readSecret(value, valueVar, file, fileVar string) (secret string, ok bool, src Source, err error) {
+	switch {
+	case value != "" && file != "":
+		return "", false, "", configerr.New(valueVar, "set either %s or %s, not both", valueVar, fileVar)
+	case file != "":
+		f, err := os.Open(file)
+		if err != nil {
+			return "", false, "", configerr.New(fileVar, "%v", err)
+		}
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+		if err != nil {
+			return "", false, "", configerr.New(fileVar, "%v", err)
+		}
+		if len(b) > maxSecretFile {
+			return "", false, "", configerr.New(fileVar, "the file %s is larger than %d bytes", file, maxSecretFile)
+		}
+		s := strings.TrimSpace(string(b))
+		if s == "" {
+			return "", false, "", configerr.New(fileVar, "the file %s is empty", file)
+		}
+		return s, true, FromFile, nil
+	case value != "":
+		s := strings.TrimSpace(value)
+		if s == "" {
+			return "", false, "", configerr.New(valueVar, "is blank")
+		}
+		return s, true, FromVariable, nil
+	}
+	return "", false, "", nil
+}
+
+// LoadMasterKeys returns the master keyring (the first key wraps, all
+// unwrap): from BOOKING_MASTER_KEYS or BOOKING_MASTER_KEYS_FILE; in dev
+// mode (dev true) without either, from dataDir/master-keys, which is
+// generated (mode 0600) if absent. Without keys outside dev mode, or with an
+// invalid list, it returns an error naming the variable (BOOKING_DATA_DIR
+// for the dev file).
+func (c *Config) LoadMasterKeys(dev bool, dataDir string) (*envelope.Keyring, Source, error) {
+	s, ok, src, err := readSecret(c.MasterKeys, "BOOKING_MASTER_KEYS", c.MasterKeysFile, "BOOKING_MASTER_KEYS_FILE")
+	if err != nil {
+		return nil, "", err
+	}
+	variable := "BOOKING_MASTER_KEYS"
+	if src == FromFile {
+		variable = "BOOKING_MASTER_KEYS_FILE"
+	}
+	if !ok {
+		if !dev {
+			return nil, "", errMasterKeysRequired()
+		}
+		if s, src, err = devMasterKeys(dataDir); err != nil {
+			return nil, "", configerr.New("BOOKING_DATA_DIR", "dev master key: %v", err)
+		}
+		variable = "BOOKING_DATA_DIR"
+	}
+	ring, err := envelope.ParseKeyring(s)
+	if err != nil {
+		return nil, "", configerr.New(variable, "%v", err)
+	}
+	return ring, src, nil
+}
+
+// devMasterKeys returns the content of dir/master-keys, first writing a
+// freshly generated key there if the file does not exist. The file is
+// created complete or not at all (written aside, then linked into place), so
+// processes starting together agree on one key.
+func devMasterKeys(dir string) (string, Source, error) {
+	path := filepath.Join(dir, DevMasterKeyFile)
+	if b, err := os.ReadFile(path); err == nil {
+		return string(b), FromDataDir, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", err
+	}
+	entry, err := envelope.GenerateMasterKey("dev-" + randomHex(4))
+	if err != nil {
+		return "", "", err
+	}
+	tmp, err := os.CreateTemp(dir, DevMasterKeyFile+".tmp-*")
+	if err != nil {
+		return "", "", err
+	}
+	defer os.Remove(tmp.Name())
+	content := "# dev-mode master key of booking serve (BOOKING_MASTER_KEYS format); keep it with the database\n" + entry + "\n"
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return "", "", err
+	}
+	if _, err := tmp.WriteString(content); err != nil {
+		tmp.Close()
+		return "", "", err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return "", "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", "", err
+	}
+	if err := os.Link(tmp.Name(), path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", "", err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", err
+	}
+	return string(b), FromGenerated, nil
+}
+
+// LoadProviderAPIKey returns the provider's API key from
+// BOOKING_PROVIDER_API_KEY or BOOKING_PROVIDER_API_KEY_FILE. In dev mode
+// (dev true) without one it generates a random "sk_test_dev_" key, which
+// the in-process simulator then requires. A key must be printable ASCII
+// without spaces (it travels in the Authorization header, RFC 6750). Empty
+// outside dev mode means no Authorization header.
+func (c *Config) LoadProviderAPIKey(dev bool) (string, Source, error) {
+	key, ok, src, err := readSecret(c.ProviderAPIKey, "BOOKING_PROVIDER_API_KEY", c.ProviderAPIKeyFile, "BOOKING_PROVIDER_API_KEY_FILE")
+	if err != nil {
+		return "", "", err
+	}
+	if !ok {
+		if !dev {
+			return "", "", nil
+		}
+		return "sk_test_dev_" + randomHex(16), FromGenerated, nil
+	}
+	variable := "BOOKING_PROVIDER_API_KEY"
+	if src == FromFile {
+		variable = "BOOKING_PROVIDER_API_KEY_FILE"
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] <= ' ' || key[i] > '~' {
+			return "", "", configerr.New(variable, "the key must be printable ASCII without spaces (character %d is not)", i+1)
+		}
+	}
+	return key, src, nil
+}
+
+// randomHex returns n random bytes in hexadecimal.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
