@@ -9,8 +9,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 	"github.com/retrysafe/booking/cmd/booking/internal/faults"
+	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 )
 
 // TestProductionBuildHasNoTestRoutes: without -tags faultinject the router
