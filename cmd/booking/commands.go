@@ -9,7 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/retrysafe/booking/cmd/booking/loadgen"
+	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/provider/providersim"
 )
@@ -92,7 +95,9 @@ type loadgenCmd struct {
 	LoseRate    float64       `name:"lose-rate" default:"0.1" help:"Share of order requests sent with a 50 ms timeout, so the answer is lost after commit."`
 	DeclineRate float64       `name:"decline-rate" default:"0.1" help:"Share of orders paid with tok_decline."`
 	DupRate     float64       `name:"dup-rate" default:"0.1" help:"Share of order requests sent twice at once."`
-	MaxDuration time.Duration `name:"max-duration" default:"5m" help:"Upper bound on the whole run."`
+	MaxDuration time.Duration `name:"max-duration" default:"5m" help:"Upper bound on the load; the audit runs after it."`
+	Settle      time.Duration `name:"settle" default:"30s" help:"How long the audit waits for the service to settle after the load."`
+	DatabaseURL string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL of the service's event store, read by the audit (empty: the audit is skipped)."`
 }
 
 // Run parses the tokens and runs the load generator.
@@ -103,7 +108,7 @@ func (c *loadgenCmd) Run(e *env) error {
 	}
 	cfg := loadgen.Config{URL: c.URL, SimURL: c.SimURL, Clients: c.Clients, Orders: c.Orders, Rate: c.Rate,
 		Timeout: c.Timeout, LoseRate: c.LoseRate, DeclineRate: c.DeclineRate, DupRate: c.DupRate,
-		MaxDuration: c.MaxDuration, Out: e.stdout}
+		MaxDuration: c.MaxDuration, Settle: c.Settle, Out: e.stdout}
 	for tok, a := range tokens {
 		if a.Admin {
 			cfg.Admin = tok
@@ -115,5 +120,13 @@ func (c *loadgenCmd) Run(e *env) error {
 		return configError("BOOKING_API_TOKENS", "loadgen needs one admin token and at least one other")
 	}
 	sort.Strings(cfg.Users)
+	if c.DatabaseURL != "" {
+		pool, err := pgxpool.New(e.ctx, c.DatabaseURL)
+		if err != nil {
+			return configError("DATABASE_URL", "%v", err)
+		}
+		defer pool.Close()
+		cfg.Log = pgstore.New(pool)
+	}
 	return loadgen.Run(e.ctx, cfg)
 }
