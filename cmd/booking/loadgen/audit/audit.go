@@ -88,6 +88,15 @@ type Report struct {
 	Events, Shows, Reservations, Orders  int
 	Confirmed, Charges, SucceededCharges int
 	Refunded                             int64 // minor units refunded at the simulator, all orders
+	// Seats is the seat account of every show checked, by show id.
+	Seats map[string]SeatAccount
+}
+
+// SeatAccount is a show's seats: Capacity from ShowScheduled, Available
+// from the API, Held and Ordered from its reservation streams (a
+// reservation expired or released holds none).
+type SeatAccount struct {
+	Capacity, Available, Held, Ordered int
 }
 
 // OK reports whether no rule has a violation.
@@ -328,7 +337,7 @@ func Check(ctx context.Context, src Sources, opts Options) Report {
 		rows[Seats].Skipped = "no API URL"
 	}
 	if rows[Seats].Skipped == "" {
-		checkSeats(ctx, client, src, st, rows[Seats], violate)
+		rep.Seats = checkSeats(ctx, client, src, st, rows[Seats], violate)
 	}
 
 	checkSettled(st, rows[Settled], violate)
@@ -446,7 +455,8 @@ func checkCharges(ctx context.Context, client *http.Client, simURL string, st *s
 	}
 }
 
-func checkSeats(ctx context.Context, client *http.Client, src Sources, st *state, row *Row, violate func(Rule, string, ...any)) {
+func checkSeats(ctx context.Context, client *http.Client, src Sources, st *state, row *Row, violate func(Rule, string, ...any)) map[string]SeatAccount {
+	out := map[string]SeatAccount{}
 	held, ordered := map[string]int{}, map[string]int{}
 	for _, r := range st.reservations {
 		switch r.Status {
@@ -463,10 +473,13 @@ func checkSeats(ctx context.Context, client *http.Client, src Sources, st *state
 			continue
 		}
 		row.Checked++
-		if c := st.shows[id].Capacity; c != avail+held[id]+ordered[id] {
-			violate(Seats, "show %s: capacity %d != available %d + held %d + ordered %d", id, c, avail, held[id], ordered[id])
+		a := SeatAccount{Capacity: st.shows[id].Capacity, Available: avail, Held: held[id], Ordered: ordered[id]}
+		out[id] = a
+		if a.Capacity != a.Available+a.Held+a.Ordered {
+			violate(Seats, "show %s: capacity %d != available %d + held %d + ordered %d", id, a.Capacity, a.Available, a.Held, a.Ordered)
 		}
 	}
+	return out
 }
 
 func checkSettled(st *state, row *Row, violate func(Rule, string, ...any)) {
