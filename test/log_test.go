@@ -23,9 +23,11 @@ import (
 // writes it: the one constructor of the suite's eventstore.Store.
 func openLog(db *pgxpool.Pool) eventstore.Store { return pgstore.New(db) }
 
-// readLog returns every event of the log, in log order.
+// readLog returns every event of the log, in log order, including every
+// event committed before the call (waitHorizon).
 func (s *server) readLog(t testing.TB) []eventstore.RecordedEvent {
 	t.Helper()
+	s.waitHorizon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	evs, err := audit.ReadLog(ctx, s.log)
@@ -33,6 +35,21 @@ func (s *server) readLog(t testing.TB) []eventstore.RecordedEvent {
 		t.Fatalf("read the log: %v", err)
 	}
 	return evs
+}
+
+// waitHorizon waits (up to 60 s) until every transaction that committed
+// before the call is below the log's readable horizon. ReadAll never
+// returns an event while an older transaction may still commit, and that
+// horizon is the server's: on a PostgreSQL shared by parallel tests it
+// trails the newest commit, so a probe right after an answer waits here.
+func (s *server) waitHorizon(t testing.TB) {
+	t.Helper()
+	xmax := s.queryText(t, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`)[0]
+	if !eventually(60*time.Second, func() bool {
+		return s.queryInt(t, `SELECT (pg_snapshot_xmin(pg_current_snapshot()) >= $1::xid8)::int`, xmax) == 1
+	}) {
+		t.Fatalf("the log's readable horizon did not pass transaction %s within 60 s", xmax)
+	}
 }
 
 // logEvents returns the events of type typ (any type if "") on streams whose

@@ -17,6 +17,17 @@ import (
 	"github.com/retrysafe/booking/provider"
 )
 
+// simGet reads GET {SimURL}path into v and fails the test unless it
+// answers 200 with JSON.
+func (s *server) simGet(t testing.TB, path string, v any) {
+	t.Helper()
+	r := s.simDo(t, "GET", path, nil, nil)
+	wantStatus(t, r, http.StatusOK)
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
 // simCharge is an entry of GET /_sim/charges.
 type simCharge = audit.Charge
 
@@ -100,14 +111,10 @@ type simEvent struct {
 // the simulator delivers is the event's JSON encoding).
 func (s *server) simEvents(t testing.TB) []simEvent {
 	t.Helper()
-	r := s.simDo(t, "GET", "/_sim/events", nil, nil)
-	wantStatus(t, r, http.StatusOK)
 	var out struct {
 		Events []json.RawMessage `json:"events"`
 	}
-	if err := json.Unmarshal(r.Body, &out); err != nil {
-		t.Fatalf("GET /_sim/events: %v", err)
-	}
+	s.simGet(t, "/_sim/events", &out)
 	evs := make([]simEvent, len(out.Events))
 	for i, raw := range out.Events {
 		if err := json.Unmarshal(raw, &evs[i]); err != nil {
@@ -156,11 +163,7 @@ func (s *server) waitInFlight(t testing.TB, keys ...string) {
 		Keys []string `json:"idempotency_keys"`
 	}
 	if !eventually(60*time.Second, func() bool {
-		r := s.simDo(t, "GET", "/_sim/in-flight", nil, nil)
-		wantStatus(t, r, http.StatusOK)
-		if err := json.Unmarshal(r.Body, &out); err != nil {
-			t.Fatalf("GET /_sim/in-flight: %v", err)
-		}
+		s.simGet(t, "/_sim/in-flight", &out)
 		for _, k := range keys {
 			if !slices.Contains(out.Keys, k) {
 				return false
@@ -200,28 +203,20 @@ func (s *server) waitWebhooksDelivered(t testing.TB) {
 
 func (s *server) simDeliveries(t testing.TB) []simDelivery {
 	t.Helper()
-	r := s.simDo(t, "GET", "/_sim/webhooks", nil, nil)
-	wantStatus(t, r, http.StatusOK)
 	var out struct {
 		Deliveries []simDelivery `json:"deliveries"`
 	}
-	if err := json.Unmarshal(r.Body, &out); err != nil {
-		t.Fatalf("GET /_sim/webhooks: %v", err)
-	}
+	s.simGet(t, "/_sim/webhooks", &out)
 	return out.Deliveries
 }
 
 // simRefunds returns the simulator's refunds (GET /_sim/refunds).
 func (s *server) simRefunds(t testing.TB) []provider.Refund {
 	t.Helper()
-	r := s.simDo(t, "GET", "/_sim/refunds", nil, nil)
-	wantStatus(t, r, http.StatusOK)
 	var out struct {
 		Refunds []provider.Refund `json:"refunds"`
 	}
-	if err := json.Unmarshal(r.Body, &out); err != nil {
-		t.Fatalf("GET /_sim/refunds: %v", err)
-	}
+	s.simGet(t, "/_sim/refunds", &out)
 	return out.Refunds
 }
 
