@@ -142,7 +142,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The audit checks the outcome from outside, once the background work
 	// had time to finish: the log, the simulator's charges and the API's
 	// availability. Without a log every row says why it was skipped.
-	src := audit.Sources{Log: c.Log, SimURL: c.SimURL, APIURL: c.URL, Token: admin, Client: client}
+	src := audit.Sources{Log: c.Log, SimURL: c.SimURL, APIURL: c.URL, Token: admin}
 	var opts audit.Options
 	if c.Log == nil {
 		opts.Skip = map[audit.Rule]string{}
