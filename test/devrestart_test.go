@@ -151,6 +151,7 @@ func TestDevRestart_RefundOfAChargeTheProviderForgotEndsInReview(t *testing.T) {
 	t.Parallel()
 	s := mustStart(t, Options{Env: fastEnv()})
 	id, show := s.mustConfirmedOrder(t)
+	s.expectOpen(id, "the provider refuses the refund: the order ends in review")
 
 	s.Stop()
 	state := filepath.Join(s.dataDir, "provider-sim", "state.journal")

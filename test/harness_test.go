@@ -274,8 +274,10 @@ type server struct {
 
 	// log is the event log of the test database (openLog).
 	log eventstore.Store
-	// auditSkip exempts rules from the final invariant check (skipAudit).
+	// auditSkip exempts rules from the final invariant check (skipAudit),
+	// auditOpen orders from its Settled rule (expectOpen).
 	auditSkip map[audit.Rule]string
+	auditOpen map[string]string
 
 	// pgProxy is the database proxy of Options.PGProxy, or nil.
 	pgProxy *pgProxy

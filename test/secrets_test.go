@@ -153,6 +153,7 @@ func TestSecrets_NoTokenInClearAfterMixedWorkloadAndCrash(t *testing.T) {
 		t.Errorf("%s, want 202 cancelling", c)
 	}
 	pending := place(tokAlice, "tok_error_before_commit", "0", http.StatusAccepted)
+	s.expectOpen(pending.id, "the provider fails every call: the order stays pending")
 	ended := []placedOrder{confirmed, declined, refunded, cancelling}
 	owner := map[string]string{confirmed.id: tokAlice, declined.id: tokBob, refunded.id: tokAlice, cancelling.id: tokBob}
 

@@ -250,6 +250,20 @@ func TestCheckNamesEachPlantedViolation(t *testing.T) {
 	}
 }
 
+// TestCheckLeavesOpenOrdersNamedOpen: an order named in Options.Open may
+// stay pending; any other pending order is still a violation.
+func TestCheckLeavesOpenOrdersNamedOpen(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	for _, id := range []string{"o6", "o7"} {
+		w.log.add(t, domain.OrderStream(id), domain.OrderPlaced{OrderID: id, ReservationID: "r-" + id, Amount: eur(price)})
+	}
+	rep := audit.Check(context.Background(), w.serve(t), audit.Options{Open: map[string]string{"o6": "the provider fails every call"}})
+	if got := rep.Row(audit.Settled).Violations; len(got) != 1 || got[0] != "order o7 is pending" {
+		t.Errorf("Settled = %q, want only [order o7 is pending]", got)
+	}
+}
+
 // TestCheckFailsWhenASourceCannotBeRead: an unreadable source is a
 // violation of the rules that need it, never a pass.
 func TestCheckFailsWhenASourceCannotBeRead(t *testing.T) {
