@@ -274,13 +274,7 @@ func TestRebuild_EqualsLiveTwiceAndTouchesNoProviderOrNATS(t *testing.T) {
 		res := s.mustReserve(t, token, show, qty)
 		r := s.do(t, "POST", "/v1/orders", token, newKey(), orderBody(res, card))
 		wantStatus(t, r, want)
-		id := r.str("id")
-		if id == "" {
-			id = r.str("order_id")
-		}
-		if id == "" {
-			t.Fatalf("%s: no order id", r)
-		}
+		id := orderIDOf(t, r)
 		owner[id] = token
 		return id
 	}
