@@ -84,7 +84,7 @@ func (s *server) mustConfirmedOrder(t *testing.T) (orderID, showID string) {
 // positive age, then none once the faults are lifted.
 func TestDevRestart_CancelAfterARestartIsRefunded(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{Env: payEnv()})
+	s := mustStart(t, Options{Env: fastEnv()})
 	id, show := s.mustConfirmedOrder(t)
 
 	s.Kill()
@@ -149,8 +149,9 @@ func TestDevRestart_CancelAfterARestartIsRefunded(t *testing.T) {
 // review, 1 order in review. A repeat of the cancel answers the same 200.
 func TestDevRestart_RefundOfAChargeTheProviderForgotEndsInReview(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{Env: payEnv()})
+	s := mustStart(t, Options{Env: fastEnv()})
 	id, show := s.mustConfirmedOrder(t)
+	s.expectOpen(id, "the provider refuses the refund: the order ends in review")
 
 	s.Stop()
 	state := filepath.Join(s.dataDir, "provider-sim", "state.journal")

@@ -1,8 +1,15 @@
 // Package test holds the black-box end-to-end tests: they build the real
 // binary once (with -race and the faultinject tag), start `booking serve`
 // over loopback against a fresh PostgreSQL database per test, and drive it
-// only through its HTTP API, the provider simulator's /_sim control API and
-// direct SQL on the event store (DESIGN §11).
+// only through its HTTP API, the provider simulator's /_sim control API, the
+// event log (read through eventstore.Store) and SQL on what the log does not
+// hold (checkpoints, read models). Every scenario ends with the invariant
+// check of cmd/booking/loadgen/audit (invariants_test.go).
+//
+// The helpers are split by concern: harness_test.go (the binary, ports,
+// processes, hold points), client_test.go (requests, answers, fixtures),
+// sim_test.go (the provider simulator), log_test.go (the event store) and
+// invariants_test.go (the final check).
 //
 // The tests need BOOKING_TEST_DATABASE_URL (see migrations/pgtest); run them
 // with
@@ -12,8 +19,6 @@ package test
 
 import (
 	"bytes"
-	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -36,7 +41,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/cmd/booking/loadgen/audit"
+	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
@@ -78,7 +84,9 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	bookingBin = bin
-	return m.Run()
+	code := m.Run()
+	fmt.Fprintf(os.Stderr, "e2e: %d scenario(s) ended with the invariant check\n", checkedEnds.Load())
+	return code
 }
 
 // buildBinary runs `go build -race -tags faultinject -o DIR/booking
@@ -264,6 +272,13 @@ type server struct {
 	client *http.Client
 	runs   int
 
+	// log is the event log of the test database (openLog).
+	log eventstore.Store
+	// auditSkip exempts rules from the final invariant check (skipAudit),
+	// auditOpen orders from its Settled rule (expectOpen).
+	auditSkip map[audit.Rule]string
+	auditOpen map[string]string
+
 	// pgProxy is the database proxy of Options.PGProxy, or nil.
 	pgProxy *pgProxy
 	// masterKeys (BOOKING_MASTER_KEYS, with an external simulator; dev mode
@@ -332,6 +347,8 @@ func mustStart(t *testing.T, opts Options) *server {
 		s.startSim(t)
 	}
 	s.start(t)
+	s.log = openLog(s.db)
+	t.Cleanup(func() { s.checkEnd(t) }) // runs before the cleanup above stops the server
 	return s
 }
 
@@ -598,450 +615,20 @@ func tail(s string, n int) string {
 	return "…(earlier output cut)…\n" + s[len(s)-n:]
 }
 
-// ---------------------------------------------------------------------------
-// HTTP
-
-// resp is an answer of the API, read in full.
-type resp struct {
-	Req    string // "POST /v1/orders", for messages
-	Status int
-	Header http.Header
-	Body   []byte
-	JSON   map[string]any // the body decoded, when it is a JSON object
-}
-
-// str returns a string member of the JSON body by dotted path ("payment.status").
-func (r *resp) str(path string) string {
-	v, _ := r.get(path).(string)
-	return v
-}
-
-// num returns a numeric member of the JSON body by dotted path, or -1.
-func (r *resp) num(path string) float64 {
-	v, ok := r.get(path).(float64)
-	if !ok {
-		return -1
+// fastEnv returns the short windows of the recovery and payment tests,
+// valid under Config.Validate (payment lease > provider timeout + 2 s;
+// retention ≥ 10 × recovery interval; duplicate window ≥ 2 × recovery
+// interval), with kv pairs overriding them.
+func fastEnv(kv ...string) map[string]string {
+	env := map[string]string{
+		"BOOKING_INTENT_LEASE":          "1s",
+		"BOOKING_RECOVERY_INTERVAL":     "1s",
+		"BOOKING_NATS_DUPLICATE_WINDOW": "10s",
+		"BOOKING_PROVIDER_TIMEOUT":      "2s",
+		"BOOKING_PAYMENT_LEASE":         "5s",
 	}
-	return v
-}
-
-func (r *resp) get(path string) any {
-	var cur any = r.JSON
-	for _, p := range strings.Split(path, ".") {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		cur = m[p]
+	for i := 0; i+1 < len(kv); i += 2 {
+		env[kv[i]] = kv[i+1]
 	}
-	return cur
-}
-
-func (r *resp) replayed() bool { return r.Header.Get("Idempotent-Replayed") == "true" }
-
-// String is the answer as failure messages show it.
-func (r *resp) String() string {
-	b := strings.TrimSpace(string(r.Body))
-	if len(b) > 2000 {
-		b = b[:2000] + "…"
-	}
-	return fmt.Sprintf("%s = %d %s", r.Req, r.Status, b)
-}
-
-// call is a request to the API. A nil Key sends no Idempotency-Key header.
-type call struct {
-	Method, Path string
-	Token        string // "" sends no Authorization header
-	Key          *string
-	Body         any // nil: none; string or []byte: raw; otherwise JSON-encoded
-	Header       map[string]string
-	Client       *http.Client // default: the server's
-}
-
-func keyOf(k string) *string { return &k }
-
-// send makes c without failing the test (safe from any goroutine).
-func (s *server) send(ctx context.Context, c call) (*resp, error) {
-	var body io.Reader
-	switch b := c.Body.(type) {
-	case nil:
-	case string:
-		body = strings.NewReader(b)
-	case []byte:
-		body = bytes.NewReader(b)
-	default:
-		raw, err := json.Marshal(b)
-		if err != nil {
-			return nil, err
-		}
-		body = bytes.NewReader(raw)
-	}
-	url := c.Path
-	if !strings.HasPrefix(url, "http") {
-		url = s.URL + c.Path
-	}
-	req, err := http.NewRequestWithContext(ctx, c.Method, url, body)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	if c.Key != nil {
-		req.Header["Idempotency-Key"] = []string{*c.Key}
-	}
-	if c.Method == http.MethodPost && strings.HasSuffix(url, "/v1/orders") {
-		// A test that is not about the wait budget asks for the longest
-		// wait (RFC 7240), so a busy machine never turns its final answer
-		// into a 202; a test about the budget sets Prefer itself.
-		req.Header.Set("Prefer", "wait=10")
-	}
-	for k, v := range c.Header {
-		req.Header.Set(k, v)
-	}
-	client := c.Client
-	if client == nil {
-		client = s.client
-	}
-	res, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: read body: %w", c.Method, c.Path, err)
-	}
-	r := &resp{Req: c.Method + " " + c.Path, Status: res.StatusCode, Header: res.Header, Body: raw}
-	var m map[string]any
-	if json.Unmarshal(raw, &m) == nil {
-		r.JSON = m
-	}
-	return r, nil
-}
-
-// retryable reports whether an answer asks the client to repeat the same
-// request later: 503 (unavailable, contention) or 409
-// idempotency-key-in-use (the first request with the key is still running).
-func retryable(r *resp) bool {
-	return r.Status == http.StatusServiceUnavailable ||
-		(r.Status == http.StatusConflict && r.str("code") == "idempotency-key-in-use")
-}
-
-// sendRepeating makes c, repeating it (same key) every 100 ms while the
-// answer is retryable, for up to 60 s; it returns the last answer (safe from
-// any goroutine).
-func (s *server) sendRepeating(ctx context.Context, c call) (*resp, error) {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		r, err := s.send(ctx, c)
-		if err != nil || !retryable(r) || time.Now().After(deadline) {
-			return r, err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// doCall makes c and fails the test on a transport error.
-func (s *server) doCall(t testing.TB, c call) *resp {
-	t.Helper()
-	r, err := s.send(context.Background(), c)
-	if err != nil {
-		t.Fatalf("%s %s: %v", c.Method, c.Path, err)
-	}
-	return r
-}
-
-// do makes a request with a bearer token (none if "") and an
-// Idempotency-Key (none if "").
-func (s *server) do(t testing.TB, method, path, token, key string, body any) *resp {
-	t.Helper()
-	c := call{Method: method, Path: path, Token: token, Body: body}
-	if key != "" {
-		c.Key = keyOf(key)
-	}
-	return s.doCall(t, c)
-}
-
-// wantStatus fails the test unless r has status want.
-func wantStatus(t testing.TB, r *resp, want int) {
-	t.Helper()
-	if r.Status != want {
-		t.Fatalf("%s, want %d", r, want)
-	}
-}
-
-// checkProblem reports (without stopping the test) unless r is an
-// application/problem+json answer with status and code and the members
-// type, title, status, detail and code. It returns false if the status is
-// wrong (further checks of r are moot).
-func checkProblem(t testing.TB, r *resp, status int, code string) bool {
-	t.Helper()
-	if r.Status != status {
-		t.Errorf("%s, want %d %s", r, status, code)
-		return false
-	}
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
-		t.Errorf("%s: Content-Type = %q, want application/problem+json", r.Req, ct)
-	}
-	if r.JSON == nil {
-		t.Errorf("%s: body is not a JSON object", r)
-		return true
-	}
-	for _, m := range []string{"type", "title", "detail", "code"} {
-		if r.str(m) == "" {
-			t.Errorf("%s: problem member %q missing or empty", r, m)
-		}
-	}
-	if got := r.num("status"); int(got) != status {
-		t.Errorf("%s: problem status member = %v, want %d", r, got, status)
-	}
-	if code != "" && r.str("code") != code {
-		t.Errorf("%s: problem code = %q, want %q", r, r.str("code"), code)
-	}
-	return true
-}
-
-// ---------------------------------------------------------------------------
-// Provider simulator
-
-// simCharge is an entry of GET /_sim/charges.
-type simCharge struct {
-	ID             string            `json:"id"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	Amount         int64             `json:"amount"`
-	Currency       string            `json:"currency"`
-	Status         string            `json:"status"`
-	RefundedAmount int64             `json:"refunded_amount"`
-	Metadata       map[string]string `json:"metadata"`
-}
-
-// chargeSummary counts the simulator's charges.
-type chargeSummary struct {
-	Succeeded, Failed int
-	Net               int64 // succeeded amounts net of refunds
-	All               []simCharge
-}
-
-func (c chargeSummary) String() string {
-	return fmt.Sprintf("%d succeeded, %d failed, net %d", c.Succeeded, c.Failed, c.Net)
-}
-
-// charges returns the simulator's charges (GET /_sim/charges).
-func (s *server) charges(t testing.TB) chargeSummary {
-	t.Helper()
-	r := s.doCall(t, call{Method: "GET", Path: s.SimURL + "/_sim/charges"})
-	wantStatus(t, r, http.StatusOK)
-	var out struct {
-		Charges []simCharge `json:"charges"`
-	}
-	if err := json.Unmarshal(r.Body, &out); err != nil {
-		t.Fatalf("GET /_sim/charges: %v", err)
-	}
-	sum := chargeSummary{All: out.Charges}
-	for _, c := range out.Charges {
-		switch c.Status {
-		case "succeeded":
-			sum.Succeeded++
-			sum.Net += c.Amount - c.RefundedAmount
-		case "failed":
-			sum.Failed++
-		}
-	}
-	return sum
-}
-
-// ---------------------------------------------------------------------------
-// Event store (direct SQL on the test database)
-
-func (s *server) queryInt(t testing.TB, sql string, args ...any) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var n int
-	if err := s.db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
-}
-
-// totalEvents returns the number of events in the store.
-func (s *server) totalEvents(t testing.TB) int {
-	t.Helper()
-	return s.queryInt(t, `SELECT count(*) FROM events`)
-}
-
-// countType returns the number of events of type typ on streams whose name
-// starts with prefix ("order-", "reservation-", ...).
-func (s *server) countType(t testing.TB, prefix, typ string) int {
-	t.Helper()
-	return s.queryInt(t, `SELECT count(*) FROM events WHERE stream LIKE $1 || '%' AND type = $2`, prefix, typ)
-}
-
-// orders returns the number of orders in the event store (OrderPlaced).
-func (s *server) orders(t testing.TB) int {
-	t.Helper()
-	return s.countType(t, "order-", "OrderPlaced")
-}
-
-// streamTypes returns the event types of stream in revision order.
-func (s *server) streamTypes(t testing.TB, stream string) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	rows, err := s.db.Query(ctx, `SELECT type FROM events WHERE stream = $1 ORDER BY revision`, stream)
-	if err != nil {
-		t.Fatalf("read stream %s: %v", stream, err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var typ string
-		if err := rows.Scan(&typ); err != nil {
-			t.Fatalf("read stream %s: %v", stream, err)
-		}
-		out = append(out, typ)
-	}
-	return out
-}
-
-// claimedOrderIDs returns the order ids of every OrderClaimed, oldest first.
-func (s *server) claimedOrderIDs(t testing.TB) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	rows, err := s.db.Query(ctx, `SELECT convert_from(data, 'UTF8')::jsonb->>'order_id' FROM events
-		WHERE type = 'OrderClaimed' ORDER BY tx, seq`)
-	if err != nil {
-		t.Fatalf("read order claims: %v", err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatalf("read order claims: %v", err)
-		}
-		out = append(out, id)
-	}
-	return out
-}
-
-// settle waits until the background work is done and returns the event
-// count: the process manager's checkpoint is at the head of the log (every
-// follow-up of every event so far is finished) and the count has stayed the
-// same for 500 ms since (late payment steps, refunds and webhooks land). It
-// fails the test after 60 s, so a busy machine only makes it slower.
-func (s *server) settle(t testing.TB) int {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	n, caughtUp := s.totalEvents(t), false
-	var stableSince time.Time
-	for {
-		if !caughtUp {
-			if caughtUp = s.followUpsAtHead(t); caughtUp {
-				stableSince = time.Now()
-			}
-		} else if time.Since(stableSince) >= 500*time.Millisecond {
-			return n
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the event store did not settle within 60 s (%d events; process manager at the head: %v)", n, caughtUp)
-		}
-		time.Sleep(50 * time.Millisecond)
-		if m := s.totalEvents(t); m != n {
-			n, caughtUp = m, false
-		}
-	}
-}
-
-// followUpsAtHead reports whether the process manager's checkpoint is at or
-// past the last event of the log (true for an empty log).
-func (s *server) followUpsAtHead(t testing.TB) bool {
-	t.Helper()
-	return s.queryInt(t, `SELECT count(*) FROM (SELECT tx, seq FROM events ORDER BY tx DESC, seq DESC LIMIT 1) head
-		WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.name = $1
-			AND (c.commit_tx, c.prepare) >= (head.tx::text::bigint, head.seq))`, commands.FollowUpsName) == 0
-}
-
-// eventually polls cond every 50 ms for up to d; it returns whether cond held.
-func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// ---------------------------------------------------------------------------
-// Fixtures
-
-// newKey returns a fresh Idempotency-Key.
-func newKey() string {
-	return "e2e-" + hex.EncodeToString(randomBytes(8))
-}
-
-// randomBytes returns n random bytes.
-func randomBytes(n int) []byte {
-	b := make([]byte, n)
-	rand.Read(b) // never fails (crypto/rand, Go 1.24+)
-	return b
-}
-
-// showStartsAt is a start time safely in the future.
-func showStartsAt() string {
-	return time.Now().UTC().Add(30 * 24 * time.Hour).Truncate(time.Second).Format(time.RFC3339)
-}
-
-const (
-	priceAmount   = 4500
-	priceCurrency = "EUR"
-)
-
-func showBody(name string, capacity int) map[string]any {
-	return map[string]any{"name": name, "starts_at": showStartsAt(), "capacity": capacity,
-		"price": map[string]any{"amount": priceAmount, "currency": priceCurrency}}
-}
-
-// mustCreateShow creates a show as admin and returns its id.
-func (s *server) mustCreateShow(t testing.TB, capacity int) string {
-	t.Helper()
-	r := s.do(t, "POST", "/v1/shows", tokAdmin, newKey(), showBody("Concert", capacity))
-	wantStatus(t, r, http.StatusCreated)
-	if r.str("id") == "" || int(r.num("available")) != capacity {
-		t.Fatalf("%s: want an id and available %d", r, capacity)
-	}
-	return r.str("id")
-}
-
-// mustReserve holds qty seats of show for the token's actor and returns the
-// reservation id.
-func (s *server) mustReserve(t testing.TB, token, showID string, qty int) string {
-	t.Helper()
-	r := s.do(t, "POST", "/v1/reservations", token, newKey(), map[string]any{"show_id": showID, "quantity": qty})
-	wantStatus(t, r, http.StatusCreated)
-	if r.str("id") == "" || r.str("status") != "held" {
-		t.Fatalf("%s: want an id and status held", r)
-	}
-	return r.str("id")
-}
-
-func orderBody(reservationID, token string) map[string]any {
-	return map[string]any{"reservation_id": reservationID, "payment": map[string]any{"token": token}}
-}
-
-// available returns the show's available seats (GET /v1/shows/{id}).
-func (s *server) available(t testing.TB, showID string) int {
-	t.Helper()
-	r := s.do(t, "GET", "/v1/shows/"+showID, tokAlice, "", nil)
-	wantStatus(t, r, http.StatusOK)
-	return int(r.num("available"))
+	return env
 }

@@ -2,7 +2,6 @@ package test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -212,35 +211,6 @@ func TestInvalidUTF8_Is400AndRecordsNothing(t *testing.T) {
 	if pair.str("name") != "Concert \U0001F3B5" {
 		t.Errorf("%s: name %q, want %q", pair, pair.str("name"), "Concert \U0001F3B5")
 	}
-}
-
-// eventData returns the decoded data of every event of type typ on streams
-// whose name starts with prefix, in log order.
-func (s *server) eventData(t testing.TB, prefix, typ string) []map[string]any {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rows, err := s.db.Query(ctx, `SELECT data FROM events WHERE stream LIKE $1 || '%' AND type = $2 ORDER BY tx, seq`, prefix, typ)
-	if err != nil {
-		t.Fatalf("read %s events: %v", typ, err)
-	}
-	defer rows.Close()
-	var out []map[string]any
-	for rows.Next() {
-		var raw []byte
-		if err := rows.Scan(&raw); err != nil {
-			t.Fatalf("read %s events: %v", typ, err)
-		}
-		var m map[string]any
-		if err := json.Unmarshal(raw, &m); err != nil {
-			t.Fatalf("%s event data %q: %v", typ, raw, err)
-		}
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("read %s events: %v", typ, err)
-	}
-	return out
 }
 
 // TestRawStorage_StringsAsSentValuesAsValues: a show name sent in NFD is

@@ -39,7 +39,7 @@ func TestOutage_PostgresDownIs503ThenRepeatsComplete(t *testing.T) {
 	if os.Getenv("BOOKING_TEST_PG_CTL") == "" {
 		t.Fatal("BOOKING_TEST_PG_CTL is not set (run under test/scripts/pg.sh throwaway)")
 	}
-	s := mustStart(t, Options{Env: fastRecoveryEnv(), ExternalSim: true})
+	s := mustStart(t, Options{Env: fastEnv(), ExternalSim: true})
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 2)
 	s.settle(t)

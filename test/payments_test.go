@@ -1,7 +1,7 @@
 package test
 
-// End-to-end payment scenarios (DESIGN §5, §9, §11; issue 4 "What must be
-// shown"). Every test counts the simulator's charges net of refunds and the
+// End-to-end payment scenarios: leases and fencing, reconciliation of
+// unknown outcomes, refunds of redundant effects, webhooks. Every test counts the simulator's charges net of refunds and the
 // events of the order stream, and asserts exact statuses.
 
 import (
@@ -21,243 +21,6 @@ import (
 	"github.com/retrysafe/booking/provider"
 )
 
-// payEnv returns short windows valid under Config.Validate (payment lease >
-// provider timeout + 2 s; retention ≥ 10 × recovery interval; duplicate
-// window ≥ 2 × recovery interval), with kv pairs overriding them.
-func payEnv(kv ...string) map[string]string {
-	env := map[string]string{
-		"BOOKING_INTENT_LEASE":          "1s",
-		"BOOKING_RECOVERY_INTERVAL":     "1s",
-		"BOOKING_NATS_DUPLICATE_WINDOW": "10s",
-		"BOOKING_PROVIDER_TIMEOUT":      "2s",
-		"BOOKING_PAYMENT_LEASE":         "5s",
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		env[kv[i]] = kv[i+1]
-	}
-	return env
-}
-
-// ---------------------------------------------------------------------------
-// Simulator control
-
-// simDo makes a request to the simulator and fails the test on a transport
-// error. Requests to its provider API (/v1) carry the API key it requires.
-func (s *server) simDo(t testing.TB, method, path string, body any, header map[string]string) *resp {
-	t.Helper()
-	c := call{Method: method, Path: s.SimURL + path, Body: body, Header: header}
-	if strings.HasPrefix(path, "/v1/") {
-		c.Token = s.providerKey
-	}
-	return s.doCall(t, c)
-}
-
-// simFaults merges faults into the simulator's (POST /_sim/faults).
-func (s *server) simFaults(t testing.TB, faults map[string]any) {
-	t.Helper()
-	wantStatus(t, s.simDo(t, "POST", "/_sim/faults", faults, nil), http.StatusOK)
-}
-
-// simAdvance moves the simulator's clock forward (POST /_sim/clock).
-func (s *server) simAdvance(t testing.TB, d string) {
-	t.Helper()
-	wantStatus(t, s.simDo(t, "POST", "/_sim/clock", map[string]any{"advance": d}, nil), http.StatusOK)
-}
-
-// simEvent is an entry of GET /_sim/events.
-type simEvent struct {
-	ID      string `json:"id"`
-	Type    string `json:"type"`
-	Created int64  `json:"created"`
-	Data    struct {
-		Object struct {
-			ID       string            `json:"id"`
-			Status   string            `json:"status"`
-			Metadata map[string]string `json:"metadata"`
-		} `json:"object"`
-	} `json:"data"`
-	raw json.RawMessage
-}
-
-// simEvents returns the simulator's events with their exact bytes (the body
-// the simulator delivers is the event's JSON encoding).
-func (s *server) simEvents(t testing.TB) []simEvent {
-	t.Helper()
-	r := s.simDo(t, "GET", "/_sim/events", nil, nil)
-	wantStatus(t, r, http.StatusOK)
-	var out struct {
-		Events []json.RawMessage `json:"events"`
-	}
-	if err := json.Unmarshal(r.Body, &out); err != nil {
-		t.Fatalf("GET /_sim/events: %v", err)
-	}
-	evs := make([]simEvent, len(out.Events))
-	for i, raw := range out.Events {
-		if err := json.Unmarshal(raw, &evs[i]); err != nil {
-			t.Fatalf("GET /_sim/events: %v", err)
-		}
-		evs[i].raw = raw
-	}
-	return evs
-}
-
-// simEventOf returns the simulator's event of type typ about charge chargeID.
-func (s *server) simEventOf(t testing.TB, typ, chargeID string) simEvent {
-	t.Helper()
-	var found *simEvent
-	if !eventually(30*time.Second, func() bool {
-		for _, e := range s.simEvents(t) {
-			if e.Type == typ && e.Data.Object.ID == chargeID {
-				found = &e
-				return true
-			}
-		}
-		return false
-	}) {
-		t.Fatalf("GET /_sim/events: no %s event for charge %s", typ, chargeID)
-	}
-	return *found
-}
-
-// simDelivery is an entry of GET /_sim/webhooks.
-type simDelivery struct {
-	EventID    string    `json:"event_id"`
-	Type       string    `json:"type"`
-	Copy       int       `json:"copy"`
-	Attempt    int       `json:"attempt"`
-	StatusCode int       `json:"status_code"`
-	At         time.Time `json:"at"`
-	Delivered  bool      `json:"delivered"`
-}
-
-// waitInFlight waits (up to 60 s) until the simulator is processing a
-// request under each of keys (GET /_sim/in-flight): the sends are at the
-// provider.
-func (s *server) waitInFlight(t testing.TB, keys ...string) {
-	t.Helper()
-	var out struct {
-		Keys []string `json:"idempotency_keys"`
-	}
-	if !eventually(60*time.Second, func() bool {
-		r := s.simDo(t, "GET", "/_sim/in-flight", nil, nil)
-		wantStatus(t, r, http.StatusOK)
-		if err := json.Unmarshal(r.Body, &out); err != nil {
-			t.Fatalf("GET /_sim/in-flight: %v", err)
-		}
-		for _, k := range keys {
-			if !slices.Contains(out.Keys, k) {
-				return false
-			}
-		}
-		return true
-	}) {
-		t.Fatalf("GET /_sim/in-flight = %v after 60 s, want %v in flight", out.Keys, keys)
-	}
-}
-
-// waitWebhooksDelivered waits (up to 60 s) until the simulator has
-// delivered every event it has so far at least once (webhooks must not be
-// paused), then until the event store settled.
-func (s *server) waitWebhooksDelivered(t testing.TB) {
-	t.Helper()
-	var missing []string
-	if !eventually(60*time.Second, func() bool {
-		delivered := map[string]bool{}
-		for _, d := range s.simDeliveries(t) {
-			if d.Delivered {
-				delivered[d.EventID] = true
-			}
-		}
-		missing = missing[:0]
-		for _, e := range s.simEvents(t) {
-			if !delivered[e.ID] {
-				missing = append(missing, e.Type+" "+e.ID)
-			}
-		}
-		return len(missing) == 0
-	}) {
-		t.Fatalf("GET /_sim/webhooks: events %v not delivered within 60 s", missing)
-	}
-	s.settle(t)
-}
-
-func (s *server) simDeliveries(t testing.TB) []simDelivery {
-	t.Helper()
-	r := s.simDo(t, "GET", "/_sim/webhooks", nil, nil)
-	wantStatus(t, r, http.StatusOK)
-	var out struct {
-		Deliveries []simDelivery `json:"deliveries"`
-	}
-	if err := json.Unmarshal(r.Body, &out); err != nil {
-		t.Fatalf("GET /_sim/webhooks: %v", err)
-	}
-	return out.Deliveries
-}
-
-// simRefunds returns the simulator's refunds (GET /_sim/refunds).
-func (s *server) simRefunds(t testing.TB) []provider.Refund {
-	t.Helper()
-	r := s.simDo(t, "GET", "/_sim/refunds", nil, nil)
-	wantStatus(t, r, http.StatusOK)
-	var out struct {
-		Refunds []provider.Refund `json:"refunds"`
-	}
-	if err := json.Unmarshal(r.Body, &out); err != nil {
-		t.Fatalf("GET /_sim/refunds: %v", err)
-	}
-	return out.Refunds
-}
-
-// simMakeCharge makes a charge at the simulator directly (as another client of
-// the provider would) under a fresh key, with metadata order_id and, when
-// attempt > 0, attempt, and returns its id.
-func (s *server) simMakeCharge(t testing.TB, token, orderID string, attempt int, amount int64) string {
-	t.Helper()
-	meta := map[string]string{"order_id": orderID}
-	if attempt > 0 {
-		meta["attempt"] = strconv.Itoa(attempt)
-	}
-	body := map[string]any{"amount": amount, "currency": priceCurrency, "token": token, "metadata": meta}
-	r := s.simDo(t, "POST", "/v1/charges", body, map[string]string{"Idempotency-Key": "e2e-foreign-" + newKey()})
-	if r.Status != http.StatusOK && r.Status != http.StatusPaymentRequired {
-		t.Fatalf("%s, want 200 or 402", r)
-	}
-	id := r.str("id")
-	if id == "" {
-		id = r.str("charge.id")
-	}
-	if id == "" {
-		t.Fatalf("%s: no charge id", r)
-	}
-	return id
-}
-
-// orderMoney counts the simulator's charges of one order (by metadata).
-type orderMoney struct {
-	Succeeded, Failed int
-	Net               int64
-	Charges           []simCharge
-}
-
-func (s *server) orderMoney(t testing.TB, orderID string) orderMoney {
-	t.Helper()
-	var m orderMoney
-	for _, c := range s.charges(t).All {
-		if c.Metadata["order_id"] != orderID {
-			continue
-		}
-		m.Charges = append(m.Charges, c)
-		switch c.Status {
-		case "succeeded":
-			m.Succeeded++
-			m.Net += c.Amount - c.RefundedAmount
-		case "failed":
-			m.Failed++
-		}
-	}
-	return m
-}
-
 // ---------------------------------------------------------------------------
 // Orders and their streams
 
@@ -269,19 +32,6 @@ func (s *server) placeOrderWait(t testing.TB, key, resID, token string, wait int
 		c.Header = map[string]string{"Prefer": "wait=" + strconv.Itoa(wait)}
 	}
 	return s.doCall(t, c)
-}
-
-// orderIDOf returns the order id of an answer to POST /v1/orders (201, 202 or a problem).
-func orderIDOf(t testing.TB, r *resp) string {
-	t.Helper()
-	id := r.str("id")
-	if r.Status >= 300 {
-		id = r.str("order_id")
-	}
-	if id == "" {
-		t.Fatalf("%s: no order id", r)
-	}
-	return id
 }
 
 // waitStatus polls GET /v1/orders/{id} until its status is one of want, for
@@ -381,7 +131,7 @@ func wantNoSecondAttempt(t testing.TB, id string, evs []orderEvent) {
 // the base clock with offset, at its 1 s resolution).
 func (s *server) checkRefundsRecordedFirst(t testing.TB, offset time.Duration) {
 	t.Helper()
-	rows := s.textRows(t, `SELECT convert_from(data,'UTF8')::jsonb->>'key', stream,
+	rows := s.queryRows(t, `SELECT convert_from(data,'UTF8')::jsonb->>'key', stream,
 			to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 		FROM events WHERE type = 'RefundRequested'`)
 	requested := map[string]time.Time{}
@@ -511,7 +261,7 @@ func executorsIn(logs string) []string {
 // repeat from the client; one charge, the order confirmed, no second attempt.
 func TestPayment_KilledAfterChargeBeforeRecordIsReconciled(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{CrashAt: []string{"payment.sent"}, Env: payEnv(), ExternalSim: true})
+	s := mustStart(t, Options{CrashAt: []string{"payment.sent"}, Env: fastEnv(), ExternalSim: true})
 	s.simFaults(t, map[string]any{"webhooks_paused": true})
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 2)
@@ -585,7 +335,7 @@ func TestPayment_KilledAfterChargeBeforeRecordIsReconciled(t *testing.T) {
 // own (its stale state is fenced by revision); one charge.
 func TestPayment_ProviderSlowerThanLeaseIsTakenOver(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{ExternalSim: true, Env: payEnv(
+	s := mustStart(t, Options{ExternalSim: true, Env: fastEnv(
 		"BOOKING_PROVIDER_TIMEOUT", "1s", "BOOKING_PAYMENT_LEASE", "3500ms", "BOOKING_PROVIDER_SLOW_DELAY", "7s")})
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 1)
@@ -686,7 +436,7 @@ func TestPayment_ProviderSlowerThanLeaseIsTakenOver(t *testing.T) {
 // the charge, and their later delivery changes nothing.
 func TestPayment_TimeoutAfterCommitIsReconciledWithoutSecondCharge(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{Env: payEnv()})
+	s := mustStart(t, Options{Env: fastEnv()})
 	s.simFaults(t, map[string]any{"webhooks_paused": true})
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 2)
@@ -753,7 +503,7 @@ func (s *server) postWebhook(t testing.TB, body []byte, sig string) *resp {
 // successful charge.
 func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{ExternalSim: true, Env: payEnv(
+	s := mustStart(t, Options{ExternalSim: true, Env: fastEnv(
 		"BOOKING_PROVIDER_TIMEOUT", "1s", "BOOKING_PAYMENT_LEASE", "3500ms", "BOOKING_PROVIDER_SLOW_DELAY", "2500ms")})
 	// Every new event gets one duplicate; every other event is held back
 	// until the next one overtakes it (the bound, 2 min, is only a safety
@@ -778,7 +528,7 @@ func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T
 	}
 	m := s.orderMoney(t, id)
 	var okCharge string
-	for _, c := range m.Charges {
+	for _, c := range m.All {
 		if c.Status == "succeeded" {
 			okCharge = c.ID
 		}
@@ -895,7 +645,7 @@ func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T
 // = price), not failed and refunded.
 func TestPayment_ForeignDeclineOfAttemptDoesNotFailOrder(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{ExternalSim: true, Env: payEnv(
+	s := mustStart(t, Options{ExternalSim: true, Env: fastEnv(
 		"BOOKING_PROVIDER_TIMEOUT", "1s", "BOOKING_PAYMENT_LEASE", "3500ms", "BOOKING_PROVIDER_SLOW_DELAY", "2500ms")})
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 1)
@@ -906,7 +656,7 @@ func TestPayment_ForeignDeclineOfAttemptDoesNotFailOrder(t *testing.T) {
 	g := s.waitStatus(t, id, recoveryBound, "confirmed", "failed", "needs_review", "cancelled")
 	// The slow charge commits (the simulator shows both charges), then its
 	// notices land.
-	var m orderMoney
+	var m chargeSummary
 	if !eventually(60*time.Second, func() bool { m = s.orderMoney(t, id); return m.Succeeded+m.Failed == 2 }) {
 		t.Fatalf("simulator: order %s charges %+v, want the foreign decline and attempt 1's charge", id, m)
 	}
@@ -915,7 +665,7 @@ func TestPayment_ForeignDeclineOfAttemptDoesNotFailOrder(t *testing.T) {
 	m = s.orderMoney(t, id)
 	if g.str("status") != "confirmed" {
 		t.Errorf("%s, want confirmed: the decline of charge %s (another key) was taken as attempt 1's outcome (stream %v, charges %+v)",
-			g, foreign, typesOf(evs), m.Charges)
+			g, foreign, typesOf(evs), m.All)
 	}
 	wantCounts(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "OrderFailed": 0, "RefundRequested": 0})
 	wantNoSecondAttempt(t, id, evs)
@@ -935,7 +685,7 @@ func TestPayment_ForeignDeclineOfAttemptDoesNotFailOrder(t *testing.T) {
 // recorded: the control that the refused ones would have recorded something.
 func TestPayment_ForgedOrStaleWebhookIsRefusedAndRecordsNothing(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{ExternalSim: true, Env: payEnv()})
+	s := mustStart(t, Options{ExternalSim: true, Env: fastEnv()})
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 1)
 	r := s.placeOrderWait(t, newKey(), res, "tok_visa", -1)
@@ -1006,7 +756,7 @@ func TestPayment_ForgedOrStaleWebhookIsRefusedAndRecordsNothing(t *testing.T) {
 // and the order is confirmed with one charge.
 func TestPayment_ProviderKeyInUseIsRetriedThenConfirmed(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{Env: payEnv()})
+	s := mustStart(t, Options{Env: fastEnv()})
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 3)
 	s.simFaults(t, map[string]any{"in_use_409": 2})
@@ -1046,7 +796,7 @@ func TestPayment_ProviderKeyInUseIsRetriedThenConfirmed(t *testing.T) {
 // failed charge, net 0.
 func TestPayment_DeclineFailsOrderAndReleasesSeats(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{Env: payEnv()})
+	s := mustStart(t, Options{Env: fastEnv()})
 	show := s.mustCreateShow(t, 5)
 	res := s.mustReserve(t, tokAlice, show, 5)
 	if got := s.available(t, show); got != 0 {
@@ -1096,7 +846,7 @@ func TestPayment_DeclineFailsOrderAndReleasesSeats(t *testing.T) {
 // net charges for the order 0.
 func TestPayment_ChargeAfterFailureIsRefunded(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{ExternalSim: true, Env: payEnv()})
+	s := mustStart(t, Options{ExternalSim: true, Env: fastEnv()})
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 2)
 	r := s.placeOrderWait(t, newKey(), res, "tok_decline", -1)
@@ -1104,7 +854,7 @@ func TestPayment_ChargeAfterFailureIsRefunded(t *testing.T) {
 	id := orderIDOf(t, r)
 	late := s.simMakeCharge(t, "tok_visa", id, 1, 2*priceAmount)
 
-	var m orderMoney
+	var m chargeSummary
 	if !eventually(30*time.Second, func() bool {
 		m = s.orderMoney(t, id)
 		return m.Net == 0 && len(ofType(s.orderEvents(t, id), "RefundSucceeded")) == 1
@@ -1154,7 +904,7 @@ func TestPayment_ChargeAfterFailureIsRefunded(t *testing.T) {
 func TestPayment_CancelRacingPaymentEndsInExactlyOneOutcome(t *testing.T) {
 	t.Parallel()
 	const runs = 50
-	s := mustStart(t, Options{ExternalSim: true, Env: payEnv("BOOKING_PROVIDER_SLOW_DELAY", "300ms")})
+	s := mustStart(t, Options{ExternalSim: true, Env: fastEnv("BOOKING_PROVIDER_SLOW_DELAY", "300ms")})
 	show := s.mustCreateShow(t, runs)
 	type run struct {
 		id, cancelStatus string
@@ -1258,7 +1008,7 @@ func TestPayment_CancelRacingPaymentEndsInExactlyOneOutcome(t *testing.T) {
 			}
 			if m.Net != 0 || len(tickets) != 0 || m.Succeeded > 1 {
 				t.Errorf("run %d: cancelled order %s with net charge %d, %d tickets, %d charges (%+v); want net 0, no tickets, at most 1 charge",
-					i, r.id, m.Net, len(tickets), m.Succeeded, m.Charges)
+					i, r.id, m.Net, len(tickets), m.Succeeded, m.All)
 			}
 			if len(ofType(evs, "OrderCancelled")) != 1 {
 				t.Errorf("run %d: order-%s: stream %v, want one OrderCancelled", i, r.id, typesOf(evs))
@@ -1274,7 +1024,7 @@ func TestPayment_CancelRacingPaymentEndsInExactlyOneOutcome(t *testing.T) {
 			}
 		default:
 			t.Errorf("run %d: order %s ended %q (%s) after the cancel was answered %d %q: neither confirmed-and-charged-once nor cancelled-with-net-0 (stream %v, charges %+v)",
-				i, r.id, st, g, r.cancelCode, r.cancelStatus, typesOf(evs), m.Charges)
+				i, r.id, st, g, r.cancelCode, r.cancelStatus, typesOf(evs), m.All)
 		}
 		wantNoSecondAttempt(t, r.id, evs)
 		if n := len(ofType(evs, "OrderConfirmed")) + len(ofType(evs, "OrderCancelled")) + len(ofType(evs, "OrderFailed")); n > 2 {
@@ -1304,7 +1054,7 @@ func TestPayment_CancelRacingPaymentEndsInExactlyOneOutcome(t *testing.T) {
 // send or attempt: one charge, order confirmed, no attempt 2.
 func TestPayment_WindowPassedUnknownAttemptIsReconciledFirst(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{CrashAt: []string{"payment.sent"}, Env: payEnv(), ExternalSim: true})
+	s := mustStart(t, Options{CrashAt: []string{"payment.sent"}, Env: fastEnv(), ExternalSim: true})
 	s.simFaults(t, map[string]any{"webhooks_paused": true})
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 1)
@@ -1322,7 +1072,7 @@ func TestPayment_WindowPassedUnknownAttemptIsReconciledFirst(t *testing.T) {
 	if m := s.orderMoney(t, id); m.Succeeded != 1 {
 		t.Fatalf("simulator: %+v, want the charge committed", m)
 	}
-	key := s.orderMoney(t, id).Charges[0].IdempotencyKey
+	key := s.orderMoney(t, id).All[0].IdempotencyKey
 	s.simAdvance(t, "25h")
 	if r := s.simDo(t, "GET", "/v1/charges?idempotency_key="+key, nil, nil); r.Status != http.StatusOK || r.get("data") == nil || len(r.get("data").([]any)) != 0 {
 		t.Fatalf("%s: want the key forgotten after 25 h", r)
@@ -1359,7 +1109,7 @@ func TestPayment_WindowPassedUnknownAttemptIsReconciledFirst(t *testing.T) {
 // created.
 func TestPayment_PausedOwnerResumedAfterTakeoverAndWindow(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{ExternalSim: true, Env: payEnv(
+	s := mustStart(t, Options{ExternalSim: true, Env: fastEnv(
 		"BOOKING_PROVIDER_TIMEOUT", "1s", "BOOKING_PAYMENT_LEASE", "3500ms", "BOOKING_PROVIDER_SLOW_DELAY", "6s")})
 	b := s.startPeer(t)
 	show := s.mustCreateShow(t, 10)
@@ -1424,7 +1174,7 @@ func TestPayment_PausedOwnerResumedAfterTakeoverAndWindow(t *testing.T) {
 		h := fnv.New64a()
 		h.Write([]byte("booking-worker:payment-reconciler"))
 		k := h.Sum64()
-		holders := s.textRows(t, `SELECT l.pid::text, coalesce(a.state, ''), coalesce(to_char(a.state_change, 'HH24:MI:SS'), '')
+		holders := s.queryRows(t, `SELECT l.pid::text, coalesce(a.state, ''), coalesce(to_char(a.state_change, 'HH24:MI:SS'), '')
 			FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 			WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid`,
 			int64(k>>32), int64(k&0xffffffff))
@@ -1477,16 +1227,16 @@ func TestPayment_PausedOwnerResumedAfterTakeoverAndWindow(t *testing.T) {
 		switch st := o.str("status"); st {
 		case "confirmed":
 			if m.Net != priceAmount {
-				t.Errorf("confirmed order %s: net charge %d (%+v), want %d", id, m.Net, m.Charges, priceAmount)
+				t.Errorf("confirmed order %s: net charge %d (%+v), want %d", id, m.Net, m.All, priceAmount)
 			}
 			wantCounts(t, id, evs, map[string]int{"OrderConfirmed": 1})
 		default:
 			if m.Net != 0 {
-				t.Errorf("order %s %s: net charge %d (%+v), want 0", id, st, m.Net, m.Charges)
+				t.Errorf("order %s %s: net charge %d (%+v), want 0", id, st, m.Net, m.All)
 			}
 		}
 		if m.Succeeded > 1 {
-			t.Logf("order %s: %d charges at the provider (redundant ones refunded): %+v", id, m.Succeeded, m.Charges)
+			t.Logf("order %s: %d charges at the provider (redundant ones refunded): %+v", id, m.Succeeded, m.All)
 		}
 		wantNoSecondAttempt(t, id, evs)
 		if n := len(ofType(evs, "RefundRequested")); n != m.Succeeded-min(m.Succeeded, 1) && o.str("status") == "confirmed" {

@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,19 +9,6 @@ import (
 
 	"github.com/retrysafe/booking/commands"
 )
-
-// Short windows of the recovery tests (valid under Config.Validate:
-// retention ≥ 10 × recovery interval, duplicate window ≥ 2 × recovery
-// interval, payment lease > provider timeout + 2 s).
-func fastRecoveryEnv() map[string]string {
-	return map[string]string{
-		"BOOKING_INTENT_LEASE":          "1s",
-		"BOOKING_RECOVERY_INTERVAL":     "1s",
-		"BOOKING_NATS_DUPLICATE_WINDOW": "10s",
-		"BOOKING_PROVIDER_TIMEOUT":      "2s",
-		"BOOKING_PAYMENT_LEASE":         "5s",
-	}
-}
 
 // recoveryBound is how long the tests give background jobs to finish
 // interrupted work after a restart.
@@ -35,138 +21,6 @@ func crashClient() *http.Client {
 
 // intentStream is the intent stream of (actor, operation, key).
 func intentStream(actor, op, key string) string { return commands.IntentStream(actor, op, key) }
-
-// streamEventCount returns the number of (live) events of stream.
-func (s *server) streamEventCount(t testing.TB, stream string) int {
-	t.Helper()
-	return s.queryInt(t, `SELECT count(*) FROM events WHERE stream = $1`, stream)
-}
-
-// jsonRows runs sql (returning (text, text, jsonb-as-text)) and returns the rows.
-func (s *server) textRows(t testing.TB, sql string, args ...any) [][3]string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	rows, err := s.db.Query(ctx, sql, args...)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	defer rows.Close()
-	var out [][3]string
-	for rows.Next() {
-		var a, b, c string
-		if err := rows.Scan(&a, &b, &c); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		out = append(out, [3]string{a, b, c})
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return out
-}
-
-// seatBook is the capacity account of a show computed from the event store.
-type seatBook struct {
-	Capacity, Held, Ordered int
-	Open                    []string // reservation streams still holding seats
-}
-
-// seatBook computes the show's capacity (ShowScheduled) and the seats held
-// and ordered from its reservation streams: a reservation whose stream has
-// ReservationExpired or ReservationReleased holds nothing; one with
-// ReservationOrdered is ordered; otherwise it is held.
-func (s *server) seatBook(t testing.TB, showID string) seatBook {
-	t.Helper()
-	var b seatBook
-	b.Capacity = s.queryInt(t, `SELECT coalesce(max((convert_from(data,'UTF8')::jsonb->>'capacity')::int), -1)
-		FROM events WHERE stream = $1 AND type = 'ShowScheduled'`, "show-"+showID)
-	rows := s.textRows(t, `SELECT h.stream, convert_from(h.data,'UTF8')::jsonb->>'quantity',
-			coalesce((SELECT string_agg(e.type, ',' ORDER BY e.revision) FROM events e WHERE e.stream = h.stream), '')
-		FROM events h
-		WHERE h.type = 'ReservationHeld' AND convert_from(h.data,'UTF8')::jsonb->>'show_id' = $1`, showID)
-	for _, r := range rows {
-		var qty int
-		fmt.Sscan(r[1], &qty)
-		types := strings.Split(r[2], ",")
-		has := func(typ string) bool {
-			for _, x := range types {
-				if x == typ {
-					return true
-				}
-			}
-			return false
-		}
-		switch {
-		case has("ReservationExpired") || has("ReservationReleased"):
-		case has("ReservationOrdered"):
-			b.Ordered += qty
-			b.Open = append(b.Open, r[0])
-		default:
-			b.Held += qty
-			b.Open = append(b.Open, r[0])
-		}
-	}
-	return b
-}
-
-// checkCapacity checks capacity = available + held + ordered for the show
-// (waiting up to 10 s for follow-ups such as a release to land).
-func (s *server) checkCapacity(t testing.TB, showID string) {
-	t.Helper()
-	var b seatBook
-	var avail int
-	if !eventually(30*time.Second, func() bool {
-		b = s.seatBook(t, showID)
-		avail = s.available(t, showID)
-		return b.Capacity == avail+b.Held+b.Ordered
-	}) {
-		t.Errorf("show %s: capacity %d != available %d + held %d + ordered %d (open reservations %v)",
-			showID, b.Capacity, avail, b.Held, b.Ordered, b.Open)
-	}
-}
-
-// unfinishedIntents lists the live intents that have neither a rejection
-// nor their resource: an order intent needs OrderPlaced on order-{target},
-// a reservation intent ReservationHeld on reservation-{target}, a show
-// intent ShowScheduled on show-{target}.
-func (s *server) unfinishedIntents(t testing.TB) []string {
-	t.Helper()
-	rows := s.textRows(t, `SELECT stream, convert_from(data,'UTF8')::jsonb->>'operation',
-			coalesce(convert_from(data,'UTF8')::jsonb->>'target_id', '')
-		FROM events WHERE type = 'IntentRecorded' ORDER BY tx, seq`)
-	var out []string
-	for _, r := range rows {
-		stream, op, target := r[0], r[1], r[2]
-		if s.queryInt(t, `SELECT count(*) FROM events WHERE stream = $1 AND type = 'IntentRejected'`, stream) > 0 {
-			continue
-		}
-		var res, typ string
-		switch op {
-		case commands.OpPlaceOrder:
-			res, typ = "order-"+target, "OrderPlaced"
-		case commands.OpReserveSeats:
-			res, typ = "reservation-"+target, "ReservationHeld"
-		case commands.OpScheduleShow:
-			res, typ = "show-"+target, "ShowScheduled"
-		default:
-			continue
-		}
-		if s.queryInt(t, `SELECT count(*) FROM events WHERE stream = $1 AND type = $2`, res, typ) == 0 {
-			out = append(out, fmt.Sprintf("%s (%s → %s)", stream, op, target))
-		}
-	}
-	return out
-}
-
-// checkNoUnfinishedIntents waits up to d for every intent to be finished.
-func (s *server) checkNoUnfinishedIntents(t testing.TB, d time.Duration) {
-	t.Helper()
-	var u []string
-	if !eventually(d, func() bool { u = s.unfinishedIntents(t); return len(u) == 0 }) {
-		t.Errorf("event store: unfinished intents after %s: %v", d, u)
-	}
-}
 
 // orderStatus answers GET /v1/orders/{id}'s status.
 func (s *server) orderStatus(t testing.TB, token, id string) string {
@@ -185,7 +39,7 @@ func TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat(t *testing.T) {
 	for _, step := range []string{"order.claimed", "order.placed", "payment.sent", "payment.recorded"} {
 		t.Run(step, func(t *testing.T) {
 			t.Parallel()
-			s := mustStart(t, Options{CrashAt: []string{step}, Env: fastRecoveryEnv(), ExternalSim: true})
+			s := mustStart(t, Options{CrashAt: []string{step}, Env: fastEnv(), ExternalSim: true})
 			show := s.mustCreateShow(t, 10)
 			res := s.mustReserve(t, tokAlice, show, 2)
 			key := newKey()
@@ -246,7 +100,7 @@ func TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat(t *testing.T) {
 
 	t.Run("reservation.held", func(t *testing.T) {
 		t.Parallel()
-		s := mustStart(t, Options{CrashAt: []string{"reservation.held"}, Env: fastRecoveryEnv(), ExternalSim: true})
+		s := mustStart(t, Options{CrashAt: []string{"reservation.held"}, Env: fastEnv(), ExternalSim: true})
 		// The show is created before the crash point matters (shows have no step).
 		show := s.mustCreateShow(t, 10)
 		key := newKey()
@@ -259,7 +113,7 @@ func TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat(t *testing.T) {
 		if n := s.countType(t, "show-", "SeatsHeld"); n != 1 {
 			t.Fatalf("event store after the crash: %d SeatsHeld, want 1 (the commit point)", n)
 		}
-		resID := s.textRows(t, `SELECT convert_from(data,'UTF8')::jsonb->>'reservation_id', '', '' FROM events WHERE type = 'SeatsHeld'`)[0][0]
+		resID, _ := s.eventData(t, "show-", "SeatsHeld")[0]["reservation_id"].(string)
 
 		s.Restart(withoutCrash)
 		if !eventually(recoveryBound, func() bool { return s.streamEventCount(t, "reservation-"+resID) > 0 }) {
@@ -300,7 +154,7 @@ func TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
 	t.Run("order", func(t *testing.T) {
 		t.Parallel()
-		s := mustStart(t, Options{Env: fastRecoveryEnv(), ExternalSim: true})
+		s := mustStart(t, Options{Env: fastEnv(), ExternalSim: true})
 		show := s.mustCreateShow(t, 10)
 		res := s.mustReserve(t, tokAlice, show, 2)
 		key := newKey()
@@ -352,7 +206,7 @@ func TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat(t *testing.T) {
 
 	t.Run("reservation", func(t *testing.T) {
 		t.Parallel()
-		s := mustStart(t, Options{Env: fastRecoveryEnv(), ExternalSim: true})
+		s := mustStart(t, Options{Env: fastEnv(), ExternalSim: true})
 		show := s.mustCreateShow(t, 10)
 		key := newKey()
 		stream := intentStream("alice", commands.OpReserveSeats, key)

@@ -19,7 +19,7 @@ import (
 // charge; the old intent's events are gone.
 func TestRetention_KeyAfterExpiryIsNewIntentStillRefusedSecondOrder(t *testing.T) {
 	t.Parallel()
-	env := fastRecoveryEnv()
+	env := fastEnv()
 	env["BOOKING_INTENT_RETENTION"] = "30s"
 	s := mustStart(t, Options{Env: env})
 	show := s.mustCreateShow(t, 10)
@@ -76,7 +76,7 @@ func TestRetention_KeyAfterExpiryIsNewIntentStillRefusedSecondOrder(t *testing.T
 // looks, however long that takes.)
 func TestExpiry_HoldExpiresWithoutRequestThenOrderIs410(t *testing.T) {
 	t.Parallel()
-	env := fastRecoveryEnv()
+	env := fastEnv()
 	env["BOOKING_RESERVATION_HOLD"] = "2s"
 	s := mustStart(t, Options{Env: env, HoldAt: []string{"expiry.claiming"}})
 	show := s.mustCreateShow(t, 10)
@@ -135,7 +135,7 @@ func TestExpiry_HoldExpiresWithoutRequestThenOrderIs410(t *testing.T) {
 // available + held + ordered. Several rounds on one server.
 func TestExpiry_RaceAtExpiresAt(t *testing.T) {
 	t.Parallel()
-	env := fastRecoveryEnv()
+	env := fastEnv()
 	env["BOOKING_RESERVATION_HOLD"] = "2s"
 	s := mustStart(t, Options{Env: env, ExternalSim: true})
 	show := s.mustCreateShow(t, 20)
@@ -246,13 +246,13 @@ func TestExpiry_RaceAtExpiresAt(t *testing.T) {
 // not in log order).
 func TestExpiry_ShortHoldIsNotBlockedByALongerHoldBeforeIt(t *testing.T) {
 	t.Parallel()
-	env := fastRecoveryEnv()
+	env := fastEnv()
 	env["BOOKING_RESERVATION_HOLD"] = "10m"
 	s := mustStart(t, Options{Env: env})
 	show := s.mustCreateShow(t, 4)
 	long := s.mustReserve(t, tokAlice, show, 2)
 	s.Restart(func(o *Options) {
-		e := fastRecoveryEnv()
+		e := fastEnv()
 		e["BOOKING_RESERVATION_HOLD"] = "2s"
 		o.Env = e
 		o.HoldAt = []string{"expiry.claiming"} // the seats stay held until the test looked

@@ -45,7 +45,7 @@ func uncertainEnv(intentLease string) map[string]string {
 // typ on stream, as text that orders like the position, or "" if none.
 func (s *server) positionOf(t testing.TB, stream, typ string) string {
 	t.Helper()
-	rows := s.textRows(t, `SELECT lpad(tx::text, 20, '0') || '/' || lpad(seq::text, 20, '0'), '', '' FROM events
+	rows := s.queryRows(t, `SELECT lpad(tx::text, 20, '0') || '/' || lpad(seq::text, 20, '0'), '', '' FROM events
 		WHERE stream = $1 AND type = $2 ORDER BY tx, seq LIMIT 1`, stream, typ)
 	if len(rows) == 0 {
 		return ""

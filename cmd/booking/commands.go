@@ -5,9 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/cmd/booking/loadgen"
+	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/provider/providersim"
 )
@@ -76,4 +81,52 @@ func (c *providerSimCmd) Run(e *env) error {
 
 type projectionsCmd struct {
 	Rebuild rebuildCmd `cmd:"" help:"Rebuild read models from the event log and swap them in."`
+}
+
+// loadgenCmd is `booking loadgen`: its flags, read into a loadgen.Config.
+type loadgenCmd struct {
+	URL         string        `name:"url" env:"BOOKING_LOADGEN_URL" default:"http://127.0.0.1:8080" help:"Base URL of the API."`
+	SimURL      string        `name:"sim-url" env:"BOOKING_LOADGEN_SIM_URL" default:"http://127.0.0.1:8090" help:"Provider simulator URL, to count charges (empty: skip)."`
+	Tokens      string        `name:"tokens" env:"BOOKING_API_TOKENS" help:"name=token[:admin],... (one admin token creates the show)."`
+	Clients     int           `name:"clients" default:"16" help:"Concurrent clients."`
+	Orders      int           `name:"orders" default:"200" help:"Orders to attempt in all (bounded run)."`
+	Rate        float64       `name:"rate" default:"200" help:"Most new intents per second, all clients together."`
+	Timeout     time.Duration `name:"timeout" default:"2s" help:"Client timeout of one request."`
+	LoseRate    float64       `name:"lose-rate" default:"0.1" help:"Share of order requests sent with a 50 ms timeout, so the answer is lost after commit."`
+	DeclineRate float64       `name:"decline-rate" default:"0.1" help:"Share of orders paid with tok_decline."`
+	DupRate     float64       `name:"dup-rate" default:"0.1" help:"Share of order requests sent twice at once."`
+	MaxDuration time.Duration `name:"max-duration" default:"5m" help:"Upper bound on the load; the audit runs after it."`
+	Settle      time.Duration `name:"settle" default:"30s" help:"How long the audit waits for the service to settle after the load."`
+	DatabaseURL string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL of the service's event store, read by the audit (empty: the audit is skipped)."`
+}
+
+// Run parses the tokens and runs the load generator.
+func (c *loadgenCmd) Run(e *env) error {
+	tokens, err := parseTokens(c.Tokens)
+	if err != nil {
+		return configError("BOOKING_API_TOKENS", "%v", err)
+	}
+	cfg := loadgen.Config{URL: c.URL, SimURL: c.SimURL, Clients: c.Clients, Orders: c.Orders, Rate: c.Rate,
+		Timeout: c.Timeout, LoseRate: c.LoseRate, DeclineRate: c.DeclineRate, DupRate: c.DupRate,
+		MaxDuration: c.MaxDuration, Settle: c.Settle, Out: e.stdout}
+	for tok, a := range tokens {
+		if a.Admin {
+			cfg.Admin = tok
+		} else {
+			cfg.Users = append(cfg.Users, tok)
+		}
+	}
+	if cfg.Admin == "" || len(cfg.Users) == 0 {
+		return configError("BOOKING_API_TOKENS", "loadgen needs one admin token and at least one other")
+	}
+	sort.Strings(cfg.Users)
+	if c.DatabaseURL != "" {
+		pool, err := pgxpool.New(e.ctx, c.DatabaseURL)
+		if err != nil {
+			return configError("DATABASE_URL", "%v", err)
+		}
+		defer pool.Close()
+		cfg.Log = pgstore.New(pool)
+	}
+	return loadgen.Run(e.ctx, cfg)
 }

@@ -1,0 +1,556 @@
+// Package audit checks the booking service's promise from outside, once the
+// service has settled: one order per reservation, the right net charge per
+// order, seats conserved per show, every stored event readable, nothing left
+// pending. It reads the event log through eventstore.Store (so it works on
+// every backend), the provider simulator's charges over HTTP and the shows'
+// availability through the API. The end-to-end tests end every scenario
+// with it, and `booking loadgen` prints its table after a run.
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// Rule names one invariant; it is the row label of the report's table.
+type Rule string
+
+// The invariants Check verifies, in the order of the report's rows.
+const (
+	// OrdersPerReservation: at most one order (OrderClaimed or OrderPlaced,
+	// by order id) per reservation.
+	OrdersPerReservation Rule = "orders per reservation <= 1"
+	// NetCharge: per order, the simulator's succeeded charges minus their
+	// refunds equal the order's amount if it is confirmed and 0 otherwise
+	// (failed or cancelled); a charge naming no order of the log must net 0.
+	NetCharge Rule = "net charge per order"
+	// Seats: per show, capacity = available (API) + held + ordered, held
+	// and ordered counted from the reservation streams.
+	Seats Rule = "seats conserved per show"
+	// Decodes: every stored event has a known type whose data and
+	// metadata decode.
+	Decodes Rule = "every event decodes"
+	// Settled: no order pending, cancelling or needing review, no refund
+	// unanswered, every claim with its consequence, every intent finished
+	// (rejected, or its resource's first event stored).
+	Settled Rule = "nothing pending or unknown"
+)
+
+// Rules lists every rule in report order.
+var Rules = []Rule{OrdersPerReservation, NetCharge, Seats, Decodes, Settled}
+
+// Sources are where Check reads. Log is required. SimURL is the provider
+// simulator's base URL (GET {SimURL}/_sim/charges); empty skips NetCharge.
+// APIURL is the service's base URL (GET {APIURL}/v1/shows/{id} with
+// Authorization: Bearer Token); empty skips Seats. Client defaults to a
+// client with a 30 s timeout.
+type Sources struct {
+	Log    eventstore.Store
+	SimURL string
+	APIURL string
+	Token  string
+	Client *http.Client
+}
+
+// Options tunes Check. Skip names rules not to check, each with the reason
+// the report shows (a scenario that purges streams on purpose, say); a
+// skipped rule never fails. Open names orders, by id, that may stay
+// pending, cancelling or in review, with the reason (a provider that fails
+// every call, a refund it refuses): Settled does not count them, and
+// NetCharge checks them only once final. Everything else about them is
+// still checked.
+type Options struct {
+	Skip map[Rule]string
+	Open map[string]string
+}
+
+// Row is one rule's result: how many subjects it checked (reservations,
+// orders, shows, events, open items) and what broke, one sentence per
+// violation. Skipped holds the reason a rule was not checked.
+type Row struct {
+	Rule       Rule
+	Checked    int
+	Violations []string
+	Skipped    string
+}
+
+// Report is the outcome of Check: one row per rule in Rules order, and the
+// counts of what was read.
+type Report struct {
+	Rows                                 []Row
+	Events, Shows, Reservations, Orders  int
+	Confirmed, Charges, SucceededCharges int
+	Refunded                             int64 // minor units refunded at the simulator, all orders
+	// Seats is the seat account of every show checked, by show id.
+	Seats map[string]SeatAccount
+}
+
+// SeatAccount is a show's seats: Capacity from ShowScheduled, Available
+// from the API, Held and Ordered from its reservation streams (a
+// reservation expired or released holds none).
+type SeatAccount struct {
+	Capacity, Available, Held, Ordered int
+}
+
+// OK reports whether no rule has a violation.
+func (r Report) OK() bool { return r.ViolationCount() == 0 }
+
+// ViolationCount returns the number of violations over every row.
+func (r Report) ViolationCount() int {
+	n := 0
+	for _, row := range r.Rows {
+		n += len(row.Violations)
+	}
+	return n
+}
+
+// Violations returns every violation as "rule: sentence", in row order.
+func (r Report) Violations() []string {
+	var out []string
+	for _, row := range r.Rows {
+		for _, v := range row.Violations {
+			out = append(out, string(row.Rule)+": "+v)
+		}
+	}
+	return out
+}
+
+// Row returns the row of rule (the zero Row if absent).
+func (r Report) Row(rule Rule) Row {
+	for _, row := range r.Rows {
+		if row.Rule == rule {
+			return row
+		}
+	}
+	return Row{}
+}
+
+// WriteTable writes the report as a table, one line per rule ("OK", the
+// violation count, or "skipped: reason"), then each violation (at most
+// limit per rule; limit <= 0 means all).
+func (r Report) WriteTable(w io.Writer, limit int) {
+	fmt.Fprintf(w, "audit: %d events, %d shows, %d reservations, %d orders (%d confirmed), %d charges (%d succeeded), %d refunded\n",
+		r.Events, r.Shows, r.Reservations, r.Orders, r.Confirmed, r.Charges, r.SucceededCharges, r.Refunded)
+	for _, row := range r.Rows {
+		verdict := "OK"
+		switch {
+		case row.Skipped != "":
+			verdict = "skipped: " + row.Skipped
+		case len(row.Violations) > 0:
+			verdict = fmt.Sprintf("%d VIOLATION(S)", len(row.Violations))
+		}
+		fmt.Fprintf(w, "  %-30s %6d checked  %s\n", row.Rule, row.Checked, verdict)
+	}
+	for _, row := range r.Rows {
+		for i, v := range row.Violations {
+			if limit > 0 && i == limit {
+				fmt.Fprintf(w, "VIOLATION: %s: … and %d more\n", row.Rule, len(row.Violations)-limit)
+				break
+			}
+			fmt.Fprintf(w, "VIOLATION: %s: %s\n", row.Rule, v)
+		}
+	}
+}
+
+// Charge is an entry of the simulator's GET /_sim/charges: Amount and
+// RefundedAmount in minor units; Status "succeeded" or "failed";
+// Metadata["order_id"] names the order it pays.
+type Charge struct {
+	ID             string            `json:"id"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	Amount         int64             `json:"amount"`
+	Currency       string            `json:"currency"`
+	Status         string            `json:"status"`
+	RefundedAmount int64             `json:"refunded_amount"`
+	Metadata       map[string]string `json:"metadata"`
+}
+
+// Charges reads GET {simURL}/_sim/charges with client. It returns an error
+// for a transport error, a status other than 200 or a body that does not
+// decode.
+func Charges(ctx context.Context, client *http.Client, simURL string) ([]Charge, error) {
+	var out struct {
+		Charges []Charge `json:"charges"`
+	}
+	if err := getJSON(ctx, client, simURL+"/_sim/charges", "", &out); err != nil {
+		return nil, err
+	}
+	return out.Charges, nil
+}
+
+// Available reads a show's available seats from GET {apiURL}/v1/shows/{id}.
+func Available(ctx context.Context, client *http.Client, apiURL, token, showID string) (int, error) {
+	var out struct {
+		Available *int `json:"available"`
+	}
+	if err := getJSON(ctx, client, apiURL+"/v1/shows/"+showID, token, &out); err != nil {
+		return 0, err
+	}
+	if out.Available == nil {
+		return 0, fmt.Errorf("GET /v1/shows/%s: no available member", showID)
+	}
+	return *out.Available, nil
+}
+
+func getJSON(ctx context.Context, client *http.Client, url, token string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d", url, res.StatusCode)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	return nil
+}
+
+// ReadLog reads the whole log in log order, 1,000 events a page.
+func ReadLog(ctx context.Context, log eventstore.Store) ([]eventstore.RecordedEvent, error) {
+	var out []eventstore.RecordedEvent
+	var after eventstore.Position
+	for {
+		page, err := log.ReadAll(ctx, after, 1000)
+		if err != nil {
+			return out, err
+		}
+		if len(page) == 0 {
+			return out, nil
+		}
+		out = append(out, page...)
+		after = page[len(page)-1].Position
+	}
+}
+
+// state is the log folded per stream with the domain's own Apply.
+type state struct {
+	shows        map[string]*domain.ShowScheduled
+	showOrder    []string
+	reservations map[string]*domain.Reservation
+	orders       map[string]*domain.Order
+	orderOrder   []string
+	claims       map[string][]string // reservation id -> order ids claimed or placed
+	streams      map[string][]string // stream -> event types, in log order
+	intents      []intentRec
+}
+
+type intentRec struct {
+	stream string
+	e      domain.IntentRecorded
+}
+
+// Check reads the sources once and checks every rule not skipped. A source
+// that cannot be read is a violation of the rules that need it, never a
+// silent pass. It blocks until done or ctx ends; safe for concurrent use.
+func Check(ctx context.Context, src Sources, opts Options) Report {
+	client := src.Client
+	if client == nil {
+		client = &http.Client{Timeout: 30 * time.Second}
+	}
+	rows := map[Rule]*Row{}
+	for _, r := range Rules {
+		rows[r] = &Row{Rule: r, Skipped: opts.Skip[r]}
+	}
+	violate := func(r Rule, format string, args ...any) {
+		rows[r].Violations = append(rows[r].Violations, fmt.Sprintf(format, args...))
+	}
+	var rep Report
+	finish := func() Report {
+		for _, r := range Rules {
+			row := rows[r]
+			if row.Skipped != "" {
+				row.Violations = nil
+			}
+			rep.Rows = append(rep.Rows, *row)
+		}
+		return rep
+	}
+
+	if src.Log == nil {
+		for _, r := range Rules {
+			if rows[r].Skipped == "" {
+				violate(r, "no event log to read")
+			}
+		}
+		return finish()
+	}
+	events, err := ReadLog(ctx, src.Log)
+	if err != nil {
+		for _, r := range Rules {
+			violate(r, "read the log: %v", err)
+		}
+		return finish()
+	}
+	rep.Events = len(events)
+	st := fold(events, rows[Decodes], violate)
+
+	rep.Shows, rep.Reservations, rep.Orders = len(st.shows), len(st.reservations), len(st.orders)
+	for _, o := range st.orders {
+		if o.Status == domain.OrderStatusConfirmed {
+			rep.Confirmed++
+		}
+	}
+
+	// Orders per reservation.
+	resIDs := make([]string, 0, len(st.claims))
+	for id := range st.claims {
+		resIDs = append(resIDs, id)
+	}
+	sort.Strings(resIDs)
+	rows[OrdersPerReservation].Checked = len(resIDs)
+	for _, id := range resIDs {
+		if ids := st.claims[id]; len(ids) > 1 {
+			violate(OrdersPerReservation, "reservation %s has %d orders: %s", id, len(ids), strings.Join(ids, ", "))
+		}
+	}
+
+	// Net charge per order.
+	if src.SimURL == "" && rows[NetCharge].Skipped == "" {
+		rows[NetCharge].Skipped = "no simulator URL"
+	}
+	if rows[NetCharge].Skipped == "" {
+		checkCharges(ctx, client, src.SimURL, st, &rep, rows[NetCharge], violate)
+	}
+
+	// Seats per show.
+	if src.APIURL == "" && rows[Seats].Skipped == "" {
+		rows[Seats].Skipped = "no API URL"
+	}
+	if rows[Seats].Skipped == "" {
+		rep.Seats = checkSeats(ctx, client, src, st, rows[Seats], violate)
+	}
+
+	checkSettled(st, opts.Open, rows[Settled], violate)
+	return finish()
+}
+
+// fold decodes every event and folds it into st; undecodable events are
+// Decodes violations.
+func fold(events []eventstore.RecordedEvent, row *Row, violate func(Rule, string, ...any)) *state {
+	reg := eventstore.NewRegistry(typed(domain.EventTypes())...)
+	st := &state{shows: map[string]*domain.ShowScheduled{}, reservations: map[string]*domain.Reservation{},
+		orders: map[string]*domain.Order{}, claims: map[string][]string{}, streams: map[string][]string{}}
+	claim := func(resID, orderID string) {
+		if !slices.Contains(st.claims[resID], orderID) {
+			st.claims[resID] = append(st.claims[resID], orderID)
+		}
+	}
+	row.Checked = len(events)
+	for _, r := range events {
+		st.streams[r.Stream] = append(st.streams[r.Stream], r.Type)
+		if _, err := eventstore.DecodeMetadata(r.Metadata); err != nil {
+			violate(Decodes, "%s@%d (%s): metadata: %v", r.Stream, r.Revision, r.Type, err)
+		}
+		ev, err := reg.Decode(r.Type, r.Data)
+		if err != nil {
+			violate(Decodes, "%s@%d: %v", r.Stream, r.Revision, err)
+			continue
+		}
+		switch e := ev.(type) {
+		case domain.ShowScheduled:
+			if _, ok := st.shows[e.ShowID]; !ok {
+				st.showOrder = append(st.showOrder, e.ShowID)
+			}
+			st.shows[e.ShowID] = &e
+		case domain.OrderClaimed:
+			claim(e.ReservationID, e.OrderID)
+		case domain.IntentRecorded:
+			st.intents = append(st.intents, intentRec{stream: r.Stream, e: e})
+		case domain.ReservationHeld, domain.ReservationOrdered, domain.ReservationExpired, domain.ReservationReleased:
+			if strings.HasPrefix(r.Stream, "reservation-") && !strings.HasPrefix(r.Stream, "reservation-order-") {
+				id := strings.TrimPrefix(r.Stream, "reservation-")
+				res := st.reservations[id]
+				if res == nil {
+					res = &domain.Reservation{}
+					st.reservations[id] = res
+				}
+				res.Apply(ev.(domain.Event))
+			}
+		}
+		if strings.HasPrefix(r.Stream, "order-") {
+			id := strings.TrimPrefix(r.Stream, "order-")
+			o := st.orders[id]
+			if o == nil {
+				o = &domain.Order{}
+				st.orders[id] = o
+				st.orderOrder = append(st.orderOrder, id)
+			}
+			if e, ok := ev.(domain.OrderPlaced); ok {
+				claim(e.ReservationID, e.OrderID)
+			}
+			o.Apply(ev.(domain.Event))
+		}
+	}
+	return st
+}
+
+func typed(evs []domain.Event) []eventstore.Typed {
+	out := make([]eventstore.Typed, len(evs))
+	for i, e := range evs {
+		out[i] = e
+	}
+	return out
+}
+
+func checkCharges(ctx context.Context, client *http.Client, simURL string, st *state, rep *Report, row *Row, violate func(Rule, string, ...any)) {
+	charges, err := Charges(ctx, client, simURL)
+	if err != nil {
+		violate(NetCharge, "read the simulator's charges: %v", err)
+		return
+	}
+	rep.Charges = len(charges)
+	net := map[string]int64{}
+	for _, c := range charges {
+		if c.Status != "succeeded" {
+			continue
+		}
+		rep.SucceededCharges++
+		rep.Refunded += c.RefundedAmount
+		net[c.Metadata["order_id"]] += c.Amount - c.RefundedAmount
+	}
+	for _, id := range st.orderOrder {
+		o := st.orders[id]
+		var want int64
+		switch o.Status {
+		case domain.OrderStatusConfirmed:
+			want = o.Amount.Amount
+		case domain.OrderStatusFailed, domain.OrderStatusCancelled:
+		default:
+			continue // not final: the Settled row names it
+		}
+		row.Checked++
+		if net[id] != want {
+			violate(NetCharge, "order %s (%s): net charge %d, want %d", id, o.Status, net[id], want)
+		}
+	}
+	var stray []string
+	for id, n := range net {
+		if _, ok := st.orders[id]; !ok && n != 0 {
+			stray = append(stray, fmt.Sprintf("charges for %q, which is no order of the log, net %d, want 0", id, n))
+		}
+	}
+	sort.Strings(stray)
+	for _, s := range stray {
+		violate(NetCharge, "%s", s)
+	}
+}
+
+func checkSeats(ctx context.Context, client *http.Client, src Sources, st *state, row *Row, violate func(Rule, string, ...any)) map[string]SeatAccount {
+	out := map[string]SeatAccount{}
+	held, ordered := map[string]int{}, map[string]int{}
+	for _, r := range st.reservations {
+		switch r.Status {
+		case domain.ReservationStatusHeld:
+			held[r.ShowID] += r.Quantity
+		case domain.ReservationStatusOrdered:
+			ordered[r.ShowID] += r.Quantity
+		}
+	}
+	for _, id := range st.showOrder {
+		avail, err := Available(ctx, client, src.APIURL, src.Token, id)
+		if err != nil {
+			violate(Seats, "show %s: %v", id, err)
+			continue
+		}
+		row.Checked++
+		a := SeatAccount{Capacity: st.shows[id].Capacity, Available: avail, Held: held[id], Ordered: ordered[id]}
+		out[id] = a
+		if a.Capacity != a.Available+a.Held+a.Ordered {
+			violate(Seats, "show %s: capacity %d != available %d + held %d + ordered %d", id, a.Capacity, a.Available, a.Held, a.Ordered)
+		}
+	}
+	return out
+}
+
+func checkSettled(st *state, open map[string]string, row *Row, violate func(Rule, string, ...any)) {
+	has := func(stream, typ string) bool { return slices.Contains(st.streams[stream], typ) }
+	for _, id := range st.orderOrder {
+		o := st.orders[id]
+		row.Checked++
+		switch {
+		case !o.Exists():
+			violate(Settled, "order %s: events without OrderPlaced (%s)", id, strings.Join(st.streams["order-"+id], ","))
+		case open[id] != "":
+		case !o.Final():
+			violate(Settled, "order %s is %s", id, o.Status)
+		case o.Status == domain.OrderStatusNeedsReview:
+			violate(Settled, "order %s needs review: %s", id, o.ReviewReason)
+		}
+		for _, r := range o.PendingRefunds() {
+			violate(Settled, "order %s: refund of charge %s requested and unanswered", id, r.ChargeID)
+		}
+	}
+	for stream := range st.streams {
+		resID, ok := strings.CutPrefix(stream, "reservation-order-")
+		if !ok {
+			continue
+		}
+		row.Checked++
+		res := st.reservations[resID]
+		for _, orderID := range st.claims[resID] {
+			if !has("order-"+orderID, "OrderPlaced") {
+				violate(Settled, "order claim %s of reservation %s without its OrderPlaced", orderID, resID)
+			}
+		}
+		if has(stream, "ExpiryClaimed") && (res == nil || res.Status != domain.ReservationStatusExpired) {
+			violate(Settled, "expiry claim of reservation %s without its ReservationExpired", resID)
+		}
+	}
+	for _, in := range st.intents {
+		row.Checked++
+		if has(in.stream, "IntentRejected") {
+			continue
+		}
+		var res, typ string
+		switch in.e.Operation {
+		case commands.OpPlaceOrder:
+			res, typ = domain.OrderStream(in.e.TargetID), "OrderPlaced"
+		case commands.OpReserveSeats:
+			res, typ = domain.ReservationStream(in.e.TargetID), "ReservationHeld"
+		case commands.OpScheduleShow:
+			res, typ = domain.ShowStream(in.e.TargetID), "ShowScheduled"
+		default:
+			continue
+		}
+		if !has(res, typ) {
+			violate(Settled, "intent %s (%s → %s) unfinished", in.stream, in.e.Operation, in.e.TargetID)
+		}
+	}
+	sort.Strings(row.Violations)
+}
+
+// ErrViolations is matched (errors.Is) by the error of Err.
+var ErrViolations = errors.New("audit: invariant violations")
+
+// Err returns nil if r is OK, or an error matching ErrViolations that counts them.
+func (r Report) Err() error {
+	if r.OK() {
+		return nil
+	}
+	return fmt.Errorf("%w: %d", ErrViolations, r.ViolationCount())
+}

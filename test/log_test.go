@@ -1,0 +1,253 @@
+package test
+
+// Probes of the event store. The log is read through eventstore.Store (the
+// same interface the service and the audit use); SQL remains only for what
+// the log interface does not hold (checkpoints, read models, key tables).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/cmd/booking/loadgen/audit"
+	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgstore"
+)
+
+// openLog returns the event log of the test database, read as the service
+// writes it: the one constructor of the suite's eventstore.Store.
+func openLog(db *pgxpool.Pool) eventstore.Store { return pgstore.New(db) }
+
+// readLog returns every event of the log, in log order, including every
+// event committed before the call (waitHorizon).
+func (s *server) readLog(t testing.TB) []eventstore.RecordedEvent {
+	t.Helper()
+	s.waitHorizon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	evs, err := audit.ReadLog(ctx, s.log)
+	if err != nil {
+		t.Fatalf("read the log: %v", err)
+	}
+	return evs
+}
+
+// waitHorizon waits (up to 60 s) until every transaction that committed
+// before the call is below the log's readable horizon. ReadAll never
+// returns an event while an older transaction may still commit, and that
+// horizon is the server's: on a PostgreSQL shared by parallel tests it
+// trails the newest commit, so a probe right after an answer waits here.
+func (s *server) waitHorizon(t testing.TB) {
+	t.Helper()
+	xmax := s.queryText(t, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`)[0]
+	if !eventually(60*time.Second, func() bool {
+		return s.queryInt(t, `SELECT (pg_snapshot_xmin(pg_current_snapshot()) >= $1::xid8)::int`, xmax) == 1
+	}) {
+		t.Fatalf("the log's readable horizon did not pass transaction %s within 60 s", xmax)
+	}
+}
+
+// logEvents returns the events of type typ (any type if "") on streams whose
+// name starts with prefix ("order-", "reservation-", ...), in log order.
+func (s *server) logEvents(t testing.TB, prefix, typ string) []eventstore.RecordedEvent {
+	t.Helper()
+	var out []eventstore.RecordedEvent
+	for _, e := range s.readLog(t) {
+		if len(e.Stream) >= len(prefix) && e.Stream[:len(prefix)] == prefix && (typ == "" || e.Type == typ) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// totalEvents returns the number of events in the log.
+func (s *server) totalEvents(t testing.TB) int {
+	t.Helper()
+	return len(s.readLog(t))
+}
+
+// countType returns the number of events of type typ on streams whose name
+// starts with prefix.
+func (s *server) countType(t testing.TB, prefix, typ string) int {
+	t.Helper()
+	return len(s.logEvents(t, prefix, typ))
+}
+
+// typeCounts returns the number of events of each type in the log.
+func (s *server) typeCounts(t testing.TB) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, e := range s.readLog(t) {
+		out[e.Type]++
+	}
+	return out
+}
+
+// orders returns the number of orders in the log (OrderPlaced).
+func (s *server) orders(t testing.TB) int {
+	t.Helper()
+	return s.countType(t, "order-", "OrderPlaced")
+}
+
+// streamTypes returns the event types of stream's live events in revision
+// order (none for a stream that does not exist or was truncated).
+func (s *server) streamTypes(t testing.TB, stream string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	evs, err := s.log.ReadStream(ctx, stream, 0, 0)
+	if err != nil && !errors.Is(err, eventstore.ErrStreamNotFound) {
+		t.Fatalf("read stream %s: %v", stream, err)
+	}
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Type
+	}
+	return out
+}
+
+// streamEventCount returns the number of live events of stream.
+func (s *server) streamEventCount(t testing.TB, stream string) int {
+	t.Helper()
+	return len(s.streamTypes(t, stream))
+}
+
+// eventData returns the decoded data of every event of type typ on streams
+// whose name starts with prefix, in log order.
+func (s *server) eventData(t testing.TB, prefix, typ string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, e := range s.logEvents(t, prefix, typ) {
+		var m map[string]any
+		if err := json.Unmarshal(e.Data, &m); err != nil {
+			t.Fatalf("%s event data %q: %v", typ, e.Data, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// claimedOrderIDs returns the order ids of every OrderClaimed, oldest first.
+func (s *server) claimedOrderIDs(t testing.TB) []string {
+	t.Helper()
+	var out []string
+	for _, m := range s.eventData(t, "reservation-order-", "OrderClaimed") {
+		id, _ := m["order_id"].(string)
+		out = append(out, id)
+	}
+	return out
+}
+
+// queryInt runs sql, which returns one integer.
+func (s *server) queryInt(t testing.TB, sql string, args ...any) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var n int
+	if err := s.db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// queryRows runs sql, whose columns are all text, and returns the rows
+// (a NULL as "<NULL>").
+func (s *server) queryRows(t testing.TB, sql string, args ...any) [][]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	defer rows.Close()
+	var out [][]string
+	for rows.Next() {
+		vals := make([]*string, len(rows.FieldDescriptions()))
+		dst := make([]any, len(vals))
+		for i := range vals {
+			dst[i] = &vals[i]
+		}
+		if err := rows.Scan(dst...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		row := make([]string, len(vals))
+		for i, v := range vals {
+			row[i] = "<NULL>"
+			if v != nil {
+				row[i] = *v
+			}
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return out
+}
+
+// queryText returns the first column of every row of sql, as text.
+func (s *server) queryText(t testing.TB, sql string, args ...any) []string {
+	t.Helper()
+	var out []string
+	for _, r := range s.queryRows(t, sql, args...) {
+		out = append(out, r[0])
+	}
+	return out
+}
+
+// settle waits until the background work is done and returns the event
+// count: the process manager's checkpoint is at the head of the log (every
+// follow-up of every event so far is finished) and the count has stayed the
+// same for 500 ms since (late payment steps, refunds and webhooks land). It
+// fails the test after 60 s, so a busy machine only makes it slower.
+func (s *server) settle(t testing.TB) int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	n, caughtUp := s.totalEvents(t), false
+	var stableSince time.Time
+	for {
+		if !caughtUp {
+			if caughtUp = s.followUpsAtHead(t); caughtUp {
+				stableSince = time.Now()
+			}
+		} else if time.Since(stableSince) >= 500*time.Millisecond {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the event store did not settle within 60 s (%d events; process manager at the head: %v)", n, caughtUp)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if m := s.totalEvents(t); m != n {
+			n, caughtUp = m, false
+		}
+	}
+}
+
+// followUpsAtHead reports whether the process manager's checkpoint is at or
+// past the last event of the log (true for an empty log).
+func (s *server) followUpsAtHead(t testing.TB) bool {
+	t.Helper()
+	return s.queryInt(t, `SELECT count(*) FROM (SELECT tx, seq FROM events ORDER BY tx DESC, seq DESC LIMIT 1) head
+		WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.name = $1
+			AND (c.commit_tx, c.prepare) >= (head.tx::text::bigint, head.seq))`, commands.FollowUpsName) == 0
+}
+
+// eventually polls cond every 50 ms for up to d; it returns whether cond held.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,257 @@
+package test
+
+// The provider simulator seen through its /_sim control API.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/booking/cmd/booking/loadgen/audit"
+	"github.com/retrysafe/booking/provider"
+)
+
+// simGet reads GET {SimURL}path into v and fails the test unless it
+// answers 200 with JSON.
+func (s *server) simGet(t testing.TB, path string, v any) {
+	t.Helper()
+	r := s.simDo(t, "GET", path, nil, nil)
+	wantStatus(t, r, http.StatusOK)
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+// simCharge is an entry of GET /_sim/charges.
+type simCharge = audit.Charge
+
+// chargeSummary counts the simulator's charges.
+type chargeSummary struct {
+	Succeeded, Failed int
+	Net               int64 // succeeded amounts net of refunds
+	All               []simCharge
+}
+
+func (c chargeSummary) String() string {
+	return fmt.Sprintf("%d succeeded, %d failed, net %d", c.Succeeded, c.Failed, c.Net)
+}
+
+// charges returns the simulator's charges (GET /_sim/charges).
+func (s *server) charges(t testing.TB) chargeSummary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	all, err := audit.Charges(ctx, s.client, s.SimURL)
+	if err != nil {
+		t.Fatalf("simulator charges: %v", err)
+	}
+	return summarize(all)
+}
+
+// summarize counts charges.
+func summarize(charges []simCharge) chargeSummary {
+	sum := chargeSummary{All: charges}
+	for _, c := range charges {
+		switch c.Status {
+		case "succeeded":
+			sum.Succeeded++
+			sum.Net += c.Amount - c.RefundedAmount
+		case "failed":
+			sum.Failed++
+		}
+	}
+	return sum
+}
+
+// simDo makes a request to the simulator and fails the test on a transport
+// error. Requests to its provider API (/v1) carry the API key it requires.
+func (s *server) simDo(t testing.TB, method, path string, body any, header map[string]string) *resp {
+	t.Helper()
+	c := call{Method: method, Path: s.SimURL + path, Body: body, Header: header}
+	if strings.HasPrefix(path, "/v1/") {
+		c.Token = s.providerKey
+	}
+	return s.doCall(t, c)
+}
+
+// simFaults merges faults into the simulator's (POST /_sim/faults).
+func (s *server) simFaults(t testing.TB, faults map[string]any) {
+	t.Helper()
+	wantStatus(t, s.simDo(t, "POST", "/_sim/faults", faults, nil), http.StatusOK)
+}
+
+// simAdvance moves the simulator's clock forward (POST /_sim/clock).
+func (s *server) simAdvance(t testing.TB, d string) {
+	t.Helper()
+	wantStatus(t, s.simDo(t, "POST", "/_sim/clock", map[string]any{"advance": d}, nil), http.StatusOK)
+}
+
+// simEvent is an entry of GET /_sim/events.
+type simEvent struct {
+	ID      string `json:"id"`
+	Type    string `json:"type"`
+	Created int64  `json:"created"`
+	Data    struct {
+		Object struct {
+			ID       string            `json:"id"`
+			Status   string            `json:"status"`
+			Metadata map[string]string `json:"metadata"`
+		} `json:"object"`
+	} `json:"data"`
+	raw json.RawMessage
+}
+
+// simEvents returns the simulator's events with their exact bytes (the body
+// the simulator delivers is the event's JSON encoding).
+func (s *server) simEvents(t testing.TB) []simEvent {
+	t.Helper()
+	var out struct {
+		Events []json.RawMessage `json:"events"`
+	}
+	s.simGet(t, "/_sim/events", &out)
+	evs := make([]simEvent, len(out.Events))
+	for i, raw := range out.Events {
+		if err := json.Unmarshal(raw, &evs[i]); err != nil {
+			t.Fatalf("GET /_sim/events: %v", err)
+		}
+		evs[i].raw = raw
+	}
+	return evs
+}
+
+// simEventOf returns the simulator's event of type typ about charge chargeID.
+func (s *server) simEventOf(t testing.TB, typ, chargeID string) simEvent {
+	t.Helper()
+	var found *simEvent
+	if !eventually(30*time.Second, func() bool {
+		for _, e := range s.simEvents(t) {
+			if e.Type == typ && e.Data.Object.ID == chargeID {
+				found = &e
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("GET /_sim/events: no %s event for charge %s", typ, chargeID)
+	}
+	return *found
+}
+
+// simDelivery is an entry of GET /_sim/webhooks.
+type simDelivery struct {
+	EventID    string    `json:"event_id"`
+	Type       string    `json:"type"`
+	Copy       int       `json:"copy"`
+	Attempt    int       `json:"attempt"`
+	StatusCode int       `json:"status_code"`
+	At         time.Time `json:"at"`
+	Delivered  bool      `json:"delivered"`
+}
+
+// waitInFlight waits (up to 60 s) until the simulator is processing a
+// request under each of keys (GET /_sim/in-flight): the sends are at the
+// provider.
+func (s *server) waitInFlight(t testing.TB, keys ...string) {
+	t.Helper()
+	var out struct {
+		Keys []string `json:"idempotency_keys"`
+	}
+	if !eventually(60*time.Second, func() bool {
+		s.simGet(t, "/_sim/in-flight", &out)
+		for _, k := range keys {
+			if !slices.Contains(out.Keys, k) {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("GET /_sim/in-flight = %v after 60 s, want %v in flight", out.Keys, keys)
+	}
+}
+
+// waitWebhooksDelivered waits (up to 60 s) until the simulator has
+// delivered every event it has so far at least once (webhooks must not be
+// paused), then until the event store settled.
+func (s *server) waitWebhooksDelivered(t testing.TB) {
+	t.Helper()
+	var missing []string
+	if !eventually(60*time.Second, func() bool {
+		delivered := map[string]bool{}
+		for _, d := range s.simDeliveries(t) {
+			if d.Delivered {
+				delivered[d.EventID] = true
+			}
+		}
+		missing = missing[:0]
+		for _, e := range s.simEvents(t) {
+			if !delivered[e.ID] {
+				missing = append(missing, e.Type+" "+e.ID)
+			}
+		}
+		return len(missing) == 0
+	}) {
+		t.Fatalf("GET /_sim/webhooks: events %v not delivered within 60 s", missing)
+	}
+	s.settle(t)
+}
+
+func (s *server) simDeliveries(t testing.TB) []simDelivery {
+	t.Helper()
+	var out struct {
+		Deliveries []simDelivery `json:"deliveries"`
+	}
+	s.simGet(t, "/_sim/webhooks", &out)
+	return out.Deliveries
+}
+
+// simRefunds returns the simulator's refunds (GET /_sim/refunds).
+func (s *server) simRefunds(t testing.TB) []provider.Refund {
+	t.Helper()
+	var out struct {
+		Refunds []provider.Refund `json:"refunds"`
+	}
+	s.simGet(t, "/_sim/refunds", &out)
+	return out.Refunds
+}
+
+// simMakeCharge makes a charge at the simulator directly (as another client of
+// the provider would) under a fresh key, with metadata order_id and, when
+// attempt > 0, attempt, and returns its id.
+func (s *server) simMakeCharge(t testing.TB, token, orderID string, attempt int, amount int64) string {
+	t.Helper()
+	meta := map[string]string{"order_id": orderID}
+	if attempt > 0 {
+		meta["attempt"] = strconv.Itoa(attempt)
+	}
+	body := map[string]any{"amount": amount, "currency": priceCurrency, "token": token, "metadata": meta}
+	r := s.simDo(t, "POST", "/v1/charges", body, map[string]string{"Idempotency-Key": "e2e-foreign-" + newKey()})
+	if r.Status != http.StatusOK && r.Status != http.StatusPaymentRequired {
+		t.Fatalf("%s, want 200 or 402", r)
+	}
+	id := r.str("id")
+	if id == "" {
+		id = r.str("charge.id")
+	}
+	if id == "" {
+		t.Fatalf("%s: no charge id", r)
+	}
+	return id
+}
+
+// orderMoney counts the simulator's charges of one order (by metadata).
+func (s *server) orderMoney(t testing.TB, orderID string) chargeSummary {
+	t.Helper()
+	var mine []simCharge
+	for _, c := range s.charges(t).All {
+		if c.Metadata["order_id"] == orderID {
+			mine = append(mine, c)
+		}
+	}
+	return summarize(mine)
+}
