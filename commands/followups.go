@@ -27,7 +27,8 @@ const FollowUpsName = "process-manager"
 // RunFollowUps is the process manager: it follows the log from its
 // checkpoint and finishes every follow-up step with the same deterministic
 // ids and expected revisions as the inline path, so a crash between steps
-// leaves nothing unfinished (DESIGN §3). Payments of placed orders are
+// leaves nothing unfinished (see ARCHITECTURE.md, The promise: deterministic
+// identities). Payments of placed orders are
 // driven asynchronously (they wait on leases and the provider). It blocks
 // until ctx is done; the caller holds the lock that makes it the only
 // instance across replicas. The checkpoint advances after each batch is

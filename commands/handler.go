@@ -2,8 +2,8 @@
 // Each handler loads a stream, decides with the pure deciders of package
 // domain, and appends the decision with an expected revision to one stream,
 // its commit point; follow-ups on other streams carry deterministic event ids
-// and are done both inline and by the process manager (FollowUps), so a
-// crash anywhere leaves nothing unfinished. The intent ledger (intents.go)
+// and are done both inline and by the process manager (RunFollowUps), so a
+// crash anywhere leaves nothing unfinished. The intent module (intent.go)
 // makes every state-changing request idempotent per
 // draft-ietf-httpapi-idempotency-key-header.
 //

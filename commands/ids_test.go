@@ -119,7 +119,8 @@ func TestDerivedIDIsDistinctPerCauseAndStep(t *testing.T) {
 	}
 }
 
-// intentStreamByHand computes the intent stream name from DESIGN §3:
+// intentStreamByHand computes the intent stream name as ARCHITECTURE.md, Key
+// lineage, defines it:
 // sha256 of the length-prefixed (8 bytes big-endian) actor, operation, key.
 func intentStreamByHand(parts ...string) string {
 	h := sha256.New()

@@ -29,7 +29,8 @@ type PendingOrders interface {
 	PendingOrders(ctx context.Context, after string, limit int) ([]string, error)
 }
 
-// RunReconciler is the payment reconciler (DESIGN §5): every interval it
+// RunReconciler is the payment reconciler (see ARCHITECTURE.md, Background
+// jobs): every interval it
 // pages through pending.PendingOrders and reconciles each order
 // (ReconcileOrder), a few at a time. It blocks until ctx is done and returns
 // ctx's error; failures of a pass or an order are logged and retried on the

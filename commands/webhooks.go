@@ -25,10 +25,11 @@ var (
 		Msg: "the webhook body is not a provider event"}
 )
 
-// ReceiveWebhook handles one provider notification (DESIGN §5): it verifies
-// the Provider-Signature header on the raw body bytes under secret, with a
-// WebhookTolerance window on the database clock, parses the event and folds
-// it into its order (HandleProviderEvent).
+// ReceiveWebhook handles one provider notification (provider outcomes are
+// facts recorded by whoever sees them, see ARCHITECTURE.md, The rules of the
+// idempotency contract): it verifies the Provider-Signature header on the
+// raw body bytes under secret, with a WebhookTolerance window on the database
+// clock, parses the event and folds it into its order (HandleProviderEvent).
 //
 // Returns ErrWebhookSignature or ErrWebhookStale (nothing recorded),
 // ErrWebhookMalformed, domain.ErrOrderNotFound when no order of the event

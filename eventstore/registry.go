@@ -55,7 +55,8 @@ func (r *Registry) Decode(name string, data []byte) (Typed, error) {
 // Known reports whether name is registered.
 func (r *Registry) Known(name string) bool { _, ok := r.types[name]; return ok }
 
-// Metadata is the JSON metadata stored with every event (DESIGN §3): who
+// Metadata is the JSON metadata stored with every event (see ARCHITECTURE.md,
+// Key lineage, for how each member is derived): who
 // caused it, under which intent stream, the correlation and causation ids,
 // when it happened (database clock or an injected clock, UTC) and the schema
 // version of its data.

@@ -1,5 +1,5 @@
 -- Checkpoints and leases of the background workers (process manager,
--- projectors, relay). See cmd/booking/pgsupport.go.
+-- projectors, relay). See eventstore/pgcoord (Checkpoints, Leases).
 
 -- +goose Up
 

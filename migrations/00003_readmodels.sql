@@ -1,4 +1,4 @@
--- Read models (DESIGN §7): the tables of the projectors in package
+-- Read models: the tables of the projectors in package
 -- projections and their checkpoints. See projections/doc.go.
 --
 -- Rules every read-model table follows:

@@ -1,4 +1,4 @@
--- NATS notifications (DESIGN §8): the relay's fenced lease and checkpoint,
+-- NATS notifications: the relay's fenced lease and checkpoint,
 -- and the reference subscriber's processed set, per-entity ordering state and
 -- effect table. See projections/notify/doc.go.
 

@@ -1,5 +1,5 @@
 // Package projections builds the PostgreSQL read models of the booking
-// service (DESIGN §7) from the event log, and reads them for the list
+// service from the event log, and reads them for the list
 // endpoints and operators. The NATS relay lives in projections/notify.
 //
 // # Read models

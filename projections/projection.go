@@ -18,7 +18,9 @@ const (
 	NameIntents      = "intents"
 )
 
-// Operations of intents (DESIGN §6 route templates), for pending intents.
+// Operations of intents, the "METHOD route-template" strings of
+// commands.OpScheduleShow … commands.OpCancelOrder (see ARCHITECTURE.md, Key
+// lineage), for pending intents.
 const (
 	opScheduleShow = "POST /v1/shows"
 	opReserveSeats = "POST /v1/reservations"

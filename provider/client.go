@@ -38,7 +38,8 @@ const maxResponseBytes = 1 << 20
 
 // Client calls the provider's HTTP API. It is safe for concurrent use. It
 // never retries on its own: the caller decides whether and when to repeat a
-// request with the same key, under its lease (DESIGN.md §5).
+// request with the same key, under the payment attempt's lease (see
+// ARCHITECTURE.md, Key lineage: provider idempotency key).
 //
 // The underlying http.Transport may resend a request that carries an
 // Idempotency-Key once, on a fresh connection, when a reused keep-alive

@@ -4,7 +4,7 @@
 //
 // # Provider API
 //
-// The provider is Stripe-like (DESIGN.md §5, §9):
+// The provider's API is modelled on Stripe's charges and refunds:
 //
 //	POST /v1/charges   Idempotency-Key: K   {"amount":1500,"currency":"EUR","token":"tok_visa","metadata":{"attempt":"1","order_id":"…"}}
 //	GET  /v1/charges?idempotency_key=K

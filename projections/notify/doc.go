@@ -1,5 +1,5 @@
 // Package notify publishes the service's public events to NATS JetStream and
-// holds the reference subscriber (DESIGN §8). Notifications are
+// holds the reference subscriber. Notifications are
 // at-least-once on the wire; with the relay's and the subscriber's
 // de-duplication a subscriber applies each event once per effect, in
 // revision order per entity, across relay crashes, fail-overs and

@@ -14,7 +14,8 @@ import (
 	"github.com/retrysafe/booking/provider"
 )
 
-// Payment tokens with a fixed meaning (DESIGN.md §9). A token that is one of
+// Payment tokens with a fixed meaning, like a card network's test cards
+// (the README's first session uses them). A token that is one of
 // these followed by "_" and anything (for example "tok_visa_42") behaves the
 // same, so tests can use distinct tokens.
 const (

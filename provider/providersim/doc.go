@@ -1,5 +1,5 @@
 // Package providersim is a Stripe-like payment provider simulator for dev
-// mode and tests (DESIGN.md §9); it is never used in production. Run it
+// mode and tests; it is never used in production. Run it
 // in-process (New or Open, then Handler or Start) or alone (ListenAndServe,
 // wired by `booking provider-sim`).
 //
