@@ -27,37 +27,36 @@ import (
 // as JSON) and the checkpoints' positions, sorted.
 func dumpReadModels(t *testing.T, pool *pgxpool.Pool) map[string][]string {
 	t.Helper()
-	ctx := context.Background()
 	out := map[string][]string{}
 	for _, p := range projections.All(time.Hour) {
 		for _, table := range p.Tables() {
-			rows, err := pool.Query(ctx, `SELECT to_jsonb(t)::text FROM `+table+` t`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for rows.Next() {
-				var s string
-				if err := rows.Scan(&s); err != nil {
-					t.Fatal(err)
-				}
-				out[table] = append(out[table], s)
-			}
-			rows.Close()
+			out[table] = queryStrings(t, pool, `SELECT to_jsonb(t)::text FROM `+table+` t`)
 			sort.Strings(out[table])
 		}
 	}
-	rows, err := pool.Query(ctx, `SELECT name || ' ' || commit_tx || '/' || prepare || ' ' || coalesce(log_time::text, '') FROM projection_checkpoints ORDER BY 1`)
+	out["checkpoints"] = queryStrings(t, pool, `SELECT name || ' ' || commit_tx || '/' || prepare || ' ' || coalesce(log_time::text, '') FROM projection_checkpoints ORDER BY 1`)
+	return out
+}
+
+// queryStrings returns the one text column of every row of sql.
+func queryStrings(t *testing.T, pool *pgxpool.Pool, sql string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), sql)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close()
+	var out []string
 	for rows.Next() {
 		var s string
 		if err := rows.Scan(&s); err != nil {
 			t.Fatal(err)
 		}
-		out["checkpoints"] = append(out["checkpoints"], s)
+		out = append(out, s)
 	}
-	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 
