@@ -17,9 +17,7 @@ import (
 // without parking. Unknown steps are 404 at run time and fail the start.
 func TestFaultPoints_HoldParksUntilReleased(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{HoldAt: []string{"order.claiming"}})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, show, res := mustStartReserved(t, Options{HoldAt: []string{"order.claiming"}}, 2)
 	done := make(chan *resp, 1)
 	go func() {
 		r, err := s.send(context.Background(), call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()),

@@ -282,3 +282,14 @@ func (s *server) checkNothingAppended(t testing.TB, before int, after string) {
 		t.Errorf("event store: %d events after %s, want %d (nothing appended)", n, after, before)
 	}
 }
+
+// checkNoNewEvents checks, without waiting, that the log still holds
+// *before events after a refused request (after names it); on a mismatch it
+// moves *before on, so each request's own appends are reported once.
+func (s *server) checkNoNewEvents(t testing.TB, before *int, after string) {
+	t.Helper()
+	if n := s.totalEvents(t); n != *before {
+		t.Errorf("event store: %d events after %s, want %d (nothing appended)", n, after, *before)
+		*before = n
+	}
+}

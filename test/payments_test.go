@@ -27,11 +27,22 @@ import (
 // placeOrderWait posts an order with Prefer: wait=N (N < 0 sends no Prefer).
 func (s *server) placeOrderWait(t testing.TB, key, resID, token string, wait int) *resp {
 	t.Helper()
-	c := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(resID, token)}
+	c := orderCall(tokAlice, key, resID, token)
 	if wait >= 0 {
 		c.Header = map[string]string{"Prefer": "wait=" + strconv.Itoa(wait)}
 	}
 	return s.doCall(t, c)
+}
+
+// mustPlaceOrder posts an order like placeOrderWait, stops the test unless
+// the answer's status is one of want, and returns the order id.
+func (s *server) mustPlaceOrder(t testing.TB, key, resID, token string, wait int, want ...int) string {
+	t.Helper()
+	r := s.placeOrderWait(t, key, resID, token, wait)
+	if !slices.Contains(want, r.Status) {
+		t.Fatalf("%s, want a status in %v", r, want)
+	}
+	return orderIDOf(t, r)
 }
 
 // waitStatus polls GET /v1/orders/{id} until its status is one of want, for
@@ -266,17 +277,9 @@ func TestPayment_KilledAfterChargeBeforeRecordIsReconciled(t *testing.T) {
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 2)
 	key := newKey()
-	order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa"),
-		Client: crashClient()}
-	if r, err := s.send(context.Background(), order); err == nil {
-		t.Fatalf("%s, want a connection error (the process is killed after payment.sent)", r)
-	}
-	s.WaitExit(60 * time.Second)
-	ids := s.claimedOrderIDs(t)
-	if len(ids) != 1 {
-		t.Fatalf("event store after the crash: OrderClaimed %v, want 1", ids)
-	}
-	id := ids[0]
+	order := orderCall(tokAlice, key, res, "tok_visa")
+	s.crashCall(t, order, "payment.sent")
+	id := s.onlyClaimedOrder(t, "after the crash")
 	if m := s.orderMoney(t, id); m.Succeeded != 1 || m.Net != 2*priceAmount {
 		t.Fatalf("simulator after the crash: %+v, want 1 succeeded charge of %d (the provider charged)", m, 2*priceAmount)
 	}
@@ -317,9 +320,7 @@ func TestPayment_KilledAfterChargeBeforeRecordIsReconciled(t *testing.T) {
 	}
 	s.checkCharges(t, 1, 0)
 	s.checkOrders(t, tokAlice, 1, id)
-	if got := s.available(t, show); got != 8 {
-		t.Errorf("GET /v1/shows/%s: available = %d, want 8", show, got)
-	}
+	s.wantAvailable(t, show, 8)
 }
 
 // ---------------------------------------------------------------------------
@@ -335,18 +336,14 @@ func TestPayment_KilledAfterChargeBeforeRecordIsReconciled(t *testing.T) {
 // own (its stale state is fenced by revision); one charge.
 func TestPayment_ProviderSlowerThanLeaseIsTakenOver(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{ExternalSim: true, Env: fastEnv(
-		"BOOKING_PROVIDER_TIMEOUT", "1s", "BOOKING_PAYMENT_LEASE", "3500ms", "BOOKING_PROVIDER_SLOW_DELAY", "7s")})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 1)
+	s, _, res := mustStartReserved(t, Options{ExternalSim: true, Env: fastEnv(
+		"BOOKING_PROVIDER_TIMEOUT", "1s", "BOOKING_PAYMENT_LEASE", "3500ms", "BOOKING_PROVIDER_SLOW_DELAY", "7s")}, 1)
 	key := newKey()
 	// The owner's send (1 s timeout) returns into a hold at payment.sent,
 	// whenever that is, and records nothing until the test releases it
 	// after the resume: so the test knows what the stale owner did last.
 	s.armHold(t, "payment.sent")
-	r := s.placeOrderWait(t, key, res, "tok_slow", 0)
-	wantStatus(t, r, http.StatusAccepted)
-	id := orderIDOf(t, r)
+	id := s.mustPlaceOrder(t, key, res, "tok_slow", 0, http.StatusAccepted)
 	var first orderEvent
 	if !eventually(30*time.Second, func() bool {
 		a := ofType(s.orderEvents(t, id), "PaymentAttemptStarted")
@@ -440,11 +437,7 @@ func TestPayment_TimeoutAfterCommitIsReconciledWithoutSecondCharge(t *testing.T)
 	s.simFaults(t, map[string]any{"webhooks_paused": true})
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 2)
-	r := s.placeOrderWait(t, newKey(), res, "tok_timeout_after_commit", 10)
-	if r.Status != http.StatusCreated && r.Status != http.StatusAccepted {
-		t.Fatalf("%s, want 201 or 202", r)
-	}
-	id := orderIDOf(t, r)
+	id := s.mustPlaceOrder(t, newKey(), res, "tok_timeout_after_commit", 10, http.StatusCreated, http.StatusAccepted)
 	g := s.waitStatus(t, id, recoveryBound, "confirmed", "failed", "needs_review")
 	if g.str("status") != "confirmed" {
 		t.Fatalf("%s, want confirmed", g)
@@ -512,9 +505,7 @@ func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T
 		"webhook_reorder_hold_ms": 120000})
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 2)
-	r := s.placeOrderWait(t, newKey(), res, "tok_slow", 0)
-	wantStatus(t, r, http.StatusAccepted)
-	id := orderIDOf(t, r)
+	id := s.mustPlaceOrder(t, newKey(), res, "tok_slow", 0, http.StatusAccepted)
 	// An older failure notice about this order: a declined charge with its
 	// order_id (no attempt: it is not the outcome of the order's attempt,
 	// see TestPayment_ForeignDeclineOfAttemptDoesNotFailOrder), made before
@@ -645,13 +636,9 @@ func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T
 // = price), not failed and refunded.
 func TestPayment_ForeignDeclineOfAttemptDoesNotFailOrder(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{ExternalSim: true, Env: fastEnv(
-		"BOOKING_PROVIDER_TIMEOUT", "1s", "BOOKING_PAYMENT_LEASE", "3500ms", "BOOKING_PROVIDER_SLOW_DELAY", "2500ms")})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 1)
-	r := s.placeOrderWait(t, newKey(), res, "tok_slow", 0)
-	wantStatus(t, r, http.StatusAccepted)
-	id := orderIDOf(t, r)
+	s, _, res := mustStartReserved(t, Options{ExternalSim: true, Env: fastEnv(
+		"BOOKING_PROVIDER_TIMEOUT", "1s", "BOOKING_PAYMENT_LEASE", "3500ms", "BOOKING_PROVIDER_SLOW_DELAY", "2500ms")}, 1)
+	id := s.mustPlaceOrder(t, newKey(), res, "tok_slow", 0, http.StatusAccepted)
 	foreign := s.simMakeCharge(t, "tok_decline", id, 1, priceAmount)
 	g := s.waitStatus(t, id, recoveryBound, "confirmed", "failed", "needs_review", "cancelled")
 	// The slow charge commits (the simulator shows both charges), then its
@@ -685,12 +672,8 @@ func TestPayment_ForeignDeclineOfAttemptDoesNotFailOrder(t *testing.T) {
 // recorded: the control that the refused ones would have recorded something.
 func TestPayment_ForgedOrStaleWebhookIsRefusedAndRecordsNothing(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{ExternalSim: true, Env: fastEnv()})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 1)
-	r := s.placeOrderWait(t, newKey(), res, "tok_visa", -1)
-	wantStatus(t, r, http.StatusCreated)
-	id := orderIDOf(t, r)
+	s, _, res := mustStartReserved(t, Options{ExternalSim: true, Env: fastEnv()}, 1)
+	id := s.mustPlaceOrder(t, newKey(), res, "tok_visa", -1, http.StatusCreated)
 	s.simFaults(t, map[string]any{"webhooks_paused": true})
 	extra := s.simMakeCharge(t, "tok_visa", id, 1, priceAmount)
 	ev := s.simEventOf(t, "charge.succeeded", extra)
@@ -756,9 +739,7 @@ func TestPayment_ForgedOrStaleWebhookIsRefusedAndRecordsNothing(t *testing.T) {
 // and the order is confirmed with one charge.
 func TestPayment_ProviderKeyInUseIsRetriedThenConfirmed(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{Env: fastEnv()})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 3)
+	s, _, res := mustStartReserved(t, Options{Env: fastEnv()}, 3)
 	s.simFaults(t, map[string]any{"in_use_409": 2})
 	r := s.placeOrderWait(t, newKey(), res, "tok_visa", 10)
 	wantStatus(t, r, http.StatusCreated)
@@ -825,9 +806,7 @@ func TestPayment_DeclineFailsOrderAndReleasesSeats(t *testing.T) {
 	evs := s.orderEvents(t, id)
 	wantCounts(t, id, evs, map[string]int{"PaymentAttemptStarted": 1, "PaymentFailed": 1, "OrderFailed": 1,
 		"PaymentSucceeded": 0, "OrderConfirmed": 0, "RefundRequested": 0})
-	if n := s.countType(t, "show-", "SeatsReleased"); n != 1 {
-		t.Errorf("event store: %d SeatsReleased, want 1", n)
-	}
+	s.wantCount(t, "show-", "SeatsReleased", 1)
 	if m := s.orderMoney(t, id); m.Succeeded != 0 || m.Failed != 1 || m.Net != 0 {
 		t.Errorf("simulator: order %s charges %+v, want 1 failed, net 0", id, m)
 	}
@@ -846,9 +825,7 @@ func TestPayment_DeclineFailsOrderAndReleasesSeats(t *testing.T) {
 // net charges for the order 0.
 func TestPayment_ChargeAfterFailureIsRefunded(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{ExternalSim: true, Env: fastEnv()})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, show, res := mustStartReserved(t, Options{ExternalSim: true, Env: fastEnv()}, 2)
 	r := s.placeOrderWait(t, newKey(), res, "tok_decline", -1)
 	checkProblem(t, r, http.StatusPaymentRequired, "payment-declined")
 	id := orderIDOf(t, r)
@@ -887,9 +864,7 @@ func TestPayment_ChargeAfterFailureIsRefunded(t *testing.T) {
 	if n := s.metric(t, s.URL, `booking_redundant_effects_total`); n != 1 {
 		t.Logf("GET /metrics: booking_redundant_effects_total = %v", n)
 	}
-	if got := s.available(t, show); got != 10 {
-		t.Errorf("GET /v1/shows/%s: available = %d, want 10", show, got)
-	}
+	s.wantAvailable(t, show, 10)
 }
 
 // ---------------------------------------------------------------------------
@@ -1058,17 +1033,9 @@ func TestPayment_WindowPassedUnknownAttemptIsReconciledFirst(t *testing.T) {
 	s.simFaults(t, map[string]any{"webhooks_paused": true})
 	show := s.mustCreateShow(t, 10)
 	res := s.mustReserve(t, tokAlice, show, 1)
-	order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: orderBody(res, "tok_timeout_after_commit"),
-		Client: crashClient()}
-	if r, err := s.send(context.Background(), order); err == nil {
-		t.Fatalf("%s, want a connection error (killed after payment.sent)", r)
-	}
-	s.WaitExit(60 * time.Second)
-	ids := s.claimedOrderIDs(t)
-	if len(ids) != 1 {
-		t.Fatalf("OrderClaimed %v, want 1", ids)
-	}
-	id := ids[0]
+	order := orderCall(tokAlice, newKey(), res, "tok_timeout_after_commit")
+	s.crashCall(t, order, "payment.sent")
+	id := s.onlyClaimedOrder(t, "after the crash")
 	if m := s.orderMoney(t, id); m.Succeeded != 1 {
 		t.Fatalf("simulator: %+v, want the charge committed", m)
 	}

@@ -21,9 +21,7 @@ func TestRetention_KeyAfterExpiryIsNewIntentStillRefusedSecondOrder(t *testing.T
 	t.Parallel()
 	env := fastEnv()
 	env["BOOKING_INTENT_RETENTION"] = "30s"
-	s := mustStart(t, Options{Env: env})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, show, res := mustStartReserved(t, Options{Env: env}, 2)
 	key := newKey()
 	first := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
 	wantStatus(t, first, http.StatusCreated)
@@ -78,9 +76,7 @@ func TestExpiry_HoldExpiresWithoutRequestThenOrderIs410(t *testing.T) {
 	t.Parallel()
 	env := fastEnv()
 	env["BOOKING_RESERVATION_HOLD"] = "2s"
-	s := mustStart(t, Options{Env: env, HoldAt: []string{"expiry.claiming"}})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, show, res := mustStartReserved(t, Options{Env: env, HoldAt: []string{"expiry.claiming"}}, 2)
 	claim := "reservation-order-" + res
 	s.waitHeld(t, "expiry.claiming", 1)
 	if got := s.available(t, show); got != 8 {
@@ -102,9 +98,7 @@ func TestExpiry_HoldExpiresWithoutRequestThenOrderIs410(t *testing.T) {
 	if got := s.available(t, show); got != 10 {
 		t.Errorf("GET /v1/shows/%s: available = %d after the expiry, want 10", show, got)
 	}
-	if n := s.countType(t, "reservation-", "ReservationExpired"); n != 1 {
-		t.Errorf("event store: %d ReservationExpired, want 1", n)
-	}
+	s.wantCount(t, "reservation-", "ReservationExpired", 1)
 	key := newKey()
 	r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
 	checkProblem(t, r, http.StatusGone, "reservation-expired")
@@ -122,9 +116,7 @@ func TestExpiry_HoldExpiresWithoutRequestThenOrderIs410(t *testing.T) {
 	}
 	s.checkOrders(t, tokAlice, 0)
 	s.checkCharges(t, 0, 0)
-	if n := s.countType(t, "show-", "SeatsReleased"); n != 1 {
-		t.Errorf("event store: %d SeatsReleased, want 1", n)
-	}
+	s.wantCount(t, "show-", "SeatsReleased", 1)
 	s.checkNoUnfinishedIntents(t, 30*time.Second)
 	s.checkCapacity(t, show)
 }
