@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -136,24 +135,7 @@ func TestRetryBudget_OverBudgetIs429WithRetryAfter(t *testing.T) {
 	for i := range calls {
 		calls[i] = call{Method: "POST", Path: "/v1/reservations", Token: tokAlice, Key: keyOf(newKey()), Body: body}
 	}
-	answers := make([]*resp, len(calls))
-	var wg sync.WaitGroup
-	for i := range calls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := s.send(context.Background(), calls[i])
-			if err != nil {
-				t.Errorf("request %d: %v", i, err)
-				return
-			}
-			answers[i] = r
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	answers := s.burstCalls(t, calls)
 	limited := -1
 	for i, r := range answers {
 		switch r.Status {

@@ -299,17 +299,7 @@ func TestPayment_KilledAfterChargeBeforeRecordIsReconciled(t *testing.T) {
 	}
 
 	// Webhooks delivered now change nothing.
-	s.simFaults(t, map[string]any{"webhooks_paused": false})
-	if !eventually(30*time.Second, func() bool {
-		for _, d := range s.simDeliveries(t) {
-			if d.Type == "charge.succeeded" && d.Delivered {
-				return true
-			}
-		}
-		return false
-	}) {
-		t.Errorf("GET /_sim/webhooks: the charge.succeeded notice was not acknowledged after the restart: %+v", s.simDeliveries(t))
-	}
+	s.resumeWebhooks(t, "charge.succeeded")
 	s.settle(t)
 	evs = s.orderEvents(t, id)
 	wantCounts(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0,
@@ -448,17 +438,7 @@ func TestPayment_TimeoutAfterCommitIsReconciledWithoutSecondCharge(t *testing.T)
 	if len(unknown) != 1 || len(succ) != 1 || unknown[0].Revision > succ[0].Revision {
 		t.Errorf("order-%s: stream %v, want exactly one PaymentOutcomeUnknown followed by one PaymentSucceeded", id, typesOf(evs))
 	}
-	s.simFaults(t, map[string]any{"webhooks_paused": false})
-	if !eventually(30*time.Second, func() bool {
-		for _, d := range s.simDeliveries(t) {
-			if d.Type == "charge.succeeded" && d.Delivered {
-				return true
-			}
-		}
-		return false
-	}) {
-		t.Errorf("GET /_sim/webhooks: charge.succeeded not acknowledged: %+v", s.simDeliveries(t))
-	}
+	s.resumeWebhooks(t, "charge.succeeded")
 	s.settle(t)
 	evs = s.orderEvents(t, id)
 	wantCounts(t, id, evs, map[string]int{"PaymentOutcomeUnknown": 1, "PaymentSucceeded": 1, "OrderConfirmed": 1,
