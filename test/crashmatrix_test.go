@@ -68,6 +68,17 @@ func (s *server) crashCall(t testing.TB, c call, step string) {
 	s.WaitExit(crashBound)
 }
 
+// crashOrder sends alice's order for reservation res paid with pay under a
+// fresh key, expecting booking serve to die right after step (crashCall),
+// and returns the request (for repeats) and the id of the one order
+// claimed.
+func (s *server) crashOrder(t testing.TB, res, pay, step string) (call, string) {
+	t.Helper()
+	order := orderCall(tokAlice, newKey(), res, pay)
+	s.crashCall(t, order, step)
+	return order, s.onlyClaimedOrder(t, "after the crash at "+step)
+}
+
 // killWhileHeld sends c (armed hold at step) with a client that never
 // reuses connections, waits until it is parked at step, SIGKILLs booking
 // serve and stops the test unless c failed with a connection error.
@@ -242,10 +253,7 @@ func TestCrash_KilledAfterCancelRecordedIsFinishedWithoutRepeat(t *testing.T) {
 func TestCrash_KilledAfterPaymentFenceIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
 	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"payment.fenced"}, Env: fastEnv(), ExternalSim: true}, 2)
-	key := newKey()
-	order := orderCall(tokAlice, key, res, "tok_visa")
-	s.crashCall(t, order, "payment.fenced")
-	id := s.onlyClaimedOrder(t, "after the crash")
+	order, id := s.crashOrder(t, res, "tok_visa", "payment.fenced")
 	wantCounts(t, id, s.orderEvents(t, id), map[string]int{"PaymentAttemptStarted": 1, "PaymentSucceeded": 0})
 	if c := s.charges(t); len(c.All) != 0 {
 		t.Fatalf("GET /_sim/charges after the crash: %+v, want none (killed before the provider call)", c.All)
@@ -286,10 +294,7 @@ func TestCrash_KilledAfterPaymentFenceIsFinishedWithoutRepeat(t *testing.T) {
 func TestCrash_KilledAfterDeclineRecordedIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
 	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"payment.recorded"}, Env: fastEnv(), ExternalSim: true}, 2)
-	key := newKey()
-	order := orderCall(tokAlice, key, res, "tok_decline")
-	s.crashCall(t, order, "payment.recorded")
-	id := s.onlyClaimedOrder(t, "after the crash")
+	order, id := s.crashOrder(t, res, "tok_decline", "payment.recorded")
 	wantCounts(t, id, s.orderEvents(t, id), map[string]int{"PaymentFailed": 1, "OrderFailed": 1})
 	t.Logf("at the crash: %d SeatsReleased", s.countType(t, "show-", "SeatsReleased"))
 

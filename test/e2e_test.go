@@ -418,9 +418,7 @@ func TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats(t *testing.T) {
 func TestOrder_KilledAfterClaimIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
 	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"order.claimed"}}, 2)
-	order := orderCall(tokAlice, newKey(), res, "tok_visa")
-	s.crashCall(t, order, "order.claimed")
-	id := s.onlyClaimedOrder(t, "after the crash (the commit point)")
+	order, id := s.crashOrder(t, res, "tok_visa", "order.claimed")
 	if n := s.orders(t); n != 0 {
 		t.Fatalf("event store after the crash: %d OrderPlaced, want 0 (killed right after the claim)", n)
 	}

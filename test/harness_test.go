@@ -446,27 +446,30 @@ func (s *server) startSim(t *testing.T) {
 	env = append(env, "BOOKING_PROVIDER_WEBHOOK_URL="+s.URL+"/v1/provider/webhooks",
 		"BOOKING_PROVIDER_WEBHOOK_SECRET="+webhookSecret, "BOOKING_PROVIDER_SIM_API_KEY="+s.providerKey)
 	fmt.Fprintf(s.logs, "=== e2e: starting booking provider-sim on %s\n", s.simAddr)
-	p, err := startProc("booking provider-sim", []string{"provider-sim"}, env, s.logs)
+	p := s.launch(t, &s.sim, "booking provider-sim", []string{"provider-sim"}, env)
+	s.waitHealthy(t, p, s.SimURL+"/healthz")
+}
+
+// launch starts the binary (startProc) with its output in the server's
+// log, stores the process in *slot under s.mu, and stops the test if it
+// cannot start.
+func (s *server) launch(t *testing.T, slot **proc, name string, args, env []string) *proc {
+	t.Helper()
+	p, err := startProc(name, args, env, s.logs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
-	s.sim = p
+	*slot = p
 	s.mu.Unlock()
-	s.waitHealthy(t, p, s.SimURL+"/healthz")
+	return p
 }
 
 func (s *server) start(t *testing.T) {
 	t.Helper()
 	s.runs++
 	fmt.Fprintf(s.logs, "=== e2e: starting booking serve (run %d) on %s, crash at %q\n", s.runs, s.httpAddr, s.opts.CrashAt)
-	p, err := startProc("booking serve", []string{"serve"}, s.env(), s.logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	s.cur = p
-	s.mu.Unlock()
+	p := s.launch(t, &s.cur, "booking serve", []string{"serve"}, s.env())
 	s.waitHealthy(t, p, s.URL+"/healthz")
 	if !s.opts.ExternalSim {
 		s.waitHealthy(t, p, s.SimURL+"/healthz")

@@ -272,14 +272,9 @@ func executorsIn(logs string) []string {
 // repeat from the client; one charge, the order confirmed, no second attempt.
 func TestPayment_KilledAfterChargeBeforeRecordIsReconciled(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{CrashAt: []string{"payment.sent"}, Env: fastEnv(), ExternalSim: true})
-	s.simFaults(t, map[string]any{"webhooks_paused": true})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
-	key := newKey()
-	order := orderCall(tokAlice, key, res, "tok_visa")
-	s.crashCall(t, order, "payment.sent")
-	id := s.onlyClaimedOrder(t, "after the crash")
+	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"payment.sent"}, Env: fastEnv(), ExternalSim: true}, 2)
+	s.pauseWebhooks(t)
+	_, id := s.crashOrder(t, res, "tok_visa", "payment.sent")
 	if m := s.orderMoney(t, id); m.Succeeded != 1 || m.Net != 2*priceAmount {
 		t.Fatalf("simulator after the crash: %+v, want 1 succeeded charge of %d (the provider charged)", m, 2*priceAmount)
 	}
@@ -423,10 +418,8 @@ func TestPayment_ProviderSlowerThanLeaseIsTakenOver(t *testing.T) {
 // the charge, and their later delivery changes nothing.
 func TestPayment_TimeoutAfterCommitIsReconciledWithoutSecondCharge(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{Env: fastEnv()})
-	s.simFaults(t, map[string]any{"webhooks_paused": true})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, _, res := mustStartReserved(t, Options{Env: fastEnv()}, 2)
+	s.pauseWebhooks(t)
 	id := s.mustPlaceOrder(t, newKey(), res, "tok_timeout_after_commit", 10, http.StatusCreated, http.StatusAccepted)
 	g := s.waitStatus(t, id, recoveryBound, "confirmed", "failed", "needs_review")
 	if g.str("status") != "confirmed" {
@@ -654,7 +647,7 @@ func TestPayment_ForgedOrStaleWebhookIsRefusedAndRecordsNothing(t *testing.T) {
 	t.Parallel()
 	s, _, res := mustStartReserved(t, Options{ExternalSim: true, Env: fastEnv()}, 1)
 	id := s.mustPlaceOrder(t, newKey(), res, "tok_visa", -1, http.StatusCreated)
-	s.simFaults(t, map[string]any{"webhooks_paused": true})
+	s.pauseWebhooks(t)
 	extra := s.simMakeCharge(t, "tok_visa", id, 1, priceAmount)
 	ev := s.simEventOf(t, "charge.succeeded", extra)
 	body := []byte(ev.raw)
@@ -1009,13 +1002,9 @@ func TestPayment_CancelRacingPaymentEndsInExactlyOneOutcome(t *testing.T) {
 // send or attempt: one charge, order confirmed, no attempt 2.
 func TestPayment_WindowPassedUnknownAttemptIsReconciledFirst(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{CrashAt: []string{"payment.sent"}, Env: fastEnv(), ExternalSim: true})
-	s.simFaults(t, map[string]any{"webhooks_paused": true})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 1)
-	order := orderCall(tokAlice, newKey(), res, "tok_timeout_after_commit")
-	s.crashCall(t, order, "payment.sent")
-	id := s.onlyClaimedOrder(t, "after the crash")
+	s, _, res := mustStartReserved(t, Options{CrashAt: []string{"payment.sent"}, Env: fastEnv(), ExternalSim: true}, 1)
+	s.pauseWebhooks(t)
+	_, id := s.crashOrder(t, res, "tok_timeout_after_commit", "payment.sent")
 	if m := s.orderMoney(t, id); m.Succeeded != 1 {
 		t.Fatalf("simulator: %+v, want the charge committed", m)
 	}

@@ -40,10 +40,7 @@ func TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat(t *testing.T) {
 		t.Run(step, func(t *testing.T) {
 			t.Parallel()
 			s, show, res := mustStartReserved(t, Options{CrashAt: []string{step}, Env: fastEnv(), ExternalSim: true}, 2)
-			key := newKey()
-			order := orderCall(tokAlice, key, res, "tok_visa")
-			s.crashCall(t, order, step)
-			id := s.onlyClaimedOrder(t, "after the crash at "+step)
+			order, id := s.crashOrder(t, res, "tok_visa", step)
 
 			s.Restart(withoutCrash)
 			start := time.Now()

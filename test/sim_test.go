@@ -201,6 +201,13 @@ func (s *server) waitWebhooksDelivered(t testing.TB) {
 	s.settle(t)
 }
 
+// pauseWebhooks makes the simulator hold its webhooks (resumeWebhooks
+// lets them go), so only reconciliation can learn an outcome.
+func (s *server) pauseWebhooks(t testing.TB) {
+	t.Helper()
+	s.simFaults(t, map[string]any{"webhooks_paused": true})
+}
+
 // resumeWebhooks lets the simulator deliver its paused webhooks again and
 // waits (up to 30 s) until booking serve acknowledged a notice of type typ.
 func (s *server) resumeWebhooks(t testing.TB, typ string) {
