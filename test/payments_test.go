@@ -125,6 +125,15 @@ func wantCounts(t testing.TB, id string, evs []orderEvent, want map[string]int) 
 	}
 }
 
+// wantOneAttempt checks the number of events of each type in evs
+// (wantCounts) and that the order never started a second payment attempt
+// (wantNoSecondAttempt).
+func wantOneAttempt(t testing.TB, id string, evs []orderEvent, want map[string]int) {
+	t.Helper()
+	wantCounts(t, id, evs, want)
+	wantNoSecondAttempt(t, id, evs)
+}
+
 // wantNoSecondAttempt checks that every PaymentAttemptStarted is attempt 1.
 func wantNoSecondAttempt(t testing.TB, id string, evs []orderEvent) {
 	t.Helper()
@@ -297,9 +306,8 @@ func TestPayment_KilledAfterChargeBeforeRecordIsReconciled(t *testing.T) {
 	s.resumeWebhooks(t, "charge.succeeded")
 	s.settle(t)
 	evs = s.orderEvents(t, id)
-	wantCounts(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0,
+	wantOneAttempt(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0,
 		"RefundRequested": 0, "OrderFailed": 0, "OrderNeedsReview": 0})
-	wantNoSecondAttempt(t, id, evs)
 	if m := s.orderMoney(t, id); m.Succeeded != 1 || m.Failed != 0 || m.Net != 2*priceAmount {
 		t.Errorf("simulator: order %s charges %+v, want exactly 1 succeeded, net %d", id, m, 2*priceAmount)
 	}
@@ -395,9 +403,8 @@ func TestPayment_ProviderSlowerThanLeaseIsTakenOver(t *testing.T) {
 				id, owner, e.Revision, takeover.Revision)
 		}
 	}
-	wantCounts(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0, "RefundRequested": 0,
+	wantOneAttempt(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0, "RefundRequested": 0,
 		"OrderNeedsReview": 0})
-	wantNoSecondAttempt(t, id, evs)
 	if st := s.orderStatus(t, tokAlice, id); st != "confirmed" {
 		t.Errorf("GET /v1/orders/%s: status %q, want confirmed", id, st)
 	}
@@ -434,9 +441,8 @@ func TestPayment_TimeoutAfterCommitIsReconciledWithoutSecondCharge(t *testing.T)
 	s.resumeWebhooks(t, "charge.succeeded")
 	s.settle(t)
 	evs = s.orderEvents(t, id)
-	wantCounts(t, id, evs, map[string]int{"PaymentOutcomeUnknown": 1, "PaymentSucceeded": 1, "OrderConfirmed": 1,
+	wantOneAttempt(t, id, evs, map[string]int{"PaymentOutcomeUnknown": 1, "PaymentSucceeded": 1, "OrderConfirmed": 1,
 		"PaymentFailed": 0, "RefundRequested": 0, "OrderNeedsReview": 0})
-	wantNoSecondAttempt(t, id, evs)
 	if m := s.orderMoney(t, id); m.Succeeded != 1 || m.Net != 2*priceAmount {
 		t.Errorf("simulator: order %s charges %+v, want 1 succeeded, net %d", id, m, 2*priceAmount)
 	}
@@ -627,8 +633,7 @@ func TestPayment_ForeignDeclineOfAttemptDoesNotFailOrder(t *testing.T) {
 		t.Errorf("%s, want confirmed: the decline of charge %s (another key) was taken as attempt 1's outcome (stream %v, charges %+v)",
 			g, foreign, typesOf(evs), m.All)
 	}
-	wantCounts(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "OrderFailed": 0, "RefundRequested": 0})
-	wantNoSecondAttempt(t, id, evs)
+	wantOneAttempt(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "OrderFailed": 0, "RefundRequested": 0})
 	if m.Succeeded != 1 || m.Failed != 1 || m.Net != priceAmount {
 		t.Errorf("simulator: order %s charges %+v, want the foreign decline and 1 succeeded, net %d", id, m, priceAmount)
 	}
@@ -732,9 +737,8 @@ func TestPayment_ProviderKeyInUseIsRetriedThenConfirmed(t *testing.T) {
 	}
 	s.settle(t)
 	evs := s.orderEvents(t, id)
-	wantCounts(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0, "OrderFailed": 0,
+	wantOneAttempt(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0, "OrderFailed": 0,
 		"PaymentOutcomeUnknown": 0, "RefundRequested": 0})
-	wantNoSecondAttempt(t, id, evs)
 	if m := s.orderMoney(t, id); m.Succeeded != 1 || m.Failed != 0 || m.Net != 3*priceAmount {
 		t.Errorf("simulator: order %s charges %+v, want 1 succeeded, net %d", id, m, 3*priceAmount)
 	}
@@ -1022,9 +1026,8 @@ func TestPayment_WindowPassedUnknownAttemptIsReconciledFirst(t *testing.T) {
 	s.simFaults(t, map[string]any{"webhooks_paused": false})
 	s.waitWebhooksDelivered(t)
 	evs := s.orderEvents(t, id)
-	wantCounts(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0, "RefundRequested": 0,
+	wantOneAttempt(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0, "RefundRequested": 0,
 		"OrderNeedsReview": 0})
-	wantNoSecondAttempt(t, id, evs)
 	if m := s.orderMoney(t, id); m.Succeeded != 1 || m.Net != priceAmount {
 		t.Errorf("simulator: order %s charges %+v, want exactly 1 succeeded, net %d (never two charges)", id, m, priceAmount)
 	}
