@@ -260,16 +260,9 @@ func TestCrash_KilledAfterPaymentFenceIsFinishedWithoutRepeat(t *testing.T) {
 	}
 
 	s.Restart(withoutCrash)
-	var c chargeSummary
-	if !eventually(crashBound, func() bool {
-		c = s.charges(t)
-		return s.orderStatus(t, tokAlice, id) == "confirmed" && c.Succeeded == 1
-	}) {
-		t.Fatalf("%s after the restart (no repeat): status %q, charges %s, stream %v; want confirmed, 1 succeeded",
-			crashBound, s.orderStatus(t, tokAlice, id), c, typesOf(s.orderEvents(t, id)))
-	}
+	s.waitRecovered(t, id, crashBound)
 	s.checkReplayedOrder(t, order, id)
-	c = s.checkPaidOnce(t, id)
+	c := s.checkPaidOnce(t, id)
 	if c.Net != 2*priceAmount {
 		t.Errorf("GET /_sim/charges: net %d, want %d", c.Net, 2*priceAmount)
 	}

@@ -424,22 +424,7 @@ func TestOrder_KilledAfterClaimIsFinishedWithoutRepeat(t *testing.T) {
 	}
 
 	s.Restart(withoutCrash)
-	var placed, ordered int
-	var c chargeSummary
-	if !eventually(30*time.Second, func() bool {
-		placed = s.orders(t)
-		ordered = s.countType(t, "reservation-", "ReservationOrdered")
-		c = s.charges(t)
-		return placed == 1 && ordered == 1 && c.Succeeded == 1
-	}) {
-		t.Fatalf("30 s after the restart: %d OrderPlaced, %d ReservationOrdered, charges %s; want 1, 1, 1 succeeded",
-			placed, ordered, c)
-	}
-	if !eventually(30*time.Second, func() bool {
-		return s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil).str("status") == "confirmed"
-	}) {
-		t.Errorf("%s, want status confirmed", s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil))
-	}
+	s.waitRecovered(t, id, 60*time.Second) // placed, ordered, paid and confirmed
 
 	s.checkReplayedOrder(t, order, id)
 	s.checkPaidOnce(t, id)

@@ -22,6 +22,27 @@ func crashClient() *http.Client {
 // intentStream is the intent stream of (actor, operation, key).
 func intentStream(actor, op, key string) string { return commands.IntentStream(actor, op, key) }
 
+// waitRecovered waits up to d, with no repeat from the client, until order
+// id is confirmed, the simulator holds one succeeded charge and the
+// reservation is marked ordered; it stops the test otherwise.
+func (s *server) waitRecovered(t testing.TB, id string, d time.Duration) {
+	t.Helper()
+	var st string
+	var c chargeSummary
+	ordered := -1
+	if !eventually(d, func() bool {
+		st, c = s.orderStatus(t, tokAlice, id), s.charges(t)
+		if st != "confirmed" || c.Succeeded != 1 {
+			return false
+		}
+		ordered = s.countType(t, "reservation-", "ReservationOrdered")
+		return ordered == 1
+	}) {
+		t.Fatalf("%s after the restart (no repeat): order %s status %q, charges %s, %d ReservationOrdered (-1: not counted), stream %v; want confirmed, 1 succeeded, 1",
+			d, id, st, c, ordered, typesOf(s.orderEvents(t, id)))
+	}
+}
+
 // orderStatus answers GET /v1/orders/{id}'s status.
 func (s *server) orderStatus(t testing.TB, token, id string) string {
 	t.Helper()
@@ -44,21 +65,12 @@ func TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat(t *testing.T) {
 
 			s.Restart(withoutCrash)
 			start := time.Now()
-			var st string
-			var c chargeSummary
-			if !eventually(recoveryBound, func() bool {
-				st = s.orderStatus(t, tokAlice, id)
-				c = s.charges(t)
-				return st == "confirmed" && c.Succeeded == 1 && s.countType(t, "reservation-", "ReservationOrdered") == 1
-			}) {
-				t.Fatalf("%s after the restart (no repeat): order %s status %q, charges %s, %d ReservationOrdered; want confirmed, 1 succeeded, 1",
-					recoveryBound, id, st, c, s.countType(t, "reservation-", "ReservationOrdered"))
-			}
+			s.waitRecovered(t, id, recoveryBound)
 			t.Logf("crash at %s: order confirmed %s after the restart without a repeat", step, time.Since(start).Round(100*time.Millisecond))
 			s.checkNoUnfinishedIntents(t, 30*time.Second)
 
 			s.checkReplayedOrder(t, order, id)
-			c = s.checkPaidOnce(t, id)
+			c := s.checkPaidOnce(t, id)
 			if c.Net != 2*priceAmount {
 				t.Errorf("GET /_sim/charges: net %d, want %d", c.Net, 2*priceAmount)
 			}
