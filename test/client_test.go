@@ -296,3 +296,88 @@ func orderIDOf(t testing.TB, r *resp) string {
 	}
 	return id
 }
+
+// mustStartReserved starts booking serve with opts, creates a show of 10
+// seats and holds seats of it for alice; it returns the server, the show id
+// and the reservation id (the fixture most order scenarios start from).
+func mustStartReserved(t *testing.T, opts Options, seats int) (s *server, show, res string) {
+	t.Helper()
+	s = mustStart(t, opts)
+	show = s.mustCreateShow(t, 10)
+	return s, show, s.mustReserve(t, tokAlice, show, seats)
+}
+
+// orderCall is POST /v1/orders by token's actor under key for reservation
+// res, paid with the provider token payToken.
+func orderCall(token, key, res, payToken string) call {
+	return call{Method: "POST", Path: "/v1/orders", Token: token, Key: keyOf(key), Body: orderBody(res, payToken)}
+}
+
+// mustOrder places an order (orderCall) and fails the test unless it is
+// answered 201.
+func (s *server) mustOrder(t testing.TB, token, key, res, payToken string) *resp {
+	t.Helper()
+	r := s.doCall(t, orderCall(token, key, res, payToken))
+	wantStatus(t, r, http.StatusCreated)
+	return r
+}
+
+// checkReplayedOrder repeats the order request c and checks that it
+// answers 201 with order id, confirmed and Idempotent-Replayed: true.
+func (s *server) checkReplayedOrder(t testing.TB, c call, id string) *resp {
+	t.Helper()
+	r := s.doCall(t, c)
+	wantStatus(t, r, http.StatusCreated)
+	if r.str("id") != id || !r.replayed() || r.str("status") != "confirmed" {
+		t.Errorf("%s: want confirmed order %s with Idempotent-Replayed: true", r, id)
+	}
+	return r
+}
+
+// wantAvailable checks the show's available seats (GET /v1/shows/{id});
+// when names the moment for the message ("after the decline"), if any.
+func (s *server) wantAvailable(t testing.TB, showID string, want int, when ...string) {
+	t.Helper()
+	if got := s.available(t, showID); got != want {
+		t.Errorf("GET /v1/shows/%s: available = %d%s, want %d", showID, got, note(when), want)
+	}
+}
+
+// wantReservation checks that GET /v1/reservations/{id} answers 200 with
+// status want for alice.
+func (s *server) wantReservation(t testing.TB, resID, want string) {
+	t.Helper()
+	if r := s.do(t, "GET", "/v1/reservations/"+resID, tokAlice, "", nil); r.Status != http.StatusOK || r.str("status") != want {
+		t.Errorf("%s, want 200 status %s", r, want)
+	}
+}
+
+// checkFailedOrder checks a declined order: GET /v1/orders/{id} answers 200
+// status failed with no tickets, the show's seats are available again
+// (available, within 30 s) and the reservation is released. It returns
+// the order's answer.
+func (s *server) checkFailedOrder(t testing.TB, id, showID, resID string, available int) *resp {
+	t.Helper()
+	g := s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil)
+	wantStatus(t, g, http.StatusOK)
+	if g.str("status") != "failed" {
+		t.Errorf("%s, want status failed", g)
+	}
+	if tickets, _ := g.get("tickets").([]any); len(tickets) != 0 {
+		t.Errorf("%s: a failed order shows tickets", g)
+	}
+	if !eventually(30*time.Second, func() bool { return s.available(t, showID) == available }) {
+		t.Errorf("GET /v1/shows/%s: available = %d after the decline, want %d", showID, s.available(t, showID), available)
+	}
+	s.wantReservation(t, resID, "released")
+	return g
+}
+
+// note is the optional words of a failure message, with a leading space
+// ("" when there are none).
+func note(words []string) string {
+	if len(words) == 0 {
+		return ""
+	}
+	return " " + strings.Join(words, " ")
+}

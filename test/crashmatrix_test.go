@@ -68,6 +68,32 @@ func (s *server) crashCall(t testing.TB, c call, step string) {
 	s.WaitExit(crashBound)
 }
 
+// crashOrder sends alice's order for reservation res paid with pay under a
+// fresh key, expecting booking serve to die right after step (crashCall),
+// and returns the request (for repeats) and the id of the one order
+// claimed.
+func (s *server) crashOrder(t testing.TB, res, pay, step string) (call, string) {
+	t.Helper()
+	order := orderCall(tokAlice, newKey(), res, pay)
+	s.crashCall(t, order, step)
+	return order, s.onlyClaimedOrder(t, "after the crash at "+step)
+}
+
+// killWhileHeld sends c (armed hold at step) with a client that never
+// reuses connections, waits until it is parked at step, SIGKILLs booking
+// serve and stops the test unless c failed with a connection error.
+func (s *server) killWhileHeld(t testing.TB, c call, step string) {
+	t.Helper()
+	c.Client = crashClient()
+	done := make(chan error, 1)
+	go func() { _, err := s.send(context.Background(), c); done <- err }()
+	s.waitHeld(t, step, 1)
+	s.Kill()
+	if err := <-done; err == nil {
+		t.Fatalf("%s %s answered, want a connection error (killed while held at %s)", c.Method, c.Path, step)
+	}
+}
+
 // TestCrash_KilledAfterExpiryClaimIsFinishedWithoutRepeat: the expiry job
 // writes the expiry claim of a 2 s hold and the process dies at once
 // (expiry.claimed), before the seats are released. After a restart the
@@ -78,9 +104,7 @@ func TestCrash_KilledAfterExpiryClaimIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
 	env := fastEnv()
 	env["BOOKING_RESERVATION_HOLD"] = "2s"
-	s := mustStart(t, Options{CrashAt: []string{"expiry.claimed"}, Env: env, ExternalSim: true})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"expiry.claimed"}, Env: env, ExternalSim: true}, 2)
 	s.WaitExit(crashBound) // no request: the expiry job is due 2 s after the hold
 	claim := "reservation-order-" + res
 	if got := s.streamTypes(t, claim); strings.Join(got, ",") != "ExpiryClaimed" {
@@ -130,14 +154,8 @@ func TestCrash_KilledAfterCancelRecordedIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
 	t.Run("confirmed", func(t *testing.T) {
 		t.Parallel()
-		s := mustStart(t, Options{CrashAt: []string{"cancel.recorded"}, Env: fastEnv(), ExternalSim: true})
-		show := s.mustCreateShow(t, 10)
-		res := s.mustReserve(t, tokAlice, show, 2)
-		r := s.placeOrderWait(t, newKey(), res, "tok_visa", 10)
-		if r.Status != http.StatusCreated && r.Status != http.StatusAccepted {
-			t.Fatalf("%s, want 201 (or 202 on a slow machine)", r)
-		}
-		id := orderIDOf(t, r)
+		s, show, res := mustStartReserved(t, Options{CrashAt: []string{"cancel.recorded"}, Env: fastEnv(), ExternalSim: true}, 2)
+		id := s.mustPlaceOrder(t, newKey(), res, "tok_visa", 10, http.StatusCreated, http.StatusAccepted) // 202 on a slow machine
 		s.waitStatus(t, id, crashBound, "confirmed")
 
 		key := newKey()
@@ -185,14 +203,10 @@ func TestCrash_KilledAfterCancelRecordedIsFinishedWithoutRepeat(t *testing.T) {
 
 	t.Run("cancelling", func(t *testing.T) {
 		t.Parallel()
-		s := mustStart(t, Options{CrashAt: []string{"cancel.recorded"}, Env: fastEnv(), ExternalSim: true})
-		show := s.mustCreateShow(t, 10)
-		res := s.mustReserve(t, tokAlice, show, 2)
+		s, show, res := mustStartReserved(t, Options{CrashAt: []string{"cancel.recorded"}, Env: fastEnv(), ExternalSim: true}, 2)
 		// tok_error_before_commit: the provider answers 500 and charges
 		// nothing, so the attempt's outcome stays unknown.
-		r := s.placeOrderWait(t, newKey(), res, "tok_error_before_commit", 0)
-		wantStatus(t, r, http.StatusAccepted)
-		id := orderIDOf(t, r)
+		id := s.mustPlaceOrder(t, newKey(), res, "tok_error_before_commit", 0, http.StatusAccepted)
 		if !eventually(crashBound, func() bool { return len(ofType(s.orderEvents(t, id), "PaymentOutcomeUnknown")) > 0 }) {
 			t.Fatalf("order-%s: no PaymentOutcomeUnknown within %s (stream %v)", id, crashBound, typesOf(s.orderEvents(t, id)))
 		}
@@ -238,40 +252,17 @@ func TestCrash_KilledAfterCancelRecordedIsFinishedWithoutRepeat(t *testing.T) {
 // confirmed without a client repeat, and a repeat replays 201.
 func TestCrash_KilledAfterPaymentFenceIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{CrashAt: []string{"payment.fenced"}, Env: fastEnv(), ExternalSim: true})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
-	key := newKey()
-	order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa")}
-	s.crashCall(t, order, "payment.fenced")
-	ids := s.claimedOrderIDs(t)
-	if len(ids) != 1 {
-		t.Fatalf("event store after the crash: OrderClaimed %v, want 1", ids)
-	}
-	id := ids[0]
+	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"payment.fenced"}, Env: fastEnv(), ExternalSim: true}, 2)
+	order, id := s.crashOrder(t, res, "tok_visa", "payment.fenced")
 	wantCounts(t, id, s.orderEvents(t, id), map[string]int{"PaymentAttemptStarted": 1, "PaymentSucceeded": 0})
 	if c := s.charges(t); len(c.All) != 0 {
 		t.Fatalf("GET /_sim/charges after the crash: %+v, want none (killed before the provider call)", c.All)
 	}
 
 	s.Restart(withoutCrash)
-	var c chargeSummary
-	if !eventually(crashBound, func() bool {
-		c = s.charges(t)
-		return s.orderStatus(t, tokAlice, id) == "confirmed" && c.Succeeded == 1
-	}) {
-		t.Fatalf("%s after the restart (no repeat): status %q, charges %s, stream %v; want confirmed, 1 succeeded",
-			crashBound, s.orderStatus(t, tokAlice, id), c, typesOf(s.orderEvents(t, id)))
-	}
-	r := s.doCall(t, order)
-	wantStatus(t, r, http.StatusCreated)
-	if r.str("id") != id || !r.replayed() || r.str("status") != "confirmed" {
-		t.Errorf("%s: want confirmed order %s with Idempotent-Replayed: true", r, id)
-	}
-
-	s.settle(t)
-	s.checkOrders(t, tokAlice, 1, id)
-	c = s.checkCharges(t, 1, 0)
+	s.waitRecovered(t, id, crashBound)
+	s.checkReplayedOrder(t, order, id)
+	c := s.checkPaidOnce(t, id)
 	if c.Net != 2*priceAmount {
 		t.Errorf("GET /_sim/charges: net %d, want %d", c.Net, 2*priceAmount)
 	}
@@ -284,9 +275,7 @@ func TestCrash_KilledAfterPaymentFenceIsFinishedWithoutRepeat(t *testing.T) {
 		"OrderClaimed": 1, "OrderPlaced": 1, "ReservationOrdered": 1, "PaymentSucceeded": 1, "OrderConfirmed": 1},
 		// The dead executor's lease, then at least one takeover.
 		map[string]int{"PaymentAttemptStarted": 2})
-	if got := s.available(t, show); got != 8 {
-		t.Errorf("GET /v1/shows/%s: available = %d, want 8", show, got)
-	}
+	s.wantAvailable(t, show, 8)
 	s.checkSeats(t, show)
 }
 
@@ -297,17 +286,8 @@ func TestCrash_KilledAfterPaymentFenceIsFinishedWithoutRepeat(t *testing.T) {
 // key gets 409 naming the failed order; one failed charge, net 0.
 func TestCrash_KilledAfterDeclineRecordedIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{CrashAt: []string{"payment.recorded"}, Env: fastEnv(), ExternalSim: true})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
-	key := newKey()
-	order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_decline")}
-	s.crashCall(t, order, "payment.recorded")
-	ids := s.claimedOrderIDs(t)
-	if len(ids) != 1 {
-		t.Fatalf("event store after the crash: OrderClaimed %v, want 1", ids)
-	}
-	id := ids[0]
+	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"payment.recorded"}, Env: fastEnv(), ExternalSim: true}, 2)
+	order, id := s.crashOrder(t, res, "tok_decline", "payment.recorded")
 	wantCounts(t, id, s.orderEvents(t, id), map[string]int{"PaymentFailed": 1, "OrderFailed": 1})
 	t.Logf("at the crash: %d SeatsReleased", s.countType(t, "show-", "SeatsReleased"))
 

@@ -47,20 +47,26 @@ func (s *server) checkCharges(t testing.TB, succeeded, failed int) chargeSummary
 	return c
 }
 
+// checkPaidOnce waits until the service settled, then checks that the log
+// holds exactly one order, alice's, among which every id in answered, and
+// the simulator one succeeded charge and no failed one; it returns the
+// charges.
+func (s *server) checkPaidOnce(t testing.TB, answered ...string) chargeSummary {
+	t.Helper()
+	s.settle(t)
+	s.checkOrders(t, tokAlice, 1, answered...)
+	return s.checkCharges(t, 1, 0)
+}
+
 // TestOrder_ConfirmedWithOneTicketPerSeat: a show, a reservation and an
 // order paid with tok_visa end confirmed with one ticket per seat, one
 // order and one charge.
 func TestOrder_ConfirmedWithOneTicketPerSeat(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 3)
-	if got := s.available(t, show); got != 7 {
-		t.Errorf("GET /v1/shows/%s: available = %d after holding 3 of 10, want 7", show, got)
-	}
+	s, show, res := mustStartReserved(t, Options{}, 3)
+	s.wantAvailable(t, show, 7, "after holding 3 of 10")
 
-	r := s.do(t, "POST", "/v1/orders", tokAlice, newKey(), orderBody(res, "tok_visa"))
-	wantStatus(t, r, http.StatusCreated)
+	r := s.mustOrder(t, tokAlice, newKey(), res, "tok_visa")
 	id := r.str("id")
 	if r.str("status") != "confirmed" || r.str("reservation_id") != res {
 		t.Errorf("%s: want status confirmed for reservation %s", r, res)
@@ -83,23 +89,12 @@ func TestOrder_ConfirmedWithOneTicketPerSeat(t *testing.T) {
 	if g.str("status") != "confirmed" || g.str("payment.status") != "succeeded" {
 		t.Errorf("%s: want status confirmed, payment succeeded", g)
 	}
-	rr := s.do(t, "GET", "/v1/reservations/"+res, tokAlice, "", nil)
-	wantStatus(t, rr, http.StatusOK)
-	if rr.str("status") != "ordered" {
-		t.Errorf("%s: want status ordered", rr)
-	}
-	if got := s.available(t, show); got != 7 {
-		t.Errorf("GET /v1/shows/%s: available = %d after ordering 3 of 10, want 7", show, got)
-	}
+	s.wantReservation(t, res, "ordered")
+	s.wantAvailable(t, show, 7, "after ordering 3 of 10")
 
-	s.settle(t)
-	s.checkOrders(t, tokAlice, 1, id)
-	if n := s.countType(t, "order-", "OrderConfirmed"); n != 1 {
-		t.Errorf("event store: %d OrderConfirmed, want 1", n)
-	}
-	if n := s.countType(t, "reservation-", "ReservationOrdered"); n != 1 {
-		t.Errorf("event store: %d ReservationOrdered, want 1", n)
-	}
+	c := s.checkPaidOnce(t, id)
+	s.wantCount(t, "order-", "OrderConfirmed", 1)
+	s.wantCount(t, "reservation-", "ReservationOrdered", 1)
 	for stream, want := range map[string][]string{
 		"reservation-order-" + res: {"OrderClaimed"},
 		"reservation-" + res:       {"ReservationHeld", "ReservationOrdered"},
@@ -112,7 +107,6 @@ func TestOrder_ConfirmedWithOneTicketPerSeat(t *testing.T) {
 		count(got, "PaymentSucceeded") != 1 {
 		t.Errorf("event store: stream order-%s = %v, want OrderPlaced first, OrderConfirmed last, one PaymentSucceeded", id, got)
 	}
-	c := s.checkCharges(t, 1, 0)
 	if c.Net != 3*priceAmount {
 		t.Errorf("GET /_sim/charges: net %d, want %d", c.Net, 3*priceAmount)
 	}
@@ -125,17 +119,13 @@ func TestOrder_ConfirmedWithOneTicketPerSeat(t *testing.T) {
 // same order, marked replayed, with no second order or charge.
 func TestOrder_RepeatReturnsSameOrder(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, _, res := mustStartReserved(t, Options{}, 2)
 	key := newKey()
-	first := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
-	wantStatus(t, first, http.StatusCreated)
+	first := s.mustOrder(t, tokAlice, key, res, "tok_visa")
 	before := s.settle(t)
 
 	for i := range 3 {
-		r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
-		wantStatus(t, r, http.StatusCreated)
+		r := s.mustOrder(t, tokAlice, key, res, "tok_visa")
 		if r.str("id") != first.str("id") {
 			t.Errorf("repeat %d: %s, want order id %s", i+1, r, first.str("id"))
 		}
@@ -146,11 +136,8 @@ func TestOrder_RepeatReturnsSameOrder(t *testing.T) {
 			t.Errorf("repeat %d: %s, want status confirmed", i+1, r)
 		}
 	}
-	if after := s.settle(t); after != before {
-		t.Errorf("event store: %d events after the repeats, want %d (a repeat appends nothing)", after, before)
-	}
-	s.checkOrders(t, tokAlice, 1, first.str("id"))
-	s.checkCharges(t, 1, 0)
+	s.checkNothingAppended(t, before, "the repeats")
+	s.checkPaidOnce(t, first.str("id"))
 }
 
 // TestOrder_TwentyConcurrentIdenticalRequestsMakeOneOrder: twenty identical
@@ -158,15 +145,9 @@ func TestOrder_RepeatReturnsSameOrder(t *testing.T) {
 // names that order and nothing is a 5xx.
 func TestOrder_TwentyConcurrentIdenticalRequestsMakeOneOrder(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
-	key := newKey()
-	answers := s.burst(t, 20, call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa")})
-	ids := checkIdenticalAnswers(t, answers)
-	s.settle(t)
-	s.checkOrders(t, tokAlice, 1, ids...)
-	s.checkCharges(t, 1, 0)
+	s, _, res := mustStartReserved(t, Options{}, 2)
+	answers := s.burst(t, 20, orderCall(tokAlice, newKey(), res, "tok_visa"))
+	s.checkPaidOnce(t, checkIdenticalAnswers(t, answers)...)
 }
 
 // TestOrder_ConcurrentNewKeysForOneReservationMakeOneOrder: ten order
@@ -175,15 +156,13 @@ func TestOrder_TwentyConcurrentIdenticalRequestsMakeOneOrder(t *testing.T) {
 // reservation-already-ordered naming that order (the caller owns it).
 func TestOrder_ConcurrentNewKeysForOneReservationMakeOneOrder(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, _, res := mustStartReserved(t, Options{}, 2)
 	calls := make([]call, 10)
 	for i := range calls {
 		// Prefer: wait=10: the winner's payment is final in its answer even
 		// on a busy machine.
-		calls[i] = call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: orderBody(res, "tok_visa"),
-			Header: map[string]string{"Prefer": "wait=10"}}
+		calls[i] = orderCall(tokAlice, newKey(), res, "tok_visa")
+		calls[i].Header = map[string]string{"Prefer": "wait=10"}
 	}
 	answers := s.burstCalls(t, calls)
 	var winner string
@@ -210,9 +189,7 @@ func TestOrder_ConcurrentNewKeysForOneReservationMakeOneOrder(t *testing.T) {
 			t.Errorf("%s: order_id = %q, want the caller's order %s", r, r.str("order_id"), winner)
 		}
 	}
-	s.settle(t)
-	s.checkOrders(t, tokAlice, 1, winner)
-	s.checkCharges(t, 1, 0)
+	s.checkPaidOnce(t, winner)
 }
 
 // burst sends n copies of c at once and returns every answer; a transport
@@ -227,9 +204,21 @@ func (s *server) burst(t testing.TB, n int, c call) []*resp {
 }
 
 // burstCalls sends every call at once (released together) and returns the
-// answers in the same order.
+// answers in the same order; a transport error fails the test.
 func (s *server) burstCalls(t testing.TB, calls []call) []*resp {
 	t.Helper()
+	out, errs := s.sendAll(calls)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d (%s %s): %v", i, calls[i].Method, calls[i].Path, err)
+		}
+	}
+	return out
+}
+
+// sendAll sends every call at once (released together) and returns the
+// answers and transport errors in the same order (safe from any goroutine).
+func (s *server) sendAll(calls []call) ([]*resp, []error) {
 	out := make([]*resp, len(calls))
 	errs := make([]error, len(calls))
 	start := make(chan struct{})
@@ -244,12 +233,7 @@ func (s *server) burstCalls(t testing.TB, calls []call) []*resp {
 	}
 	close(start)
 	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("request %d (%s %s): %v", i, calls[i].Method, calls[i].Path, err)
-		}
-	}
-	return out
+	return out, errs
 }
 
 // checkIdenticalAnswers checks the answers to copies of one order request:
@@ -304,13 +288,10 @@ func checkIdenticalAnswers(t testing.TB, answers []*resp) []string {
 // (never their values) and changes nothing.
 func TestOrder_SameKeyDifferentBodyIsRefused(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, show, res := mustStartReserved(t, Options{}, 2)
 	other := s.mustReserve(t, tokAlice, show, 1)
 	key := newKey()
-	first := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
-	wantStatus(t, first, http.StatusCreated)
+	first := s.mustOrder(t, tokAlice, key, res, "tok_visa")
 	before := s.settle(t)
 
 	cases := []struct {
@@ -343,14 +324,9 @@ func TestOrder_SameKeyDifferentBodyIsRefused(t *testing.T) {
 			t.Errorf("%s: %s: Retry-After on a 422, which is not retryable", tc.name, r.Req)
 		}
 	}
-	if after := s.settle(t); after != before {
-		t.Errorf("event store: %d events after the refused requests, want %d (nothing appended)", after, before)
-	}
-	s.checkOrders(t, tokAlice, 1, first.str("id"))
-	s.checkCharges(t, 1, 0)
-	if rr := s.do(t, "GET", "/v1/reservations/"+other, tokAlice, "", nil); rr.str("status") != "held" {
-		t.Errorf("%s, want the other reservation still held", rr)
-	}
+	s.checkNothingAppended(t, before, "the refused requests")
+	s.checkPaidOnce(t, first.str("id"))
+	s.wantReservation(t, other, "held") // the other reservation is still held
 }
 
 // problemFields returns the problem's "fields" member.
@@ -371,11 +347,8 @@ func problemFields(r *resp) []string {
 // to its repeats; still one order.
 func TestOrder_NewKeyForOrderedReservationIsConflict(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
-	first := s.do(t, "POST", "/v1/orders", tokAlice, newKey(), orderBody(res, "tok_visa"))
-	wantStatus(t, first, http.StatusCreated)
+	s, _, res := mustStartReserved(t, Options{}, 2)
+	first := s.mustOrder(t, tokAlice, newKey(), res, "tok_visa")
 
 	key := newKey()
 	r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
@@ -397,10 +370,7 @@ func TestOrder_NewKeyForOrderedReservationIsConflict(t *testing.T) {
 	// A different token under yet another key is refused the same way.
 	third := s.do(t, "POST", "/v1/orders", tokAlice, newKey(), orderBody(res, "tok_decline"))
 	checkProblem(t, third, http.StatusConflict, "reservation-already-ordered")
-
-	s.settle(t)
-	s.checkOrders(t, tokAlice, 1, first.str("id"))
-	s.checkCharges(t, 1, 0)
+	s.checkPaidOnce(t, first.str("id"))
 }
 
 // TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats: tok_decline is 402
@@ -408,9 +378,7 @@ func TestOrder_NewKeyForOrderedReservationIsConflict(t *testing.T) {
 // holds one failed charge and no successful one.
 func TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 4)
+	s, show, res := mustStartReserved(t, Options{}, 4)
 	key := newKey()
 	r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_decline"))
 	checkProblem(t, r, http.StatusPaymentRequired, "payment-declined")
@@ -422,20 +390,7 @@ func TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats(t *testing.T) {
 		t.Errorf("%s: the answer shows the payment token", r)
 	}
 
-	g := s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil)
-	wantStatus(t, g, http.StatusOK)
-	if g.str("status") != "failed" {
-		t.Errorf("%s, want status failed", g)
-	}
-	if tickets, _ := g.get("tickets").([]any); len(tickets) != 0 {
-		t.Errorf("%s: a failed order shows tickets", g)
-	}
-	if !eventually(30*time.Second, func() bool { return s.available(t, show) == 10 }) {
-		t.Errorf("GET /v1/shows/%s: available = %d after the decline, want 10 (the capacity)", show, s.available(t, show))
-	}
-	if rr := s.do(t, "GET", "/v1/reservations/"+res, tokAlice, "", nil); rr.str("status") != "released" {
-		t.Errorf("%s, want status released", rr)
-	}
+	s.checkFailedOrder(t, id, show, res, 10) // all 10 seats available again
 
 	again := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_decline"))
 	checkProblem(t, again, http.StatusPaymentRequired, "payment-declined")
@@ -445,17 +400,10 @@ func TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats(t *testing.T) {
 
 	s.settle(t)
 	s.checkOrders(t, tokAlice, 1, id)
-	for _, typ := range []string{"PaymentFailed", "OrderFailed"} {
-		if n := s.countType(t, "order-", typ); n != 1 {
-			t.Errorf("event store: %d %s, want 1", n, typ)
-		}
-	}
-	if n := s.countType(t, "order-", "OrderConfirmed"); n != 0 {
-		t.Errorf("event store: %d OrderConfirmed, want 0", n)
-	}
-	if n := s.countType(t, "show-", "SeatsReleased"); n != 1 {
-		t.Errorf("event store: %d SeatsReleased, want 1", n)
-	}
+	s.wantCount(t, "order-", "PaymentFailed", 1)
+	s.wantCount(t, "order-", "OrderFailed", 1)
+	s.wantCount(t, "order-", "OrderConfirmed", 0)
+	s.wantCount(t, "show-", "SeatsReleased", 1)
 	c := s.checkCharges(t, 0, 1)
 	if c.Net != 0 {
 		t.Errorf("GET /_sim/charges: net %d, want 0", c.Net)
@@ -469,58 +417,18 @@ func TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats(t *testing.T) {
 // same order.
 func TestOrder_KilledAfterClaimIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{CrashAt: []string{"order.claimed"}})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
-	key := newKey()
-	order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa"),
-		Client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
-	if r, err := s.send(context.Background(), order); err == nil {
-		t.Fatalf("%s, want a connection error (the process is killed after order.claimed)", r)
-	}
-	s.WaitExit(60 * time.Second)
-	ids := s.claimedOrderIDs(t)
-	if len(ids) != 1 {
-		t.Fatalf("event store after the crash: OrderClaimed %v, want exactly 1 (the commit point)", ids)
-	}
-	id := ids[0]
+	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"order.claimed"}}, 2)
+	order, id := s.crashOrder(t, res, "tok_visa", "order.claimed")
 	if n := s.orders(t); n != 0 {
 		t.Fatalf("event store after the crash: %d OrderPlaced, want 0 (killed right after the claim)", n)
 	}
 
 	s.Restart(withoutCrash)
-	var placed, ordered int
-	var c chargeSummary
-	if !eventually(30*time.Second, func() bool {
-		placed = s.orders(t)
-		ordered = s.countType(t, "reservation-", "ReservationOrdered")
-		c = s.charges(t)
-		return placed == 1 && ordered == 1 && c.Succeeded == 1
-	}) {
-		t.Fatalf("30 s after the restart: %d OrderPlaced, %d ReservationOrdered, charges %s; want 1, 1, 1 succeeded",
-			placed, ordered, c)
-	}
-	if !eventually(30*time.Second, func() bool {
-		return s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil).str("status") == "confirmed"
-	}) {
-		t.Errorf("%s, want status confirmed", s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil))
-	}
+	s.waitRecovered(t, id, 60*time.Second) // placed, ordered, paid and confirmed
 
-	order.Client = nil
-	r := s.doCall(t, order)
-	wantStatus(t, r, http.StatusCreated)
-	if r.str("id") != id || !r.replayed() {
-		t.Errorf("%s: want order %s with Idempotent-Replayed: true", r, id)
-	}
-	if r.str("status") != "confirmed" {
-		t.Errorf("%s, want status confirmed", r)
-	}
-	s.settle(t)
-	s.checkOrders(t, tokAlice, 1, id)
-	s.checkCharges(t, 1, 0)
-	if got := s.available(t, show); got != 8 {
-		t.Errorf("GET /v1/shows/%s: available = %d, want 8", show, got)
-	}
+	s.checkReplayedOrder(t, order, id)
+	s.checkPaidOnce(t, id)
+	s.wantAvailable(t, show, 8)
 }
 
 // TestOrder_RepeatAfterRestartIsReplayed: intents live in the event store,
@@ -529,28 +437,18 @@ func TestOrder_KilledAfterClaimIsFinishedWithoutRepeat(t *testing.T) {
 // one charge.
 func TestOrder_RepeatAfterRestartIsReplayed(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{ExternalSim: true})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, _, res := mustStartReserved(t, Options{ExternalSim: true}, 2)
 	key := newKey()
-	first := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
-	wantStatus(t, first, http.StatusCreated)
+	first := s.mustOrder(t, tokAlice, key, res, "tok_visa")
 	before := s.settle(t)
 
 	s.Kill()
 	s.Restart()
-	r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
-	wantStatus(t, r, http.StatusCreated)
-	if r.str("id") != first.str("id") || !r.replayed() || r.str("status") != "confirmed" {
-		t.Errorf("%s: want confirmed order %s with Idempotent-Replayed: true", r, first.str("id"))
-	}
-	changed := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_decline"))
+	s.checkReplayedOrder(t, orderCall(tokAlice, key, res, "tok_visa"), first.str("id"))
+	changed := s.doCall(t, orderCall(tokAlice, key, res, "tok_decline"))
 	checkProblem(t, changed, http.StatusUnprocessableEntity, "idempotency-key-reused")
-	if after := s.settle(t); after != before {
-		t.Errorf("event store: %d events after the restart and repeats, want %d", after, before)
-	}
-	s.checkOrders(t, tokAlice, 1, first.str("id"))
-	s.checkCharges(t, 1, 0)
+	s.checkNothingAppended(t, before, "the restart and repeats")
+	s.checkPaidOnce(t, first.str("id"))
 }
 
 // TestBadInput_IsRefusedAndRecordsNothing: invalid keys, bodies and
@@ -558,9 +456,7 @@ func TestOrder_RepeatAfterRestartIsReplayed(t *testing.T) {
 // append nothing.
 func TestBadInput_IsRefusedAndRecordsNothing(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, show, res := mustStartReserved(t, Options{}, 2)
 	okOrder := orderBody(res, "tok_visa")
 	okReservation := map[string]any{"show_id": show, "quantity": 2}
 
@@ -619,10 +515,7 @@ func TestBadInput_IsRefusedAndRecordsNothing(t *testing.T) {
 			if r.Header.Get("Retry-After") != "" {
 				t.Errorf("%s: Retry-After on a %d, which is not retryable", r.Req, r.Status)
 			}
-			if n := s.totalEvents(t); n != before {
-				t.Errorf("event store: %d events after %s, want %d (nothing appended)", n, r, before)
-				before = n
-			}
+			s.checkNoNewEvents(t, &before, r.String())
 		})
 	}
 
@@ -638,24 +531,18 @@ func TestBadInput_IsRefusedAndRecordsNothing(t *testing.T) {
 	})
 	s.checkOrders(t, tokAlice, 0)
 	s.checkCharges(t, 0, 0)
-	if n := s.countType(t, "show-", "ShowScheduled"); n != 1 {
-		t.Errorf("event store: %d ShowScheduled, want 1", n)
-	}
+	s.wantCount(t, "show-", "ShowScheduled", 1)
 }
 
 // TestOrders_ListShowsEachOwnOrderOnce: GET /v1/orders (read model) counts
 // the caller's orders: each once, none of another actor's.
 func TestOrders_ListShowsEachOwnOrderOnce(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 1)
+	s, show, res := mustStartReserved(t, Options{}, 1)
 	key := newKey()
-	o := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
-	wantStatus(t, o, http.StatusCreated)
-	wantStatus(t, s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa")), http.StatusCreated)
-	bobRes := s.mustReserve(t, tokBob, show, 1)
-	wantStatus(t, s.do(t, "POST", "/v1/orders", tokBob, newKey(), orderBody(bobRes, "tok_visa")), http.StatusCreated)
+	o := s.mustOrder(t, tokAlice, key, res, "tok_visa")
+	s.mustOrder(t, tokAlice, key, res, "tok_visa")
+	s.mustOrder(t, tokBob, newKey(), s.mustReserve(t, tokBob, show, 1), "tok_visa")
 
 	var r *resp
 	var ids []string
@@ -673,9 +560,7 @@ func TestOrders_ListShowsEachOwnOrderOnce(t *testing.T) {
 	if r.Header.Get("Booking-Position") == "" {
 		t.Errorf("%s: no Booking-Position header (read-model freshness)", r.Req)
 	}
-	if n := s.orders(t); n != 2 {
-		t.Errorf("event store: %d OrderPlaced, want 2 (alice's and bob's)", n)
-	}
+	s.wantCount(t, "order-", "OrderPlaced", 2, "(alice's and bob's)")
 }
 
 // listIDs returns the ids of a list answer: a JSON array under "data",

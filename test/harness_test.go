@@ -219,6 +219,41 @@ func (p *proc) signalAndWait(sig syscall.Signal, d time.Duration) bool {
 	}
 }
 
+// stop sends SIGTERM and waits up to 60 s for the exit, which must be
+// status 0; a process still running then is SIGKILLed. It reports whether
+// the process exited on SIGTERM.
+func (p *proc) stop(t testing.TB) bool {
+	t.Helper()
+	if !p.signalAndWait(syscall.SIGTERM, 60*time.Second) {
+		p.signalAndWait(syscall.SIGKILL, 10*time.Second)
+		t.Errorf("%s did not exit within 60 s of SIGTERM; killed", p.name)
+		return false
+	}
+	if code := p.exitCode(); code != 0 {
+		t.Errorf("%s exited with status %d after SIGTERM, want 0", p.name, code)
+	}
+	return true
+}
+
+// runProc runs the binary with args and env to its end, for up to d, and
+// returns the process and its output; it SIGKILLs the process and stops
+// the test if it still runs after d.
+func runProc(t testing.TB, name string, args, env []string, d time.Duration) (*proc, *syncBuffer) {
+	t.Helper()
+	out := &syncBuffer{}
+	p, err := startProc(name, args, env, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(d):
+		p.signalAndWait(syscall.SIGKILL, 10*time.Second)
+		t.Fatalf("%s still runs after %s:\n%s", name, d, out)
+	}
+	return p, out
+}
+
 func (p *proc) exitCode() int {
 	var ee *exec.ExitError
 	if errors.As(p.exitErr, &ee) {
@@ -411,27 +446,30 @@ func (s *server) startSim(t *testing.T) {
 	env = append(env, "BOOKING_PROVIDER_WEBHOOK_URL="+s.URL+"/v1/provider/webhooks",
 		"BOOKING_PROVIDER_WEBHOOK_SECRET="+webhookSecret, "BOOKING_PROVIDER_SIM_API_KEY="+s.providerKey)
 	fmt.Fprintf(s.logs, "=== e2e: starting booking provider-sim on %s\n", s.simAddr)
-	p, err := startProc("booking provider-sim", []string{"provider-sim"}, env, s.logs)
+	p := s.launch(t, &s.sim, "booking provider-sim", []string{"provider-sim"}, env)
+	s.waitHealthy(t, p, s.SimURL+"/healthz")
+}
+
+// launch starts the binary (startProc) with its output in the server's
+// log, stores the process in *slot under s.mu, and stops the test if it
+// cannot start.
+func (s *server) launch(t *testing.T, slot **proc, name string, args, env []string) *proc {
+	t.Helper()
+	p, err := startProc(name, args, env, s.logs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
-	s.sim = p
+	*slot = p
 	s.mu.Unlock()
-	s.waitHealthy(t, p, s.SimURL+"/healthz")
+	return p
 }
 
 func (s *server) start(t *testing.T) {
 	t.Helper()
 	s.runs++
 	fmt.Fprintf(s.logs, "=== e2e: starting booking serve (run %d) on %s, crash at %q\n", s.runs, s.httpAddr, s.opts.CrashAt)
-	p, err := startProc("booking serve", []string{"serve"}, s.env(), s.logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	s.cur = p
-	s.mu.Unlock()
+	p := s.launch(t, &s.cur, "booking serve", []string{"serve"}, s.env())
 	s.waitHealthy(t, p, s.URL+"/healthz")
 	if !s.opts.ExternalSim {
 		s.waitHealthy(t, p, s.SimURL+"/healthz")
@@ -488,14 +526,8 @@ func (s *server) Stop() {
 	if p == nil || p.hasExited() {
 		return
 	}
-	if !p.signalAndWait(syscall.SIGTERM, 60*time.Second) {
-		p.signalAndWait(syscall.SIGKILL, 10*time.Second)
-		s.t.Errorf("booking serve did not exit within 60 s of SIGTERM; killed")
-		return
-	}
-	fmt.Fprintf(s.logs, "=== e2e: booking serve stopped (%v)\n", p.exitErr)
-	if code := p.exitCode(); code != 0 {
-		s.t.Errorf("booking serve exited with status %d after SIGTERM, want 0", code)
+	if p.stop(s.t) {
+		fmt.Fprintf(s.logs, "=== e2e: booking serve stopped (%v)\n", p.exitErr)
 	}
 	s.client.CloseIdleConnections()
 }
@@ -594,16 +626,8 @@ func (s *server) shutdown() {
 	cur, sim := s.cur, s.sim
 	s.mu.Unlock()
 	for _, p := range []*proc{cur, sim} {
-		if p == nil || p.hasExited() {
-			continue
-		}
-		if !p.signalAndWait(syscall.SIGTERM, 60*time.Second) {
-			p.signalAndWait(syscall.SIGKILL, 10*time.Second)
-			s.t.Errorf("%s did not exit within 60 s of SIGTERM; killed", p.name)
-			continue
-		}
-		if code := p.exitCode(); code != 0 {
-			s.t.Errorf("%s exited with status %d after SIGTERM, want 0", p.name, code)
+		if p != nil && !p.hasExited() {
+			p.stop(s.t)
 		}
 	}
 }

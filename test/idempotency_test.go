@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -16,34 +15,29 @@ import (
 // is 422 (which takes precedence over in-use) and nothing is a 5xx.
 func TestOrder_FiftyConcurrentRepeatsAndAChangedBodyMakeOneOrder(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, _, res := mustStartReserved(t, Options{}, 2)
 	key := newKey()
-	same := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa")}
-	changed := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_decline")}
+	same := make([]call, 50)
+	for i := range same {
+		same[i] = orderCall(tokAlice, key, res, "tok_visa")
+	}
+	changed := orderCall(tokAlice, key, res, "tok_decline")
 	intentsBefore := s.countType(t, "intent-", "IntentRecorded")
 
-	answers := make([]*resp, 50)
-	errs := make([]error, 50)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range answers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			answers[i], errs[i] = s.send(context.Background(), same)
-		}()
-	}
-	close(start)
+	var answers []*resp
+	var errs []error
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		answers, errs = s.sendAll(same)
+	}()
 	// The changed body goes as soon as the intent exists, so it is decided
 	// against the identical requests' fingerprint (not raced to record it).
 	if !eventually(30*time.Second, func() bool { return s.countType(t, "intent-", "IntentRecorded") > intentsBefore }) {
 		t.Fatalf("no IntentRecorded within 30 s of sending 50 order requests")
 	}
 	odd, oddErr := s.send(context.Background(), changed)
-	wg.Wait()
+	<-sent
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("identical request %d: %v", i, err)
@@ -56,10 +50,7 @@ func TestOrder_FiftyConcurrentRepeatsAndAChangedBodyMakeOneOrder(t *testing.T) {
 	if f := problemFields(odd); !slices.Equal(f, []string{"payment"}) && !slices.Equal(f, []string{"payment.token"}) {
 		t.Errorf("%s: differing fields %v, want [payment] (or [payment.token])", odd, f)
 	}
-	ids := checkIdenticalAnswers(t, answers)
-	s.settle(t)
-	s.checkOrders(t, tokAlice, 1, ids...)
-	s.checkCharges(t, 1, 0)
+	s.checkPaidOnce(t, checkIdenticalAnswers(t, answers)...)
 }
 
 // TestOrder_ResponseLostAfterCommitRepeatGetsSameOrder: a client gives up
@@ -67,12 +58,10 @@ func TestOrder_FiftyConcurrentRepeatsAndAChangedBodyMakeOneOrder(t *testing.T) {
 // same order, and there is one charge.
 func TestOrder_ResponseLostAfterCommitRepeatGetsSameOrder(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
-	key := newKey()
-	first := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_slow"),
-		Header: map[string]string{"Prefer": "wait=2"}, Client: &http.Client{Timeout: 300 * time.Millisecond}}
+	s, _, res := mustStartReserved(t, Options{}, 2)
+	first := orderCall(tokAlice, newKey(), res, "tok_slow")
+	first.Header = map[string]string{"Prefer": "wait=2"}
+	first.Client = &http.Client{Timeout: 300 * time.Millisecond}
 	if r, err := s.send(context.Background(), first); err == nil {
 		t.Fatalf("%s, want the 300 ms client to give up (tok_slow takes 2 s)", r)
 	}
@@ -97,9 +86,7 @@ func TestOrder_ResponseLostAfterCommitRepeatGetsSameOrder(t *testing.T) {
 	if got := r.Header.Get("Preference-Applied"); got != "wait=5" {
 		t.Errorf("%s: Preference-Applied = %q, want wait=5", r.Req, got)
 	}
-	s.settle(t)
-	s.checkOrders(t, tokAlice, 1, r.str("id"))
-	s.checkCharges(t, 1, 0)
+	s.checkPaidOnce(t, r.str("id"))
 	again := s.doCall(t, repeat)
 	wantStatus(t, again, http.StatusCreated)
 	if again.str("id") != r.str("id") {
@@ -113,11 +100,9 @@ func TestOrder_ResponseLostAfterCommitRepeatGetsSameOrder(t *testing.T) {
 // 201 without Retry-After. One order, one charge.
 func TestOrder_PendingIs202UntilTheOutcomeIsFinal(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
-	c := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: orderBody(res, "tok_slow"),
-		Header: map[string]string{"Prefer": "wait=0"}}
+	s, _, res := mustStartReserved(t, Options{}, 2)
+	c := orderCall(tokAlice, newKey(), res, "tok_slow")
+	c.Header = map[string]string{"Prefer": "wait=0"}
 	// The payment's outcome is held unrecorded (payment.sent) until both
 	// pending answers are in, however slow the machine.
 	s.armHold(t, "payment.sent")
@@ -147,9 +132,7 @@ func TestOrder_PendingIs202UntilTheOutcomeIsFinal(t *testing.T) {
 	if !r.replayed() || r.str("status") != "confirmed" || r.Header.Get("Retry-After") != "" {
 		t.Errorf("%s: want status confirmed, Idempotent-Replayed: true and no Retry-After", r)
 	}
-	s.settle(t)
-	s.checkOrders(t, tokAlice, 1, r.str("id"))
-	s.checkCharges(t, 1, 0)
+	s.checkPaidOnce(t, r.str("id"))
 }
 
 // fingerprintCase is a repeat of a first request under the same key.
@@ -184,10 +167,7 @@ func (s *server) runFingerprintCases(t *testing.T, path, token, key, base string
 					t.Errorf("%s: differing fields %v, want %v", r, problemFields(r), tc.fields)
 				}
 			}
-			if n := s.totalEvents(t); n != before {
-				t.Errorf("event store: %d events after %s, want %d (nothing appended)", n, r.Req, before)
-				before = n
-			}
+			s.checkNoNewEvents(t, &before, r.Req)
 		})
 	}
 	return id
@@ -216,12 +196,8 @@ func TestFingerprint_EquivalentBodiesAreOneIntent(t *testing.T) {
 			{name: "quantity -2^53 is 400", body: q("-9007199254740992"), status: 400},
 			{name: "a different quantity is 422", body: q("3"), status: 422, code: "idempotency-key-reused", fields: []string{"quantity"}},
 		})
-		if n := s.countType(t, "reservation-", "ReservationHeld"); n != 1 {
-			t.Errorf("event store: %d ReservationHeld, want 1", n)
-		}
-		if got := s.available(t, show); got != 48 {
-			t.Errorf("GET /v1/shows/%s: available = %d, want 48", show, got)
-		}
+		s.wantCount(t, "reservation-", "ReservationHeld", 1)
+		s.wantAvailable(t, show, 48)
 	})
 
 	t.Run("shows", func(t *testing.T) {
@@ -252,9 +228,7 @@ func TestFingerprint_EquivalentBodiesAreOneIntent(t *testing.T) {
 		if g.str("name") != nfc {
 			t.Errorf("%s: name %q, want the NFC form %q", g, g.str("name"), nfc)
 		}
-		if n := s.countType(t, "show-", "ShowScheduled"); n != 2 {
-			t.Errorf("event store: %d ShowScheduled, want 2 (the fixture's and this one)", n)
-		}
+		s.wantCount(t, "show-", "ShowScheduled", 2, "(the fixture's and this one)")
 	})
 }
 
@@ -329,8 +303,7 @@ func TestIdempotencyKey_Rules(t *testing.T) {
 		k := newKey()
 		r := reserve(t, tokAlice, k, body)
 		wantStatus(t, r, http.StatusCreated)
-		o := s.do(t, "POST", "/v1/orders", tokAlice, k, orderBody(r.str("id"), "tok_visa"))
-		wantStatus(t, o, http.StatusCreated)
+		o := s.mustOrder(t, tokAlice, k, r.str("id"), "tok_visa")
 		if o.replayed() || o.str("status") != "confirmed" {
 			t.Errorf("%s: want a new confirmed order", o)
 		}
@@ -376,12 +349,8 @@ func TestIdempotencyKey_Rules(t *testing.T) {
 // reads and for writes.
 func TestIsolation_OtherActorsResourcesAreNotFound(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	ordered := s.mustReserve(t, tokAlice, show, 2)
-	o := s.do(t, "POST", "/v1/orders", tokAlice, newKey(), orderBody(ordered, "tok_visa"))
-	wantStatus(t, o, http.StatusCreated)
-	order := o.str("id")
+	s, show, ordered := mustStartReserved(t, Options{}, 2)
+	order := s.mustOrder(t, tokAlice, newKey(), ordered, "tok_visa").str("id")
 	unordered := s.mustReserve(t, tokAlice, show, 1)
 	unknown := "01900000-0000-7000-8000-000000000000"
 	s.settle(t)
@@ -415,10 +384,10 @@ func TestIsolation_OtherActorsResourcesAreNotFound(t *testing.T) {
 		{"bob reading alice's order is 404", func(id string) call { return call{Method: "GET", Path: "/v1/orders/" + id, Token: tokBob} },
 			order, "order-not-found"},
 		{"bob ordering alice's unordered reservation is 404", func(id string) call {
-			return call{Method: "POST", Path: "/v1/orders", Token: tokBob, Key: keyOf(newKey()), Body: orderBody(id, "tok_visa")}
+			return orderCall(tokBob, newKey(), id, "tok_visa")
 		}, unordered, "reservation-not-found"},
 		{"bob ordering alice's ordered reservation is 404", func(id string) call {
-			return call{Method: "POST", Path: "/v1/orders", Token: tokBob, Key: keyOf(newKey()), Body: orderBody(id, "tok_visa")}
+			return orderCall(tokBob, newKey(), id, "tok_visa")
 		}, ordered, "reservation-not-found"},
 		{"bob cancelling alice's order is 404", func(id string) call {
 			return call{Method: "POST", Path: "/v1/orders/" + id + "/cancel", Token: tokBob, Key: keyOf(newKey())}
@@ -435,8 +404,7 @@ func TestIsolation_OtherActorsResourcesAreNotFound(t *testing.T) {
 	if n := s.nonIntentEvents(t); n != before {
 		t.Errorf("event store: %d events outside intent streams after bob's requests, want %d", n, before)
 	}
-	s.checkOrders(t, tokAlice, 1, order)
-	s.checkCharges(t, 1, 0)
+	s.checkPaidOnce(t, order)
 	for _, c := range []struct{ path, field, want string }{
 		{"/v1/orders/" + order, "status", "confirmed"},
 		{"/v1/reservations/" + ordered, "status", "ordered"},

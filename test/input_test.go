@@ -128,21 +128,15 @@ func TestSlowBody_IsCutOffWith408AndRecordsNothing(t *testing.T) {
 	if !got.res.Close || !got.closed {
 		t.Errorf("%s: Connection: close %v, closed %v; want the connection closed after the 408", r.Req, got.res.Close, got.closed)
 	}
-	if n := s.totalEvents(t); n != before {
-		t.Errorf("event store: %d events after the cut-off body, want %d (nothing stored)", n, before)
-	}
+	s.checkNoNewEvents(t, &before, "the cut-off body")
 
 	again := s.do(t, "POST", "/v1/reservations", tokAlice, key, body)
 	wantStatus(t, again, http.StatusCreated)
 	if again.replayed() {
 		t.Errorf("%s: Idempotent-Replayed after a cut-off first use of the key, want a new intent", again.Req)
 	}
-	if n := s.countType(t, "reservation-", "ReservationHeld"); n != 1 {
-		t.Errorf("event store: %d ReservationHeld, want 1", n)
-	}
-	if n := s.countType(t, "intent-", "IntentRecorded"); n != 2 {
-		t.Errorf("event store: %d IntentRecorded, want 2 (the show's and the reservation's)", n)
-	}
+	s.wantCount(t, "reservation-", "ReservationHeld", 1)
+	s.wantCount(t, "intent-", "IntentRecorded", 2, "(the show's and the reservation's)")
 }
 
 // TestInvalidUTF8_Is400AndRecordsNothing: a body that is not valid UTF-8
@@ -152,9 +146,7 @@ func TestSlowBody_IsCutOffWith408AndRecordsNothing(t *testing.T) {
 // the key then still takes a valid body as a new intent.
 func TestInvalidUTF8_Is400AndRecordsNothing(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 1)
+	s, show, res := mustStartReserved(t, Options{}, 1)
 	starts := showStartsAt()
 	showJSON := func(name string) string {
 		return `{"name":"` + name + `","starts_at":"` + starts + `","capacity":10,"price":{"amount":4500,"currency":"EUR"}}`
@@ -185,18 +177,11 @@ func TestInvalidUTF8_Is400AndRecordsNothing(t *testing.T) {
 			if r.replayed() {
 				t.Errorf("%s: Idempotent-Replayed on a refused body", r.Req)
 			}
-			if n := s.totalEvents(t); n != before {
-				t.Errorf("event store: %d events after %s, want %d (nothing stored)", n, r, before)
-				before = n
-			}
+			s.checkNoNewEvents(t, &before, r.String())
 		})
 	}
-	if n := s.countType(t, "show-", "ShowScheduled"); n != 1 {
-		t.Errorf("event store: %d ShowScheduled, want 1 (the fixture's)", n)
-	}
-	if n := s.orders(t); n != 0 {
-		t.Errorf("event store: %d orders, want 0", n)
-	}
+	s.wantCount(t, "show-", "ShowScheduled", 1, "(the fixture's)")
+	s.wantCount(t, "order-", "OrderPlaced", 0)
 	s.checkCharges(t, 0, 0)
 
 	// The key refused three times is not used up.
@@ -301,9 +286,7 @@ func TestRawStorage_StringsAsSentValuesAsValues(t *testing.T) {
 	if n := s.totalEvents(t); n != before {
 		t.Errorf("event store: %d events after the replay and the 422, want %d", n, before)
 	}
-	if n := s.countType(t, "show-", "ShowScheduled"); n != 1 {
-		t.Errorf("event store: %d ShowScheduled, want 1", n)
-	}
+	s.wantCount(t, "show-", "ShowScheduled", 1)
 
 	// A name PostgreSQL text cannot hold (U+0000) would stop the shows read
 	// model at its event: refused, nothing stored.

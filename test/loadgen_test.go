@@ -2,7 +2,6 @@ package test
 
 import (
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,19 +15,9 @@ import (
 func TestLoadgen_RunEndsWithAPassingAudit(t *testing.T) {
 	t.Parallel()
 	s := mustStart(t, Options{})
-	out := &syncBuffer{}
-	p, err := startProc("booking loadgen", []string{"loadgen", "--url", s.URL, "--sim-url", s.SimURL,
+	p, out := runProc(t, "booking loadgen", []string{"loadgen", "--url", s.URL, "--sim-url", s.SimURL,
 		"--tokens", apiTokens, "--orders", "24", "--clients", "4", "--rate", "40", "--settle", "60s",
-		"--database-url", s.dbURL}, s.env(), out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(5 * time.Minute):
-		p.signalAndWait(syscall.SIGKILL, 10*time.Second)
-		t.Fatalf("booking loadgen still runs after 5 minutes:\n%s", out)
-	}
+		"--database-url", s.dbURL}, s.env(), 5*time.Minute)
 	report := out.String()
 	if code := p.exitCode(); code != 0 {
 		t.Fatalf("booking loadgen exited with status %d, want 0:\n%s", code, report)

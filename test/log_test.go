@@ -251,3 +251,45 @@ func eventually(d time.Duration, cond func() bool) bool {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// wantCount checks that the streams whose name starts with prefix hold
+// exactly want events of type typ; why, if given, explains want in the
+// message.
+func (s *server) wantCount(t testing.TB, prefix, typ string, want int, why ...string) {
+	t.Helper()
+	if n := s.countType(t, prefix, typ); n != want {
+		t.Errorf("event store: %d %s, want %d%s", n, typ, want, note(why))
+	}
+}
+
+// onlyClaimedOrder returns the order id of the one OrderClaimed in the log
+// and stops the test unless there is exactly one; when names the moment
+// ("after the crash").
+func (s *server) onlyClaimedOrder(t testing.TB, when string) string {
+	t.Helper()
+	ids := s.claimedOrderIDs(t)
+	if len(ids) != 1 {
+		t.Fatalf("event store %s: OrderClaimed %v, want exactly 1", when, ids)
+	}
+	return ids[0]
+}
+
+// checkNothingAppended waits until the service settled and checks that the
+// log still holds before events; after names what happened since.
+func (s *server) checkNothingAppended(t testing.TB, before int, after string) {
+	t.Helper()
+	if n := s.settle(t); n != before {
+		t.Errorf("event store: %d events after %s, want %d (nothing appended)", n, after, before)
+	}
+}
+
+// checkNoNewEvents checks, without waiting, that the log still holds
+// *before events after a refused request (after names it); on a mismatch it
+// moves *before on, so each request's own appends are reported once.
+func (s *server) checkNoNewEvents(t testing.TB, before *int, after string) {
+	t.Helper()
+	if n := s.totalEvents(t); n != *before {
+		t.Errorf("event store: %d events after %s, want %d (nothing appended)", n, after, *before)
+		*before = n
+	}
+}

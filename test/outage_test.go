@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,9 +38,7 @@ func TestOutage_PostgresDownIs503ThenRepeatsComplete(t *testing.T) {
 	if os.Getenv("BOOKING_TEST_PG_CTL") == "" {
 		t.Fatal("BOOKING_TEST_PG_CTL is not set (run under test/scripts/pg.sh throwaway)")
 	}
-	s := mustStart(t, Options{Env: fastEnv(), ExternalSim: true})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, show, res := mustStartReserved(t, Options{Env: fastEnv(), ExternalSim: true}, 2)
 	s.settle(t)
 	intentsBefore := s.countType(t, "intent-", "IntentRecorded")
 	eventsBefore := s.totalEvents(t)
@@ -117,12 +114,8 @@ func TestOutage_PostgresDownIs503ThenRepeatsComplete(t *testing.T) {
 	if n := s.countType(t, "intent-", "IntentRecorded"); n != intentsBefore+2 {
 		t.Errorf("event store: %d IntentRecorded, want %d", n, intentsBefore+2)
 	}
-	if n := s.countType(t, "intent-", "IntentRejected"); n != 0 {
-		t.Errorf("event store: %d IntentRejected, want 0", n)
-	}
-	if got := s.available(t, show); got != 5 {
-		t.Errorf("GET /v1/shows/%s: available = %d, want 5", show, got)
-	}
+	s.wantCount(t, "intent-", "IntentRejected", 0)
+	s.wantAvailable(t, show, 5)
 	s.checkNoUnfinishedIntents(t, 30*time.Second)
 	s.checkCapacity(t, show)
 }
@@ -142,24 +135,7 @@ func TestRetryBudget_OverBudgetIs429WithRetryAfter(t *testing.T) {
 	for i := range calls {
 		calls[i] = call{Method: "POST", Path: "/v1/reservations", Token: tokAlice, Key: keyOf(newKey()), Body: body}
 	}
-	answers := make([]*resp, len(calls))
-	var wg sync.WaitGroup
-	for i := range calls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := s.send(context.Background(), calls[i])
-			if err != nil {
-				t.Errorf("request %d: %v", i, err)
-				return
-			}
-			answers[i] = r
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	answers := s.burstCalls(t, calls)
 	limited := -1
 	for i, r := range answers {
 		switch r.Status {
@@ -198,14 +174,8 @@ func TestRetryBudget_OverBudgetIs429WithRetryAfter(t *testing.T) {
 		t.Errorf("%s: the first accepted request of a key after a 429 is marked Idempotent-Replayed", again)
 	}
 	s.settle(t)
-	if n := s.countType(t, "intent-", "IntentRecorded"); n != 1+3+1+1 {
-		t.Errorf("event store: %d IntentRecorded, want 6 (show, 3 alice, bob, the retried key)", n)
-	}
-	if n := s.countType(t, "reservation-", "ReservationHeld"); n != 5 {
-		t.Errorf("event store: %d ReservationHeld, want 5", n)
-	}
-	if got := s.available(t, show); got != 95 {
-		t.Errorf("GET /v1/shows/%s: available = %d, want 95", show, got)
-	}
+	s.wantCount(t, "intent-", "IntentRecorded", 1+3+1+1, "(show, 3 alice, bob, the retried key)")
+	s.wantCount(t, "reservation-", "ReservationHeld", 5)
+	s.wantAvailable(t, show, 95)
 	s.checkCapacity(t, show)
 }

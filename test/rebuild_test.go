@@ -138,6 +138,13 @@ func rbNATSMsgs(t testing.TB, js jetstream.JetStream) uint64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	_, state := bookingStream(ctx, t, js)
+	return state.Msgs
+}
+
+// bookingStream returns JetStream stream BOOKING and its state now.
+func bookingStream(ctx context.Context, t testing.TB, js jetstream.JetStream) (jetstream.Stream, jetstream.StreamState) {
+	t.Helper()
 	st, err := js.Stream(ctx, "BOOKING")
 	if err != nil {
 		t.Fatalf("NATS: stream BOOKING: %v", err)
@@ -146,7 +153,7 @@ func rbNATSMsgs(t testing.TB, js jetstream.JetStream) uint64 {
 	if err != nil {
 		t.Fatalf("NATS: stream BOOKING info: %v", err)
 	}
-	return info.State.Msgs
+	return st, info.State
 }
 
 // rbOutside is what the world outside the database has seen: the provider

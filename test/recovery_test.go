@@ -22,6 +22,27 @@ func crashClient() *http.Client {
 // intentStream is the intent stream of (actor, operation, key).
 func intentStream(actor, op, key string) string { return commands.IntentStream(actor, op, key) }
 
+// waitRecovered waits up to d, with no repeat from the client, until order
+// id is confirmed, the simulator holds one succeeded charge and the
+// reservation is marked ordered; it stops the test otherwise.
+func (s *server) waitRecovered(t testing.TB, id string, d time.Duration) {
+	t.Helper()
+	var st string
+	var c chargeSummary
+	ordered := -1
+	if !eventually(d, func() bool {
+		st, c = s.orderStatus(t, tokAlice, id), s.charges(t)
+		if st != "confirmed" || c.Succeeded != 1 {
+			return false
+		}
+		ordered = s.countType(t, "reservation-", "ReservationOrdered")
+		return ordered == 1
+	}) {
+		t.Fatalf("%s after the restart (no repeat): order %s status %q, charges %s, %d ReservationOrdered (-1: not counted), stream %v; want confirmed, 1 succeeded, 1",
+			d, id, st, c, ordered, typesOf(s.orderEvents(t, id)))
+	}
+}
+
 // orderStatus answers GET /v1/orders/{id}'s status.
 func (s *server) orderStatus(t testing.TB, token, id string) string {
 	t.Helper()
@@ -39,61 +60,24 @@ func TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat(t *testing.T) {
 	for _, step := range []string{"order.claimed", "order.placed", "payment.sent", "payment.recorded"} {
 		t.Run(step, func(t *testing.T) {
 			t.Parallel()
-			s := mustStart(t, Options{CrashAt: []string{step}, Env: fastEnv(), ExternalSim: true})
-			show := s.mustCreateShow(t, 10)
-			res := s.mustReserve(t, tokAlice, show, 2)
-			key := newKey()
-			order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa"),
-				Client: crashClient()}
-			if r, err := s.send(context.Background(), order); err == nil {
-				t.Fatalf("%s, want a connection error (the process is killed after %s)", r, step)
-			}
-			s.WaitExit(60 * time.Second)
-			ids := s.claimedOrderIDs(t)
-			if len(ids) != 1 {
-				t.Fatalf("event store after the crash at %s: OrderClaimed %v, want 1", step, ids)
-			}
-			id := ids[0]
+			s, show, res := mustStartReserved(t, Options{CrashAt: []string{step}, Env: fastEnv(), ExternalSim: true}, 2)
+			order, id := s.crashOrder(t, res, "tok_visa", step)
 
 			s.Restart(withoutCrash)
 			start := time.Now()
-			var st string
-			var c chargeSummary
-			if !eventually(recoveryBound, func() bool {
-				st = s.orderStatus(t, tokAlice, id)
-				c = s.charges(t)
-				return st == "confirmed" && c.Succeeded == 1 && s.countType(t, "reservation-", "ReservationOrdered") == 1
-			}) {
-				t.Fatalf("%s after the restart (no repeat): order %s status %q, charges %s, %d ReservationOrdered; want confirmed, 1 succeeded, 1",
-					recoveryBound, id, st, c, s.countType(t, "reservation-", "ReservationOrdered"))
-			}
+			s.waitRecovered(t, id, recoveryBound)
 			t.Logf("crash at %s: order confirmed %s after the restart without a repeat", step, time.Since(start).Round(100*time.Millisecond))
 			s.checkNoUnfinishedIntents(t, 30*time.Second)
 
-			order.Client = nil
-			r := s.doCall(t, order)
-			wantStatus(t, r, http.StatusCreated)
-			if r.str("id") != id || !r.replayed() || r.str("status") != "confirmed" {
-				t.Errorf("%s: want confirmed order %s with Idempotent-Replayed: true", r, id)
-			}
-			s.settle(t)
-			s.checkOrders(t, tokAlice, 1, id)
-			c = s.checkCharges(t, 1, 0)
+			s.checkReplayedOrder(t, order, id)
+			c := s.checkPaidOnce(t, id)
 			if c.Net != 2*priceAmount {
 				t.Errorf("GET /_sim/charges: net %d, want %d", c.Net, 2*priceAmount)
 			}
-			if n := s.countType(t, "order-", "OrderConfirmed"); n != 1 {
-				t.Errorf("event store: %d OrderConfirmed, want 1", n)
-			}
-			if n := s.countType(t, "intent-", "IntentRecorded"); n != 3 { // show, reservation, order
-				t.Errorf("event store: %d IntentRecorded, want 3", n)
-			}
-			if n := s.countType(t, "intent-", "IntentRejected"); n != 0 {
-				t.Errorf("event store: %d IntentRejected, want 0", n)
-			}
-			if got := s.available(t, show); got != 8 {
-				t.Errorf("GET /v1/shows/%s: available = %d, want 8", show, got)
-			}
+			s.wantCount(t, "order-", "OrderConfirmed", 1)
+			s.wantCount(t, "intent-", "IntentRecorded", 3, "(show, reservation, order)")
+			s.wantCount(t, "intent-", "IntentRejected", 0)
+			s.wantAvailable(t, show, 8)
 			s.checkCapacity(t, show)
 		})
 	}
@@ -127,15 +111,9 @@ func TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat(t *testing.T) {
 			t.Errorf("%s: want held reservation %s (quantity 3) with Idempotent-Replayed: true", r, resID)
 		}
 		s.settle(t)
-		if n := s.countType(t, "reservation-", "ReservationHeld"); n != 1 {
-			t.Errorf("event store: %d ReservationHeld, want 1", n)
-		}
-		if n := s.countType(t, "show-", "SeatsHeld"); n != 1 {
-			t.Errorf("event store: %d SeatsHeld, want 1", n)
-		}
-		if got := s.available(t, show); got != 7 {
-			t.Errorf("GET /v1/shows/%s: available = %d, want 7", show, got)
-		}
+		s.wantCount(t, "reservation-", "ReservationHeld", 1)
+		s.wantCount(t, "show-", "SeatsHeld", 1)
+		s.wantAvailable(t, show, 7)
 		if n := s.orders(t); n != 0 {
 			t.Errorf("event store: %d orders, want 0", n)
 		}
@@ -154,21 +132,11 @@ func TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
 	t.Run("order", func(t *testing.T) {
 		t.Parallel()
-		s := mustStart(t, Options{Env: fastEnv(), ExternalSim: true})
-		show := s.mustCreateShow(t, 10)
-		res := s.mustReserve(t, tokAlice, show, 2)
+		s, show, res := mustStartReserved(t, Options{Env: fastEnv(), ExternalSim: true}, 2)
 		key := newKey()
 		stream := intentStream("alice", commands.OpPlaceOrder, key)
 		s.armHold(t, "order.claiming")
-		order := call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(key), Body: orderBody(res, "tok_visa"),
-			Client: crashClient()}
-		done := make(chan error, 1)
-		go func() { _, err := s.send(context.Background(), order); done <- err }()
-		s.waitHeld(t, "order.claiming", 1)
-		s.Kill()
-		if err := <-done; err == nil {
-			t.Fatalf("POST /v1/orders answered, want a connection error (killed while held at order.claiming)")
-		}
+		s.killWhileHeld(t, orderCall(tokAlice, key, res, "tok_visa"), "order.claiming")
 		if n := s.streamEventCount(t, "reservation-order-"+res); n != 0 {
 			t.Fatalf("claim stream has %d events after the kill, want 0 (killed before the commit point)", n)
 		}
@@ -192,14 +160,8 @@ func TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat(t *testing.T) {
 		if got := s.streamTypes(t, stream); len(got) < 2 || got[1] != "IntentResumed" {
 			t.Errorf("intent stream: %v, want IntentRecorded then IntentResumed (recovery's takeover)", got)
 		}
-		r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
-		wantStatus(t, r, http.StatusCreated)
-		if r.str("id") != ids[0] || !r.replayed() || r.str("status") != "confirmed" {
-			t.Errorf("%s: want confirmed order %s with Idempotent-Replayed: true", r, ids[0])
-		}
-		s.settle(t)
-		s.checkOrders(t, tokAlice, 1, ids[0])
-		s.checkCharges(t, 1, 0)
+		s.checkReplayedOrder(t, orderCall(tokAlice, key, res, "tok_visa"), ids[0])
+		s.checkPaidOnce(t, ids[0])
 		s.checkNoUnfinishedIntents(t, 30*time.Second)
 		s.checkCapacity(t, show)
 	})
@@ -212,14 +174,8 @@ func TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat(t *testing.T) {
 		stream := intentStream("alice", commands.OpReserveSeats, key)
 		s.armHold(t, "reservation.holding")
 		body := map[string]any{"show_id": show, "quantity": 4}
-		reserve := call{Method: "POST", Path: "/v1/reservations", Token: tokAlice, Key: keyOf(key), Body: body, Client: crashClient()}
-		done := make(chan error, 1)
-		go func() { _, err := s.send(context.Background(), reserve); done <- err }()
-		s.waitHeld(t, "reservation.holding", 1)
-		s.Kill()
-		if err := <-done; err == nil {
-			t.Fatalf("POST /v1/reservations answered, want a connection error (killed while held at reservation.holding)")
-		}
+		reserve := call{Method: "POST", Path: "/v1/reservations", Token: tokAlice, Key: keyOf(key), Body: body}
+		s.killWhileHeld(t, reserve, "reservation.holding")
 		if n := s.countType(t, "show-", "SeatsHeld"); n != 0 {
 			t.Fatalf("%d SeatsHeld after the kill, want 0 (killed before the commit point)", n)
 		}
@@ -238,12 +194,8 @@ func TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat(t *testing.T) {
 			t.Errorf("%s: want a held reservation with Idempotent-Replayed: true", r)
 		}
 		s.settle(t)
-		if n := s.countType(t, "show-", "SeatsHeld"); n != 1 {
-			t.Errorf("event store: %d SeatsHeld, want 1", n)
-		}
-		if got := s.available(t, show); got != 6 {
-			t.Errorf("GET /v1/shows/%s: available = %d, want 6", show, got)
-		}
+		s.wantCount(t, "show-", "SeatsHeld", 1)
+		s.wantAvailable(t, show, 6)
 		s.checkNoUnfinishedIntents(t, 30*time.Second)
 		s.checkCapacity(t, show)
 	})

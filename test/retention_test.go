@@ -1,10 +1,8 @@
 package test
 
 import (
-	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,9 +19,7 @@ func TestRetention_KeyAfterExpiryIsNewIntentStillRefusedSecondOrder(t *testing.T
 	t.Parallel()
 	env := fastEnv()
 	env["BOOKING_INTENT_RETENTION"] = "30s"
-	s := mustStart(t, Options{Env: env})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, show, res := mustStartReserved(t, Options{Env: env}, 2)
 	key := newKey()
 	first := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
 	wantStatus(t, first, http.StatusCreated)
@@ -78,9 +74,7 @@ func TestExpiry_HoldExpiresWithoutRequestThenOrderIs410(t *testing.T) {
 	t.Parallel()
 	env := fastEnv()
 	env["BOOKING_RESERVATION_HOLD"] = "2s"
-	s := mustStart(t, Options{Env: env, HoldAt: []string{"expiry.claiming"}})
-	show := s.mustCreateShow(t, 10)
-	res := s.mustReserve(t, tokAlice, show, 2)
+	s, show, res := mustStartReserved(t, Options{Env: env, HoldAt: []string{"expiry.claiming"}}, 2)
 	claim := "reservation-order-" + res
 	s.waitHeld(t, "expiry.claiming", 1)
 	if got := s.available(t, show); got != 8 {
@@ -102,9 +96,7 @@ func TestExpiry_HoldExpiresWithoutRequestThenOrderIs410(t *testing.T) {
 	if got := s.available(t, show); got != 10 {
 		t.Errorf("GET /v1/shows/%s: available = %d after the expiry, want 10", show, got)
 	}
-	if n := s.countType(t, "reservation-", "ReservationExpired"); n != 1 {
-		t.Errorf("event store: %d ReservationExpired, want 1", n)
-	}
+	s.wantCount(t, "reservation-", "ReservationExpired", 1)
 	key := newKey()
 	r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_visa"))
 	checkProblem(t, r, http.StatusGone, "reservation-expired")
@@ -120,11 +112,18 @@ func TestExpiry_HoldExpiresWithoutRequestThenOrderIs410(t *testing.T) {
 	if got := s.streamTypes(t, claim); strings.Join(got, ",") != "ExpiryClaimed" {
 		t.Errorf("claim stream %v, want [ExpiryClaimed]", got)
 	}
-	s.checkOrders(t, tokAlice, 0)
-	s.checkCharges(t, 0, 0)
-	if n := s.countType(t, "show-", "SeatsReleased"); n != 1 {
-		t.Errorf("event store: %d SeatsReleased, want 1", n)
-	}
+	s.checkExpiriesEnd(t, show, 0, 1)
+}
+
+// checkExpiriesEnd is the end of an expiry scenario, once settled: alice's
+// orders (each id in orderIDs among them) with one succeeded charge each
+// and no failed one, released SeatsReleased (one per expired hold), no
+// unfinished intent, and the show's seat account balanced.
+func (s *server) checkExpiriesEnd(t testing.TB, show string, orders, released int, orderIDs ...string) {
+	t.Helper()
+	s.checkOrders(t, tokAlice, orders, orderIDs...)
+	s.checkCharges(t, orders, 0)
+	s.wantCount(t, "show-", "SeatsReleased", released, "(one per expired hold)")
 	s.checkNoUnfinishedIntents(t, 30*time.Second)
 	s.checkCapacity(t, show)
 }
@@ -139,7 +138,7 @@ func TestExpiry_RaceAtExpiresAt(t *testing.T) {
 	env["BOOKING_RESERVATION_HOLD"] = "2s"
 	s := mustStart(t, Options{Env: env, ExternalSim: true})
 	show := s.mustCreateShow(t, 20)
-	wantOrders, wantCharges := 0, 0
+	wantOrders := 0
 	var orderIDs []string
 	for round := range 4 {
 		r := s.do(t, "POST", "/v1/reservations", tokAlice, newKey(), map[string]any{"show_id": show, "quantity": 2})
@@ -155,28 +154,11 @@ func TestExpiry_RaceAtExpiresAt(t *testing.T) {
 		// Prefer: wait=10: the winner's payment is final in the answer
 		// even on a busy machine.
 		wait := map[string]string{"Prefer": "wait=10"}
-		calls := []call{
-			{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: orderBody(res, "tok_visa"), Header: wait},
-			{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: orderBody(res, "tok_visa"), Header: wait},
-		}
-		answers := make([]*resp, len(calls))
-		var wg sync.WaitGroup
+		calls := []call{orderCall(tokAlice, newKey(), res, "tok_visa"), orderCall(tokAlice, newKey(), res, "tok_visa")}
 		for i := range calls {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a, err := s.send(context.Background(), calls[i])
-				if err != nil {
-					t.Errorf("round %d request %d: %v", round, i, err)
-					return
-				}
-				answers[i] = a
-			}()
+			calls[i].Header = wait
 		}
-		wg.Wait()
-		if t.Failed() {
-			t.FailNow()
-		}
+		answers := s.burstCalls(t, calls)
 		s.settle(t)
 		claim := s.streamTypes(t, "reservation-order-"+res)
 		if len(claim) != 1 {
@@ -187,7 +169,6 @@ func TestExpiry_RaceAtExpiresAt(t *testing.T) {
 		switch claim[0] {
 		case "OrderClaimed":
 			wantOrders++
-			wantCharges++
 			won := 0
 			var winner string
 			for _, a := range answers {
@@ -226,18 +207,12 @@ func TestExpiry_RaceAtExpiresAt(t *testing.T) {
 		s.checkCapacity(t, show)
 	}
 	s.settle(t)
-	s.checkOrders(t, tokAlice, wantOrders, orderIDs...)
-	s.checkCharges(t, wantCharges, 0)
 	// Every hold is either ordered or released by now.
 	b := s.seatBook(t, show)
 	if b.Held != 0 || b.Ordered != 2*wantOrders {
 		t.Errorf("show %s: held %d, ordered %d; want 0 and %d", show, b.Held, b.Ordered, 2*wantOrders)
 	}
-	if n := s.countType(t, "show-", "SeatsReleased"); n != 4-wantOrders {
-		t.Errorf("event store: %d SeatsReleased, want %d (one per expired hold)", n, 4-wantOrders)
-	}
-	s.checkNoUnfinishedIntents(t, 30*time.Second)
-	s.checkCapacity(t, show)
+	s.checkExpiriesEnd(t, show, wantOrders, 4-wantOrders, orderIDs...)
 }
 
 // TestExpiry_ShortHoldIsNotBlockedByALongerHoldBeforeIt: after a deploy that

@@ -54,16 +54,9 @@ func natsMessages(t testing.TB, js jetstream.JetStream) [][]byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, "BOOKING")
-	if err != nil {
-		t.Fatalf("NATS: stream BOOKING: %v", err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatalf("NATS: stream BOOKING info: %v", err)
-	}
+	st, state := bookingStream(ctx, t, js)
 	var out [][]byte
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+	for seq := state.FirstSeq; seq <= state.LastSeq && state.Msgs > 0; seq++ {
 		m, err := st.GetMsg(ctx, seq)
 		if err != nil {
 			t.Fatalf("NATS: message %d: %v", seq, err)

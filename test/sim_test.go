@@ -201,6 +201,25 @@ func (s *server) waitWebhooksDelivered(t testing.TB) {
 	s.settle(t)
 }
 
+// pauseWebhooks makes the simulator hold its webhooks (resumeWebhooks
+// lets them go), so only reconciliation can learn an outcome.
+func (s *server) pauseWebhooks(t testing.TB) {
+	t.Helper()
+	s.simFaults(t, map[string]any{"webhooks_paused": true})
+}
+
+// resumeWebhooks lets the simulator deliver its paused webhooks again and
+// waits (up to 30 s) until booking serve acknowledged a notice of type typ.
+func (s *server) resumeWebhooks(t testing.TB, typ string) {
+	t.Helper()
+	s.simFaults(t, map[string]any{"webhooks_paused": false})
+	if !eventually(30*time.Second, func() bool {
+		return slices.ContainsFunc(s.simDeliveries(t), func(d simDelivery) bool { return d.Type == typ && d.Delivered })
+	}) {
+		t.Errorf("GET /_sim/webhooks: no %s notice acknowledged within 30 s of resuming webhooks: %+v", typ, s.simDeliveries(t))
+	}
+}
+
 func (s *server) simDeliveries(t testing.TB) []simDelivery {
 	t.Helper()
 	var out struct {

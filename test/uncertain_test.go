@@ -87,9 +87,7 @@ func TestUncertainCommit_LostAnswerIsLearnedByRepeatingTheAppend(t *testing.T) {
 	for _, step := range uncertainSteps {
 		t.Run(step.name, func(t *testing.T) {
 			t.Parallel()
-			s := mustStart(t, Options{PGProxy: true, Env: uncertainEnv("30s")})
-			show := s.mustCreateShow(t, 10)
-			res := s.mustReserve(t, tokAlice, show, 2)
+			s, show, res := mustStartReserved(t, Options{PGProxy: true, Env: uncertainEnv("30s")}, 2)
 			key := newKey()
 
 			s.pgProxy.cutNext(step.prefix, step.typ, 1)
@@ -120,9 +118,7 @@ func TestUncertainCommit_LostAnswerIsLearnedByRepeatingTheAppend(t *testing.T) {
 			if n := s.unknownAppends(t, "resolved"); n != 1 {
 				t.Errorf(`GET /metrics: booking_append_unknown_outcomes_total{result="resolved"} = %v, want 1`, n)
 			}
-			if got := s.available(t, show); got != 8 {
-				t.Errorf("GET /v1/shows/%s: available = %d, want 8", show, got)
-			}
+			s.wantAvailable(t, show, 8)
 			s.checkSeats(t, show)
 		})
 	}
@@ -146,9 +142,7 @@ func TestUncertainCommit_AnswerLostOnEveryRepeatIs503ThenRepeatResolves(t *testi
 			if step.typ == "IntentRecorded" {
 				lease = "1s"
 			}
-			s := mustStart(t, Options{PGProxy: true, Env: uncertainEnv(lease)})
-			show := s.mustCreateShow(t, 10)
-			res := s.mustReserve(t, tokAlice, show, 2)
+			s, show, res := mustStartReserved(t, Options{PGProxy: true, Env: uncertainEnv(lease)}, 2)
 			key := newKey()
 			stream := intentStream("alice", commands.OpPlaceOrder, key)
 
@@ -174,9 +168,7 @@ func TestUncertainCommit_AnswerLostOnEveryRepeatIs503ThenRepeatResolves(t *testi
 			if n := s.unknownAppends(t, "resolved"); n != 0 {
 				t.Errorf(`GET /metrics: booking_append_unknown_outcomes_total{result="resolved"} = %v, want 0`, n)
 			}
-			if n := s.countType(t, "intent-", "IntentRejected"); n != 0 {
-				t.Errorf("event store: %d IntentRejected, want 0 (a 503 is never stored)", n)
-			}
+			s.wantCount(t, "intent-", "IntentRejected", 0, "(a 503 is never stored)")
 
 			// The client repeats with the same key until it gets an outcome
 			// (409 idempotency-key-in-use while the dead request's intent
@@ -221,9 +213,7 @@ func TestUncertainCommit_AnswerLostOnEveryRepeatIs503ThenRepeatResolves(t *testi
 				t.Errorf("intent stream: %v, want [IntentRecorded] (past the commit point nobody takes over)", types)
 			}
 			s.wantEvents(t, exact, atLeast)
-			if got := s.available(t, show); got != 8 {
-				t.Errorf("GET /v1/shows/%s: available = %d, want 8", show, got)
-			}
+			s.wantAvailable(t, show, 8)
 			s.checkSeats(t, show)
 			t.Logf("first answer %d; the repeat answered %d replayed", r.Status, again.Status)
 		})

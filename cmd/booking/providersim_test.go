@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,22 +13,19 @@ import (
 	"github.com/retrysafe/booking/provider"
 )
 
-// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// urlWriter is the stdout of `booking provider-sim`: it passes on the URL
+// of the line "booking: provider simulator on URL" (one Write) and drops
+// everything else; it is safe for concurrent writes.
+type urlWriter struct {
+	once sync.Once
+	url  chan string
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+func (w *urlWriter) Write(p []byte) (int, error) {
+	if _, after, ok := strings.Cut(string(p), "provider simulator on "); ok {
+		w.once.Do(func() { w.url <- strings.TrimSpace(after) })
+	}
+	return len(p), nil
 }
 
 // startProviderSim runs `booking provider-sim --data-dir dir` on a free port
@@ -36,28 +33,22 @@ func (l *lockedBuffer) String() string {
 func startProviderSim(t *testing.T, dir string) (url string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout lockedBuffer
+	stdout := &urlWriter{url: make(chan string, 1)}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"provider-sim", "--addr", "127.0.0.1:0", "--data-dir", dir}, &stdout, &lockedBuffer{})
+		done <- run(ctx, []string{"provider-sim", "--addr", "127.0.0.1:0", "--data-dir", dir}, stdout, io.Discard)
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(stdout.String(), "http://") {
-		select {
-		case err := <-done:
-			cancel()
-			t.Fatalf("booking provider-sim exited: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatal("booking provider-sim printed no URL within 30 s")
-		}
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case url = <-stdout.url:
+	case err := <-done:
+		cancel()
+		t.Fatalf("booking provider-sim exited: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("booking provider-sim printed no URL within 30 s")
 	}
-	_, after, _ := strings.Cut(stdout.String(), "provider simulator on ")
 	stopped := false
-	return strings.TrimSpace(after), func() {
+	return url, func() {
 		if stopped {
 			return
 		}
@@ -99,7 +90,7 @@ func TestProviderSimCmd_DataDir(t *testing.T) {
 	if err := os.WriteFile(state, []byte("not a journal\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err = run(ctx, []string{"provider-sim", "--addr", "127.0.0.1:0", "--data-dir", dir}, &lockedBuffer{}, &lockedBuffer{})
+	err = run(ctx, []string{"provider-sim", "--addr", "127.0.0.1:0", "--data-dir", dir}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "BOOKING_DATA_DIR") || !strings.Contains(err.Error(), state) {
 		t.Fatalf("provider-sim on a corrupt state file = %v, want an error naming BOOKING_DATA_DIR and %s", err, state)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/domain"
@@ -27,37 +28,28 @@ import (
 // as JSON) and the checkpoints' positions, sorted.
 func dumpReadModels(t *testing.T, pool *pgxpool.Pool) map[string][]string {
 	t.Helper()
-	ctx := context.Background()
 	out := map[string][]string{}
 	for _, p := range projections.All(time.Hour) {
 		for _, table := range p.Tables() {
-			rows, err := pool.Query(ctx, `SELECT to_jsonb(t)::text FROM `+table+` t`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for rows.Next() {
-				var s string
-				if err := rows.Scan(&s); err != nil {
-					t.Fatal(err)
-				}
-				out[table] = append(out[table], s)
-			}
-			rows.Close()
+			out[table] = queryStrings(t, pool, `SELECT to_jsonb(t)::text FROM `+table+` t`)
 			sort.Strings(out[table])
 		}
 	}
-	rows, err := pool.Query(ctx, `SELECT name || ' ' || commit_tx || '/' || prepare || ' ' || coalesce(log_time::text, '') FROM projection_checkpoints ORDER BY 1`)
+	out["checkpoints"] = queryStrings(t, pool, `SELECT name || ' ' || commit_tx || '/' || prepare || ' ' || coalesce(log_time::text, '') FROM projection_checkpoints ORDER BY 1`)
+	return out
+}
+
+// queryStrings returns the one text column of every row of sql.
+func queryStrings(t *testing.T, pool *pgxpool.Pool, sql string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), sql)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out["checkpoints"] = append(out["checkpoints"], s)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
-	rows.Close()
 	return out
 }
 
