@@ -102,7 +102,17 @@ func (ls *Locks) acquire(ctx context.Context, name string, wait bool) (*Lock, er
 	}
 	// The pinger outlives the caller's ctx: only Release stops it.
 	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	l := &Lock{name: name, lost: make(chan struct{}), stop: stop, stopped: make(chan struct{}), release: drop}
+	unlock := func() {
+		// Unlock before closing: the server ends a closed session a moment
+		// later, so without it the lock would still look held to whoever
+		// tries right after Release returns. Closing releases it anyway if
+		// the unlock cannot be sent.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", Key(name))
+		drop()
+	}
+	l := &Lock{name: name, lost: make(chan struct{}), stop: stop, stopped: make(chan struct{}), release: unlock}
 	go l.ping(pctx, conn)
 	return l, nil
 }
@@ -195,9 +205,10 @@ func (l *Lock) Name() string { return l.name }
 // never closed by Release.
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
 
-// Release gives the lock up by closing its session (which releases it even
-// if the network is gone) and returns the connection's slot to the pool.
-// It may be called more than once.
+// Release gives the lock up: it unlocks (so the lock is free when Release
+// returns), then closes its session (which releases it even if the network
+// is gone) and returns the connection's slot to the pool. It may be called
+// more than once.
 func (l *Lock) Release() {
 	l.once.Do(func() {
 		l.stop()
