@@ -37,10 +37,7 @@ func givenRejection(code string) domain.IntentRejected {
 // intentFrom applies events and sets RecordedAt as the command layer does
 // from the stream's first record.
 func intentFrom(recordedAt time.Time, events ...domain.Event) domain.Intent {
-	var in domain.Intent
-	for _, e := range events {
-		in.Apply(e)
-	}
+	in := replay[domain.Intent](events...)
 	in.RecordedAt = recordedAt
 	return in
 }
@@ -238,10 +235,7 @@ func TestIntentApply(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var got domain.Intent
-			for _, e := range tt.given {
-				got.Apply(e)
-			}
+			got := replay[domain.Intent](tt.given...)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("Apply(...) mismatch (-want +got):\n%s", diff)
 			}

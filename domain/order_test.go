@@ -1,7 +1,7 @@
 package domain_test
 
 import (
-	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -61,11 +61,7 @@ func ordRefund(charge, reason string) domain.RefundRequested {
 }
 
 func orderFrom(events ...domain.Event) domain.Order {
-	var o domain.Order
-	for _, e := range events {
-		o.Apply(e)
-	}
-	return o
+	return replay[domain.Order](events...)
 }
 
 func TestOrderStart(t *testing.T) {
@@ -127,18 +123,9 @@ func TestOrderStart(t *testing.T) {
 			t.Parallel()
 			o := orderFrom(tt.given...)
 			got, err := o.Start(tt.when, tt.now)
-			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("Start(%+v) error = %v, want %v", tt.when, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Start(%+v) error = %v", tt.when, err)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("Start(%+v) events (-want +got):\n%s", tt.when, diff)
-			}
+			call := fmt.Sprintf("Start(%+v)", tt.when)
+			checkErrorIs(t, call, err, tt.wantErr)
+			checkEvents(t, call, got, tt.want)
 		})
 	}
 }
@@ -265,10 +252,7 @@ func TestOrderRecord(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			o := orderFrom(tt.given...)
-			got := o.Record(tt.when, ordTickets)
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("Record(%+v) events (-want +got):\n%s", tt.when, diff)
-			}
+			checkEvents(t, fmt.Sprintf("Record(%+v)", tt.when), o.Record(tt.when, ordTickets), tt.want)
 		})
 	}
 }
@@ -299,10 +283,7 @@ func TestOrderRecordRefund(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			o := orderFrom(tt.given...)
-			got := o.RecordRefund(tt.charge, ordRefundID, ordAmount)
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("RecordRefund(%s) events (-want +got):\n%s", tt.charge, diff)
-			}
+			checkEvents(t, fmt.Sprintf("RecordRefund(%s)", tt.charge), o.RecordRefund(tt.charge, ordRefundID, ordAmount), tt.want)
 		})
 	}
 }
@@ -344,10 +325,7 @@ func TestOrderRefuseRefund(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			o := orderFrom(tt.given...)
-			got := o.RefuseRefund(tt.charge, "resource_missing", "No such charge.")
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("RefuseRefund(%s) events (-want +got):\n%s", tt.charge, diff)
-			}
+			checkEvents(t, fmt.Sprintf("RefuseRefund(%s)", tt.charge), o.RefuseRefund(tt.charge, "resource_missing", "No such charge."), tt.want)
 		})
 	}
 }
@@ -426,18 +404,9 @@ func TestOrderCancel(t *testing.T) {
 			t.Parallel()
 			o := orderFrom(tt.given...)
 			got, err := o.Cancel(tt.actor, tt.now, ordShowAt)
-			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("Cancel(%s) error = %v, want %v", tt.actor, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Cancel(%s) error = %v", tt.actor, err)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("Cancel(%s) events (-want +got):\n%s", tt.actor, diff)
-			}
+			call := fmt.Sprintf("Cancel(%s)", tt.actor)
+			checkErrorIs(t, call, err, tt.wantErr)
+			checkEvents(t, call, got, tt.want)
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package domain_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -37,19 +38,11 @@ func givenExpiryClaim() domain.ExpiryClaimed {
 }
 
 func reservationFrom(events ...domain.Event) domain.Reservation {
-	var r domain.Reservation
-	for _, e := range events {
-		r.Apply(e)
-	}
-	return r
+	return replay[domain.Reservation](events...)
 }
 
 func claimFrom(events ...domain.Event) domain.Claim {
-	var c domain.Claim
-	for _, e := range events {
-		c.Apply(e)
-	}
-	return c
+	return replay[domain.Claim](events...)
 }
 
 func TestDecideClaim(t *testing.T) {
@@ -134,10 +127,7 @@ func TestDecideClaim(t *testing.T) {
 			t.Parallel()
 			c, r := claimFrom(tt.givenClaim...), reservationFrom(tt.givenRes...)
 			got, err := domain.DecideClaim(c, r, tt.when, tt.now)
-			checkDomainError(t, "DecideClaim(...)", err, tt.wantErr)
-			if diff := cmp.Diff(tt.want, got, eventsEqual); diff != "" {
-				t.Errorf("DecideClaim(%+v, %v) events mismatch (-want +got):\n%s", tt.when, tt.now, diff)
-			}
+			checkDecision(t, fmt.Sprintf("DecideClaim(%+v, %v)", tt.when, tt.now), got, err, tt.want, tt.wantErr, eventsEqual)
 		})
 	}
 }
@@ -168,9 +158,7 @@ func TestDecideExpiry(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got := domain.DecideExpiry(claimFrom(tt.givenClaim...), reservationFrom(tt.givenRes...), tt.now)
-			if diff := cmp.Diff(tt.want, got, eventsEqual); diff != "" {
-				t.Errorf("DecideExpiry(..., %v) mismatch (-want +got):\n%s", tt.now, diff)
-			}
+			checkEvents(t, fmt.Sprintf("DecideExpiry(..., %v)", tt.now), got, tt.want, eventsEqual)
 		})
 	}
 }
@@ -221,9 +209,7 @@ func TestReservationFollowUps(t *testing.T) {
 			t.Parallel()
 			r := reservationFrom(tt.given...)
 			got := tt.when(&r)
-			if diff := cmp.Diff(tt.want, got, eventsEqual); diff != "" {
-				t.Errorf("%s(...) mismatch (-want +got):\n%s", tt.call, diff)
-			}
+			checkEvents(t, tt.call+"(...)", got, tt.want, eventsEqual)
 			// Applying the decided events makes the follow-up a no-op.
 			for _, e := range got {
 				r.Apply(e)

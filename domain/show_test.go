@@ -48,10 +48,7 @@ func givenReleased(res string, q int) domain.SeatsReleased {
 
 // showFrom returns the show after applying events to the zero Show.
 func showFrom(events ...domain.Event) *domain.Show {
-	var s domain.Show
-	for _, e := range events {
-		s.Apply(e)
-	}
+	s := replay[domain.Show](events...)
 	return &s
 }
 
@@ -152,10 +149,7 @@ func TestShowSchedule(t *testing.T) {
 			t.Parallel()
 			s := showFrom(tt.given...)
 			got, err := s.Schedule(tt.when, tt.now)
-			checkDomainError(t, "Schedule(...)", err, tt.wantErr)
-			if diff := cmp.Diff(tt.want, got, eventsEqual); diff != "" {
-				t.Errorf("Schedule(%+v, %v) events mismatch (-want +got):\n%s", tt.when, tt.now, diff)
-			}
+			checkDecision(t, fmt.Sprintf("Schedule(%+v, %v)", tt.when, tt.now), got, err, tt.want, tt.wantErr, eventsEqual)
 		})
 	}
 }
@@ -259,10 +253,7 @@ func TestShowHold(t *testing.T) {
 			t.Parallel()
 			s := showFrom(tt.given...)
 			got, err := s.Hold(tt.when, tt.now)
-			checkDomainError(t, "Hold(...)", err, tt.wantErr)
-			if diff := cmp.Diff(tt.want, got, eventsEqual); diff != "" {
-				t.Errorf("Hold(%+v, %v) events mismatch (-want +got):\n%s", tt.when, tt.now, diff)
-			}
+			checkDecision(t, fmt.Sprintf("Hold(%+v, %v)", tt.when, tt.now), got, err, tt.want, tt.wantErr, eventsEqual)
 		})
 	}
 }
@@ -328,10 +319,7 @@ func TestShowRelease(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s := showFrom(tt.given...)
-			got := s.Release(tt.res, tt.reason)
-			if diff := cmp.Diff(tt.want, got, eventsEqual); diff != "" {
-				t.Errorf("Release(%q, %q) mismatch (-want +got):\n%s", tt.res, tt.reason, diff)
-			}
+			checkEvents(t, fmt.Sprintf("Release(%q, %q)", tt.res, tt.reason), s.Release(tt.res, tt.reason), tt.want, eventsEqual)
 		})
 	}
 }
