@@ -109,6 +109,15 @@ func (f *payFix) appended() []string {
 	return nil
 }
 
+// wantAppended fails t unless the types of the order events appended since
+// the fixture was built are want; what names them in the failure message.
+func (f *payFix) wantAppended(t *testing.T, what string, want []string) {
+	t.Helper()
+	if diff := cmp.Diff(want, f.appended()); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
+}
+
 func (f *payFix) order() domain.Order {
 	f.t.Helper()
 	o, _, err := f.h.LoadOrder(context.Background(), payOrder)
@@ -272,9 +281,7 @@ func TestDrivePayment(t *testing.T) {
 			if err != nil && !errors.Is(err, domain.ErrUnavailable) {
 				t.Fatalf("DrivePayment() error = %v", err)
 			}
-			if diff := cmp.Diff(tt.want, f.appended()); diff != "" {
-				t.Errorf("DrivePayment() appended (-want +got):\n%s", diff)
-			}
+			f.wantAppended(t, "DrivePayment() appended", tt.want)
 			o := f.order()
 			if o.Status != tt.wantStatus {
 				t.Errorf("order status = %s, want %s", o.Status, tt.wantStatus)
@@ -322,9 +329,7 @@ func TestCancelBeforeTheFirstSendFinishesAtOnce(t *testing.T) {
 	if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
 		t.Fatalf("DrivePayment() = %v", err)
 	}
-	if diff := cmp.Diff([]string{evStarted, evCancelReq, evCancelled}, f.appended()); diff != "" {
-		t.Errorf("appended (-want +got):\n%s", diff)
-	}
+	f.wantAppended(t, "appended", []string{evStarted, evCancelReq, evCancelled})
 	if n := f.pay.count("charge"); n != 0 {
 		t.Errorf("charge sends = %d, want 0", n)
 	}
@@ -360,9 +365,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	if err := f.h.DrivePayment(ctx, payOrder); err != nil {
 		t.Fatalf("A DrivePayment() after the takeover = %v", err)
 	}
-	if diff := cmp.Diff([]string{evStarted, evSucceeded, evConfirmed}, f.appended()); diff != "" {
-		t.Errorf("order events (-want +got):\n%s", diff)
-	}
+	f.wantAppended(t, "order events", []string{evStarted, evSucceeded, evConfirmed})
 	if n := f.pay.count("charge"); n != 1 {
 		t.Errorf("charge sends = %d, want 1 (B's only)", n)
 	}
@@ -415,9 +418,7 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 				t.Fatalf("ReconcileOrder() = %v", err)
 			}
 		}
-		if diff := cmp.Diff([]string{evRefunded}, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", []string{evRefunded})
 		if net, _ := pay.net(); net != 0 {
 			t.Errorf("provider net = %d, want 0", net)
 		}
@@ -439,9 +440,7 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 		if err := f.h.ReconcileOrder(context.Background(), payOrder); err != nil {
 			t.Fatalf("ReconcileOrder() = %v", err)
 		}
-		if diff := cmp.Diff([]string{evRefunded}, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", []string{evRefunded})
 		if net, _ := pay.net(); net != 0 {
 			t.Errorf("provider net = %d, want 0 (one refund)", net)
 		}
@@ -454,9 +453,7 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 				t.Fatalf("ReconcileOrder() = %v", err)
 			}
 		}
-		if diff := cmp.Diff([]string{evRefused, evReview}, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", []string{evRefused, evReview})
 		if o := f.order(); o.Status != domain.OrderStatusNeedsReview || len(o.PendingRefunds()) != 0 {
 			t.Errorf("order is %s with pending refunds %v, want needs_review with none", o.Status, o.PendingRefunds())
 		}
@@ -484,9 +481,7 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 		if err := f.h.ReconcileOrder(context.Background(), payOrder); err != nil {
 			t.Fatalf("ReconcileOrder() again = %v", err)
 		}
-		if diff := cmp.Diff([]string{evRefunded}, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", []string{evRefunded})
 		if net, _ := pay.net(); net != 0 {
 			t.Errorf("provider net = %d, want 0", net)
 		}
@@ -529,9 +524,7 @@ func TestHandleProviderEvent(t *testing.T) {
 					t.Fatalf("HandleProviderEvent() = %v", err)
 				}
 			}
-			if diff := cmp.Diff(tt.want, f.appended()); diff != "" {
-				t.Errorf("appended (-want +got):\n%s", diff)
-			}
+			f.wantAppended(t, "appended", tt.want)
 			if o := f.order(); o.Status != tt.wantStatus {
 				t.Errorf("order status = %s, want %s", o.Status, tt.wantStatus)
 			}
@@ -581,9 +574,7 @@ func TestReceiveWebhookVerifiesBeforeRecording(t *testing.T) {
 	if err := f.h.ReceiveWebhook(context.Background(), secret, provider.Sign(body, payT0.Add(-4*time.Minute), secret), body); err != nil {
 		t.Fatalf("ReceiveWebhook(valid) = %v", err)
 	}
-	if diff := cmp.Diff([]string{evSucceeded, evConfirmed}, f.appended()); diff != "" {
-		t.Errorf("appended (-want +got):\n%s", diff)
-	}
+	f.wantAppended(t, "appended", []string{evSucceeded, evConfirmed})
 }
 
 func TestCancelOrder(t *testing.T) {
@@ -605,9 +596,7 @@ func TestCancelOrder(t *testing.T) {
 		if !res.Final || res.Order.Status != domain.OrderStatusCancelled {
 			t.Errorf("CancelOrder() = final %v, status %s, want final cancelled", res.Final, res.Order.Status)
 		}
-		if diff := cmp.Diff([]string{evRefundReq, evCancelled, evRefunded}, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", []string{evRefundReq, evCancelled, evRefunded})
 		if net, _ := f.pay.net(); net != 0 {
 			t.Errorf("provider net = %d, want 0", net)
 		}
@@ -631,9 +620,7 @@ func TestCancelOrder(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("DrivePayment() = %v", err)
 		}
-		if diff := cmp.Diff([]string{evStarted, evCancelReq, evSucceeded, evRefundReq, evCancelled, evRefunded}, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", []string{evStarted, evCancelReq, evSucceeded, evRefundReq, evCancelled, evRefunded})
 		if o := f.order(); o.Status != domain.OrderStatusCancelled || o.NetCharged() != 0 {
 			t.Errorf("order %s with net %d, want cancelled with 0", o.Status, o.NetCharged())
 		}
@@ -658,9 +645,7 @@ func TestCancelOrder(t *testing.T) {
 			t.Fatalf("CancelOrder() = final %v, status %s, %v; want final, needs_review", res.Final, res.Order.Status, err)
 		}
 		want := []string{evRefundReq, evCancelled, evRefused, evReview}
-		if diff := cmp.Diff(want, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", want)
 		for _, key := range []string{"c5", "c6"} {
 			res, err = f.h.CancelOrder(context.Background(), req(key), payOrder)
 			if err != nil || !res.Final || res.Order.Status != domain.OrderStatusNeedsReview || res.Replayed != (key == "c5") {
@@ -668,9 +653,7 @@ func TestCancelOrder(t *testing.T) {
 					key, res.Final, res.Order.Status, res.Replayed, err)
 			}
 		}
-		if diff := cmp.Diff(want, f.appended()); diff != "" {
-			t.Errorf("appended after the repeats (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended after the repeats", want)
 		if n := f.pay.count("refund"); n != 1 {
 			t.Errorf("refund calls = %d, want 1", n)
 		}
