@@ -427,29 +427,34 @@ func (k *memKeys) Create(_ context.Context, orderID string, dk *envelope.DataKey
 }
 
 func (k *memKeys) Key(_ context.Context, orderID string) (*envelope.DataKey, bool, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.fail != nil {
-		return nil, false, k.fail
-	}
-	r, ok := k.rows[orderID]
+	r, ok, err := k.row(orderID)
 	if !ok {
-		return nil, false, nil
+		return nil, false, err
 	}
 	return r.dk, true, nil
 }
 
 func (k *memKeys) HeldToken(_ context.Context, orderID string) ([]byte, bool, error) {
+	r, ok, err := k.row(orderID)
+	if !ok {
+		return nil, false, err
+	}
+	return r.held, true, nil
+}
+
+// row returns a copy of the row of orderID, whether it exists, and the
+// armed failure (with ok false) if any.
+func (k *memKeys) row(orderID string) (memKeyRow, bool, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.fail != nil {
-		return nil, false, k.fail
+		return memKeyRow{}, false, k.fail
 	}
 	r, ok := k.rows[orderID]
 	if !ok {
-		return nil, false, nil
+		return memKeyRow{}, false, nil
 	}
-	return r.held, true, nil
+	return *r, true, nil
 }
 
 func (k *memKeys) Placed(_ context.Context, orderID string, deadline time.Time) error {
