@@ -45,6 +45,14 @@ func gen(t *testing.T, id string) string {
 	return e
 }
 
+// newStore returns a store on a new database whose keyring holds one
+// generated master key named master, the database, and its clock's now.
+func newStore(t *testing.T, master string) (*keystore.Store, *pgxpool.Pool, time.Time) {
+	t.Helper()
+	pool := newPool(t)
+	return keystore.New(pool, ring(t, gen(t, master))), pool, dbNow(t, pool)
+}
+
 func dbNow(t *testing.T, pool *pgxpool.Pool) time.Time {
 	t.Helper()
 	var now time.Time
@@ -71,10 +79,8 @@ var tokenAAD = []byte("token")
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := newPool(t)
-	s := keystore.New(pool, ring(t, gen(t, "m1")))
+	s, pool, now := newStore(t, "m1")
 	order := uuid.NewString()
-	now := dbNow(t, pool)
 
 	if _, ok, err := s.Key(ctx, order); ok || err != nil {
 		t.Fatalf("Key(unknown order) = ok %v, %v; want false, nil", ok, err)
@@ -164,9 +170,7 @@ func TestLifecycle(t *testing.T) {
 func TestShredDue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := newPool(t)
-	s := keystore.New(pool, ring(t, gen(t, "m1")))
-	now := dbNow(t, pool)
+	s, pool, now := newStore(t, "m1")
 	var due, later []string
 	for i := range 5 {
 		id := uuid.NewString()
@@ -267,9 +271,7 @@ func TestMasterKeyRotation(t *testing.T) {
 func TestWrappedKeyBoundToOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := newPool(t)
-	s := keystore.New(pool, ring(t, gen(t, "m")))
-	now := dbNow(t, pool)
+	s, pool, now := newStore(t, "m")
 	o1, o2 := uuid.NewString(), uuid.NewString()
 	for _, o := range []string{o1, o2} {
 		if _, err := s.Create(ctx, o, envelope.NewDataKey(), nil, now.Add(time.Hour)); err != nil {
