@@ -360,15 +360,9 @@ func (m *recordingMetrics) get(result string) int {
 	return m.results[result]
 }
 
-// newTestRegistry returns the registry of every domain event type.
-func newTestRegistry() *eventstore.Registry {
-	types := domain.EventTypes()
-	typed := make([]eventstore.Typed, len(types))
-	for i, t := range types {
-		typed[i] = t
-	}
-	return eventstore.NewRegistry(typed...)
-}
+// newTestRegistry returns the registry of every domain event type, as the
+// service builds it.
+func newTestRegistry() *eventstore.Registry { return NewRegistry() }
 
 // mustAppend appends events with fresh ids to stream at Any, or fails tb.
 func mustAppend(tb testing.TB, s EventStore, stream string, events ...domain.Event) {

@@ -382,3 +382,15 @@ func fold[S any, P applier[S]](events []domain.Event) S {
 	}
 	return s
 }
+
+// NewRegistry returns the eventstore registry of every domain event type
+// (domain.EventTypes): the codec that encodes what the use cases append and
+// decodes every stream they load.
+func NewRegistry() *eventstore.Registry {
+	types := domain.EventTypes()
+	typed := make([]eventstore.Typed, len(types))
+	for i, t := range types {
+		typed[i] = t
+	}
+	return eventstore.NewRegistry(typed...)
+}
