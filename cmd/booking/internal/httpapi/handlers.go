@@ -234,15 +234,30 @@ func postCreated[C, R any](a *api, w http.ResponseWriter, r *http.Request, op st
 		a.writeError(w, r, err)
 		return
 	}
+	var out commands.Outcome
+	v, ok := execute(a, w, r, func(ctx context.Context) (R, error) {
+		v, o, err := call(ctx, req, cmd)
+		out = o
+		return v, err
+	})
+	if ok {
+		location, body := created(v)
+		writeCreated(w, out, location, body)
+	}
+}
+
+// execute runs call, a state-changing use case, under a detached context
+// (see detached). Its error goes through the problem mapping, and then ok is
+// false.
+func execute[R any](a *api, w http.ResponseWriter, r *http.Request, call func(ctx context.Context) (R, error)) (R, bool) {
 	ctx, cancel := detached(r)
 	defer cancel()
-	v, out, err := call(ctx, req, cmd)
+	v, err := call(ctx)
 	if err != nil {
 		a.writeError(w, r, err)
-		return
+		return v, false
 	}
-	location, body := created(v)
-	writeCreated(w, out, location, body)
+	return v, true
 }
 
 // getByID reads the resource of GET /v1/<resources>/{id} with get: an {id}
@@ -270,14 +285,9 @@ func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	applyWait(w, r, &req)
-	ctx, cancel := detached(r)
-	defer cancel()
-	res, err := a.svc.PlaceOrder(ctx, req, cmd)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
+	if res, ok := execute(a, w, r, func(ctx context.Context) (commands.OrderResult, error) { return a.svc.PlaceOrder(ctx, req, cmd) }); ok {
+		a.writeOrderResult(w, r, res, http.StatusCreated)
 	}
-	a.writeOrderResult(w, r, res, http.StatusCreated)
 }
 
 // writeOrderResult answers an order by the intent's first final outcome:
@@ -339,11 +349,8 @@ func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, cancel := detached(r)
-	defer cancel()
-	res, err := a.svc.CancelOrder(ctx, req, id)
-	if err != nil {
-		a.writeError(w, r, err)
+	res, ok := execute(a, w, r, func(ctx context.Context) (commands.OrderResult, error) { return a.svc.CancelOrder(ctx, req, id) })
+	if !ok {
 		return
 	}
 	markReplayed(w, res.Outcome)
