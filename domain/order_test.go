@@ -10,31 +10,6 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// Fixtures of the order tests: order ordID of ordActor, 2 seats for
-// ordAmount, placed at ordNow with a payment deadline 15 minutes later.
-const (
-	ordID       = "01973b00-0000-7000-8000-00000000a001"
-	ordResID    = "01973b00-0000-7000-8000-00000000b001"
-	ordShowID   = "01973b00-0000-7000-8000-00000000c001"
-	ordActor    = "user-olga"
-	ordIntent   = "intent-ord"
-	ordOwnerA   = "executor-a"
-	ordOwnerB   = "executor-b"
-	ordCharge1  = "ch_first"
-	ordCharge2  = "ch_second"
-	ordRefundID = "re_first"
-)
-
-var (
-	ordNow      = time.Date(2030, 7, 1, 10, 0, 0, 0, time.UTC)
-	ordDeadline = ordNow.Add(15 * time.Minute)
-	ordShowAt   = ordNow.Add(48 * time.Hour)
-	ordAmount   = domain.Money{Amount: 3000, Currency: "EUR"}
-	ordLease    = 30 * time.Second
-	ordSettle   = 5 * time.Second
-	ordTickets  = []string{"t-1", "t-2"}
-)
-
 func ordPlaced() domain.OrderPlaced {
 	return domain.OrderPlaced{OrderID: ordID, ReservationID: ordResID, ShowID: ordShowID, Actor: ordActor, Intent: ordIntent,
 		Quantity: 2, Amount: ordAmount, PaymentDeadline: ordDeadline, Private: &domain.OrderPrivate{SealedPaymentToken: []byte("sealed tok_visa")}}

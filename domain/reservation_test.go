@@ -10,20 +10,6 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// Fixtures of the reservation tests: fixResA of fixActor holds 2 seats of
-// the fixture show until resExpiresAt.
-const (
-	fixOrderA    = "01973a30-4400-7c5e-9d6f-7a8b9c0d1e0a"
-	fixOrderB    = "01973a30-4400-7c5e-9d6f-7a8b9c0d1e0b"
-	fixIntentB   = "intent-0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
-	fixOtherUser = "user-mallory"
-)
-
-var (
-	resExpiresAt = showNow.Add(15 * time.Minute)
-	resAmount    = domain.Money{Amount: 5000, Currency: "EUR"}
-)
-
 func givenReservation() domain.ReservationHeld {
 	return domain.ReservationHeld{ReservationID: fixResA, ShowID: fixShowID, Actor: fixActor, Quantity: 2, Amount: resAmount, ExpiresAt: resExpiresAt}
 }

@@ -13,23 +13,6 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// Fixtures of the show tests. showNow is the decision time; the show starts
-// two days later.
-const (
-	fixShowID = "01973a2e-6f00-7a1c-9b2d-3e4f5a6b7c01"
-	fixResA   = "01973a2f-1200-7b3d-8c4e-5f6a7b8c9d0a"
-	fixResB   = "01973a2f-1200-7b3d-8c4e-5f6a7b8c9d0b"
-	fixResC   = "01973a2f-1200-7b3d-8c4e-5f6a7b8c9d0c"
-	fixActor  = "user-alice"
-	fixIntent = "intent-5b1f0c3ad7e94c2b8f6a1e0d9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b"
-)
-
-var (
-	showNow   = time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
-	showStart = showNow.Add(48 * time.Hour)
-	showPrice = domain.Money{Amount: 2500, Currency: "EUR"}
-)
-
 // givenShow is the ShowScheduled of the fixture show with capacity seats.
 func givenShow(capacity int) domain.ShowScheduled {
 	return domain.ShowScheduled{ShowID: fixShowID, Name: "Café Concert", StartsAt: showStart, Capacity: capacity, Price: showPrice}
