@@ -3,6 +3,7 @@ package domain_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -47,5 +48,35 @@ func checkErrorIs(t *testing.T, call string, err error, want *domain.Error) {
 	t.Helper()
 	if want == nil && err != nil || want != nil && !errors.Is(err, want) {
 		t.Fatalf("%s error = %v, want %v", call, err, want)
+	}
+}
+
+// decideCase is one row of a table test in the shape "given events, when
+// command at now, then events or error". now and wantErr stay zero where the
+// decision takes no time or cannot fail.
+type decideCase[C any] struct {
+	name    string
+	given   []domain.Event
+	when    C
+	now     time.Time
+	want    []domain.Event
+	wantErr *domain.Error
+}
+
+// runDecisions runs every row of a decide table as a parallel subtest:
+// decide returns the call's name for failure messages and what the aggregate
+// built from the row's given events decides; checkErr (checkDomainError or
+// checkErrorIs) checks the error against wantErr, and the events must equal
+// want under opts.
+func runDecisions[C any](t *testing.T, tests []decideCase[C], checkErr func(*testing.T, string, error, *domain.Error),
+	decide func(tt decideCase[C]) (call string, got []domain.Event, err error), opts ...cmp.Option) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			call, got, err := decide(tt)
+			checkErr(t, call, err, tt.wantErr)
+			checkEvents(t, call, got, tt.want, opts...)
+		})
 	}
 }

@@ -58,14 +58,7 @@ func TestShowSchedule(t *testing.T) {
 		badCurrency    = invalid("price.currency", "price.currency must be an ISO 4217 code such as EUR")
 		badStart       = invalid("starts_at", "starts_at must be in the future")
 	)
-	type tc struct {
-		name    string
-		given   []domain.Event
-		when    domain.ScheduleShow
-		now     time.Time
-		want    []domain.Event
-		wantErr *domain.Error
-	}
+	type tc = decideCase[domain.ScheduleShow]
 	tests := []tc{
 		{name: "A valid show is scheduled.", when: valid, now: showNow, want: accepted(valid)},
 		{name: "A show that is already scheduled cannot be scheduled again.",
@@ -127,14 +120,10 @@ func TestShowSchedule(t *testing.T) {
 		{name: "A start is compared as an instant, whatever its time zone.",
 			when: with(func(c *domain.ScheduleShow) { c.StartsAt = showNow.In(time.FixedZone("UTC+2", 2*60*60)) }), now: showNow, wantErr: badStart},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			s := showFrom(tt.given...)
-			got, err := s.Schedule(tt.when, tt.now)
-			checkDecision(t, fmt.Sprintf("Schedule(%+v, %v)", tt.when, tt.now), got, err, tt.want, tt.wantErr, eventsEqual)
-		})
-	}
+	runDecisions(t, tests, checkDomainError, func(tt tc) (string, []domain.Event, error) {
+		got, err := showFrom(tt.given...).Schedule(tt.when, tt.now)
+		return fmt.Sprintf("Schedule(%+v, %v)", tt.when, tt.now), got, err
+	}, eventsEqual)
 }
 
 // TestShowScheduleStoresTheStartInUTC checks the location, which cmp (through
@@ -162,14 +151,7 @@ func TestShowHold(t *testing.T) {
 	soldOut := func(requested, available int) *domain.Error {
 		return &domain.Error{Kind: domain.Conflict, Code: "sold-out", Msg: fmt.Sprintf("%d seat(s) requested, %d available", requested, available)}
 	}
-	tests := []struct {
-		name    string
-		given   []domain.Event
-		when    domain.HoldSeats
-		now     time.Time
-		want    []domain.Event
-		wantErr *domain.Error
-	}{
+	tests := []decideCase[domain.HoldSeats]{
 		{name: "Seats are held at the total price until now plus the hold duration.",
 			given: []domain.Event{givenShow(30)}, when: hold(fixResA, 3), now: showNow,
 			want: []domain.Event{domain.SeatsHeld{ShowID: fixShowID, ReservationID: fixResA, Actor: fixActor, Intent: fixIntent,
@@ -231,14 +213,10 @@ func TestShowHold(t *testing.T) {
 		{name: "A repeat of a held reservation is a no-op even after the show started.",
 			given: []domain.Event{givenShow(30), givenHeld(fixResA, 2)}, when: hold(fixResA, 2), now: showStart.Add(time.Hour)},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			s := showFrom(tt.given...)
-			got, err := s.Hold(tt.when, tt.now)
-			checkDecision(t, fmt.Sprintf("Hold(%+v, %v)", tt.when, tt.now), got, err, tt.want, tt.wantErr, eventsEqual)
-		})
-	}
+	runDecisions(t, tests, checkDomainError, func(tt decideCase[domain.HoldSeats]) (string, []domain.Event, error) {
+		got, err := showFrom(tt.given...).Hold(tt.when, tt.now)
+		return fmt.Sprintf("Hold(%+v, %v)", tt.when, tt.now), got, err
+	}, eventsEqual)
 }
 
 func TestShowHoldSoldOutIsTheSoldOutSentinel(t *testing.T) {
