@@ -118,6 +118,15 @@ func (f *payFix) wantAppended(t *testing.T, what string, want []string) {
 	}
 }
 
+// wantCalls fails t unless the payment fake received want calls of op
+// ("charge", "refund", "get").
+func (f *payFix) wantCalls(t *testing.T, op string, want int) {
+	t.Helper()
+	if n := f.pay.count(op); n != want {
+		t.Errorf("%s calls = %d, want %d", op, n, want)
+	}
+}
+
 func (f *payFix) order() domain.Order {
 	f.t.Helper()
 	o, _, err := f.h.LoadOrder(context.Background(), payOrder)
@@ -330,9 +339,7 @@ func TestCancelBeforeTheFirstSendFinishesAtOnce(t *testing.T) {
 		t.Fatalf("DrivePayment() = %v", err)
 	}
 	f.wantAppended(t, "appended", []string{evStarted, evCancelReq, evCancelled})
-	if n := f.pay.count("charge"); n != 0 {
-		t.Errorf("charge sends = %d, want 0", n)
-	}
+	f.wantCalls(t, "charge", 0)
 }
 
 // TestStaleOwnerIsFenced shows the lease's fencing token at work: two
@@ -366,9 +373,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 		t.Fatalf("A DrivePayment() after the takeover = %v", err)
 	}
 	f.wantAppended(t, "order events", []string{evStarted, evSucceeded, evConfirmed})
-	if n := f.pay.count("charge"); n != 1 {
-		t.Errorf("charge sends = %d, want 1 (B's only)", n)
-	}
+	f.wantCalls(t, "charge", 1) // B's only
 }
 
 // TestConcurrentExecutorsStartOneAttempt races two executors on a placed order.
@@ -654,9 +659,7 @@ func TestCancelOrder(t *testing.T) {
 			}
 		}
 		f.wantAppended(t, "appended after the repeats", want)
-		if n := f.pay.count("refund"); n != 1 {
-			t.Errorf("refund calls = %d, want 1", n)
-		}
+		f.wantCalls(t, "refund", 1)
 	})
 	t.Run("A cancel of a failed order is refused with 409 and changes nothing.", func(t *testing.T) {
 		t.Parallel()
