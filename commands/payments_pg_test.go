@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/commands/envelope"
+	"github.com/retrysafe/booking/commands/envelope/envelopetest"
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
@@ -92,15 +93,7 @@ func newPGFix(t *testing.T, simCfg providersim.Config) *pgFix {
 // testKeyring returns a keyring of one fresh master key.
 func testKeyring(tb testing.TB) *envelope.Keyring {
 	tb.Helper()
-	entry, err := envelope.GenerateMasterKey("test")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	r, err := envelope.ParseKeyring(entry)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return r
+	return envelopetest.Keyring(tb, envelopetest.MasterKey(tb, "test"))
 }
 
 type testWriter struct{ t *testing.T }
