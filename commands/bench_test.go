@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore/pgstore"
@@ -48,45 +50,10 @@ func BenchmarkBooking(b *testing.B) {
 	req := func(op string) Request {
 		return Request{Actor: "bench", Operation: op, Key: fmt.Sprintf("k-%d", seq.Add(1)), Wait: 10 * time.Second}
 	}
-	show, _, err := h.ScheduleShow(ctx, req(OpScheduleShow), ScheduleShowCommand{Name: "Bench", StartsAt: time.Now().Add(24 * time.Hour),
-		Capacity: domain.MaxCapacity, Price: domain.Money{Amount: 1000, Currency: "EUR"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE bench_booking_raw (actor text, key text, body bytea, UNIQUE (actor, key))`); err != nil {
-		b.Fatal(err)
-	}
-
-	run := func(n int, work func(i int) error) time.Duration {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		var firstErr atomic.Pointer[error]
-		start := time.Now()
-		for range benchClients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					i := int(next.Add(1))
-					if i > n {
-						return
-					}
-					if err := work(i); err != nil {
-						firstErr.CompareAndSwap(nil, &err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if e := firstErr.Load(); e != nil {
-			b.Fatal(*e)
-		}
-		return time.Since(start)
-	}
+	show := benchSetup(b, h, pool, req(OpScheduleShow), "Bench", "bench_booking_raw")
 
 	b.ResetTimer()
-	booked := run(b.N, func(int) error {
+	booked := benchRun(b, b.N, func(int) error {
 		res, _, err := h.ReserveSeats(ctx, req(OpReserveSeats), ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
 		if err != nil {
 			return err
@@ -101,11 +68,7 @@ func BenchmarkBooking(b *testing.B) {
 		return nil
 	})
 	b.StopTimer()
-	raw := run(b.N, func(i int) error {
-		_, err := pool.Exec(ctx, `INSERT INTO bench_booking_raw (actor, key, body) VALUES ($1, $2, $3)`,
-			"bench", fmt.Sprintf("k-%d", i), []byte(`{"quantity":1}`))
-		return err
-	})
+	raw := benchRaw(b, pool, "bench_booking_raw", []byte(`{"quantity":1}`))
 	if n := len(sim.Charges()); n != b.N {
 		b.Fatalf("simulator: %d charges for %d bookings", n, b.N)
 	}
@@ -128,49 +91,68 @@ func BenchmarkHotShowHolds(b *testing.B) {
 	req := func(op string) Request {
 		return Request{Actor: "bench", Operation: op, Key: fmt.Sprintf("k-%d", seq.Add(1))}
 	}
-	show, _, err := h.ScheduleShow(ctx, req(OpScheduleShow), ScheduleShowCommand{Name: "Hot", StartsAt: time.Now().Add(24 * time.Hour),
-		Capacity: domain.MaxCapacity, Price: domain.Money{Amount: 1000, Currency: "EUR"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE bench_hold_raw (actor text, key text, body bytea, UNIQUE (actor, key))`); err != nil {
-		b.Fatal(err)
-	}
-	run := func(n int, work func(i int) error) time.Duration {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		errs := make(chan error, benchClients)
-		start := time.Now()
-		for range benchClients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
-					if err := work(i); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			b.Fatal(err)
-		}
-		return time.Since(start)
-	}
+	show := benchSetup(b, h, pool, req(OpScheduleShow), "Hot", "bench_hold_raw")
 	b.ResetTimer()
-	holds := run(b.N, func(int) error {
+	holds := benchRun(b, b.N, func(int) error {
 		_, _, err := h.ReserveSeats(ctx, req(OpReserveSeats), ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
 		return err
 	})
 	b.StopTimer()
-	raw := run(b.N, func(i int) error {
-		_, err := pool.Exec(ctx, `INSERT INTO bench_hold_raw (actor, key, body) VALUES ($1, $2, $3)`, "bench", fmt.Sprintf("k-%d", i), []byte(`{}`))
-		return err
-	})
+	raw := benchRaw(b, pool, "bench_hold_raw", []byte(`{}`))
 	b.ReportMetric(float64(b.N)/holds.Seconds(), "holds/s")
 	b.ReportMetric(float64(b.N)/raw.Seconds(), "raw_inserts/s")
 	b.ReportMetric(raw.Seconds()/holds.Seconds(), "holds_per_raw_insert")
+}
+
+// benchSetup schedules the benchmark's one show (capacity domain.MaxCapacity,
+// starting in a day) with the request sched and creates rawTable, the
+// baseline's table with UNIQUE (actor, key).
+func benchSetup(b *testing.B, h *Handler, pool *pgxpool.Pool, sched Request, name, rawTable string) domain.Show {
+	b.Helper()
+	ctx := context.Background()
+	show, _, err := h.ScheduleShow(ctx, sched, ScheduleShowCommand{Name: name, StartsAt: time.Now().Add(24 * time.Hour),
+		Capacity: domain.MaxCapacity, Price: domain.Money{Amount: 1000, Currency: "EUR"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+rawTable+` (actor text, key text, body bytea, UNIQUE (actor, key))`); err != nil {
+		b.Fatal(err)
+	}
+	return show
+}
+
+// benchRun runs work(1) … work(n) on benchClients goroutines and returns the
+// wall time; the first error fails the benchmark.
+func benchRun(b *testing.B, n int, work func(i int) error) time.Duration {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Pointer[error]
+	start := time.Now()
+	for range benchClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
+				if err := work(i); err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if e := firstErr.Load(); e != nil {
+		b.Fatal(*e)
+	}
+	return time.Since(start)
+}
+
+// benchRaw measures the baseline: b.N one-row INSERTs of body into rawTable at
+// the benchmark's concurrency.
+func benchRaw(b *testing.B, pool *pgxpool.Pool, rawTable string, body []byte) time.Duration {
+	ctx := context.Background()
+	return benchRun(b, b.N, func(i int) error {
+		_, err := pool.Exec(ctx, `INSERT INTO `+rawTable+` (actor, key, body) VALUES ($1, $2, $3)`, "bench", fmt.Sprintf("k-%d", i), body)
+		return err
+	})
 }

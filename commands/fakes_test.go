@@ -360,15 +360,9 @@ func (m *recordingMetrics) get(result string) int {
 	return m.results[result]
 }
 
-// newTestRegistry returns the registry of every domain event type.
-func newTestRegistry() *eventstore.Registry {
-	types := domain.EventTypes()
-	typed := make([]eventstore.Typed, len(types))
-	for i, t := range types {
-		typed[i] = t
-	}
-	return eventstore.NewRegistry(typed...)
-}
+// newTestRegistry returns the registry of every domain event type, as the
+// service builds it.
+func newTestRegistry() *eventstore.Registry { return NewRegistry() }
 
 // mustAppend appends events with fresh ids to stream at Any, or fails tb.
 func mustAppend(tb testing.TB, s EventStore, stream string, events ...domain.Event) {
@@ -427,29 +421,34 @@ func (k *memKeys) Create(_ context.Context, orderID string, dk *envelope.DataKey
 }
 
 func (k *memKeys) Key(_ context.Context, orderID string) (*envelope.DataKey, bool, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.fail != nil {
-		return nil, false, k.fail
-	}
-	r, ok := k.rows[orderID]
+	r, ok, err := k.row(orderID)
 	if !ok {
-		return nil, false, nil
+		return nil, false, err
 	}
 	return r.dk, true, nil
 }
 
 func (k *memKeys) HeldToken(_ context.Context, orderID string) ([]byte, bool, error) {
+	r, ok, err := k.row(orderID)
+	if !ok {
+		return nil, false, err
+	}
+	return r.held, true, nil
+}
+
+// row returns a copy of the row of orderID, whether it exists, and the
+// armed failure (with ok false) if any.
+func (k *memKeys) row(orderID string) (memKeyRow, bool, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.fail != nil {
-		return nil, false, k.fail
+		return memKeyRow{}, false, k.fail
 	}
 	r, ok := k.rows[orderID]
 	if !ok {
-		return nil, false, nil
+		return memKeyRow{}, false, nil
 	}
-	return r.held, true, nil
+	return *r, true, nil
 }
 
 func (k *memKeys) Placed(_ context.Context, orderID string, deadline time.Time) error {

@@ -362,6 +362,18 @@ type applier[S any] interface {
 	Apply(domain.Event)
 }
 
+// loadState loads stream name and returns the state S its events evolve to
+// with the loaded stream (whose revision is the expected revision of the next
+// append). A stream that does not exist is the zero S; errors are load's.
+func loadState[S any, P applier[S]](ctx context.Context, h *Handler, name string) (S, *stream, error) {
+	s, err := h.load(ctx, name)
+	if err != nil {
+		var zero S
+		return zero, nil, err
+	}
+	return fold[S, P](s.events), s, nil
+}
+
 // fold returns the state S that events evolve from the zero S.
 func fold[S any, P applier[S]](events []domain.Event) S {
 	var s S
@@ -369,4 +381,16 @@ func fold[S any, P applier[S]](events []domain.Event) S {
 		P(&s).Apply(e)
 	}
 	return s
+}
+
+// NewRegistry returns the eventstore registry of every domain event type
+// (domain.EventTypes): the codec that encodes what the use cases append and
+// decodes every stream they load.
+func NewRegistry() *eventstore.Registry {
+	types := domain.EventTypes()
+	typed := make([]eventstore.Typed, len(types))
+	for i, t := range types {
+		typed[i] = t
+	}
+	return eventstore.NewRegistry(typed...)
 }

@@ -30,6 +30,12 @@ func newIntentFix(t *testing.T) (*Handler, *memStore, string) {
 	return h, store, show.ID
 }
 
+// aliceReserves is alice's request to reserve quantity seats of showID
+// under the idempotency key key.
+func aliceReserves(showID, key string, quantity int) (Request, ReserveSeatsCommand) {
+	return Request{Actor: "alice", Operation: OpReserveSeats, Key: key}, ReserveSeatsCommand{ShowID: showID, Quantity: quantity}
+}
+
 // TestRejectionIsStoredAsADomainOutcome shows a new definitive refusal
 // recorded as IntentRejected version 2 with its kind and code and no HTTP
 // status, and every repeat answering the same kind and code.
@@ -37,8 +43,7 @@ func TestRejectionIsStoredAsADomainOutcome(t *testing.T) {
 	t.Parallel()
 	h, store, showID := newIntentFix(t)
 	ctx := context.Background()
-	req := Request{Actor: "alice", Operation: OpReserveSeats, Key: "too-many"}
-	cmd := ReserveSeatsCommand{ShowID: showID, Quantity: 3}
+	req, cmd := aliceReserves(showID, "too-many", 3)
 	for i, wantReplayed := range []bool{false, true, true} {
 		_, _, err := h.ReserveSeats(ctx, req, cmd)
 		var rej *Rejection
@@ -79,8 +84,7 @@ func TestVersion1RejectionReplaysItsStoredStatus(t *testing.T) {
 	t.Parallel()
 	h, store, showID := newIntentFix(t)
 	ctx := context.Background()
-	req := Request{Actor: "alice", Operation: OpReserveSeats, Key: "old"}
-	cmd := ReserveSeatsCommand{ShowID: showID, Quantity: 1}
+	req, cmd := aliceReserves(showID, "old", 1)
 	run, err := h.beginIntent(ctx, req, cmd.Canonical(), nil, nil)
 	if err != nil {
 		t.Fatalf("beginIntent() error = %v", err)

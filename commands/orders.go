@@ -186,12 +186,7 @@ func (h *Handler) rejectClaimed(ctx context.Context, run *intentRun, c domain.Cl
 }
 
 func (h *Handler) loadClaim(ctx context.Context, reservationID string) (domain.Claim, *stream, error) {
-	s, err := h.load(ctx, domain.ClaimStream(reservationID))
-	if err != nil {
-		return domain.Claim{}, nil, err
-	}
-	c := fold[domain.Claim](s.events)
-	return c, s, nil
+	return loadState[domain.Claim](ctx, h, domain.ClaimStream(reservationID))
 }
 
 // finishClaim does the follow-ups of an order claim: OrderPlaced on the
@@ -305,12 +300,7 @@ func (h *Handler) finishOrderEnd(ctx context.Context, o domain.Order, reason, ca
 
 // LoadOrder returns the order with id and its loaded stream.
 func (h *Handler) LoadOrder(ctx context.Context, id string) (domain.Order, *stream, error) {
-	s, err := h.load(ctx, domain.OrderStream(id))
-	if err != nil {
-		return domain.Order{}, nil, err
-	}
-	o := fold[domain.Order](s.events)
-	return o, s, nil
+	return loadState[domain.Order](ctx, h, domain.OrderStream(id))
 }
 
 // GetOrder returns the caller's order, strongly consistent (from the event

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/commands/envelope"
+	"github.com/retrysafe/booking/commands/envelope/envelopetest"
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
@@ -92,15 +93,7 @@ func newPGFix(t *testing.T, simCfg providersim.Config) *pgFix {
 // testKeyring returns a keyring of one fresh master key.
 func testKeyring(tb testing.TB) *envelope.Keyring {
 	tb.Helper()
-	entry, err := envelope.GenerateMasterKey("test")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	r, err := envelope.ParseKeyring(entry)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return r
+	return envelopetest.Keyring(tb, envelopetest.MasterKey(tb, "test"))
 }
 
 type testWriter struct{ t *testing.T }
@@ -199,6 +192,24 @@ func (f *pgFix) types(orderID string) []string {
 
 // charges returns the order's charges at the simulator: net of refunds, and
 // how many succeeded.
+// wantEvents fails t unless the event types of order id's stream are want;
+// what names the moment in the failure message.
+func (f *pgFix) wantEvents(t *testing.T, id, what string, want []string) {
+	t.Helper()
+	if diff := cmp.Diff(want, f.types(id)); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
+}
+
+// wantCharges fails t unless the simulator holds n succeeded charges of order
+// id whose net amount (charged minus refunded, minor units) is net.
+func (f *pgFix) wantCharges(t *testing.T, id string, net int64, n int) {
+	t.Helper()
+	if gotNet, gotN := f.charges(id); gotNet != net || gotN != n {
+		t.Errorf("simulator: net %d over %d charges, want %d over %d", gotNet, gotN, net, n)
+	}
+}
+
 func (f *pgFix) charges(orderID string) (net int64, succeeded int) {
 	for _, c := range f.sim.Charges() {
 		if c.Metadata[provider.MetadataOrderID] == orderID && c.Status == provider.StatusSucceeded {
@@ -272,19 +283,13 @@ func TestPGDroppedConnectionIsReconciled(t *testing.T) {
 		t.Fatalf("PlaceOrder = final %v, %s; want confirmed", res.Final, res.Order.Status)
 	}
 	want := []string{"OrderPlaced", evStarted, evUnknown, evSucceeded, evConfirmed}
-	if diff := cmp.Diff(want, f.types(res.Order.ID)); diff != "" {
-		t.Errorf("order events (-want +got):\n%s", diff)
-	}
+	f.wantEvents(t, res.Order.ID, "order events", want)
 	f.pauseWebhooks(false) // the late notice changes nothing
 	if err := f.sim.WaitWebhooks(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, f.types(res.Order.ID)); diff != "" {
-		t.Errorf("order events after the webhook (-want +got):\n%s", diff)
-	}
-	if net, n := f.charges(res.Order.ID); net != 1500 || n != 1 {
-		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
-	}
+	f.wantEvents(t, res.Order.ID, "order events after the webhook", want)
+	f.wantCharges(t, res.Order.ID, 1500, 1)
 }
 
 // TestPGSlowProviderLeaseTakeover: the provider is slower than the lease;
@@ -348,12 +353,8 @@ func TestPGSlowProviderLeaseTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"OrderPlaced", evStarted, evStarted, evSucceeded, evConfirmed}
-	if diff := cmp.Diff(want, f.types(id)); diff != "" {
-		t.Errorf("order events (-want +got):\n%s", diff)
-	}
-	if net, n := f.charges(id); net != 1500 || n != 1 {
-		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
-	}
+	f.wantEvents(t, id, "order events", want)
+	f.wantCharges(t, id, 1500, 1)
 }
 
 // TestPGWebhooks: a notice before the API records the outcome; the same
@@ -410,12 +411,8 @@ func TestPGWebhooks(t *testing.T) {
 			t.Errorf("delivery %+v answered %d, want 204", d, d.StatusCode)
 		}
 	}
-	if diff := cmp.Diff(placedStartedConfirmed, f.types(id)); diff != "" {
-		t.Errorf("order events after duplicates (-want +got):\n%s", diff)
-	}
-	if net, n := f.charges(id); net != 1500 || n != 1 {
-		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
-	}
+	f.wantEvents(t, id, "order events after duplicates", placedStartedConfirmed)
+	f.wantCharges(t, id, 1500, 1)
 }
 
 // TestPGWebhookSignature: a bad signature or a stale timestamp → 400 and
@@ -445,9 +442,7 @@ func TestPGWebhookSignature(t *testing.T) {
 	if diff := cmp.Diff(before, f.types(id)); diff != "" {
 		t.Errorf("refused webhooks changed the order (-before +after):\n%s", diff)
 	}
-	if net, n := f.charges(id); net != 1500 || n != 1 {
-		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
-	}
+	f.wantCharges(t, id, 1500, 1)
 }
 
 // TestPGKeyInUseThenSuccess: 409 idempotency_key_in_use, then 200 →
@@ -463,12 +458,8 @@ func TestPGKeyInUseThenSuccess(t *testing.T) {
 	if !res.Final || res.Order.Status != domain.OrderStatusConfirmed {
 		t.Fatalf("PlaceOrder = final %v, %s; want confirmed", res.Final, res.Order.Status)
 	}
-	if diff := cmp.Diff(placedStartedConfirmed, f.types(res.Order.ID)); diff != "" {
-		t.Errorf("order events (-want +got):\n%s", diff)
-	}
-	if net, n := f.charges(res.Order.ID); net != 1500 || n != 1 {
-		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
-	}
+	f.wantEvents(t, res.Order.ID, "order events", placedStartedConfirmed)
+	f.wantCharges(t, res.Order.ID, 1500, 1)
 }
 
 // TestPGDeclineReleasesSeats: a decline fails the order, releases the
@@ -481,9 +472,7 @@ func TestPGDeclineReleasesSeats(t *testing.T) {
 	if !res.Final || res.Order.Status != domain.OrderStatusFailed || res.Order.FirstOutcome != domain.FailPaymentDeclined {
 		t.Fatalf("PlaceOrder = final %v, %s (%s); want failed, payment_declined", res.Final, res.Order.Status, res.Order.FirstOutcome)
 	}
-	if diff := cmp.Diff([]string{"OrderPlaced", evStarted, evFailed, evOrderFail}, f.types(res.Order.ID)); diff != "" {
-		t.Errorf("order events (-want +got):\n%s", diff)
-	}
+	f.wantEvents(t, res.Order.ID, "order events", []string{"OrderPlaced", evStarted, evFailed, evOrderFail})
 	show, err := h.GetShow(context.Background(), f.show)
 	if err != nil || show.Available() != show.Capacity {
 		t.Errorf("show available %d of %d (%v), want all seats back", show.Available(), show.Capacity, err)
@@ -518,18 +507,12 @@ func TestPGChargeAfterFailureIsRefunded(t *testing.T) {
 		return slices.Contains(f.types(id), evRefunded)
 	})
 	want := []string{"OrderPlaced", evStarted, evFailed, evOrderFail, evSucceeded, evRefundReq, evRefunded}
-	if diff := cmp.Diff(want, f.types(id)); diff != "" {
-		t.Errorf("order events (-want +got):\n%s", diff)
-	}
+	f.wantEvents(t, id, "order events", want)
 	if err := f.sim.WaitWebhooks(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, f.types(id)); diff != "" {
-		t.Errorf("order events after every webhook (-want +got):\n%s", diff)
-	}
-	if net, n := f.charges(id); net != 0 || n != 1 {
-		t.Errorf("simulator: net %d over %d charges, want 0 over 1", net, n)
-	}
+	f.wantEvents(t, id, "order events after every webhook", want)
+	f.wantCharges(t, id, 0, 1)
 	if o := f.order(h, id); o.Status != domain.OrderStatusFailed || o.NetCharged() != 0 {
 		t.Errorf("order %s with net %d, want failed with 0", o.Status, o.NetCharged())
 	}
@@ -613,12 +596,8 @@ func TestPGProviderWindowPassed(t *testing.T) {
 		t.Fatalf("ReconcileOrder() = %v", err)
 	}
 	want := []string{"OrderPlaced", evStarted, evSucceeded, evConfirmed}
-	if diff := cmp.Diff(want, f.types(id)); diff != "" {
-		t.Errorf("order events (-want +got):\n%s", diff)
-	}
-	if net, n := f.charges(id); net != 1500 || n != 1 {
-		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
-	}
+	f.wantEvents(t, id, "order events", want)
+	f.wantCharges(t, id, 1500, 1)
 	if o := f.order(b, id); len(o.Attempts) != 1 {
 		t.Errorf("attempts = %d, want 1 (no new attempt)", len(o.Attempts))
 	}
@@ -651,12 +630,8 @@ func TestPGReconcilerFinishesAfterOwnerDied(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("RunReconciler() = %v, want context.Canceled", err)
 	}
-	if diff := cmp.Diff(placedStartedConfirmed, f.types(id)); diff != "" {
-		t.Errorf("order events (-want +got):\n%s", diff)
-	}
-	if net, n := f.charges(id); net != 1500 || n != 1 {
-		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
-	}
+	f.wantEvents(t, id, "order events", placedStartedConfirmed)
+	f.wantCharges(t, id, 1500, 1)
 }
 
 // staticPending lists fixed order ids.

@@ -109,6 +109,24 @@ func (f *payFix) appended() []string {
 	return nil
 }
 
+// wantAppended fails t unless the types of the order events appended since
+// the fixture was built are want; what names them in the failure message.
+func (f *payFix) wantAppended(t *testing.T, what string, want []string) {
+	t.Helper()
+	if diff := cmp.Diff(want, f.appended()); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
+}
+
+// wantCalls fails t unless the payment fake received want calls of op
+// ("charge", "refund", "get").
+func (f *payFix) wantCalls(t *testing.T, op string, want int) {
+	t.Helper()
+	if n := f.pay.count(op); n != want {
+		t.Errorf("%s calls = %d, want %d", op, n, want)
+	}
+}
+
 func (f *payFix) order() domain.Order {
 	f.t.Helper()
 	o, _, err := f.h.LoadOrder(context.Background(), payOrder)
@@ -272,9 +290,7 @@ func TestDrivePayment(t *testing.T) {
 			if err != nil && !errors.Is(err, domain.ErrUnavailable) {
 				t.Fatalf("DrivePayment() error = %v", err)
 			}
-			if diff := cmp.Diff(tt.want, f.appended()); diff != "" {
-				t.Errorf("DrivePayment() appended (-want +got):\n%s", diff)
-			}
+			f.wantAppended(t, "DrivePayment() appended", tt.want)
 			o := f.order()
 			if o.Status != tt.wantStatus {
 				t.Errorf("order status = %s, want %s", o.Status, tt.wantStatus)
@@ -322,12 +338,8 @@ func TestCancelBeforeTheFirstSendFinishesAtOnce(t *testing.T) {
 	if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
 		t.Fatalf("DrivePayment() = %v", err)
 	}
-	if diff := cmp.Diff([]string{evStarted, evCancelReq, evCancelled}, f.appended()); diff != "" {
-		t.Errorf("appended (-want +got):\n%s", diff)
-	}
-	if n := f.pay.count("charge"); n != 0 {
-		t.Errorf("charge sends = %d, want 0", n)
-	}
+	f.wantAppended(t, "appended", []string{evStarted, evCancelReq, evCancelled})
+	f.wantCalls(t, "charge", 0)
 }
 
 // TestStaleOwnerIsFenced shows the lease's fencing token at work: two
@@ -360,12 +372,8 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	if err := f.h.DrivePayment(ctx, payOrder); err != nil {
 		t.Fatalf("A DrivePayment() after the takeover = %v", err)
 	}
-	if diff := cmp.Diff([]string{evStarted, evSucceeded, evConfirmed}, f.appended()); diff != "" {
-		t.Errorf("order events (-want +got):\n%s", diff)
-	}
-	if n := f.pay.count("charge"); n != 1 {
-		t.Errorf("charge sends = %d, want 1 (B's only)", n)
-	}
+	f.wantAppended(t, "order events", []string{evStarted, evSucceeded, evConfirmed})
+	f.wantCalls(t, "charge", 1) // B's only
 }
 
 // TestConcurrentExecutorsStartOneAttempt races two executors on a placed order.
@@ -415,9 +423,7 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 				t.Fatalf("ReconcileOrder() = %v", err)
 			}
 		}
-		if diff := cmp.Diff([]string{evRefunded}, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", []string{evRefunded})
 		if net, _ := pay.net(); net != 0 {
 			t.Errorf("provider net = %d, want 0", net)
 		}
@@ -439,9 +445,7 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 		if err := f.h.ReconcileOrder(context.Background(), payOrder); err != nil {
 			t.Fatalf("ReconcileOrder() = %v", err)
 		}
-		if diff := cmp.Diff([]string{evRefunded}, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", []string{evRefunded})
 		if net, _ := pay.net(); net != 0 {
 			t.Errorf("provider net = %d, want 0 (one refund)", net)
 		}
@@ -454,9 +458,7 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 				t.Fatalf("ReconcileOrder() = %v", err)
 			}
 		}
-		if diff := cmp.Diff([]string{evRefused, evReview}, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", []string{evRefused, evReview})
 		if o := f.order(); o.Status != domain.OrderStatusNeedsReview || len(o.PendingRefunds()) != 0 {
 			t.Errorf("order is %s with pending refunds %v, want needs_review with none", o.Status, o.PendingRefunds())
 		}
@@ -484,9 +486,7 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 		if err := f.h.ReconcileOrder(context.Background(), payOrder); err != nil {
 			t.Fatalf("ReconcileOrder() again = %v", err)
 		}
-		if diff := cmp.Diff([]string{evRefunded}, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", []string{evRefunded})
 		if net, _ := pay.net(); net != 0 {
 			t.Errorf("provider net = %d, want 0", net)
 		}
@@ -529,9 +529,7 @@ func TestHandleProviderEvent(t *testing.T) {
 					t.Fatalf("HandleProviderEvent() = %v", err)
 				}
 			}
-			if diff := cmp.Diff(tt.want, f.appended()); diff != "" {
-				t.Errorf("appended (-want +got):\n%s", diff)
-			}
+			f.wantAppended(t, "appended", tt.want)
 			if o := f.order(); o.Status != tt.wantStatus {
 				t.Errorf("order status = %s, want %s", o.Status, tt.wantStatus)
 			}
@@ -581,9 +579,7 @@ func TestReceiveWebhookVerifiesBeforeRecording(t *testing.T) {
 	if err := f.h.ReceiveWebhook(context.Background(), secret, provider.Sign(body, payT0.Add(-4*time.Minute), secret), body); err != nil {
 		t.Fatalf("ReceiveWebhook(valid) = %v", err)
 	}
-	if diff := cmp.Diff([]string{evSucceeded, evConfirmed}, f.appended()); diff != "" {
-		t.Errorf("appended (-want +got):\n%s", diff)
-	}
+	f.wantAppended(t, "appended", []string{evSucceeded, evConfirmed})
 }
 
 func TestCancelOrder(t *testing.T) {
@@ -605,9 +601,7 @@ func TestCancelOrder(t *testing.T) {
 		if !res.Final || res.Order.Status != domain.OrderStatusCancelled {
 			t.Errorf("CancelOrder() = final %v, status %s, want final cancelled", res.Final, res.Order.Status)
 		}
-		if diff := cmp.Diff([]string{evRefundReq, evCancelled, evRefunded}, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", []string{evRefundReq, evCancelled, evRefunded})
 		if net, _ := f.pay.net(); net != 0 {
 			t.Errorf("provider net = %d, want 0", net)
 		}
@@ -631,9 +625,7 @@ func TestCancelOrder(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("DrivePayment() = %v", err)
 		}
-		if diff := cmp.Diff([]string{evStarted, evCancelReq, evSucceeded, evRefundReq, evCancelled, evRefunded}, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", []string{evStarted, evCancelReq, evSucceeded, evRefundReq, evCancelled, evRefunded})
 		if o := f.order(); o.Status != domain.OrderStatusCancelled || o.NetCharged() != 0 {
 			t.Errorf("order %s with net %d, want cancelled with 0", o.Status, o.NetCharged())
 		}
@@ -658,9 +650,7 @@ func TestCancelOrder(t *testing.T) {
 			t.Fatalf("CancelOrder() = final %v, status %s, %v; want final, needs_review", res.Final, res.Order.Status, err)
 		}
 		want := []string{evRefundReq, evCancelled, evRefused, evReview}
-		if diff := cmp.Diff(want, f.appended()); diff != "" {
-			t.Errorf("appended (-want +got):\n%s", diff)
-		}
+		f.wantAppended(t, "appended", want)
 		for _, key := range []string{"c5", "c6"} {
 			res, err = f.h.CancelOrder(context.Background(), req(key), payOrder)
 			if err != nil || !res.Final || res.Order.Status != domain.OrderStatusNeedsReview || res.Replayed != (key == "c5") {
@@ -668,12 +658,8 @@ func TestCancelOrder(t *testing.T) {
 					key, res.Final, res.Order.Status, res.Replayed, err)
 			}
 		}
-		if diff := cmp.Diff(want, f.appended()); diff != "" {
-			t.Errorf("appended after the repeats (-want +got):\n%s", diff)
-		}
-		if n := f.pay.count("refund"); n != 1 {
-			t.Errorf("refund calls = %d, want 1", n)
-		}
+		f.wantAppended(t, "appended after the repeats", want)
+		f.wantCalls(t, "refund", 1)
 	})
 	t.Run("A cancel of a failed order is refused with 409 and changes nothing.", func(t *testing.T) {
 		t.Parallel()

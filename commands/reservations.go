@@ -128,12 +128,7 @@ func (h *Handler) loadReservation(ctx context.Context, id string) (domain.Reserv
 }
 
 func (h *Handler) loadReservationStream(ctx context.Context, id string) (domain.Reservation, *stream, error) {
-	s, err := h.load(ctx, domain.ReservationStream(id))
-	if err != nil {
-		return domain.Reservation{}, nil, err
-	}
-	r := fold[domain.Reservation](s.events)
-	return r, s, nil
+	return loadState[domain.Reservation](ctx, h, domain.ReservationStream(id))
 }
 
 // GetReservation returns the caller's reservation, strongly consistent.

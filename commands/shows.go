@@ -104,12 +104,7 @@ func (h *Handler) scheduleShow(ctx context.Context, run *intentRun, cmd Schedule
 // LoadShow returns the show with id and its loaded stream; a show that does
 // not exist is the zero Show (Scheduled false).
 func (h *Handler) LoadShow(ctx context.Context, id string) (domain.Show, *stream, error) {
-	s, err := h.load(ctx, domain.ShowStream(id))
-	if err != nil {
-		return domain.Show{}, nil, err
-	}
-	show := fold[domain.Show](s.events)
-	return show, s, nil
+	return loadState[domain.Show](ctx, h, domain.ShowStream(id))
 }
 
 // GetShow returns the show with id, strongly consistent (the cached

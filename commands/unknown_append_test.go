@@ -99,6 +99,17 @@ func (f *lostFix) order(key string) (OrderResult, error) {
 }
 
 // count returns the number of events of type typ in streams with prefix.
+// orderUnavailable makes the store lose the answers of the next lost
+// committed appends of typ to a stream named prefix…, then places order k1
+// and wants it to fail Unavailable (503).
+func (f *lostFix) orderUnavailable(t *testing.T, prefix, typ string, lost int) {
+	t.Helper()
+	f.store.arm(prefix, typ, lost, true)
+	if _, err := f.order("k1"); domain.KindOf(err) != domain.Unavailable {
+		t.Fatalf("PlaceOrder() = %v, want Unavailable", err)
+	}
+}
+
 func (f *lostFix) count(prefix, typ string) int {
 	all, err := f.store.ReadAll(context.Background(), eventstore.Position{}, math.MaxInt32)
 	if err != nil {
@@ -196,11 +207,7 @@ func TestLostAppendAnswerStillUnknownIs503(t *testing.T) {
 	t.Run("The intent record.", func(t *testing.T) {
 		t.Parallel()
 		f := newLostFix(t)
-		f.store.arm("intent-", "IntentRecorded", lost, true)
-		_, err := f.order("k1")
-		if domain.KindOf(err) != domain.Unavailable {
-			t.Fatalf("PlaceOrder() = %v, want Unavailable", err)
-		}
+		f.orderUnavailable(t, "intent-", "IntentRecorded", lost)
 		if f.store.lost != lost {
 			t.Errorf("%d answers lost, want %d (the first try and every repeat)", f.store.lost, lost)
 		}
@@ -216,7 +223,7 @@ func TestLostAppendAnswerStillUnknownIs503(t *testing.T) {
 		}
 		// A repeat inside the dead request's lease is in use; after it, the
 		// repeat takes the intent over and finishes it.
-		_, err = f.order("k1")
+		_, err := f.order("k1")
 		var inUse *InUseError
 		if !errors.As(err, &inUse) {
 			t.Fatalf("repeat inside the lease: PlaceOrder() = %v, want *InUseError", err)
@@ -234,11 +241,7 @@ func TestLostAppendAnswerStillUnknownIs503(t *testing.T) {
 	t.Run("The order claim.", func(t *testing.T) {
 		t.Parallel()
 		f := newLostFix(t)
-		f.store.arm("reservation-order-", "OrderClaimed", lost, true)
-		_, err := f.order("k1")
-		if domain.KindOf(err) != domain.Unavailable {
-			t.Fatalf("PlaceOrder() = %v, want Unavailable", err)
-		}
+		f.orderUnavailable(t, "reservation-order-", "OrderClaimed", lost)
 		if n := f.count("order-", "OrderPlaced"); n != 0 {
 			t.Errorf("%d OrderPlaced, want 0 (the request stopped at the claim)", n)
 		}

@@ -11,19 +11,6 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// Fixtures of the intent tests: an intent recorded at intentRecordedAt with
-// fingerprint fixFP and its executor's lease until intentLease.
-const (
-	fixFP      = "3f0c2a9d5b7e41c68a2d0f9e7b5c3a1d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b"
-	fixOtherFP = "a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5"
-)
-
-var (
-	intentRecordedAt = time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
-	intentLease      = intentRecordedAt.Add(30 * time.Second)
-	intentRetention  = 24 * time.Hour
-)
-
 func givenIntent() domain.IntentRecorded {
 	return domain.IntentRecorded{Actor: fixActor, Operation: "POST /v1/reservations", KeySHA256: fixOtherFP,
 		Fingerprint: fixFP, CanonicalVersion: 1, Command: map[string]any{"show_id": fixShowID, "quantity": float64(2)},
@@ -37,10 +24,7 @@ func givenRejection(code string) domain.IntentRejected {
 // intentFrom applies events and sets RecordedAt as the command layer does
 // from the stream's first record.
 func intentFrom(recordedAt time.Time, events ...domain.Event) domain.Intent {
-	var in domain.Intent
-	for _, e := range events {
-		in.Apply(e)
-	}
+	in := replay[domain.Intent](events...)
 	in.RecordedAt = recordedAt
 	return in
 }
@@ -238,10 +222,7 @@ func TestIntentApply(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var got domain.Intent
-			for _, e := range tt.given {
-				got.Apply(e)
-			}
+			got := replay[domain.Intent](tt.given...)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("Apply(...) mismatch (-want +got):\n%s", diff)
 			}

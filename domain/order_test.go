@@ -1,38 +1,13 @@
 package domain_test
 
 import (
-	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/retrysafe/booking/domain"
-)
-
-// Fixtures of the order tests: order ordID of ordActor, 2 seats for
-// ordAmount, placed at ordNow with a payment deadline 15 minutes later.
-const (
-	ordID       = "01973b00-0000-7000-8000-00000000a001"
-	ordResID    = "01973b00-0000-7000-8000-00000000b001"
-	ordShowID   = "01973b00-0000-7000-8000-00000000c001"
-	ordActor    = "user-olga"
-	ordIntent   = "intent-ord"
-	ordOwnerA   = "executor-a"
-	ordOwnerB   = "executor-b"
-	ordCharge1  = "ch_first"
-	ordCharge2  = "ch_second"
-	ordRefundID = "re_first"
-)
-
-var (
-	ordNow      = time.Date(2030, 7, 1, 10, 0, 0, 0, time.UTC)
-	ordDeadline = ordNow.Add(15 * time.Minute)
-	ordShowAt   = ordNow.Add(48 * time.Hour)
-	ordAmount   = domain.Money{Amount: 3000, Currency: "EUR"}
-	ordLease    = 30 * time.Second
-	ordSettle   = 5 * time.Second
-	ordTickets  = []string{"t-1", "t-2"}
 )
 
 func ordPlaced() domain.OrderPlaced {
@@ -61,11 +36,7 @@ func ordRefund(charge, reason string) domain.RefundRequested {
 }
 
 func orderFrom(events ...domain.Event) domain.Order {
-	var o domain.Order
-	for _, e := range events {
-		o.Apply(e)
-	}
-	return o
+	return replay[domain.Order](events...)
 }
 
 func TestOrderStart(t *testing.T) {
@@ -75,14 +46,7 @@ func TestOrderStart(t *testing.T) {
 			RequestSHA256: "sha-" + ordKey(n), SealedRequestBody: []byte("sealed body-" + ordKey(n)), Settle: ordSettle}
 	}
 	expired := ordNow.Add(ordLease)
-	tests := []struct {
-		name    string
-		given   []domain.Event
-		when    domain.StartAttempt
-		now     time.Time
-		want    []domain.Event
-		wantErr *domain.Error
-	}{
+	tests := []decideCase[domain.StartAttempt]{
 		{name: "The first attempt of a pending order starts with its lease.",
 			given: []domain.Event{ordPlaced()}, when: start(1, ordOwnerA, ordNow), now: ordNow,
 			want: []domain.Event{ordStarted(1, ordOwnerA, ordNow)}},
@@ -122,25 +86,11 @@ func TestOrderStart(t *testing.T) {
 		{name: "An attempt out of sequence is refused.",
 			given: []domain.Event{ordPlaced()}, when: start(2, ordOwnerA, ordNow), now: ordNow, wantErr: domain.ErrAttemptNotAllowed},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			o := orderFrom(tt.given...)
-			got, err := o.Start(tt.when, tt.now)
-			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("Start(%+v) error = %v, want %v", tt.when, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Start(%+v) error = %v", tt.when, err)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("Start(%+v) events (-want +got):\n%s", tt.when, diff)
-			}
-		})
-	}
+	runDecisions(t, tests, checkErrorIs, func(tt decideCase[domain.StartAttempt]) (string, []domain.Event, error) {
+		o := orderFrom(tt.given...)
+		got, err := o.Start(tt.when, tt.now)
+		return fmt.Sprintf("Start(%+v)", tt.when), got, err
+	})
 }
 
 func TestOrderCanSend(t *testing.T) {
@@ -265,10 +215,7 @@ func TestOrderRecord(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			o := orderFrom(tt.given...)
-			got := o.Record(tt.when, ordTickets)
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("Record(%+v) events (-want +got):\n%s", tt.when, diff)
-			}
+			checkEvents(t, fmt.Sprintf("Record(%+v)", tt.when), o.Record(tt.when, ordTickets), tt.want)
 		})
 	}
 }
@@ -277,34 +224,23 @@ func TestOrderRecordRefund(t *testing.T) {
 	t.Parallel()
 	confirmed := []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordSucceeded(1, ordCharge1), ordConfirmed()}
 	refunded := domain.RefundSucceeded{OrderID: ordID, ChargeID: ordCharge1, RefundID: ordRefundID, Amount: ordAmount}
-	tests := []struct {
-		name   string
-		given  []domain.Event
-		charge string
-		want   []domain.Event
-	}{
+	tests := []decideCase[string]{
 		{name: "A requested refund is recorded.",
-			given: append(confirmed[:4:4], ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID}), charge: ordCharge1,
+			given: append(confirmed[:4:4], ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID}), when: ordCharge1,
 			want: []domain.Event{refunded}},
 		{name: "A refund already recorded records nothing.",
-			given:  append(confirmed[:4:4], ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID}, refunded),
-			charge: ordCharge1},
+			given: append(confirmed[:4:4], ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID}, refunded),
+			when:  ordCharge1},
 		{name: "A refund of the paying charge that nobody requested needs review.",
-			given: confirmed, charge: ordCharge1,
+			given: confirmed, when: ordCharge1,
 			want: []domain.Event{domain.OrderNeedsReview{OrderID: ordID, Reason: "the provider refunded the paying charge ch_first without a request"}}},
 		{name: "A refund of a charge the order does not know records nothing.",
-			given: confirmed, charge: ordCharge2},
+			given: confirmed, when: ordCharge2},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			o := orderFrom(tt.given...)
-			got := o.RecordRefund(tt.charge, ordRefundID, ordAmount)
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("RecordRefund(%s) events (-want +got):\n%s", tt.charge, diff)
-			}
-		})
-	}
+	runDecisions(t, tests, checkErrorIs, func(tt decideCase[string]) (string, []domain.Event, error) {
+		o := orderFrom(tt.given...)
+		return fmt.Sprintf("RecordRefund(%s)", tt.when), o.RecordRefund(tt.when, ordRefundID, ordAmount), nil
+	})
 }
 
 func TestOrderRefuseRefund(t *testing.T) {
@@ -319,37 +255,26 @@ func TestOrderRefuseRefund(t *testing.T) {
 			Reason: "the provider does not know charge " + charge + ", whose refund was requested (resource_missing)"}
 	}
 	redundant := append(confirmed[:4:4], ordSucceeded(1, ordCharge2), ordRefund(ordCharge2, domain.RefundRedundantEffect))
-	tests := []struct {
-		name   string
-		given  []domain.Event
-		charge string
-		want   []domain.Event
-	}{
+	tests := []decideCase[string]{
 		{name: "A cancelled order whose charge the provider does not know needs review.",
-			given: cancelled, charge: ordCharge1, want: []domain.Event{refused(ordCharge1), review(ordCharge1)}},
+			given: cancelled, when: ordCharge1, want: []domain.Event{refused(ordCharge1), review(ordCharge1)}},
 		{name: "A confirmed order whose redundant charge the provider does not know needs review.",
-			given: redundant, charge: ordCharge2, want: []domain.Event{refused(ordCharge2), review(ordCharge2)}},
+			given: redundant, when: ordCharge2, want: []domain.Event{refused(ordCharge2), review(ordCharge2)}},
 		{name: "An order in review already records only the refusal.",
-			given:  append(redundant[:6:6], refused(ordCharge2), review(ordCharge2), ordSucceeded(1, "ch_third"), ordRefund("ch_third", domain.RefundRedundantEffect)),
-			charge: "ch_third", want: []domain.Event{refused("ch_third")}},
+			given: append(redundant[:6:6], refused(ordCharge2), review(ordCharge2), ordSucceeded(1, "ch_third"), ordRefund("ch_third", domain.RefundRedundantEffect)),
+			when:  "ch_third", want: []domain.Event{refused("ch_third")}},
 		{name: "A refusal already recorded records nothing.",
-			given: append(cancelled[:6:6], refused(ordCharge1), review(ordCharge1)), charge: ordCharge1},
+			given: append(cancelled[:6:6], refused(ordCharge1), review(ordCharge1)), when: ordCharge1},
 		{name: "A refund that succeeded records nothing.",
-			given:  append(cancelled[:6:6], domain.RefundSucceeded{OrderID: ordID, ChargeID: ordCharge1, RefundID: ordRefundID, Amount: ordAmount}),
-			charge: ordCharge1},
+			given: append(cancelled[:6:6], domain.RefundSucceeded{OrderID: ordID, ChargeID: ordCharge1, RefundID: ordRefundID, Amount: ordAmount}),
+			when:  ordCharge1},
 		{name: "A charge without a requested refund records nothing.",
-			given: confirmed, charge: ordCharge1},
+			given: confirmed, when: ordCharge1},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			o := orderFrom(tt.given...)
-			got := o.RefuseRefund(tt.charge, "resource_missing", "No such charge.")
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("RefuseRefund(%s) events (-want +got):\n%s", tt.charge, diff)
-			}
-		})
-	}
+	runDecisions(t, tests, checkErrorIs, func(tt decideCase[string]) (string, []domain.Event, error) {
+		o := orderFrom(tt.given...)
+		return fmt.Sprintf("RefuseRefund(%s)", tt.when), o.RefuseRefund(tt.when, "resource_missing", "No such charge."), nil
+	})
 }
 
 // TestOrderRefusedRefundIsNoLongerPending: after RefundRefused the refund is
@@ -382,64 +307,43 @@ func TestOrderCancel(t *testing.T) {
 	t.Parallel()
 	withAttempt := []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)}
 	confirmed := append(withAttempt[:2:2], ordSucceeded(1, ordCharge1), ordConfirmed())
-	tests := []struct {
-		name    string
-		given   []domain.Event
-		actor   string
-		now     time.Time
-		want    []domain.Event
-		wantErr *domain.Error
-	}{
+	tests := []decideCase[string]{
 		{name: "A confirmed order is refunded, its tickets voided and it is cancelled.",
-			given: confirmed, actor: ordActor, now: ordNow,
+			given: confirmed, when: ordActor, now: ordNow,
 			want: []domain.Event{ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID, VoidedTickets: ordTickets}}},
 		{name: "A pending order without an attempt is cancelled at once.",
-			given: []domain.Event{ordPlaced()}, actor: ordActor, now: ordNow,
+			given: []domain.Event{ordPlaced()}, when: ordActor, now: ordNow,
 			want: []domain.Event{domain.OrderCancelled{OrderID: ordID}}},
 		{name: "A pending order with a payment in flight becomes cancelling.",
-			given: withAttempt, actor: ordActor, now: ordNow,
+			given: withAttempt, when: ordActor, now: ordNow,
 			want: []domain.Event{domain.OrderCancelRequested{OrderID: ordID, Actor: ordActor}}},
 		{name: "A pending order with an unknown outcome becomes cancelling.",
-			given: append(withAttempt[:2:2], domain.PaymentOutcomeUnknown{OrderID: ordID, Attempt: 1}), actor: ordActor, now: ordNow,
+			given: append(withAttempt[:2:2], domain.PaymentOutcomeUnknown{OrderID: ordID, Attempt: 1}), when: ordActor, now: ordNow,
 			want: []domain.Event{domain.OrderCancelRequested{OrderID: ordID, Actor: ordActor}}},
 		{name: "A repeat while cancelling records nothing.",
-			given: append(withAttempt[:2:2], domain.OrderCancelRequested{OrderID: ordID, Actor: ordActor}), actor: ordActor, now: ordNow},
+			given: append(withAttempt[:2:2], domain.OrderCancelRequested{OrderID: ordID, Actor: ordActor}), when: ordActor, now: ordNow},
 		{name: "A repeat after the cancel records nothing, even after the show started.",
-			given: []domain.Event{ordPlaced(), domain.OrderCancelled{OrderID: ordID}}, actor: ordActor, now: ordShowAt},
+			given: []domain.Event{ordPlaced(), domain.OrderCancelled{OrderID: ordID}}, when: ordActor, now: ordShowAt},
 		{name: "A failed order cannot be cancelled.",
-			given: []domain.Event{ordPlaced(), domain.OrderFailed{OrderID: ordID, Reason: domain.FailPaymentDeclined}}, actor: ordActor, now: ordNow,
+			given: []domain.Event{ordPlaced(), domain.OrderFailed{OrderID: ordID, Reason: domain.FailPaymentDeclined}}, when: ordActor, now: ordNow,
 			wantErr: domain.ErrNotCancellable},
 		{name: "An order in review cannot be cancelled.",
-			given: []domain.Event{ordPlaced(), domain.OrderNeedsReview{OrderID: ordID, Reason: "x"}}, actor: ordActor, now: ordNow,
+			given: []domain.Event{ordPlaced(), domain.OrderNeedsReview{OrderID: ordID, Reason: "x"}}, when: ordActor, now: ordNow,
 			wantErr: domain.ErrNotCancellable},
 		{name: "A repeat after the cancel records nothing once its refund was refused and the order is in review.",
 			given: append(confirmed[:4:4], ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID, VoidedTickets: ordTickets},
 				domain.RefundRefused{OrderID: ordID, ChargeID: ordCharge1, Code: "resource_missing"}, domain.OrderNeedsReview{OrderID: ordID, Reason: "x"}),
-			actor: ordActor, now: ordNow},
+			when: ordActor, now: ordNow},
 		{name: "Nothing is cancelled once the show has started.",
-			given: confirmed, actor: ordActor, now: ordShowAt, wantErr: domain.ErrShowStarted},
+			given: confirmed, when: ordActor, now: ordShowAt, wantErr: domain.ErrShowStarted},
 		{name: "Another actor's order is not found.",
-			given: confirmed, actor: "user-mallory", now: ordNow, wantErr: domain.ErrOrderNotFound},
+			given: confirmed, when: "user-mallory", now: ordNow, wantErr: domain.ErrOrderNotFound},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			o := orderFrom(tt.given...)
-			got, err := o.Cancel(tt.actor, tt.now, ordShowAt)
-			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("Cancel(%s) error = %v, want %v", tt.actor, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Cancel(%s) error = %v", tt.actor, err)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("Cancel(%s) events (-want +got):\n%s", tt.actor, diff)
-			}
-		})
-	}
+	runDecisions(t, tests, checkErrorIs, func(tt decideCase[string]) (string, []domain.Event, error) {
+		o := orderFrom(tt.given...)
+		got, err := o.Cancel(tt.when, tt.now, ordShowAt)
+		return fmt.Sprintf("Cancel(%s)", tt.when), got, err
+	})
 }
 
 func TestOrderEndsUncharged(t *testing.T) {

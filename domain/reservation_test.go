@@ -1,26 +1,13 @@
 package domain_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/retrysafe/booking/domain"
-)
-
-// Fixtures of the reservation tests: fixResA of fixActor holds 2 seats of
-// the fixture show until resExpiresAt.
-const (
-	fixOrderA    = "01973a30-4400-7c5e-9d6f-7a8b9c0d1e0a"
-	fixOrderB    = "01973a30-4400-7c5e-9d6f-7a8b9c0d1e0b"
-	fixIntentB   = "intent-0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
-	fixOtherUser = "user-mallory"
-)
-
-var (
-	resExpiresAt = showNow.Add(15 * time.Minute)
-	resAmount    = domain.Money{Amount: 5000, Currency: "EUR"}
 )
 
 func givenReservation() domain.ReservationHeld {
@@ -37,19 +24,11 @@ func givenExpiryClaim() domain.ExpiryClaimed {
 }
 
 func reservationFrom(events ...domain.Event) domain.Reservation {
-	var r domain.Reservation
-	for _, e := range events {
-		r.Apply(e)
-	}
-	return r
+	return replay[domain.Reservation](events...)
 }
 
 func claimFrom(events ...domain.Event) domain.Claim {
-	var c domain.Claim
-	for _, e := range events {
-		c.Apply(e)
-	}
-	return c
+	return replay[domain.Claim](events...)
 }
 
 func TestDecideClaim(t *testing.T) {
@@ -134,10 +113,7 @@ func TestDecideClaim(t *testing.T) {
 			t.Parallel()
 			c, r := claimFrom(tt.givenClaim...), reservationFrom(tt.givenRes...)
 			got, err := domain.DecideClaim(c, r, tt.when, tt.now)
-			checkDomainError(t, "DecideClaim(...)", err, tt.wantErr)
-			if diff := cmp.Diff(tt.want, got, eventsEqual); diff != "" {
-				t.Errorf("DecideClaim(%+v, %v) events mismatch (-want +got):\n%s", tt.when, tt.now, diff)
-			}
+			checkDecision(t, fmt.Sprintf("DecideClaim(%+v, %v)", tt.when, tt.now), got, err, tt.want, tt.wantErr, eventsEqual)
 		})
 	}
 }
@@ -168,9 +144,7 @@ func TestDecideExpiry(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got := domain.DecideExpiry(claimFrom(tt.givenClaim...), reservationFrom(tt.givenRes...), tt.now)
-			if diff := cmp.Diff(tt.want, got, eventsEqual); diff != "" {
-				t.Errorf("DecideExpiry(..., %v) mismatch (-want +got):\n%s", tt.now, diff)
-			}
+			checkEvents(t, fmt.Sprintf("DecideExpiry(..., %v)", tt.now), got, tt.want, eventsEqual)
 		})
 	}
 }
@@ -221,9 +195,7 @@ func TestReservationFollowUps(t *testing.T) {
 			t.Parallel()
 			r := reservationFrom(tt.given...)
 			got := tt.when(&r)
-			if diff := cmp.Diff(tt.want, got, eventsEqual); diff != "" {
-				t.Errorf("%s(...) mismatch (-want +got):\n%s", tt.call, diff)
-			}
+			checkEvents(t, tt.call+"(...)", got, tt.want, eventsEqual)
 			// Applying the decided events makes the follow-up a no-op.
 			for _, e := range got {
 				r.Apply(e)

@@ -13,23 +13,6 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// Fixtures of the show tests. showNow is the decision time; the show starts
-// two days later.
-const (
-	fixShowID = "01973a2e-6f00-7a1c-9b2d-3e4f5a6b7c01"
-	fixResA   = "01973a2f-1200-7b3d-8c4e-5f6a7b8c9d0a"
-	fixResB   = "01973a2f-1200-7b3d-8c4e-5f6a7b8c9d0b"
-	fixResC   = "01973a2f-1200-7b3d-8c4e-5f6a7b8c9d0c"
-	fixActor  = "user-alice"
-	fixIntent = "intent-5b1f0c3ad7e94c2b8f6a1e0d9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b"
-)
-
-var (
-	showNow   = time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
-	showStart = showNow.Add(48 * time.Hour)
-	showPrice = domain.Money{Amount: 2500, Currency: "EUR"}
-)
-
 // givenShow is the ShowScheduled of the fixture show with capacity seats.
 func givenShow(capacity int) domain.ShowScheduled {
 	return domain.ShowScheduled{ShowID: fixShowID, Name: "Café Concert", StartsAt: showStart, Capacity: capacity, Price: showPrice}
@@ -48,10 +31,7 @@ func givenReleased(res string, q int) domain.SeatsReleased {
 
 // showFrom returns the show after applying events to the zero Show.
 func showFrom(events ...domain.Event) *domain.Show {
-	var s domain.Show
-	for _, e := range events {
-		s.Apply(e)
-	}
+	s := replay[domain.Show](events...)
 	return &s
 }
 
@@ -78,14 +58,7 @@ func TestShowSchedule(t *testing.T) {
 		badCurrency    = invalid("price.currency", "price.currency must be an ISO 4217 code such as EUR")
 		badStart       = invalid("starts_at", "starts_at must be in the future")
 	)
-	type tc struct {
-		name    string
-		given   []domain.Event
-		when    domain.ScheduleShow
-		now     time.Time
-		want    []domain.Event
-		wantErr *domain.Error
-	}
+	type tc = decideCase[domain.ScheduleShow]
 	tests := []tc{
 		{name: "A valid show is scheduled.", when: valid, now: showNow, want: accepted(valid)},
 		{name: "A show that is already scheduled cannot be scheduled again.",
@@ -147,17 +120,10 @@ func TestShowSchedule(t *testing.T) {
 		{name: "A start is compared as an instant, whatever its time zone.",
 			when: with(func(c *domain.ScheduleShow) { c.StartsAt = showNow.In(time.FixedZone("UTC+2", 2*60*60)) }), now: showNow, wantErr: badStart},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			s := showFrom(tt.given...)
-			got, err := s.Schedule(tt.when, tt.now)
-			checkDomainError(t, "Schedule(...)", err, tt.wantErr)
-			if diff := cmp.Diff(tt.want, got, eventsEqual); diff != "" {
-				t.Errorf("Schedule(%+v, %v) events mismatch (-want +got):\n%s", tt.when, tt.now, diff)
-			}
-		})
-	}
+	runDecisions(t, tests, checkDomainError, func(tt tc) (string, []domain.Event, error) {
+		got, err := showFrom(tt.given...).Schedule(tt.when, tt.now)
+		return fmt.Sprintf("Schedule(%+v, %v)", tt.when, tt.now), got, err
+	}, eventsEqual)
 }
 
 // TestShowScheduleStoresTheStartInUTC checks the location, which cmp (through
@@ -185,14 +151,7 @@ func TestShowHold(t *testing.T) {
 	soldOut := func(requested, available int) *domain.Error {
 		return &domain.Error{Kind: domain.Conflict, Code: "sold-out", Msg: fmt.Sprintf("%d seat(s) requested, %d available", requested, available)}
 	}
-	tests := []struct {
-		name    string
-		given   []domain.Event
-		when    domain.HoldSeats
-		now     time.Time
-		want    []domain.Event
-		wantErr *domain.Error
-	}{
+	tests := []decideCase[domain.HoldSeats]{
 		{name: "Seats are held at the total price until now plus the hold duration.",
 			given: []domain.Event{givenShow(30)}, when: hold(fixResA, 3), now: showNow,
 			want: []domain.Event{domain.SeatsHeld{ShowID: fixShowID, ReservationID: fixResA, Actor: fixActor, Intent: fixIntent,
@@ -254,17 +213,10 @@ func TestShowHold(t *testing.T) {
 		{name: "A repeat of a held reservation is a no-op even after the show started.",
 			given: []domain.Event{givenShow(30), givenHeld(fixResA, 2)}, when: hold(fixResA, 2), now: showStart.Add(time.Hour)},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			s := showFrom(tt.given...)
-			got, err := s.Hold(tt.when, tt.now)
-			checkDomainError(t, "Hold(...)", err, tt.wantErr)
-			if diff := cmp.Diff(tt.want, got, eventsEqual); diff != "" {
-				t.Errorf("Hold(%+v, %v) events mismatch (-want +got):\n%s", tt.when, tt.now, diff)
-			}
-		})
-	}
+	runDecisions(t, tests, checkDomainError, func(tt decideCase[domain.HoldSeats]) (string, []domain.Event, error) {
+		got, err := showFrom(tt.given...).Hold(tt.when, tt.now)
+		return fmt.Sprintf("Hold(%+v, %v)", tt.when, tt.now), got, err
+	}, eventsEqual)
 }
 
 func TestShowHoldSoldOutIsTheSoldOutSentinel(t *testing.T) {
@@ -328,10 +280,7 @@ func TestShowRelease(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s := showFrom(tt.given...)
-			got := s.Release(tt.res, tt.reason)
-			if diff := cmp.Diff(tt.want, got, eventsEqual); diff != "" {
-				t.Errorf("Release(%q, %q) mismatch (-want +got):\n%s", tt.res, tt.reason, diff)
-			}
+			checkEvents(t, fmt.Sprintf("Release(%q, %q)", tt.res, tt.reason), s.Release(tt.res, tt.reason), tt.want, eventsEqual)
 		})
 	}
 }

@@ -20,8 +20,6 @@ import (
 	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
-	"github.com/retrysafe/booking/domain"
-	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations"
@@ -36,16 +34,6 @@ type serveCmd struct {
 
 // devWebhookSecret is the webhook secret of dev mode (simulator in-process).
 const devWebhookSecret = "whsec_dev"
-
-// newRegistry returns the registry of every domain event type.
-func newRegistry() *eventstore.Registry {
-	types := domain.EventTypes()
-	typed := make([]eventstore.Typed, len(types))
-	for i, t := range types {
-		typed[i] = t
-	}
-	return eventstore.NewRegistry(typed...)
-}
 
 // Run starts the service and blocks until the context is done, then shuts
 // down gracefully: HTTP first (in-flight requests finish), then workers,
@@ -87,7 +75,7 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	defer pool.Close()
 	store := pgstore.New(pool)
-	registry := newRegistry()
+	registry := commands.NewRegistry()
 	keys := keystore.New(pool, masterKeys)
 	if err := keys.CheckMasterKeys(ctx); err != nil {
 		return configError("BOOKING_MASTER_KEYS", "%v", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/commands/envelope"
+	"github.com/retrysafe/booking/commands/envelope/envelopetest"
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
@@ -20,29 +21,12 @@ func newPool(t *testing.T) *pgxpool.Pool {
 	return pgtest.NewPool(t, pgtest.NewDatabase(t))
 }
 
-func ring(t *testing.T, entries ...string) *envelope.Keyring {
+// newStore returns a store on a new database whose keyring holds one
+// generated master key named master, the database, and its clock's now.
+func newStore(t *testing.T, master string) (*keystore.Store, *pgxpool.Pool, time.Time) {
 	t.Helper()
-	s := ""
-	for i, e := range entries {
-		if i > 0 {
-			s += ","
-		}
-		s += e
-	}
-	r, err := envelope.ParseKeyring(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func gen(t *testing.T, id string) string {
-	t.Helper()
-	e, err := envelope.GenerateMasterKey(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
+	pool := newPool(t)
+	return keystore.New(pool, envelopetest.Keyring(t, envelopetest.MasterKey(t, master))), pool, dbNow(t, pool)
 }
 
 func dbNow(t *testing.T, pool *pgxpool.Pool) time.Time {
@@ -71,10 +55,8 @@ var tokenAAD = []byte("token")
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := newPool(t)
-	s := keystore.New(pool, ring(t, gen(t, "m1")))
+	s, pool, now := newStore(t, "m1")
 	order := uuid.NewString()
-	now := dbNow(t, pool)
 
 	if _, ok, err := s.Key(ctx, order); ok || err != nil {
 		t.Fatalf("Key(unknown order) = ok %v, %v; want false, nil", ok, err)
@@ -164,9 +146,7 @@ func TestLifecycle(t *testing.T) {
 func TestShredDue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := newPool(t)
-	s := keystore.New(pool, ring(t, gen(t, "m1")))
-	now := dbNow(t, pool)
+	s, pool, now := newStore(t, "m1")
 	var due, later []string
 	for i := range 5 {
 		id := uuid.NewString()
@@ -217,8 +197,8 @@ func TestMasterKeyRotation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := newPool(t)
-	a, b := gen(t, "a"), gen(t, "b")
-	old := keystore.New(pool, ring(t, a))
+	a, b := envelopetest.MasterKey(t, "a"), envelopetest.MasterKey(t, "b")
+	old := keystore.New(pool, envelopetest.Keyring(t, a))
 	now := dbNow(t, pool)
 	o1 := uuid.NewString()
 	dk1 := envelope.NewDataKey()
@@ -227,7 +207,7 @@ func TestMasterKeyRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rotated := keystore.New(pool, ring(t, b, a))
+	rotated := keystore.New(pool, envelopetest.Keyring(t, b, a))
 	if err := rotated.CheckMasterKeys(ctx); err != nil {
 		t.Errorf("CheckMasterKeys with [b, a] = %v, want nil", err)
 	}
@@ -247,7 +227,7 @@ func TestMasterKeyRotation(t *testing.T) {
 		t.Errorf("MasterKeyUse() = %v, %v; want a:1 b:1", use, err)
 	}
 
-	onlyB := keystore.New(pool, ring(t, b))
+	onlyB := keystore.New(pool, envelopetest.Keyring(t, b))
 	if err := onlyB.CheckMasterKeys(ctx); err == nil {
 		t.Errorf("CheckMasterKeys with [b] while a wraps a key = nil, want an error")
 	}
@@ -267,9 +247,7 @@ func TestMasterKeyRotation(t *testing.T) {
 func TestWrappedKeyBoundToOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := newPool(t)
-	s := keystore.New(pool, ring(t, gen(t, "m")))
-	now := dbNow(t, pool)
+	s, pool, now := newStore(t, "m")
 	o1, o2 := uuid.NewString(), uuid.NewString()
 	for _, o := range []string{o1, o2} {
 		if _, err := s.Create(ctx, o, envelope.NewDataKey(), nil, now.Add(time.Hour)); err != nil {

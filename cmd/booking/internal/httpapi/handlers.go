@@ -197,63 +197,85 @@ func (a *api) postShow(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, domain.ErrForbidden.With("only an admin may create shows"))
 		return
 	}
-	req, cmd, err := readCommand(r, commands.OpScheduleShow, showCommand)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	ctx, cancel := detached(r)
-	defer cancel()
-	show, out, err := a.svc.ScheduleShow(ctx, req, cmd)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	writeCreated(w, out, "/v1/shows/"+show.ID, viewShow(show))
+	postCreated(a, w, r, commands.OpScheduleShow, showCommand, a.svc.ScheduleShow, func(show domain.Show) (string, any) {
+		return "/v1/shows/" + show.ID, viewShow(show)
+	})
 }
 
 func (a *api) getShow(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(r)
-	if !ok {
-		a.writeError(w, r, domain.ErrShowNotFound)
-		return
+	if show, ok := getByID(a, w, r, domain.ErrShowNotFound, a.svc.GetShow); ok {
+		writeJSON(w, http.StatusOK, viewShow(show))
 	}
-	show, err := a.svc.GetShow(r.Context(), id)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, viewShow(show))
 }
 
 func (a *api) postReservation(w http.ResponseWriter, r *http.Request) {
-	req, cmd, err := readCommand(r, commands.OpReserveSeats, reservationCommand)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	ctx, cancel := detached(r)
-	defer cancel()
-	res, out, err := a.svc.ReserveSeats(ctx, req, cmd)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	writeCreated(w, out, "/v1/reservations/"+res.ID, viewReservation(res))
+	postCreated(a, w, r, commands.OpReserveSeats, reservationCommand, a.svc.ReserveSeats, func(res domain.Reservation) (string, any) {
+		return "/v1/reservations/" + res.ID, viewReservation(res)
+	})
 }
 
 func (a *api) getReservation(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(r)
-	if !ok {
-		a.writeError(w, r, domain.ErrReservationNotFound)
-		return
+	if res, ok := getByID(a, w, r, domain.ErrReservationNotFound, func(ctx context.Context, id string) (domain.Reservation, error) {
+		return a.svc.GetReservation(ctx, actorFrom(ctx).ID, id)
+	}); ok {
+		writeJSON(w, http.StatusOK, viewReservation(res))
 	}
-	res, err := a.svc.GetReservation(r.Context(), actorFrom(r.Context()).ID, id)
+}
+
+// postCreated answers a state-changing POST that creates a resource: it reads
+// the command (readCommand with op and parse), runs it with the service's
+// call under a detached context, and answers 201 Created with the Location
+// and body that created returns for the resource, marked when replayed. Any
+// error goes through the problem mapping.
+func postCreated[C, R any](a *api, w http.ResponseWriter, r *http.Request, op string, parse func(*body) (C, error),
+	call func(context.Context, commands.Request, C) (R, commands.Outcome, error), created func(R) (location string, body any)) {
+	req, cmd, err := readCommand(r, op, parse)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewReservation(res))
+	var out commands.Outcome
+	v, ok := execute(a, w, r, func(ctx context.Context) (R, error) {
+		v, o, err := call(ctx, req, cmd)
+		out = o
+		return v, err
+	})
+	if ok {
+		location, body := created(v)
+		writeCreated(w, out, location, body)
+	}
+}
+
+// execute runs call, a state-changing use case, under a detached context
+// (see detached). Its error goes through the problem mapping, and then ok is
+// false.
+func execute[R any](a *api, w http.ResponseWriter, r *http.Request, call func(ctx context.Context) (R, error)) (R, bool) {
+	ctx, cancel := detached(r)
+	defer cancel()
+	v, err := call(ctx)
+	if err != nil {
+		a.writeError(w, r, err)
+		return v, false
+	}
+	return v, true
+}
+
+// getByID reads the resource of GET /v1/<resources>/{id} with get: an {id}
+// that is not a UUID is notFound, and an error of get goes through the
+// problem mapping. ok is false once an error has been answered.
+func getByID[R any](a *api, w http.ResponseWriter, r *http.Request, notFound error, get func(ctx context.Context, id string) (R, error)) (R, bool) {
+	var zero R
+	id, ok := pathID(r)
+	if !ok {
+		a.writeError(w, r, notFound)
+		return zero, false
+	}
+	v, err := get(r.Context(), id)
+	if err != nil {
+		a.writeError(w, r, err)
+		return zero, false
+	}
+	return v, true
 }
 
 func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
@@ -263,14 +285,9 @@ func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	applyWait(w, r, &req)
-	ctx, cancel := detached(r)
-	defer cancel()
-	res, err := a.svc.PlaceOrder(ctx, req, cmd)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
+	if res, ok := execute(a, w, r, func(ctx context.Context) (commands.OrderResult, error) { return a.svc.PlaceOrder(ctx, req, cmd) }); ok {
+		a.writeOrderResult(w, r, res, http.StatusCreated)
 	}
-	a.writeOrderResult(w, r, res, http.StatusCreated)
 }
 
 // writeOrderResult answers an order by the intent's first final outcome:
@@ -298,14 +315,10 @@ func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res comma
 }
 
 func (a *api) getOrder(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(r)
+	o, ok := getByID(a, w, r, domain.ErrOrderNotFound, func(ctx context.Context, id string) (domain.Order, error) {
+		return a.svc.GetOrder(ctx, actorFrom(ctx).ID, id)
+	})
 	if !ok {
-		a.writeError(w, r, domain.ErrOrderNotFound)
-		return
-	}
-	o, err := a.svc.GetOrder(r.Context(), actorFrom(r.Context()).ID, id)
-	if err != nil {
-		a.writeError(w, r, err)
 		return
 	}
 	if o.Status == domain.OrderStatusPending || o.Status == domain.OrderStatusCancelling {
@@ -336,11 +349,8 @@ func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, cancel := detached(r)
-	defer cancel()
-	res, err := a.svc.CancelOrder(ctx, req, id)
-	if err != nil {
-		a.writeError(w, r, err)
+	res, ok := execute(a, w, r, func(ctx context.Context) (commands.OrderResult, error) { return a.svc.CancelOrder(ctx, req, id) })
+	if !ok {
 		return
 	}
 	markReplayed(w, res.Outcome)

@@ -62,71 +62,80 @@ type orderListItem struct {
 
 // ListShows answers GET /v1/shows?limit=&cursor=: every show, by start time.
 func (l *lists) ListShows(w http.ResponseWriter, r *http.Request) {
-	limit, err := listLimit(r)
+	limit, after, err := listRequest(r, "s", func(t time.Time, id string) projections.ShowKey { return projections.ShowKey{StartsAt: t, ID: id} })
 	if err != nil {
 		l.writeError(w, r, err)
 		return
-	}
-	var after *projections.ShowKey
-	if c := r.URL.Query().Get("cursor"); c != "" {
-		t, id, err := decodeCursor("s", c)
-		if err != nil {
-			l.writeError(w, r, err)
-			return
-		}
-		after = &projections.ShowKey{StartsAt: t, ID: id}
 	}
 	page, err := l.r.Shows(r.Context(), after, limit)
 	if err != nil {
 		l.writeError(w, r, readModelError(err))
 		return
 	}
-	out := listPage[showListItem]{Items: make([]showListItem, len(page.Items))}
+	items := make([]showListItem, len(page.Items))
 	for i, s := range page.Items {
-		out.Items[i] = showListItem{showView: showView{ID: s.ID, Name: s.Name, StartsAt: s.StartsAt, Capacity: s.Capacity,
+		items[i] = showListItem{showView: showView{ID: s.ID, Name: s.Name, StartsAt: s.StartsAt, Capacity: s.Capacity,
 			Available: s.Available, Price: s.Price}, Held: s.Held, Ordered: s.Ordered}
 	}
+	var next *string
 	if page.Next != nil {
-		c := encodeCursor("s", page.Next.StartsAt, page.Next.ID)
-		out.NextCursor = &c
+		next = ptr(encodeCursor("s", page.Next.StartsAt, page.Next.ID))
 	}
-	w.Header().Set(positionHeader, page.Position.String())
-	writeJSON(w, http.StatusOK, out)
+	writeListPage(w, items, next, page.Position)
 }
 
 // ListOrders answers GET /v1/orders?limit=&cursor=: the caller's orders,
 // newest first.
 func (l *lists) ListOrders(w http.ResponseWriter, r *http.Request, actorID string) {
-	limit, err := listLimit(r)
+	limit, after, err := listRequest(r, "o", func(t time.Time, id string) projections.OrderKey { return projections.OrderKey{CreatedAt: t, ID: id} })
 	if err != nil {
 		l.writeError(w, r, err)
 		return
-	}
-	var after *projections.OrderKey
-	if c := r.URL.Query().Get("cursor"); c != "" {
-		t, id, err := decodeCursor("o", c)
-		if err != nil {
-			l.writeError(w, r, err)
-			return
-		}
-		after = &projections.OrderKey{CreatedAt: t, ID: id}
 	}
 	page, err := l.r.Orders(r.Context(), actorID, after, limit)
 	if err != nil {
 		l.writeError(w, r, readModelError(err))
 		return
 	}
-	out := listPage[orderListItem]{Items: make([]orderListItem, len(page.Items))}
+	items := make([]orderListItem, len(page.Items))
 	for i, o := range page.Items {
-		out.Items[i] = orderListItem{orderView: listOrderView(o), CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}
+		items[i] = orderListItem{orderView: listOrderView(o), CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}
 	}
+	var next *string
 	if page.Next != nil {
-		c := encodeCursor("o", page.Next.CreatedAt, page.Next.ID)
-		out.NextCursor = &c
+		next = ptr(encodeCursor("o", page.Next.CreatedAt, page.Next.ID))
 	}
-	w.Header().Set(positionHeader, page.Position.String())
-	writeJSON(w, http.StatusOK, out)
+	writeListPage(w, items, next, page.Position)
 }
+
+// listRequest reads a list request's limit (listLimit) and cursor of list
+// kind; key makes the list's keyset position from the cursor's time and id.
+// after is nil without a cursor. Errors are Invalid and name the parameter.
+func listRequest[K any](r *http.Request, kind string, key func(t time.Time, id string) K) (limit int, after *K, err error) {
+	limit, err = listLimit(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		t, id, err := decodeCursor(kind, c)
+		if err != nil {
+			return 0, nil, err
+		}
+		k := key(t, id)
+		after = &k
+	}
+	return limit, after, nil
+}
+
+// writeListPage answers 200 with a page of items and its next cursor (null on
+// the last page), and the read model's position (its checkpoint) in the
+// position header.
+func writeListPage[T any](w http.ResponseWriter, items []T, next *string, position fmt.Stringer) {
+	w.Header().Set(positionHeader, position.String())
+	writeJSON(w, http.StatusOK, listPage[T]{Items: items, NextCursor: next})
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // listOrderView is viewOrder for a read-model row: the same JSON shape and
 // rules (tickets only while confirmed).

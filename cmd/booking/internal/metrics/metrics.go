@@ -38,30 +38,32 @@ type Metrics struct {
 // New returns the service's metrics, every counter registered at zero.
 func New() *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		fingerprintConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "booking_idempotency_fingerprint_conflicts_total",
-			Help: "Repeats refused with 422 because the idempotency key was used with a different request."}, []string{"operation"}),
-		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "booking_idempotency_replays_total",
-			Help: "Repeats answered from an existing intent."}, []string{"operation"}),
-		inUse: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "booking_idempotency_in_use_total",
-			Help: "Repeats answered 409 idempotency-key-in-use."}, []string{"operation"}),
-		contention: prometheus.NewCounter(prometheus.CounterOpts{Name: "booking_show_contention_total",
-			Help: "Requests answered 503 contention after bounded retries on a show stream."}),
-		redundantEffects: prometheus.NewCounter(prometheus.CounterOpts{Name: "booking_redundant_effects_total",
-			Help: "Charges refunded as redundant effects."}),
-		reconciliations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "booking_payment_reconciliations_total",
-			Help: "Payment reconciliations by result."}, []string{"result"}),
-		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "booking_recovered_steps_total",
-			Help: "Follow-up or intent steps finished by a background job."}, []string{"step"}),
-		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{Name: "booking_retry_budget_exceeded_total",
-			Help: "Requests answered 429 because the actor exceeded its retry budget."}),
-		unknownAppends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "booking_append_unknown_outcomes_total",
-			Help: "Appends whose answer was lost, repeated to learn the outcome, by result (resolved, not_committed, unresolved)."}, []string{"result"}),
+		reg:                  prometheus.NewRegistry(),
+		fingerprintConflicts: counterVec("booking_idempotency_fingerprint_conflicts_total", "operation", "Repeats refused with 422 because the idempotency key was used with a different request."),
+		replays:              counterVec("booking_idempotency_replays_total", "operation", "Repeats answered from an existing intent."),
+		inUse:                counterVec("booking_idempotency_in_use_total", "operation", "Repeats answered 409 idempotency-key-in-use."),
+		contention:           counter("booking_show_contention_total", "Requests answered 503 contention after bounded retries on a show stream."),
+		redundantEffects:     counter("booking_redundant_effects_total", "Charges refunded as redundant effects."),
+		reconciliations:      counterVec("booking_payment_reconciliations_total", "result", "Payment reconciliations by result."),
+		recovered:            counterVec("booking_recovered_steps_total", "step", "Follow-up or intent steps finished by a background job."),
+		rateLimited:          counter("booking_retry_budget_exceeded_total", "Requests answered 429 because the actor exceeded its retry budget."),
+		unknownAppends:       counterVec("booking_append_unknown_outcomes_total", "result", "Appends whose answer was lost, repeated to learn the outcome, by result (resolved, not_committed, unresolved)."),
 	}
 	m.reg.MustRegister(m.fingerprintConflicts, m.replays, m.inUse, m.contention, m.redundantEffects,
 		m.reconciliations, m.recovered, m.rateLimited, m.unknownAppends,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// counter returns the counter name (a booking_…_total name) with help.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// counterVec returns the counter name (a booking_…_total name) with help,
+// partitioned by the one label.
+func counterVec(name, label, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
 }
 
 // Handler returns the Prometheus exposition handler of the registry (text

@@ -8,16 +8,8 @@ import (
 	"testing"
 
 	"github.com/retrysafe/booking/commands/envelope"
+	"github.com/retrysafe/booking/commands/envelope/envelopetest"
 )
-
-func genKey(t *testing.T, id string) string {
-	t.Helper()
-	e, err := envelope.GenerateMasterKey(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
 
 func writeFile(t *testing.T, content string) string {
 	t.Helper()
@@ -45,17 +37,17 @@ func TestMasterKeysConfig(t *testing.T) {
 	}{
 		{"Dev mode needs no master keys.", func(s *setup) {}, ""},
 		{"A real provider without master keys is refused.", func(s *setup) { s.dev = false }, "BOOKING_MASTER_KEYS"},
-		{"A real provider with master keys starts.", func(s *setup) { s.dev, s.MasterKeys = false, genKey(t, "k1") }, ""},
+		{"A real provider with master keys starts.", func(s *setup) { s.dev, s.MasterKeys = false, envelopetest.MasterKey(t, "k1") }, ""},
 		{"A real provider with a master key file starts.", func(s *setup) {
-			s.dev, s.MasterKeysFile = false, writeFile(t, genKey(t, "k1")+"\n")
+			s.dev, s.MasterKeysFile = false, writeFile(t, envelopetest.MasterKey(t, "k1")+"\n")
 		}, ""},
 		{"Both the variable and the file are refused.", func(s *setup) {
-			s.MasterKeys, s.MasterKeysFile = genKey(t, "k1"), writeFile(t, genKey(t, "k2"))
+			s.MasterKeys, s.MasterKeysFile = envelopetest.MasterKey(t, "k1"), writeFile(t, envelopetest.MasterKey(t, "k2"))
 		}, "BOOKING_MASTER_KEYS"},
 		{"A short key is refused.", func(s *setup) { s.MasterKeys = short }, "BOOKING_MASTER_KEYS"},
 		{"A missing key file is refused.", func(s *setup) { s.MasterKeysFile = filepath.Join(t.TempDir(), "none") }, "BOOKING_MASTER_KEYS_FILE"},
 		{"An empty key file is refused.", func(s *setup) { s.MasterKeysFile = writeFile(t, "\n") }, "BOOKING_MASTER_KEYS_FILE"},
-		{"A key file with a bad entry is refused.", func(s *setup) { s.MasterKeysFile = writeFile(t, genKey(t, "a")+"\n"+short) }, "BOOKING_MASTER_KEYS_FILE"},
+		{"A key file with a bad entry is refused.", func(s *setup) { s.MasterKeysFile = writeFile(t, envelopetest.MasterKey(t, "a")+"\n"+short) }, "BOOKING_MASTER_KEYS_FILE"},
 		{"Both provider key variables are refused.", func(s *setup) {
 			s.ProviderAPIKey, s.ProviderAPIKeyFile = "sk_1", writeFile(t, "sk_2")
 		}, "BOOKING_PROVIDER_API_KEY"},
@@ -124,7 +116,7 @@ func TestDevMasterKey(t *testing.T) {
 		t.Errorf("data directory holds %d entries, want only %s (no temporary files left)", len(entries), DevMasterKeyFile)
 	}
 	// Configured keys win over the dev file.
-	c.MasterKeys = genKey(t, "ops-1")
+	c.MasterKeys = envelopetest.MasterKey(t, "ops-1")
 	r3, src, err := c.LoadMasterKeys(true, dir)
 	if err != nil || src != FromVariable || r3.PrimaryID() != "ops-1" {
 		t.Errorf("LoadMasterKeys with BOOKING_MASTER_KEYS = %v, %v, %v; want ops-1 from the variable", r3, src, err)
