@@ -9,6 +9,7 @@ import (
 
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
+	"github.com/retrysafe/booking/cmd/booking/internal/logging"
 	"github.com/retrysafe/booking/cmd/booking/internal/secrets"
 )
 
@@ -34,6 +35,9 @@ type ServeConfig struct {
 	APITokens             string        `name:"api-tokens" env:"BOOKING_API_TOKENS" help:"Bearer tokens: name=token[:admin],..."`
 	DataDir               string        `name:"data-dir" env:"BOOKING_DATA_DIR" default:".data" help:"Data directory (embedded NATS storage; in dev mode the provider simulator's state in provider-sim/ and the generated master key)."`
 	Deployment            string        `name:"deployment" env:"BOOKING_DEPLOYMENT" help:"Prefix of provider idempotency keys; empty in dev."`
+
+	LogFormat string `name:"log-format" env:"BOOKING_LOG_FORMAT" default:"text" help:"Log format on stderr: text (key=value) or json (one object a line)."`
+	LogLevel  string `name:"log-level" env:"BOOKING_LOG_LEVEL" default:"info" help:"Lowest level logged: debug, info, warn or error."`
 
 	// Secrets: each from its variable or from the file its _FILE variable
 	// names (never both); never logged.
@@ -93,6 +97,12 @@ func (c *ServeConfig) Validate() error {
 	}
 	if err := c.Secrets.Check(c.ProviderURL == ""); err != nil {
 		return err
+	}
+	if _, err := logging.ParseFormat(c.LogFormat); err != nil {
+		return configError("BOOKING_LOG_FORMAT", "%v", err)
+	}
+	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
+		return configError("BOOKING_LOG_LEVEL", "%v", err)
 	}
 	if c.APITokens == "" {
 		return configError("BOOKING_API_TOKENS", "required: name=token[:admin],...")

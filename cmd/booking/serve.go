@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/retrysafe/booking/cmd/booking/internal/faults"
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
+	"github.com/retrysafe/booking/cmd/booking/internal/logging"
 	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/commands"
@@ -68,7 +68,10 @@ func (c *serveCmd) Run(e *env) error {
 		return err
 	}
 	tokens, _ := parseTokens(cfg.APITokens)
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log, err := logging.New(e.stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return configError("BOOKING_LOG_FORMAT", "%v", err) // Validate has checked both
+	}
 	ctx := e.ctx
 
 	if err := migrations.Up(ctx, cfg.DatabaseURL); err != nil {
