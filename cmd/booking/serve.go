@@ -143,7 +143,8 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
 	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's idempotency window
 	hcfg.InUseWait = cfg.InUseWait
-	mx := metrics.New()
+	mx := metrics.New(e.version)
+	mx.MustRegister(metrics.NewPoolCollector(pool))
 	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys)}
 	hooks, testAPI, err := faults.FromEnv(ctx, log)
 	if err != nil {
@@ -200,7 +201,8 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	srv.Handler = httpapi.New(httpapi.Config{Tokens: tokens, WebhookSecret: []byte(cfg.ProviderWebhookSecret),
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
-		Ready: pool.Ping, Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI},
+		Ready: pool.Ping, Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI,
+		ObserveRequest: mx.ObserveHTTP},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(store, projections.NewReader(pool), clock, cfg.IntentRetention, log))
 	// Notifications: the embedded NATS server unless BOOKING_NATS_URL, and

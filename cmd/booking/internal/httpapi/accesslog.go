@@ -12,38 +12,45 @@ import (
 // per request, written when the answer is complete, at info level (debug for
 // the probes and scrapes of /healthz, /readyz and /metrics, which would
 // otherwise drown the rest). The request id comes with the request's context.
-type accessLog struct{ log *slog.Logger }
+// The same end of a request feeds observe, the HTTP metrics (nil: none).
+type accessLog struct {
+	log     *slog.Logger
+	observe func(route, method string, code int, elapsed time.Duration)
+}
 
 // NewLogEntry implements middleware.LogFormatter.
 func (f accessLog) NewLogEntry(r *http.Request) middleware.LogEntry {
-	return &accessEntry{log: f.log, r: r}
+	return &accessEntry{accessLog: f, r: r}
 }
 
 // accessEntry is one request's access log line.
 type accessEntry struct {
-	log *slog.Logger
-	r   *http.Request
+	accessLog
+	r *http.Request
 }
 
 // probes are the routes logged at debug level.
 var probes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 
-// Write logs the line "http request" with method, route (the route template,
+// Write passes the request to observe, then logs the line "http request" with method, route (the route template,
 // "unmatched" when none matched), status, duration_ms, bytes, actor (empty
 // before authentication), replayed (Idempotent-Replayed was set) and, from the
 // context, request_id.
 func (e *accessEntry) Write(status, bytes int, header http.Header, elapsed time.Duration, _ any) {
 	ctx := e.r.Context()
-	route := RouteOf(ctx)
+	route := routeOf(ctx)
+	if status == 0 {
+		status = http.StatusOK // nothing written: net/http answers 200
+	}
+	if e.observe != nil {
+		e.observe(route, e.r.Method, status, elapsed)
+	}
 	level := slog.LevelInfo
 	if probes[route] {
 		level = slog.LevelDebug
 	}
 	if !e.log.Enabled(ctx, level) {
 		return
-	}
-	if status == 0 {
-		status = http.StatusOK // nothing written: net/http answers 200
 	}
 	var actorID string
 	if ri := info(ctx); ri != nil {

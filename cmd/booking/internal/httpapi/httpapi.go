@@ -14,6 +14,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/logging"
 	"github.com/retrysafe/booking/commands"
@@ -80,10 +81,10 @@ type Config struct {
 	Metrics http.Handler
 	// RateLimited is called once per request refused 429 by the retry budget.
 	RateLimited func()
-	// Instrument is middleware around every route (inside the request id
-	// and the access log), such as the HTTP RED metrics; it may read the
-	// route template with RouteOf once the handler has run. Nil: none.
-	Instrument func(http.Handler) http.Handler
+	// ObserveRequest is called once per answered request, with its route
+	// template (see routeOf), method, status code and the time from its
+	// arrival to its complete answer: the HTTP RED metrics. Nil: none.
+	ObserveRequest func(route, method string, code int, elapsed time.Duration)
 	// Test is mounted at /_test (fault-injection control); nil in the
 	// production build.
 	Test http.Handler
@@ -99,7 +100,7 @@ func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
 	log = slog.New(logging.Handler(log.Handler()))
 	a := &api{svc: svc, tokens: cfg.Tokens, log: log, metrics: cfg.Metrics, ready: cfg.Ready, rateLimited: cfg.RateLimited,
 		webhookSecret: cfg.WebhookSecret, budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test,
-		instrument: cfg.Instrument}
+		observe: cfg.ObserveRequest}
 	a.webhooks = newWebhookHandler(a, svc)
 	if reads != nil {
 		a.lists = newLists(reads, a.writeError)

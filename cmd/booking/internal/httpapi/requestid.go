@@ -44,11 +44,11 @@ func RequestIDFrom(ctx context.Context) string {
 	return ""
 }
 
-// RouteOf returns the route template that served the request whose context
+// routeOf returns the route template that served the request whose context
 // is ctx, such as "/v1/orders/{id}" (chi's RoutePattern), once the router has
 // matched it; "unmatched" for a request no route matched. It is meant for
 // labels of metrics, whose values must stay few.
-func RouteOf(ctx context.Context) string {
+func routeOf(ctx context.Context) string {
 	if rc := chi.RouteContext(ctx); rc != nil {
 		if p := rc.RoutePattern(); p != "" {
 			return p

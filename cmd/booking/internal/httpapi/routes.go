@@ -27,8 +27,8 @@ type api struct {
 	budget        *budget
 	webhooks      http.Handler
 	lists         listReader
-	// instrument is the HTTP metrics middleware; nil: none.
-	instrument func(http.Handler) http.Handler
+	// observe receives each answered request (the HTTP metrics); nil: none.
+	observe func(route, method string, code int, elapsed time.Duration)
 	// testAPI serves /_test (fault-injection control); nil in the
 	// production build.
 	testAPI http.Handler
@@ -57,13 +57,10 @@ func (a *api) routes() http.Handler {
 	r := chi.NewRouter()
 	rt := r
 	// Outermost first: the request id (so every later line and answer has
-	// it), the access log, the HTTP metrics (which see the Recoverer's 500),
+	// it), the access log and HTTP metrics (which see the Recoverer's 500),
 	// then the panic recovery.
 	r.Use(requestID)
-	r.Use(middleware.RequestLogger(accessLog{a.log}))
-	if a.instrument != nil {
-		r.Use(a.instrument)
-	}
+	r.Use(middleware.RequestLogger(accessLog{log: a.log, observe: a.observe}))
 	r.Use(middleware.Recoverer)
 	r.Use(lingerAfterBodyTimeout)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
