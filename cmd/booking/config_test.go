@@ -17,7 +17,7 @@ func validServeConfig() ServeConfig {
 		IntentRetention: 24 * time.Hour, IntentLease: 5 * time.Second, ReservationHold: 10 * time.Minute,
 		PaymentLease: 30 * time.Second, ProviderTimeout: 10 * time.Second, ProviderWindow: 24 * time.Hour,
 		PaymentDeadline: 15 * time.Minute, RecoveryInterval: 30 * time.Second, InUseWait: 2 * time.Second,
-		NATSDuplicateWindow: 10 * time.Minute, RetryBudgetRate: 20, RetryBudgetBurst: 40, LogFormat: "text", LogLevel: "info"}
+		NATSDuplicateWindow: 10 * time.Minute, RetryBudgetRate: 20, RetryBudgetBurst: 40, LogConfig: LogConfig{LogFormat: "text", LogLevel: "info"}}
 }
 
 func TestServeConfigValidate(t *testing.T) {

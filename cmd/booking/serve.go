@@ -15,7 +15,6 @@ import (
 
 	"github.com/retrysafe/booking/cmd/booking/internal/faults"
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
-	"github.com/retrysafe/booking/cmd/booking/internal/logging"
 	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/commands"
@@ -68,9 +67,9 @@ func (c *serveCmd) Run(e *env) error {
 		return err
 	}
 	tokens, _ := parseTokens(cfg.APITokens)
-	log, err := logging.New(e.stderr, cfg.LogFormat, cfg.LogLevel)
+	log, err := cfg.LogConfig.Logger(e.stderr)
 	if err != nil {
-		return configError("BOOKING_LOG_FORMAT", "%v", err) // Validate has checked both
+		return err
 	}
 	ctx := e.ctx
 
