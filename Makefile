@@ -38,7 +38,7 @@ PG_PORT            ?= 5433
 BOOKING_DATA_DIR   ?= .data
 BOOKING_HTTP_ADDR  ?= 127.0.0.1:8080
 BOOKING_API_TOKENS ?= alice=dev-alice-token,bob=dev-bob-token,admin=dev-admin-token:admin
-BOOKING_PROVIDER_WEBHOOK_SECRET ?= dev-webhook-secret
+BOOKING_PROVIDER_WEBHOOK_SECRET ?= whsec_dev
 
 comma := ,
 # Base URL and admin token for the hints `make run` prints.

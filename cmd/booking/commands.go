@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -41,6 +40,7 @@ type providerSimCmd struct {
 	SlowDelay     time.Duration `name:"slow-delay" env:"BOOKING_PROVIDER_SLOW_DELAY" default:"2s" help:"Delay of tok_slow."`
 	APIKey        string        `name:"api-key" env:"BOOKING_PROVIDER_SIM_API_KEY" help:"When set, /v1 requests must carry Authorization: Bearer <key> (401 otherwise); never logged."`
 	DataDir       string        `name:"data-dir" env:"BOOKING_DATA_DIR" help:"Keep charges, refunds and idempotency keys in DIR/provider-sim across restarts (empty: in memory only)."`
+	LogConfig     `embed:""`
 }
 
 // simDataDir is where the provider simulator keeps its state inside a data
@@ -58,8 +58,12 @@ func (c *providerSimCmd) Run(e *env) error {
 	if c.Retention <= 0 {
 		return configError("BOOKING_PROVIDER_RETENTION", "must be a positive duration")
 	}
+	log, err := c.LogConfig.Logger(e.stderr)
+	if err != nil {
+		return err
+	}
 	cfg := providersim.Config{Addr: c.Addr, WebhookURL: c.WebhookURL, WebhookSecret: c.WebhookSecret,
-		Retention: c.Retention, SlowDelay: c.SlowDelay, Logger: slog.New(slog.NewTextHandler(e.stderr, nil)),
+		Retention: c.Retention, SlowDelay: c.SlowDelay, Logger: log,
 		DataDir: simDataDir(c.DataDir), APIKey: strings.TrimSpace(c.APIKey)}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("provider-sim: %w", err)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
+	"github.com/retrysafe/booking/cmd/booking/internal/logging"
 	"github.com/retrysafe/booking/cmd/booking/internal/secrets"
 )
 
@@ -35,6 +38,8 @@ type ServeConfig struct {
 	DataDir               string        `name:"data-dir" env:"BOOKING_DATA_DIR" default:".data" help:"Data directory (embedded NATS storage; in dev mode the provider simulator's state in provider-sim/ and the generated master key)."`
 	Deployment            string        `name:"deployment" env:"BOOKING_DEPLOYMENT" help:"Prefix of provider idempotency keys; empty in dev."`
 
+	LogConfig `embed:""`
+
 	// Secrets: each from its variable or from the file its _FILE variable
 	// names (never both); never logged.
 	Secrets secrets.Config `embed:""`
@@ -52,6 +57,25 @@ type ServeConfig struct {
 
 	RetryBudgetRate  float64 `name:"retry-budget-rate" env:"BOOKING_RETRY_BUDGET_RATE" default:"20" help:"Per-actor request budget: sustained requests per second."`
 	RetryBudgetBurst int     `name:"retry-budget-burst" env:"BOOKING_RETRY_BUDGET_BURST" default:"40" help:"Per-actor request budget: burst size."`
+}
+
+// LogConfig is the logging configuration of the commands that run a
+// service (serve, provider-sim, notifications tail).
+type LogConfig struct {
+	LogFormat string `name:"log-format" env:"BOOKING_LOG_FORMAT" default:"text" help:"Log format on stderr: text (key=value) or json (one object a line)."`
+	LogLevel  string `name:"log-level" env:"BOOKING_LOG_LEVEL" default:"info" help:"Lowest level logged: debug, info, warn or error."`
+}
+
+// Logger returns the logger of c writing to w (see logging.New), or a
+// configuration error naming BOOKING_LOG_FORMAT or BOOKING_LOG_LEVEL.
+func (c LogConfig) Logger(w io.Writer) (*slog.Logger, error) {
+	if _, err := logging.ParseFormat(c.LogFormat); err != nil {
+		return nil, configError("BOOKING_LOG_FORMAT", "%v", err)
+	}
+	if _, err := logging.ParseLevel(c.LogLevel); err != nil {
+		return nil, configError("BOOKING_LOG_LEVEL", "%v", err)
+	}
+	return logging.New(w, c.LogFormat, c.LogLevel)
 }
 
 // sendMargin is the safety margin of the payment send fence.
@@ -92,6 +116,9 @@ func (c *ServeConfig) Validate() error {
 		return configError("BOOKING_PROVIDER_SIM_ADDR", "must be host:port: %v", err)
 	}
 	if err := c.Secrets.Check(c.ProviderURL == ""); err != nil {
+		return err
+	}
+	if _, err := c.LogConfig.Logger(io.Discard); err != nil {
 		return err
 	}
 	if c.APITokens == "" {

@@ -17,7 +17,7 @@ func validServeConfig() ServeConfig {
 		IntentRetention: 24 * time.Hour, IntentLease: 5 * time.Second, ReservationHold: 10 * time.Minute,
 		PaymentLease: 30 * time.Second, ProviderTimeout: 10 * time.Second, ProviderWindow: 24 * time.Hour,
 		PaymentDeadline: 15 * time.Minute, RecoveryInterval: 30 * time.Second, InUseWait: 2 * time.Second,
-		NATSDuplicateWindow: 10 * time.Minute, RetryBudgetRate: 20, RetryBudgetBurst: 40}
+		NATSDuplicateWindow: 10 * time.Minute, RetryBudgetRate: 20, RetryBudgetBurst: 40, LogConfig: LogConfig{LogFormat: "text", LogLevel: "info"}}
 }
 
 func TestServeConfigValidate(t *testing.T) {
@@ -32,6 +32,9 @@ func TestServeConfigValidate(t *testing.T) {
 	}{
 		{"A zero read timeout is refused.", func(c *ServeConfig) { c.HTTPReadTimeout = 0 }, "BOOKING_HTTP_READ_TIMEOUT"},
 		{"A negative read timeout is refused.", func(c *ServeConfig) { c.HTTPReadTimeout = -time.Second }, "BOOKING_HTTP_READ_TIMEOUT"},
+		{"An unknown log format is refused.", func(c *ServeConfig) { c.LogFormat = "logfmt" }, "BOOKING_LOG_FORMAT"},
+		{"An empty log format is refused.", func(c *ServeConfig) { c.LogFormat = "" }, "BOOKING_LOG_FORMAT"},
+		{"An unknown log level is refused.", func(c *ServeConfig) { c.LogLevel = "trace" }, "BOOKING_LOG_LEVEL"},
 		{"A token with a space is refused.", func(c *ServeConfig) { c.APITokens = "alice=tok alice" }, "BOOKING_API_TOKENS"},
 		{"An unknown role is refused.", func(c *ServeConfig) { c.APITokens = "alice=tok:root" }, "BOOKING_API_TOKENS"},
 		{"A real provider without master keys is refused.", func(c *ServeConfig) {

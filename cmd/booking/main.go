@@ -10,23 +10,80 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/alecthomas/kong"
 )
 
+// version is the build's version. It is set with
+// -ldflags '-X main.version=v1.2.3'; when empty, the module version recorded
+// by the Go toolchain (runtime/debug.ReadBuildInfo) is used.
+var version string
+
+// Exit statuses of the command, as the BSD sysexits and Go's own tools use
+// them: 0 success, 1 a failure while running, 2 a command line that could
+// not be parsed (unknown command or flag, bad flag or variable value,
+// missing command).
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "booking:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode returns the exit status of a failed run: exitUsage for a command
+// line that could not be parsed, exitFailure otherwise.
+func exitCode(err error) int {
+	var u *usageError
+	if errors.As(err, &u) {
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// usageError is a command line that could not be parsed; main exits with
+// status 2 for it.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// buildVersion returns the version set at link time (main.version), or the
+// main module's version from the build information, or "(devel)" followed by
+// the VCS revision when the build has one.
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := info.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "(devel)"
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " " + s.Value[:12]
+			}
+		}
+	}
+	return v
 }
 
 // cli is the command line: one subcommand per kong command struct.
 // Configuration comes from the environment; flags override it.
 type cli struct {
+	Version       kong.VersionFlag `help:"Print the version and exit."`
 	Serve         serveCmd         `cmd:"" help:"Run the API and the workers (process manager, payments, recovery, projectors, relay)."`
 	Migrate       migrateCmd       `cmd:"" help:"Apply the database migrations."`
 	Projections   projectionsCmd   `cmd:"" help:"Manage read models."`
@@ -37,35 +94,56 @@ type cli struct {
 
 // env carries what every command needs besides its flags.
 type env struct {
-	ctx    context.Context
-	stdout io.Writer
-	stderr io.Writer
+	ctx     context.Context
+	stdout  io.Writer
+	stderr  io.Writer
+	version string
 }
 
+// errHelpShown is returned by run for a bare `booking`: the help went to
+// stderr and the exit status is 2, as for any command line without a command.
+var errHelpShown = &usageError{errors.New("no command given (see the list above)")}
+
 // run parses args and runs the chosen command until it finishes or ctx is
-// done. Errors name the flag or variable at fault.
+// done. Errors name the flag or variable at fault; a command line that
+// cannot be parsed is a *usageError, after the usage was written to stderr.
+// A bare `booking` writes the help to stderr and returns errHelpShown.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c cli
 	exitCode := -1
+	v := buildVersion()
 	parser, err := kong.New(&c,
 		kong.Name("booking"),
 		kong.Description("Event-sourced ticket booking where retries are safe."),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { exitCode = code }),
-		kong.UsageOnError(),
+		kong.Vars{"version": "booking " + v},
 	)
 	if err != nil {
 		return err
 	}
+	if len(args) == 0 {
+		parser.Stdout = stderr
+		if hctx, err := kong.Trace(parser, nil); err == nil {
+			_ = hctx.PrintUsage(false)
+		}
+		return errHelpShown
+	}
 	kctx, err := parser.Parse(args)
-	if exitCode >= 0 { // --help
+	if exitCode >= 0 { // --help or --version
 		if exitCode == 0 {
 			return nil
 		}
-		return errors.New("invalid command line")
+		return &usageError{errors.New("invalid command line")}
 	}
 	if err != nil {
-		return err
+		var pe *kong.ParseError
+		if errors.As(err, &pe) && pe.Context != nil {
+			parser.Stdout = stderr
+			_ = pe.Context.PrintUsage(true)
+			fmt.Fprintln(stderr)
+		}
+		return &usageError{err}
 	}
-	return kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr})
+	return kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr, version: v})
 }

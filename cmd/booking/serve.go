@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -56,7 +55,10 @@ func (c *serveCmd) Run(e *env) error {
 		return err
 	}
 	tokens, _ := parseTokens(cfg.APITokens)
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log, err := cfg.LogConfig.Logger(e.stderr)
+	if err != nil {
+		return err
+	}
 	ctx := e.ctx
 
 	if err := migrations.Up(ctx, cfg.DatabaseURL); err != nil {
@@ -128,7 +130,8 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
 	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's idempotency window
 	hcfg.InUseWait = cfg.InUseWait
-	mx := metrics.New()
+	mx := metrics.New(e.version)
+	mx.MustRegister(metrics.NewPoolCollector(pool))
 	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys)}
 	hooks, testAPI, err := faults.FromEnv(ctx, log)
 	if err != nil {
@@ -185,7 +188,8 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	srv.Handler = httpapi.New(httpapi.Config{Tokens: tokens, WebhookSecret: []byte(cfg.ProviderWebhookSecret),
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
-		Ready: pool.Ping, Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI},
+		Ready: pool.Ping, Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI,
+		ObserveRequest: mx.ObserveHTTP},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(store, projections.NewReader(pool), clock, cfg.IntentRetention, log))
 	// Notifications: the embedded NATS server unless BOOKING_NATS_URL, and

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -30,6 +29,7 @@ type tailCmd struct {
 	DatabaseURL      string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (processed set and effect table)."`
 	AckWait          time.Duration `name:"ack-wait" env:"BOOKING_NOTIFY_ACK_WAIT" default:"30s" help:"Redelivery timeout of an unacknowledged notification."`
 	ProcessedHorizon time.Duration `name:"processed-horizon" env:"BOOKING_NOTIFY_PROCESSED_HORIZON" default:"24h" help:"How long message ids stay in the processed set."`
+	LogConfig        `embed:""`
 }
 
 // validate checks the flags; errors name the variable or flag at fault.
@@ -66,7 +66,10 @@ func (c *tailCmd) Run(e *env) error {
 		return err
 	}
 	ctx := e.ctx
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log, err := c.LogConfig.Logger(e.stderr)
+	if err != nil {
+		return err
+	}
 	if err := migrations.Up(ctx, c.DatabaseURL); err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}

@@ -542,6 +542,9 @@ func TestHTTPContract(t *testing.T) {
 					t.Fatalf("answer %q is not a JSON object: %v", raw, err)
 				}
 			}
+			if id := res.Header.Get(httpapi.HeaderRequestID); id == "" {
+				t.Errorf("the answer has no %s", httpapi.HeaderRequestID)
+			}
 			checkProblem(t, tc, res.Header, doc)
 			f.mu.Lock()
 			calls := f.calls
@@ -609,6 +612,9 @@ func checkProblem(t *testing.T, tc contractCase, h http.Header, doc map[string]a
 	}
 	if d, _ := doc["detail"].(string); d == "" {
 		t.Errorf("problem %v has no detail", doc)
+	}
+	if id, _ := doc["request_id"].(string); id == "" || id != h.Get(httpapi.HeaderRequestID) {
+		t.Errorf("problem request_id = %q, want the answer's %s %q", id, httpapi.HeaderRequestID, h.Get(httpapi.HeaderRequestID))
 	}
 	if tc.fields != nil {
 		var fields []string

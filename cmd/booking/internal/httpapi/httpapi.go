@@ -14,7 +14,9 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/logging"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/projections"
@@ -79,6 +81,10 @@ type Config struct {
 	Metrics http.Handler
 	// RateLimited is called once per request refused 429 by the retry budget.
 	RateLimited func()
+	// ObserveRequest is called once per answered request, with its route
+	// template (see routeOf), method, status code and the time from its
+	// arrival to its complete answer: the HTTP RED metrics. Nil: none.
+	ObserveRequest func(route, method string, code int, elapsed time.Duration)
 	// Test is mounted at /_test (fault-injection control); nil in the
 	// production build.
 	Test http.Handler
@@ -86,11 +92,15 @@ type Config struct {
 
 // New returns the API's handler: every route of the v1 API, /healthz,
 // /readyz, /metrics and /openapi.yaml. reads may be nil, and then the list
-// endpoints answer 503. log receives internal errors in full. The handler is
-// safe for concurrent use.
+// endpoints answer 503. log receives internal errors in full and one access
+// line per request; every line logged with a request's context carries its
+// request_id (X-Request-Id, which every answer echoes). The handler is safe
+// for concurrent use.
 func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
+	log = slog.New(logging.Handler(log.Handler()))
 	a := &api{svc: svc, tokens: cfg.Tokens, log: log, metrics: cfg.Metrics, ready: cfg.Ready, rateLimited: cfg.RateLimited,
-		webhookSecret: cfg.WebhookSecret, budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test}
+		webhookSecret: cfg.WebhookSecret, budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test,
+		observe: cfg.ObserveRequest}
 	a.webhooks = newWebhookHandler(a, svc)
 	if reads != nil {
 		a.lists = newLists(reads, a.writeError)

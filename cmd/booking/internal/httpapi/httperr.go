@@ -90,6 +90,8 @@ type problem struct {
 	Fields   []string `json:"fields,omitempty"`
 	OrderID  string   `json:"order_id,omitempty"`
 	Order    any      `json:"order,omitempty"`
+	// RequestID is the answer's X-Request-Id, to quote when reporting it.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // writeError answers err as application/problem+json. Internal errors are
@@ -97,10 +99,10 @@ type problem struct {
 // Retry-After.
 func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusOf(err)
-	p := problem{Status: status, Title: http.StatusText(status), Instance: r.URL.Path}
+	p := problem{Status: status, Title: http.StatusText(status), Instance: r.URL.Path, RequestID: RequestIDFrom(r.Context())}
 	if r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		// The client went away; nobody reads this answer (nginx's 499).
-		a.log.Info("client closed the request", "method", r.Method, "path", r.URL.Path)
+		a.log.InfoContext(r.Context(), "client closed the request", "method", r.Method, "path", r.URL.Path)
 		w.WriteHeader(499)
 		return
 	}
@@ -109,10 +111,10 @@ func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p.Code, p.Detail, p.Fields = de.Code, de.Error(), de.Fields
 	} else {
 		p.Code, p.Detail = "internal", "an internal error occurred; it has been logged"
-		a.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		a.log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	if status == http.StatusServiceUnavailable && de != nil && de.Kind == domain.Unavailable {
-		a.log.Warn("dependency unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		a.log.WarnContext(r.Context(), "dependency unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	var failed *orderFailedError
 	if errors.As(err, &failed) {

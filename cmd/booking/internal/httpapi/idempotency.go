@@ -29,8 +29,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5/middleware"
-
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 )
@@ -169,7 +167,7 @@ func request(r *http.Request, op string) (commands.Request, error) {
 		return commands.Request{}, err
 	}
 	return commands.Request{Actor: actorFrom(r.Context()).ID, Operation: op, Key: key,
-		CorrelationID: middleware.GetReqID(r.Context())}, nil
+		CorrelationID: RequestIDFrom(r.Context())}, nil
 }
 
 // markReplayed sets Idempotent-Replayed: true when out answers a repeat of an

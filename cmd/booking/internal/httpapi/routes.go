@@ -27,6 +27,8 @@ type api struct {
 	budget        *budget
 	webhooks      http.Handler
 	lists         listReader
+	// observe receives each answered request (the HTTP metrics); nil: none.
+	observe func(route, method string, code int, elapsed time.Duration)
 	// testAPI serves /_test (fault-injection control); nil in the
 	// production build.
 	testAPI http.Handler
@@ -49,9 +51,16 @@ func actorFrom(ctx context.Context) Actor {
 }
 
 func (a *api) routes() http.Handler {
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
 	r := chi.NewRouter()
 	rt := r
-	r.Use(middleware.RequestID)
+	// Outermost first: the request id (so every later line and answer has
+	// it), the access log and HTTP metrics (which see the Recoverer's 500),
+	// then the panic recovery.
+	r.Use(requestID)
+	r.Use(middleware.RequestLogger(accessLog{log: a.log, observe: a.observe}))
 	r.Use(middleware.Recoverer)
 	r.Use(lingerAfterBodyTimeout)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
@@ -125,6 +134,9 @@ func (a *api) authenticate(next http.Handler) http.Handler {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="booking", error="invalid_token"`)
 			a.writeError(w, r, httpError(domain.Unauthorized, codeUnauthorized, "the bearer token is not valid"))
 			return
+		}
+		if ri := info(r.Context()); ri != nil {
+			ri.actor = act.ID // for the access log
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey, act)))
 	})

@@ -48,7 +48,7 @@ func newWebhookHandler(a *api, r webhookReceiver) http.Handler {
 		defer cancel()
 		if err := r.ReceiveWebhook(ctx, a.webhookSecret, req.Header.Get(provider.HeaderSignature), body); err != nil {
 			if domain.KindOf(err) == domain.Invalid {
-				a.log.Warn("provider webhook refused", "err", err)
+				a.log.WarnContext(req.Context(), "provider webhook refused", "err", err)
 			}
 			a.writeError(w, req, err)
 			return

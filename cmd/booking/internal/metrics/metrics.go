@@ -14,9 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/projections"
+	"github.com/retrysafe/booking/provider"
 )
 
 // Metrics are the service's Prometheus counters, in a registry of their own
@@ -33,10 +35,41 @@ type Metrics struct {
 	recovered            *prometheus.CounterVec
 	rateLimited          prometheus.Counter
 	unknownAppends       *prometheus.CounterVec
+	httpRequests         *prometheus.CounterVec
+	httpDuration         *prometheus.HistogramVec
 }
 
-// New returns the service's metrics, every counter registered at zero.
-func New() *Metrics {
+// Operations are the values of the operation label: the idempotent
+// operations of the API ("METHOD route-template", commands.Op*).
+var Operations = []string{commands.OpScheduleShow, commands.OpReserveSeats, commands.OpPlaceOrder, commands.OpCancelOrder}
+
+// ReconciliationResults are the values of the result label of
+// booking_payment_reconciliations_total that the commands layer reports
+// ("found_" followed by a provider charge status, then the others); a test
+// reads them out of the commands source so that none is left out.
+var ReconciliationResults = []string{
+	"found_" + string(provider.StatusSucceeded), "found_" + string(provider.StatusFailed), "not_found", "new_attempt",
+	"deadline_failed", "lease_renewed", "lease_taken_over", "lease_fenced", "foreign_charge", "provider_in_use",
+	"idempotency_error", "provider_refused", "provider_unauthorized", "needs_review",
+	"refund_pending", "refund_recorded", "refund_refused",
+}
+
+// RecoveredSteps are the values of the step label of
+// booking_recovered_steps_total.
+var RecoveredSteps = []string{"intent", "order_claim"}
+
+// UnknownAppendResults are the values of the result label of
+// booking_append_unknown_outcomes_total.
+var UnknownAppendResults = []string{"resolved", "not_committed", "unresolved"}
+
+// New returns the service's metrics with booking_build_info{version,
+// goversion} for version (what booking --version prints), every counter
+// registered at zero, and each labelled counter at zero for every value of
+// its fixed label set (Operations, ReconciliationResults, RecoveredSteps,
+// UnknownAppendResults), so that rate() and increase() see the first event.
+// The HTTP RED metrics (ObserveHTTP) have an open label set (the status
+// code) and appear with their first request.
+func New(version string) *Metrics {
 	m := &Metrics{
 		reg:                  prometheus.NewRegistry(),
 		fingerprintConflicts: counterVec("booking_idempotency_fingerprint_conflicts_total", "operation", "Repeats refused with 422 because the idempotency key was used with a different request."),
@@ -49,9 +82,25 @@ func New() *Metrics {
 		rateLimited:          counter("booking_retry_budget_exceeded_total", "Requests answered 429 because the actor exceeded its retry budget."),
 		unknownAppends:       counterVec("booking_append_unknown_outcomes_total", "result", "Appends whose answer was lost, repeated to learn the outcome, by result (resolved, not_committed, unresolved)."),
 	}
+	m.httpRequests, m.httpDuration = newHTTPMetrics()
 	m.reg.MustRegister(m.fingerprintConflicts, m.replays, m.inUse, m.contention, m.redundantEffects,
-		m.reconciliations, m.recovered, m.rateLimited, m.unknownAppends,
+		m.reconciliations, m.recovered, m.rateLimited, m.unknownAppends, m.httpRequests, m.httpDuration,
+		newBuildInfo(version),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, op := range Operations {
+		m.fingerprintConflicts.WithLabelValues(op)
+		m.replays.WithLabelValues(op)
+		m.inUse.WithLabelValues(op)
+	}
+	for _, r := range ReconciliationResults {
+		m.reconciliations.WithLabelValues(r)
+	}
+	for _, s := range RecoveredSteps {
+		m.recovered.WithLabelValues(s)
+	}
+	for _, r := range UnknownAppendResults {
+		m.unknownAppends.WithLabelValues(r)
+	}
 	return m
 }
 

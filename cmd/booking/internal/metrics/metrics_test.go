@@ -3,6 +3,11 @@ package metrics
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -11,7 +16,7 @@ import (
 // dashboards and alerts depend on them.
 func TestMetricNamesAndLabels(t *testing.T) {
 	t.Parallel()
-	m := New()
+	m := New("v0.0.0-test")
 	m.FingerprintConflict("reserve")
 	m.Replay("reserve")
 	m.InUse("order")
@@ -41,5 +46,42 @@ func TestMetricNamesAndLabels(t *testing.T) {
 		if !strings.Contains(body, "\n"+want) {
 			t.Errorf("GET /metrics lacks %q", want)
 		}
+	}
+}
+
+// TestLabelSetsCoverCommands: every label value the commands layer reports
+// through Metrics (a string literal argument of Reconciliation, Recovered or
+// UnknownAppend in its source) is in the fixed label set New starts at 0,
+// so a new result cannot be missing from /metrics until it first happens.
+func TestLabelSetsCoverCommands(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../../../../commands/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("commands source: %v (%d files)", err, len(files))
+	}
+	sets := map[string][]string{"Reconciliation": ReconciliationResults, "Recovered": RecoveredSteps, "UnknownAppend": UnknownAppendResults}
+	call := regexp.MustCompile(`metrics\.(Reconciliation|Recovered|UnknownAppend)\(("[a-z_]*")`)
+	found := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range call.FindAllStringSubmatch(string(src), -1) {
+			found++
+			v, _ := strconv.Unquote(m[2])
+			if strings.HasSuffix(v, "_") {
+				continue // a prefix such as "found_" + status: its values are listed from provider's statuses
+			}
+			if !slices.Contains(sets[m[1]], v) {
+				t.Errorf("%s: metrics.%s(%q) is not in the label set New initialises", filepath.Base(f), m[1], v)
+			}
+		}
+	}
+	if found < 10 {
+		t.Errorf("found %d label values in the commands source, want the reconciliation results and the rest", found)
 	}
 }

@@ -20,8 +20,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -79,13 +81,24 @@ func RelayConfig(cfg Config, log *slog.Logger) notify.RelayConfig {
 	}
 }
 
-// Connect connects to the NATS server at url as client name, reconnecting
-// for ever after the first connection; a failed first connection (within
-// StartTimeout) is an error naming BOOKING_NATS_URL.
-func Connect(url, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, nats.Name(name), nats.Timeout(StartTimeout), nats.MaxReconnects(-1))
+// Connect connects to the NATS server at serverURL (one URL or a
+// comma-separated list) as client name, reconnecting for ever after the first
+// connection. A URL that does not parse is a *configerr.Error naming
+// BOOKING_NATS_URL; a server that cannot be reached within StartTimeout is
+// "cannot reach NATS at URL (BOOKING_NATS_URL): cause", the URL shown without
+// its password.
+func Connect(serverURL, name string) (*nats.Conn, error) {
+	shown := make([]string, 0, 1)
+	for _, s := range strings.Split(serverURL, ",") {
+		u, err := url.Parse(strings.TrimSpace(s))
+		if err != nil || u.Host == "" {
+			return nil, configerr.New("BOOKING_NATS_URL", "want nats://host:port[,nats://host:port...], got an entry that is not such a URL")
+		}
+		shown = append(shown, u.Redacted())
+	}
+	nc, err := nats.Connect(serverURL, nats.Name(name), nats.Timeout(StartTimeout), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, configerr.New("BOOKING_NATS_URL", "connect: %v", err)
+		return nil, fmt.Errorf("cannot reach NATS at %s (BOOKING_NATS_URL): %w", strings.Join(shown, ","), err)
 	}
 	return nc, nil
 }

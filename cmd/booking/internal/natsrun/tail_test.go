@@ -35,8 +35,9 @@ func TestWriteNotification(t *testing.T) {
 	}
 }
 
-// TestTailNeedsTheStream: tail on a server without stream BOOKING, or on no
-// server, refuses to start with an error naming BOOKING_NATS_URL.
+// TestTailNeedsTheStream: tail on a server without stream BOOKING refuses to
+// start with a configuration error naming BOOKING_NATS_URL, and on no server
+// says that NATS cannot be reached there.
 func TestTailNeedsTheStream(t *testing.T) {
 	t.Parallel()
 	ns, err := startEmbedded(Config{Addr: "127.0.0.1:0", DataDir: t.TempDir()}, quiet)
@@ -44,10 +45,13 @@ func TestTailNeedsTheStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ns.Shutdown()
-	for _, url := range []string{ns.ClientURL(), "nats://127.0.0.1:1"} {
+	for url, want := range map[string]string{
+		ns.ClientURL():       "invalid configuration: BOOKING_NATS_URL:",
+		"nats://127.0.0.1:1": "cannot reach NATS at nats://127.0.0.1:1 (BOOKING_NATS_URL): ",
+	} {
 		err := Tail(t.Context(), TailConfig{URL: url, Durable: "t", Subject: notify.SubjectAll}, nil, &bytes.Buffer{}, quiet)
-		if err == nil || !strings.Contains(err.Error(), "invalid configuration: BOOKING_NATS_URL:") {
-			t.Errorf("Tail on %s = %v, want an error naming BOOKING_NATS_URL", url, err)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Tail on %s = %v, want an error containing %q", url, err, want)
 		}
 	}
 }

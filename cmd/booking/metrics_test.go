@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
+	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/projections"
+)
+
+// emptyReads is a database with nothing pending: the read-model queries of
+// the state gauges, answering nothing.
+type emptyReads struct{}
+
+func (emptyReads) PendingIntents(context.Context, int) ([]projections.PendingIntent, eventstore.Position, error) {
+	return nil, eventstore.Position{}, nil
+}
+
+func (emptyReads) UnknownOutcomes(context.Context, int) ([]projections.UnknownOutcome, eventstore.Position, error) {
+	return nil, eventstore.Position{}, nil
+}
+
+func (emptyReads) RefundBacklog(context.Context) (projections.RefundBacklog, eventstore.Position, error) {
+	return projections.RefundBacklog{}, eventstore.Position{}, nil
+}
+
+// fixedClock is a database clock at one instant.
+type fixedClock struct{}
+
+func (fixedClock) Now(context.Context) (time.Time, error) {
+	return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), nil
+}
+
+// scrape GETs url and returns every sample, keyed by its series as exposed
+// (`name{label="value",...}`).
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		b, _ := io.ReadAll(res.Body)
+		t.Fatalf("GET %s = %d %s", url, res.StatusCode, b)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("sample %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// TestMetricsFromStart: a fresh service's /metrics, served over HTTP the way
+// booking serve wires it, has every metric with a fixed label set at 0 (each
+// operation, reconciliation result, recovered step and append outcome), the
+// state gauges and the pgx pool's statistics at 0, booking_build_info at 1
+// with the version; the HTTP RED metrics count each answer by route
+// template, method and code from the first request on.
+func TestMetricsFromStart(t *testing.T) {
+	t.Parallel()
+	discard := slog.New(slog.DiscardHandler)
+	mx := metrics.New("v1.2.3-test")
+	pool, err := pgxpool.New(context.Background(), "postgres://booking@127.0.0.1:1/none") // never connects
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	mx.MustRegister(metrics.NewPoolCollector(pool), metrics.NewStateCollector(nil, emptyReads{}, fixedClock{}, 24*time.Hour, discard))
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Metrics: mx.Handler(), ObserveRequest: mx.ObserveHTTP}, nil, nil, discard))
+	defer srv.Close()
+
+	got := scrape(t, srv.URL+"/metrics")
+	want := map[string]float64{
+		fmt.Sprintf(`booking_build_info{goversion=%q,version="v1.2.3-test"}`, runtime.Version()): 1,
+		`booking_show_contention_total`:                      0,
+		`booking_redundant_effects_total`:                    0,
+		`booking_retry_budget_exceeded_total`:                0,
+		`booking_intents_pending`:                            0,
+		`booking_intent_oldest_pending_age_seconds`:          0,
+		`booking_intents_unfinished_past_half_retention`:     0,
+		`booking_payment_unknown_outcomes`:                   0,
+		`booking_payment_oldest_unknown_outcome_age_seconds`: 0,
+		`booking_refunds_pending`:                            0,
+		`booking_refund_oldest_pending_age_seconds`:          0,
+		`booking_refunds_in_review`:                          0,
+		`booking_orders_needs_review`:                        0,
+		`pgxpool_acquired_conns`:                             0,
+		`pgxpool_idle_conns`:                                 0,
+		`pgxpool_total_conns`:                                0,
+		`pgxpool_acquires_total`:                             0,
+		`pgxpool_acquire_wait_seconds_total`:                 0,
+		`pgxpool_empty_acquires_total`:                       0,
+		`pgxpool_new_conns_total`:                            0,
+		`pgxpool_max_conns`:                                  float64(pool.Config().MaxConns),
+	}
+	for _, op := range metrics.Operations {
+		for _, name := range []string{"booking_idempotency_fingerprint_conflicts_total", "booking_idempotency_replays_total", "booking_idempotency_in_use_total"} {
+			want[fmt.Sprintf(`%s{operation=%q}`, name, op)] = 0
+		}
+	}
+	for _, r := range metrics.ReconciliationResults {
+		want[fmt.Sprintf(`booking_payment_reconciliations_total{result=%q}`, r)] = 0
+	}
+	for _, s := range metrics.RecoveredSteps {
+		want[fmt.Sprintf(`booking_recovered_steps_total{step=%q}`, s)] = 0
+	}
+	for _, r := range metrics.UnknownAppendResults {
+		want[fmt.Sprintf(`booking_append_unknown_outcomes_total{result=%q}`, r)] = 0
+	}
+	for series, v := range want {
+		if g, ok := got[series]; !ok || g != v {
+			t.Errorf("fresh /metrics: %s = %v (present %t), want %v", series, g, ok, v)
+		}
+	}
+	for series, v := range got {
+		if strings.HasPrefix(series, "booking_") && !strings.HasPrefix(series, "booking_build_info") && v != 0 {
+			t.Errorf("fresh /metrics: %s = %v, want 0", series, v)
+		}
+		if strings.HasPrefix(series, "http_") {
+			t.Errorf("fresh /metrics has %s before any answered request", series)
+		}
+	}
+
+	for _, path := range []string{"/healthz", "/no/such/path", "/v1/orders"} {
+		res, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+	}
+	got = scrape(t, srv.URL+"/metrics")
+	for _, series := range []string{
+		`http_requests_total{code="200",method="GET",route="/metrics"}`,
+		`http_requests_total{code="200",method="GET",route="/healthz"}`,
+		`http_requests_total{code="404",method="GET",route="unmatched"}`,
+		`http_requests_total{code="401",method="GET",route="/v1/orders"}`,
+		`http_request_duration_seconds_count{code="401",method="GET",route="/v1/orders"}`,
+		`http_request_duration_seconds_bucket{code="200",method="GET",route="/healthz",le="+Inf"}`,
+	} {
+		if got[series] != 1 {
+			t.Errorf("/metrics after one request each: %s = %v, want 1", series, got[series])
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// TestRequestIDs: with JSON logs, a client's X-Request-Id is echoed, is the
+// correlation id of the events its request appended (the intent's and the
+// show's), and is on the request's access line with method, route template,
+// status and actor; a request without one gets a new UUIDv7, also in its
+// problem details; a repeat carries its own id, not the first request's.
+func TestRequestIDs(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{Env: map[string]string{"BOOKING_LOG_FORMAT": "json"}})
+	key, body := newKey(), showBody("Concert", 10)
+	r := s.doCall(t, call{Method: "POST", Path: "/v1/shows", Token: tokAdmin, Key: keyOf(key), Body: body,
+		Header: map[string]string{"X-Request-Id": "e2e-show-1"}})
+	if r.Status != 201 || r.Header.Get("X-Request-Id") != "e2e-show-1" {
+		t.Fatalf("POST /v1/shows = %d with X-Request-Id %q, want 201 with e2e-show-1", r.Status, r.Header.Get("X-Request-Id"))
+	}
+	s.waitHorizon(t)
+	for _, prefix := range []string{"intent-", "show-"} {
+		evs := s.logEvents(t, prefix, "")
+		if len(evs) != 1 {
+			t.Fatalf("%d events on %s streams, want 1", len(evs), prefix)
+		}
+		var meta struct {
+			CorrelationID string `json:"correlation_id"`
+		}
+		if err := json.Unmarshal(evs[0].Metadata, &meta); err != nil || meta.CorrelationID != "e2e-show-1" {
+			t.Errorf("%s %s metadata correlation_id = %q (%v), want e2e-show-1", evs[0].Stream, evs[0].Type, meta.CorrelationID, err)
+		}
+	}
+
+	again := s.doCall(t, call{Method: "POST", Path: "/v1/shows", Token: tokAdmin, Key: keyOf(key), Body: body})
+	id := again.Header.Get("X-Request-Id")
+	if u, err := uuid.Parse(id); again.Status != 201 || err != nil || u.Version() != 7 {
+		t.Errorf("repeat = %d with X-Request-Id %q, want 201 with a new UUIDv7", again.Status, id)
+	}
+	missing := s.doCall(t, call{Method: "GET", Path: "/v1/shows/" + uuid.Must(uuid.NewV7()).String(), Token: tokAlice,
+		Header: map[string]string{"X-Request-Id": "bad id with spaces"}})
+	pid := missing.Header.Get("X-Request-Id")
+	if missing.Status != 404 || missing.str("request_id") != pid || pid == "bad id with spaces" || pid == "" {
+		t.Errorf("GET an unknown show = %d, request_id %q, X-Request-Id %q; want 404 with a new id in both",
+			missing.Status, missing.str("request_id"), pid)
+	}
+
+	want := map[string]map[string]any{
+		"e2e-show-1": {"method": "POST", "route": "/v1/shows", "status": 201.0, "actor": "admin", "replayed": false},
+		id:           {"method": "POST", "route": "/v1/shows", "status": 201.0, "actor": "admin", "replayed": true},
+		pid:          {"method": "GET", "route": "/v1/shows/{id}", "status": 404.0, "actor": "alice"},
+	}
+	lines := map[string]map[string]any{}
+	if !eventually(30*time.Second, func() bool {
+		for _, l := range strings.Split(s.logs.String(), "\n") {
+			var line map[string]any
+			if json.Unmarshal([]byte(l), &line) != nil || line["msg"] != "http request" {
+				continue
+			}
+			if rid, _ := line["request_id"].(string); want[rid] != nil {
+				lines[rid] = line
+			}
+		}
+		return len(lines) == len(want)
+	}) {
+		t.Fatalf("booking serve logged access lines for %d of %d requests:\n%s", len(lines), len(want), tail(s.logs.String(), 4000))
+	}
+	for rid, w := range want {
+		for k, v := range w {
+			if lines[rid][k] != v {
+				t.Errorf("access line of %s: %s = %v, want %v (%v)", rid, k, lines[rid][k], v, lines[rid])
+			}
+		}
+	}
+}
