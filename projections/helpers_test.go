@@ -107,6 +107,14 @@ type workload struct {
 // run appends the workload through a, shows spread over workers goroutines
 // (each show's stream is appended by one goroutine). It returns when done
 // or ctx is done.
+// appendTo runs w against store with a new appender and a fresh clock, and
+// returns the appender.
+func (w workload) appendTo(tb testing.TB, ctx context.Context, store eventstore.Store) *appender {
+	a := &appender{tb: tb, store: store, clock: &clock{}}
+	w.run(ctx, a)
+	return a
+}
+
 func (w workload) run(ctx context.Context, a *appender) {
 	var wg sync.WaitGroup
 	next := atomic.Int64{}
@@ -273,32 +281,15 @@ func mustModel(tb testing.TB, ctx context.Context, db *testDB) *model {
 				tb.Fatal(err)
 			}
 			id := func(prefix string) string { return r.Stream[len(prefix):] }
+			e, rev := ev.(domain.Event), int64(r.Revision)
 			switch {
 			case len(r.Stream) > len(showPrefix) && r.Stream[:len(showPrefix)] == showPrefix:
-				s := m.shows[id(showPrefix)]
-				if s == nil {
-					s = &domain.Show{}
-					m.shows[id(showPrefix)] = s
-				}
-				s.Apply(ev.(domain.Event))
-				m.showRev[id(showPrefix)] = int64(r.Revision)
+				foldInto(m.shows, m.showRev, id(showPrefix), e, rev)
 			case len(r.Stream) > len("reservation-order-") && r.Stream[:len("reservation-order-")] == "reservation-order-":
 			case len(r.Stream) > len(reservationPrefix) && r.Stream[:len(reservationPrefix)] == reservationPrefix:
-				s := m.reservations[id(reservationPrefix)]
-				if s == nil {
-					s = &domain.Reservation{}
-					m.reservations[id(reservationPrefix)] = s
-				}
-				s.Apply(ev.(domain.Event))
-				m.resRev[id(reservationPrefix)] = int64(r.Revision)
+				foldInto(m.reservations, m.resRev, id(reservationPrefix), e, rev)
 			case len(r.Stream) > len(orderPrefix) && r.Stream[:len(orderPrefix)] == orderPrefix:
-				s := m.orders[id(orderPrefix)]
-				if s == nil {
-					s = &domain.Order{}
-					m.orders[id(orderPrefix)] = s
-				}
-				s.Apply(ev.(domain.Event))
-				m.orderRev[id(orderPrefix)] = int64(r.Revision)
+				foldInto(m.orders, m.orderRev, id(orderPrefix), e, rev)
 			}
 		}
 		if len(batch) < 5000 {
@@ -306,6 +297,21 @@ func mustModel(tb testing.TB, ctx context.Context, db *testDB) *model {
 		}
 		after = batch[len(batch)-1].Position
 	}
+}
+
+// foldInto applies e to the aggregate id in aggs, made if missing, and
+// records rev as its revision in revs.
+func foldInto[A any, PA interface {
+	*A
+	Apply(domain.Event)
+}](aggs map[string]PA, revs map[string]int64, id string, e domain.Event, rev int64) {
+	a := aggs[id]
+	if a == nil {
+		a = new(A)
+		aggs[id] = a
+	}
+	a.Apply(e)
+	revs[id] = rev
 }
 
 // paymentStatus is the API's payment status of o (cmd/booking viewOrder).

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/internal/tick"
 )
 
 // Log is what the relay reads: the event store's catch-up subscription, and
@@ -342,14 +343,7 @@ func (r *Relay) lead(ctx context.Context, l *lease, sent time.Duration) error {
 	// retried; publishing stops by itself once the lease is no longer trusted.
 	var renewals sync.WaitGroup
 	renewals.Go(func() {
-		t := time.NewTicker(r.cfg.RenewEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-lctx.Done():
-				return
-			case <-t.C:
-			}
+		tick.Every(lctx, r.cfg.RenewEvery, func() bool {
 			at := time.Since(r.base)
 			rctx, rc := context.WithTimeout(lctx, r.cfg.RenewEvery)
 			err := l.renew(rctx)
@@ -359,11 +353,12 @@ func (r *Relay) lead(ctx context.Context, l *lease, sent time.Duration) error {
 				deadline.Store(int64(at + trust))
 			case errors.Is(err, ErrFenced):
 				cancel(ErrFenced)
-				return
+				return false
 			case lctx.Err() == nil:
 				log.Warn("relay lease renewal failed", "err", err)
 			}
-		}
+			return true
+		})
 	})
 	defer renewals.Wait()
 

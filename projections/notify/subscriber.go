@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/retrysafe/booking/internal/tick"
 )
 
 // Defaults of SubscriberConfig.
@@ -238,18 +240,12 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	pctx, stopPrune := context.WithCancel(ctx)
 	defer stopPrune()
 	wg.Go(func() {
-		t := time.NewTicker(s.cfg.PruneEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-pctx.Done():
-				return
-			case <-t.C:
-				if _, err := s.Prune(pctx); err != nil && pctx.Err() == nil {
-					s.cfg.Logger.Warn("notify: prune processed set", "durable", s.cfg.Durable, "err", err)
-				}
+		tick.Every(pctx, s.cfg.PruneEvery, func() bool {
+			if _, err := s.Prune(pctx); err != nil && pctx.Err() == nil {
+				s.cfg.Logger.Warn("notify: prune processed set", "durable", s.cfg.Durable, "err", err)
 			}
-		}
+			return true
+		})
 	})
 
 	for {
