@@ -89,24 +89,12 @@ func (c RelayConfig) withDefaults() RelayConfig {
 	if c.Stream == "" {
 		c.Stream = StreamName
 	}
-	if c.LeaseTTL <= 0 {
-		c.LeaseTTL = DefaultLeaseTTL
-	}
-	if c.RenewEvery <= 0 {
-		c.RenewEvery = c.LeaseTTL / 3
-	}
-	if c.RetryInterval <= 0 {
-		c.RetryInterval = c.LeaseTTL / 3
-	}
-	if c.AckTimeout <= 0 {
-		c.AckTimeout = DefaultAckTimeout
-	}
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = DefaultMaxInFlight
-	}
-	if c.CheckpointEvery <= 0 {
-		c.CheckpointEvery = DefaultCheckpointEvery
-	}
+	c.LeaseTTL = orDefault(c.LeaseTTL, DefaultLeaseTTL)
+	c.RenewEvery = orDefault(c.RenewEvery, c.LeaseTTL/3)
+	c.RetryInterval = orDefault(c.RetryInterval, c.LeaseTTL/3)
+	c.AckTimeout = orDefault(c.AckTimeout, DefaultAckTimeout)
+	c.MaxInFlight = orDefault(c.MaxInFlight, DefaultMaxInFlight)
+	c.CheckpointEvery = orDefault(c.CheckpointEvery, DefaultCheckpointEvery)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -620,4 +608,13 @@ func (r *Relay) streamTail(ctx context.Context, s jetstream.Stream, log *slog.Lo
 	log.Warn("relay: the stream's last notification is not in this event log (stream from another database?); publishing from the checkpoint",
 		"seq", m.Sequence, "msg_id", t.msgID, "stream", stream, "revision", rev)
 	return t, nil
+}
+
+// orDefault returns v if it is positive, def otherwise: the zero value (or
+// a negative one) of a setting selects its default.
+func orDefault[T ~int | ~int64](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
 }

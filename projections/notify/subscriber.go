@@ -92,33 +92,15 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	if c.Subject == "" {
 		c.Subject = SubjectAll
 	}
-	if c.AckWait <= 0 {
-		c.AckWait = DefaultAckWait
-	}
-	if c.MaxAckPending <= 0 {
-		c.MaxAckPending = DefaultMaxAckPending
-	}
-	if c.Prefetch <= 0 {
-		c.Prefetch = DefaultPrefetch
-	}
-	if c.ProcessedHorizon <= 0 {
-		c.ProcessedHorizon = DefaultProcessedHorizon
-	}
-	if c.PruneEvery <= 0 {
-		c.PruneEvery = DefaultPruneEvery
-	}
-	if c.GapRetries <= 0 {
-		c.GapRetries = DefaultGapRetries
-	}
-	if c.GapDelay <= 0 {
-		c.GapDelay = DefaultGapDelay
-	}
-	if c.ErrorDelay <= 0 {
-		c.ErrorDelay = DefaultErrorDelay
-	}
-	if c.HandleTimeout <= 0 {
-		c.HandleTimeout = DefaultHandleTimeout
-	}
+	c.AckWait = orDefault(c.AckWait, DefaultAckWait)
+	c.MaxAckPending = orDefault(c.MaxAckPending, DefaultMaxAckPending)
+	c.Prefetch = orDefault(c.Prefetch, DefaultPrefetch)
+	c.ProcessedHorizon = orDefault(c.ProcessedHorizon, DefaultProcessedHorizon)
+	c.PruneEvery = orDefault(c.PruneEvery, DefaultPruneEvery)
+	c.GapRetries = orDefault(c.GapRetries, DefaultGapRetries)
+	c.GapDelay = orDefault(c.GapDelay, DefaultGapDelay)
+	c.ErrorDelay = orDefault(c.ErrorDelay, DefaultErrorDelay)
+	c.HandleTimeout = orDefault(c.HandleTimeout, DefaultHandleTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

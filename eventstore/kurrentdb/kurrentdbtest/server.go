@@ -98,15 +98,9 @@ var _ api.StreamsServer = (*streamsService)(nil)
 // one) and returns it once it accepts connections. Returns an error if the
 // data file cannot be loaded or the address cannot be listened on.
 func Start(addr string, opts Options) (*Server, error) {
-	if opts.WriteTimeout <= 0 {
-		opts.WriteTimeout = DefaultWriteTimeout
-	}
-	if opts.IdempotencyCacheEntries <= 0 {
-		opts.IdempotencyCacheEntries = DefaultIdempotencyCacheEntries
-	}
-	if opts.MaxAppendSize <= 0 {
-		opts.MaxAppendSize = DefaultMaxAppendSize
-	}
+	opts.WriteTimeout = orDefault(opts.WriteTimeout, DefaultWriteTimeout)
+	opts.IdempotencyCacheEntries = orDefault(opts.IdempotencyCacheEntries, DefaultIdempotencyCacheEntries)
+	opts.MaxAppendSize = orDefault(opts.MaxAppendSize, DefaultMaxAppendSize)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -445,4 +439,13 @@ func (c *trackedConn) Close() error {
 		c.l.mu.Unlock()
 	})
 	return c.Conn.Close()
+}
+
+// orDefault returns v if it is positive, def otherwise: the zero value (or
+// a negative one) of a setting selects its default.
+func orDefault[T ~int | ~int64](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
 }
