@@ -93,6 +93,32 @@ func (s *sim) mustDo(tb testing.TB, method, path string, body any, out any) int 
 	return resp.StatusCode
 }
 
+// mustCharge creates a charge with key and req, failing tb on an error.
+func (s *sim) mustCharge(tb testing.TB, ctx context.Context, key string, req provider.ChargeRequest) provider.Charge {
+	tb.Helper()
+	ch, err := s.client.CreateCharge(ctx, key, req)
+	if err != nil {
+		tb.Fatalf("CreateCharge(%s) = %v", key, err)
+	}
+	return ch
+}
+
+// wantStatus does the request (as mustDo, discarding the body) and fails tb
+// unless it answers want.
+func (s *sim) wantStatus(tb testing.TB, method, path string, body any, want int) {
+	tb.Helper()
+	if status := s.mustDo(tb, method, path, body, nil); status != want {
+		tb.Fatalf("%s %s = %d, want %d", method, path, status, want)
+	}
+}
+
+// mustSimCtx starts a simulator with cfg (mustSim) and returns it with a
+// context for the test (ctxT).
+func mustSimCtx(tb testing.TB, cfg providersim.Config) (*sim, context.Context) {
+	tb.Helper()
+	return mustSim(tb, cfg), ctxT(tb)
+}
+
 func charge(orderID string, attempt int, token string) provider.ChargeRequest {
 	return provider.NewChargeRequest(1500, "EUR", token, orderID, attempt)
 }
