@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/domain"
@@ -350,26 +351,18 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 	tb.Helper()
 	m := mustModel(tb, ctx, db)
 	// Shows.
-	rows, err := db.pool.Query(ctx, `SELECT s.id::text, s.capacity, s.taken, s.holds, s.revision, coalesce(ss.ordered, 0)
-		FROM rm_shows s LEFT JOIN rm_show_sales ss ON ss.show_id = s.id`)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	seen := 0
-	for rows.Next() {
+	seen := eachRow(tb, ctx, db, `SELECT s.id::text, s.capacity, s.taken, s.holds, s.revision, coalesce(ss.ordered, 0)
+		FROM rm_shows s LEFT JOIN rm_show_sales ss ON ss.show_id = s.id`, func(scan func(dest ...any)) {
 		var (
 			id                              string
 			capacity, taken, holds, ordered int
 			rev                             int64
 		)
-		if err := rows.Scan(&id, &capacity, &taken, &holds, &rev, &ordered); err != nil {
-			tb.Fatal(err)
-		}
-		seen++
+		scan(&id, &capacity, &taken, &holds, &rev, &ordered)
 		s := m.shows[id]
 		if s == nil {
 			tb.Errorf("rm_shows has show %s the store does not", id)
-			continue
+			return
 		}
 		wantOrdered := 0
 		for resID := range s.Holds {
@@ -387,51 +380,36 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 			tb.Errorf("show %s: capacity %d taken %d holds %d rev %d ordered %d; want %d %d %d %d %d (of live holds %d)", id, capacity, taken, holds, rev, ordered,
 				s.Capacity, s.Taken, len(s.Holds), m.showRev[id], allOrdered, wantOrdered)
 		}
-	}
-	rows.Close()
+	})
 	if seen != len(m.shows) {
 		tb.Errorf("rm_shows has %d shows, the store %d", seen, len(m.shows))
 	}
 	// Reservations (both the reservations projection and the shows projection's copy).
-	rows, err = db.pool.Query(ctx, `SELECT r.id::text, r.status, r.order_id, r.quantity, r.revision, coalesce(sr.status, ''), coalesce(sr.revision, -1)
-		FROM rm_reservations r LEFT JOIN rm_show_reservations sr ON sr.reservation_id = r.id`)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	seen = 0
-	for rows.Next() {
+	seen = eachRow(tb, ctx, db, `SELECT r.id::text, r.status, r.order_id, r.quantity, r.revision, coalesce(sr.status, ''), coalesce(sr.revision, -1)
+		FROM rm_reservations r LEFT JOIN rm_show_reservations sr ON sr.reservation_id = r.id`, func(scan func(dest ...any)) {
 		var (
 			id, status, orderID, srStatus string
 			q                             int
 			rev, srRev                    int64
 		)
-		if err := rows.Scan(&id, &status, &orderID, &q, &rev, &srStatus, &srRev); err != nil {
-			tb.Fatal(err)
-		}
-		seen++
+		scan(&id, &status, &orderID, &q, &rev, &srStatus, &srRev)
 		r := m.reservations[id]
 		if r == nil {
 			tb.Errorf("rm_reservations has %s the store does not", id)
-			continue
+			return
 		}
 		if status != r.Status || orderID != r.OrderID || q != r.Quantity || rev != m.resRev[id] || srStatus != r.Status || srRev != rev {
 			tb.Errorf("reservation %s: %s %q %d rev %d (shows copy %s rev %d); want %s %q %d rev %d", id, status, orderID, q, rev, srStatus, srRev,
 				r.Status, r.OrderID, r.Quantity, m.resRev[id])
 		}
-	}
-	rows.Close()
+	})
 	if seen != len(m.reservations) {
 		tb.Errorf("rm_reservations has %d rows, the store %d reservations", seen, len(m.reservations))
 	}
 	// Orders.
-	rows, err = db.pool.Query(ctx, `SELECT id::text, status, attempts, payment_status, charge_id, ticket_count, revision, unknown_since IS NOT NULL,
+	seen = eachRow(tb, ctx, db, `SELECT id::text, status, attempts, payment_status, charge_id, ticket_count, revision, unknown_since IS NOT NULL,
 		refunds_pending, refunds_refused, refund_pending_since IS NOT NULL
-		FROM rm_orders`)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	seen = 0
-	for rows.Next() {
+		FROM rm_orders`, func(scan func(dest ...any)) {
 		var (
 			id, status, pay, charge string
 			attempts, tickets       int
@@ -439,14 +417,11 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 			unknown, since          bool
 			pending, refused        int
 		)
-		if err := rows.Scan(&id, &status, &attempts, &pay, &charge, &tickets, &rev, &unknown, &pending, &refused, &since); err != nil {
-			tb.Fatal(err)
-		}
-		seen++
+		scan(&id, &status, &attempts, &pay, &charge, &tickets, &rev, &unknown, &pending, &refused, &since)
 		o := m.orders[id]
 		if o == nil {
 			tb.Errorf("rm_orders has %s the store does not", id)
-			continue
+			return
 		}
 		wantUnknown := o.LastAttempt() != nil && o.LastAttempt().Outcome == domain.OutcomeUnknown
 		if status != o.Status || attempts != len(o.Attempts) || pay != paymentStatus(o) || charge != o.ChargeID || tickets != len(o.Tickets) ||
@@ -457,11 +432,35 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 		if wantPending, wantRefused := len(o.PendingRefunds()), refusedRefunds(o); pending != wantPending || refused != wantRefused || since != (wantPending > 0) {
 			tb.Errorf("order %s: refunds pending %d (since set %v), refused %d; want %d, %d", id, pending, since, refused, wantPending, wantRefused)
 		}
-	}
-	rows.Close()
+	})
 	if seen != len(m.orders) {
 		tb.Errorf("rm_orders has %d rows, the store %d orders", seen, len(m.orders))
 	}
+}
+
+// eachRow runs query and calls row for each row it returns, with a scan
+// function for the row; it fails tb on an error of the query or a scan, and
+// returns the number of rows.
+func eachRow(tb testing.TB, ctx context.Context, db *testDB, query string, row func(scan func(dest ...any))) int {
+	tb.Helper()
+	rows, err := db.pool.Query(ctx, query)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+		row(func(dest ...any) {
+			if err := rows.Scan(dest...); err != nil {
+				tb.Fatal(err)
+			}
+		})
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }
 
 // readModelTables lists every read-model table with its key.
@@ -473,32 +472,32 @@ func dump(tb testing.TB, ctx context.Context, pool *pgxpool.Pool) map[string][]s
 	tb.Helper()
 	out := map[string][]string{}
 	for _, t := range readModelTables {
-		rows, err := pool.Query(ctx, `SELECT to_jsonb(t)::text FROM `+t+` t`)
-		if err != nil {
-			tb.Fatal(err)
+		if rows := queryStrings(tb, ctx, pool, `SELECT to_jsonb(t)::text FROM `+t+` t`); rows != nil {
+			sort.Strings(rows)
+			out[t] = rows
 		}
-		for rows.Next() {
-			var s string
-			if err := rows.Scan(&s); err != nil {
-				tb.Fatal(err)
-			}
-			out[t] = append(out[t], s)
-		}
-		rows.Close()
-		sort.Strings(out[t])
 	}
-	rows, err := pool.Query(ctx, `SELECT name || ' ' || commit_tx || '/' || prepare || ' ' || coalesce(log_time::text, '-') FROM projection_checkpoints ORDER BY name`)
+	if rows := queryStrings(tb, ctx, pool, `SELECT name || ' ' || commit_tx || '/' || prepare || ' ' || coalesce(log_time::text, '-') FROM projection_checkpoints ORDER BY name`); rows != nil {
+		out["checkpoints"] = rows
+	}
+	return out
+}
+
+// queryStrings returns the rows of query, a single text column, in order
+// (nil when there are none); it fails tb on an error.
+func queryStrings(tb testing.TB, ctx context.Context, pool *pgxpool.Pool, query string) []string {
+	tb.Helper()
+	rows, err := pool.Query(ctx, query)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			tb.Fatal(err)
-		}
-		out["checkpoints"] = append(out["checkpoints"], s)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		tb.Fatal(err)
 	}
-	rows.Close()
+	if len(out) == 0 {
+		return nil
+	}
 	return out
 }
 
