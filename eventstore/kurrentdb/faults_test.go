@@ -26,11 +26,7 @@ func TestFaults(t *testing.T) {
 	t.Run("a subscription survives a server restart and resumes from its last event", func(t *testing.T) {
 		t.Parallel()
 		srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{DataFile: t.TempDir() + "/log"})
-		logs := &countingHandler{}
-		s := newStore(t, srv.URL()+"&maxDiscoverAttempts=3&discoveryInterval=20",
-			kurrentdb.WithBackoff(10*time.Millisecond, 100*time.Millisecond), kurrentdb.WithLogger(slog.New(logs)))
-		ctx := testContext(t)
-		sub := subscribe(t, ctx, s, eventstore.Position{}, "restart-")
+		s, ctx, sub, logs := watchStore(t, srv.URL()+"&maxDiscoverAttempts=3&discoveryInterval=20", 10*time.Millisecond, 100*time.Millisecond, "restart-")
 		var want []eventstore.EventData
 		for round := range 3 {
 			for i := range 5 {
@@ -55,18 +51,13 @@ func TestFaults(t *testing.T) {
 		if diff := cmp.Diff(storetest.IDs(want), storetest.IDs(ownEvents(t, ctx, s, "restart-"))); diff != "" {
 			t.Errorf("ReadAll after restarts mismatch (-want +got):\n%s", diff)
 		}
-		if n := logs.count(resubscribing); n < 3 {
-			t.Errorf("the subscription resubscribed %d times across 3 restarts, want at least 3", n)
-		}
+		logs.wantResubscribed(t, 3, "across 3 restarts")
 	})
 
 	t.Run("a subscription survives the server process killed and started again on its data file", func(t *testing.T) {
 		t.Parallel()
 		p := kurrentdbtest.StartProcess(t, doubleBin, t.TempDir()+"/log")
-		logs := &countingHandler{}
-		s := newStore(t, p.URL(), kurrentdb.WithBackoff(10*time.Millisecond, 100*time.Millisecond), kurrentdb.WithLogger(slog.New(logs)))
-		ctx := testContext(t)
-		sub := subscribe(t, ctx, s, eventstore.Position{}, "killed-")
+		s, ctx, sub, logs := watchStore(t, p.URL(), 10*time.Millisecond, 100*time.Millisecond, "killed-")
 		before := newEvents(3)
 		storetest.MustAppend(t, ctx, s, "killed-s", eventstore.NoStream(), before...)
 		sub.waitFor(t, ctx, 3)
@@ -80,18 +71,13 @@ func TestFaults(t *testing.T) {
 		if diff := cmp.Diff(want, storetest.IDs(sub.waitFor(t, ctx, 5))); diff != "" {
 			t.Errorf("SubscribeAll across a SIGKILL mismatch (-want +got):\n%s", diff)
 		}
-		if n := logs.count(resubscribing); n < 1 {
-			t.Errorf("the subscription resubscribed %d times, want at least 1", n)
-		}
+		logs.wantResubscribed(t, 1, "")
 	})
 
 	t.Run("a subscription survives dropped connections while events are appended", func(t *testing.T) {
 		t.Parallel()
 		srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
-		logs := &countingHandler{}
-		s := newStore(t, srv.URL(), kurrentdb.WithBackoff(5*time.Millisecond, 50*time.Millisecond), kurrentdb.WithLogger(slog.New(logs)))
-		ctx := testContext(t)
-		sub := subscribe(t, ctx, s, eventstore.Position{}, "drop-")
+		s, ctx, sub, logs := watchStore(t, srv.URL(), 5*time.Millisecond, 50*time.Millisecond, "drop-")
 		var (
 			mu   sync.Mutex
 			want = map[string]bool{}
@@ -165,9 +151,7 @@ func TestFaults(t *testing.T) {
 		if n := len(ownEvents(t, ctx, s, "drop-")); n != 100 {
 			t.Errorf("ReadAll holds %d events, want 100 (no duplicates from retried appends)", n)
 		}
-		if n := logs.count(resubscribing); n < 1 {
-			t.Errorf("the subscription resubscribed %d times across 5 dropped connections, want at least 1", n)
-		}
+		logs.wantResubscribed(t, 1, "across 5 dropped connections")
 	})
 
 	t.Run("a server that is down at start gives a clear error, then is used once it is up", func(t *testing.T) {
@@ -345,6 +329,15 @@ func (h *countingHandler) count(msg string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.counts[msg]
+}
+
+// wantResubscribed fails t unless the subscription logged at least want
+// resubscriptions; during says across what ("" for nothing in particular).
+func (h *countingHandler) wantResubscribed(t *testing.T, want int, during string) {
+	t.Helper()
+	if n := h.count(resubscribing); n < want {
+		t.Errorf("the subscription resubscribed %d times %s, want at least %d", n, during, want)
+	}
 }
 
 func unindexed(srv *kurrentdbtest.Server, n int) error {

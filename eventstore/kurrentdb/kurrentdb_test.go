@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -147,6 +148,18 @@ type recorder struct {
 	wake   chan struct{}
 	done   chan error
 	cancel context.CancelFunc
+}
+
+// watchStore opens a store on url that retries with backoff from lo to hi
+// and logs to the returned handler, and subscribes to its log from the
+// start for the streams named prefix…; it returns them with the test's
+// context.
+func watchStore(t *testing.T, url string, lo, hi time.Duration, prefix string) (*kurrentdb.Store, context.Context, *recorder, *countingHandler) {
+	t.Helper()
+	logs := &countingHandler{}
+	s := newStore(t, url, kurrentdb.WithBackoff(lo, hi), kurrentdb.WithLogger(slog.New(logs)))
+	ctx := testContext(t)
+	return s, ctx, subscribe(t, ctx, s, eventstore.Position{}, prefix), logs
 }
 
 func subscribe(t *testing.T, ctx context.Context, s eventstore.Store, after eventstore.Position, prefix string) *recorder {

@@ -460,14 +460,28 @@ func testInvalidPosition(t *testing.T, tg target) {
 // collect receives from sub until n events of stream arrived or ctx is done.
 func collect(t *testing.T, ctx context.Context, sub *esdb.Subscription, stream string, n int) (got []*esdb.RecordedEvent, checkpoints int, caughtUp bool) {
 	t.Helper()
-	for len(got) < n {
+	return receive(t, ctx, sub, stream, false, func(got int, _ bool) bool { return got >= n })
+}
+
+// receive receives from sub until done, given the number of events of
+// stream received so far and whether caught_up came, returns true, or ctx
+// is done. It returns those events, the number of checkpoints and whether
+// caught_up came. noSystem fails t on an event of a system stream (for a
+// subscription filtered to exclude them).
+func receive(t *testing.T, ctx context.Context, sub *esdb.Subscription, stream string, noSystem bool, done func(got int, caughtUp bool) bool) (got []*esdb.RecordedEvent, checkpoints int, caughtUp bool) {
+	t.Helper()
+	for !done(len(got), caughtUp) {
 		if ctx.Err() != nil {
-			t.Fatalf("subscription got %d of %d events before %v", len(got), n, ctx.Err())
+			t.Fatalf("subscription got %d events (caught up %v) before %v", len(got), caughtUp, ctx.Err())
 		}
 		ev := sub.Recv()
 		switch {
 		case ev.EventAppeared != nil:
-			if e := ev.EventAppeared.OriginalEvent(); e.StreamID == stream {
+			e := ev.EventAppeared.OriginalEvent()
+			if noSystem && e.StreamID[0] == '$' {
+				t.Fatalf("filtered subscription delivered an event of system stream %s", e.StreamID)
+			}
+			if e.StreamID == stream {
 				got = append(got, e)
 			}
 		case ev.CheckPointReached != nil:
@@ -475,7 +489,7 @@ func collect(t *testing.T, ctx context.Context, sub *esdb.Subscription, stream s
 		case ev.CaughtUp != nil:
 			caughtUp = true
 		case ev.SubscriptionDropped != nil:
-			t.Fatalf("subscription dropped: %v", ev.SubscriptionDropped.Error)
+			t.Fatalf("subscription dropped after %d events, caught up %v: %v", len(got), caughtUp, ev.SubscriptionDropped.Error)
 		}
 	}
 	return got, checkpoints, caughtUp
@@ -540,29 +554,9 @@ func testFilteredSubscription(t *testing.T, tg target) {
 		t.Fatalf("SubscribeToAll = %v", err)
 	}
 	defer sub.Close()
-	var got []*esdb.RecordedEvent
-	checkpoints, caughtUp := 0, false
 	// With a window of 1 every considered event is followed by a
 	// checkpoint; caught_up comes when the subscription goes live.
-	for len(got) < len(stored) || !caughtUp {
-		ev := sub.Recv()
-		switch {
-		case ev.EventAppeared != nil:
-			e := ev.EventAppeared.OriginalEvent()
-			if e.StreamID[0] == '$' {
-				t.Fatalf("filtered subscription delivered an event of system stream %s", e.StreamID)
-			}
-			if e.StreamID == stream {
-				got = append(got, e)
-			}
-		case ev.CheckPointReached != nil:
-			checkpoints++
-		case ev.CaughtUp != nil:
-			caughtUp = true
-		case ev.SubscriptionDropped != nil:
-			t.Fatalf("subscription dropped after %d events, caught up %v: %v", len(got), caughtUp, ev.SubscriptionDropped.Error)
-		}
-	}
+	got, checkpoints, _ := receive(t, ctx, sub, stream, true, func(got int, caughtUp bool) bool { return got >= len(stored) && caughtUp })
 	if diff := cmp.Diff(ids(stored), ids(got)); diff != "" {
 		t.Errorf("filtered subscription ids mismatch (-want +got):\n%s", diff)
 	}

@@ -363,15 +363,25 @@ func (s *Server) waitIndexed(ctx context.Context, i int) error {
 		if done {
 			return nil
 		}
-		select {
-		case <-changed:
-		case <-timeout.C:
-			return errTimedOut
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-stopped:
-			return status.Error(codes.Unavailable, "server stopped")
+		if err := await(ctx, changed, timeout.C, stopped); err != nil {
+			return err
 		}
+	}
+}
+
+// await waits until changed is closed (nil when nothing is awaited; it
+// returns nil then), the timeout fires (errTimedOut), ctx ends (its status)
+// or the server stops (Unavailable).
+func await(ctx context.Context, changed <-chan struct{}, timeout <-chan time.Time, stopped <-chan struct{}) error {
+	select {
+	case <-changed:
+		return nil
+	case <-timeout:
+		return errTimedOut
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-stopped:
+		return status.Error(codes.Unavailable, "server stopped")
 	}
 }
 
@@ -387,14 +397,7 @@ func (s *Server) dropWrite(ctx context.Context) error {
 	s.mu.Lock()
 	stopped := s.stopped
 	s.mu.Unlock()
-	select {
-	case <-timeout.C:
-		return errTimedOut
-	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
-	case <-stopped:
-		return status.Error(codes.Unavailable, "server stopped")
-	}
+	return await(ctx, nil, timeout.C, stopped)
 }
 
 // trackingListener remembers accepted connections so DropConnections can
