@@ -51,7 +51,7 @@ func TestFaults(t *testing.T) {
 		if diff := cmp.Diff(storetest.IDs(want), storetest.IDs(ownEvents(t, ctx, s, "restart-"))); diff != "" {
 			t.Errorf("ReadAll after restarts mismatch (-want +got):\n%s", diff)
 		}
-		logs.wantResubscribed(t, 3, "across 3 restarts")
+		logs.wantResubscribed(t, 3, " across 3 restarts")
 	})
 
 	t.Run("a subscription survives the server process killed and started again on its data file", func(t *testing.T) {
@@ -151,7 +151,7 @@ func TestFaults(t *testing.T) {
 		if n := len(ownEvents(t, ctx, s, "drop-")); n != 100 {
 			t.Errorf("ReadAll holds %d events, want 100 (no duplicates from retried appends)", n)
 		}
-		logs.wantResubscribed(t, 1, "across 5 dropped connections")
+		logs.wantResubscribed(t, 1, " across 5 dropped connections")
 	})
 
 	t.Run("a server that is down at start gives a clear error, then is used once it is up", func(t *testing.T) {
@@ -332,11 +332,11 @@ func (h *countingHandler) count(msg string) int {
 }
 
 // wantResubscribed fails t unless the subscription logged at least want
-// resubscriptions; during says across what ("" for nothing in particular).
+// resubscriptions; during, appended to the message, says across what.
 func (h *countingHandler) wantResubscribed(t *testing.T, want int, during string) {
 	t.Helper()
 	if n := h.count(resubscribing); n < want {
-		t.Errorf("the subscription resubscribed %d times %s, want at least %d", n, during, want)
+		t.Errorf("the subscription resubscribed %d times%s, want at least %d", n, during, want)
 	}
 }
 
