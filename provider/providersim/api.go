@@ -513,26 +513,17 @@ func (s *Server) listCharges(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	candidates := candidatesLocked(s, key, func(e *keyEntry) string { return e.chargeID }, s.chargeByID, s.charges)
-	data := []provider.Charge{}
-	for _, c := range candidates {
-		if (orderID == "" || c.Metadata[provider.MetadataOrderID] == orderID) &&
-			(attempt == "" || c.Metadata[provider.MetadataAttempt] == attempt) {
-			data = append(data, cloneCharge(c))
-		}
-	}
+	data := matching(candidates, func(c *provider.Charge) bool {
+		return (orderID == "" || c.Metadata[provider.MetadataOrderID] == orderID) &&
+			(attempt == "" || c.Metadata[provider.MetadataAttempt] == attempt)
+	}, cloneCharge)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, list("/v1/charges", data))
 }
 
 // getCharge is GET /v1/charges/{id}.
 func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
-	getOne(s, w, r, "charge", func(id string) (provider.Charge, bool) {
-		ch, ok := s.chargeByID[id]
-		if !ok {
-			return provider.Charge{}, false
-		}
-		return cloneCharge(ch), true
-	})
+	getOne(s, w, r, "charge", func() map[string]*provider.Charge { return s.chargeByID }, cloneCharge)
 }
 
 // candidatesLocked returns what a list request filtered by key looks at:
@@ -548,12 +539,29 @@ func candidatesLocked[T any](s *Server, key string, idOf func(*keyEntry) string,
 	return nil
 }
 
-// getOne answers GET …/{id} with the copy of the object that lookup, called
-// under the lock, finds for the id; 404 "No such <noun>." when it finds none.
-func getOne[T any](s *Server, w http.ResponseWriter, r *http.Request, noun string, lookup func(id string) (T, bool)) {
+// matching returns copies (made by clone) of the candidates that keep
+// accepts, in order; empty, not nil, when none does (a JSON list).
+func matching[T any](candidates []*T, keep func(*T) bool, clone func(*T) T) []T {
+	out := []T{}
+	for _, c := range candidates {
+		if keep(c) {
+			out = append(out, clone(c))
+		}
+	}
+	return out
+}
+
+// getOne answers GET …/{id} with a copy (clone) of the object of that id in
+// the map byID returns under the lock; 404 "No such <noun>." when there is
+// none.
+func getOne[T any](s *Server, w http.ResponseWriter, r *http.Request, noun string, byID func() map[string]*T, clone func(*T) T) {
 	s.applyLatency()
 	s.mu.Lock()
-	out, ok := lookup(chi.URLParam(r, "id"))
+	var out T
+	v, ok := byID()[chi.URLParam(r, "id")]
+	if ok {
+		out = clone(v)
+	}
 	s.mu.Unlock()
 	if !ok {
 		writeError(w, http.StatusNotFound, errBody{Type: provider.TypeInvalidRequestError, Code: provider.CodeResourceMissing, Message: "No such " + noun + ".", Param: "id"})
@@ -579,26 +587,18 @@ func (s *Server) listRefunds(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	candidates := candidatesLocked(s, key, func(e *keyEntry) string { return e.refundID }, s.refundByID, s.refunds)
-	data := []provider.Refund{}
-	for _, re := range candidates {
-		if charge == "" || re.Charge == charge {
-			data = append(data, *re)
-		}
-	}
+	data := matching(candidates, func(re *provider.Refund) bool { return charge == "" || re.Charge == charge }, cloneRefund)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, list("/v1/refunds", data))
 }
 
 // getRefund is GET /v1/refunds/{id}.
 func (s *Server) getRefund(w http.ResponseWriter, r *http.Request) {
-	getOne(s, w, r, "refund", func(id string) (provider.Refund, bool) {
-		re, ok := s.refundByID[id]
-		if !ok {
-			return provider.Refund{}, false
-		}
-		return *re, true
-	})
+	getOne(s, w, r, "refund", func() map[string]*provider.Refund { return s.refundByID }, cloneRefund)
 }
+
+// cloneRefund returns a copy of re (a refund has no reference fields).
+func cloneRefund(re *provider.Refund) provider.Refund { return *re }
 
 func (s *Server) applyLatency() {
 	s.mu.Lock()
