@@ -191,6 +191,17 @@ func (r *receiver) stats() (calls int, refused []error) {
 }
 
 // mustWaitWebhooks waits until the simulator has no pending delivery.
+// wantDelivered waits until s has no webhook delivery pending
+// (mustWaitWebhooks) and fails tb unless r received want deliveries;
+// format, given the count, says what was expected.
+func (r *receiver) wantDelivered(tb testing.TB, s *sim, want int, format string) {
+	tb.Helper()
+	mustWaitWebhooks(tb, s)
+	if n := len(r.events()); n != want {
+		tb.Fatalf(format, n)
+	}
+}
+
 func mustWaitWebhooks(tb testing.TB, s *sim) {
 	tb.Helper()
 	if err := s.WaitWebhooks(ctxT(tb)); err != nil {

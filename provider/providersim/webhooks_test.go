@@ -114,10 +114,7 @@ func TestWebhookDuplicates(t *testing.T) {
 	// A resend is one more duplicate.
 	s.wantStatus(t, http.MethodPost, "/_sim/events/"+evs[0].ID+"/resend", nil, http.StatusAccepted)
 	s.wantStatus(t, http.MethodPost, "/_sim/events/evt_missing/resend", nil, http.StatusNotFound)
-	mustWaitWebhooks(t, s)
-	if n := len(rcv.events()); n != 4 {
-		t.Fatalf("received %d deliveries after resend, want 4", n)
-	}
+	rcv.wantDelivered(t, s, 4, "received %d deliveries after resend, want 4")
 }
 
 func TestWebhookReorder(t *testing.T) {
@@ -145,10 +142,7 @@ func TestWebhookReorderHoldIsBounded(t *testing.T) {
 	rcv := newReceiver(t, 0)
 	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL, Webhooks: providersim.WebhookConfig{Reorder: true, ReorderHold: 100 * time.Millisecond}})
 	s.mustCharge(t, ctxT(t), "k", charge("o1", 1, "tok_visa"))
-	mustWaitWebhooks(t, s)
-	if n := len(rcv.events()); n != 1 {
-		t.Fatalf("received %d events, want the held one after its hold", n)
-	}
+	rcv.wantDelivered(t, s, 1, "received %d events, want the held one after its hold")
 }
 
 func TestWebhookPauseAndDelay(t *testing.T) {
@@ -162,10 +156,7 @@ func TestWebhookPauseAndDelay(t *testing.T) {
 		t.Fatalf("receiver got %d calls while paused, want 0", calls)
 	}
 	s.wantStatus(t, http.MethodPost, "/_sim/faults", map[string]any{"webhooks_paused": false}, http.StatusOK)
-	mustWaitWebhooks(t, s)
-	if n := len(rcv.events()); n != 1 {
-		t.Fatalf("received %d events after resume, want 1", n)
-	}
+	rcv.wantDelivered(t, s, 1, "received %d events after resume, want 1")
 }
 
 func TestCloseStopsDeliveries(t *testing.T) {
