@@ -2,9 +2,12 @@ package migrations_test
 
 import (
 	"context"
+	"database/sql"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pressly/goose/v3"
 
 	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/migrations/pgtest"
@@ -31,15 +34,7 @@ func TestUpConcurrentlyAppliesEachMigrationOnce(t *testing.T) {
 		t.Errorf("Up() on a current schema = %v, want nil", err)
 	}
 
-	db, err := migrations.Open(dbURL)
-	if err != nil {
-		t.Fatalf("Open() = %v", err)
-	}
-	defer db.Close()
-	p, err := migrations.NewProvider(db)
-	if err != nil {
-		t.Fatalf("NewProvider() = %v", err)
-	}
+	db, p := openProvider(t, dbURL)
 	current, target, err := p.GetVersions(ctx)
 	if err != nil || current != target || current < 1 {
 		t.Errorf("GetVersions() = %d, %d, %v, want equal versions >= 1", current, target, err)
@@ -57,15 +52,7 @@ func TestDownThenUpRestoresTheSchema(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	db, err := migrations.Open(dbURL)
-	if err != nil {
-		t.Fatalf("Open() = %v", err)
-	}
-	defer db.Close()
-	p, err := migrations.NewProvider(db)
-	if err != nil {
-		t.Fatalf("NewProvider() = %v", err)
-	}
+	db, p := openProvider(t, dbURL)
 	if _, err := p.DownTo(ctx, 0); err != nil {
 		t.Fatalf("DownTo(0) = %v, want nil", err)
 	}
@@ -79,4 +66,20 @@ func TestDownThenUpRestoresTheSchema(t *testing.T) {
 	if err := migrations.Up(ctx, dbURL); err != nil {
 		t.Fatalf("Up() after DownTo(0) = %v, want nil", err)
 	}
+}
+
+// openProvider opens the database at dbURL, closed when t ends, and returns
+// it with a migration provider on it.
+func openProvider(t *testing.T, dbURL string) (*sql.DB, *goose.Provider) {
+	t.Helper()
+	db, err := migrations.Open(dbURL)
+	if err != nil {
+		t.Fatalf("Open() = %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	p, err := migrations.NewProvider(db)
+	if err != nil {
+		t.Fatalf("NewProvider() = %v", err)
+	}
+	return db, p
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/domain"
@@ -107,6 +108,14 @@ type workload struct {
 // run appends the workload through a, shows spread over workers goroutines
 // (each show's stream is appended by one goroutine). It returns when done
 // or ctx is done.
+// appendTo runs w against store with a new appender and a fresh clock, and
+// returns the appender.
+func (w workload) appendTo(tb testing.TB, ctx context.Context, store eventstore.Store) *appender {
+	a := &appender{tb: tb, store: store, clock: &clock{}}
+	w.run(ctx, a)
+	return a
+}
+
 func (w workload) run(ctx context.Context, a *appender) {
 	var wg sync.WaitGroup
 	next := atomic.Int64{}
@@ -273,32 +282,15 @@ func mustModel(tb testing.TB, ctx context.Context, db *testDB) *model {
 				tb.Fatal(err)
 			}
 			id := func(prefix string) string { return r.Stream[len(prefix):] }
+			e, rev := ev.(domain.Event), int64(r.Revision)
 			switch {
 			case len(r.Stream) > len(showPrefix) && r.Stream[:len(showPrefix)] == showPrefix:
-				s := m.shows[id(showPrefix)]
-				if s == nil {
-					s = &domain.Show{}
-					m.shows[id(showPrefix)] = s
-				}
-				s.Apply(ev.(domain.Event))
-				m.showRev[id(showPrefix)] = int64(r.Revision)
+				foldInto(m.shows, m.showRev, id(showPrefix), e, rev)
 			case len(r.Stream) > len("reservation-order-") && r.Stream[:len("reservation-order-")] == "reservation-order-":
 			case len(r.Stream) > len(reservationPrefix) && r.Stream[:len(reservationPrefix)] == reservationPrefix:
-				s := m.reservations[id(reservationPrefix)]
-				if s == nil {
-					s = &domain.Reservation{}
-					m.reservations[id(reservationPrefix)] = s
-				}
-				s.Apply(ev.(domain.Event))
-				m.resRev[id(reservationPrefix)] = int64(r.Revision)
+				foldInto(m.reservations, m.resRev, id(reservationPrefix), e, rev)
 			case len(r.Stream) > len(orderPrefix) && r.Stream[:len(orderPrefix)] == orderPrefix:
-				s := m.orders[id(orderPrefix)]
-				if s == nil {
-					s = &domain.Order{}
-					m.orders[id(orderPrefix)] = s
-				}
-				s.Apply(ev.(domain.Event))
-				m.orderRev[id(orderPrefix)] = int64(r.Revision)
+				foldInto(m.orders, m.orderRev, id(orderPrefix), e, rev)
 			}
 		}
 		if len(batch) < 5000 {
@@ -306,6 +298,21 @@ func mustModel(tb testing.TB, ctx context.Context, db *testDB) *model {
 		}
 		after = batch[len(batch)-1].Position
 	}
+}
+
+// foldInto applies e to the aggregate id in aggs, made if missing, and
+// records rev as its revision in revs.
+func foldInto[A any, PA interface {
+	*A
+	Apply(domain.Event)
+}](aggs map[string]PA, revs map[string]int64, id string, e domain.Event, rev int64) {
+	a := aggs[id]
+	if a == nil {
+		a = new(A)
+		aggs[id] = a
+	}
+	a.Apply(e)
+	revs[id] = rev
 }
 
 // paymentStatus is the API's payment status of o (cmd/booking viewOrder).
@@ -344,26 +351,18 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 	tb.Helper()
 	m := mustModel(tb, ctx, db)
 	// Shows.
-	rows, err := db.pool.Query(ctx, `SELECT s.id::text, s.capacity, s.taken, s.holds, s.revision, coalesce(ss.ordered, 0)
-		FROM rm_shows s LEFT JOIN rm_show_sales ss ON ss.show_id = s.id`)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	seen := 0
-	for rows.Next() {
+	seen := eachRow(tb, ctx, db, `SELECT s.id::text, s.capacity, s.taken, s.holds, s.revision, coalesce(ss.ordered, 0)
+		FROM rm_shows s LEFT JOIN rm_show_sales ss ON ss.show_id = s.id`, func(scan func(dest ...any)) {
 		var (
 			id                              string
 			capacity, taken, holds, ordered int
 			rev                             int64
 		)
-		if err := rows.Scan(&id, &capacity, &taken, &holds, &rev, &ordered); err != nil {
-			tb.Fatal(err)
-		}
-		seen++
+		scan(&id, &capacity, &taken, &holds, &rev, &ordered)
 		s := m.shows[id]
 		if s == nil {
 			tb.Errorf("rm_shows has show %s the store does not", id)
-			continue
+			return
 		}
 		wantOrdered := 0
 		for resID := range s.Holds {
@@ -381,51 +380,36 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 			tb.Errorf("show %s: capacity %d taken %d holds %d rev %d ordered %d; want %d %d %d %d %d (of live holds %d)", id, capacity, taken, holds, rev, ordered,
 				s.Capacity, s.Taken, len(s.Holds), m.showRev[id], allOrdered, wantOrdered)
 		}
-	}
-	rows.Close()
+	})
 	if seen != len(m.shows) {
 		tb.Errorf("rm_shows has %d shows, the store %d", seen, len(m.shows))
 	}
 	// Reservations (both the reservations projection and the shows projection's copy).
-	rows, err = db.pool.Query(ctx, `SELECT r.id::text, r.status, r.order_id, r.quantity, r.revision, coalesce(sr.status, ''), coalesce(sr.revision, -1)
-		FROM rm_reservations r LEFT JOIN rm_show_reservations sr ON sr.reservation_id = r.id`)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	seen = 0
-	for rows.Next() {
+	seen = eachRow(tb, ctx, db, `SELECT r.id::text, r.status, r.order_id, r.quantity, r.revision, coalesce(sr.status, ''), coalesce(sr.revision, -1)
+		FROM rm_reservations r LEFT JOIN rm_show_reservations sr ON sr.reservation_id = r.id`, func(scan func(dest ...any)) {
 		var (
 			id, status, orderID, srStatus string
 			q                             int
 			rev, srRev                    int64
 		)
-		if err := rows.Scan(&id, &status, &orderID, &q, &rev, &srStatus, &srRev); err != nil {
-			tb.Fatal(err)
-		}
-		seen++
+		scan(&id, &status, &orderID, &q, &rev, &srStatus, &srRev)
 		r := m.reservations[id]
 		if r == nil {
 			tb.Errorf("rm_reservations has %s the store does not", id)
-			continue
+			return
 		}
 		if status != r.Status || orderID != r.OrderID || q != r.Quantity || rev != m.resRev[id] || srStatus != r.Status || srRev != rev {
 			tb.Errorf("reservation %s: %s %q %d rev %d (shows copy %s rev %d); want %s %q %d rev %d", id, status, orderID, q, rev, srStatus, srRev,
 				r.Status, r.OrderID, r.Quantity, m.resRev[id])
 		}
-	}
-	rows.Close()
+	})
 	if seen != len(m.reservations) {
 		tb.Errorf("rm_reservations has %d rows, the store %d reservations", seen, len(m.reservations))
 	}
 	// Orders.
-	rows, err = db.pool.Query(ctx, `SELECT id::text, status, attempts, payment_status, charge_id, ticket_count, revision, unknown_since IS NOT NULL,
+	seen = eachRow(tb, ctx, db, `SELECT id::text, status, attempts, payment_status, charge_id, ticket_count, revision, unknown_since IS NOT NULL,
 		refunds_pending, refunds_refused, refund_pending_since IS NOT NULL
-		FROM rm_orders`)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	seen = 0
-	for rows.Next() {
+		FROM rm_orders`, func(scan func(dest ...any)) {
 		var (
 			id, status, pay, charge string
 			attempts, tickets       int
@@ -433,14 +417,11 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 			unknown, since          bool
 			pending, refused        int
 		)
-		if err := rows.Scan(&id, &status, &attempts, &pay, &charge, &tickets, &rev, &unknown, &pending, &refused, &since); err != nil {
-			tb.Fatal(err)
-		}
-		seen++
+		scan(&id, &status, &attempts, &pay, &charge, &tickets, &rev, &unknown, &pending, &refused, &since)
 		o := m.orders[id]
 		if o == nil {
 			tb.Errorf("rm_orders has %s the store does not", id)
-			continue
+			return
 		}
 		wantUnknown := o.LastAttempt() != nil && o.LastAttempt().Outcome == domain.OutcomeUnknown
 		if status != o.Status || attempts != len(o.Attempts) || pay != paymentStatus(o) || charge != o.ChargeID || tickets != len(o.Tickets) ||
@@ -451,11 +432,35 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 		if wantPending, wantRefused := len(o.PendingRefunds()), refusedRefunds(o); pending != wantPending || refused != wantRefused || since != (wantPending > 0) {
 			tb.Errorf("order %s: refunds pending %d (since set %v), refused %d; want %d, %d", id, pending, since, refused, wantPending, wantRefused)
 		}
-	}
-	rows.Close()
+	})
 	if seen != len(m.orders) {
 		tb.Errorf("rm_orders has %d rows, the store %d orders", seen, len(m.orders))
 	}
+}
+
+// eachRow runs query and calls row for each row it returns, with a scan
+// function for the row; it fails tb on an error of the query or a scan, and
+// returns the number of rows.
+func eachRow(tb testing.TB, ctx context.Context, db *testDB, query string, row func(scan func(dest ...any))) int {
+	tb.Helper()
+	rows, err := db.pool.Query(ctx, query)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+		row(func(dest ...any) {
+			if err := rows.Scan(dest...); err != nil {
+				tb.Fatal(err)
+			}
+		})
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }
 
 // readModelTables lists every read-model table with its key.
@@ -467,32 +472,32 @@ func dump(tb testing.TB, ctx context.Context, pool *pgxpool.Pool) map[string][]s
 	tb.Helper()
 	out := map[string][]string{}
 	for _, t := range readModelTables {
-		rows, err := pool.Query(ctx, `SELECT to_jsonb(t)::text FROM `+t+` t`)
-		if err != nil {
-			tb.Fatal(err)
+		if rows := queryStrings(tb, ctx, pool, `SELECT to_jsonb(t)::text FROM `+t+` t`); rows != nil {
+			sort.Strings(rows)
+			out[t] = rows
 		}
-		for rows.Next() {
-			var s string
-			if err := rows.Scan(&s); err != nil {
-				tb.Fatal(err)
-			}
-			out[t] = append(out[t], s)
-		}
-		rows.Close()
-		sort.Strings(out[t])
 	}
-	rows, err := pool.Query(ctx, `SELECT name || ' ' || commit_tx || '/' || prepare || ' ' || coalesce(log_time::text, '-') FROM projection_checkpoints ORDER BY name`)
+	if rows := queryStrings(tb, ctx, pool, `SELECT name || ' ' || commit_tx || '/' || prepare || ' ' || coalesce(log_time::text, '-') FROM projection_checkpoints ORDER BY name`); rows != nil {
+		out["checkpoints"] = rows
+	}
+	return out
+}
+
+// queryStrings returns the rows of query, a single text column, in order
+// (nil when there are none); it fails tb on an error.
+func queryStrings(tb testing.TB, ctx context.Context, pool *pgxpool.Pool, query string) []string {
+	tb.Helper()
+	rows, err := pool.Query(ctx, query)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			tb.Fatal(err)
-		}
-		out["checkpoints"] = append(out["checkpoints"], s)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		tb.Fatal(err)
 	}
-	rows.Close()
+	if len(out) == 0 {
+		return nil
+	}
 	return out
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/internal/tick"
 )
 
 // Log is the event log as a projector follows it (eventstore.Store
@@ -135,19 +136,13 @@ func (pr *Projector) Run(ctx context.Context, log Log) error {
 }
 
 func (pr *Projector) watchYield(ctx context.Context, cancel context.CancelCauseFunc) {
-	t := time.NewTicker(pr.yieldEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if ok, err := pr.yield(ctx); err == nil && ok {
-				cancel(errYielded)
-				return
-			}
+	tick.Every(ctx, pr.yieldEvery, func() bool {
+		if ok, err := pr.yield(ctx); err == nil && ok {
+			cancel(errYielded)
+			return false
 		}
-	}
+		return true
+	})
 }
 
 // applyAll applies a batch from the log in transactions of at most maxBatch

@@ -17,8 +17,7 @@ func TestConcurrentAppendersProjectedExactlyOnce(t *testing.T) {
 	defer cancel()
 	ps := All(24 * time.Hour)
 	wait := runAll(t, ctx, db, ps, WithMaxBatch(50))
-	a := &appender{tb: t, store: db.store, clock: &clock{}}
-	workload{shows: 8, perShow: 40, workers: 8, seed: 1}.run(ctx, a)
+	a := workload{shows: 8, perShow: 40, workers: 8, seed: 1}.appendTo(t, ctx, db.store)
 	waitCaughtUp(t, ctx, db, ps)
 	cancel()
 	wait()
@@ -69,8 +68,7 @@ func TestKilledBeforeCheckpoint(t *testing.T) {
 	t.Parallel()
 	db := mustDB(t)
 	ctx := context.Background()
-	a := &appender{tb: t, store: db.fast, clock: &clock{}}
-	workload{shows: 3, perShow: 20, workers: 3, seed: 2}.run(ctx, a)
+	workload{shows: 3, perShow: 20, workers: 3, seed: 2}.appendTo(t, ctx, db.fast)
 	for _, p := range All(24 * time.Hour) {
 		pr := NewProjector(db.pool, p, WithMaxBatch(9))
 		var (

@@ -77,12 +77,10 @@ func (r *Reader) Shows(ctx context.Context, after *ShowKey, limit int) (ShowPage
 		id    *uuid.UUID
 	)
 	if after != nil {
-		u, err := uuid.Parse(after.ID)
-		if err != nil {
-			return page, fmt.Errorf("projections: shows: invalid key id %q", after.ID)
+		var err error
+		if start, id, err = keyArgs("shows", after.StartsAt, after.ID); err != nil {
+			return page, err
 		}
-		t := after.StartsAt
-		start, id = &t, &u
 	}
 	rows, err := r.pool.Query(ctx, sqlListShows, start, id, limit+1)
 	if err != nil {
@@ -113,12 +111,28 @@ func (r *Reader) Shows(ctx context.Context, after *ShowKey, limit int) (ShowPage
 	if err := rows.Err(); err != nil {
 		return page, fmt.Errorf("projections: list shows: %w", err)
 	}
-	if len(page.Items) > limit {
-		page.Items = page.Items[:limit]
-		last := page.Items[limit-1]
-		page.Next = &ShowKey{StartsAt: last.StartsAt, ID: last.ID}
-	}
+	page.Items, page.Next = cutPage(page.Items, limit, func(last Show) *ShowKey { return &ShowKey{StartsAt: last.StartsAt, ID: last.ID} })
 	return page, nil
+}
+
+// keyArgs returns the query arguments of a page key (a time and an id) for
+// the listing named what; an id that is not a UUID is an error.
+func keyArgs(what string, at time.Time, id string) (*time.Time, *uuid.UUID, error) {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("projections: %s: invalid key id %q", what, id)
+	}
+	return &at, &u, nil
+}
+
+// cutPage trims items, read with a limit of limit+1, to limit, and returns
+// the key of the last item kept (made by next) when more follow, nil
+// otherwise.
+func cutPage[T, K any](items []T, limit int, next func(last T) *K) ([]T, *K) {
+	if len(items) <= limit {
+		return items, nil
+	}
+	return items[:limit], next(items[limit-1])
 }
 
 // Order is a row of the orders read model. Amount is in minor units.
@@ -184,12 +198,10 @@ func (r *Reader) Orders(ctx context.Context, actor string, after *OrderKey, limi
 		id      *uuid.UUID
 	)
 	if after != nil {
-		u, err := uuid.Parse(after.ID)
-		if err != nil {
-			return page, fmt.Errorf("projections: orders: invalid key id %q", after.ID)
+		var err error
+		if created, id, err = keyArgs("orders", after.CreatedAt, after.ID); err != nil {
+			return page, err
 		}
-		t := after.CreatedAt
-		created, id = &t, &u
 	}
 	rows, err := r.pool.Query(ctx, sqlListOrders, actor, created, id, limit+1)
 	if err != nil {
@@ -231,11 +243,7 @@ func (r *Reader) Orders(ctx context.Context, actor string, after *OrderKey, limi
 	if err := rows.Err(); err != nil {
 		return page, fmt.Errorf("projections: list orders: %w", err)
 	}
-	if len(page.Items) > limit {
-		page.Items = page.Items[:limit]
-		last := page.Items[limit-1]
-		page.Next = &OrderKey{CreatedAt: last.CreatedAt, ID: last.ID}
-	}
+	page.Items, page.Next = cutPage(page.Items, limit, func(last Order) *OrderKey { return &OrderKey{CreatedAt: last.CreatedAt, ID: last.ID} })
 	return page, nil
 }
 

@@ -16,8 +16,7 @@ func TestReaderPages(t *testing.T) {
 	t.Parallel()
 	db := mustDB(t)
 	ctx := context.Background()
-	a := &appender{tb: t, store: db.fast, clock: &clock{}}
-	workload{shows: 5, perShow: 30, workers: 5, seed: 8}.run(ctx, a)
+	workload{shows: 5, perShow: 30, workers: 5, seed: 8}.appendTo(t, ctx, db.fast)
 	waitHorizon(t, ctx, db)
 	if _, err := Rebuild(ctx, db.pool, db.store, All(24*time.Hour), RebuildOptions{}); err != nil {
 		t.Fatal(err)

@@ -171,26 +171,18 @@ func (f *ordersFold) route(e *envelope) error {
 	if !orderEvents[e.typ] {
 		return nil
 	}
-	key, err := e.rowKey(orderPrefix)
-	if err == nil {
-		f.orders.need(key)
-	}
-	return err
+	return f.orders.needKey(e.rowKey(orderPrefix))
 }
 
 func (f *ordersFold) apply(e *envelope) error {
 	if !orderEvents[e.typ] {
 		return nil
 	}
-	key, err := e.rowKey(orderPrefix)
-	if err != nil {
+	key, r, ok, err := rowFor(e, f.orders, orderPrefix, "OrderPlaced", func(r *orderRow) int64 { return r.Revision })
+	if !ok {
 		return err
 	}
-	r := f.orders.get(key)
-	if e.typ == "OrderPlaced" {
-		if r != nil {
-			return nil
-		}
+	if r == nil {
 		var o orderPlaced
 		if err := e.decode(&o); err != nil {
 			return err
@@ -207,9 +199,6 @@ func (f *ordersFold) apply(e *envelope) error {
 			Status: "pending", Quantity: int64(o.Quantity), Amount: o.Amount.Amount, Currency: o.Amount.Currency,
 			PaymentDeadline: micro(o.PaymentDeadline), Refunds: map[string]string{}, TicketIDs: []string{},
 			RefundBacklog: map[string]refundDue{}, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
-		return nil
-	}
-	if r == nil || e.revision <= r.Revision {
 		return nil
 	}
 	switch e.typ {
@@ -306,12 +295,8 @@ type reservationRow struct {
 
 func scanReservation(row pgx.Row) (*reservationRow, error) {
 	var r reservationRow
-	if err := row.Scan(&r.ID, &r.Actor, &r.ShowID, &r.Quantity, &r.Amount, &r.Currency, &r.ExpiresAt, &r.Status, &r.OrderID,
-		&r.ReleaseReason, &r.CreatedAt, &r.UpdatedAt, &r.Revision); err != nil {
-		return nil, fmt.Errorf("scan rm_reservations: %w", err)
-	}
-	r.ExpiresAt, r.CreatedAt, r.UpdatedAt = r.ExpiresAt.UTC(), r.CreatedAt.UTC(), r.UpdatedAt.UTC()
-	return &r, nil
+	return &r, scanRow(row, "rm_reservations", []*time.Time{&r.ExpiresAt, &r.CreatedAt, &r.UpdatedAt},
+		&r.ID, &r.Actor, &r.ShowID, &r.Quantity, &r.Amount, &r.Currency, &r.ExpiresAt, &r.Status, &r.OrderID, &r.ReleaseReason, &r.CreatedAt, &r.UpdatedAt, &r.Revision)
 }
 
 func reservationText(r *reservationRow) []pgtype.Text {
@@ -340,47 +325,73 @@ func (f *reservationsFold) route(e *envelope) error {
 	if reservationEvents[e.typ] == "" {
 		return nil
 	}
-	key, err := e.rowKey(reservationPrefix)
-	if err == nil {
-		f.res.need(key)
+	return f.res.needKey(e.rowKey(reservationPrefix))
+}
+
+// rowFor finds the row that e, an event of a stream opened by events of type
+// opening, acts on among rows, keyed by the stream id after prefix (revision
+// gives a row's revision). It returns ok false, and the error if any, when e
+// changes nothing: an opening event whose row exists, or another event whose
+// row is missing or already at or past e. Otherwise r is the row to change,
+// or nil when e opens the stream and the caller creates the row.
+func rowFor[R any](e *envelope, rows *rowSet[R], prefix, opening string, revision func(*R) int64) (key string, r *R, ok bool, err error) {
+	if key, err = e.rowKey(prefix); err != nil {
+		return key, nil, false, err
 	}
-	return err
+	r = rows.get(key)
+	if e.typ == opening {
+		return key, nil, r == nil, nil
+	}
+	return key, r, r != nil && e.revision > revision(r), nil
+}
+
+// reservationFact is what the reservations and shows projections read from
+// a reservation event: the row key and the status the event sets, and for
+// ReservationHeld the decoded event with its show id in canonical form.
+type reservationFact struct {
+	key, status string
+	held        *reservationHeld // nil unless the event is ReservationHeld
+	showID      string           // held.ShowID, canonical
+}
+
+// readReservation reads reservation event e for a fold whose rows (of type
+// R, with revision giving a row's revision) are keyed by reservation id. It
+// returns ok false, and the error if any, when e changes nothing: not a
+// reservation event, a ReservationHeld whose row exists, or another event
+// whose row is missing or already at or past e. Otherwise it returns the
+// row to change (nil for ReservationHeld, whose row the caller creates).
+func readReservation[R any](e *envelope, rows *rowSet[R], revision func(*R) int64) (fact reservationFact, r *R, ok bool, err error) {
+	fact.status = reservationEvents[e.typ]
+	if fact.status == "" {
+		return fact, nil, false, nil
+	}
+	fact.key, r, ok, err = rowFor(e, rows, reservationPrefix, "ReservationHeld", revision)
+	if !ok || r != nil {
+		return fact, r, ok, err
+	}
+	fact.held = new(reservationHeld)
+	if err := e.decode(fact.held); err != nil {
+		return fact, nil, false, err
+	}
+	fact.showID, err = e.canonUUID(fact.held.ShowID, "show_id")
+	return fact, nil, err == nil, err
 }
 
 func (f *reservationsFold) apply(e *envelope) error {
-	status := reservationEvents[e.typ]
-	if status == "" {
-		return nil
-	}
-	key, err := e.rowKey(reservationPrefix)
-	if err != nil {
+	fact, r, ok, err := readReservation(e, f.res, func(r *reservationRow) int64 { return r.Revision })
+	if !ok {
 		return err
 	}
-	r := f.res.get(key)
-	if e.typ == "ReservationHeld" {
-		if r != nil {
-			return nil
-		}
-		var h reservationHeld
-		if err := e.decode(&h); err != nil {
-			return err
-		}
-		showID, err := e.canonUUID(h.ShowID, "show_id")
-		if err != nil {
-			return err
-		}
-		f.res.put(&reservationRow{ID: key, Actor: h.Actor, ShowID: showID, Quantity: int64(h.Quantity), Amount: h.Amount.Amount,
-			Currency: h.Amount.Currency, ExpiresAt: micro(h.ExpiresAt), Status: status, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
-		return nil
-	}
-	if r == nil || e.revision <= r.Revision {
+	if h := fact.held; h != nil {
+		f.res.put(&reservationRow{ID: fact.key, Actor: h.Actor, ShowID: fact.showID, Quantity: int64(h.Quantity), Amount: h.Amount.Amount,
+			Currency: h.Amount.Currency, ExpiresAt: micro(h.ExpiresAt), Status: fact.status, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
 		return nil
 	}
 	var c reservationChanged
 	if err := e.decode(&c); err != nil {
 		return err
 	}
-	r.Status, r.ReleaseReason = status, c.Reason
+	r.Status, r.ReleaseReason = fact.status, c.Reason
 	if c.OrderID != "" {
 		r.OrderID = c.OrderID
 	}
@@ -417,12 +428,8 @@ type showRow struct {
 
 func scanShow(row pgx.Row) (*showRow, error) {
 	var r showRow
-	if err := row.Scan(&r.ID, &r.Name, &r.StartsAt, &r.Capacity, &r.PriceAmount, &r.PriceCurrency, &r.Taken, &r.Holds,
-		&r.CreatedAt, &r.UpdatedAt, &r.Revision); err != nil {
-		return nil, fmt.Errorf("scan rm_shows: %w", err)
-	}
-	r.StartsAt, r.CreatedAt, r.UpdatedAt = r.StartsAt.UTC(), r.CreatedAt.UTC(), r.UpdatedAt.UTC()
-	return &r, nil
+	return &r, scanRow(row, "rm_shows", []*time.Time{&r.StartsAt, &r.CreatedAt, &r.UpdatedAt},
+		&r.ID, &r.Name, &r.StartsAt, &r.Capacity, &r.PriceAmount, &r.PriceCurrency, &r.Taken, &r.Holds, &r.CreatedAt, &r.UpdatedAt, &r.Revision)
 }
 
 func showText(r *showRow) []pgtype.Text {
@@ -439,10 +446,8 @@ type showReservationRow struct {
 
 func scanShowReservation(row pgx.Row) (*showReservationRow, error) {
 	var r showReservationRow
-	if err := row.Scan(&r.ReservationID, &r.ShowID, &r.Quantity, &r.Status, &r.Revision); err != nil {
-		return nil, fmt.Errorf("scan rm_show_reservations: %w", err)
-	}
-	return &r, nil
+	return &r, scanRow(row, "rm_show_reservations", nil,
+		&r.ReservationID, &r.ShowID, &r.Quantity, &r.Status, &r.Revision)
 }
 
 func showReservationText(r *showReservationRow) []pgtype.Text {
@@ -484,18 +489,10 @@ func (f *showsFold) finish(*queue)        {}
 func (f *showsFold) route(e *envelope) error {
 	switch e.typ {
 	case "ShowScheduled", "SeatsHeld", "SeatsReleased":
-		key, err := e.rowKey(showPrefix)
-		if err == nil {
-			f.shows.need(key)
-		}
-		return err
+		return f.shows.needKey(e.rowKey(showPrefix))
 	}
 	if reservationEvents[e.typ] != "" {
-		key, err := e.rowKey(reservationPrefix)
-		if err == nil {
-			f.res.need(key)
-		}
-		return err
+		return f.res.needKey(e.rowKey(reservationPrefix))
 	}
 	return nil
 }
@@ -503,24 +500,17 @@ func (f *showsFold) route(e *envelope) error {
 func (f *showsFold) apply(e *envelope) error {
 	switch e.typ {
 	case "ShowScheduled", "SeatsHeld", "SeatsReleased":
-		key, err := e.rowKey(showPrefix)
-		if err != nil {
+		key, r, ok, err := rowFor(e, f.shows, showPrefix, "ShowScheduled", func(r *showRow) int64 { return r.Revision })
+		if !ok {
 			return err
 		}
-		r := f.shows.get(key)
-		if e.typ == "ShowScheduled" {
-			if r != nil {
-				return nil
-			}
+		if r == nil {
 			var s showScheduled
 			if err := e.decode(&s); err != nil {
 				return err
 			}
 			f.shows.put(&showRow{ID: key, Name: s.Name, StartsAt: micro(s.StartsAt), Capacity: int64(s.Capacity),
 				PriceAmount: s.Price.Amount, PriceCurrency: s.Price.Currency, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
-			return nil
-		}
-		if r == nil || e.revision <= r.Revision {
 			return nil
 		}
 		var s seatsChanged
@@ -536,33 +526,15 @@ func (f *showsFold) apply(e *envelope) error {
 		f.shows.put(r)
 		return nil
 	}
-	status := reservationEvents[e.typ]
-	if status == "" {
-		return nil
-	}
-	key, err := e.rowKey(reservationPrefix)
-	if err != nil {
+	fact, r, ok, err := readReservation(e, f.res, func(r *showReservationRow) int64 { return r.Revision })
+	if !ok {
 		return err
 	}
-	r := f.res.get(key)
-	if e.typ == "ReservationHeld" {
-		if r != nil {
-			return nil
-		}
-		var h reservationHeld
-		if err := e.decode(&h); err != nil {
-			return err
-		}
-		showID, err := e.canonUUID(h.ShowID, "show_id")
-		if err != nil {
-			return err
-		}
-		f.res.put(&showReservationRow{ReservationID: key, ShowID: showID, Quantity: int64(h.Quantity), Status: status, Revision: e.revision})
+	if h := fact.held; h != nil {
+		f.res.put(&showReservationRow{ReservationID: fact.key, ShowID: fact.showID, Quantity: int64(h.Quantity), Status: fact.status, Revision: e.revision})
 		return nil
 	}
-	if r == nil || e.revision <= r.Revision {
-		return nil
-	}
+	status := fact.status
 	if was, is := r.Status == "ordered", status == "ordered"; was != is {
 		if is {
 			f.sale(r.ShowID, r.Quantity)
@@ -609,12 +581,8 @@ type intentRow struct {
 
 func scanIntent(row pgx.Row) (*intentRow, error) {
 	var r intentRow
-	if err := row.Scan(&r.Stream, &r.Actor, &r.Operation, &r.TargetID, &r.Executor, &r.LeaseUntil, &r.Takeovers, &r.RejectionStatus,
-		&r.RejectionCode, &r.RecordedAt, &r.UpdatedAt, &r.Revision); err != nil {
-		return nil, fmt.Errorf("scan rm_intents: %w", err)
-	}
-	r.LeaseUntil, r.RecordedAt, r.UpdatedAt = r.LeaseUntil.UTC(), r.RecordedAt.UTC(), r.UpdatedAt.UTC()
-	return &r, nil
+	return &r, scanRow(row, "rm_intents", []*time.Time{&r.LeaseUntil, &r.RecordedAt, &r.UpdatedAt},
+		&r.Stream, &r.Actor, &r.Operation, &r.TargetID, &r.Executor, &r.LeaseUntil, &r.Takeovers, &r.RejectionStatus, &r.RejectionCode, &r.RecordedAt, &r.UpdatedAt, &r.Revision)
 }
 
 func intentText(r *intentRow) []pgtype.Text {
@@ -630,11 +598,8 @@ type targetRow struct {
 
 func scanTarget(row pgx.Row) (*targetRow, error) {
 	var r targetRow
-	if err := row.Scan(&r.ID, &r.Kind, &r.Status, &r.UpdatedAt, &r.Revision); err != nil {
-		return nil, fmt.Errorf("scan rm_intent_targets: %w", err)
-	}
-	r.UpdatedAt = r.UpdatedAt.UTC()
-	return &r, nil
+	return &r, scanRow(row, "rm_intent_targets", []*time.Time{&r.UpdatedAt},
+		&r.ID, &r.Kind, &r.Status, &r.UpdatedAt, &r.Revision)
 }
 
 func targetText(r *targetRow) []pgtype.Text {
@@ -697,18 +662,10 @@ func (f *intentsFold) intentKey(e *envelope) (string, error) {
 func (f *intentsFold) route(e *envelope) error {
 	switch e.typ {
 	case "IntentRecorded", "IntentResumed", "IntentRejected":
-		key, err := f.intentKey(e)
-		if err == nil {
-			f.intents.need(key)
-		}
-		return err
+		return f.intents.needKey(f.intentKey(e))
 	}
 	if t, ok := targetEvents[e.typ]; ok {
-		key, err := e.rowKey(t.prefix)
-		if err == nil {
-			f.targets.need(key)
-		}
-		return err
+		return f.targets.needKey(e.rowKey(t.prefix))
 	}
 	return nil
 }

@@ -151,15 +151,13 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 	durable := make([]error, len(created))
 	var wg sync.WaitGroup
 	for i, t := range created {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if _, err := pool.Exec(ctx, `ALTER TABLE `+pgx.Identifier{t}.Sanitize()+` SET LOGGED`); err != nil {
 				durable[i] = fmt.Errorf("projections: rebuild: make %s logged: %w", t, err)
 			} else if _, err := pool.Exec(ctx, `ANALYZE `+pgx.Identifier{t}.Sanitize()); err != nil {
 				durable[i] = fmt.Errorf("projections: rebuild: analyze %s: %w", t, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if err = errors.Join(durable...); err != nil {
@@ -178,11 +176,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 		got := make([]taken, len(ps))
 		var wg sync.WaitGroup
 		for i, p := range ps {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got[i].release, got[i].err = o.Lock(ctx, p.name)
-			}()
+			wg.Go(func() { got[i].release, got[i].err = o.Lock(ctx, p.name) })
 		}
 		wg.Wait()
 		var lockErr error

@@ -161,8 +161,7 @@ func TestRebuildTakesOverFromLive(t *testing.T) {
 	ps := All(24 * time.Hour)
 	var yields sync.Map
 	wait := runExclusive(t, ctx, db, ps, &yields)
-	a := &appender{tb: t, store: db.store, clock: &clock{}}
-	workload{shows: 3, perShow: 20, workers: 3, seed: 5}.run(ctx, a)
+	a := workload{shows: 3, perShow: 20, workers: 3, seed: 5}.appendTo(t, ctx, db.store)
 	waitCaughtUp(t, ctx, db, ps)
 
 	appending := make(chan struct{})
@@ -217,8 +216,7 @@ func TestRebuildFailureSwapsNothing(t *testing.T) {
 	t.Parallel()
 	db := mustDB(t)
 	ctx := context.Background()
-	a := &appender{tb: t, store: db.fast, clock: &clock{}}
-	workload{shows: 2, perShow: 30, workers: 2, seed: 7}.run(ctx, a)
+	workload{shows: 2, perShow: 30, workers: 2, seed: 7}.appendTo(t, ctx, db.fast)
 	ps := All(24 * time.Hour)
 	waitHorizon(t, ctx, db)
 	mustRebuild(t, db, ps, RebuildOptions{})

@@ -88,6 +88,16 @@ func newRowSet[R any](spec *tableSpec, scan func(pgx.Row) (*R, error), text func
 // need notes that key's row is to be loaded.
 func (s *rowSet[R]) need(key string) { s.want[key] = true }
 
+// needKey notes that key's row is to be loaded unless err is set, and
+// returns err; it takes a row key function's results, as in
+// set.needKey(e.rowKey(prefix)).
+func (s *rowSet[R]) needKey(key string, err error) error {
+	if err == nil {
+		s.need(key)
+	}
+	return err
+}
+
 // get returns key's row, nil if it does not exist.
 func (s *rowSet[R]) get(key string) *R { return s.rows[key] }
 
@@ -151,6 +161,19 @@ func (s *rowSet[R]) written() []any {
 		args[i] = cols[i]
 	}
 	return args
+}
+
+// scanRow scans row into dest and converts the times listed in utc to UTC;
+// the error names table. A scan function returns its row with scanRow's
+// error: the row is not used when the error is set.
+func scanRow(row pgx.Row, table string, utc []*time.Time, dest ...any) error {
+	if err := row.Scan(dest...); err != nil {
+		return fmt.Errorf("scan %s: %w", table, err)
+	}
+	for _, t := range utc {
+		*t = t.UTC()
+	}
+	return nil
 }
 
 // Text forms of column values (written through ::type casts).

@@ -98,11 +98,7 @@ func (r ChargeRequest) Validate() error {
 // trailing data and non-integral amounts are errors wrapping
 // ErrInvalidRequest. It does not call Validate. Errors never contain the token.
 func ParseChargeRequest(body []byte) (ChargeRequest, error) {
-	var r ChargeRequest
-	if err := decodeStrict(body, &r); err != nil {
-		return ChargeRequest{}, err
-	}
-	return r, nil
+	return parseStrict[ChargeRequest](body)
 }
 
 // Charge is a charge object (Stripe, https://docs.stripe.com/api/charges/object).
@@ -152,11 +148,7 @@ func (r RefundRequest) Body() []byte { return encode(r) }
 // ParseRefundRequest decodes a POST /v1/refunds body strictly, like
 // ParseChargeRequest.
 func ParseRefundRequest(body []byte) (RefundRequest, error) {
-	var r RefundRequest
-	if err := decodeStrict(body, &r); err != nil {
-		return RefundRequest{}, err
-	}
-	return r, nil
+	return parseStrict[RefundRequest](body)
 }
 
 // Refund is a refund object (Stripe, https://docs.stripe.com/api/refunds/object).
@@ -216,4 +208,15 @@ func describeJSONError(err error) string {
 		// Unknown-field errors name the field, never a value.
 		return err.Error()
 	}
+}
+
+// parseStrict decodes body into a T with decodeStrict; on an error it
+// returns T's zero value.
+func parseStrict[T any](body []byte) (T, error) {
+	var v T
+	if err := decodeStrict(body, &v); err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
 }

@@ -132,14 +132,7 @@ func (c *Client) createCharge(ctx context.Context, key string, body []byte) (Cha
 // window has passed (the charge itself still exists; find it with
 // SearchCharges). Errors wrap ErrUnavailable for transient failures.
 func (c *Client) ChargeByKey(ctx context.Context, key string) (ch Charge, ok bool, err error) {
-	if err := checkKey(key); err != nil {
-		return Charge{}, false, err
-	}
-	list, err := c.listCharges(ctx, url.Values{"idempotency_key": {key}})
-	if err != nil || len(list) == 0 {
-		return Charge{}, false, err
-	}
-	return list[0], true, nil
+	return firstByKey(ctx, key, c.listCharges)
 }
 
 // SearchCharges returns the charges whose metadata has order_id = orderID and,
@@ -209,14 +202,7 @@ func (c *Client) Refund(ctx context.Context, key, chargeID string, amount int64)
 // (or the key's window has passed). Errors wrap ErrUnavailable for transient
 // failures.
 func (c *Client) RefundByKey(ctx context.Context, key string) (re Refund, ok bool, err error) {
-	if err := checkKey(key); err != nil {
-		return Refund{}, false, err
-	}
-	list, err := c.listRefunds(ctx, url.Values{"idempotency_key": {key}})
-	if err != nil || len(list) == 0 {
-		return Refund{}, false, err
-	}
-	return list[0], true, nil
+	return firstByKey(ctx, key, c.listRefunds)
 }
 
 // ListRefunds returns the refunds of a charge, oldest first, via
@@ -368,4 +354,18 @@ func redact(err error, token string) error {
 		apiErr.Message = strings.ReplaceAll(apiErr.Message, token, "[redacted]")
 	}
 	return err
+}
+
+// firstByKey returns the first object that list finds for idempotency key
+// key (a list filtered by idempotency_key holds at most one); ok is false
+// when it finds none. An invalid key is an error wrapping ErrInvalidRequest.
+func firstByKey[T any](ctx context.Context, key string, list func(context.Context, url.Values) ([]T, error)) (v T, ok bool, err error) {
+	if err := checkKey(key); err != nil {
+		return v, false, err
+	}
+	found, err := list(ctx, url.Values{"idempotency_key": {key}})
+	if err != nil || len(found) == 0 {
+		return v, false, err
+	}
+	return found[0], true, nil
 }

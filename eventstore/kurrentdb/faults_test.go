@@ -16,6 +16,7 @@ import (
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/kurrentdb"
 	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
+	"github.com/retrysafe/booking/eventstore/storetest"
 )
 
 // TestFaults drives the Store through the faults the double injects and
@@ -25,11 +26,7 @@ func TestFaults(t *testing.T) {
 	t.Run("a subscription survives a server restart and resumes from its last event", func(t *testing.T) {
 		t.Parallel()
 		srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{DataFile: t.TempDir() + "/log"})
-		logs := &countingHandler{}
-		s := newStore(t, srv.URL()+"&maxDiscoverAttempts=3&discoveryInterval=20",
-			kurrentdb.WithBackoff(10*time.Millisecond, 100*time.Millisecond), kurrentdb.WithLogger(slog.New(logs)))
-		ctx := testContext(t)
-		sub := subscribe(t, ctx, s, eventstore.Position{}, "restart-")
+		s, ctx, sub, logs := watchStore(t, srv.URL()+"&maxDiscoverAttempts=3&discoveryInterval=20", 10*time.Millisecond, 100*time.Millisecond, "restart-")
 		var want []eventstore.EventData
 		for round := range 3 {
 			for i := range 5 {
@@ -39,7 +36,7 @@ func TestFaults(t *testing.T) {
 				if round > 0 {
 					expected = eventstore.Exact(eventstore.Revision(2*round - 1))
 				}
-				mustAppend(t, ctx, s, stream, expected, events...)
+				storetest.MustAppend(t, ctx, s, stream, expected, events...)
 				want = append(want, events...)
 			}
 			sub.waitFor(t, ctx, len(want))
@@ -48,49 +45,39 @@ func TestFaults(t *testing.T) {
 			}
 		}
 		got := sub.waitFor(t, ctx, len(want))
-		if diff := cmp.Diff(idsOf(want), idsOf(got)); diff != "" {
+		if diff := cmp.Diff(storetest.IDs(want), storetest.IDs(got)); diff != "" {
 			t.Errorf("events delivered across 3 restarts mismatch (-want +got):\n%s", diff)
 		}
-		if diff := cmp.Diff(idsOf(want), idsOf(ownEvents(t, ctx, s, "restart-"))); diff != "" {
+		if diff := cmp.Diff(storetest.IDs(want), storetest.IDs(ownEvents(t, ctx, s, "restart-"))); diff != "" {
 			t.Errorf("ReadAll after restarts mismatch (-want +got):\n%s", diff)
 		}
-		if n := logs.count(resubscribing); n < 3 {
-			t.Errorf("the subscription resubscribed %d times across 3 restarts, want at least 3", n)
-		}
+		logs.wantResubscribed(t, 3, " across 3 restarts")
 	})
 
 	t.Run("a subscription survives the server process killed and started again on its data file", func(t *testing.T) {
 		t.Parallel()
 		p := kurrentdbtest.StartProcess(t, doubleBin, t.TempDir()+"/log")
-		logs := &countingHandler{}
-		s := newStore(t, p.URL(), kurrentdb.WithBackoff(10*time.Millisecond, 100*time.Millisecond), kurrentdb.WithLogger(slog.New(logs)))
-		ctx := testContext(t)
-		sub := subscribe(t, ctx, s, eventstore.Position{}, "killed-")
+		s, ctx, sub, logs := watchStore(t, p.URL(), 10*time.Millisecond, 100*time.Millisecond, "killed-")
 		before := newEvents(3)
-		mustAppend(t, ctx, s, "killed-s", eventstore.NoStream(), before...)
+		storetest.MustAppend(t, ctx, s, "killed-s", eventstore.NoStream(), before...)
 		sub.waitFor(t, ctx, 3)
 		p.Kill()
 		if err := p.Start(); err != nil {
 			t.Fatalf("Start() after SIGKILL = %v", err)
 		}
 		after := newEvents(2)
-		mustAppend(t, ctx, s, "killed-s", eventstore.Exact(2), after...)
-		want := append(idsOf(before), idsOf(after)...)
-		if diff := cmp.Diff(want, idsOf(sub.waitFor(t, ctx, 5))); diff != "" {
+		storetest.MustAppend(t, ctx, s, "killed-s", eventstore.Exact(2), after...)
+		want := append(storetest.IDs(before), storetest.IDs(after)...)
+		if diff := cmp.Diff(want, storetest.IDs(sub.waitFor(t, ctx, 5))); diff != "" {
 			t.Errorf("SubscribeAll across a SIGKILL mismatch (-want +got):\n%s", diff)
 		}
-		if n := logs.count(resubscribing); n < 1 {
-			t.Errorf("the subscription resubscribed %d times, want at least 1", n)
-		}
+		logs.wantResubscribed(t, 1, "")
 	})
 
 	t.Run("a subscription survives dropped connections while events are appended", func(t *testing.T) {
 		t.Parallel()
 		srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
-		logs := &countingHandler{}
-		s := newStore(t, srv.URL(), kurrentdb.WithBackoff(5*time.Millisecond, 50*time.Millisecond), kurrentdb.WithLogger(slog.New(logs)))
-		ctx := testContext(t)
-		sub := subscribe(t, ctx, s, eventstore.Position{}, "drop-")
+		s, ctx, sub, logs := watchStore(t, srv.URL(), 5*time.Millisecond, 50*time.Millisecond, "drop-")
 		var (
 			mu   sync.Mutex
 			want = map[string]bool{}
@@ -164,9 +151,7 @@ func TestFaults(t *testing.T) {
 		if n := len(ownEvents(t, ctx, s, "drop-")); n != 100 {
 			t.Errorf("ReadAll holds %d events, want 100 (no duplicates from retried appends)", n)
 		}
-		if n := logs.count(resubscribing); n < 1 {
-			t.Errorf("the subscription resubscribed %d times across 5 dropped connections, want at least 1", n)
-		}
+		logs.wantResubscribed(t, 1, " across 5 dropped connections")
 	})
 
 	t.Run("a server that is down at start gives a clear error, then is used once it is up", func(t *testing.T) {
@@ -196,7 +181,7 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("Start() = %v", err)
 		}
 		var res eventstore.AppendResult
-		eventually(t, ctx, func() error {
+		storetest.Eventually(t, ctx, func() error {
 			var err error
 			res, err = s.Append(ctx, "early", eventstore.NoStream(), newEvents(1)...)
 			return err
@@ -226,18 +211,18 @@ func TestFaults(t *testing.T) {
 			// second repeat is recognised.
 			srv.HoldIndex(1)
 			events := newEvents(3)
-			res := mustAppend(t, ctx, s, "aborted", expected, events...)
+			res := storetest.MustAppend(t, ctx, s, "aborted", expected, events...)
 			got, err := s.ReadStream(ctx, "aborted", 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(idsOf(events), idsOf(got)); diff != "" {
+			if diff := cmp.Diff(storetest.IDs(events), storetest.IDs(got)); diff != "" {
 				t.Fatalf("ReadStream mismatch (-want +got):\n%s", diff)
 			}
 			if want := (eventstore.AppendResult{NextRevision: 2, Position: got[2].Position}); res != want {
 				t.Errorf("Append = %+v, want %+v", res, want)
 			}
-			if diff := cmp.Diff(idsOf(events), idsOf(ownEvents(t, ctx, s, "aborted"))); diff != "" {
+			if diff := cmp.Diff(storetest.IDs(events), storetest.IDs(ownEvents(t, ctx, s, "aborted"))); diff != "" {
 				t.Errorf("ReadAll mismatch (-want +got):\n%s", diff)
 			}
 			if n := logs.count(repeating); n != 2 {
@@ -269,7 +254,7 @@ func TestFaults(t *testing.T) {
 		s := newStore(t, srv.URL())
 		ctx := testContext(t)
 		pre := newEvents(1)
-		mustAppend(t, ctx, s, "held-pre", eventstore.NoStream(), pre...)
+		storetest.MustAppend(t, ctx, s, "held-pre", eventstore.NoStream(), pre...)
 		sub := subscribe(t, ctx, s, eventstore.Position{}, "held-")
 		sub.waitFor(t, ctx, 1)
 		head, err := s.Head(ctx)
@@ -281,9 +266,9 @@ func TestFaults(t *testing.T) {
 		first, second := newEvents(2), newEvents(3)
 		results := make(chan error, 2)
 		go func() { _, err := s.Append(ctx, "held-a", eventstore.NoStream(), first...); results <- err }()
-		eventually(t, ctx, func() error { return unindexed(srv, 2) })
+		storetest.Eventually(t, ctx, func() error { return unindexed(srv, 2) })
 		go func() { _, err := s.Append(ctx, "held-b", eventstore.NoStream(), second...); results <- err }()
-		eventually(t, ctx, func() error { return unindexed(srv, 5) })
+		storetest.Eventually(t, ctx, func() error { return unindexed(srv, 5) })
 
 		// Written, not replicated: no reader sees either append.
 		if page, err := s.ReadAll(ctx, head, 100); err != nil || len(page) != 0 {
@@ -306,8 +291,8 @@ func TestFaults(t *testing.T) {
 			}
 		}
 		got := sub.waitFor(t, ctx, 6)
-		want := append(append(idsOf(pre), idsOf(first)...), idsOf(second)...)
-		if diff := cmp.Diff(want, idsOf(got)); diff != "" {
+		want := append(append(storetest.IDs(pre), storetest.IDs(first)...), storetest.IDs(second)...)
+		if diff := cmp.Diff(want, storetest.IDs(got)); diff != "" {
 			t.Errorf("SubscribeAll mismatch (-want +got): the first held append comes first\n%s", diff)
 		}
 	})
@@ -344,6 +329,15 @@ func (h *countingHandler) count(msg string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.counts[msg]
+}
+
+// wantResubscribed fails t unless the subscription logged at least want
+// resubscriptions; during, appended to the message, says across what.
+func (h *countingHandler) wantResubscribed(t *testing.T, want int, during string) {
+	t.Helper()
+	if n := h.count(resubscribing); n < want {
+		t.Errorf("the subscription resubscribed %d times%s, want at least %d", n, during, want)
+	}
 }
 
 func unindexed(srv *kurrentdbtest.Server, n int) error {

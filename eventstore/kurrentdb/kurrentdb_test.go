@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -113,28 +114,6 @@ func newEvents(n int) []eventstore.EventData {
 	return out
 }
 
-func idsOf[E eventstore.EventData | eventstore.RecordedEvent](events []E) []string {
-	out := make([]string, len(events))
-	for i, e := range events {
-		switch e := any(e).(type) {
-		case eventstore.EventData:
-			out[i] = e.ID
-		case eventstore.RecordedEvent:
-			out[i] = e.ID
-		}
-	}
-	return out
-}
-
-func mustAppend(t testing.TB, ctx context.Context, s eventstore.Store, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) eventstore.AppendResult {
-	t.Helper()
-	res, err := s.Append(ctx, stream, expected, events...)
-	if err != nil {
-		t.Fatalf("Append(%s, %s, %d events) = %v, want nil", stream, expected, len(events), err)
-	}
-	return res
-}
-
 // ownEvents reads the whole log with ReadAll and returns the events of the
 // streams whose names start with prefix.
 func ownEvents(t testing.TB, ctx context.Context, s eventstore.Store, prefix string) []eventstore.RecordedEvent {
@@ -169,6 +148,18 @@ type recorder struct {
 	wake   chan struct{}
 	done   chan error
 	cancel context.CancelFunc
+}
+
+// watchStore opens a store on url that retries with backoff from lo to hi
+// and logs to the returned handler, and subscribes to its log from the
+// start for the streams named prefix…; it returns them with the test's
+// context.
+func watchStore(t *testing.T, url string, lo, hi time.Duration, prefix string) (*kurrentdb.Store, context.Context, *recorder, *countingHandler) {
+	t.Helper()
+	logs := &countingHandler{}
+	s := newStore(t, url, kurrentdb.WithBackoff(lo, hi), kurrentdb.WithLogger(slog.New(logs)))
+	ctx := testContext(t)
+	return s, ctx, subscribe(t, ctx, s, eventstore.Position{}, prefix), logs
 }
 
 func subscribe(t *testing.T, ctx context.Context, s eventstore.Store, after eventstore.Position, prefix string) *recorder {
@@ -228,22 +219,6 @@ func (r *recorder) waitFor(t *testing.T, ctx context.Context, n int) []eventstor
 			t.Fatalf("SubscribeAll ended with %v after %d of %d events", err, len(r.snapshot()), n)
 		case <-ctx.Done():
 			t.Fatalf("SubscribeAll delivered %d of %d events before %v", len(r.snapshot()), n, ctx.Err())
-		}
-	}
-}
-
-// eventually polls check every 20 ms until it returns nil or ctx is done.
-func eventually(t testing.TB, ctx context.Context, check func() error) {
-	t.Helper()
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("condition not met before %v: %v", ctx.Err(), err)
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
@@ -330,7 +305,7 @@ func TestKurrentDB(t *testing.T) {
 		}
 		sub := subscribe(t, ctx, s, start, run)
 		first := newEvents(2)
-		mustAppend(t, ctx, s, run+"-a", eventstore.NoStream(), first...)
+		storetest.MustAppend(t, ctx, s, run+"-a", eventstore.NoStream(), first...)
 		// A page's worth of system events, a $metadata event (from
 		// Truncate) and a tombstone ($streamDeleted in a user stream).
 		for i := range 70 {
@@ -342,7 +317,7 @@ func TestKurrentDB(t *testing.T) {
 			t.Fatal(err)
 		}
 		dead := newEvents(1)
-		mustAppend(t, ctx, s, run+"-dead", eventstore.NoStream(), dead...)
+		storetest.MustAppend(t, ctx, s, run+"-dead", eventstore.NoStream(), dead...)
 		if _, err := raw.TombstoneStream(ctx, run+"-dead", esdb.TombstoneStreamOptions{ExpectedRevision: esdb.Revision(0)}); err != nil {
 			t.Fatal(err)
 		}
@@ -351,7 +326,7 @@ func TestKurrentDB(t *testing.T) {
 			t.Fatal(err)
 		}
 		second := newEvents(1)
-		mustAppend(t, ctx, s, run+"-b", eventstore.NoStream(), second...)
+		storetest.MustAppend(t, ctx, s, run+"-b", eventstore.NoStream(), second...)
 
 		// Head skipped the tombstone back to the last user event.
 		next, err := s.ReadAll(ctx, head, 100)
@@ -359,8 +334,8 @@ func TestKurrentDB(t *testing.T) {
 			t.Errorf("ReadAll(Head() before the last append) = %v, %v, want %s-b's event first", next, err, run)
 		}
 		got := sub.waitFor(t, ctx, 4)
-		want := append(append(idsOf(first), idsOf(dead)...), idsOf(second)...)
-		if diff := cmp.Diff(want, idsOf(got)); diff != "" {
+		want := append(append(storetest.IDs(first), storetest.IDs(dead)...), storetest.IDs(second)...)
+		if diff := cmp.Diff(want, storetest.IDs(got)); diff != "" {
 			t.Errorf("SubscribeAll own events mismatch (-want +got):\n%s", diff)
 		}
 		for _, e := range got {
@@ -381,9 +356,9 @@ func TestKurrentDB(t *testing.T) {
 		st := newStore(t, own.URL())
 		ctx := testContext(t)
 		events := newEvents(3)
-		mustAppend(t, ctx, st, "early", eventstore.NoStream(), events...)
+		storetest.MustAppend(t, ctx, st, "early", eventstore.NoStream(), events...)
 		sub := subscribe(t, ctx, st, eventstore.Position{}, "early")
-		if diff := cmp.Diff(idsOf(events), idsOf(sub.waitFor(t, ctx, 3))); diff != "" {
+		if diff := cmp.Diff(storetest.IDs(events), storetest.IDs(sub.waitFor(t, ctx, 3))); diff != "" {
 			t.Errorf("SubscribeAll(0/0) mismatch (-want +got):\n%s", diff)
 		}
 	})
@@ -394,12 +369,12 @@ func TestKurrentDB(t *testing.T) {
 		ctx := testContext(t)
 		own.FailNext(kurrentdbtest.MethodAppend, 2, codes.Unavailable, "Server Is Not Ready")
 		events := newEvents(2)
-		res := mustAppend(t, ctx, st, "retried", eventstore.NoStream(), events...)
+		res := storetest.MustAppend(t, ctx, st, "retried", eventstore.NoStream(), events...)
 		got, err := st.ReadStream(ctx, "retried", 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(idsOf(events), idsOf(got)); diff != "" {
+		if diff := cmp.Diff(storetest.IDs(events), storetest.IDs(got)); diff != "" {
 			t.Errorf("ReadStream mismatch (-want +got):\n%s", diff)
 		}
 		if res.NextRevision != 1 || res.Position != got[1].Position {
@@ -412,13 +387,13 @@ func TestKurrentDB(t *testing.T) {
 		st := newStore(t, own.URL())
 		ctx := testContext(t)
 		events := newEvents(2)
-		mustAppend(t, ctx, st, "odd", eventstore.NoStream(), events...)
+		storetest.MustAppend(t, ctx, st, "odd", eventstore.NoStream(), events...)
 		own.SendUnexpectedReply(1)
 		got, err := st.ReadStream(ctx, "odd", 0, 0)
 		if err != nil {
 			t.Fatalf("ReadStream after an unexpected reply = %v, want the events", err)
 		}
-		if diff := cmp.Diff(idsOf(events), idsOf(got)); diff != "" {
+		if diff := cmp.Diff(storetest.IDs(events), storetest.IDs(got)); diff != "" {
 			t.Errorf("ReadStream mismatch (-want +got):\n%s", diff)
 		}
 		own.SendUnexpectedReply(10)
@@ -432,16 +407,16 @@ func TestKurrentDB(t *testing.T) {
 		ctx := testContext(t)
 		stream := "hidden-" + uuid.NewString()
 		events := newEvents(2)
-		mustAppend(t, ctx, s, stream, eventstore.NoStream(), events...)
-		mustAppend(t, ctx, s, stream, eventstore.Exact(1), newEvents(1)...)
+		storetest.MustAppend(t, ctx, s, stream, eventstore.NoStream(), events...)
+		storetest.MustAppend(t, ctx, s, stream, eventstore.Exact(1), newEvents(1)...)
 		if err := s.Truncate(ctx, stream, 2); err != nil {
 			t.Fatal(err)
 		}
-		res := mustAppend(t, ctx, s, stream, eventstore.NoStream(), events...)
+		res := storetest.MustAppend(t, ctx, s, stream, eventstore.NoStream(), events...)
 		if want := (eventstore.AppendResult{NextRevision: 1}); res != want {
 			t.Errorf("Append(repeat of truncated events) = %+v, want %+v", res, want)
 		}
-		res = mustAppend(t, ctx, s, stream, eventstore.Exact(2), newEvents(1)...)
+		res = storetest.MustAppend(t, ctx, s, stream, eventstore.Exact(2), newEvents(1)...)
 		if res.NextRevision != 3 || res.Position.IsZero() {
 			t.Errorf("Append(exact 2) after the truncated repeat = %+v, want revision 3 with a position", res)
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/internal/tick"
 )
 
 // ErrLockHeld is returned by Locks.TryAcquire when another session holds
@@ -221,23 +223,17 @@ func (l *Lock) Release() {
 // (Release), and closes lost when a ping fails.
 func (l *Lock) ping(ctx context.Context, conn *pgxpool.Conn) {
 	defer close(l.stopped)
-	t := time.NewTicker(LockPing)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			err := conn.Ping(pctx)
-			cancel()
-			if ctx.Err() != nil {
-				return
-			}
-			if err != nil {
-				close(l.lost)
-				return
-			}
+	tick.Every(ctx, LockPing, func() bool {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := conn.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return false
 		}
-	}
+		if err != nil {
+			close(l.lost)
+			return false
+		}
+		return true
+	})
 }

@@ -57,58 +57,35 @@ const timeout = 2 * time.Minute
 // HoldOpener; they are skipped with the reason HoldOpenUnsupported gives
 // otherwise.
 func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
-	t.Run("appended events read back from their stream exactly as written", func(t *testing.T) {
-		t.Parallel()
-		testRoundTrip(t, newStore(t))
-	})
-	t.Run("reading a stream honours from and limit", func(t *testing.T) {
-		t.Parallel()
-		testReadStreamRange(t, newStore(t))
-	})
-	t.Run("each expected revision kind succeeds or conflicts with the actual revision", func(t *testing.T) {
-		t.Parallel()
-		testExpectedRevisions(t, newStore)
-	})
-	t.Run("concurrent appends at the same expected revision let exactly one win", func(t *testing.T) {
-		t.Parallel()
-		testConcurrentSameRevision(t, newStore(t))
-	})
-	t.Run("a repeated append is recognised and writes nothing", func(t *testing.T) {
-		t.Parallel()
-		testIdempotentRepeat(t, newStore)
-	})
-	t.Run("concurrent repeats of one append all succeed and write it once", func(t *testing.T) {
-		t.Parallel()
-		testConcurrentRepeat(t, newStore(t))
-	})
-	t.Run("truncate hides old events and keeps the stream's last revision", func(t *testing.T) {
-		t.Parallel()
-		testTruncate(t, newStore(t))
-	})
-	t.Run("read all returns events in log order and honours the limit", func(t *testing.T) {
-		t.Parallel()
-		testReadAllOrder(t, newStore(t))
-	})
-	t.Run("a subscriber never passes an append whose transaction commits late", func(t *testing.T) {
-		t.Parallel()
-		testHeldOpenCommit(t, newStore(t))
-	})
-	t.Run("a subscriber never sees an append whose transaction rolls back", func(t *testing.T) {
-		t.Parallel()
-		testHeldOpenAbort(t, newStore(t))
-	})
-	t.Run("a subscriber resumes from its checkpoint without loss or duplicates", func(t *testing.T) {
-		t.Parallel()
-		testResume(t, newStore(t))
-	})
-	t.Run("a subscriber returns the context's error when it is cancelled", func(t *testing.T) {
-		t.Parallel()
-		testSubscribeCancel(t, newStore(t))
-	})
-	t.Run("many concurrent appenders and a subscriber agree on every event", func(t *testing.T) {
-		t.Parallel()
-		testManyAppenders(t, newStore(t))
-	})
+	cases := []struct {
+		name string
+		run  func(t *testing.T, newStore func(t *testing.T) eventstore.Store)
+	}{
+		{"appended events read back from their stream exactly as written", onStore(testRoundTrip)},
+		{"reading a stream honours from and limit", onStore(testReadStreamRange)},
+		{"each expected revision kind succeeds or conflicts with the actual revision", testExpectedRevisions},
+		{"concurrent appends at the same expected revision let exactly one win", onStore(testConcurrentSameRevision)},
+		{"a repeated append is recognised and writes nothing", testIdempotentRepeat},
+		{"concurrent repeats of one append all succeed and write it once", onStore(testConcurrentRepeat)},
+		{"truncate hides old events and keeps the stream's last revision", onStore(testTruncate)},
+		{"read all returns events in log order and honours the limit", onStore(testReadAllOrder)},
+		{"a subscriber never passes an append whose transaction commits late", onStore(testHeldOpenCommit)},
+		{"a subscriber never sees an append whose transaction rolls back", onStore(testHeldOpenAbort)},
+		{"a subscriber resumes from its checkpoint without loss or duplicates", onStore(testResume)},
+		{"a subscriber returns the context's error when it is cancelled", onStore(testSubscribeCancel)},
+		{"many concurrent appenders and a subscriber agree on every event", onStore(testManyAppenders)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, newStore)
+		})
+	}
+}
+
+// onStore adapts a case that needs one store to the table in Run.
+func onStore(test func(t *testing.T, s eventstore.Store)) func(*testing.T, func(*testing.T) eventstore.Store) {
+	return func(t *testing.T, newStore func(*testing.T) eventstore.Store) { test(t, newStore(t)) }
 }
 
 // testContext returns a context for one case, cancelled when it ends.
@@ -122,6 +99,13 @@ func testContext(t *testing.T) context.Context {
 // newStream returns a stream name no other test uses.
 func newStream(prefix string) string {
 	return prefix + "-" + uuid.NewString()
+}
+
+// newCase starts a table row: it returns the row's context, a store from
+// newStore and a new stream named after prefix.
+func newCase(t *testing.T, newStore func(*testing.T) eventstore.Store, prefix string) (context.Context, eventstore.Store, string) {
+	t.Helper()
+	return testContext(t), newStore(t), newStream(prefix)
 }
 
 // newEvents returns n events of type typ with fresh UUIDv7 ids and JSON
@@ -144,7 +128,9 @@ func newEvents(t testing.TB, typ string, n int) []eventstore.EventData {
 	return events
 }
 
-func mustAppend(t testing.TB, ctx context.Context, s eventstore.Store, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) eventstore.AppendResult {
+// MustAppend appends events to stream at the expected revision and returns
+// the result; it fails t if the append returns an error.
+func MustAppend(t testing.TB, ctx context.Context, s eventstore.Store, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) eventstore.AppendResult {
 	t.Helper()
 	res, err := s.Append(ctx, stream, expected, events...)
 	if err != nil {
@@ -171,8 +157,8 @@ func mustHead(t testing.TB, ctx context.Context, s eventstore.Store) eventstore.
 	return p
 }
 
-// ids returns the events' ids.
-func ids[E eventstore.EventData | eventstore.RecordedEvent](events []E) []string {
+// IDs returns the events' ids, in order.
+func IDs[E eventstore.EventData | eventstore.RecordedEvent](events []E) []string {
 	out := make([]string, len(events))
 	for i, e := range events {
 		switch e := any(e).(type) {
@@ -183,6 +169,23 @@ func ids[E eventstore.EventData | eventstore.RecordedEvent](events []E) []string
 		}
 	}
 	return out
+}
+
+// Eventually polls check every 20 ms until it returns nil, or fails t with
+// the last error once ctx is done.
+func Eventually(t testing.TB, ctx context.Context, check func() error) {
+	t.Helper()
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("condition not met before %v: %v", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // wantConflict fails t unless err is a *RevisionConflictError for stream and
@@ -230,7 +233,7 @@ func testRoundTrip(t *testing.T, s eventstore.Store) {
 	events[1].Metadata = nil
 	events[2].Data = []byte(`{}`)
 
-	res := mustAppend(t, ctx, s, stream, eventstore.NoStream(), events...)
+	res := MustAppend(t, ctx, s, stream, eventstore.NoStream(), events...)
 	got := mustReadStream(t, ctx, s, stream)
 
 	if diff := cmp.Diff(recorded(stream, 0, events), got, recordedOptions); diff != "" {
@@ -253,7 +256,7 @@ func testReadStreamRange(t *testing.T, s eventstore.Store) {
 	ctx := testContext(t)
 	stream := newStream("range")
 	events := newEvents(t, "Ranged", 5)
-	mustAppend(t, ctx, s, stream, eventstore.NoStream(), events...)
+	MustAppend(t, ctx, s, stream, eventstore.NoStream(), events...)
 
 	tests := []struct {
 		name  string
@@ -312,12 +315,10 @@ func testExpectedRevisions(t *testing.T, newStore func(t *testing.T) eventstore.
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t)
-			ctx := testContext(t)
-			stream := newStream("expected")
+			ctx, s, stream := newCase(t, newStore, "expected")
 			var before []eventstore.RecordedEvent
 			if tt.existing > 0 {
-				mustAppend(t, ctx, s, stream, eventstore.NoStream(), newEvents(t, "Existing", tt.existing)...)
+				MustAppend(t, ctx, s, stream, eventstore.NoStream(), newEvents(t, "Existing", tt.existing)...)
 				before = mustReadStream(t, ctx, s, stream)
 			}
 			events := newEvents(t, "Appended", 2)
@@ -371,7 +372,7 @@ func testConcurrentSameRevision(t *testing.T, s eventstore.Store) {
 			ctx := testContext(t)
 			stream := newStream("race")
 			if tt.existing > 0 {
-				mustAppend(t, ctx, s, stream, eventstore.NoStream(), newEvents(t, "Existing", tt.existing)...)
+				MustAppend(t, ctx, s, stream, eventstore.NoStream(), newEvents(t, "Existing", tt.existing)...)
 			}
 			batches := make([][]eventstore.EventData, appenders)
 			results := make([]eventstore.AppendResult, appenders)
@@ -445,12 +446,10 @@ func testIdempotentRepeat(t *testing.T, newStore func(t *testing.T) eventstore.S
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t)
-			ctx := testContext(t)
-			stream := newStream("repeat")
+			ctx, s, stream := newCase(t, newStore, "repeat")
 			first, second := newEvents(t, "First", 2), newEvents(t, "Second", 2)
-			mustAppend(t, ctx, s, stream, eventstore.NoStream(), first...)
-			mustAppend(t, ctx, s, stream, eventstore.Exact(1), second...)
+			MustAppend(t, ctx, s, stream, eventstore.NoStream(), first...)
+			MustAppend(t, ctx, s, stream, eventstore.Exact(1), second...)
 			before := mustReadStream(t, ctx, s, stream)
 			byName := map[string]eventstore.EventData{
 				"f0": first[0], "f1": first[1], "s0": second[0], "s1": second[1],
@@ -516,7 +515,7 @@ func testTruncate(t *testing.T, s eventstore.Store) {
 	ctx := testContext(t)
 	stream := newStream("truncate")
 	events := newEvents(t, "Kept", 3)
-	mustAppend(t, ctx, s, stream, eventstore.NoStream(), events...)
+	MustAppend(t, ctx, s, stream, eventstore.NoStream(), events...)
 
 	if err := s.Truncate(ctx, stream, 2); err != nil {
 		t.Fatalf("Truncate(%s, 2) = %v, want nil", stream, err)
@@ -542,7 +541,7 @@ func testTruncate(t *testing.T, s eventstore.Store) {
 	wantConflict(t, err, stream, eventstore.NoStream(), 2)
 
 	more := newEvents(t, "After", 2)
-	res := mustAppend(t, ctx, s, stream, eventstore.Exact(2), more...)
+	res := MustAppend(t, ctx, s, stream, eventstore.Exact(2), more...)
 	if res.NextRevision != 4 {
 		t.Errorf("Append(%s, 2) after truncation = revision %d, want 4", stream, res.NextRevision)
 	}
@@ -555,7 +554,7 @@ func testTruncate(t *testing.T, s eventstore.Store) {
 	if err := s.Truncate(ctx, missing, 5); err != nil {
 		t.Errorf("Truncate(%s, 5) on a stream that never existed = %v, want nil", missing, err)
 	}
-	mustAppend(t, ctx, s, missing, eventstore.NoStream(), newEvents(t, "First", 1)...)
+	MustAppend(t, ctx, s, missing, eventstore.NoStream(), newEvents(t, "First", 1)...)
 }
 
 func revisions(events []eventstore.RecordedEvent) []eventstore.Revision {
@@ -617,7 +616,7 @@ func testReadAllOrder(t *testing.T, s eventstore.Store) {
 			if round > 0 {
 				expected = eventstore.Exact(next[stream] - 1)
 			}
-			mustAppend(t, ctx, s, stream, expected, events...)
+			MustAppend(t, ctx, s, stream, expected, events...)
 			want = append(want, recorded(stream, next[stream], events)...)
 			next[stream] += eventstore.Revision(len(events))
 		}

@@ -162,16 +162,25 @@ func holdOpener(t *testing.T, s eventstore.Store) HoldOpener {
 	return nil
 }
 
+// watchNew starts a case that watches the log: it returns the case's
+// context, a new run name (streams prefixed run- belong to the case), the
+// filter of those streams, the head at the start, and a subscriber to the
+// case's streams from that head.
+func watchNew(t *testing.T, s eventstore.Store, prefix string) (ctx context.Context, run string, own func(string) bool, start eventstore.Position, sub *subscriber) {
+	t.Helper()
+	ctx = testContext(t)
+	run = newStream(prefix)
+	own = prefixed(run)
+	start = mustHead(t, ctx, s)
+	return ctx, run, own, start, subscribe(t, ctx, s, start, own)
+}
+
 func testHeldOpenCommit(t *testing.T, s eventstore.Store) {
 	h := holdOpener(t, s)
-	ctx := testContext(t)
-	run := newStream("held")
-	own := prefixed(run)
-	start := mustHead(t, ctx, s)
-	sub := subscribe(t, ctx, s, start, own)
+	ctx, run, own, start, sub := watchNew(t, s, "held")
 
 	pre := newEvents(t, "Before", 1)
-	mustAppend(t, ctx, s, run+"-pre", eventstore.NoStream(), pre...)
+	MustAppend(t, ctx, s, run+"-pre", eventstore.NoStream(), pre...)
 	prePos := sub.waitFor(t, ctx, 1)[0].Position
 
 	held := newEvents(t, "Held", 2)
@@ -226,14 +235,14 @@ func testHeldOpenCommit(t *testing.T, s eventstore.Store) {
 	// Give the subscriber, already woken by the appends, time to misbehave.
 	time.Sleep(50 * time.Millisecond)
 	if got := sub.snapshot(); len(got) != 1 {
-		t.Fatalf("SubscribeAll delivered %d events while an earlier append was uncommitted, want 1 (%v)", len(got), ids(got))
+		t.Fatalf("SubscribeAll delivered %d events while an earlier append was uncommitted, want 1 (%v)", len(got), IDs(got))
 	}
 
 	res, err := commit(ctx)
 	if err != nil {
 		t.Fatalf("commit of the held append = %v, want nil", err)
 	}
-	mustAppend(t, ctx, s, run+"-post", eventstore.NoStream(), newEvents(t, "After", 1)...)
+	MustAppend(t, ctx, s, run+"-post", eventstore.NoStream(), newEvents(t, "After", 1)...)
 
 	total := 1 + len(held) + appenders*perAppender + 1
 	delivered := sub.waitFor(t, ctx, total)
@@ -244,8 +253,8 @@ func testHeldOpenCommit(t *testing.T, s eventstore.Store) {
 	if diff := cmp.Diff(fromAll, delivered); diff != "" {
 		t.Errorf("SubscribeAll and ReadAll disagree (-ReadAll +SubscribeAll):\n%s", diff)
 	}
-	wantFirst := append(ids(pre), ids(held)...)
-	if diff := cmp.Diff(wantFirst, ids(delivered[:3])); diff != "" {
+	wantFirst := append(IDs(pre), IDs(held)...)
+	if diff := cmp.Diff(wantFirst, IDs(delivered[:3])); diff != "" {
 		t.Errorf("SubscribeAll first events mismatch (-want +got): the held append began first, so it comes first\n%s", diff)
 	}
 	if want := (eventstore.AppendResult{NextRevision: 1, Position: delivered[2].Position}); res != want {
@@ -256,28 +265,24 @@ func testHeldOpenCommit(t *testing.T, s eventstore.Store) {
 
 func testHeldOpenAbort(t *testing.T, s eventstore.Store) {
 	h := holdOpener(t, s)
-	ctx := testContext(t)
-	run := newStream("aborted")
-	own := prefixed(run)
-	start := mustHead(t, ctx, s)
-	sub := subscribe(t, ctx, s, start, own)
+	ctx, run, _, _, sub := watchNew(t, s, "aborted")
 
 	_, abort, err := h.HoldOpenAppend(ctx, run+"-held", eventstore.NoStream(), newEvents(t, "Held", 2)...)
 	if err != nil {
 		t.Fatalf("HoldOpenAppend(%s-held, no_stream) = %v, want nil", run, err)
 	}
 	later := newEvents(t, "Later", 3)
-	mustAppend(t, ctx, s, run+"-later", eventstore.NoStream(), later...)
+	MustAppend(t, ctx, s, run+"-later", eventstore.NoStream(), later...)
 	abort()
 
 	delivered := sub.waitFor(t, ctx, len(later))
-	if diff := cmp.Diff(ids(later), ids(delivered)); diff != "" {
+	if diff := cmp.Diff(IDs(later), IDs(delivered)); diff != "" {
 		t.Errorf("SubscribeAll events mismatch (-want +got):\n%s", diff)
 	}
 	if got, err := s.ReadStream(ctx, run+"-held", 0, 0); !errors.Is(err, eventstore.ErrStreamNotFound) {
 		t.Errorf("ReadStream(%s-held) after abort = %d events, %v, want ErrStreamNotFound", run, len(got), err)
 	}
-	mustAppend(t, ctx, s, run+"-held", eventstore.NoStream(), newEvents(t, "Again", 1)...)
+	MustAppend(t, ctx, s, run+"-held", eventstore.NoStream(), newEvents(t, "Again", 1)...)
 	sub.waitFor(t, ctx, len(later)+1)
 }
 
@@ -296,7 +301,7 @@ func testResume(t *testing.T, s eventstore.Store) {
 		if i > 0 {
 			expected = eventstore.Exact(eventstore.Revision(2*i - 1))
 		}
-		mustAppend(t, ctx, s, stream, expected, events...)
+		MustAppend(t, ctx, s, stream, expected, events...)
 		all = append(all, events...)
 	}
 
@@ -323,24 +328,21 @@ func testResume(t *testing.T, s eventstore.Store) {
 	}
 
 	more := newEvents(t, "Resumed", 5)
-	mustAppend(t, ctx, s, stream, eventstore.Exact(9), more...)
+	MustAppend(t, ctx, s, stream, eventstore.Exact(9), more...)
 	all = append(all, more...)
 
 	sub := subscribe(t, ctx, s, checkpoint, own)
 	rest := sub.waitFor(t, ctx, len(all)-len(handled))
 	got := append(handled, rest...)
-	if diff := cmp.Diff(ids(all), ids(got)); diff != "" {
+	if diff := cmp.Diff(IDs(all), IDs(got)); diff != "" {
 		t.Errorf("events handled before and after resuming mismatch (-want +got):\n%s", diff)
 	}
 	checkStreamOrder(t, got, nil)
 }
 
 func testSubscribeCancel(t *testing.T, s eventstore.Store) {
-	ctx := testContext(t)
-	run := newStream("cancel")
-	start := mustHead(t, ctx, s)
-	sub := subscribe(t, ctx, s, start, prefixed(run))
-	mustAppend(t, ctx, s, run+"-s", eventstore.NoStream(), newEvents(t, "Live", 1)...)
+	ctx, run, _, start, sub := watchNew(t, s, "cancel")
+	MustAppend(t, ctx, s, run+"-s", eventstore.NoStream(), newEvents(t, "Live", 1)...)
 	sub.waitFor(t, ctx, 1)
 
 	stopped := make(chan error, 1)
@@ -361,11 +363,7 @@ func testManyAppenders(t *testing.T, s eventstore.Store) {
 		perAppender = 200
 		streams     = 16
 	)
-	ctx := testContext(t)
-	run := newStream("many")
-	own := prefixed(run)
-	start := mustHead(t, ctx, s)
-	sub := subscribe(t, ctx, s, start, own)
+	ctx, run, own, start, sub := watchNew(t, s, "many")
 
 	// Every appender appends single events to all streams in turn, with Any,
 	// so appenders contend on each stream and revisions interleave.
@@ -413,7 +411,7 @@ func testManyAppenders(t *testing.T, s eventstore.Store) {
 		}
 	}
 	fromAll := readOwn(t, ctx, s, start, 500, own, total)
-	if diff := cmp.Diff(ids(fromAll), ids(delivered)); diff != "" {
+	if diff := cmp.Diff(IDs(fromAll), IDs(delivered)); diff != "" {
 		t.Errorf("SubscribeAll and ReadAll order disagree (-ReadAll +SubscribeAll):\n%s", diff)
 	}
 }

@@ -194,6 +194,16 @@ type env struct {
 	url    string
 }
 
+// newEnvWithOrders returns a new env (newEnv) whose store holds a workload
+// of n orders (appendOrders), and that workload.
+func newEnvWithOrders(tb testing.TB, natsURL string, window time.Duration, n int) (*env, *workload) {
+	tb.Helper()
+	e := newEnv(tb, natsURL, window)
+	w := &workload{}
+	w.appendOrders(tb, e.ctx, e.store, n)
+	return e, w
+}
+
 func newEnv(tb testing.TB, natsURL string, window time.Duration) *env {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/internal/tick"
 )
 
 // Log is what the relay reads: the event store's catch-up subscription, and
@@ -88,24 +89,12 @@ func (c RelayConfig) withDefaults() RelayConfig {
 	if c.Stream == "" {
 		c.Stream = StreamName
 	}
-	if c.LeaseTTL <= 0 {
-		c.LeaseTTL = DefaultLeaseTTL
-	}
-	if c.RenewEvery <= 0 {
-		c.RenewEvery = c.LeaseTTL / 3
-	}
-	if c.RetryInterval <= 0 {
-		c.RetryInterval = c.LeaseTTL / 3
-	}
-	if c.AckTimeout <= 0 {
-		c.AckTimeout = DefaultAckTimeout
-	}
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = DefaultMaxInFlight
-	}
-	if c.CheckpointEvery <= 0 {
-		c.CheckpointEvery = DefaultCheckpointEvery
-	}
+	c.LeaseTTL = orDefault(c.LeaseTTL, DefaultLeaseTTL)
+	c.RenewEvery = orDefault(c.RenewEvery, c.LeaseTTL/3)
+	c.RetryInterval = orDefault(c.RetryInterval, c.LeaseTTL/3)
+	c.AckTimeout = orDefault(c.AckTimeout, DefaultAckTimeout)
+	c.MaxInFlight = orDefault(c.MaxInFlight, DefaultMaxInFlight)
+	c.CheckpointEvery = orDefault(c.CheckpointEvery, DefaultCheckpointEvery)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -342,14 +331,7 @@ func (r *Relay) lead(ctx context.Context, l *lease, sent time.Duration) error {
 	// retried; publishing stops by itself once the lease is no longer trusted.
 	var renewals sync.WaitGroup
 	renewals.Go(func() {
-		t := time.NewTicker(r.cfg.RenewEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-lctx.Done():
-				return
-			case <-t.C:
-			}
+		tick.Every(lctx, r.cfg.RenewEvery, func() bool {
 			at := time.Since(r.base)
 			rctx, rc := context.WithTimeout(lctx, r.cfg.RenewEvery)
 			err := l.renew(rctx)
@@ -359,11 +341,12 @@ func (r *Relay) lead(ctx context.Context, l *lease, sent time.Duration) error {
 				deadline.Store(int64(at + trust))
 			case errors.Is(err, ErrFenced):
 				cancel(ErrFenced)
-				return
+				return false
 			case lctx.Err() == nil:
 				log.Warn("relay lease renewal failed", "err", err)
 			}
-		}
+			return true
+		})
 	})
 	defer renewals.Wait()
 
@@ -625,4 +608,13 @@ func (r *Relay) streamTail(ctx context.Context, s jetstream.Stream, log *slog.Lo
 	log.Warn("relay: the stream's last notification is not in this event log (stream from another database?); publishing from the checkpoint",
 		"seq", m.Sequence, "msg_id", t.msgID, "stream", stream, "revision", rev)
 	return t, nil
+}
+
+// orDefault returns v if it is positive, def otherwise: the zero value (or
+// a negative one) of a setting selects its default.
+func orDefault[T ~int | ~int64](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
 }

@@ -71,9 +71,7 @@ func TestPublicData(t *testing.T) {
 // publishes nothing again.
 func TestRelayPublishesEachEventOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, url string) {
-		e := newEnv(t, url, time.Minute)
-		var w workload
-		w.appendOrders(t, e.ctx, e.store, 20)
+		e, w := newEnvWithOrders(t, url, time.Minute, 20)
 		r := NewRelay(e.store, e.pool, e.nc, testRelayConfig(e))
 		run := start(t, e.ctx, r.Run)
 		waitFor(t, 60*time.Second, "all events published", func() bool { return e.streamCount(t) == w.publicCount() })
@@ -144,9 +142,7 @@ func killedRelay(t *testing.T, e *env, cfg RelayConfig, want int, noChain bool) 
 func TestRelayKilledBeforeCheckpoint(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, url string) {
 		t.Run("resume from the stream", func(t *testing.T) {
-			e := newEnv(t, url, time.Minute)
-			var w workload
-			w.appendOrders(t, e.ctx, e.store, 20)
+			e, w := newEnvWithOrders(t, url, time.Minute, 20)
 			killedRelay(t, e, testRelayConfig(e), w.publicCount(), false)
 
 			r := NewRelay(e.store, e.pool, e.nc, testRelayConfig(e))
@@ -160,9 +156,7 @@ func TestRelayKilledBeforeCheckpoint(t *testing.T) {
 			e.checkStreamOnce(t)
 		})
 		t.Run("republish inside the duplicate window", func(t *testing.T) {
-			e := newEnv(t, url, time.Minute)
-			var w workload
-			w.appendOrders(t, e.ctx, e.store, 20)
+			e, w := newEnvWithOrders(t, url, time.Minute, 20)
 			killedRelay(t, e, testRelayConfig(e), w.publicCount(), true)
 
 			r := NewRelay(e.store, e.pool, e.nc, testRelayConfig(e))
@@ -187,9 +181,7 @@ func TestRelayDuplicateWindowExceeded(t *testing.T) {
 	const window = testWindow
 	forEachBackend(t, func(t *testing.T, url string) {
 		t.Run("relay resumes from the stream", func(t *testing.T) {
-			e := newEnv(t, url, window)
-			var w workload
-			w.appendOrders(t, e.ctx, e.store, 10)
+			e, w := newEnvWithOrders(t, url, window, 10)
 			killedRelay(t, e, testRelayConfig(e), w.publicCount(), false)
 			time.Sleep(window + time.Second)
 
@@ -201,9 +193,7 @@ func TestRelayDuplicateWindowExceeded(t *testing.T) {
 			e.checkStreamOnce(t)
 		})
 		t.Run("subscriber applies each once", func(t *testing.T) {
-			e := newEnv(t, url, window)
-			var w workload
-			w.appendOrders(t, e.ctx, e.store, 10)
+			e, w := newEnvWithOrders(t, url, window, 10)
 			n := w.publicCount()
 			killedRelay(t, e, testRelayConfig(e), n, true)
 			time.Sleep(window + time.Second)
@@ -228,7 +218,7 @@ func TestRelayDuplicateWindowExceeded(t *testing.T) {
 			})
 			e.waitConsumerDone(t, "window")
 			sub.stop(t)
-			e.checkApplied(t, "window", &w)
+			e.checkApplied(t, "window", w)
 			if st := s.Stats(); st.Applied != int64(n) || st.Duplicates != int64(n) {
 				t.Fatalf("subscriber stats %+v; want %d applied and %d duplicates", st, n, n)
 			}
@@ -246,9 +236,7 @@ func TestRelayDuplicateWindowExceeded(t *testing.T) {
 // happen whatever the machine's load; then A's next save is fenced.
 func TestTwoRelaysAtOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, url string) {
-		e := newEnv(t, url, 30*time.Minute) // beyond A's fail-over time
-		var w workload
-		w.appendOrders(t, e.ctx, e.store, 5)
+		e, w := newEnvWithOrders(t, url, 30*time.Minute, 5) // beyond A's fail-over time
 
 		var holdSaves atomic.Bool
 		var skipped atomic.Int64 // saves A skipped while holdSaves was set

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/retrysafe/booking/internal/tick"
 )
 
 // Defaults of SubscriberConfig.
@@ -90,33 +92,15 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	if c.Subject == "" {
 		c.Subject = SubjectAll
 	}
-	if c.AckWait <= 0 {
-		c.AckWait = DefaultAckWait
-	}
-	if c.MaxAckPending <= 0 {
-		c.MaxAckPending = DefaultMaxAckPending
-	}
-	if c.Prefetch <= 0 {
-		c.Prefetch = DefaultPrefetch
-	}
-	if c.ProcessedHorizon <= 0 {
-		c.ProcessedHorizon = DefaultProcessedHorizon
-	}
-	if c.PruneEvery <= 0 {
-		c.PruneEvery = DefaultPruneEvery
-	}
-	if c.GapRetries <= 0 {
-		c.GapRetries = DefaultGapRetries
-	}
-	if c.GapDelay <= 0 {
-		c.GapDelay = DefaultGapDelay
-	}
-	if c.ErrorDelay <= 0 {
-		c.ErrorDelay = DefaultErrorDelay
-	}
-	if c.HandleTimeout <= 0 {
-		c.HandleTimeout = DefaultHandleTimeout
-	}
+	c.AckWait = orDefault(c.AckWait, DefaultAckWait)
+	c.MaxAckPending = orDefault(c.MaxAckPending, DefaultMaxAckPending)
+	c.Prefetch = orDefault(c.Prefetch, DefaultPrefetch)
+	c.ProcessedHorizon = orDefault(c.ProcessedHorizon, DefaultProcessedHorizon)
+	c.PruneEvery = orDefault(c.PruneEvery, DefaultPruneEvery)
+	c.GapRetries = orDefault(c.GapRetries, DefaultGapRetries)
+	c.GapDelay = orDefault(c.GapDelay, DefaultGapDelay)
+	c.ErrorDelay = orDefault(c.ErrorDelay, DefaultErrorDelay)
+	c.HandleTimeout = orDefault(c.HandleTimeout, DefaultHandleTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -238,18 +222,12 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	pctx, stopPrune := context.WithCancel(ctx)
 	defer stopPrune()
 	wg.Go(func() {
-		t := time.NewTicker(s.cfg.PruneEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-pctx.Done():
-				return
-			case <-t.C:
-				if _, err := s.Prune(pctx); err != nil && pctx.Err() == nil {
-					s.cfg.Logger.Warn("notify: prune processed set", "durable", s.cfg.Durable, "err", err)
-				}
+		tick.Every(pctx, s.cfg.PruneEvery, func() bool {
+			if _, err := s.Prune(pctx); err != nil && pctx.Err() == nil {
+				s.cfg.Logger.Warn("notify: prune processed set", "durable", s.cfg.Durable, "err", err)
 			}
-		}
+			return true
+		})
 	})
 
 	for {

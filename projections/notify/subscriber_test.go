@@ -40,10 +40,8 @@ func (e *env) waitConsumerDone(t *testing.T, durable string) {
 // instances sharing the durable; every effect happens once.
 func TestSubscriberSlowHandler(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, url string) {
-		e := newEnv(t, url, time.Minute)
-		var w workload
-		w.appendOrders(t, e.ctx, e.store, 5)
-		e.publishAll(t, &w)
+		e, w := newEnvWithOrders(t, url, time.Minute, 5)
+		e.publishAll(t, w)
 
 		const ackWait = 700 * time.Millisecond
 		var calls, slow atomic.Int64
@@ -64,7 +62,7 @@ func TestSubscriberSlowHandler(t *testing.T) {
 		e.waitConsumerDone(t, "slow")
 		run1.stop(t)
 		run2.stop(t)
-		e.checkApplied(t, "slow", &w)
+		e.checkApplied(t, "slow", w)
 		st1, st2 := s1.Stats(), s2.Stats()
 		t.Logf("slow handlers: %d; instance 1 %+v; instance 2 %+v", slow.Load(), st1, st2)
 		if slow.Load() == 0 || st1.Redelivered+st2.Redelivered == 0 || st1.Duplicates+st2.Duplicates == 0 {
@@ -77,10 +75,8 @@ func TestSubscriberSlowHandler(t *testing.T) {
 // redelivery is absorbed by the processed set.
 func TestSubscriberLostAck(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, url string) {
-		e := newEnv(t, url, time.Minute)
-		var w workload
-		w.appendOrders(t, e.ctx, e.store, 5)
-		e.publishAll(t, &w)
+		e, w := newEnvWithOrders(t, url, time.Minute, 5)
+		e.publishAll(t, w)
 
 		var lost atomic.Int64
 		// The ack wait is far longer than handling a message on a busy
@@ -97,7 +93,7 @@ func TestSubscriberLostAck(t *testing.T) {
 		waitFor(t, 60*time.Second, "all applied", func() bool { rows, _ := e.logCount(t, "lost"); return rows >= w.publicCount() })
 		e.waitConsumerDone(t, "lost")
 		run.stop(t)
-		e.checkApplied(t, "lost", &w)
+		e.checkApplied(t, "lost", w)
 		if st := s.Stats(); lost.Load() == 0 || st.Duplicates != lost.Load() {
 			t.Fatalf("lost acks %d, stats %+v; want every lost ack's redelivery counted as a duplicate", lost.Load(), st)
 		}
@@ -109,10 +105,8 @@ func TestSubscriberLostAck(t *testing.T) {
 // applied before its order_confirmed, and revisions apply in order.
 func TestSubscriberOrderUnderRedeliveries(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, url string) {
-		e := newEnv(t, url, time.Minute)
-		var w workload
-		w.appendOrders(t, e.ctx, e.store, 15)
-		e.publishAll(t, &w)
+		e, w := newEnvWithOrders(t, url, time.Minute, 15)
+		e.publishAll(t, w)
 
 		var mu sync.Mutex
 		rng := rand.New(rand.NewPCG(1, 2))
@@ -140,7 +134,7 @@ func TestSubscriberOrderUnderRedeliveries(t *testing.T) {
 		for _, r := range runs {
 			r.stop(t)
 		}
-		e.checkApplied(t, "order", &w)
+		e.checkApplied(t, "order", w)
 		var deferred, redelivered int64
 		for _, s := range subs {
 			deferred += s.Stats().Deferred

@@ -17,12 +17,8 @@ import (
 
 func TestSimChargesListsEveryChargeWithExactFields(t *testing.T) {
 	t.Parallel()
-	s := mustSim(t, providersim.Config{})
-	ctx := ctxT(t)
-	ch, err := s.client.CreateCharge(ctx, "k1", charge("o1", 1, "tok_visa"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ctx := mustSimCtx(t, providersim.Config{})
+	ch := s.mustCharge(t, ctx, "k1", charge("o1", 1, "tok_visa"))
 	_, _ = s.client.CreateCharge(ctx, "k2", charge("o2", 1, "tok_decline"))
 	if _, err := s.client.Refund(ctx, "r1", ch.ID, 100); err != nil {
 		t.Fatal(err)
@@ -62,9 +58,7 @@ func TestInFlightListsRequestsUntilAnswered(t *testing.T) {
 	if status := s.mustDo(t, http.MethodGet, "/_sim/in-flight", nil, &out); status != http.StatusOK || out.Keys == nil || len(out.Keys) != 0 {
 		t.Fatalf("GET /_sim/in-flight = %d %v, want 200 with an empty list", status, out.Keys)
 	}
-	if _, err := s.client.CreateCharge(ctxT(t), "fast", charge("o1", 1, "tok_visa")); err != nil {
-		t.Fatal(err)
-	}
+	s.mustCharge(t, ctxT(t), "fast", charge("o1", 1, "tok_visa"))
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.client.CreateCharge(context.Background(), "slow", charge("o2", 1, "tok_slow"))
@@ -95,8 +89,7 @@ func TestInFlightListsRequestsUntilAnswered(t *testing.T) {
 
 func TestFaultsOverHTTP(t *testing.T) {
 	t.Parallel()
-	s := mustSim(t, providersim.Config{})
-	ctx := ctxT(t)
+	s, ctx := mustSimCtx(t, providersim.Config{})
 
 	var f providersim.Faults
 	s.mustDo(t, http.MethodPost, "/_sim/faults", map[string]any{"latency_ms": 1}, &f)
@@ -104,12 +97,8 @@ func TestFaultsOverHTTP(t *testing.T) {
 	if f.LatencyMS != 1 || f.InUse409 != 1 || f.ErrorBeforeCommit != 1 {
 		t.Fatalf("faults after two merges = %+v", f)
 	}
-	if status := s.mustDo(t, http.MethodPost, "/_sim/faults", map[string]any{"error_before_commit_rate": 2}, nil); status != http.StatusBadRequest {
-		t.Fatalf("POST /_sim/faults with rate 2 = %d, want 400", status)
-	}
-	if status := s.mustDo(t, http.MethodPost, "/_sim/faults", map[string]any{"no_such_fault": 1}, nil); status != http.StatusBadRequest {
-		t.Fatalf("POST /_sim/faults with unknown member = %d, want 400", status)
-	}
+	s.wantStatus(t, http.MethodPost, "/_sim/faults", map[string]any{"error_before_commit_rate": 2}, http.StatusBadRequest)
+	s.wantStatus(t, http.MethodPost, "/_sim/faults", map[string]any{"no_such_fault": 1}, http.StatusBadRequest)
 
 	req := charge("o1", 1, "tok_visa")
 	if _, err := s.client.CreateCharge(ctx, "k", req); !errors.Is(err, provider.ErrKeyInUse) {
@@ -152,12 +141,8 @@ func TestFaultsOverHTTP(t *testing.T) {
 
 func TestRefundFaults(t *testing.T) {
 	t.Parallel()
-	s := mustSim(t, providersim.Config{})
-	ctx := ctxT(t)
-	ch, err := s.client.CreateCharge(ctx, "k", charge("o1", 1, "tok_visa"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ctx := mustSimCtx(t, providersim.Config{})
+	ch := s.mustCharge(t, ctx, "k", charge("o1", 1, "tok_visa"))
 	if err := s.SetFaults(providersim.Faults{DropAfterCommit: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -179,9 +164,7 @@ func TestClockOverHTTP(t *testing.T) {
 	if got := s.Now(); got.Year() != 2030 {
 		t.Fatalf("Now() = %s, want 2030", got)
 	}
-	if status := s.mustDo(t, http.MethodPost, "/_sim/clock", map[string]string{"advance": "soon"}, nil); status != http.StatusBadRequest {
-		t.Fatalf("POST /_sim/clock with a bad duration = %d, want 400", status)
-	}
+	s.wantStatus(t, http.MethodPost, "/_sim/clock", map[string]string{"advance": "soon"}, http.StatusBadRequest)
 	s.mustDo(t, http.MethodDelete, "/_sim/clock", nil, &c)
 	if c.Offset != "0s" {
 		t.Fatalf("DELETE /_sim/clock offset = %s, want 0s", c.Offset)

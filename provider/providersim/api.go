@@ -247,31 +247,56 @@ func (s *Server) execute(w http.ResponseWriter, p plan, extra time.Duration) boo
 	return true
 }
 
-// createCharge is POST /v1/charges.
-func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
-	key, ok := requireKey(w, r)
-	if !ok {
-		return
+// openPost starts an idempotent POST on endpoint: it requires the
+// Idempotency-Key, reads the body, parses it with parse (400 if it does not
+// parse) and begins the key with the request's fingerprint (beginPost). ok
+// is false when it has answered. Otherwise the key is in flight: the caller
+// commits it or releases it (releaseUnless).
+func openPost[R interface{ Body() []byte }](s *Server, w http.ResponseWriter, r *http.Request, endpoint string, parse func([]byte) (R, error)) (key string, fp [32]byte, req R, ok bool) {
+	if key, ok = requireKey(w, r); !ok {
+		return key, fp, req, false
 	}
 	body, ok := readBody(w, r)
 	if !ok {
-		return
+		return key, fp, req, false
 	}
-	req, err := provider.ParseChargeRequest(body)
+	req, err := parse(body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, errBody{Type: provider.TypeInvalidRequestError, Message: invalidMessage(err)})
+		return key, fp, req, false
+	}
+	fp = fingerprint(endpoint, req.Body())
+	return key, fp, req, s.beginPost(w, key, fp)
+}
+
+// releaseUnless releases key unless *committed; deferred by a handler that
+// began key, it frees the key of a request that ends without committing.
+func (s *Server) releaseUnless(key string, committed *bool) {
+	if !*committed {
+		s.release(key)
+	}
+}
+
+// answerCommitted answers a committed request: it dispatches ev to the
+// webhook endpoint, then writes status and body, or drops the connection
+// when the plan loses the answer after the commit.
+func (s *Server) answerCommitted(w http.ResponseWriter, p plan, ev *event, status int, body []byte) {
+	s.dispatch(ev)
+	if p.dropAfterCommit {
+		dropConnection(w)
 		return
 	}
-	fp := fingerprint(endpointCharges, req.Body())
-	if !s.beginPost(w, key, fp) {
+	writeRaw(w, status, body)
+}
+
+// createCharge is POST /v1/charges.
+func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
+	key, fp, req, ok := openPost(s, w, r, endpointCharges, provider.ParseChargeRequest)
+	if !ok {
 		return
 	}
 	committed := false
-	defer func() {
-		if !committed {
-			s.release(key)
-		}
-	}()
+	defer s.releaseUnless(key, &committed)
 
 	if err := req.Validate(); err != nil {
 		writeError(w, http.StatusBadRequest, errBody{Type: provider.TypeInvalidRequestError, Message: invalidMessage(err)})
@@ -319,12 +344,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	committed = true
-	s.dispatch(ev)
-	if p.dropAfterCommit {
-		dropConnection(w)
-		return
-	}
-	writeRaw(w, status, answer)
+	s.answerCommitted(w, p, ev, status, answer)
 }
 
 func containsToken(tokens []string, tok string) bool {
@@ -393,29 +413,12 @@ func (s *Server) commitCharge(key string, fp [32]byte, req provider.ChargeReques
 
 // createRefund is POST /v1/refunds.
 func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
-	key, ok := requireKey(w, r)
+	key, fp, req, ok := openPost(s, w, r, endpointRefunds, provider.ParseRefundRequest)
 	if !ok {
-		return
-	}
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
-	req, err := provider.ParseRefundRequest(body)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, errBody{Type: provider.TypeInvalidRequestError, Message: invalidMessage(err)})
-		return
-	}
-	fp := fingerprint(endpointRefunds, req.Body())
-	if !s.beginPost(w, key, fp) {
 		return
 	}
 	committed := false
-	defer func() {
-		if !committed {
-			s.release(key)
-		}
-	}()
+	defer s.releaseUnless(key, &committed)
 	s.mu.Lock()
 	p := s.planLocked()
 	s.mu.Unlock()
@@ -433,12 +436,7 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	committed = true
-	s.dispatch(ch)
-	if p.dropAfterCommit {
-		dropConnection(w)
-		return
-	}
-	writeRaw(w, http.StatusOK, re)
+	s.answerCommitted(w, p, ch, http.StatusOK, re)
 }
 
 // commitRefund validates the refund against the charge's current state and
@@ -510,48 +508,72 @@ func (s *Server) listCharges(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	key, orderID, attempt := q.Get("idempotency_key"), q.Get(provider.MetadataOrderID), q.Get(provider.MetadataAttempt)
 	if key == "" && orderID == "" && attempt == "" {
-		writeError(w, http.StatusBadRequest, errBody{
-			Type:    provider.TypeInvalidRequestError,
-			Code:    "parameter_missing",
-			Message: "At least one of idempotency_key, order_id and attempt is required.",
-		})
+		filterMissing(w, "At least one of idempotency_key, order_id and attempt is required.")
 		return
 	}
 	s.mu.Lock()
-	var candidates []*provider.Charge
-	if key != "" {
-		if e, ok := s.liveKeyLocked(key); ok && e.chargeID != "" {
-			candidates = append(candidates, s.chargeByID[e.chargeID])
-		}
-	} else {
-		candidates = s.charges
-	}
-	data := []provider.Charge{}
-	for _, c := range candidates {
-		if (orderID == "" || c.Metadata[provider.MetadataOrderID] == orderID) &&
-			(attempt == "" || c.Metadata[provider.MetadataAttempt] == attempt) {
-			data = append(data, cloneCharge(c))
-		}
-	}
+	candidates := candidatesLocked(s, key, func(e *keyEntry) string { return e.chargeID }, s.chargeByID, s.charges)
+	data := matching(candidates, func(c *provider.Charge) bool {
+		return (orderID == "" || c.Metadata[provider.MetadataOrderID] == orderID) &&
+			(attempt == "" || c.Metadata[provider.MetadataAttempt] == attempt)
+	}, cloneCharge)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, list("/v1/charges", data))
 }
 
 // getCharge is GET /v1/charges/{id}.
 func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
+	getOne(s, w, r, "charge", func() map[string]*provider.Charge { return s.chargeByID }, cloneCharge)
+}
+
+// candidatesLocked returns what a list request filtered by key looks at:
+// all when key is empty, otherwise the object (in byID) that the answer of
+// the live idempotency key names (idOf), if any.
+func candidatesLocked[T any](s *Server, key string, idOf func(*keyEntry) string, byID map[string]*T, all []*T) []*T {
+	if key == "" {
+		return all
+	}
+	if e, ok := s.liveKeyLocked(key); ok && idOf(e) != "" {
+		return []*T{byID[idOf(e)]}
+	}
+	return nil
+}
+
+// matching returns copies (made by clone) of the candidates that keep
+// accepts, in order; empty, not nil, when none does (a JSON list).
+func matching[T any](candidates []*T, keep func(*T) bool, clone func(*T) T) []T {
+	out := []T{}
+	for _, c := range candidates {
+		if keep(c) {
+			out = append(out, clone(c))
+		}
+	}
+	return out
+}
+
+// getOne answers GET …/{id} with a copy (clone) of the object of that id in
+// the map byID returns under the lock; 404 "No such <noun>." when there is
+// none.
+func getOne[T any](s *Server, w http.ResponseWriter, r *http.Request, noun string, byID func() map[string]*T, clone func(*T) T) {
 	s.applyLatency()
 	s.mu.Lock()
-	ch, ok := s.chargeByID[chi.URLParam(r, "id")]
-	var out provider.Charge
+	var out T
+	v, ok := byID()[chi.URLParam(r, "id")]
 	if ok {
-		out = cloneCharge(ch)
+		out = clone(v)
 	}
 	s.mu.Unlock()
 	if !ok {
-		writeError(w, http.StatusNotFound, errBody{Type: provider.TypeInvalidRequestError, Code: provider.CodeResourceMissing, Message: "No such charge.", Param: "id"})
+		writeError(w, http.StatusNotFound, errBody{Type: provider.TypeInvalidRequestError, Code: provider.CodeResourceMissing, Message: "No such " + noun + ".", Param: "id"})
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// filterMissing answers a list request that gives none of its filters:
+// 400 parameter_missing with message.
+func filterMissing(w http.ResponseWriter, message string) {
+	writeError(w, http.StatusBadRequest, errBody{Type: provider.TypeInvalidRequestError, Code: "parameter_missing", Message: message})
 }
 
 // listRefunds is GET /v1/refunds?idempotency_key=K or ?charge=ch_….
@@ -560,48 +582,23 @@ func (s *Server) listRefunds(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	key, charge := q.Get("idempotency_key"), q.Get("charge")
 	if key == "" && charge == "" {
-		writeError(w, http.StatusBadRequest, errBody{
-			Type:    provider.TypeInvalidRequestError,
-			Code:    "parameter_missing",
-			Message: "At least one of idempotency_key and charge is required.",
-		})
+		filterMissing(w, "At least one of idempotency_key and charge is required.")
 		return
 	}
 	s.mu.Lock()
-	var candidates []*provider.Refund
-	if key != "" {
-		if e, ok := s.liveKeyLocked(key); ok && e.refundID != "" {
-			candidates = append(candidates, s.refundByID[e.refundID])
-		}
-	} else {
-		candidates = s.refunds
-	}
-	data := []provider.Refund{}
-	for _, re := range candidates {
-		if charge == "" || re.Charge == charge {
-			data = append(data, *re)
-		}
-	}
+	candidates := candidatesLocked(s, key, func(e *keyEntry) string { return e.refundID }, s.refundByID, s.refunds)
+	data := matching(candidates, func(re *provider.Refund) bool { return charge == "" || re.Charge == charge }, cloneRefund)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, list("/v1/refunds", data))
 }
 
 // getRefund is GET /v1/refunds/{id}.
 func (s *Server) getRefund(w http.ResponseWriter, r *http.Request) {
-	s.applyLatency()
-	s.mu.Lock()
-	re, ok := s.refundByID[chi.URLParam(r, "id")]
-	var out provider.Refund
-	if ok {
-		out = *re
-	}
-	s.mu.Unlock()
-	if !ok {
-		writeError(w, http.StatusNotFound, errBody{Type: provider.TypeInvalidRequestError, Code: provider.CodeResourceMissing, Message: "No such refund.", Param: "id"})
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
+	getOne(s, w, r, "refund", func() map[string]*provider.Refund { return s.refundByID }, cloneRefund)
 }
+
+// cloneRefund returns a copy of re (a refund has no reference fields).
+func cloneRefund(re *provider.Refund) provider.Refund { return *re }
 
 func (s *Server) applyLatency() {
 	s.mu.Lock()

@@ -17,14 +17,10 @@ import (
 
 func TestRepeatWithSameKeyReplaysOneCharge(t *testing.T) {
 	t.Parallel()
-	s := mustSim(t, providersim.Config{})
-	ctx := ctxT(t)
+	s, ctx := mustSimCtx(t, providersim.Config{})
 	req := charge("o1", 1, "tok_visa")
 
-	first, err := s.client.CreateCharge(ctx, "order-o1-1", req)
-	if err != nil {
-		t.Fatalf("CreateCharge() = %v", err)
-	}
+	first := s.mustCharge(t, ctx, "order-o1-1", req)
 	again, err := s.client.CreateChargeRaw(ctx, "order-o1-1", req.Body())
 	if err != nil {
 		t.Fatalf("CreateChargeRaw() repeat = %v", err)
@@ -56,8 +52,7 @@ func TestRepeatWithSameKeyReplaysOneCharge(t *testing.T) {
 
 func TestReplayIgnoresWhitespaceAndMemberOrder(t *testing.T) {
 	t.Parallel()
-	s := mustSim(t, providersim.Config{})
-	ctx := ctxT(t)
+	s, ctx := mustSimCtx(t, providersim.Config{})
 	if _, err := s.client.CreateChargeRaw(ctx, "k", []byte(`{"amount":1500,"currency":"EUR","token":"tok_visa","metadata":{"order_id":"o1","attempt":"1"}}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -69,11 +64,8 @@ func TestReplayIgnoresWhitespaceAndMemberOrder(t *testing.T) {
 
 func TestSameKeyWithOtherParametersIsIdempotencyError(t *testing.T) {
 	t.Parallel()
-	s := mustSim(t, providersim.Config{})
-	ctx := ctxT(t)
-	if _, err := s.client.CreateCharge(ctx, "k", charge("o1", 1, "tok_visa")); err != nil {
-		t.Fatal(err)
-	}
+	s, ctx := mustSimCtx(t, providersim.Config{})
+	s.mustCharge(t, ctx, "k", charge("o1", 1, "tok_visa"))
 	changed := charge("o1", 1, "tok_visa")
 	changed.Amount = 1600
 	_, err := s.client.CreateCharge(ctx, "k", changed)
@@ -158,8 +150,7 @@ func TestFixedTokens(t *testing.T) {
 
 	t.Run("tok_decline is a definitive decline with a recorded failed charge", func(t *testing.T) {
 		t.Parallel()
-		s := mustSim(t, providersim.Config{})
-		ctx := ctxT(t)
+		s, ctx := mustSimCtx(t, providersim.Config{})
 		_, err := s.client.CreateCharge(ctx, "k", charge("o1", 1, "tok_decline"))
 		var apiErr *provider.APIError
 		if !errors.Is(err, provider.ErrDeclined) || !errors.As(err, &apiErr) {
@@ -184,8 +175,7 @@ func TestFixedTokens(t *testing.T) {
 
 	t.Run("tok_error_before_commit always answers 500 without charging", func(t *testing.T) {
 		t.Parallel()
-		s := mustSim(t, providersim.Config{})
-		ctx := ctxT(t)
+		s, ctx := mustSimCtx(t, providersim.Config{})
 		for range 2 {
 			_, err := s.client.CreateCharge(ctx, "k", charge("o1", 1, "tok_error_before_commit"))
 			if !errors.Is(err, provider.ErrOutcomeUnknown) {
@@ -206,8 +196,7 @@ func TestFixedTokens(t *testing.T) {
 
 	t.Run("tok_timeout_after_commit charges, then drops the connection", func(t *testing.T) {
 		t.Parallel()
-		s := mustSim(t, providersim.Config{})
-		ctx := ctxT(t)
+		s, ctx := mustSimCtx(t, providersim.Config{})
 		req := charge("o1", 1, "tok_timeout_after_commit")
 		_, err := s.freshClient().CreateCharge(ctx, "k", req)
 		if !errors.Is(err, provider.ErrOutcomeUnknown) {
@@ -232,8 +221,7 @@ func TestFixedTokens(t *testing.T) {
 		// The delay is long enough that the concurrent request surely
 		// arrives while the first is in flight, whatever the machine's load.
 		const delay = 3 * time.Second
-		s := mustSim(t, providersim.Config{SlowDelay: delay})
-		ctx := ctxT(t)
+		s, ctx := mustSimCtx(t, providersim.Config{SlowDelay: delay})
 		req := charge("o1", 1, "tok_slow")
 		begin := time.Now()
 		done := make(chan error, 1)
@@ -288,8 +276,7 @@ func TestFixedTokens(t *testing.T) {
 
 	t.Run("an unknown token is an invalid request that does not use up the key", func(t *testing.T) {
 		t.Parallel()
-		s := mustSim(t, providersim.Config{})
-		ctx := ctxT(t)
+		s, ctx := mustSimCtx(t, providersim.Config{})
 		_, err := s.client.CreateCharge(ctx, "k", charge("o1", 1, "tok_mystery"))
 		var apiErr *provider.APIError
 		if !errors.Is(err, provider.ErrInvalidRequest) || errors.Is(err, provider.ErrDeclined) || !errors.As(err, &apiErr) || apiErr.Param != "token" {
@@ -303,13 +290,9 @@ func TestFixedTokens(t *testing.T) {
 
 func TestRetentionWindow(t *testing.T) {
 	t.Parallel()
-	s := mustSim(t, providersim.Config{})
-	ctx := ctxT(t)
+	s, ctx := mustSimCtx(t, providersim.Config{})
 	req := charge("o1", 3, "tok_visa")
-	first, err := s.client.CreateCharge(ctx, "order-o1-3", req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := s.mustCharge(t, ctx, "order-o1-3", req)
 
 	s.AdvanceClock(23 * time.Hour)
 	if _, ok, _ := s.client.ChargeByKey(ctx, "order-o1-3"); !ok {
@@ -346,12 +329,8 @@ func TestRetentionWindow(t *testing.T) {
 
 func TestRefunds(t *testing.T) {
 	t.Parallel()
-	s := mustSim(t, providersim.Config{})
-	ctx := ctxT(t)
-	ch, err := s.client.CreateCharge(ctx, "k", charge("o1", 1, "tok_visa"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ctx := mustSimCtx(t, providersim.Config{})
+	ch := s.mustCharge(t, ctx, "k", charge("o1", 1, "tok_visa"))
 
 	part, err := s.client.Refund(ctx, "refund-1", ch.ID, 500)
 	if err != nil || part.Amount != 500 || part.Charge != ch.ID || part.Replayed {

@@ -93,6 +93,32 @@ func (s *sim) mustDo(tb testing.TB, method, path string, body any, out any) int 
 	return resp.StatusCode
 }
 
+// mustCharge creates a charge with key and req, failing tb on an error.
+func (s *sim) mustCharge(tb testing.TB, ctx context.Context, key string, req provider.ChargeRequest) provider.Charge {
+	tb.Helper()
+	ch, err := s.client.CreateCharge(ctx, key, req)
+	if err != nil {
+		tb.Fatalf("CreateCharge(%s) = %v", key, err)
+	}
+	return ch
+}
+
+// wantStatus does the request (as mustDo, discarding the body) and fails tb
+// unless it answers want.
+func (s *sim) wantStatus(tb testing.TB, method, path string, body any, want int) {
+	tb.Helper()
+	if status := s.mustDo(tb, method, path, body, nil); status != want {
+		tb.Fatalf("%s %s = %d, want %d", method, path, status, want)
+	}
+}
+
+// mustSimCtx starts a simulator with cfg (mustSim) and returns it with a
+// context for the test (ctxT).
+func mustSimCtx(tb testing.TB, cfg providersim.Config) (*sim, context.Context) {
+	tb.Helper()
+	return mustSim(tb, cfg), ctxT(tb)
+}
+
 func charge(orderID string, attempt int, token string) provider.ChargeRequest {
 	return provider.NewChargeRequest(1500, "EUR", token, orderID, attempt)
 }
@@ -165,6 +191,17 @@ func (r *receiver) stats() (calls int, refused []error) {
 }
 
 // mustWaitWebhooks waits until the simulator has no pending delivery.
+// wantDelivered waits until s has no webhook delivery pending
+// (mustWaitWebhooks) and fails tb unless r received want deliveries;
+// format, given the count, says what was expected.
+func (r *receiver) wantDelivered(tb testing.TB, s *sim, want int, format string) {
+	tb.Helper()
+	mustWaitWebhooks(tb, s)
+	if n := len(r.events()); n != want {
+		tb.Fatalf(format, n)
+	}
+}
+
 func mustWaitWebhooks(tb testing.TB, s *sim) {
 	tb.Helper()
 	if err := s.WaitWebhooks(ctxT(tb)); err != nil {

@@ -110,31 +110,17 @@ func (c *Config) setDefaults() {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
-	if c.Retention <= 0 {
-		c.Retention = DefaultRetention
-	}
-	if c.SlowDelay <= 0 {
-		c.SlowDelay = DefaultSlowDelay
-	}
+	c.Retention = orDefault(c.Retention, DefaultRetention)
+	c.SlowDelay = orDefault(c.SlowDelay, DefaultSlowDelay)
 	w := &c.Webhooks
 	w.Delay = max(w.Delay, 0)
 	w.Duplicates = max(w.Duplicates, 0)
 	w.DuplicateRate = min(max(w.DuplicateRate, 0), 1)
-	if w.ReorderHold <= 0 {
-		w.ReorderHold = DefaultReorderHold
-	}
-	if w.MaxAttempts <= 0 {
-		w.MaxAttempts = DefaultMaxAttempts
-	}
-	if w.InitialBackoff <= 0 {
-		w.InitialBackoff = DefaultInitialBackoff
-	}
-	if w.MaxBackoff <= 0 {
-		w.MaxBackoff = DefaultMaxBackoff
-	}
-	if w.Timeout <= 0 {
-		w.Timeout = DefaultWebhookTimeout
-	}
+	w.ReorderHold = orDefault(w.ReorderHold, DefaultReorderHold)
+	w.MaxAttempts = orDefault(w.MaxAttempts, DefaultMaxAttempts)
+	w.InitialBackoff = orDefault(w.InitialBackoff, DefaultInitialBackoff)
+	w.MaxBackoff = orDefault(w.MaxBackoff, DefaultMaxBackoff)
+	w.Timeout = orDefault(w.Timeout, DefaultWebhookTimeout)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -530,4 +516,13 @@ func trim[T any](s []T) []T {
 		return slices.Clone(s[len(s)-keep:])
 	}
 	return s
+}
+
+// orDefault returns v if it is positive, def otherwise: the zero value (or
+// a negative one) of a setting selects its default.
+func orDefault[T ~int | ~int64](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
 }

@@ -22,12 +22,8 @@ func eventTypes(evs []provider.Event) []string {
 func TestWebhooksAreSignedAndVerifiable(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, 0)
-	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL})
-	ctx := ctxT(t)
-	ch, err := s.client.CreateCharge(ctx, "k1", charge("o1", 1, "tok_visa"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ctx := mustSimCtx(t, providersim.Config{WebhookURL: rcv.srv.URL})
+	ch := s.mustCharge(t, ctx, "k1", charge("o1", 1, "tok_visa"))
 	_, _ = s.client.CreateCharge(ctx, "k2", charge("o2", 1, "tok_decline"))
 	if _, err := s.client.Refund(ctx, "r1", ch.ID, 0); err != nil {
 		t.Fatal(err)
@@ -81,9 +77,7 @@ func TestWebhooksRetryUntil2xx(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, 3)
 	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL})
-	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
-		t.Fatal(err)
-	}
+	s.mustCharge(t, ctxT(t), "k", charge("o1", 1, "tok_visa"))
 	mustWaitWebhooks(t, s)
 	if evs := rcv.events(); len(evs) != 1 {
 		t.Fatalf("receiver accepted %d events, want 1", len(evs))
@@ -98,9 +92,7 @@ func TestWebhookAttemptsAreBounded(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, 1000)
 	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL, Webhooks: providersim.WebhookConfig{MaxAttempts: 3}})
-	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
-		t.Fatal(err)
-	}
+	s.mustCharge(t, ctxT(t), "k", charge("o1", 1, "tok_visa"))
 	mustWaitWebhooks(t, s)
 	if calls, _ := rcv.stats(); calls != 3 {
 		t.Fatalf("receiver got %d calls, want 3", calls)
@@ -111,12 +103,8 @@ func TestWebhookDuplicates(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, 0)
 	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL})
-	if status := s.mustDo(t, http.MethodPost, "/_sim/faults", map[string]any{"webhook_duplicates": 2}, nil); status != http.StatusOK {
-		t.Fatalf("POST /_sim/faults = %d", status)
-	}
-	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
-		t.Fatal(err)
-	}
+	s.wantStatus(t, http.MethodPost, "/_sim/faults", map[string]any{"webhook_duplicates": 2}, http.StatusOK)
+	s.mustCharge(t, ctxT(t), "k", charge("o1", 1, "tok_visa"))
 	mustWaitWebhooks(t, s)
 	evs := rcv.events()
 	if len(evs) != 3 || evs[0].ID != evs[1].ID || evs[1].ID != evs[2].ID {
@@ -124,16 +112,9 @@ func TestWebhookDuplicates(t *testing.T) {
 	}
 
 	// A resend is one more duplicate.
-	if status := s.mustDo(t, http.MethodPost, "/_sim/events/"+evs[0].ID+"/resend", nil, nil); status != http.StatusAccepted {
-		t.Fatalf("POST resend = %d, want 202", status)
-	}
-	if status := s.mustDo(t, http.MethodPost, "/_sim/events/evt_missing/resend", nil, nil); status != http.StatusNotFound {
-		t.Fatalf("POST resend of unknown event = %d, want 404", status)
-	}
-	mustWaitWebhooks(t, s)
-	if n := len(rcv.events()); n != 4 {
-		t.Fatalf("received %d deliveries after resend, want 4", n)
-	}
+	s.wantStatus(t, http.MethodPost, "/_sim/events/"+evs[0].ID+"/resend", nil, http.StatusAccepted)
+	s.wantStatus(t, http.MethodPost, "/_sim/events/evt_missing/resend", nil, http.StatusNotFound)
+	rcv.wantDelivered(t, s, 4, "received %d deliveries after resend, want 4")
 }
 
 func TestWebhookReorder(t *testing.T) {
@@ -146,10 +127,7 @@ func TestWebhookReorder(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
-	ch, err := s.client.CreateCharge(ctx, "k", charge("o1", 1, "tok_visa"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := s.mustCharge(t, ctx, "k", charge("o1", 1, "tok_visa"))
 	if _, err := s.client.Refund(ctx, "r", ch.ID, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -163,45 +141,29 @@ func TestWebhookReorderHoldIsBounded(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, 0)
 	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL, Webhooks: providersim.WebhookConfig{Reorder: true, ReorderHold: 100 * time.Millisecond}})
-	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
-		t.Fatal(err)
-	}
-	mustWaitWebhooks(t, s)
-	if n := len(rcv.events()); n != 1 {
-		t.Fatalf("received %d events, want the held one after its hold", n)
-	}
+	s.mustCharge(t, ctxT(t), "k", charge("o1", 1, "tok_visa"))
+	rcv.wantDelivered(t, s, 1, "received %d events, want the held one after its hold")
 }
 
 func TestWebhookPauseAndDelay(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, 0)
 	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL})
-	if status := s.mustDo(t, http.MethodPost, "/_sim/faults", map[string]any{"webhooks_paused": true, "webhook_delay_ms": 100}, nil); status != http.StatusOK {
-		t.Fatalf("POST /_sim/faults = %d", status)
-	}
-	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
-		t.Fatal(err)
-	}
+	s.wantStatus(t, http.MethodPost, "/_sim/faults", map[string]any{"webhooks_paused": true, "webhook_delay_ms": 100}, http.StatusOK)
+	s.mustCharge(t, ctxT(t), "k", charge("o1", 1, "tok_visa"))
 	time.Sleep(250 * time.Millisecond)
 	if calls, _ := rcv.stats(); calls != 0 {
 		t.Fatalf("receiver got %d calls while paused, want 0", calls)
 	}
-	if status := s.mustDo(t, http.MethodPost, "/_sim/faults", map[string]any{"webhooks_paused": false}, nil); status != http.StatusOK {
-		t.Fatalf("POST /_sim/faults = %d", status)
-	}
-	mustWaitWebhooks(t, s)
-	if n := len(rcv.events()); n != 1 {
-		t.Fatalf("received %d events after resume, want 1", n)
-	}
+	s.wantStatus(t, http.MethodPost, "/_sim/faults", map[string]any{"webhooks_paused": false}, http.StatusOK)
+	rcv.wantDelivered(t, s, 1, "received %d events after resume, want 1")
 }
 
 func TestCloseStopsDeliveries(t *testing.T) {
 	t.Parallel()
 	rcv := newReceiver(t, 1000)
 	s := mustSim(t, providersim.Config{WebhookURL: rcv.srv.URL, Webhooks: providersim.WebhookConfig{InitialBackoff: 10 * time.Second}})
-	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
-		t.Fatal(err)
-	}
+	s.mustCharge(t, ctxT(t), "k", charge("o1", 1, "tok_visa"))
 	deadline := time.Now().Add(30 * time.Second)
 	for calls, _ := rcv.stats(); calls == 0 && time.Now().Before(deadline); calls, _ = rcv.stats() {
 		time.Sleep(10 * time.Millisecond)
@@ -219,9 +181,7 @@ func TestCloseStopsDeliveries(t *testing.T) {
 func TestNoWebhookURLRecordsEventsOnly(t *testing.T) {
 	t.Parallel()
 	s := mustSim(t, providersim.Config{})
-	if _, err := s.client.CreateCharge(ctxT(t), "k", charge("o1", 1, "tok_visa")); err != nil {
-		t.Fatal(err)
-	}
+	s.mustCharge(t, ctxT(t), "k", charge("o1", 1, "tok_visa"))
 	mustWaitWebhooks(t, s)
 	if evs := s.Events(); len(evs) != 1 || evs[0].Type != provider.EventChargeSucceeded {
 		t.Fatalf("Events() = %+v, want one charge.succeeded", evs)

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
+	"github.com/retrysafe/booking/eventstore/storetest"
 )
 
 // contractCase is one rule of KurrentDB's behaviour that the double must
@@ -112,23 +113,18 @@ func testNewStream(t *testing.T, tg target) {
 }
 
 func testNoStreamExisting(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("nostream")
+	ctx, c, stream := tg.begin(t, "nostream")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 3)...)
-	_, err := c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.NoStream{}}, event("B"))
-	wantWEV(t, err, "2")
+	appendWEV(t, ctx, c, stream, esdb.NoStream{}, "2", event("B"))
 	if got := mustRead(t, ctx, c, stream, esdb.ReadStreamOptions{}, 100); len(got) != 3 {
 		t.Errorf("ReadStream after the conflict = %d events, want 3 (nothing written)", len(got))
 	}
-	_, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.Revision(7)}, event("C"))
-	wantWEV(t, err, "2")
+	appendWEV(t, ctx, c, stream, esdb.Revision(7), "2", event("C"))
 }
 
 func testStreamExists(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("exists")
-	_, err := c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.StreamExists{}}, event("A"))
-	wantWEV(t, err, "no_stream")
+	ctx, c, stream := tg.begin(t, "exists")
+	appendWEV(t, ctx, c, stream, esdb.StreamExists{}, "no_stream", event("A"))
 	if _, err := readStream(ctx, c, stream, esdb.ReadStreamOptions{}, 10); err == nil {
 		t.Errorf("ReadStream after the conflict = nil error, want not found (nothing written)")
 	}
@@ -140,35 +136,29 @@ func testStreamExists(t *testing.T, tg target) {
 }
 
 func testExact(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("exact")
+	ctx, c, stream := tg.begin(t, "exact")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 2)...)
 	if res := mustAppend(t, ctx, c, stream, esdb.Revision(1), event("B")); res.NextExpectedVersion != 2 {
 		t.Errorf("AppendToStream(exact 1) revision = %d, want 2", res.NextExpectedVersion)
 	}
-	_, err := c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.Revision(3)}, event("C"))
-	wantWEV(t, err, "2")
-	_, err = c.AppendToStream(ctx, newStream("exact-new"), esdb.AppendToStreamOptions{ExpectedRevision: esdb.Revision(0)}, event("C"))
-	wantWEV(t, err, "no_stream")
+	appendWEV(t, ctx, c, stream, esdb.Revision(3), "2", event("C"))
+	appendWEV(t, ctx, c, newStream("exact-new"), esdb.Revision(0), "no_stream", event("C"))
 }
 
 func testZeroEvents(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("zero")
+	ctx, c, stream := tg.begin(t, "zero")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 2)...)
 	if _, err := c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.Revision(1)}); err != nil {
 		t.Errorf("AppendToStream(exact 1, no events) = %v, want success", err)
 	}
-	_, err := c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.Revision(0)})
-	wantWEV(t, err, "1")
+	appendWEV(t, ctx, c, stream, esdb.Revision(0), "1")
 	if got := mustRead(t, ctx, c, stream, esdb.ReadStreamOptions{}, 100); len(got) != 2 {
 		t.Errorf("ReadStream = %d events, want 2 (nothing written)", len(got))
 	}
 }
 
 func testTombstone(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("tombstone")
+	ctx, c, stream := tg.begin(t, "tombstone")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, event("A"))
 	if _, err := c.TombstoneStream(ctx, stream, esdb.TombstoneStreamOptions{ExpectedRevision: esdb.Revision(0)}); err != nil {
 		t.Fatalf("TombstoneStream = %v", err)
@@ -182,8 +172,7 @@ func testTombstone(t *testing.T, tg target) {
 }
 
 func testStrongRepeat(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("strong")
+	ctx, c, stream := tg.begin(t, "strong")
 	first, second := events("A", 2), events("B", 2)
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, first...)
 	want := mustAppend(t, ctx, c, stream, esdb.Revision(1), second...)
@@ -207,35 +196,29 @@ func testStrongRepeat(t *testing.T, tg target) {
 }
 
 func testStrongFirstDiffers(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("strong-first")
+	ctx, c, stream := tg.begin(t, "strong-first")
 	first := events("A", 2)
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, first...)
 	mustAppend(t, ctx, c, stream, esdb.Revision(1), events("B", 2)...)
 	for _, batch := range [][]esdb.EventData{{first[1], first[0]}, {event("N")}} {
-		_, err := c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.NoStream{}}, batch...)
-		wantWEV(t, err, "3")
+		appendWEV(t, ctx, c, stream, esdb.NoStream{}, "3", batch...)
 	}
-	_, err := c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.Revision(1)}, first...)
-	wantWEV(t, err, "3")
+	appendWEV(t, ctx, c, stream, esdb.Revision(1), "3", first...)
 }
 
 func testStrongLaterDiffers(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("strong-later")
+	ctx, c, stream := tg.begin(t, "strong-later")
 	first := events("A", 2)
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, first...)
 	mustAppend(t, ctx, c, stream, esdb.Revision(1), event("B"))
-	_, err := c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.NoStream{}}, first[0], event("N"))
-	wantWEV(t, err, "2")
+	appendWEV(t, ctx, c, stream, esdb.NoStream{}, "2", first[0], event("N"))
 	if n := len(mustRead(t, ctx, c, stream, esdb.ReadStreamOptions{}, 100)); n != 3 {
 		t.Errorf("ReadStream = %d events, want 3 (nothing written)", n)
 	}
 }
 
 func testWeakRepeat(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("weak")
+	ctx, c, stream := tg.begin(t, "weak")
 	first, second := events("A", 2), events("B", 2)
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, first...)
 	want := mustAppend(t, ctx, c, stream, esdb.Any{}, second...)
@@ -257,8 +240,7 @@ func testWeakRepeat(t *testing.T, tg target) {
 }
 
 func testWeakFirstNew(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("weak-first-new")
+	ctx, c, stream := tg.begin(t, "weak-first-new")
 	stored := event("A")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, stored)
 	fresh := event("N")
@@ -273,17 +255,14 @@ func testWeakFirstNew(t *testing.T, tg target) {
 }
 
 func testWeakLaterNew(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("weak-later-new")
+	ctx, c, stream := tg.begin(t, "weak-later-new")
 	stored := event("A")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, stored)
-	_, err := c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.Any{}}, stored, event("N"))
-	wantWEV(t, err, "0")
+	appendWEV(t, ctx, c, stream, esdb.Any{}, "0", stored, event("N"))
 }
 
 func testExactCurrentDuplicates(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("exact-dup")
+	ctx, c, stream := tg.begin(t, "exact-dup")
 	stored := event("A")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, stored)
 	if res := mustAppend(t, ctx, c, stream, esdb.Revision(0), stored); res.NextExpectedVersion != 1 {
@@ -309,8 +288,7 @@ func testOtherStream(t *testing.T, tg target) {
 }
 
 func testDuplicateInBatch(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("batch-dup")
+	ctx, c, stream := tg.begin(t, "batch-dup")
 	e := event("A")
 	if res := mustAppend(t, ctx, c, stream, esdb.NoStream{}, e, e); res.NextExpectedVersion != 1 {
 		t.Errorf("AppendToStream([e, e]) revision = %d, want 1", res.NextExpectedVersion)
@@ -318,8 +296,7 @@ func testDuplicateInBatch(t *testing.T, tg target) {
 }
 
 func testRepeatHidden(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("hidden-repeat")
+	ctx, c, stream := tg.begin(t, "hidden-repeat")
 	first := events("A", 2)
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, first...)
 	mustAppend(t, ctx, c, stream, esdb.Revision(1), event("B"))
@@ -357,7 +334,7 @@ func testRestartCache(t *testing.T, tg target) {
 	}
 	// The client reconnects by itself after its first failed call.
 	var res *esdb.WriteResult
-	eventually(t, ctx, func() error {
+	storetest.Eventually(t, ctx, func() error {
 		var err error
 		res, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.NoStream{}}, batch...)
 		return err
@@ -395,8 +372,7 @@ func testNotReady(t *testing.T, tg target) {
 }
 
 func testPositions(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("positions")
+	ctx, c, stream := tg.begin(t, "positions")
 	res := mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 3)...)
 	got := mustRead(t, ctx, c, stream, esdb.ReadStreamOptions{}, 100)
 	for i, e := range got {
@@ -417,8 +393,7 @@ func testPositions(t *testing.T, tg target) {
 }
 
 func testAllBounds(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("bounds")
+	ctx, c, stream := tg.begin(t, "bounds")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 3)...)
 	got := mustRead(t, ctx, c, stream, esdb.ReadStreamOptions{}, 100)
 	fwd := readAll(t, ctx, c, esdb.ReadAllOptions{From: got[1].Position}, 1)
@@ -432,8 +407,7 @@ func testAllBounds(t *testing.T, tg target) {
 }
 
 func testAllShowsEverything(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("all-shows")
+	ctx, c, stream := tg.begin(t, "all-shows")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 2)...)
 	setMetadata(t, ctx, c, stream, `{"$tb":1}`)
 	var sysPos uint64
@@ -470,8 +444,7 @@ func testAllShowsEverything(t *testing.T, tg target) {
 }
 
 func testInvalidPosition(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("invalid-pos")
+	ctx, c, stream := tg.begin(t, "invalid-pos")
 	res := mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 2)...)
 	inside := esdb.Position{Commit: res.CommitPosition - 1, Prepare: res.CommitPosition - 1}
 	rs, err := c.ReadAll(ctx, esdb.ReadAllOptions{From: inside}, 1)
@@ -487,14 +460,28 @@ func testInvalidPosition(t *testing.T, tg target) {
 // collect receives from sub until n events of stream arrived or ctx is done.
 func collect(t *testing.T, ctx context.Context, sub *esdb.Subscription, stream string, n int) (got []*esdb.RecordedEvent, checkpoints int, caughtUp bool) {
 	t.Helper()
-	for len(got) < n {
+	return receive(t, ctx, sub, stream, false, func(got int, _ bool) bool { return got >= n })
+}
+
+// receive receives from sub until done, given the number of events of
+// stream received so far and whether caught_up came, returns true, or ctx
+// is done. It returns those events, the number of checkpoints and whether
+// caught_up came. noSystem fails t on an event of a system stream (for a
+// subscription filtered to exclude them).
+func receive(t *testing.T, ctx context.Context, sub *esdb.Subscription, stream string, noSystem bool, done func(got int, caughtUp bool) bool) (got []*esdb.RecordedEvent, checkpoints int, caughtUp bool) {
+	t.Helper()
+	for !done(len(got), caughtUp) {
 		if ctx.Err() != nil {
-			t.Fatalf("subscription got %d of %d events before %v", len(got), n, ctx.Err())
+			t.Fatalf("subscription got %d events (caught up %v) before %v", len(got), caughtUp, ctx.Err())
 		}
 		ev := sub.Recv()
 		switch {
 		case ev.EventAppeared != nil:
-			if e := ev.EventAppeared.OriginalEvent(); e.StreamID == stream {
+			e := ev.EventAppeared.OriginalEvent()
+			if noSystem && e.StreamID[0] == '$' {
+				t.Fatalf("filtered subscription delivered an event of system stream %s", e.StreamID)
+			}
+			if e.StreamID == stream {
 				got = append(got, e)
 			}
 		case ev.CheckPointReached != nil:
@@ -502,15 +489,14 @@ func collect(t *testing.T, ctx context.Context, sub *esdb.Subscription, stream s
 		case ev.CaughtUp != nil:
 			caughtUp = true
 		case ev.SubscriptionDropped != nil:
-			t.Fatalf("subscription dropped: %v", ev.SubscriptionDropped.Error)
+			t.Fatalf("subscription dropped after %d events, caught up %v: %v", len(got), caughtUp, ev.SubscriptionDropped.Error)
 		}
 	}
 	return got, checkpoints, caughtUp
 }
 
 func testSubscribeFromPosition(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("sub")
+	ctx, c, stream := tg.begin(t, "sub")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 3)...)
 	stored := mustRead(t, ctx, c, stream, esdb.ReadStreamOptions{}, 100)
 	sub, err := c.SubscribeToAll(ctx, esdb.SubscribeToAllOptions{From: stored[0].Position})
@@ -538,8 +524,7 @@ func testSubscribeFromPosition(t *testing.T, tg target) {
 }
 
 func testSubscribeFromEnd(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("sub-end")
+	ctx, c, stream := tg.begin(t, "sub-end")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, event("Old"))
 	sub, err := c.SubscribeToAll(ctx, esdb.SubscribeToAllOptions{})
 	if err != nil {
@@ -555,8 +540,7 @@ func testSubscribeFromEnd(t *testing.T, tg target) {
 }
 
 func testFilteredSubscription(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("sub-filter")
+	ctx, c, stream := tg.begin(t, "sub-filter")
 	marker := mustAppend(t, ctx, c, newStream("sub-filter-marker"), esdb.NoStream{}, event("Marker"))
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 3)...)
 	setMetadata(t, ctx, c, stream, `{"custom":true}`)
@@ -570,29 +554,9 @@ func testFilteredSubscription(t *testing.T, tg target) {
 		t.Fatalf("SubscribeToAll = %v", err)
 	}
 	defer sub.Close()
-	var got []*esdb.RecordedEvent
-	checkpoints, caughtUp := 0, false
 	// With a window of 1 every considered event is followed by a
 	// checkpoint; caught_up comes when the subscription goes live.
-	for len(got) < len(stored) || !caughtUp {
-		ev := sub.Recv()
-		switch {
-		case ev.EventAppeared != nil:
-			e := ev.EventAppeared.OriginalEvent()
-			if e.StreamID[0] == '$' {
-				t.Fatalf("filtered subscription delivered an event of system stream %s", e.StreamID)
-			}
-			if e.StreamID == stream {
-				got = append(got, e)
-			}
-		case ev.CheckPointReached != nil:
-			checkpoints++
-		case ev.CaughtUp != nil:
-			caughtUp = true
-		case ev.SubscriptionDropped != nil:
-			t.Fatalf("subscription dropped after %d events, caught up %v: %v", len(got), caughtUp, ev.SubscriptionDropped.Error)
-		}
-	}
+	got, checkpoints, _ := receive(t, ctx, sub, stream, true, func(got int, caughtUp bool) bool { return got >= len(stored) && caughtUp })
 	if diff := cmp.Diff(ids(stored), ids(got)); diff != "" {
 		t.Errorf("filtered subscription ids mismatch (-want +got):\n%s", diff)
 	}
@@ -602,8 +566,7 @@ func testFilteredSubscription(t *testing.T, tg target) {
 }
 
 func testNeverWritten(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("never")
+	ctx, c, stream := tg.begin(t, "never")
 	rs, err := c.ReadStream(ctx, stream, esdb.ReadStreamOptions{}, 10)
 	if err != nil {
 		t.Fatalf("ReadStream(never written) opening = %v, want nil (not found comes from Recv)", err)
@@ -614,16 +577,14 @@ func testNeverWritten(t *testing.T, tg target) {
 }
 
 func testSoftDelete(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("soft")
+	ctx, c, stream := tg.begin(t, "soft")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 2)...)
 	if _, err := c.DeleteStream(ctx, stream, esdb.DeleteStreamOptions{ExpectedRevision: esdb.Revision(1)}); err != nil {
 		t.Fatalf("DeleteStream = %v", err)
 	}
 	_, err := readStream(ctx, c, stream, esdb.ReadStreamOptions{}, 10)
 	wantCode(t, err, esdb.ErrorCodeResourceNotFound)
-	_, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.StreamExists{}}, event("B"))
-	wantWEV(t, err, "1")
+	appendWEV(t, ctx, c, stream, esdb.StreamExists{}, "1", event("B"))
 	fresh := event("C")
 	if res := mustAppend(t, ctx, c, stream, esdb.NoStream{}, fresh); res.NextExpectedVersion != 2 {
 		t.Errorf("AppendToStream(soft-deleted, no stream) revision = %d, want 2", res.NextExpectedVersion)
@@ -635,8 +596,7 @@ func testSoftDelete(t *testing.T, tg target) {
 }
 
 func testTruncateBefore(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("tb")
+	ctx, c, stream := tg.begin(t, "tb")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 4)...)
 	setMetadata(t, ctx, c, stream, `{"$tb":2}`)
 	if got := mustRead(t, ctx, c, stream, esdb.ReadStreamOptions{}, 100); !cmp.Equal(numbers(got), []uint64{2, 3}) {
@@ -655,16 +615,14 @@ func testTruncateBefore(t *testing.T, tg target) {
 	if got := mustRead(t, ctx, c, stream, esdb.ReadStreamOptions{Direction: esdb.Backwards, From: esdb.End{}}, 1); len(got) != 0 {
 		t.Errorf("ReadStream backwards fully truncated = revisions %v, want none", numbers(got))
 	}
-	_, err := c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: esdb.NoStream{}}, event("B"))
-	wantWEV(t, err, "3")
+	appendWEV(t, ctx, c, stream, esdb.NoStream{}, "3", event("B"))
 	if res := mustAppend(t, ctx, c, stream, esdb.Revision(3), event("B")); res.NextExpectedVersion != 4 {
 		t.Errorf("AppendToStream(exact 3) after truncation revision = %d, want 4", res.NextExpectedVersion)
 	}
 }
 
 func testMaxCount(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("maxcount")
+	ctx, c, stream := tg.begin(t, "maxcount")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 5)...)
 	setMetadata(t, ctx, c, stream, `{"$maxCount":2}`)
 	if got := mustRead(t, ctx, c, stream, esdb.ReadStreamOptions{}, 100); !cmp.Equal(numbers(got), []uint64{3, 4}) {
@@ -678,13 +636,12 @@ func testMaxCount(t *testing.T, tg target) {
 }
 
 func testMaxAge(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("maxage")
+	ctx, c, stream := tg.begin(t, "maxage")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, event("Old"))
 	setMetadata(t, ctx, c, stream, `{"$maxAge":1}`)
 	// Wait (polling) until the event is older than a second; a new one
 	// stays visible.
-	eventually(t, ctx, func() error {
+	storetest.Eventually(t, ctx, func() error {
 		if got := mustRead(t, ctx, c, stream, esdb.ReadStreamOptions{}, 100); len(got) != 0 {
 			return fmt.Errorf("%d events still visible", len(got))
 		}
@@ -698,8 +655,7 @@ func testMaxAge(t *testing.T, tg target) {
 }
 
 func testPastEnd(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("past-end")
+	ctx, c, stream := tg.begin(t, "past-end")
 	mustAppend(t, ctx, c, stream, esdb.NoStream{}, events("A", 2)...)
 	if got := mustRead(t, ctx, c, stream, esdb.ReadStreamOptions{From: esdb.Revision(5)}, 10); len(got) != 0 {
 		t.Errorf("ReadStream(from 5) = %v, want nothing and no error", numbers(got))
@@ -707,8 +663,7 @@ func testPastEnd(t *testing.T, tg target) {
 }
 
 func testRecordedFields(t *testing.T, tg target) {
-	ctx, c := testContext(t), tg.client
-	stream := newStream("fields")
+	ctx, c, stream := tg.begin(t, "fields")
 	before := time.Now().Add(-time.Minute)
 	e := esdb.EventData{
 		EventID: uuid.New(), EventType: "Exact", ContentType: esdb.ContentTypeJson,

@@ -67,6 +67,13 @@ func testContext(t testing.TB) context.Context {
 	return ctx
 }
 
+// begin starts a contract case against tg: its context, tg's client and a
+// new stream named after prefix.
+func (tg target) begin(t testing.TB, prefix string) (context.Context, *esdb.Client, string) {
+	t.Helper()
+	return testContext(t), tg.client, newStream(prefix)
+}
+
 func newStream(prefix string) string { return "contract-" + prefix + "-" + uuid.NewString() }
 
 // event returns a JSON event of type typ with a fresh id.
@@ -96,6 +103,14 @@ func mustAppend(t testing.TB, ctx context.Context, c *esdb.Client, stream string
 
 // wantWEV fails t unless err is a WrongExpectedVersion whose current
 // revision (only carried by the message text in client v4) is current.
+// appendWEV appends events to stream at expected and fails t unless the
+// append is refused with WrongExpectedVersion naming the current revision.
+func appendWEV(t testing.TB, ctx context.Context, c *esdb.Client, stream string, expected esdb.ExpectedRevision, current string, events ...esdb.EventData) {
+	t.Helper()
+	_, err := c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: expected}, events...)
+	wantWEV(t, err, current)
+}
+
 func wantWEV(t testing.TB, err error, current string) {
 	t.Helper()
 	var esErr *esdb.Error
@@ -210,21 +225,4 @@ func setMetadata(t testing.TB, ctx context.Context, c *esdb.Client, stream, json
 	return mustAppend(t, ctx, c, "$$"+stream, esdb.Any{}, esdb.EventData{
 		EventID: uuid.New(), EventType: "$metadata", ContentType: esdb.ContentTypeJson, Data: []byte(json),
 	})
-}
-
-// eventually polls check every 20 ms until it returns nil or ctx is done,
-// then fails t with the last error.
-func eventually(t testing.TB, ctx context.Context, check func() error) {
-	t.Helper()
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("condition not met before %v: %v", ctx.Err(), err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }

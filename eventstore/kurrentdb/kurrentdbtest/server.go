@@ -98,15 +98,9 @@ var _ api.StreamsServer = (*streamsService)(nil)
 // one) and returns it once it accepts connections. Returns an error if the
 // data file cannot be loaded or the address cannot be listened on.
 func Start(addr string, opts Options) (*Server, error) {
-	if opts.WriteTimeout <= 0 {
-		opts.WriteTimeout = DefaultWriteTimeout
-	}
-	if opts.IdempotencyCacheEntries <= 0 {
-		opts.IdempotencyCacheEntries = DefaultIdempotencyCacheEntries
-	}
-	if opts.MaxAppendSize <= 0 {
-		opts.MaxAppendSize = DefaultMaxAppendSize
-	}
+	opts.WriteTimeout = orDefault(opts.WriteTimeout, DefaultWriteTimeout)
+	opts.IdempotencyCacheEntries = orDefault(opts.IdempotencyCacheEntries, DefaultIdempotencyCacheEntries)
+	opts.MaxAppendSize = orDefault(opts.MaxAppendSize, DefaultMaxAppendSize)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -369,15 +363,25 @@ func (s *Server) waitIndexed(ctx context.Context, i int) error {
 		if done {
 			return nil
 		}
-		select {
-		case <-changed:
-		case <-timeout.C:
-			return errTimedOut
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-stopped:
-			return status.Error(codes.Unavailable, "server stopped")
+		if err := await(ctx, changed, timeout.C, stopped); err != nil {
+			return err
 		}
+	}
+}
+
+// await waits until changed is closed (nil when nothing is awaited; it
+// returns nil then), the timeout fires (errTimedOut), ctx ends (its status)
+// or the server stops (Unavailable).
+func await(ctx context.Context, changed <-chan struct{}, timeout <-chan time.Time, stopped <-chan struct{}) error {
+	select {
+	case <-changed:
+		return nil
+	case <-timeout:
+		return errTimedOut
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-stopped:
+		return status.Error(codes.Unavailable, "server stopped")
 	}
 }
 
@@ -393,14 +397,7 @@ func (s *Server) dropWrite(ctx context.Context) error {
 	s.mu.Lock()
 	stopped := s.stopped
 	s.mu.Unlock()
-	select {
-	case <-timeout.C:
-		return errTimedOut
-	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
-	case <-stopped:
-		return status.Error(codes.Unavailable, "server stopped")
-	}
+	return await(ctx, nil, timeout.C, stopped)
 }
 
 // trackingListener remembers accepted connections so DropConnections can
@@ -445,4 +442,13 @@ func (c *trackedConn) Close() error {
 		c.l.mu.Unlock()
 	})
 	return c.Conn.Close()
+}
+
+// orDefault returns v if it is positive, def otherwise: the zero value (or
+// a negative one) of a setting selects its default.
+func orDefault[T ~int | ~int64](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
 }

@@ -1,0 +1,28 @@
+// Package tick runs periodic background work (lock pings, lease renewals,
+// pruning) until its context ends, so every such loop stops its ticker and
+// watches its context the same way.
+package tick
+
+import (
+	"context"
+	"time"
+)
+
+// Every calls f every d (d > 0), the first time d after the call, until ctx
+// is done or f returns false, and returns then. f runs on the caller's
+// goroutine; a call that takes longer than d delays the next one (ticks are
+// dropped, as with time.Ticker).
+func Every(ctx context.Context, d time.Duration, f func() bool) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if !f() {
+				return
+			}
+		}
+	}
+}

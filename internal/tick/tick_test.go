@@ -1,0 +1,33 @@
+package tick
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestEveryStopsWhenFReturnsFalse(t *testing.T) {
+	calls := 0
+	Every(t.Context(), time.Millisecond, func() bool {
+		calls++
+		return calls < 3
+	})
+	if calls != 3 {
+		t.Errorf("Every called f %d times, want 3", calls)
+	}
+}
+
+func TestEveryStopsWhenContextIsDone(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	calls := 0
+	Every(ctx, time.Millisecond, func() bool {
+		calls++
+		if calls == 2 {
+			cancel()
+		}
+		return true
+	})
+	if calls != 2 {
+		t.Errorf("Every called f %d times after its context was cancelled, want 2", calls)
+	}
+}
