@@ -60,8 +60,16 @@ run() {
 		fi
 		echo "=== fuzz $dir $target for $fuzztime"
 		start=$SECONDS
+		corpus_before="$(ls "$dir/testdata/fuzz/$target" 2>/dev/null | sort)"
 		if "$GO" test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$@" "$dir" 2>&1 | tee "$log"; then
 			result=ok
+		elif [[ "$(ls "$dir/testdata/fuzz/$target" 2>/dev/null | sort)" == "$corpus_before" ]] &&
+			grep -qx '    context deadline exceeded' "$log"; then
+			# Go 1.26's fuzzing coordinator can report the end of a duration
+			# -fuzztime as "context deadline exceeded" when a worker is
+			# mid-input on a busy machine (golang/go#75804, fixed in Go 1.27).
+			# It wrote no failing input, so nothing crashed: say so, do not fail.
+			result="ok (coordinator deadline race, golang/go#75804; no failing input)"
 		else
 			result=FAIL
 			failed=1
