@@ -21,6 +21,7 @@ import (
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/internal/tick"
 	"github.com/retrysafe/booking/provider"
 )
 
@@ -324,7 +325,7 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 	first := err
 	h.log.Warn("append outcome unknown; repeating it to learn what committed", "stream", name, "err", err)
 	for _, d := range outcomeRepeatDelays {
-		if sleepCtx(ctx, d) != nil {
+		if tick.Sleep(ctx, d) != nil {
 			break
 		}
 		res, err = h.store.Append(ctx, name, exp, data...)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/internal/tick"
 	"github.com/retrysafe/booking/provider"
 )
 
@@ -105,7 +106,7 @@ func (h *Handler) DrivePayment(ctx context.Context, orderID string) error {
 		case stepDone:
 			return nil
 		case stepLater:
-			if err := sleepCtx(ctx, bo.next()); err != nil {
+			if err := tick.Sleep(ctx, bo.next()); err != nil {
 				return err
 			}
 		}
@@ -700,16 +701,4 @@ func (b *backoff) next() time.Duration {
 		b.cur = min(2*b.cur, b.max)
 	}
 	return b.cur/2 + rand.N(b.cur/2+1)
-}
-
-// sleepCtx waits d or until ctx is done (returning its error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

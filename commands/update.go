@@ -7,6 +7,7 @@ import (
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/internal/tick"
 )
 
 // The retry policy of every load-decide-append in this package, written
@@ -43,7 +44,7 @@ func (h *Handler) retryConflicts(ctx context.Context, try func() error) error {
 	}
 	for n := range attempts {
 		if n > 0 {
-			if err := sleepCtx(ctx, bo.next()); err != nil {
+			if err := tick.Sleep(ctx, bo.next()); err != nil {
 				return err
 			}
 		}

@@ -40,13 +40,32 @@ func invalid(field, msg string) *domain.Error {
 	return &domain.Error{Kind: domain.Invalid, Code: "invalid-request", Msg: msg, Fields: []string{field}}
 }
 
+// tableCase is one row of a table test of a function of one argument: the
+// subtest's name, the argument and the wanted result.
+type tableCase[In any, Out comparable] struct {
+	name string
+	in   In
+	want Out
+}
+
+// checkTable runs f on each case's argument in a parallel subtest and reports
+// call (the function's name in failure messages, e.g. "ParseKind") with the
+// argument and the result when the result is not want.
+func checkTable[In any, Out comparable](t *testing.T, call string, f func(In) Out, tests []tableCase[In, Out]) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := f(tt.in); got != tt.want {
+				t.Errorf("%s(%#v) = %v, want %v", call, tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
 func TestKindString(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		kind domain.Kind
-		want string
-	}{
+	tests := []tableCase[domain.Kind, string]{
 		{"The zero kind is internal.", domain.Kind(0), "internal"},
 		{"Internal is internal.", domain.Internal, "internal"},
 		{"Invalid is invalid.", domain.Invalid, "invalid"},
@@ -64,23 +83,12 @@ func TestKindString(t *testing.T) {
 		{"Timeout is timeout.", domain.Timeout, "timeout"},
 		{"An unknown kind is internal.", domain.Kind(200), "internal"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := tt.kind.String(); got != tt.want {
-				t.Errorf("Kind(%d).String() = %q, want %q", tt.kind, got, tt.want)
-			}
-		})
-	}
+	checkTable(t, "Kind.String", domain.Kind.String, tests)
 }
 
 func TestParseKind(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		in   string
-		want domain.Kind
-	}{
+	tests := []tableCase[string, domain.Kind]{
 		{"An empty name is internal.", "", domain.Internal},
 		{"An unknown name is internal.", "teapot", domain.Internal},
 		{"Names are case-sensitive.", "Invalid", domain.Internal},
@@ -88,41 +96,19 @@ func TestParseKind(t *testing.T) {
 	}
 	// Every kind round-trips through String and ParseKind.
 	for k := domain.Internal; k <= domain.Timeout; k++ {
-		tests = append(tests, struct {
-			name string
-			in   string
-			want domain.Kind
-		}{fmt.Sprintf("The name %q parses back to its kind.", k.String()), k.String(), k})
+		tests = append(tests, tableCase[string, domain.Kind]{fmt.Sprintf("The name %q parses back to its kind.", k.String()), k.String(), k})
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := domain.ParseKind(tt.in); got != tt.want {
-				t.Errorf("ParseKind(%q) = %v, want %v", tt.in, got, tt.want)
-			}
-		})
-	}
+	checkTable(t, "ParseKind", domain.ParseKind, tests)
 }
 
 func TestErrorError(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		err  *domain.Error
-		want string
-	}{
+	tests := []tableCase[*domain.Error, string]{
 		{"An error with a message returns the message.", &domain.Error{Code: "sold-out", Msg: "no seats"}, "no seats"},
 		{"An error without a message returns its code.", &domain.Error{Code: "sold-out"}, "sold-out"},
 		{"A copy made With a detail returns the detail.", domain.ErrSoldOut.With("3 seats requested, 2 available"), "3 seats requested, 2 available"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := tt.err.Error(); got != tt.want {
-				t.Errorf("(%+v).Error() = %q, want %q", tt.err, got, tt.want)
-			}
-		})
-	}
+	checkTable(t, "(*Error).Error", (*domain.Error).Error, tests)
 }
 
 func TestErrorIs(t *testing.T) {
@@ -170,11 +156,7 @@ func TestErrorWithLeavesTheSentinelUnchanged(t *testing.T) {
 
 func TestKindOf(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		err  error
-		want domain.Kind
-	}{
+	tests := []tableCase[error, domain.Kind]{
 		{"No error is internal.", nil, domain.Internal},
 		{"A plain error is internal.", errors.New("boom"), domain.Internal},
 		{"A domain error has its kind.", domain.ErrReservationExpired, domain.Gone},
@@ -182,14 +164,7 @@ func TestKindOf(t *testing.T) {
 		{"A copy with a detail keeps its kind.", domain.ErrSoldOut.With("detail"), domain.Conflict},
 		{"Joined errors take the first domain error.", errors.Join(errors.New("io"), domain.ErrForbidden, domain.ErrInvalid), domain.Forbidden},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := domain.KindOf(tt.err); got != tt.want {
-				t.Errorf("KindOf(%v) = %v, want %v", tt.err, got, tt.want)
-			}
-		})
-	}
+	checkTable(t, "KindOf", domain.KindOf, tests)
 }
 
 // TestSentinels pins each sentinel's kind (cmd/booking maps kinds to HTTP

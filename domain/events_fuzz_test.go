@@ -11,20 +11,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 )
-
-// registry returns the eventstore registry of every domain event type, as
-// `booking serve` builds it.
-func registry() *eventstore.Registry {
-	types := domain.EventTypes()
-	typed := make([]eventstore.Typed, len(types))
-	for i, e := range types {
-		typed[i] = e
-	}
-	return eventstore.NewRegistry(typed...)
-}
 
 // FuzzDecodeStoredEvent: decoding stored event data (eventstore registry,
 // as every reader of the log does) never panics, refuses an unknown type
@@ -56,7 +46,7 @@ func FuzzDecodeStoredEvent(f *testing.F) {
 	f.Add(uint8(0), []byte(`{"show_id":1}`))
 	f.Add(uint8(1), []byte(`{"quantity":-5,"expires_at":"0001-01-01T00:00:00+14:00"}`))
 	f.Add(uint8(0), []byte(`{"occurred_at":"2030-05-20T10:00:00.123456789+02:00","schema_version":1,"actor":"a"}`))
-	reg := registry()
+	reg := commands.NewRegistry() // every domain event type, as `booking serve` builds it
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
 		name := "NoSuchEvent"
 		if int(which) < len(types) {

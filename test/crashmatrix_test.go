@@ -79,6 +79,18 @@ func (s *server) crashOrder(t testing.TB, res, pay, step string) (call, string) 
 	return order, s.onlyClaimedOrder(t, "after the crash at "+step)
 }
 
+// mustCrashOrder starts booking serve (fast timers, the simulator outside)
+// armed to die right after step, reserves 2 seats of a new show and sends
+// alice's order paid with pay (crashOrder). It returns the server, down, the
+// show, the reservation, the order request and the id of the one order
+// claimed.
+func mustCrashOrder(t *testing.T, step, pay string) (s *server, show, res string, order call, id string) {
+	t.Helper()
+	s, show, res = mustStartReserved(t, Options{CrashAt: []string{step}, Env: fastEnv(), ExternalSim: true}, 2)
+	order, id = s.crashOrder(t, res, pay, step)
+	return s, show, res, order, id
+}
+
 // killWhileHeld sends c (armed hold at step) with a client that never
 // reuses connections, waits until it is parked at step, SIGKILLs booking
 // serve and stops the test unless c failed with a connection error.
@@ -252,8 +264,7 @@ func TestCrash_KilledAfterCancelRecordedIsFinishedWithoutRepeat(t *testing.T) {
 // confirmed without a client repeat, and a repeat replays 201.
 func TestCrash_KilledAfterPaymentFenceIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
-	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"payment.fenced"}, Env: fastEnv(), ExternalSim: true}, 2)
-	order, id := s.crashOrder(t, res, "tok_visa", "payment.fenced")
+	s, show, _, order, id := mustCrashOrder(t, "payment.fenced", "tok_visa")
 	wantCounts(t, id, s.orderEvents(t, id), map[string]int{"PaymentAttemptStarted": 1, "PaymentSucceeded": 0})
 	if c := s.charges(t); len(c.All) != 0 {
 		t.Fatalf("GET /_sim/charges after the crash: %+v, want none (killed before the provider call)", c.All)
@@ -286,8 +297,7 @@ func TestCrash_KilledAfterPaymentFenceIsFinishedWithoutRepeat(t *testing.T) {
 // key gets 409 naming the failed order; one failed charge, net 0.
 func TestCrash_KilledAfterDeclineRecordedIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
-	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"payment.recorded"}, Env: fastEnv(), ExternalSim: true}, 2)
-	order, id := s.crashOrder(t, res, "tok_decline", "payment.recorded")
+	s, show, res, order, id := mustCrashOrder(t, "payment.recorded", "tok_decline")
 	wantCounts(t, id, s.orderEvents(t, id), map[string]int{"PaymentFailed": 1, "OrderFailed": 1})
 	t.Logf("at the crash: %d SeatsReleased", s.countType(t, "show-", "SeatsReleased"))
 

@@ -18,7 +18,6 @@
 package test
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -43,6 +42,7 @@ import (
 
 	"github.com/retrysafe/booking/cmd/booking/loadgen/audit"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/internal/syncbuf"
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
@@ -154,24 +154,6 @@ func freePort(tb testing.TB) int {
 // ---------------------------------------------------------------------------
 // Processes
 
-// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is one run of the binary.
 type proc struct {
 	name    string
@@ -238,9 +220,9 @@ func (p *proc) stop(t testing.TB) bool {
 // runProc runs the binary with args and env to its end, for up to d, and
 // returns the process and its output; it SIGKILLs the process and stops
 // the test if it still runs after d.
-func runProc(t testing.TB, name string, args, env []string, d time.Duration) (*proc, *syncBuffer) {
+func runProc(t testing.TB, name string, args, env []string, d time.Duration) (*proc, *syncbuf.Buffer) {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	p, err := startProc(name, args, env, out)
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +285,7 @@ type server struct {
 
 	httpAddr, simAddr, natsAddr string
 
-	logs   *syncBuffer // stdout and stderr of every run, in order
+	logs   *syncbuf.Buffer // stdout and stderr of every run, in order
 	client *http.Client
 	runs   int
 
@@ -348,7 +330,7 @@ func mustStart(t *testing.T, opts Options) *server {
 		dbURL:   dbURL,
 		db:      pgtest.NewPool(t, poolURL),
 		dataDir: t.TempDir(),
-		logs:    &syncBuffer{},
+		logs:    &syncbuf.Buffer{},
 	}
 	s.masterKeys = "e2e-1:" + base64.StdEncoding.EncodeToString(randomBytes(32))
 	s.providerKey = "sk_test_e2e_" + hex.EncodeToString(randomBytes(12))

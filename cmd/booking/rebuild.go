@@ -14,7 +14,6 @@ import (
 
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
-	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/projections"
 )
 
@@ -52,18 +51,10 @@ func (c *rebuildCmd) Run(e *env) error {
 		return err
 	}
 	ctx := e.ctx
-	if err := migrations.Up(ctx, c.DatabaseURL); err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	poolCfg, err := pgxpool.ParseConfig(c.DatabaseURL)
-	if err != nil {
-		return configError("DATABASE_URL", "%v", err)
-	}
 	// Locks hold a connection each; the reader and the writer one more each.
-	poolCfg.MaxConns = max(poolCfg.MaxConns, int32(2*len(ps)+4))
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	pool, err := openMigrated(ctx, c.DatabaseURL, int32(2*len(ps)+4))
 	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
+		return err
 	}
 	defer pool.Close()
 

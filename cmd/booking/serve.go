@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/faults"
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
@@ -21,7 +20,6 @@ import (
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
-	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/projections"
 	"github.com/retrysafe/booking/provider"
 	"github.com/retrysafe/booking/provider/providersim"
@@ -61,19 +59,9 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	ctx := e.ctx
 
-	if err := migrations.Up(ctx, cfg.DatabaseURL); err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pool, err := openMigrated(ctx, cfg.DatabaseURL, 32)
 	if err != nil {
-		return configError("DATABASE_URL", "%v", err)
-	}
-	if poolCfg.MaxConns < 32 {
-		poolCfg.MaxConns = 32
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
+		return err
 	}
 	defer pool.Close()
 	store := pgstore.New(pool)

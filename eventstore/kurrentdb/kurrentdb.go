@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/internal/tick"
 )
 
 // Defaults of the options.
@@ -420,14 +421,7 @@ func (s *Store) sleep(ctx context.Context, n int) error {
 	if d <= 0 || d > s.backoffMax {
 		d = s.backoffMax
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return tick.Sleep(ctx, d)
 }
 
 // retryRead runs read until it succeeds, fails for good, or the read

@@ -26,3 +26,20 @@ func Every(ctx context.Context, d time.Duration, f func() bool) {
 		}
 	}
 }
+
+// Sleep waits d, or until ctx is done, and returns nil after d or ctx's
+// error (context.Canceled or context.DeadlineExceeded) if ctx ends first.
+// A d of zero or less returns at once with ctx's error, if any.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

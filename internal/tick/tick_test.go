@@ -31,3 +31,14 @@ func TestEveryStopsWhenContextIsDone(t *testing.T) {
 		t.Errorf("Every called f %d times after its context was cancelled, want 2", calls)
 	}
 }
+
+func TestSleepWaitsOrStopsWithTheContext(t *testing.T) {
+	if err := Sleep(t.Context(), time.Millisecond); err != nil {
+		t.Errorf("Sleep(1ms) = %v, want nil", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := Sleep(ctx, time.Hour); err != context.Canceled {
+		t.Errorf("Sleep on a cancelled context = %v, want context.Canceled", err)
+	}
+}

@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/retrysafe/booking/internal/syncbuf"
 	"github.com/retrysafe/booking/provider"
 	"github.com/retrysafe/booking/provider/providersim"
 )
@@ -23,7 +23,7 @@ import (
 func TestAPIKeyRequired(t *testing.T) {
 	t.Parallel()
 	const key = "sk_test_sim_7c1e5a"
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	s := mustSim(t, providersim.Config{APIKey: key, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	ctx := context.Background()
 	req := provider.NewChargeRequest(1500, "EUR", providersim.TokenVisa, "o1", 1)
@@ -99,22 +99,4 @@ func TestAPIKeyRequired(t *testing.T) {
 	if strings.Contains(logs.String(), key) {
 		t.Errorf("the simulator logged its API key:\n%s", logs.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use (log output).
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

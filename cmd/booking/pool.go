@@ -1,0 +1,30 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/migrations"
+)
+
+// openMigrated applies the migrations to the database at url and opens a
+// pool of at least minConns connections (more if url's pool_max_conns asks
+// for more). The caller closes the pool. Errors name DATABASE_URL: a bad URL
+// is a configuration error, a failed migration or connection is wrapped.
+func openMigrated(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, error) {
+	if err := migrations.Up(ctx, url); err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	poolCfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, configError("DATABASE_URL", "%v", err)
+	}
+	poolCfg.MaxConns = max(poolCfg.MaxConns, minConns)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	return pool, nil
+}
