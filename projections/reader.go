@@ -76,40 +76,31 @@ func (r *Reader) Shows(ctx context.Context, after *ShowKey, limit int) (ShowPage
 		start *time.Time
 		id    *uuid.UUID
 	)
+	var err error
 	if after != nil {
-		var err error
 		if start, id, err = keyArgs("shows", after.StartsAt, after.ID); err != nil {
 			return page, err
 		}
 	}
-	rows, err := r.pool.Query(ctx, sqlListShows, start, id, limit+1)
-	if err != nil {
-		return page, fmt.Errorf("projections: list shows: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	page.Items, page.Position, err = listAtCheckpoint(ctx, r.pool, "list shows", sqlListShows, []any{start, id, limit + 1}, func() ([]any, func() (Show, bool)) {
 		var (
-			commit, prepare                *int64
 			sid                            *uuid.UUID
 			name, currency                 *string
 			startsAt, createdAt, updatedAt *time.Time
 			capacity, taken, ordered       *int
 			price, revision                *int64
 		)
-		if err := rows.Scan(&commit, &prepare, &sid, &name, &startsAt, &capacity, &price, &currency, &taken, &ordered,
-			&revision, &createdAt, &updatedAt); err != nil {
-			return page, fmt.Errorf("projections: list shows: %w", err)
+		return []any{&sid, &name, &startsAt, &capacity, &price, &currency, &taken, &ordered, &revision, &createdAt, &updatedAt}, func() (Show, bool) {
+			if sid == nil {
+				return Show{}, false
+			}
+			return Show{ID: sid.String(), Name: *name, StartsAt: startsAt.UTC(), Capacity: *capacity,
+				Price: domain.Money{Amount: *price, Currency: *currency}, Available: *capacity - *taken, Held: *taken - *ordered,
+				Ordered: *ordered, Revision: *revision, CreatedAt: createdAt.UTC(), UpdatedAt: updatedAt.UTC()}, true
 		}
-		page.Position = position(commit, prepare)
-		if sid == nil {
-			continue
-		}
-		page.Items = append(page.Items, Show{ID: sid.String(), Name: *name, StartsAt: startsAt.UTC(), Capacity: *capacity,
-			Price: domain.Money{Amount: *price, Currency: *currency}, Available: *capacity - *taken, Held: *taken - *ordered,
-			Ordered: *ordered, Revision: *revision, CreatedAt: createdAt.UTC(), UpdatedAt: updatedAt.UTC()})
-	}
-	if err := rows.Err(); err != nil {
-		return page, fmt.Errorf("projections: list shows: %w", err)
+	})
+	if err != nil {
+		return ShowPage{}, err
 	}
 	page.Items, page.Next = cutPage(page.Items, limit, func(last Show) *ShowKey { return &ShowKey{StartsAt: last.StartsAt, ID: last.ID} })
 	return page, nil
@@ -197,20 +188,14 @@ func (r *Reader) Orders(ctx context.Context, actor string, after *OrderKey, limi
 		created *time.Time
 		id      *uuid.UUID
 	)
+	var err error
 	if after != nil {
-		var err error
 		if created, id, err = keyArgs("orders", after.CreatedAt, after.ID); err != nil {
 			return page, err
 		}
 	}
-	rows, err := r.pool.Query(ctx, sqlListOrders, actor, created, id, limit+1)
-	if err != nil {
-		return page, fmt.Errorf("projections: list orders: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	page.Items, page.Position, err = listAtCheckpoint(ctx, r.pool, "list orders", sqlListOrders, []any{actor, created, id, limit + 1}, func() ([]any, func() (Order, bool)) {
 		var (
-			commit, prepare                     *int64
 			oid, resID, showID                  *uuid.UUID
 			act, status, failReason, review     *string
 			currency, payStatus, chargeID       *string
@@ -219,29 +204,28 @@ func (r *Reader) Orders(ctx context.Context, actor string, after *OrderKey, limi
 			deadline, unknown, createdAt, updAt *time.Time
 			tickets                             []string
 		)
-		if err := rows.Scan(&commit, &prepare, &oid, &act, &resID, &showID, &status, &failReason, &review, &quantity, &amount,
-			&currency, &deadline, &attempts, &payStatus, &chargeID, &unknown, &tickets, &revision, &createdAt, &updAt); err != nil {
-			return page, fmt.Errorf("projections: list orders: %w", err)
-		}
-		page.Position = position(commit, prepare)
-		if oid == nil {
-			continue
-		}
-		o := Order{ID: oid.String(), Actor: *act, ReservationID: resID.String(), ShowID: showID.String(), Status: *status,
-			FailReason: *failReason, ReviewReason: *review, Quantity: *quantity, Amount: domain.Money{Amount: *amount, Currency: *currency},
-			PaymentDeadline: deadline.UTC(), Attempts: *attempts, PaymentStatus: *payStatus, ChargeID: *chargeID,
-			TicketIDs: tickets, Revision: *revision, CreatedAt: createdAt.UTC(), UpdatedAt: updAt.UTC()}
-		if unknown != nil {
-			u := unknown.UTC()
-			o.UnknownSince = &u
-		}
-		if o.TicketIDs == nil {
-			o.TicketIDs = []string{}
-		}
-		page.Items = append(page.Items, o)
-	}
-	if err := rows.Err(); err != nil {
-		return page, fmt.Errorf("projections: list orders: %w", err)
+		return []any{&oid, &act, &resID, &showID, &status, &failReason, &review, &quantity, &amount,
+				&currency, &deadline, &attempts, &payStatus, &chargeID, &unknown, &tickets, &revision, &createdAt, &updAt},
+			func() (Order, bool) {
+				if oid == nil {
+					return Order{}, false
+				}
+				o := Order{ID: oid.String(), Actor: *act, ReservationID: resID.String(), ShowID: showID.String(), Status: *status,
+					FailReason: *failReason, ReviewReason: *review, Quantity: *quantity, Amount: domain.Money{Amount: *amount, Currency: *currency},
+					PaymentDeadline: deadline.UTC(), Attempts: *attempts, PaymentStatus: *payStatus, ChargeID: *chargeID,
+					TicketIDs: tickets, Revision: *revision, CreatedAt: createdAt.UTC(), UpdatedAt: updAt.UTC()}
+				if unknown != nil {
+					u := unknown.UTC()
+					o.UnknownSince = &u
+				}
+				if o.TicketIDs == nil {
+					o.TicketIDs = []string{}
+				}
+				return o, true
+			}
+	})
+	if err != nil {
+		return OrderPage{}, err
 	}
 	page.Items, page.Next = cutPage(page.Items, limit, func(last Order) *OrderKey { return &OrderKey{CreatedAt: last.CreatedAt, ID: last.ID} })
 	return page, nil
@@ -289,36 +273,20 @@ ORDER BY x.recorded_at, x.stream`
 // and the intents projection's checkpoint. Returns a wrapped error if the
 // query fails.
 func (r *Reader) PendingIntents(ctx context.Context, limit int) ([]PendingIntent, eventstore.Position, error) {
-	var (
-		out []PendingIntent
-		pos eventstore.Position
-	)
-	rows, err := r.pool.Query(ctx, sqlPendingIntents, limit)
-	if err != nil {
-		return nil, pos, fmt.Errorf("projections: pending intents: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return listAtCheckpoint(ctx, r.pool, "pending intents", sqlPendingIntents, []any{limit}, func() ([]any, func() (PendingIntent, bool)) {
 		var (
-			commit, prepare                             *int64
 			stream, actor, op, target, status, executor *string
 			lease, recorded                             *time.Time
 			takeovers                                   *int
 		)
-		if err := rows.Scan(&commit, &prepare, &stream, &actor, &op, &target, &status, &executor, &lease, &takeovers, &recorded); err != nil {
-			return nil, pos, fmt.Errorf("projections: pending intents: %w", err)
+		return []any{&stream, &actor, &op, &target, &status, &executor, &lease, &takeovers, &recorded}, func() (PendingIntent, bool) {
+			if stream == nil {
+				return PendingIntent{}, false
+			}
+			return PendingIntent{Stream: *stream, Actor: *actor, Operation: *op, TargetID: *target, TargetStatus: *status,
+				Executor: *executor, LeaseUntil: lease.UTC(), Takeovers: *takeovers, RecordedAt: recorded.UTC()}, true
 		}
-		pos = position(commit, prepare)
-		if stream == nil {
-			continue
-		}
-		out = append(out, PendingIntent{Stream: *stream, Actor: *actor, Operation: *op, TargetID: *target, TargetStatus: *status,
-			Executor: *executor, LeaseUntil: lease.UTC(), Takeovers: *takeovers, RecordedAt: recorded.UTC()})
-	}
-	if err := rows.Err(); err != nil {
-		return nil, pos, fmt.Errorf("projections: pending intents: %w", err)
-	}
-	return out, pos, nil
+	})
 }
 
 // UnknownOutcome is an order whose current payment attempt's outcome is
@@ -347,36 +315,20 @@ ORDER BY o.unknown_since, o.id`
 // outcome, oldest first, and the orders projection's checkpoint. Returns a
 // wrapped error if the query fails.
 func (r *Reader) UnknownOutcomes(ctx context.Context, limit int) ([]UnknownOutcome, eventstore.Position, error) {
-	var (
-		out []UnknownOutcome
-		pos eventstore.Position
-	)
-	rows, err := r.pool.Query(ctx, sqlUnknownOutcomes, limit)
-	if err != nil {
-		return nil, pos, fmt.Errorf("projections: unknown outcomes: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return listAtCheckpoint(ctx, r.pool, "unknown outcomes", sqlUnknownOutcomes, []any{limit}, func() ([]any, func() (UnknownOutcome, bool)) {
 		var (
-			commit, prepare *int64
-			id              *uuid.UUID
-			actor, status   *string
-			attempt         *int
-			since           *time.Time
+			id            *uuid.UUID
+			actor, status *string
+			attempt       *int
+			since         *time.Time
 		)
-		if err := rows.Scan(&commit, &prepare, &id, &actor, &status, &attempt, &since); err != nil {
-			return nil, pos, fmt.Errorf("projections: unknown outcomes: %w", err)
+		return []any{&id, &actor, &status, &attempt, &since}, func() (UnknownOutcome, bool) {
+			if id == nil {
+				return UnknownOutcome{}, false
+			}
+			return UnknownOutcome{OrderID: id.String(), Actor: *actor, Status: *status, Attempt: *attempt, Since: since.UTC()}, true
 		}
-		pos = position(commit, prepare)
-		if id == nil {
-			continue
-		}
-		out = append(out, UnknownOutcome{OrderID: id.String(), Actor: *actor, Status: *status, Attempt: *attempt, Since: since.UTC()})
-	}
-	if err := rows.Err(); err != nil {
-		return nil, pos, fmt.Errorf("projections: unknown outcomes: %w", err)
-	}
-	return out, pos, nil
+	})
 }
 
 // RefundBacklog summarizes the refunds of the orders read model. Pending
@@ -430,6 +382,41 @@ func (r *Reader) Checkpoint(ctx context.Context, name string) (eventstore.Positi
 		return eventstore.Position{}, fmt.Errorf("projections: checkpoint %s: %w", name, err)
 	}
 	return position(commit, prepare), nil
+}
+
+// listAtCheckpoint runs query with args against pool and collects one item
+// a row. Each row starts with the projection checkpoint's commit and prepare
+// positions (NULL before the projection applied anything), then the columns
+// whose destinations row returns; the LEFT JOIN shape of the queries gives a
+// row of checkpoint only when no item matches, so row's item function
+// reports false there. It returns the items (nil when none), the checkpoint,
+// and an error wrapped as "projections: <what>: ..." if the query fails.
+func listAtCheckpoint[T any](ctx context.Context, pool *pgxpool.Pool, what, query string, args []any,
+	row func() (dest []any, item func() (T, bool))) ([]T, eventstore.Position, error) {
+	var (
+		out []T
+		pos eventstore.Position
+	)
+	rows, err := pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, pos, fmt.Errorf("projections: %s: %w", what, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var commit, prepare *int64
+		dest, item := row()
+		if err := rows.Scan(append([]any{&commit, &prepare}, dest...)...); err != nil {
+			return nil, pos, fmt.Errorf("projections: %s: %w", what, err)
+		}
+		pos = position(commit, prepare)
+		if v, ok := item(); ok {
+			out = append(out, v)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, pos, fmt.Errorf("projections: %s: %w", what, err)
+	}
+	return out, pos, nil
 }
 
 func position(commit, prepare *int64) eventstore.Position {

@@ -178,15 +178,11 @@ func (f *ordersFold) apply(e *envelope) error {
 	if !orderEvents[e.typ] {
 		return nil
 	}
-	key, r, ok, err := rowFor(e, f.orders, orderPrefix, "OrderPlaced", func(r *orderRow) int64 { return r.Revision })
+	key, r, o, ok, err := rowFor[orderPlaced](e, f.orders, orderPrefix, "OrderPlaced", func(r *orderRow) int64 { return r.Revision })
 	if !ok {
 		return err
 	}
-	if r == nil {
-		var o orderPlaced
-		if err := e.decode(&o); err != nil {
-			return err
-		}
+	if o != nil {
 		resID, err := e.canonUUID(o.ReservationID, "reservation_id")
 		if err != nil {
 			return err
@@ -333,16 +329,25 @@ func (f *reservationsFold) route(e *envelope) error {
 // gives a row's revision). It returns ok false, and the error if any, when e
 // changes nothing: an opening event whose row exists, or another event whose
 // row is missing or already at or past e. Otherwise r is the row to change,
-// or nil when e opens the stream and the caller creates the row.
-func rowFor[R any](e *envelope, rows *rowSet[R], prefix, opening string, revision func(*R) int64) (key string, r *R, ok bool, err error) {
+// or nil when e opens the stream and the caller creates the row; then open
+// is e decoded as an O (the opening event's payload), and a payload that
+// does not decode is the error.
+func rowFor[O, R any](e *envelope, rows *rowSet[R], prefix, opening string, revision func(*R) int64) (key string, r *R, open *O, ok bool, err error) {
 	if key, err = e.rowKey(prefix); err != nil {
-		return key, nil, false, err
+		return key, nil, nil, false, err
 	}
 	r = rows.get(key)
-	if e.typ == opening {
-		return key, nil, r == nil, nil
+	if e.typ != opening {
+		return key, r, nil, r != nil && e.revision > revision(r), nil
 	}
-	return key, r, r != nil && e.revision > revision(r), nil
+	if r != nil {
+		return key, nil, nil, false, nil
+	}
+	open = new(O)
+	if err := e.decode(open); err != nil {
+		return key, nil, nil, false, err
+	}
+	return key, nil, open, true, nil
 }
 
 // reservationFact is what the reservations and shows projections read from
@@ -365,13 +370,9 @@ func readReservation[R any](e *envelope, rows *rowSet[R], revision func(*R) int6
 	if fact.status == "" {
 		return fact, nil, false, nil
 	}
-	fact.key, r, ok, err = rowFor(e, rows, reservationPrefix, "ReservationHeld", revision)
+	fact.key, r, fact.held, ok, err = rowFor[reservationHeld](e, rows, reservationPrefix, "ReservationHeld", revision)
 	if !ok || r != nil {
 		return fact, r, ok, err
-	}
-	fact.held = new(reservationHeld)
-	if err := e.decode(fact.held); err != nil {
-		return fact, nil, false, err
 	}
 	fact.showID, err = e.canonUUID(fact.held.ShowID, "show_id")
 	return fact, nil, err == nil, err
@@ -500,17 +501,13 @@ func (f *showsFold) route(e *envelope) error {
 func (f *showsFold) apply(e *envelope) error {
 	switch e.typ {
 	case "ShowScheduled", "SeatsHeld", "SeatsReleased":
-		key, r, ok, err := rowFor(e, f.shows, showPrefix, "ShowScheduled", func(r *showRow) int64 { return r.Revision })
+		key, r, sc, ok, err := rowFor[showScheduled](e, f.shows, showPrefix, "ShowScheduled", func(r *showRow) int64 { return r.Revision })
 		if !ok {
 			return err
 		}
-		if r == nil {
-			var s showScheduled
-			if err := e.decode(&s); err != nil {
-				return err
-			}
-			f.shows.put(&showRow{ID: key, Name: s.Name, StartsAt: micro(s.StartsAt), Capacity: int64(s.Capacity),
-				PriceAmount: s.Price.Amount, PriceCurrency: s.Price.Currency, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
+		if sc != nil {
+			f.shows.put(&showRow{ID: key, Name: sc.Name, StartsAt: micro(sc.StartsAt), Capacity: int64(sc.Capacity),
+				PriceAmount: sc.Price.Amount, PriceCurrency: sc.Price.Currency, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
 			return nil
 		}
 		var s seatsChanged

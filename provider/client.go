@@ -117,13 +117,20 @@ func (c *Client) CreateChargeRaw(ctx context.Context, key string, body []byte) (
 }
 
 func (c *Client) createCharge(ctx context.Context, key string, body []byte) (Charge, error) {
-	var ch Charge
-	replayed, err := c.do(ctx, http.MethodPost, "/v1/charges", key, body, &ch)
-	if err != nil {
-		return Charge{}, err
-	}
+	ch, replayed, err := post[Charge](ctx, c, "/v1/charges", key, body)
 	ch.Replayed = replayed
-	return ch, nil
+	return ch, err
+}
+
+// post sends POST path with body under the idempotency key and decodes the
+// reply into a T (the zero T on error); replayed reports the
+// Idempotent-Replayed: true header. Errors are those of Client.do.
+func post[T any](ctx context.Context, c *Client, path, key string, body []byte) (v T, replayed bool, err error) {
+	if replayed, err = c.do(ctx, http.MethodPost, path, key, body, &v); err != nil {
+		var zero T
+		return zero, false, err
+	}
+	return v, replayed, nil
 }
 
 // ChargeByKey returns the charge created by the request with idempotency key
@@ -152,13 +159,7 @@ func (c *Client) SearchCharges(ctx context.Context, orderID string, attempt int)
 }
 
 func (c *Client) listCharges(ctx context.Context, q url.Values) ([]Charge, error) {
-	var list struct {
-		Data []Charge `json:"data"`
-	}
-	if _, err := c.do(ctx, http.MethodGet, "/v1/charges?"+q.Encode(), "", nil, &list); err != nil {
-		return nil, err
-	}
-	return list.Data, nil
+	return list[Charge](ctx, c, "/v1/charges", q)
 }
 
 // GetCharge returns the current state of the charge with the given id. It
@@ -188,13 +189,9 @@ func (c *Client) Refund(ctx context.Context, key, chargeID string, amount int64)
 		return Refund{}, fmt.Errorf("%w: refund needs a charge id and a non-negative amount", ErrInvalidRequest)
 	}
 	body := RefundRequest{Charge: chargeID, Amount: amount}.Body()
-	var re Refund
-	replayed, err := c.do(ctx, http.MethodPost, "/v1/refunds", key, body, &re)
-	if err != nil {
-		return Refund{}, err
-	}
+	re, replayed, err := post[Refund](ctx, c, "/v1/refunds", key, body)
 	re.Replayed = replayed
-	return re, nil
+	return re, err
 }
 
 // RefundByKey returns the refund created by the request with idempotency key
@@ -215,13 +212,20 @@ func (c *Client) ListRefunds(ctx context.Context, chargeID string) ([]Refund, er
 }
 
 func (c *Client) listRefunds(ctx context.Context, q url.Values) ([]Refund, error) {
-	var list struct {
-		Data []Refund `json:"data"`
+	return list[Refund](ctx, c, "/v1/refunds", q)
+}
+
+// list sends GET path?q and returns the data array of the list object it
+// answers ({"object":"list","data":[…]}, Stripe,
+// https://docs.stripe.com/api/pagination). Errors are those of Client.do.
+func list[T any](ctx context.Context, c *Client, path string, q url.Values) ([]T, error) {
+	var l struct {
+		Data []T `json:"data"`
 	}
-	if _, err := c.do(ctx, http.MethodGet, "/v1/refunds?"+q.Encode(), "", nil, &list); err != nil {
+	if _, err := c.do(ctx, http.MethodGet, path+"?"+q.Encode(), "", nil, &l); err != nil {
 		return nil, err
 	}
-	return list.Data, nil
+	return l.Data, nil
 }
 
 // errorEnvelope is the body of an error answer.

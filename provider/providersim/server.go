@@ -455,22 +455,14 @@ func (s *Server) SetWebhookURL(url string) {
 func (s *Server) Charges() []provider.Charge {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]provider.Charge, len(s.charges))
-	for i, c := range s.charges {
-		out[i] = cloneCharge(c)
-	}
-	return out
+	return cloneAll(s.charges, cloneCharge)
 }
 
 // Refunds returns a copy of every refund in creation order.
 func (s *Server) Refunds() []provider.Refund {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]provider.Refund, len(s.refunds))
-	for i, r := range s.refunds {
-		out[i] = *r
-	}
-	return out
+	return cloneAll(s.refunds, cloneRefund)
 }
 
 // Reset forgets every charge, refund, key, event and delivery record, and
@@ -494,6 +486,15 @@ func (s *Server) reset() error {
 	s.offset = 0
 	s.setFaultsLocked(Faults{})
 	return nil
+}
+
+// cloneAll returns clone of each item, in order; the caller holds s.mu.
+func cloneAll[T, U any](items []T, clone func(T) U) []U {
+	out := make([]U, len(items))
+	for i, it := range items {
+		out[i] = clone(it)
+	}
+	return out
 }
 
 func cloneCharge(c *provider.Charge) provider.Charge {

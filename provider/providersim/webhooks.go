@@ -58,12 +58,11 @@ func (s *Server) newEventLocked(typ string, ch *provider.Charge) *event {
 func (s *Server) Events() []provider.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]provider.Event, len(s.events))
-	for i, ev := range s.events {
-		out[i] = ev.Event
-		out[i].Data.Object = cloneCharge(&ev.Data.Object)
-	}
-	return out
+	return cloneAll(s.events, func(ev *event) provider.Event {
+		e := ev.Event
+		e.Data.Object = cloneCharge(&ev.Data.Object)
+		return e
+	})
 }
 
 // Deliveries returns every delivery attempt so far, in the order they ended

@@ -419,36 +419,39 @@ func wrongExpectedVersion(expected, cur int64) *api.AppendResp {
 // revision check it writes {"$tb": long.MaxValue} as the stream's metadata
 // (StorageWriterService, WriteDelete without HardDelete).
 func (svc *streamsService) Delete(ctx context.Context, req *api.DeleteReq) (*api.DeleteResp, error) {
-	stream := string(req.GetOptions().GetStreamIdentifier().GetStreamName())
-	expected, err := deleteExpected(req.GetOptions().GetExpectedStreamRevision())
+	o := req.GetOptions()
+	pos, err := svc.deleteStream(ctx, o.GetStreamIdentifier(), o.GetExpectedStreamRevision(), false)
 	if err != nil {
 		return nil, err
 	}
-	r, err := svc.s.delete(ctx, stream, expected, false)
-	if err != nil {
-		return nil, err
-	}
-	return &api.DeleteResp{PositionOption: &api.DeleteResp_Position_{Position: &api.DeleteResp_Position{
-		CommitPosition: uint64(r.Pos), PreparePosition: uint64(r.Pos),
-	}}}, nil
+	return &api.DeleteResp{PositionOption: &api.DeleteResp_Position_{Position: &api.DeleteResp_Position{CommitPosition: pos, PreparePosition: pos}}}, nil
 }
 
 // Tombstone implements Streams.Tombstone, a hard delete: after the expected
 // revision check it writes a $streamDeleted tombstone at event number
 // long.MaxValue; the stream can never be written or read again.
 func (svc *streamsService) Tombstone(ctx context.Context, req *api.TombstoneReq) (*api.TombstoneResp, error) {
-	stream := string(req.GetOptions().GetStreamIdentifier().GetStreamName())
-	expected, err := deleteExpected(req.GetOptions().GetExpectedStreamRevision())
+	o := req.GetOptions()
+	pos, err := svc.deleteStream(ctx, o.GetStreamIdentifier(), o.GetExpectedStreamRevision(), true)
 	if err != nil {
 		return nil, err
 	}
-	r, err := svc.s.delete(ctx, stream, expected, true)
+	return &api.TombstoneResp{PositionOption: &api.TombstoneResp_Position_{Position: &api.TombstoneResp_Position{CommitPosition: pos, PreparePosition: pos}}}, nil
+}
+
+// deleteStream is Delete (hard false) and Tombstone (hard true) after the
+// request is unpacked: the expected revision check, then the delete of the
+// stream id names. It returns the log position of the record written.
+func (svc *streamsService) deleteStream(ctx context.Context, id *shared.StreamIdentifier, expected any, hard bool) (uint64, error) {
+	exp, err := deleteExpected(expected)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	return &api.TombstoneResp{PositionOption: &api.TombstoneResp_Position_{Position: &api.TombstoneResp_Position{
-		CommitPosition: uint64(r.Pos), PreparePosition: uint64(r.Pos),
-	}}}, nil
+	r, err := svc.s.delete(ctx, string(id.GetStreamName()), exp, hard)
+	if err != nil {
+		return 0, err
+	}
+	return uint64(r.Pos), nil
 }
 
 func deleteExpected(e any) (int64, error) {
