@@ -142,6 +142,9 @@ func TestSecrets_NoTokenInClearAfterMixedWorkloadAndCrash(t *testing.T) {
 	}
 	cancelling := place(tokBob, "tok_slow", "0", http.StatusAccepted)
 	cancelling.final = "cancelled"
+	// The cancel must meet the attempt at the provider (tok_slow holds it
+	// there 2 s); before the attempt starts, a cancel is final at once (200).
+	s.waitInFlight(t, "order-"+cancelling.id+"-1")
 	if c := s.rbCancel(t, tokBob, cancelling.id); c.Status != http.StatusAccepted || c.str("status") != "cancelling" {
 		t.Errorf("%s, want 202 cancelling", c)
 	}
