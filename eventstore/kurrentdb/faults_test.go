@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -159,6 +160,23 @@ func TestFaults(t *testing.T) {
 		srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
 		addr := srv.Addr()
 		srv.Stop()
+		// Hold the stopped server's port until it starts again: a free port
+		// could be handed by the OS to a parallel test's server, which would
+		// then answer the appends meant to fail. The holder closes every
+		// connection at once, as a host with nothing serving would.
+		holder, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("holding %s: %v", addr, err)
+		}
+		go func() {
+			for {
+				c, err := holder.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
 		s := newStore(t, srv.URL(), kurrentdb.WithAppendAttempts(2), kurrentdb.WithReadAttempts(1))
 		// The client library alone stays broken after a failed start (its
 		// connection loop ends for good); this is the trap the Store's
@@ -166,7 +184,7 @@ func TestFaults(t *testing.T) {
 		raw := rawClient(t, srv.URL())
 		ctx := testContext(t)
 
-		_, err := s.Append(ctx, "early", eventstore.NoStream(), newEvents(1)...)
+		_, err = s.Append(ctx, "early", eventstore.NoStream(), newEvents(1)...)
 		if err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "outcome unknown") {
 			t.Fatalf("Append with the server down = %v, want an error naming %s and an unknown outcome", err, addr)
 		}
@@ -177,6 +195,7 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("raw AppendToStream with the server down = nil error")
 		}
 
+		holder.Close()
 		if err := srv.Start(); err != nil {
 			t.Fatalf("Start() = %v", err)
 		}
