@@ -61,10 +61,27 @@ func TestOrder_ResponseLostAfterCommitRepeatGetsSameOrder(t *testing.T) {
 	s, _, res := mustStartReserved(t, Options{}, 2)
 	first := orderCall(tokAlice, newKey(), res, "tok_slow")
 	first.Header = map[string]string{"Prefer": "wait=2"}
-	first.Client = &http.Client{Timeout: 300 * time.Millisecond}
-	if r, err := s.send(context.Background(), first); err == nil {
-		t.Fatalf("%s, want the 300 ms client to give up (tok_slow takes 2 s)", r)
+	// The client gives up once the order is committed: the first request is
+	// held at payment.fenced (order claimed, attempt fenced, provider not yet
+	// called) and its connection is closed there. A fixed client timeout
+	// would not do: on a busy machine it can expire before the intent is
+	// even recorded, and the repeat then becomes the executor itself.
+	s.armHold(t, "payment.fenced")
+	ctx, giveUp := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := s.send(ctx, first)
+		gaveUp <- err
+	}()
+	s.waitHeld(t, "payment.fenced", 1)
+	giveUp()
+	if err := <-gaveUp; err == nil {
+		t.Fatalf("the first request answered while held at payment.fenced, want the client to give up")
 	}
+	if ids := s.claimedOrderIDs(t); len(ids) != 1 {
+		t.Fatalf("order claims before the repeat: %v, want exactly 1", ids)
+	}
+	s.releaseHold(t, "payment.fenced")
 
 	repeat := first
 	repeat.Client = nil
