@@ -36,6 +36,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,13 +107,14 @@ func main() {
 
 // proc is one child process, restartable.
 type proc struct {
-	name string
-	args []string
-	env  []string
-	log  string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	name  string
+	ready string // URL answering 200 once it is ready (empty: none)
+	args  []string
+	env   []string
+	log   string
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{}
 }
 
 type chaos struct {
@@ -172,7 +174,7 @@ func (c *chaos) run(ctx context.Context) error {
 		return err
 	}
 	base := baseEnv()
-	if out, err := c.command(ctx, bin, []string{"migrate"}, append(base, "DATABASE_URL="+c.dbURL)).CombinedOutput(); err != nil {
+	if out, err := c.command(ctx, bin, []string{"migrate"}, append(slices.Clone(base), "DATABASE_URL="+c.dbURL)).CombinedOutput(); err != nil {
 		return fmt.Errorf("booking migrate: %v\n%s", err, out)
 	}
 
@@ -191,7 +193,7 @@ func (c *chaos) run(ctx context.Context) error {
 	if err := waitTCP(ctx, natsAddr, 30*time.Second); err != nil {
 		return fmt.Errorf("nats-server: %w", err)
 	}
-	sim := c.add("provider-sim", bin, []string{"provider-sim"}, append(base,
+	sim := c.add("provider-sim", bin, []string{"provider-sim"}, append(slices.Clone(base),
 		"BOOKING_PROVIDER_SIM_ADDR="+simAddr, "BOOKING_PROVIDER_WEBHOOK_URL="+c.replicaURLs[0]+"/v1/provider/webhooks",
 		"BOOKING_PROVIDER_WEBHOOK_SECRET="+webhookSecret, "BOOKING_PROVIDER_SIM_API_KEY="+providerKey,
 		"BOOKING_DATA_DIR="+filepath.Join(c.dir, "sim")))
@@ -204,7 +206,7 @@ func (c *chaos) run(ctx context.Context) error {
 	masterKey := make([]byte, 32)
 	_, _ = crand.Read(masterKey)
 	for i, u := range c.replicaURLs {
-		env := append(base, "DATABASE_URL="+c.dbURL, "BOOKING_HTTP_ADDR="+strings.TrimPrefix(u, "http://"),
+		env := append(slices.Clone(base), "DATABASE_URL="+c.dbURL, "BOOKING_HTTP_ADDR="+strings.TrimPrefix(u, "http://"),
 			"BOOKING_NATS_URL="+natsURL, "BOOKING_PROVIDER_URL="+simURL, "BOOKING_PROVIDER_WEBHOOK_SECRET="+webhookSecret,
 			"BOOKING_PROVIDER_API_KEY="+providerKey, "BOOKING_MASTER_KEYS=chaos-1:"+base64.StdEncoding.EncodeToString(masterKey),
 			"BOOKING_API_TOKENS="+apiTokens, "BOOKING_DATA_DIR="+filepath.Join(c.dir, fmt.Sprintf("replica-%d", i+1)),
@@ -213,12 +215,10 @@ func (c *chaos) run(ctx context.Context) error {
 			env = append(env, k+"="+v)
 		}
 		r := c.add(fmt.Sprintf("replica-%d", i+1), bin, []string{"serve"}, env)
+		r.ready = u + "/readyz"
 		c.replicas = append(c.replicas, r)
-		if err := c.start(r); err != nil {
+		if err := c.startReady(ctx, r); err != nil {
 			return err
-		}
-		if err := waitHTTP(ctx, u+"/readyz", 60*time.Second); err != nil {
-			return fmt.Errorf("%s: %w", r.name, err)
 		}
 	}
 	c.logf("nats-server %s, provider-sim %s, replicas %s", natsURL, simURL, strings.Join(c.replicaURLs, " "))
@@ -248,7 +248,7 @@ func (c *chaos) run(ctx context.Context) error {
 	// Every replica runs again for the settle and the audit.
 	for _, r := range c.replicas {
 		if !r.running() {
-			if err := c.start(r); err != nil {
+			if err := c.startReady(ctx, r); err != nil {
 				return err
 			}
 		}
@@ -301,7 +301,7 @@ func (c *chaos) faults(ctx context.Context, pgCtl string) error {
 		case "kill":
 			r := c.replicas[rand.IntN(len(c.replicas))]
 			if !r.running() {
-				continue
+				return fmt.Errorf("%s is not running at the kill", r.name)
 			}
 			c.logf("SIGKILL %s", r.name)
 			r.signal(syscall.SIGKILL)
@@ -310,13 +310,13 @@ func (c *chaos) faults(ctx context.Context, pgCtl string) error {
 			c.kills++
 			c.mu.Unlock()
 			time.Sleep(time.Duration(1000+rand.IntN(2000)) * time.Millisecond) // the outage before the restart, part of the fault
-			if err := c.start(r); err != nil {
+			if err := c.startReady(ctx, r); err != nil {
 				return err
 			}
 		case "pause":
 			r := c.replicas[rand.IntN(len(c.replicas))]
 			if !r.running() {
-				continue
+				return fmt.Errorf("%s is not running at the pause", r.name)
 			}
 			c.logf("SIGSTOP %s for %s", r.name, pauseFor)
 			r.signal(syscall.SIGSTOP)
@@ -466,6 +466,31 @@ func (c *chaos) start(p *proc) error {
 	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
 	p.cmd, p.done = cmd, done
 	return nil
+}
+
+// startReady starts p and waits up to 2 minutes for p.ready to answer 200;
+// it fails if p exits meanwhile (a port taken, a bad variable).
+func (c *chaos) startReady(ctx context.Context, p *proc) error {
+	if err := c.start(p); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		if !p.running() {
+			return fmt.Errorf("%s exited at start (see %s)", p.name, p.log)
+		}
+		if res, err := client.Get(p.ready); err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s: %s not ready after 2m", p.name, p.ready)
+		}
+		time.Sleep(100 * time.Millisecond) // polling for readiness, with a deadline
+	}
 }
 
 func (p *proc) running() bool {
