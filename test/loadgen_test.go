@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,10 @@ func TestLoadgen_RunEndsWithAPassingAudit(t *testing.T) {
 	t.Parallel()
 	s := mustStart(t, Options{})
 	reportFile := filepath.Join(t.TempDir(), "report.json")
-	p, out := runProc(t, "booking loadgen", []string{"loadgen", "--url", s.URL, "--sim-url", s.SimURL,
+	// A second target where nothing listens (a dead replica): its
+	// connection errors are backed off and the request goes to the live one.
+	dead := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	p, out := runProc(t, "booking loadgen", []string{"loadgen", "--target", dead, "--target", s.URL, "--sim-url", s.SimURL,
 		"--tokens", apiTokens, "--orders", "40", "--clients", "4", "--rate", "40", "--settle", "60s",
 		"--cancel-rate", "0.3", "--abandon-rate", "0.1", "--fresh-rate", "0.2", "--show-size", "15",
 		"--faults", "all", "--fault-period", "2s", "--fault-rate", "0.2", "--report", reportFile,
@@ -55,6 +59,7 @@ func TestLoadgen_RunEndsWithAPassingAudit(t *testing.T) {
 			Confirmed int `json:"confirmed"`
 			Cancelled int `json:"cancelled"`
 			Faults    int `json:"fault_toggles"`
+			ConnErrs  int `json:"connection_errors"`
 		} `json:"loadgen"`
 		Audit struct {
 			Orders    int `json:"orders"`
@@ -71,7 +76,7 @@ func TestLoadgen_RunEndsWithAPassingAudit(t *testing.T) {
 		t.Fatalf("--report: %v\n%s", err, raw)
 	}
 	if !js.OK || js.Loadgen.Bookings != 40 || len(js.Audit.Rows) != len(audit.Rules) || js.Audit.Published != js.Audit.Messages ||
-		js.Audit.Cancelled != js.Loadgen.Cancelled || js.Loadgen.Faults < 2 {
+		js.Audit.Cancelled != js.Loadgen.Cancelled || js.Loadgen.Faults < 2 || js.Loadgen.ConnErrs == 0 {
 		t.Errorf("--report: %+v", js)
 	}
 }

@@ -389,6 +389,7 @@ func (r *run) writeSummary(w io.Writer) {
 func (c *Config) settledAudit(ctx context.Context, src audit.Sources, opts audit.Options) audit.Report {
 	deadline := time.Now().Add(c.Settle)
 	for {
+		src.APIURL = c.liveTarget(ctx)
 		rep := audit.Check(ctx, src, opts)
 		if rep.OK() || !time.Now().Before(deadline) || ctx.Err() != nil {
 			return rep
@@ -398,6 +399,25 @@ func (c *Config) settledAudit(ctx context.Context, src audit.Sources, opts audit
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// liveTarget returns the first target whose /readyz answers 200 (a replica
+// may be down when the audit runs), or the first target if none does.
+func (c *Config) liveTarget(ctx context.Context) string {
+	client := &http.Client{Timeout: 5 * time.Second}
+	for _, t := range c.Targets {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, t+"/readyz", nil)
+		if err != nil {
+			continue
+		}
+		if res, err := client.Do(req); err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return t
+			}
+		}
+	}
+	return c.Targets[0]
 }
 
 // show returns the id of show number n, creating it on first use.
