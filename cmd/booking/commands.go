@@ -113,6 +113,7 @@ type loadgenCmd struct {
 	FaultRate    float64       `name:"fault-rate" default:"0.05" help:"Probability of each rate-based fault while faults are on."`
 	FaultPeriod  time.Duration `name:"fault-period" default:"15s" help:"Faults are on for one period, off for the next, and so on."`
 	FaultLatency time.Duration `name:"fault-latency" default:"50ms" help:"Provider latency added while the latency fault is on."`
+	FaultMarker  string        `name:"fault-marker" help:"A file that exists while another program injects a fault (make chaos: a replica killed or paused, PostgreSQL down); 502–504 meanwhile are reported as during faults."`
 	MaxDuration  time.Duration `name:"max-duration" default:"5m" help:"No booking starts after this; the audit runs after the bookings in flight."`
 	Drain        time.Duration `name:"drain" default:"1m" help:"How long bookings in flight at --max-duration may still take."`
 	Settle       time.Duration `name:"settle" default:"0s" help:"How long the audit waits for the service to settle after the load; 0: 2 × (--payment-lease + --recovery-interval)."`
@@ -142,7 +143,7 @@ func (c *loadgenCmd) Run(e *env) error {
 		ShowSize: c.ShowSize, Rate: c.Rate, Timeout: c.Timeout, LoseRate: c.LoseRate, DeclineRate: c.DeclineRate,
 		DupRate: c.DupRate, FreshRate: c.FreshRate, AbandonRate: c.AbandonRate, CancelRate: c.CancelRate,
 		LateRate: c.LateRate, LateWait: c.LateWait, Faults: c.Faults, FaultRate: c.FaultRate, FaultPeriod: c.FaultPeriod,
-		FaultLatency: c.FaultLatency, MaxDuration: c.MaxDuration, Drain: c.Drain, Settle: c.Settle,
+		FaultLatency: c.FaultLatency, FaultMarker: c.FaultMarker, MaxDuration: c.MaxDuration, Drain: c.Drain, Settle: c.Settle,
 		DatabaseURL: c.DatabaseURL, NATSURL: c.NATSURL, IntentRetention: c.Retention, Out: e.stdout, ReportFile: c.Report}
 	for tok, a := range tokens {
 		if a.Admin {

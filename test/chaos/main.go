@@ -232,7 +232,7 @@ func (c *chaos) run(ctx context.Context) error {
 		"--clients", strconv.Itoa(o.clients), "--rate", strconv.FormatFloat(o.rate, 'f', -1, 64), "--show-size", "150",
 		"--max-duration", o.duration.String(), "--drain", "90s", "--timeout", "5s", "--settle", o.settle.String(),
 		"--faults", "all", "--fault-period", "20s", "--fault-rate", "0.05",
-		"--database-url", c.dbURL, "--nats-url", natsURL, "--report", report, "--no-progress",
+		"--database-url", c.dbURL, "--nats-url", natsURL, "--report", report, "--no-progress", "--fault-marker", c.marker(),
 		"--payment-lease", serviceWindows["BOOKING_PAYMENT_LEASE"], "--recovery-interval", serviceWindows["BOOKING_RECOVERY_INTERVAL"]}
 	for _, u := range c.replicaURLs {
 		lgArgs = append(lgArgs, "--target", u)
@@ -297,6 +297,7 @@ func (c *chaos) faults(ctx context.Context, pgCtl string) error {
 		if time.Now().After(end) {
 			break
 		}
+		c.faultOn(true)
 		switch ev.what {
 		case "kill":
 			r := c.replicas[rand.IntN(len(c.replicas))]
@@ -336,6 +337,7 @@ func (c *chaos) faults(ctx context.Context, pgCtl string) error {
 			c.pgRest++
 			c.logf("PostgreSQL running again")
 		}
+		c.faultOn(false)
 	}
 	select {
 	case <-ctx.Done():
@@ -343,6 +345,19 @@ func (c *chaos) faults(ctx context.Context, pgCtl string) error {
 	case <-time.After(time.Until(end)):
 	}
 	return nil
+}
+
+// marker is the file that exists while a fault is injected (loadgen's
+// --fault-marker).
+func (c *chaos) marker() string { return filepath.Join(c.dir, "fault-on") }
+
+// faultOn creates or removes the marker file.
+func (c *chaos) faultOn(on bool) {
+	if on {
+		_ = os.WriteFile(c.marker(), nil, 0o644)
+		return
+	}
+	_ = os.Remove(c.marker())
 }
 
 // summary reads loadgen's JSON report, prints the counts and returns an

@@ -83,6 +83,7 @@ type Config struct {
 	FaultRate    float64       // probability of the rate-based faults while on
 	FaultPeriod  time.Duration // faults are on for one period, off for the next, and so on
 	FaultLatency time.Duration // added provider latency while the latency fault is on
+	FaultMarker  string        // a file another program creates while it injects a fault (a replica killed, the database down): 502–504 meanwhile count as during faults
 	MaxDuration  time.Duration // no new booking starts after this
 	Drain        time.Duration // how long bookings in flight at MaxDuration may still take
 	Settle       time.Duration // how long the audit waits for the service to settle
@@ -604,8 +605,21 @@ func (r *run) send(ctx context.Context, op, method, path, tok, key string, body 
 		return 0, nil
 	}
 	r.st.observe(op, code, time.Since(t0))
-	r.http.Record(method, path, code, r.inFault.Load(), string(raw))
+	r.http.Record(method, path, code, r.faultOn(), string(raw))
 	return code, out
+}
+
+// faultOn reports whether a fault is being injected: the simulator's, or
+// one announced by the FaultMarker file.
+func (r *run) faultOn() bool {
+	if r.inFault.Load() {
+		return true
+	}
+	if r.c.FaultMarker == "" {
+		return false
+	}
+	_, err := os.Stat(r.c.FaultMarker)
+	return err == nil
 }
 
 // do sends one JSON request and decodes the JSON answer.
