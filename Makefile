@@ -19,6 +19,12 @@ TEST_ARGS    ?=
 TEST_TIMEOUT ?= 25m
 # make test-stress: how many runs of `make test` under a CPU hog.
 STRESS_RUNS  ?= 1
+# make chaos: how long the load and the faults last; CHAOS_ARGS go to the
+# chaos program (test/chaos: --rate, --clients, --kill-every, --report, --keep…).
+# make test runs a short chaos run of CHAOS_TEST_DURATION as its own phase.
+DURATION     ?= 10m
+CHAOS_ARGS   ?=
+CHAOS_TEST_DURATION ?= 2m
 BENCH        ?= .
 BENCHTIME    ?= 2s
 BENCH_COUNT  ?= 1
@@ -116,26 +122,42 @@ psql: ## Open psql on the local database of `make run`
 .PHONY: test
 # Tests that stop the shared PostgreSQL server (TestOutage_*) run alone, after all
 # packages have run in parallel, so they cannot disturb other packages' tests. Each
-# phase gets its own throwaway server. The third phase is `make test-alerts`. All
+# phase gets its own throwaway server. The third phase is `make test-alerts`; the
+# fourth a short `make chaos` (CHAOS_TEST_DURATION) on its own server. All
 # phases always run, every result is printed, and the target fails if any failed (an
 # interrupt stops it at once).
 EXCLUSIVE_TESTS := ^TestOutage_
 
-test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command)
-	@rc1=0; rc2=0; rc3=0; \
-	echo "==> make test: phase 1 of 3: all packages in parallel, $(EXCLUSIVE_TESTS) skipped"; \
+test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command), then a short chaos run
+	@rc1=0; rc2=0; rc3=0; rc4=0; \
+	echo "==> make test: phase 1 of 4: all packages in parallel, $(EXCLUSIVE_TESTS) skipped"; \
 	$(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) $(PKG) || rc1=$$?; \
 	if ((rc1 == 130 || rc1 == 143)); then echo "make test: interrupted (exit $$rc1)"; exit "$$rc1"; fi; \
-	echo "==> make test: phase 2 of 3: $(EXCLUSIVE_TESTS) alone (they stop the PostgreSQL server)"; \
+	echo "==> make test: phase 2 of 4: $(EXCLUSIVE_TESTS) alone (they stop the PostgreSQL server)"; \
 	BOOKING_TEST_PG_EXCLUSIVE=1 $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) ./test/ || rc2=$$?; \
 	if ((rc2 == 130 || rc2 == 143)); then echo "make test: interrupted (exit $$rc2)"; exit "$$rc2"; fi; \
-	echo "==> make test: phase 3 of 3: alert rules and Prometheus configuration (promtool)"; \
+	echo "==> make test: phase 3 of 4: alert rules and Prometheus configuration (promtool)"; \
 	$(MAKE) test-alerts || rc3=$$?; \
+	echo "==> make test: phase 4 of 4: chaos run of $(CHAOS_TEST_DURATION) on its own PostgreSQL server (make chaos)"; \
+	$(MAKE) chaos DURATION='$(CHAOS_TEST_DURATION)' || rc4=$$?; \
+	if ((rc4 == 130 || rc4 == 143)); then echo "make test: interrupted (exit $$rc4)"; exit "$$rc4"; fi; \
 	result() { if (($$1 == 0)); then echo PASS; else echo "FAIL (exit $$1)"; fi; }; \
 	echo "==> make test: phase 1 (all packages): $$(result $$rc1)"; \
 	echo "==> make test: phase 2 ($(EXCLUSIVE_TESTS)):  $$(result $$rc2)"; \
 	echo "==> make test: phase 3 (alert rules):  $$(result $$rc3)"; \
-	for rc in "$$rc1" "$$rc2" "$$rc3"; do if ((rc != 0)); then exit "$$rc"; fi; done
+	echo "==> make test: phase 4 (chaos $(CHAOS_TEST_DURATION)):  $$(result $$rc4)"; \
+	for rc in "$$rc1" "$$rc2" "$$rc3" "$$rc4"; do if ((rc != 0)); then exit "$$rc"; fi; done
+
+.PHONY: chaos
+chaos: build ## Two replicas, external NATS and simulator under load, kills, pauses and a PostgreSQL restart for DURATION, then the audit
+	@ns="$$(command -v nats-server || true)"; \
+	if [[ -z "$$ns" ]]; then \
+		if [[ ! -x bin/nats-server ]]; then echo "==> make chaos: building bin/nats-server from the module in go.mod"; \
+			$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2; fi; \
+		ns=bin/nats-server; \
+	fi; \
+	$(GO) build -o bin/chaos ./test/chaos; \
+	$(PG_SH) throwaway -- bin/chaos --duration '$(DURATION)' --bin $(BIN) --nats-server "$$ns" $(CHAOS_ARGS)
 
 .PHONY: test-alerts
 test-alerts: ## Check deploy/prometheus and run the alert rules' unit tests (promtool; installed if missing)

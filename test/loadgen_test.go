@@ -1,6 +1,10 @@
 package test
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,15 +13,23 @@ import (
 )
 
 // TestLoadgen_RunEndsWithAPassingAudit: `booking loadgen` against a running
-// service (lost answers, duplicate sends, declines) exits 0 and prints the
-// audit's table with every rule checked and OK, read from the same log,
-// simulator and API the scenario's own final check reads.
+// service (lost answers, double clicks, fresh keys, abandons, cancels,
+// declines, simulator faults toggled) exits 0 and prints the audit's table
+// with every rule checked and OK, read from the same log, simulator, API,
+// database and NATS server the scenario's own final check reads, and
+// writes the same report as JSON.
 func TestLoadgen_RunEndsWithAPassingAudit(t *testing.T) {
 	t.Parallel()
 	s := mustStart(t, Options{})
-	p, out := runProc(t, "booking loadgen", []string{"loadgen", "--url", s.URL, "--sim-url", s.SimURL,
-		"--tokens", apiTokens, "--orders", "24", "--clients", "4", "--rate", "40", "--settle", "60s",
-		"--database-url", s.dbURL}, s.env(), 5*time.Minute)
+	reportFile := filepath.Join(t.TempDir(), "report.json")
+	// A second target where nothing listens (a dead replica): its
+	// connection errors are backed off and the request goes to the live one.
+	dead := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	p, out := runProc(t, "booking loadgen", []string{"loadgen", "--target", dead, "--target", s.URL, "--sim-url", s.SimURL,
+		"--tokens", apiTokens, "--orders", "40", "--clients", "4", "--rate", "40", "--settle", "60s",
+		"--cancel-rate", "0.3", "--abandon-rate", "0.1", "--fresh-rate", "0.2", "--show-size", "15",
+		"--faults", "all", "--fault-period", "2s", "--fault-rate", "0.2", "--report", reportFile,
+		"--database-url", s.dbURL, "--nats-url", "nats://" + s.natsAddr}, s.env(), 5*time.Minute)
 	report := out.String()
 	if code := p.exitCode(); code != 0 {
 		t.Fatalf("booking loadgen exited with status %d, want 0:\n%s", code, report)
@@ -35,5 +47,36 @@ func TestLoadgen_RunEndsWithAPassingAudit(t *testing.T) {
 	}
 	if strings.Contains(report, "VIOLATION") {
 		t.Errorf("booking loadgen reported a violation:\n%s", report)
+	}
+	raw, err := os.ReadFile(reportFile)
+	if err != nil {
+		t.Fatalf("--report: %v", err)
+	}
+	var js struct {
+		OK      bool `json:"ok"`
+		Loadgen struct {
+			Bookings  int `json:"bookings"`
+			Confirmed int `json:"confirmed"`
+			Cancelled int `json:"cancelled"`
+			Faults    int `json:"fault_toggles"`
+			ConnErrs  int `json:"connection_errors"`
+		} `json:"loadgen"`
+		Audit struct {
+			Orders    int `json:"orders"`
+			Cancelled int `json:"cancelled"`
+			Published int `json:"published"`
+			Messages  int `json:"nats_messages"`
+			Rows      []struct {
+				Rule    string `json:"rule"`
+				Checked int    `json:"checked"`
+			} `json:"rows"`
+		} `json:"audit"`
+	}
+	if err := json.Unmarshal(raw, &js); err != nil {
+		t.Fatalf("--report: %v\n%s", err, raw)
+	}
+	if !js.OK || js.Loadgen.Bookings != 40 || len(js.Audit.Rows) != len(audit.Rules) || js.Audit.Published != js.Audit.Messages ||
+		js.Audit.Cancelled != js.Loadgen.Cancelled || js.Loadgen.Faults < 2 || js.Loadgen.ConnErrs == 0 {
+		t.Errorf("--report: %+v", js)
 	}
 }

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/term"
 
 	"github.com/retrysafe/booking/cmd/booking/loadgen"
 	"github.com/retrysafe/booking/eventstore/pgstore"
@@ -89,19 +91,46 @@ type projectionsCmd struct {
 
 // loadgenCmd is `booking loadgen`: its flags, read into a loadgen.Config.
 type loadgenCmd struct {
-	URL         string        `name:"url" env:"BOOKING_LOADGEN_URL" default:"http://127.0.0.1:8080" help:"Base URL of the API."`
-	SimURL      string        `name:"sim-url" env:"BOOKING_LOADGEN_SIM_URL" default:"http://127.0.0.1:8090" help:"Provider simulator URL, to count charges (empty: skip)."`
-	Tokens      string        `name:"tokens" env:"BOOKING_API_TOKENS" help:"name=token[:admin],... (one admin token creates the show)."`
-	Clients     int           `name:"clients" default:"16" help:"Concurrent clients."`
-	Orders      int           `name:"orders" default:"200" help:"Orders to attempt in all (bounded run)."`
-	Rate        float64       `name:"rate" default:"200" help:"Most new intents per second, all clients together."`
-	Timeout     time.Duration `name:"timeout" default:"2s" help:"Client timeout of one request."`
-	LoseRate    float64       `name:"lose-rate" default:"0.1" help:"Share of order requests sent with a 50 ms timeout, so the answer is lost after commit."`
-	DeclineRate float64       `name:"decline-rate" default:"0.1" help:"Share of orders paid with tok_decline."`
-	DupRate     float64       `name:"dup-rate" default:"0.1" help:"Share of order requests sent twice at once."`
-	MaxDuration time.Duration `name:"max-duration" default:"5m" help:"Upper bound on the load; the audit runs after it."`
-	Settle      time.Duration `name:"settle" default:"30s" help:"How long the audit waits for the service to settle after the load."`
-	DatabaseURL string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL of the service's event store, read by the audit (empty: the audit is skipped)."`
+	URL          string        `name:"url" env:"BOOKING_LOADGEN_URL" default:"http://127.0.0.1:8080" help:"Base URL of the API (used when no --target is given)."`
+	Targets      []string      `name:"target" help:"Base URL of a replica; repeat (or separate with commas) for several: requests go round robin, a connection error moves to the next."`
+	SimURL       string        `name:"sim-url" env:"BOOKING_LOADGEN_SIM_URL" default:"http://127.0.0.1:8090" help:"Provider simulator URL, to count charges and inject faults (empty: neither)."`
+	Tokens       string        `name:"tokens" env:"BOOKING_API_TOKENS" help:"name=token[:admin],... (one admin token creates the shows)."`
+	Clients      int           `name:"clients" default:"16" help:"Concurrent clients."`
+	Orders       int           `name:"orders" default:"200" help:"Bookings to attempt in all (bounded run)."`
+	ShowSize     int           `name:"show-size" default:"0" help:"Bookings (and seats) per show; 0: one show for all."`
+	Rate         float64       `name:"rate" default:"0" help:"Most new bookings per second, all clients together; 0: a quarter of --retry-budget-rate per user token, under the service's retry budget."`
+	BudgetRate   float64       `name:"retry-budget-rate" env:"BOOKING_RETRY_BUDGET_RATE" default:"20" help:"The service's per-actor request budget (requests/s), for the default --rate."`
+	Timeout      time.Duration `name:"timeout" default:"2s" help:"Client timeout of one request."`
+	LoseRate     float64       `name:"lose-rate" default:"0.1" help:"Share of order requests sent with a 50 ms timeout, so the answer is lost after commit."`
+	DeclineRate  float64       `name:"decline-rate" default:"0.1" help:"Share of orders paid with tok_decline."`
+	DupRate      float64       `name:"dup-rate" default:"0.1" help:"Share of order requests sent twice at once (double clicks)."`
+	FreshRate    float64       `name:"fresh-rate" default:"0.03" help:"Share of orders followed by another order with a fresh key for the same reservation."`
+	AbandonRate  float64       `name:"abandon-rate" default:"0.05" help:"Share of reservations never ordered (left to expire)."`
+	CancelRate   float64       `name:"cancel-rate" default:"0.1" help:"Share of confirmed orders cancelled."`
+	LateRate     float64       `name:"late-rate" default:"0.02" help:"Share of orders sent at the hold's expires_at (when that is at most --late-wait away)."`
+	LateWait     time.Duration `name:"late-wait" default:"30s" help:"Longest wait for a late order's expires_at."`
+	Faults       []string      `name:"faults" help:"Simulator faults to toggle during the run: error-before-commit, drop-after-commit, webhook-duplicates, webhook-reorder, latency, or all."`
+	FaultRate    float64       `name:"fault-rate" default:"0.05" help:"Probability of each rate-based fault while faults are on."`
+	FaultPeriod  time.Duration `name:"fault-period" default:"15s" help:"Faults are on for one period, off for the next, and so on."`
+	FaultLatency time.Duration `name:"fault-latency" default:"50ms" help:"Provider latency added while the latency fault is on."`
+	FaultMarker  string        `name:"fault-marker" help:"A file that exists while another program injects a fault (make chaos: a replica killed or paused, PostgreSQL down); 502–504 meanwhile are reported as during faults."`
+	MaxDuration  time.Duration `name:"max-duration" default:"5m" help:"No booking starts after this; the audit runs after the bookings in flight."`
+	Drain        time.Duration `name:"drain" default:"1m" help:"How long bookings in flight at --max-duration may still take."`
+	Settle       time.Duration `name:"settle" default:"0s" help:"How long the audit waits for the service to settle after the load; 0: 2 × (--payment-lease + --recovery-interval)."`
+	PaymentLease time.Duration `name:"payment-lease" env:"BOOKING_PAYMENT_LEASE" default:"30s" help:"The service's payment lease, for the default --settle."`
+	Recovery     time.Duration `name:"recovery-interval" env:"BOOKING_RECOVERY_INTERVAL" default:"30s" help:"The service's recovery interval, for the default --settle."`
+	Retention    time.Duration `name:"intent-retention" env:"BOOKING_INTENT_RETENTION" default:"24h" help:"The service's intent retention, which the audit's replay of the intents read model applies."`
+	DatabaseURL  string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL of the service's database: the audit reads the event log and compares the read models with a replay (empty: those rows are skipped)."`
+	NATSURL      string        `name:"nats-url" env:"BOOKING_NATS_URL" help:"NATS server holding stream BOOKING, which the audit reads (empty: that row is skipped)."`
+	Report       string        `name:"report" help:"Also write the report as JSON to this file."`
+	NoProgress   bool          `name:"no-progress" help:"No progress bar (there is none unless stderr is a terminal)."`
+}
+
+// DefaultSettle is the audit's default wait for the service to settle:
+// 2 × (payment lease + recovery interval), long enough for an expired
+// payment lease to be taken over and the recovery after it to finish.
+func DefaultSettle(paymentLease, recoveryInterval time.Duration) time.Duration {
+	return 2 * (paymentLease + recoveryInterval)
 }
 
 // Run parses the tokens and runs the load generator.
@@ -110,9 +139,12 @@ func (c *loadgenCmd) Run(e *env) error {
 	if err != nil {
 		return configError("BOOKING_API_TOKENS", "%v", err)
 	}
-	cfg := loadgen.Config{URL: c.URL, SimURL: c.SimURL, Clients: c.Clients, Orders: c.Orders, Rate: c.Rate,
-		Timeout: c.Timeout, LoseRate: c.LoseRate, DeclineRate: c.DeclineRate, DupRate: c.DupRate,
-		MaxDuration: c.MaxDuration, Settle: c.Settle, Out: e.stdout}
+	cfg := loadgen.Config{URL: c.URL, Targets: c.Targets, SimURL: c.SimURL, Clients: c.Clients, Orders: c.Orders,
+		ShowSize: c.ShowSize, Rate: c.Rate, Timeout: c.Timeout, LoseRate: c.LoseRate, DeclineRate: c.DeclineRate,
+		DupRate: c.DupRate, FreshRate: c.FreshRate, AbandonRate: c.AbandonRate, CancelRate: c.CancelRate,
+		LateRate: c.LateRate, LateWait: c.LateWait, Faults: c.Faults, FaultRate: c.FaultRate, FaultPeriod: c.FaultPeriod,
+		FaultLatency: c.FaultLatency, FaultMarker: c.FaultMarker, MaxDuration: c.MaxDuration, Drain: c.Drain, Settle: c.Settle,
+		DatabaseURL: c.DatabaseURL, NATSURL: c.NATSURL, IntentRetention: c.Retention, Out: e.stdout, ReportFile: c.Report}
 	for tok, a := range tokens {
 		if a.Admin {
 			cfg.Admin = tok
@@ -124,6 +156,15 @@ func (c *loadgenCmd) Run(e *env) error {
 		return configError("BOOKING_API_TOKENS", "loadgen needs one admin token and at least one other")
 	}
 	sort.Strings(cfg.Users)
+	if cfg.Rate == 0 {
+		cfg.Rate = max(1, c.BudgetRate*float64(len(cfg.Users))/4)
+	}
+	if cfg.Settle == 0 {
+		cfg.Settle = DefaultSettle(c.PaymentLease, c.Recovery)
+	}
+	if f, ok := e.stderr.(*os.File); ok && !c.NoProgress && term.IsTerminal(int(f.Fd())) {
+		cfg.Progress = f
+	}
 	if c.DatabaseURL != "" {
 		pool, err := pgxpool.New(e.ctx, c.DatabaseURL)
 		if err != nil {

@@ -1,8 +1,16 @@
-// Package loadgen runs realistic clients against a running booking service:
-// each holds seats and orders them, with client timeouts that lose answers
-// after commit, repeats of the same Idempotency-Key until a final answer
-// (honouring Retry-After), some declining cards, and some duplicate sends.
-// It then checks the promise from outside and prints a report.
+// Package loadgen runs a realistic client population against one or more
+// replicas of a running booking service: clients that double-click (the
+// same request twice at once), lose answers after commit and repeat them
+// with the same Idempotency-Key (draft-ietf-httpapi-idempotency-key-header),
+// occasionally send a fresh key for a reservation they already ordered,
+// abandon reservations, cancel confirmed orders, order at a hold's
+// expires_at, and pay with declining cards. Connection errors are retried
+// with exponential backoff on the next target; Retry-After (RFC 9110
+// §10.2.3) is honoured. It can toggle faults at the provider simulator
+// (POST/DELETE /_sim/faults) while it runs. It then runs the audit
+// (package audit) until the service has settled and prints a report:
+// status counts, latency percentiles from HDR histograms, client-side
+// checks and the audit's table.
 package loadgen
 
 import (
@@ -13,152 +21,367 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/cenkalti/backoff/v5"
 	"github.com/google/uuid"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/time/rate"
+
 	"github.com/retrysafe/booking/cmd/booking/loadgen/audit"
 	"github.com/retrysafe/booking/eventstore"
-	"golang.org/x/time/rate"
 )
 
-// Config is one run of the load generator. URL and SimURL are base URLs
-// (scheme, host and port, no trailing slash); Admin is the bearer token that
-// creates the run's show and Users the tokens the clients take turns with.
-// Durations are wall-clock; rates are shares between 0 and 1.
+// Fault names accepted in Config.Faults, each a fault of the provider
+// simulator's POST /_sim/faults; FaultAll turns on all of them.
+const (
+	FaultErrorBeforeCommit = "error-before-commit" // error_before_commit_rate = FaultRate
+	FaultDropAfterCommit   = "drop-after-commit"   // drop_after_commit_rate = FaultRate
+	FaultWebhookDuplicates = "webhook-duplicates"  // webhook_duplicate_rate = min(1, 4 × FaultRate)
+	FaultWebhookReorder    = "webhook-reorder"     // webhook_reorder = true
+	FaultLatency           = "latency"             // latency_ms = FaultLatency
+	FaultAll               = "all"
+)
+
+// FaultNames lists the fault names of Config.Faults (without FaultAll).
+var FaultNames = []string{FaultErrorBeforeCommit, FaultDropAfterCommit, FaultWebhookDuplicates, FaultWebhookReorder, FaultLatency}
+
+// Config is one run of the load generator. Targets (or URL, when Targets
+// is empty) and SimURL are base URLs (scheme, host and port, no trailing
+// slash); Admin is the bearer token that creates the run's shows and Users
+// the tokens the clients take turns with. Durations are wall-clock; rates
+// are shares between 0 and 1 unless said otherwise.
 type Config struct {
-	URL         string           // base URL of the API
-	SimURL      string           // provider simulator URL, to count charges (empty: skip)
-	Admin       string           // bearer token with the admin role
-	Users       []string         // bearer tokens of the clients (at least one)
-	Clients     int              // concurrent clients (at least 1)
-	Orders      int              // orders to attempt in all (at least 1)
-	Rate        float64          // most new intents per second, all clients together
-	Timeout     time.Duration    // client timeout of one request
-	LoseRate    float64          // share of order requests sent with a 50 ms timeout (answer lost after commit)
-	DeclineRate float64          // share of orders paid with tok_decline
-	DupRate     float64          // share of order requests sent twice at once
-	MaxDuration time.Duration    // upper bound on the load (the audit runs after it)
-	Settle      time.Duration    // how long the audit waits for the service to settle
-	Log         eventstore.Store // the event log the audit reads (nil: the audit is skipped)
-	Out         io.Writer        // where the report goes
+	URL          string        // base URL of the API (used when Targets is empty)
+	Targets      []string      // base URLs of the replicas; requests go round robin, a connection error moves to the next
+	SimURL       string        // provider simulator URL, to count charges and inject faults (empty: neither)
+	Admin        string        // bearer token with the admin role
+	Users        []string      // bearer tokens of the clients (at least one)
+	Clients      int           // concurrent clients (at least 1)
+	Orders       int           // bookings to attempt in all (at least 1)
+	ShowSize     int           // bookings per show (each show has this many seats); 0 means Orders
+	Rate         float64       // most new bookings per second, all clients together (> 0)
+	Timeout      time.Duration // client timeout of one request
+	LoseRate     float64       // share of order requests sent with a 50 ms timeout (answer lost after commit)
+	DeclineRate  float64       // share of orders paid with tok_decline
+	DupRate      float64       // share of order requests sent twice at once (a double click)
+	FreshRate    float64       // share of orders followed by a second order with a fresh key for the same reservation
+	AbandonRate  float64       // share of reservations never ordered (left to expire)
+	CancelRate   float64       // share of confirmed orders cancelled
+	LateRate     float64       // share of orders sent at the hold's expires_at (if it is at most LateWait away)
+	LateWait     time.Duration // longest wait for a late order's expires_at
+	Faults       []string      // faults toggled at the simulator (FaultNames, or FaultAll)
+	FaultRate    float64       // probability of the rate-based faults while on
+	FaultPeriod  time.Duration // faults are on for one period, off for the next, and so on
+	FaultLatency time.Duration // added provider latency while the latency fault is on
+	FaultMarker  string        // a file another program creates while it injects a fault (a replica killed, the database down): 502–504 meanwhile count as during faults
+	MaxDuration  time.Duration // no new booking starts after this
+	Drain        time.Duration // how long bookings in flight at MaxDuration may still take
+	Settle       time.Duration // how long the audit waits for the service to settle
+	Log          eventstore.Store
+	// DatabaseURL (read models), NATSURL (stream BOOKING) and
+	// IntentRetention are handed to the audit; empty skips their rows.
+	DatabaseURL     string
+	NATSURL         string
+	IntentRetention time.Duration
+	Out             io.Writer // where the report goes
+	Progress        io.Writer // where the progress bar goes (nil: none)
+	ReportFile      string    // write the JSON report here (empty: none)
+}
+
+// Summary is the client side of a run, the "loadgen" member of the JSON
+// report: counts per outcome, statuses per operation ("order 201"),
+// latency percentiles in milliseconds per operation, and client-side
+// violations.
+type Summary struct {
+	Bookings    int                           `json:"bookings"`
+	Elapsed     float64                       `json:"elapsed_seconds"`
+	Reserved    int                           `json:"reserved"`
+	SoldOut     int                           `json:"sold_out"`
+	Abandoned   int                           `json:"abandoned"`
+	Confirmed   int                           `json:"confirmed"`
+	Declined    int                           `json:"declined"`
+	Cancelled   int                           `json:"cancelled"`
+	Late        int                           `json:"late_orders"`
+	FreshKeys   int                           `json:"fresh_key_orders"`
+	DoubleClick int                           `json:"double_clicks"`
+	Lost        int                           `json:"answers_lost"`
+	Repeats     int                           `json:"repeats"`
+	ConnErrors  int                           `json:"connection_errors"`
+	Unfinished  int                           `json:"unfinished"`
+	FaultToggle int                           `json:"fault_toggles"`
+	Statuses    map[string]int                `json:"statuses"`
+	Latency     map[string]map[string]float64 `json:"latency_ms"`
+	Violations  []string                      `json:"violations"`
 }
 
 type lgStats struct {
 	mu        sync.Mutex
-	statuses  map[string]int
-	latencies []time.Duration
+	sum       Summary
+	hist      map[string]*hdrhistogram.Histogram
 	confirmed map[string]string // order id -> reservation id
-	declined  int
-	failures  []string
-	retries   int
 }
 
-func (s *lgStats) status(op string, code int) {
+func (s *lgStats) add(f func(*Summary)) {
 	s.mu.Lock()
-	s.statuses[op+" "+strconv.Itoa(code)]++
+	f(&s.sum)
 	s.mu.Unlock()
 }
 
 func (s *lgStats) fail(format string, args ...any) {
-	s.mu.Lock()
-	s.failures = append(s.failures, fmt.Sprintf(format, args...))
-	s.mu.Unlock()
+	s.add(func(m *Summary) { m.Violations = append(m.Violations, fmt.Sprintf(format, args...)) })
 }
 
-// Run drives the load described by cfg until every order has a final answer,
-// ctx is done or cfg.MaxDuration passed, and writes the report to cfg.Out.
-// It blocks. It returns an error if cfg is invalid, the show cannot be
-// created, or an invariant is broken.
+func (s *lgStats) observe(op string, code int, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sum.Statuses[op+" "+strconv.Itoa(code)]++
+	if code == 0 {
+		return
+	}
+	h := s.hist[op]
+	if h == nil {
+		h = hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 3)
+		s.hist[op] = h
+	}
+	_ = h.RecordValue(max(1, d.Microseconds()))
+}
+
+// run is the state of one Run.
+type run struct {
+	c       *Config
+	client  *http.Client
+	st      *lgStats
+	http    *audit.HTTPStats
+	next    atomic.Uint64 // round robin over targets
+	inFault atomic.Bool
+	shows   []showSlot
+}
+
+type showSlot struct {
+	once sync.Once
+	id   string
+	err  error
+}
+
+// Run drives the load described by cfg until every booking has a final
+// answer, ctx is done or cfg.MaxDuration (plus Drain for bookings in
+// flight) passed, runs the audit until it passes or cfg.Settle passed, and
+// writes the report to cfg.Out (and cfg.ReportFile). It blocks. It returns
+// an error if cfg is invalid, a show cannot be created, or an audit rule
+// or client-side check is violated (matching audit.ErrViolations for the
+// audit).
 func Run(ctx context.Context, cfg Config) error {
 	c := &cfg
-	if c.Clients < 1 || c.Orders < 1 {
-		return errors.New("loadgen: --clients and --orders must be at least 1")
+	if len(c.Targets) == 0 && c.URL != "" {
+		c.Targets = []string{c.URL}
 	}
-	if c.Admin == "" || len(c.Users) == 0 {
-		return errors.New("loadgen: needs one admin token and at least one other")
+	if err := c.validate(); err != nil {
+		return err
 	}
-	admin, users := c.Admin, c.Users
+	if c.ShowSize <= 0 {
+		c.ShowSize = c.Orders
+	}
+	if c.LateWait <= 0 {
+		c.LateWait = 30 * time.Second
+	}
+	if c.Drain <= 0 {
+		c.Drain = time.Minute
+	}
+	r := &run{c: c, client: &http.Client{}, http: &audit.HTTPStats{},
+		st:    &lgStats{sum: Summary{Statuses: map[string]int{}}, hist: map[string]*hdrhistogram.Histogram{}, confirmed: map[string]string{}},
+		shows: make([]showSlot, (c.Orders+c.ShowSize-1)/c.ShowSize)}
 	runCtx := ctx
-	ctx, cancel := context.WithTimeout(ctx, c.MaxDuration)
-	defer cancel()
-	client := &http.Client{}
-
-	showBody := map[string]any{"name": "loadgen " + time.Now().UTC().Format(time.RFC3339), "starts_at": time.Now().Add(30 * 24 * time.Hour).UTC().Format(time.RFC3339),
-		"capacity": c.Orders * 2, "price": map[string]any{"amount": 1000, "currency": "EUR"}}
-	code, show, err := lgDo(ctx, client, c.Timeout, "POST", c.URL+"/v1/shows", admin, uuid.NewString(), showBody)
-	if err != nil || code != http.StatusCreated {
-		return fmt.Errorf("loadgen: create show: status %d: %v %v", code, err, show)
+	feedCtx, cancelFeed := context.WithTimeout(ctx, c.MaxDuration)
+	defer cancelFeed()
+	workCtx, cancelWork := context.WithTimeout(ctx, c.MaxDuration+c.Drain)
+	defer cancelWork()
+	// Create the first show up front: a run that cannot create one fails at once.
+	if _, err := r.show(workCtx, 0); err != nil {
+		return err
 	}
-	showID, _ := show["id"].(string)
 
-	st := &lgStats{statuses: map[string]int{}, confirmed: map[string]string{}}
+	var faultsDone chan struct{}
+	if len(c.Faults) > 0 && c.SimURL != "" {
+		faultsDone = make(chan struct{})
+		go func() { defer close(faultsDone); r.toggleFaults(feedCtx) }()
+	}
+	var bar *progressbar.ProgressBar
+	if c.Progress != nil {
+		bar = progressbar.NewOptions(c.Orders, progressbar.OptionSetWriter(c.Progress), progressbar.OptionSetDescription("bookings"),
+			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionThrottle(200*time.Millisecond),
+			progressbar.OptionClearOnFinish())
+	}
 	limiter := rate.NewLimiter(rate.Limit(c.Rate), max(1, int(c.Rate/10)))
 	work := make(chan int)
 	var wg sync.WaitGroup
 	start := time.Now()
+	var started atomic.Int64
 	for i := range c.Clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tok := users[i%len(users)]
-			for range work {
-				if limiter.Wait(ctx) != nil {
-					return
+			tok := c.Users[i%len(c.Users)]
+			for n := range work {
+				r.oneBooking(workCtx, tok, n)
+				if bar != nil {
+					_ = bar.Add(1)
 				}
-				c.oneBooking(ctx, client, st, tok, showID)
 			}
 		}()
 	}
+feed:
 	for i := range c.Orders {
+		if limiter.Wait(feedCtx) != nil {
+			break
+		}
 		select {
 		case work <- i:
-		case <-ctx.Done():
+			started.Add(1)
+		case <-feedCtx.Done():
+			break feed
 		}
 	}
 	close(work)
 	wg.Wait()
+	cancelFeed()
+	if faultsDone != nil {
+		<-faultsDone
+	}
+	if bar != nil {
+		_ = bar.Finish()
+	}
 	elapsed := time.Since(start)
+	st := r.st
+	st.sum.Bookings = int(started.Load())
+	st.sum.Elapsed = elapsed.Seconds()
+	st.sum.Latency = map[string]map[string]float64{}
+	for op, h := range st.hist {
+		ms := func(q float64) float64 { return float64(h.ValueAtQuantile(q)) / 1000 }
+		st.sum.Latency[op] = map[string]float64{"p50": ms(50), "p90": ms(90), "p99": ms(99), "p99.9": ms(99.9), "max": float64(h.Max()) / 1000, "count": float64(h.TotalCount())}
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	r.writeSummary(c.Out)
 
-	w := c.Out
-	fmt.Fprintf(w, "loadgen: %d bookings by %d clients in %s (%.1f bookings/s)\n", c.Orders, c.Clients, elapsed.Round(time.Millisecond), float64(c.Orders)/elapsed.Seconds())
-	keys := make([]string, 0, len(st.statuses))
-	for k := range st.statuses {
+	src := audit.Sources{Log: c.Log, SimURL: c.SimURL, APIURL: c.Targets[0], Token: c.Admin, Client: &http.Client{Timeout: 30 * time.Second},
+		DatabaseURL: c.DatabaseURL, NATSURL: c.NATSURL, HTTP: r.http}
+	opts := audit.Options{IntentRetention: c.IntentRetention}
+	if c.Log == nil {
+		opts.Skip = map[audit.Rule]string{}
+		for _, rule := range audit.Rules {
+			if rule != audit.HTTP500 {
+				opts.Skip[rule] = "no event log (--database-url)"
+			}
+		}
+	}
+	rep := c.settledAudit(runCtx, src, opts)
+	rep.WriteTable(c.Out, 20)
+	for _, f := range st.sum.Violations {
+		fmt.Fprintln(c.Out, "VIOLATION: client:", f)
+	}
+	if c.ReportFile != "" {
+		if err := writeReport(c.ReportFile, st.sum, rep); err != nil {
+			return err
+		}
+	}
+	if err := rep.Err(); err != nil {
+		return err
+	}
+	if len(st.sum.Violations) > 0 {
+		return fmt.Errorf("loadgen: %d client-side violations", len(st.sum.Violations))
+	}
+	return nil
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Clients < 1 || c.Orders < 1:
+		return errors.New("loadgen: --clients and --orders must be at least 1")
+	case c.Admin == "" || len(c.Users) == 0:
+		return errors.New("loadgen: needs one admin token and at least one other")
+	case len(c.Targets) == 0:
+		return errors.New("loadgen: needs at least one --target")
+	case c.Rate <= 0:
+		return errors.New("loadgen: --rate must be positive")
+	case c.Timeout <= 0 || c.MaxDuration <= 0:
+		return errors.New("loadgen: --timeout and --max-duration must be positive")
+	}
+	for _, f := range []float64{c.LoseRate, c.DeclineRate, c.DupRate, c.FreshRate, c.AbandonRate, c.CancelRate, c.LateRate, c.FaultRate} {
+		if f < 0 || f > 1 {
+			return errors.New("loadgen: rates must be between 0 and 1")
+		}
+	}
+	for _, f := range c.Faults {
+		if f != FaultAll && !contains(FaultNames, f) {
+			return fmt.Errorf("loadgen: unknown fault %q (known: %s, %s)", f, strings.Join(FaultNames, ", "), FaultAll)
+		}
+	}
+	if len(c.Faults) > 0 && c.FaultPeriod <= 0 {
+		return errors.New("loadgen: --fault-period must be positive")
+	}
+	return nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// writeReport writes {"loadgen": sum, "audit": rep} to path.
+func writeReport(path string, sum Summary, rep audit.Report) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(map[string]any{"loadgen": sum, "audit": rep, "ok": rep.OK() && len(sum.Violations) == 0}); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("loadgen: --report: %w", err)
+	}
+	return nil
+}
+
+func (r *run) writeSummary(w io.Writer) {
+	s := &r.st.sum
+	fmt.Fprintf(w, "loadgen: %d bookings by %d clients against %d target(s) in %s (%.1f bookings/s)\n",
+		s.Bookings, r.c.Clients, len(r.c.Targets), time.Duration(s.Elapsed*float64(time.Second)).Round(time.Millisecond), float64(s.Bookings)/max(s.Elapsed, 0.001))
+	keys := make([]string, 0, len(s.Statuses))
+	for k := range s.Statuses {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		fmt.Fprintf(w, "  %-28s %d\n", k, st.statuses[k])
+		fmt.Fprintf(w, "  %-28s %d\n", k, s.Statuses[k])
 	}
-	sort.Slice(st.latencies, func(i, j int) bool { return st.latencies[i] < st.latencies[j] })
-	if n := len(st.latencies); n > 0 {
-		fmt.Fprintf(w, "order latency (answered requests): p50 %s  p95 %s  p99 %s\n",
-			st.latencies[n/2].Round(time.Millisecond), st.latencies[n*95/100].Round(time.Millisecond), st.latencies[n*99/100].Round(time.Millisecond))
+	ops := make([]string, 0, len(s.Latency))
+	for op := range s.Latency {
+		ops = append(ops, op)
 	}
-	fmt.Fprintf(w, "confirmed orders %d, declined %d, repeats sent %d\n", len(st.confirmed), st.declined, st.retries)
-	// The audit checks the outcome from outside, once the background work
-	// had time to finish: the log, the simulator's charges and the API's
-	// availability. Without a log every row says why it was skipped.
-	src := audit.Sources{Log: c.Log, SimURL: c.SimURL, APIURL: c.URL, Token: admin}
-	var opts audit.Options
-	if c.Log == nil {
-		opts.Skip = map[audit.Rule]string{}
-		for _, r := range audit.Rules {
-			opts.Skip[r] = "no event log (--database-url)"
-		}
+	sort.Strings(ops)
+	fmt.Fprintln(w, "latency of answered requests (ms, HDR histogram):")
+	for _, op := range ops {
+		l := s.Latency[op]
+		fmt.Fprintf(w, "  %-8s n=%-7.0f p50 %-8.1f p90 %-8.1f p99 %-8.1f p99.9 %-8.1f max %.1f\n", op, l["count"], l["p50"], l["p90"], l["p99"], l["p99.9"], l["max"])
 	}
-	rep := c.settledAudit(runCtx, src, opts)
-	rep.WriteTable(w, 20)
-	if len(st.failures) > 0 {
-		for _, f := range st.failures {
-			fmt.Fprintln(w, "VIOLATION:", f)
-		}
-		return fmt.Errorf("loadgen: %d client-side violations", len(st.failures))
-	}
-	return rep.Err()
+	fmt.Fprintf(w, "reserved %d (sold out %d, abandoned %d); confirmed %d, declined %d, cancelled %d; late orders %d, fresh-key orders %d, double clicks %d\n",
+		s.Reserved, s.SoldOut, s.Abandoned, s.Confirmed, s.Declined, s.Cancelled, s.Late, s.FreshKeys, s.DoubleClick)
+	fmt.Fprintf(w, "answers lost %d, repeats sent %d, connection errors %d (backed off), unfinished at the end %d, fault toggles %d\n",
+		s.Lost, s.Repeats, s.ConnErrors, s.Unfinished, s.FaultToggle)
 }
 
 // settledAudit runs the audit until it passes or Settle has passed since
@@ -167,27 +390,95 @@ func Run(ctx context.Context, cfg Config) error {
 func (c *Config) settledAudit(ctx context.Context, src audit.Sources, opts audit.Options) audit.Report {
 	deadline := time.Now().Add(c.Settle)
 	for {
+		src.APIURL = c.liveTarget(ctx)
 		rep := audit.Check(ctx, src, opts)
 		if rep.OK() || !time.Now().Before(deadline) || ctx.Err() != nil {
 			return rep
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-time.After(2 * time.Second):
 		}
 	}
 }
 
-// oneBooking holds one seat and orders it, repeating each request with its
-// key until a final answer.
-func (c *Config) oneBooking(ctx context.Context, client *http.Client, st *lgStats, tok, showID string) {
-	resKey := uuid.NewString()
-	code, res := c.untilFinal(ctx, client, st, "reserve", "POST", c.URL+"/v1/reservations", tok, resKey,
+// liveTarget returns the first target whose /readyz answers 200 (a replica
+// may be down when the audit runs), or the first target if none does.
+func (c *Config) liveTarget(ctx context.Context) string {
+	client := &http.Client{Timeout: 5 * time.Second}
+	for _, t := range c.Targets {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, t+"/readyz", nil)
+		if err != nil {
+			continue
+		}
+		if res, err := client.Do(req); err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return t
+			}
+		}
+	}
+	return c.Targets[0]
+}
+
+// show returns the id of show number n, creating it on first use.
+func (r *run) show(ctx context.Context, n int) (string, error) {
+	s := &r.shows[n]
+	s.once.Do(func() {
+		body := map[string]any{"name": fmt.Sprintf("loadgen %s #%d", time.Now().UTC().Format(time.RFC3339), n+1),
+			"starts_at": time.Now().Add(30 * 24 * time.Hour).UTC().Format(time.RFC3339),
+			"capacity":  r.c.ShowSize, "price": map[string]any{"amount": 1000, "currency": "EUR"}}
+		code, out := r.untilFinal(ctx, "show", "POST", "/v1/shows", r.c.Admin, uuid.NewString(), body, false)
+		if code != http.StatusCreated {
+			s.err = fmt.Errorf("loadgen: create show: status %d: %v", code, out)
+			return
+		}
+		s.id, _ = out["id"].(string)
+	})
+	return s.id, s.err
+}
+
+// oneBooking is one client's booking n: hold a seat, maybe abandon it,
+// maybe wait for its expires_at, order it (maybe twice at once, maybe
+// losing the first answer, maybe again with a fresh key), maybe cancel it.
+func (r *run) oneBooking(ctx context.Context, tok string, n int) {
+	c, st := r.c, r.st
+	showID, err := r.show(ctx, n/c.ShowSize)
+	if err != nil {
+		st.fail("%v", err)
+		return
+	}
+	code, res := r.untilFinal(ctx, "reserve", "POST", "/v1/reservations", tok, uuid.NewString(),
 		map[string]any{"show_id": showID, "quantity": 1}, false)
-	if code != http.StatusCreated {
+	switch {
+	case code == http.StatusCreated:
+		st.add(func(s *Summary) { s.Reserved++ })
+	case code == http.StatusConflict || code == http.StatusUnprocessableEntity:
+		st.add(func(s *Summary) { s.SoldOut++ }) // sold out: seats held by others
+		return
+	case code == 0:
+		st.add(func(s *Summary) { s.Unfinished++ })
+		return
+	default:
+		st.fail("reservation on show %s ended with status %d: %v", showID, code, res)
 		return
 	}
 	resID, _ := res["id"].(string)
+	if rand.Float64() < c.AbandonRate {
+		st.add(func(s *Summary) { s.Abandoned++ })
+		return
+	}
+	late := false
+	if rand.Float64() < c.LateRate {
+		if exp, err := time.Parse(time.RFC3339Nano, fmt.Sprint(res["expires_at"])); err == nil && time.Until(exp) <= c.LateWait {
+			late = true
+			st.add(func(s *Summary) { s.Late++ })
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Until(exp)):
+			}
+		}
+	}
 	payTok := "tok_visa"
 	if rand.Float64() < c.DeclineRate {
 		payTok = "tok_decline"
@@ -195,83 +486,144 @@ func (c *Config) oneBooking(ctx context.Context, client *http.Client, st *lgStat
 	body := map[string]any{"reservation_id": resID, "payment": map[string]any{"token": payTok}}
 	orderKey := uuid.NewString()
 	if rand.Float64() < c.DupRate {
-		go func() { _, _, _ = lgDo(ctx, client, c.Timeout, "POST", c.URL+"/v1/orders", tok, orderKey, body) }()
+		st.add(func(s *Summary) { s.DoubleClick++ })
+		go func() { _, _ = r.send(ctx, "order", "POST", "/v1/orders", tok, orderKey, body, c.Timeout) }()
 	}
-	code, ord := c.untilFinal(ctx, client, st, "order", "POST", c.URL+"/v1/orders", tok, orderKey, body, true)
-	id, _ := ord["id"].(string)
-	if id == "" {
-		id, _ = ord["order_id"].(string)
-	}
-	switch code {
-	case http.StatusCreated:
+	code, ord := r.untilFinal(ctx, "order", "POST", "/v1/orders", tok, orderKey, body, true)
+	id := orderID(ord)
+	switch {
+	case code == http.StatusCreated:
 		st.mu.Lock()
 		if prev, ok := st.confirmed[id]; ok && prev != resID {
-			st.failures = append(st.failures, fmt.Sprintf("order %s confirmed for two reservations", id))
+			st.sum.Violations = append(st.sum.Violations, fmt.Sprintf("order %s confirmed for two reservations", id))
 		}
 		st.confirmed[id] = resID
+		st.sum.Confirmed++
 		st.mu.Unlock()
 		if payTok == "tok_decline" {
 			st.fail("order %s confirmed with a declining card", id)
 		}
-	case http.StatusPaymentRequired:
-		st.mu.Lock()
-		st.declined++
-		st.mu.Unlock()
-		if payTok != "tok_decline" {
-			st.fail("order %s declined with tok_visa", id)
+	case code == http.StatusPaymentRequired:
+		st.add(func(s *Summary) { s.Declined++ })
+		if payTok != "tok_decline" && len(c.Faults) == 0 {
+			st.fail("order %s declined with tok_visa and no fault injected", id)
 		}
+	case code == 0:
+		st.add(func(s *Summary) { s.Unfinished++ })
+		return
+	case late && (code == http.StatusGone || code == http.StatusConflict || code == http.StatusUnprocessableEntity):
+		return // the hold expired first: a valid outcome of the race at expires_at
 	default:
-		st.fail("order for reservation %s ended with status %d", resID, code)
+		st.fail("order for reservation %s ended with status %d: %v", resID, code, ord)
+		return
+	}
+	if rand.Float64() < c.FreshRate {
+		st.add(func(s *Summary) { s.FreshKeys++ })
+		code2, ord2 := r.untilFinal(ctx, "order", "POST", "/v1/orders", tok, uuid.NewString(), body, false)
+		if id2 := orderID(ord2); (code2 == http.StatusCreated || code2 == http.StatusAccepted) && id2 != "" && id2 != id {
+			st.fail("reservation %s: a fresh key made a second order %s beside %s", resID, id2, id)
+		}
+	}
+	if code == http.StatusCreated && rand.Float64() < c.CancelRate {
+		ccode, out := r.untilFinal(ctx, "cancel", "POST", "/v1/orders/"+id+"/cancel", tok, uuid.NewString(), nil, false)
+		switch ccode {
+		case http.StatusOK:
+			st.add(func(s *Summary) { s.Cancelled++ })
+		case 0:
+			st.add(func(s *Summary) { s.Unfinished++ })
+		default:
+			st.fail("cancel of order %s ended with status %d: %v", id, ccode, out)
+		}
 	}
 }
 
+func orderID(out map[string]any) string {
+	if id, _ := out["id"].(string); id != "" {
+		return id
+	}
+	id, _ := out["order_id"].(string)
+	return id
+}
+
 // untilFinal repeats a request with the same key until a final answer: it
-// retries lost answers, 5xx, 409 in use and 429 (after Retry-After), and
-// polls 202s by repeating.
-func (c *Config) untilFinal(ctx context.Context, client *http.Client, st *lgStats, op, method, url, tok, key string, body map[string]any, lossy bool) (int, map[string]any) {
+// repeats lost answers at once, backs off (exponentially, on the next
+// target) after connection errors, waits out 5xx, 409 in use and 429
+// (Retry-After), and polls 202s by repeating. It returns 0 if ctx ends
+// first.
+func (r *run) untilFinal(ctx context.Context, op, method, path, tok, key string, body map[string]any, lossy bool) (int, map[string]any) {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval = 50*time.Millisecond, 2*time.Second
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		timeout := c.Timeout
-		if lossy && attempt == 0 && rand.Float64() < c.LoseRate {
+		timeout := r.c.Timeout
+		if lossy && attempt == 0 && rand.Float64() < r.c.LoseRate {
 			timeout = 50 * time.Millisecond
 		}
-		t0 := time.Now()
-		code, out, err := lgDo(ctx, client, timeout, method, url, tok, key, body)
 		if attempt > 0 {
-			st.mu.Lock()
-			st.retries++
-			st.mu.Unlock()
+			r.st.add(func(s *Summary) { s.Repeats++ })
 		}
-		if err != nil {
-			st.status(op, 0)
-			continue // the answer was lost: repeat the same intent
-		}
-		st.status(op, code)
-		if op == "order" {
-			st.mu.Lock()
-			st.latencies = append(st.latencies, time.Since(t0))
-			st.mu.Unlock()
-		}
+		code, out := r.send(ctx, op, method, path, tok, key, body, timeout)
+		var wait time.Duration
 		switch {
+		case code < 0: // the answer was lost after the request left: repeat the same intent
+			r.st.add(func(s *Summary) { s.Lost++ })
+			continue
+		case code == 0: // no connection: back off, then the next target
+			r.st.add(func(s *Summary) { s.ConnErrors++ })
+			wait = b.NextBackOff()
 		case code == http.StatusAccepted || code >= 500 || code == http.StatusTooManyRequests ||
 			(code == http.StatusConflict && out["code"] == "idempotency-key-in-use"):
-			wait := 200 * time.Millisecond
+			b.Reset()
+			wait = 200 * time.Millisecond
 			if ra, ok := out["_retry_after"].(int); ok && ra > 0 {
 				wait = time.Duration(ra) * time.Second
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
 		default:
 			return code, out
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
 		}
 	}
 	return 0, nil
 }
 
-// lgDo sends one JSON request and decodes the JSON answer; Retry-After is
-// returned as "_retry_after".
-func lgDo(ctx context.Context, client *http.Client, timeout time.Duration, method, url, tok, key string, body map[string]any) (int, map[string]any, error) {
+// send sends one JSON request to the next target and decodes the JSON
+// answer (Retry-After as "_retry_after"). It returns the status, 0 when no
+// connection could be made or it broke before an answer, or -1 when the
+// client's timeout cut the answer off.
+func (r *run) send(ctx context.Context, op, method, path, tok, key string, body map[string]any, timeout time.Duration) (int, map[string]any) {
+	target := r.c.Targets[int(r.next.Add(1)%uint64(len(r.c.Targets)))]
+	t0 := time.Now()
+	code, out, raw, err := do(ctx, r.client, timeout, method, target+path, tok, key, body)
+	if err != nil {
+		r.st.observe(op, 0, 0)
+		var ne net.Error
+		if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())) {
+			return -1, nil
+		}
+		return 0, nil
+	}
+	r.st.observe(op, code, time.Since(t0))
+	r.http.Record(method, path, code, r.faultOn(), string(raw))
+	return code, out
+}
+
+// faultOn reports whether a fault is being injected: the simulator's, or
+// one announced by the FaultMarker file.
+func (r *run) faultOn() bool {
+	if r.inFault.Load() {
+		return true
+	}
+	if r.c.FaultMarker == "" {
+		return false
+	}
+	_, err := os.Stat(r.c.FaultMarker)
+	return err == nil
+}
+
+// do sends one JSON request and decodes the JSON answer.
+func do(ctx context.Context, client *http.Client, timeout time.Duration, method, url, tok, key string, body map[string]any) (int, map[string]any, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rd io.Reader
@@ -281,7 +633,7 @@ func lgDo(ctx context.Context, client *http.Client, timeout time.Duration, metho
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -294,17 +646,73 @@ func lgDo(ctx context.Context, client *http.Client, timeout time.Duration, metho
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	out := map[string]any{}
 	_ = json.Unmarshal(raw, &out)
 	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
 		out["_retry_after"] = ra
 	}
-	return resp.StatusCode, out, nil
+	return resp.StatusCode, out, raw, nil
+}
+
+// faultBody is the POST /_sim/faults body of c.Faults.
+func (c *Config) faultBody() map[string]any {
+	on := func(name string) bool { return contains(c.Faults, name) || contains(c.Faults, FaultAll) }
+	f := map[string]any{}
+	if on(FaultErrorBeforeCommit) {
+		f["error_before_commit_rate"] = c.FaultRate
+	}
+	if on(FaultDropAfterCommit) {
+		f["drop_after_commit_rate"] = c.FaultRate
+	}
+	if on(FaultWebhookDuplicates) {
+		f["webhook_duplicate_rate"] = min(1, 4*c.FaultRate)
+	}
+	if on(FaultWebhookReorder) {
+		f["webhook_reorder"] = true
+	}
+	if on(FaultLatency) {
+		f["latency_ms"] = int(c.FaultLatency / time.Millisecond)
+	}
+	return f
+}
+
+// toggleFaults turns the simulator's faults on for one FaultPeriod and off
+// for the next until ctx ends, then off for good.
+func (r *run) toggleFaults(ctx context.Context) {
+	c := r.c
+	set := func(ctx context.Context, on bool) {
+		method, body := http.MethodDelete, map[string]any(nil)
+		if on {
+			method, body = http.MethodPost, c.faultBody()
+			r.inFault.Store(true)
+		}
+		code, out, _, err := do(ctx, r.client, 10*time.Second, method, c.SimURL+"/_sim/faults", "", "", body)
+		if (err != nil || code/100 != 2) && ctx.Err() == nil {
+			r.st.fail("simulator faults (%s): status %d %v %v", method, code, err, out)
+		}
+		if !on {
+			r.inFault.Store(false)
+		}
+		r.st.add(func(s *Summary) { s.FaultToggle++ })
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		set(ctx, false)
+	}()
+	for on := true; ; on = !on {
+		set(ctx, on)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(c.FaultPeriod):
+		}
+	}
 }

@@ -46,22 +46,40 @@ const (
 	// unanswered, every claim with its consequence, every intent finished
 	// (rejected, or its resource's first event stored).
 	Settled Rule = "nothing pending or unknown"
+	// ReadModels: every read-model table (rm_*) and every projection
+	// checkpoint equals, row by row, what `booking projections rebuild`
+	// computes from the log (replayed into a scratch database).
+	ReadModels Rule = "read models equal the log"
+	// NATS: every publishable event of the log is in stream BOOKING
+	// exactly once (by event id), no message names an event the log lacks,
+	// and Booking-Revision is gap-free per entity.
+	NATS Rule = "NATS: every event once, no gaps"
+	// HTTP500: no client request was answered 500 (a 500 is a bug; 502,
+	// 503 and 504 during injected faults are counted, not violations).
+	HTTP500 Rule = "no 500 answers"
 )
 
 // Rules lists every rule in report order.
-var Rules = []Rule{OrdersPerReservation, NetCharge, Seats, Decodes, Settled}
+var Rules = []Rule{OrdersPerReservation, NetCharge, Seats, Decodes, Settled, ReadModels, NATS, HTTP500}
 
 // Sources are where Check reads. Log is required. SimURL is the provider
 // simulator's base URL (GET {SimURL}/_sim/charges); empty skips NetCharge.
 // APIURL is the service's base URL (GET {APIURL}/v1/shows/{id} with
 // Authorization: Bearer Token); empty skips Seats. Client defaults to a
-// client with a 30 s timeout.
+// client with a 30 s timeout. DatabaseURL is the service's PostgreSQL
+// (the live read models; the role must be allowed to CREATE DATABASE for
+// the scratch replay); empty skips ReadModels. NATSURL is the server
+// holding stream BOOKING; empty skips NATS. HTTP is what the clients saw
+// (the load generator's status counts); nil skips HTTP500.
 type Sources struct {
-	Log    eventstore.Store
-	SimURL string
-	APIURL string
-	Token  string
-	Client *http.Client
+	Log         eventstore.Store
+	SimURL      string
+	APIURL      string
+	Token       string
+	Client      *http.Client
+	DatabaseURL string
+	NATSURL     string
+	HTTP        *HTTPStats
 }
 
 // Options tunes Check. Skip names rules not to check, each with the reason
@@ -71,37 +89,62 @@ type Sources struct {
 // every call, a refund it refuses): Settled does not count them, and
 // NetCharge checks them only once final. Everything else about them is
 // still checked.
+// IntentRetention is BOOKING_INTENT_RETENTION of the service, which the
+// intents read model applies (default 24h, the service's default).
 type Options struct {
-	Skip map[Rule]string
-	Open map[string]string
+	Skip            map[Rule]string
+	Open            map[string]string
+	IntentRetention time.Duration
 }
 
 // Row is one rule's result: how many subjects it checked (reservations,
 // orders, shows, events, open items) and what broke, one sentence per
 // violation. Skipped holds the reason a rule was not checked.
 type Row struct {
-	Rule       Rule
-	Checked    int
-	Violations []string
-	Skipped    string
+	Rule       Rule     `json:"rule"`
+	Checked    int      `json:"checked"`
+	Violations []string `json:"violations"`
+	Skipped    string   `json:"skipped,omitempty"`
 }
 
 // Report is the outcome of Check: one row per rule in Rules order, and the
 // counts of what was read.
+// Cancelled, Failed count orders by final status; Refunds counts refunds
+// at the simulator (charges with a refunded amount). Messages counts the
+// NATS messages read; Published the log's publishable events. Requests,
+// Gateway (502–504 by status) and GatewayInFaults (those while a fault was
+// injected) come from Sources.HTTP. The JSON form (WriteJSON) uses the
+// snake_case names of the tags.
 type Report struct {
-	Rows                                 []Row
-	Events, Shows, Reservations, Orders  int
-	Confirmed, Charges, SucceededCharges int
-	Refunded                             int64 // minor units refunded at the simulator, all orders
+	Rows             []Row       `json:"rows"`
+	Events           int         `json:"events"`
+	Shows            int         `json:"shows"`
+	Reservations     int         `json:"reservations"`
+	Orders           int         `json:"orders"`
+	Confirmed        int         `json:"confirmed"`
+	Cancelled        int         `json:"cancelled"`
+	Failed           int         `json:"failed"`
+	Charges          int         `json:"charges"`
+	SucceededCharges int         `json:"succeeded_charges"`
+	Refunds          int         `json:"refunds"`
+	Refunded         int64       `json:"refunded"` // minor units refunded at the simulator, all orders
+	Published        int         `json:"published"`
+	Messages         int         `json:"nats_messages"`
+	Requests         int         `json:"requests"`
+	Gateway          map[int]int `json:"gateway_errors,omitempty"`
+	GatewayInFaults  int         `json:"gateway_errors_during_faults"`
 	// Seats is the seat account of every show checked, by show id.
-	Seats map[string]SeatAccount
+	Seats map[string]SeatAccount `json:"seats"`
 }
 
 // SeatAccount is a show's seats: Capacity from ShowScheduled, Available
 // from the API, Held and Ordered from its reservation streams (a
 // reservation expired or released holds none).
 type SeatAccount struct {
-	Capacity, Available, Held, Ordered int
+	Capacity  int `json:"capacity"`
+	Available int `json:"available"`
+	Held      int `json:"held"`
+	Ordered   int `json:"ordered"`
 }
 
 // OK reports whether no rule has a violation.
@@ -141,8 +184,14 @@ func (r Report) Row(rule Rule) Row {
 // violation count, or "skipped: reason"), then each violation (at most
 // limit per rule; limit <= 0 means all).
 func (r Report) WriteTable(w io.Writer, limit int) {
-	fmt.Fprintf(w, "audit: %d events, %d shows, %d reservations, %d orders (%d confirmed), %d charges (%d succeeded), %d refunded\n",
-		r.Events, r.Shows, r.Reservations, r.Orders, r.Confirmed, r.Charges, r.SucceededCharges, r.Refunded)
+	fmt.Fprintf(w, "audit: %d events, %d shows, %d reservations, %d orders (%d confirmed, %d cancelled, %d failed), %d charges (%d succeeded), %d refunds (%d refunded)\n",
+		r.Events, r.Shows, r.Reservations, r.Orders, r.Confirmed, r.Cancelled, r.Failed, r.Charges, r.SucceededCharges, r.Refunds, r.Refunded)
+	if r.Messages > 0 || r.Published > 0 {
+		fmt.Fprintf(w, "audit: %d publishable events, %d NATS messages\n", r.Published, r.Messages)
+	}
+	if r.Requests > 0 {
+		fmt.Fprintf(w, "audit: %d client requests; 502–504: %s (%d while a fault was injected)\n", r.Requests, gatewayText(r.Gateway), r.GatewayInFaults)
+	}
 	for _, row := range r.Rows {
 		verdict := "OK"
 		switch {
@@ -311,8 +360,13 @@ func Check(ctx context.Context, src Sources, opts Options) Report {
 
 	rep.Shows, rep.Reservations, rep.Orders = len(st.shows), len(st.reservations), len(st.orders)
 	for _, o := range st.orders {
-		if o.Status == domain.OrderStatusConfirmed {
+		switch o.Status {
+		case domain.OrderStatusConfirmed:
 			rep.Confirmed++
+		case domain.OrderStatusCancelled:
+			rep.Cancelled++
+		case domain.OrderStatusFailed:
+			rep.Failed++
 		}
 	}
 
@@ -346,6 +400,31 @@ func Check(ctx context.Context, src Sources, opts Options) Report {
 	}
 
 	checkSettled(st, opts.Open, rows[Settled], violate)
+
+	if src.DatabaseURL == "" && rows[ReadModels].Skipped == "" {
+		rows[ReadModels].Skipped = "no database URL"
+	}
+	if rows[ReadModels].Skipped == "" {
+		retention := opts.IntentRetention
+		if retention <= 0 {
+			retention = DefaultIntentRetention
+		}
+		checkReadModels(ctx, src.DatabaseURL, src.Log, retention, rows[ReadModels], violate)
+	}
+
+	if src.NATSURL == "" && rows[NATS].Skipped == "" {
+		rows[NATS].Skipped = "no NATS URL"
+	}
+	if rows[NATS].Skipped == "" {
+		checkNATS(ctx, src.NATSURL, events, &rep, rows[NATS], violate)
+	}
+
+	if src.HTTP == nil && rows[HTTP500].Skipped == "" {
+		rows[HTTP500].Skipped = "no client traffic recorded"
+	}
+	if src.HTTP != nil {
+		src.HTTP.report(&rep, rows[HTTP500], violate)
+	}
 	return finish()
 }
 
@@ -431,6 +510,9 @@ func checkCharges(ctx context.Context, client *http.Client, simURL string, st *s
 		}
 		rep.SucceededCharges++
 		rep.Refunded += c.RefundedAmount
+		if c.RefundedAmount > 0 {
+			rep.Refunds++
+		}
 		net[c.Metadata["order_id"]] += c.Amount - c.RefundedAmount
 	}
 	for _, id := range st.orderOrder {
@@ -546,6 +628,13 @@ func checkSettled(st *state, open map[string]string, row *Row, violate func(Rule
 
 // ErrViolations is matched (errors.Is) by the error of Err.
 var ErrViolations = errors.New("audit: invariant violations")
+
+// WriteJSON writes r as one JSON object (the Report's tags) to w.
+func (r Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
 
 // Err returns nil if r is OK, or an error matching ErrViolations that counts them.
 func (r Report) Err() error {

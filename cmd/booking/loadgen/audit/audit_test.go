@@ -135,7 +135,7 @@ func (w *world) serve(t *testing.T) audit.Sources {
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return audit.Sources{Log: w.log, SimURL: srv.URL, APIURL: srv.URL, Token: tokAPI, Client: srv.Client()}
+	return audit.Sources{Log: w.log, SimURL: srv.URL, APIURL: srv.URL, Token: tokAPI, Client: srv.Client(), HTTP: &audit.HTTPStats{}}
 }
 
 func TestCheckPassesASettledWorld(t *testing.T) {
@@ -156,7 +156,10 @@ func TestCheckPassesASettledWorld(t *testing.T) {
 	}
 	var b strings.Builder
 	rep.WriteTable(&b, 0)
-	if strings.Contains(b.String(), "VIOLATION") || strings.Count(b.String(), " OK") != len(audit.Rules) {
+	// Read models and NATS need real servers (live_test.go); here they are
+	// skipped, and every other row is OK.
+	if strings.Contains(b.String(), "VIOLATION") || strings.Count(b.String(), " OK") != len(audit.Rules)-2 ||
+		!strings.Contains(b.String(), "skipped: no database URL") || !strings.Contains(b.String(), "skipped: no NATS URL") {
 		t.Errorf("table of a clean world:\n%s", b.String())
 	}
 }
