@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -11,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/cmd/booking/loadgen"
-	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/provider/providersim"
 )
@@ -101,7 +101,8 @@ type loadgenCmd struct {
 	DupRate     float64       `name:"dup-rate" default:"0.1" help:"Share of order requests sent twice at once."`
 	MaxDuration time.Duration `name:"max-duration" default:"5m" help:"Upper bound on the load; the audit runs after it."`
 	Settle      time.Duration `name:"settle" default:"30s" help:"How long the audit waits for the service to settle after the load."`
-	DatabaseURL string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL of the service's event store, read by the audit (empty: the audit is skipped)."`
+	DatabaseURL string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL of the service's database (event store unless --event-store names KurrentDB), read by the audit (empty: the audit is skipped)."`
+	EventStore  string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"The service's event store the audit reads: postgres, or a kurrentdb://, esdb:// or esdb+discover:// connection string."`
 }
 
 // Run parses the tokens and runs the load generator.
@@ -124,13 +125,21 @@ func (c *loadgenCmd) Run(e *env) error {
 		return configError("BOOKING_API_TOKENS", "loadgen needs one admin token and at least one other")
 	}
 	sort.Strings(cfg.Users)
+	if err := checkEventStore(c.EventStore); err != nil {
+		return err
+	}
 	if c.DatabaseURL != "" {
 		pool, err := pgxpool.New(e.ctx, c.DatabaseURL)
 		if err != nil {
 			return configError("DATABASE_URL", "%v", err)
 		}
 		defer pool.Close()
-		cfg.Log = pgstore.New(pool)
+		elog, err := openEventLog(c.EventStore, pool, slog.New(slog.DiscardHandler))
+		if err != nil {
+			return err
+		}
+		defer elog.close()
+		cfg.Log = elog.Store
 	}
 	return loadgen.Run(e.ctx, cfg)
 }
