@@ -64,6 +64,7 @@ func (s *server) startBackend(t *testing.T) {
 	}
 	s.kdb = kurrentdbtest.StartProcess(t, doubleBin, filepath.Join(t.TempDir(), "kurrentdb.log"))
 	s.eventStore = s.kdb.URL()
+	t.Logf("booking serve runs on KurrentDB (the double at %s)", s.eventStore)
 }
 
 // openLog returns the event log the service writes, read through
