@@ -75,7 +75,9 @@ func New(log eventstore.Store, clock Clock) *Index {
 }
 
 // catchUp reads the log from the last position seen up to its readable
-// horizon. Callers hold ix.mu.
+// horizon: until a read returns nothing (a short page need not be the end:
+// a backend may return fewer events than asked, e.g. after skipping system
+// events). Callers hold ix.mu.
 func (ix *Index) catchUp(ctx context.Context) error {
 	for {
 		evs, err := ix.log.ReadAll(ctx, ix.pos, readBatch)
@@ -86,7 +88,7 @@ func (ix *Index) catchUp(ctx context.Context) error {
 			ix.apply(e)
 			ix.pos = e.Position
 		}
-		if len(evs) < readBatch {
+		if len(evs) == 0 {
 			return nil
 		}
 	}
