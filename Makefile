@@ -122,31 +122,44 @@ psql: ## Open psql on the local database of `make run`
 .PHONY: test
 # Tests that stop the shared PostgreSQL server (TestOutage_*) run alone, after all
 # packages have run in parallel, so they cannot disturb other packages' tests. Each
-# phase gets its own throwaway server. The third phase is `make test-alerts`; the
-# fourth a short `make chaos` (CHAOS_TEST_DURATION) on its own server. All
+# phase gets its own throwaway server. The third phase is `make test-alerts`, the
+# fourth `make test-kurrentdb` (the end-to-end scenarios on KurrentDB), the fifth a
+# short `make chaos` (CHAOS_TEST_DURATION) on its own server. All
 # phases always run, every result is printed, and the target fails if any failed (an
 # interrupt stops it at once).
 EXCLUSIVE_TESTS := ^TestOutage_
+# The end-to-end scenarios `make test-kurrentdb` runs with booking serve on
+# KurrentDB (the server double as its own process per test, see
+# test/backend_test.go): order flow, repeats and 20 concurrent duplicates,
+# 422, 409, decline, SIGKILL recovery, payments with webhooks, intent
+# retention, rebuild equals live with the relay publishing once per event,
+# and the KurrentDB faults (restart, server not up at start).
+KURRENTDB_TESTS := ^(TestOrder_ConfirmedWithOneTicketPerSeat|TestOrder_RepeatReturnsSameOrder|TestOrder_TwentyConcurrentIdenticalRequestsMakeOneOrder|TestOrder_SameKeyDifferentBodyIsRefused|TestOrder_NewKeyForOrderedReservationIsConflict|TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats|TestOrder_KilledAfterClaimIsFinishedWithoutRepeat|TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce|TestRetention_KeyAfterExpiryIsNewIntentStillRefusedSecondOrder|TestRebuild_EqualsLiveTwiceAndTouchesNoProviderOrNATS|TestKurrentDB_.*)$$
 
 test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command), then a short chaos run
-	@rc1=0; rc2=0; rc3=0; rc4=0; \
-	echo "==> make test: phase 1 of 4: all packages in parallel, $(EXCLUSIVE_TESTS) skipped"; \
+	@rc1=0; rc2=0; rc3=0; rc4=0; rc5=0; \
+	echo "==> make test: phase 1 of 5: all packages in parallel, $(EXCLUSIVE_TESTS) skipped"; \
 	$(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) $(PKG) || rc1=$$?; \
 	if ((rc1 == 130 || rc1 == 143)); then echo "make test: interrupted (exit $$rc1)"; exit "$$rc1"; fi; \
-	echo "==> make test: phase 2 of 4: $(EXCLUSIVE_TESTS) alone (they stop the PostgreSQL server)"; \
+	echo "==> make test: phase 2 of 5: $(EXCLUSIVE_TESTS) alone (they stop the PostgreSQL server)"; \
 	BOOKING_TEST_PG_EXCLUSIVE=1 $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) ./test/ || rc2=$$?; \
 	if ((rc2 == 130 || rc2 == 143)); then echo "make test: interrupted (exit $$rc2)"; exit "$$rc2"; fi; \
-	echo "==> make test: phase 3 of 4: alert rules and Prometheus configuration (promtool)"; \
+	echo "==> make test: phase 3 of 5: alert rules and Prometheus configuration (promtool)"; \
 	$(MAKE) test-alerts || rc3=$$?; \
-	echo "==> make test: phase 4 of 4: chaos run of $(CHAOS_TEST_DURATION) on its own PostgreSQL server (make chaos)"; \
-	$(MAKE) chaos DURATION='$(CHAOS_TEST_DURATION)' || rc4=$$?; \
+	if ((rc3 == 130 || rc3 == 143)); then echo "make test: interrupted (exit $$rc3)"; exit "$$rc3"; fi; \
+	echo "==> make test: phase 4 of 5: end-to-end scenarios on KurrentDB (make test-kurrentdb)"; \
+	$(MAKE) test-kurrentdb || rc4=$$?; \
 	if ((rc4 == 130 || rc4 == 143)); then echo "make test: interrupted (exit $$rc4)"; exit "$$rc4"; fi; \
+	echo "==> make test: phase 5 of 5: chaos run of $(CHAOS_TEST_DURATION) on its own PostgreSQL server (make chaos)"; \
+	$(MAKE) chaos DURATION='$(CHAOS_TEST_DURATION)' || rc5=$$?; \
+	if ((rc5 == 130 || rc5 == 143)); then echo "make test: interrupted (exit $$rc5)"; exit "$$rc5"; fi; \
 	result() { if (($$1 == 0)); then echo PASS; else echo "FAIL (exit $$1)"; fi; }; \
 	echo "==> make test: phase 1 (all packages): $$(result $$rc1)"; \
 	echo "==> make test: phase 2 ($(EXCLUSIVE_TESTS)):  $$(result $$rc2)"; \
 	echo "==> make test: phase 3 (alert rules):  $$(result $$rc3)"; \
-	echo "==> make test: phase 4 (chaos $(CHAOS_TEST_DURATION)):  $$(result $$rc4)"; \
-	for rc in "$$rc1" "$$rc2" "$$rc3" "$$rc4"; do if ((rc != 0)); then exit "$$rc"; fi; done
+	echo "==> make test: phase 4 (KurrentDB):    $$(result $$rc4)"; \
+	echo "==> make test: phase 5 (chaos $(CHAOS_TEST_DURATION)):  $$(result $$rc5)"; \
+	for rc in "$$rc1" "$$rc2" "$$rc3" "$$rc4" "$$rc5"; do if ((rc != 0)); then exit "$$rc"; fi; done
 
 .PHONY: chaos
 chaos: build ## Two replicas, external NATS and simulator under load, kills, pauses and a PostgreSQL restart for DURATION, then the audit
@@ -163,6 +176,11 @@ chaos: build ## Two replicas, external NATS and simulator under load, kills, pau
 test-alerts: ## Check deploy/prometheus and run the alert rules' unit tests (promtool; installed if missing)
 	$(PROMTOOL) check config deploy/prometheus/prometheus.yml
 	$(PROMTOOL) test rules deploy/prometheus/alerts_test.yml
+
+.PHONY: test-kurrentdb
+test-kurrentdb: ## Run the end-to-end scenarios with booking serve on KurrentDB (the server double as its own process)
+	BOOKING_TEST_BACKEND=kurrentdb $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) \
+		-run '$(KURRENTDB_TESTS)' $(TEST_ARGS) ./test/
 
 .PHONY: test-stress
 test-stress: ## Run `make test` STRESS_RUNS times while a CPU hog keeps every core busy; stop at the first failure

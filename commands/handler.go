@@ -265,6 +265,18 @@ func (h *Handler) load(ctx context.Context, name string) (*stream, error) {
 	return s, nil
 }
 
+// openedAt is when the fact of an event was decided by the service's clock
+// (PostgreSQL's now(), whatever the event store): its metadata's
+// occurred_at, or the store's RecordedAt for an event without one. Intent
+// expiry compares it with the same clock, so a KurrentDB leader whose clock
+// is off does not move expiries.
+func openedAt(r eventstore.RecordedEvent) time.Time {
+	if m, err := eventstore.DecodeMetadata(r.Metadata); err == nil && !m.OccurredAt.IsZero() {
+		return m.OccurredAt.UTC()
+	}
+	return r.RecordedAt
+}
+
 // pending is an event to append with its id.
 type pending struct {
 	id string

@@ -147,7 +147,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		}
 		in := fold[domain.Intent](s.events)
 		if s.exists {
-			in.RecordedAt = s.records[0].RecordedAt
+			in.RecordedAt = openedAt(s.records[0])
 		}
 		exp := eventstore.NoStream()
 		if purgedAt != nil {
@@ -376,7 +376,7 @@ func (h *Handler) reloadIntent(ctx context.Context, run *intentRun) error {
 	if !s.exists {
 		return domain.ErrUnavailable.With("the intent expired while it was being processed; retry")
 	}
-	in.RecordedAt = s.records[0].RecordedAt
+	in.RecordedAt = openedAt(s.records[0])
 	run.intent, run.rev = in, s.last
 	if in.Rejection != nil {
 		return rejectionOf(in.Rejection, !run.created)

@@ -147,3 +147,26 @@ func TestRetryConflictsPolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestIntentAgeIsTheServiceClock shows an intent's age taken from its first
+// event's occurred_at (the handler's clock, PostgreSQL's in the service),
+// not from the event store's own timestamp: with the store's clock two days
+// behind (a KurrentDB leader with a wrong clock), a repeat an hour later is
+// still a replay of the same reservation, not a new intent after expiry.
+func TestIntentAgeIsTheServiceClock(t *testing.T) {
+	t.Parallel()
+	h, store, showID := newIntentFix(t)
+	clock := h.clock.(*fakeClock)
+	store.SetClock(newFakeClock(payT0.Add(-48 * time.Hour)))
+	ctx := context.Background()
+	req, cmd := aliceReserves(showID, "skew", 1)
+	first, _, err := h.ReserveSeats(ctx, req, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	again, out, err := h.ReserveSeats(ctx, req, cmd)
+	if err != nil || !out.Replayed || again.ID != first.ID {
+		t.Fatalf("repeat an hour later = %s, replayed %t, %v; want a replay of %s", again.ID, out.Replayed, err, first.ID)
+	}
+}

@@ -254,7 +254,7 @@ func (h *Handler) loadRun(ctx context.Context, stream string) (*intentRun, error
 	if !in.Exists() {
 		return nil, nil
 	}
-	in.RecordedAt = s.records[0].RecordedAt
+	in.RecordedAt = openedAt(s.records[0])
 	req := Request{Actor: in.Recorded.Actor, Operation: in.Recorded.Operation, CorrelationID: "recovery"}
 	return &intentRun{req: req, stream: stream, intent: in, rev: s.last, command: in.Recorded.Command}, nil
 }

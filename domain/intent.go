@@ -13,7 +13,8 @@ type Intent struct {
 	Executor   string
 	LeaseUntil time.Time
 	Rejection  *IntentRejected
-	// RecordedAt is when the intent stream was opened (database clock); the
+	// RecordedAt is when the intent stream was opened (database clock: the
+	// first event's occurred_at, whatever the event store); the
 	// intent expires at RecordedAt + retention.
 	RecordedAt time.Time
 }

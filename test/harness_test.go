@@ -42,6 +42,7 @@ import (
 
 	"github.com/retrysafe/booking/cmd/booking/loadgen/audit"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
 	"github.com/retrysafe/booking/internal/syncbuf"
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
@@ -84,6 +85,10 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	bookingBin = bin
+	if err := buildBackend(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	code := m.Run()
 	fmt.Fprintf(os.Stderr, "e2e: %d scenario(s) ended with the invariant check\n", checkedEnds.Load())
 	return code
@@ -298,6 +303,11 @@ type server struct {
 
 	// pgProxy is the database proxy of Options.PGProxy, or nil.
 	pgProxy *pgProxy
+	// kdb is the KurrentDB double and eventStore its connection string
+	// (BOOKING_EVENT_STORE) when the suite runs on KurrentDB
+	// (backend_test.go); nil and empty on PostgreSQL.
+	kdb        *kurrentdbtest.Process
+	eventStore string
 	// masterKeys (BOOKING_MASTER_KEYS, with an external simulator; dev mode
 	// generates its own in the data directory) and providerKey (the API key
 	// booking serve sends and the simulator requires) are per server.
@@ -346,6 +356,7 @@ func mustStart(t *testing.T, opts Options) *server {
 	if opts.PGProxy {
 		s.pgProxy = startPGProxy(t, dbURL) // closed after the cleanup below stopped booking serve
 	}
+	s.startBackend(t) // stopped after the cleanup below stopped booking serve
 	t.Cleanup(func() {
 		s.shutdown()
 		s.client.CloseIdleConnections()
@@ -364,7 +375,7 @@ func mustStart(t *testing.T, opts Options) *server {
 		s.startSim(t)
 	}
 	s.start(t)
-	s.log = openLog(s.db)
+	s.log = openLog(t, s.db, s.eventStore)
 	t.Cleanup(func() { s.checkEnd(t) }) // runs before the cleanup above stops the server
 	return s
 }
@@ -392,6 +403,9 @@ func (s *server) env() []string {
 		"BOOKING_RETRY_BUDGET_BURST": "10000",
 		// The simulator requires it (in-process or external).
 		"BOOKING_PROVIDER_API_KEY": s.providerKey,
+	}
+	if s.eventStore != "" {
+		set["BOOKING_EVENT_STORE"] = s.eventStore
 	}
 	if s.opts.ExternalSim {
 		set["BOOKING_PROVIDER_URL"] = s.SimURL

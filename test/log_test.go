@@ -11,17 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/retrysafe/booking/cmd/booking/loadgen/audit"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/eventstore"
-	"github.com/retrysafe/booking/eventstore/pgstore"
 )
-
-// openLog returns the event log of the test database, read as the service
-// writes it: the one constructor of the suite's eventstore.Store.
-func openLog(db *pgxpool.Pool) eventstore.Store { return pgstore.New(db) }
 
 // readLog returns every event of the log, in log order, including every
 // event committed before the call (waitHorizon).
@@ -233,6 +226,16 @@ func (s *server) settle(t testing.TB) int {
 // past the last event of the log (true for an empty log).
 func (s *server) followUpsAtHead(t testing.TB) bool {
 	t.Helper()
+	if s.eventStore != "" { // KurrentDB: the head read through the store
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		head, err := s.log.Head(ctx)
+		if err != nil {
+			t.Fatalf("log head: %v", err)
+		}
+		return s.queryInt(t, `SELECT count(*) FROM checkpoints WHERE name = $1 AND (commit_tx, prepare) >= ($2::bigint, $3::bigint)`,
+			commands.FollowUpsName, int64(head.Commit), int64(head.Prepare)) == 1 || head.IsZero()
+	}
 	return s.queryInt(t, `SELECT count(*) FROM (SELECT tx, seq FROM events ORDER BY tx DESC, seq DESC LIMIT 1) head
 		WHERE NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.name = $1
 			AND (c.commit_tx, c.prepare) >= (head.tx::text::bigint, head.seq))`, commands.FollowUpsName) == 0

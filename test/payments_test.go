@@ -7,6 +7,7 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/provider"
 )
 
@@ -70,29 +72,23 @@ type orderEvent struct {
 func (e orderEvent) str(k string) string { v, _ := e.Data[k].(string); return v }
 func (e orderEvent) num(k string) int    { v, _ := e.Data[k].(float64); return int(v) }
 
-// orderEvents returns the events of order-{id} in revision order.
+// orderEvents returns the events of order-{id} in revision order, read
+// through the event log (eventstore.Store) the service writes.
 func (s *server) orderEvents(t testing.TB, id string) []orderEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rows, err := s.db.Query(ctx, `SELECT revision, type, recorded_at, convert_from(data, 'UTF8') FROM events
-		WHERE stream = $1 ORDER BY revision`, "order-"+id)
+	recs, err := s.log.ReadStream(ctx, "order-"+id, 0, 0)
+	if errors.Is(err, eventstore.ErrStreamNotFound) {
+		return nil
+	}
 	if err != nil {
 		t.Fatalf("read order-%s: %v", id, err)
 	}
-	defer rows.Close()
-	var out []orderEvent
-	for rows.Next() {
-		var e orderEvent
-		var data string
-		if err := rows.Scan(&e.Revision, &e.Type, &e.RecordedAt, &data); err != nil {
-			t.Fatalf("read order-%s: %v", id, err)
-		}
-		_ = json.Unmarshal([]byte(data), &e.Data)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("read order-%s: %v", id, err)
+	out := make([]orderEvent, len(recs))
+	for i, r := range recs {
+		out[i] = orderEvent{Revision: int64(r.Revision), Type: r.Type, RecordedAt: r.RecordedAt}
+		_ = json.Unmarshal(r.Data, &out[i].Data)
 	}
 	return out
 }

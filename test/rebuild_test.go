@@ -115,6 +115,15 @@ func rbFirst(xs []string, n int) []string {
 // rbHead returns the log position of the last event ("commit/prepare").
 func (s *server) rbHead(t testing.TB) string {
 	t.Helper()
+	if s.eventStore != "" { // KurrentDB: the log's head, read through the store
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		h, err := s.log.Head(ctx)
+		if err != nil {
+			t.Fatalf("log head: %v", err)
+		}
+		return h.String()
+	}
 	return s.queryText(t, `SELECT tx::text || '/' || seq FROM events ORDER BY tx DESC, seq DESC LIMIT 1`)[0]
 }
 
@@ -129,6 +138,16 @@ func (s *server) rbCheckpoints(t testing.TB) []string {
 // intents).
 func (s *server) rbPublished(t testing.TB) int {
 	t.Helper()
+	if s.eventStore != "" { // KurrentDB: count in the log read through the store
+		n := 0
+		for _, e := range s.readLog(t) {
+			if !strings.HasPrefix(e.Stream, "reservation-order-") && (strings.HasPrefix(e.Stream, "show-") ||
+				strings.HasPrefix(e.Stream, "reservation-") || strings.HasPrefix(e.Stream, "order-")) {
+				n++
+			}
+		}
+		return n
+	}
 	return s.queryInt(t, `SELECT count(*) FROM events WHERE stream NOT LIKE 'reservation-order-%'
 AND (stream LIKE 'show-%' OR stream LIKE 'reservation-%' OR stream LIKE 'order-%')`)
 }
@@ -209,7 +228,8 @@ func (s *server) rbListOrders(t testing.TB, token string) (map[string]map[string
 }
 
 // rbRebuild runs `booking projections rebuild` as its own process with only
-// DATABASE_URL (and the service's intent retention, the default) and
+// DATABASE_URL (and BOOKING_EVENT_STORE on KurrentDB; the service's intent
+// retention, the default) and
 // returns its exit code and output.
 func (s *server) rbRebuild(t testing.TB) (int, string) {
 	t.Helper()
@@ -223,6 +243,9 @@ func (s *server) rbRebuild(t testing.TB) (int, string) {
 		cmd.Env = append(cmd.Env, kv)
 	}
 	cmd.Env = append(cmd.Env, "DATABASE_URL="+s.dbURL)
+	if s.eventStore != "" {
+		cmd.Env = append(cmd.Env, "BOOKING_EVENT_STORE="+s.eventStore)
+	}
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	code := 0

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,7 +14,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/retrysafe/booking/cmd/booking/loadgen"
-	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/provider/providersim"
 )
@@ -123,6 +123,7 @@ type loadgenCmd struct {
 	DatabaseURL  string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL of the service's database: the audit reads the event log and compares the read models with a replay (empty: those rows are skipped)."`
 	NATSURL      string        `name:"nats-url" env:"BOOKING_NATS_URL" help:"NATS server holding stream BOOKING, which the audit reads (empty: that row is skipped)."`
 	Report       string        `name:"report" help:"Also write the report as JSON to this file."`
+	EventStore   string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"The service's event store the audit reads: postgres, or a kurrentdb://, esdb:// or esdb+discover:// connection string."`
 	NoProgress   bool          `name:"no-progress" help:"No progress bar (there is none unless stderr is a terminal)."`
 }
 
@@ -165,13 +166,21 @@ func (c *loadgenCmd) Run(e *env) error {
 	if f, ok := e.stderr.(*os.File); ok && !c.NoProgress && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = f
 	}
+	if err := checkEventStore(c.EventStore); err != nil {
+		return err
+	}
 	if c.DatabaseURL != "" {
 		pool, err := pgxpool.New(e.ctx, c.DatabaseURL)
 		if err != nil {
 			return configError("DATABASE_URL", "%v", err)
 		}
 		defer pool.Close()
-		cfg.Log = pgstore.New(pool)
+		elog, err := openEventLog(c.EventStore, pool, slog.New(slog.DiscardHandler))
+		if err != nil {
+			return err
+		}
+		defer elog.close()
+		cfg.Log = elog.Store
 	}
 	return loadgen.Run(e.ctx, cfg)
 }

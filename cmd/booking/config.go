@@ -20,13 +20,13 @@ import (
 // Validate checks every value and the safety relations between the windows,
 // naming the variable at fault.
 type ServeConfig struct {
-	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (event store, read models, checkpoints, leases)."`
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (event store unless BOOKING_EVENT_STORE names KurrentDB; read models, checkpoints, leases, clock)."`
 	HTTPAddr    string `name:"http-addr" env:"BOOKING_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address."`
 	// HTTPReadTimeout bounds the time to receive a whole request, headers
 	// and body: a body that has not arrived whole by then is answered 408
 	// and nothing is recorded.
 	HTTPReadTimeout time.Duration `name:"http-read-timeout" env:"BOOKING_HTTP_READ_TIMEOUT" default:"15s" help:"Time to receive a whole request, headers and body (408 after)."`
-	EventStore      string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"postgres, or a kurrentdb:// / esdb:// connection string."`
+	EventStore      string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"postgres, or a kurrentdb://, esdb:// or esdb+discover:// connection string (PostgreSQL keeps read models, checkpoints, leases and the clock)."`
 
 	NATSURL               string        `name:"nats-url" env:"BOOKING_NATS_URL" help:"External NATS server URL; empty starts an embedded server."`
 	NATSAddr              string        `name:"nats-addr" env:"BOOKING_NATS_ADDR" default:"127.0.0.1:4222" help:"Listen address of the embedded NATS server."`
@@ -99,11 +99,8 @@ func (c *ServeConfig) Validate() error {
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		return configError("BOOKING_HTTP_ADDR", "must be host:port: %v", err)
 	}
-	if c.EventStore != "postgres" && !strings.HasPrefix(c.EventStore, "kurrentdb://") && !strings.HasPrefix(c.EventStore, "esdb://") {
-		return configError("BOOKING_EVENT_STORE", "must be postgres or a kurrentdb:// or esdb:// connection string")
-	}
-	if c.EventStore != "postgres" {
-		return configError("BOOKING_EVENT_STORE", "the KurrentDB backend is not available in this build yet; use postgres")
+	if err := checkEventStore(c.EventStore); err != nil {
+		return err
 	}
 	if c.ProviderURL != "" {
 		if u, err := url.Parse(c.ProviderURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -40,6 +40,10 @@ func TestServeConfigValidate(t *testing.T) {
 		{"A real provider without master keys is refused.", func(c *ServeConfig) {
 			c.ProviderURL, c.ProviderWebhookSecret = "https://provider.invalid", "whsec"
 		}, "BOOKING_MASTER_KEYS"},
+		{"An event store that is neither postgres nor KurrentDB is refused.", func(c *ServeConfig) { c.EventStore = "mysql://x" }, "BOOKING_EVENT_STORE"},
+		{"A KurrentDB connection string the client cannot parse is refused.", func(c *ServeConfig) {
+			c.EventStore = "esdb://host:2113?tls=maybe"
+		}, "BOOKING_EVENT_STORE"},
 		{"Both provider key variables are refused.", func(c *ServeConfig) {
 			c.Secrets.ProviderAPIKey, c.Secrets.ProviderAPIKeyFile = "sk_1", "/run/secrets/provider"
 		}, "BOOKING_PROVIDER_API_KEY"},
@@ -54,6 +58,26 @@ func TestServeConfigValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v, want an error naming %s", err, tt.wantVar)
 			}
 		})
+	}
+}
+
+// TestServeConfigEventStores: BOOKING_EVENT_STORE accepts postgres and the
+// KurrentDB connection strings of every scheme, single node and cluster.
+func TestServeConfigEventStores(t *testing.T) {
+	t.Parallel()
+	for _, es := range []string{"postgres", "kurrentdb://127.0.0.1:2113?tls=false", "esdb://admin:changeit@127.0.0.1:2113?tls=false",
+		"esdb://admin:changeit@node1:2113,node2:2113,node3:2113?nodePreference=leader", "esdb+discover://admin:changeit@cluster.example:2113",
+		"kurrentdb+discover://cluster.example:2113"} {
+		c := validServeConfig()
+		c.EventStore = es
+		if err := c.Validate(); err != nil {
+			t.Errorf("Validate() with BOOKING_EVENT_STORE=%s = %v, want nil", es, err)
+		}
+	}
+	c := validServeConfig()
+	c.EventStore = "esdb://admin:secret-pw@host:2113?tls=maybe"
+	if err := c.Validate(); err == nil || strings.Contains(err.Error(), "secret-pw") {
+		t.Errorf("Validate() with a bad connection string = %v; want an error without the password", err)
 	}
 }
 

@@ -11,17 +11,18 @@ import (
 
 // openMigrated applies the migrations to the database at url and opens a
 // pool of at least minConns connections (more if url's pool_max_conns asks
-// for more). The caller closes the pool. Errors name DATABASE_URL: a bad URL
-// is a configuration error, a failed migration or connection is wrapped.
-func openMigrated(ctx context.Context, url string, minConns int32) (*pgxpool.Pool, error) {
+// for more) whose sessions stamp backend (the event store's, see
+// poolConfig) on the log positions they write. The caller closes the pool.
+// Errors name DATABASE_URL: a bad URL is a configuration error, a failed
+// migration or connection is wrapped.
+func openMigrated(ctx context.Context, url string, minConns int32, backend string) (*pgxpool.Pool, error) {
 	if err := migrations.Up(ctx, url); err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	poolCfg, err := pgxpool.ParseConfig(url)
+	poolCfg, err := poolConfig(url, minConns, backend)
 	if err != nil {
-		return nil, configError("DATABASE_URL", "%v", err)
+		return nil, err
 	}
-	poolCfg.MaxConns = max(poolCfg.MaxConns, minConns)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)

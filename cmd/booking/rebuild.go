@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -13,13 +14,13 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/retrysafe/booking/eventstore/pgcoord"
-	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/projections"
 )
 
 // rebuildCmd is `booking projections rebuild [NAME...]`.
 type rebuildCmd struct {
-	DatabaseURL     string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (event store and read models)."`
+	DatabaseURL     string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (read models; the event store unless --event-store names KurrentDB)."`
+	EventStore      string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"The service's event store: postgres, or a kurrentdb://, esdb:// or esdb+discover:// connection string."`
 	IntentRetention time.Duration `name:"intent-retention" env:"BOOKING_INTENT_RETENTION" default:"24h" help:"Intent retention the intents view applies (the service's value)."`
 	LockTimeout     time.Duration `name:"lock-timeout" default:"2m" help:"How long to wait for a running service's projectors to hand over their locks."`
 	Progress        string        `name:"progress" default:"auto" enum:"auto,always,never" help:"Progress bar on stderr: auto (only on a terminal), always, never."`
@@ -46,23 +47,39 @@ func (c *rebuildCmd) Run(e *env) error {
 	if c.IntentRetention <= 0 {
 		return configError("BOOKING_INTENT_RETENTION", "must be a positive duration such as 24h")
 	}
+	if err := checkEventStore(c.EventStore); err != nil {
+		return err
+	}
+	backend, _ := eventStoreBackend(c.EventStore)
 	ps, err := projections.Select(c.Names, c.IntentRetention)
 	if err != nil {
 		return err
 	}
 	ctx := e.ctx
 	// Locks hold a connection each; the reader and the writer one more each.
-	pool, err := openMigrated(ctx, c.DatabaseURL, int32(2*len(ps)+4))
+	// The swapped checkpoints are stamped with backend (openMigrated), so
+	// a rebuild is how read models move to another event store.
+	pool, err := openMigrated(ctx, c.DatabaseURL, int32(2*len(ps)+4), backend)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 
-	store := pgstore.New(pool)
-	locks := pgcoord.NewLocks(pool)
-	total, err := store.EventCount(ctx)
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	elog, err := openEventLog(c.EventStore, pool, log)
 	if err != nil {
 		return err
+	}
+	defer elog.close()
+	store := elog.Store
+	locks := pgcoord.NewLocks(pool)
+	var total int64
+	if c.showProgress(e.stderr) {
+		// The total only sizes the progress bar; on KurrentDB counting
+		// reads the whole log once more, so it is read only for a bar.
+		if total, err = elog.counter.EventCount(ctx); err != nil {
+			return err
+		}
 	}
 	names := make([]string, len(ps))
 	for i, p := range ps {
@@ -120,15 +137,7 @@ func (c *rebuildCmd) Run(e *env) error {
 // progressBar returns a progress bar on w (events/s and ETA) when asked for
 // or when w is a terminal, else nil.
 func (c *rebuildCmd) progressBar(w io.Writer, total int64, what string) *progressbar.ProgressBar {
-	show := c.Progress == "always"
-	if c.Progress == "auto" {
-		if f, ok := w.(*os.File); ok {
-			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-				show = true
-			}
-		}
-	}
-	if !show {
+	if !c.showProgress(w) {
 		return nil
 	}
 	return progressbar.NewOptions64(max(total, 1),
@@ -141,6 +150,20 @@ func (c *rebuildCmd) progressBar(w io.Writer, total int64, what string) *progres
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionSetWidth(30),
 	)
+}
+
+// showProgress reports whether a progress bar goes to w: asked for, or
+// w is a terminal.
+func (c *rebuildCmd) showProgress(w io.Writer) bool {
+	show := c.Progress == "always"
+	if c.Progress == "auto" {
+		if f, ok := w.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				show = true
+			}
+		}
+	}
+	return show
 }
 
 // newProjector returns the live projector of p for `booking serve`: it

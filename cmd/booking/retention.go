@@ -7,8 +7,9 @@ import (
 )
 
 // streamPurger is the part of the event store the intent purge needs
-// (pgstore.Store.PurgeStreams): truncate up to limit streams of a prefix
-// whose first live event is older than olderThan by the database clock.
+// (pgstore.Store.PurgeStreams on PostgreSQL, logindex.Index.PurgeStreams on
+// KurrentDB): truncate up to limit streams of a prefix whose first live
+// event is older than olderThan by the database clock.
 type streamPurger interface {
 	PurgeStreams(ctx context.Context, prefix string, olderThan time.Duration, limit int) (int, error)
 }

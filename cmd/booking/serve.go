@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/faults"
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
@@ -19,7 +20,6 @@ import (
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
-	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/projections"
 	"github.com/retrysafe/booking/provider"
 	"github.com/retrysafe/booking/provider/providersim"
@@ -59,12 +59,35 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	ctx := e.ctx
 
-	pool, err := openMigrated(ctx, cfg.DatabaseURL, 32)
+	backend, _ := eventStoreBackend(cfg.EventStore) // checked by Validate
+	pool, err := openMigrated(ctx, cfg.DatabaseURL, 32, backend)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	store := pgstore.New(pool)
+	// Positions stored by another backend would make the workers skip or
+	// repeat events: refuse to start and say what to rebuild or reset.
+	if err := pgcoord.CheckBackend(ctx, pool, backend); err != nil {
+		return err
+	}
+	elog, err := openEventLog(cfg.EventStore, pool, log)
+	if err != nil {
+		return err
+	}
+	defer elog.close()
+	store := elog.Store
+	if elog.ping != nil {
+		// Not fatal: the store connects on its first call and every later
+		// call tries again, so the service comes up when KurrentDB does.
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := elog.ping(pctx); err != nil {
+			log.Error("KurrentDB is not reachable yet (BOOKING_EVENT_STORE); requests answer 503 and the workers retry until it is",
+				"err", err)
+		} else {
+			log.Info("event store", "backend", backend)
+		}
+		cancel()
+	}
 	registry := commands.NewRegistry()
 	keys := keystore.New(pool, masterKeys)
 	if err := keys.CheckMasterKeys(ctx); err != nil {
@@ -156,12 +179,12 @@ func (c *serveCmd) Run(e *env) error {
 		return h.RunExpiry(ctx, store, cps, cfg.RecoveryInterval/3)
 	})
 	startWorker("intent-purge", func(ctx context.Context) error {
-		return runPurge(ctx, store, cfg.IntentRetention, cfg.RecoveryInterval, log)
+		return runPurge(ctx, elog.purger, cfg.IntentRetention, cfg.RecoveryInterval, log)
 	})
 	// The payment reconciler (unknown outcomes, expired leases, deadlines,
 	// cancels, refunds), one instance across replicas.
 	startWorker(commands.ReconcilerName, func(ctx context.Context) error {
-		return h.RunReconciler(ctx, store, cfg.RecoveryInterval/3)
+		return h.RunReconciler(ctx, elog.pending, cfg.RecoveryInterval/3)
 	})
 	// One live projector per read model, each a single instance across
 	// replicas under its lock, handed over to a waiting `booking projections
@@ -176,16 +199,16 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	srv.Handler = httpapi.New(httpapi.Config{Tokens: tokens, WebhookSecret: []byte(cfg.ProviderWebhookSecret),
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
-		Ready: pool.Ping, Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI,
+		Ready: ready(pool, elog), Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI,
 		ObserveRequest: mx.ObserveHTTP},
 		h, projections.NewReader(pool), log)
-	mx.MustRegister(metrics.NewStateCollector(store, projections.NewReader(pool), clock, cfg.IntentRetention, log))
+	mx.MustRegister(metrics.NewStateCollector(elog.lag, projections.NewReader(pool), clock, cfg.IntentRetention, log))
 	// Notifications: the embedded NATS server unless BOOKING_NATS_URL, and
 	// the relay, one active instance across replicas under its fenced lease.
 	// The deferred Close runs after workers.Wait: the relay has saved its
 	// checkpoint, then the connection drains and the embedded server stops.
 	notif, err := natsrun.Start(ctx, natsrun.Config{URL: cfg.NATSURL, Addr: cfg.NATSAddr, DuplicateWindow: cfg.NATSDuplicateWindow,
-		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir}, log, pool, store)
+		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir, Backend: backend}, log, pool, store)
 	if err != nil {
 		ln.Close()
 		stopWorkers()
@@ -224,4 +247,18 @@ func (c *serveCmd) Run(e *env) error {
 	stopWorkers()
 	workers.Wait()
 	return err
+}
+
+// ready is the readiness check of /readyz: PostgreSQL answers and, on
+// KurrentDB, so does the event store.
+func ready(pool *pgxpool.Pool, elog *eventLog) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return err
+		}
+		if elog.ping != nil {
+			return elog.ping(ctx)
+		}
+		return nil
+	}
 }

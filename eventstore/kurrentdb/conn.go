@@ -202,10 +202,22 @@ func (c *conn) call(ctx context.Context, op func(ctx context.Context, client *es
 		}
 		return err
 	case <-ctx.Done():
-		// op goes on until the client answers or its connection ends.
+		// op goes on until the client answers or its connection ends. A
+		// deadline passed with no answer at all is how a client whose
+		// connection loop has ended looks (its calls block for good, see
+		// conn): the next call gets a fresh one.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(context.Cause(ctx), errNoAnswer) {
+			c.replace(gen, context.Cause(ctx))
+		}
 		return ctx.Err()
 	}
 }
+
+// errNoAnswer is the cause a caller cancels a call's context with when the
+// client did not answer in time (opening a subscription, whose context
+// cannot carry a deadline): call then replaces the client, as on a passed
+// deadline.
+var errNoAnswer = errors.New("kurrentdb: the client did not answer in time")
 
 // clientPanicError is a panic inside EventStore-Client-Go, recovered.
 type clientPanicError struct{ value any }

@@ -44,7 +44,8 @@
 // file (byte offsets; equal for every event written through gRPC). They are
 // not comparable with PostgreSQL's (transaction id, sequence): moving the
 // service from one backend to the other means rebuilding read models and
-// resetting checkpoints. Stream reads need KurrentDB 22.6 or later, which
+// resetting checkpoints (booking serve checks which backend wrote them, see
+// eventstore/pgcoord CheckBackend). Stream reads need KurrentDB 22.6 or later, which
 // sends positions with them; an older server's 2^64-1 is refused.
 //
 // System events (a stream or an event type starting with $: $metadata
@@ -96,7 +97,10 @@
 //     fresh one, and closes the old one once no call runs on it.
 //   - Its calls can block forever sending to its connection loop after the
 //     loop ended. Every call runs in a goroutine of its own, so the caller
-//     returns when its context ends.
+//     returns when its context ends; each read attempt is bounded by the
+//     append timeout and the opening of a subscription by a watchdog of the
+//     same length, and a call that got no answer in time replaces the client,
+//     so the next attempt does not wait on the dead loop.
 //   - It panics on a read reply it does not expect ("unreachable code").
 //     The panic is recovered and the read retried.
 //   - SubscribeToAll without a start position starts at the end of the log:

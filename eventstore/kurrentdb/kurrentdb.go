@@ -425,8 +425,11 @@ func (s *Store) sleep(ctx context.Context, n int) error {
 }
 
 // retryRead runs read until it succeeds, fails for good, or the read
-// attempts run out.
-func (s *Store) retryRead(ctx context.Context, read func() error) error {
+// attempts run out. Each attempt is bounded by the append timeout
+// (WithAppendTimeout): a client that stopped answering (its connection
+// loop ended) is replaced and the read tried again instead of waiting for
+// the caller's deadline.
+func (s *Store) retryRead(ctx context.Context, read func(ctx context.Context) error) error {
 	var err error
 	for attempt := 1; attempt <= s.readAttempts; attempt++ {
 		if attempt > 1 {
@@ -434,7 +437,9 @@ func (s *Store) retryRead(ctx context.Context, read func() error) error {
 				return fmt.Errorf("%w (after %v)", serr, err)
 			}
 		}
-		err = read()
+		actx, cancel := context.WithTimeout(ctx, s.appendTimeout)
+		err = read(actx)
+		cancel()
 		if err == nil || ctx.Err() != nil || errors.Is(err, ErrClosed) || !transient(err) {
 			return err
 		}
@@ -446,7 +451,7 @@ func (s *Store) retryRead(ctx context.Context, read func() error) error {
 // retried on connection failures) and converts them.
 func (s *Store) readStream(ctx context.Context, stream string, opts esdb.ReadStreamOptions, count uint64) ([]eventstore.RecordedEvent, error) {
 	var out []eventstore.RecordedEvent
-	err := s.retryRead(ctx, func() error {
+	err := s.retryRead(ctx, func(ctx context.Context) error {
 		out = nil
 		return s.conn.call(ctx, func(ctx context.Context, c *esdb.Client) error {
 			rs, err := c.ReadStream(ctx, stream, opts, count)
@@ -482,7 +487,7 @@ func (s *Store) readAll(ctx context.Context, from esdb.AllPosition, dir esdb.Dir
 		out []eventstore.RecordedEvent
 		n   int
 	)
-	err := s.retryRead(ctx, func() error {
+	err := s.retryRead(ctx, func(ctx context.Context) error {
 		out, n = nil, 0
 		return s.conn.call(ctx, func(ctx context.Context, c *esdb.Client) error {
 			rs, err := c.ReadAll(ctx, esdb.ReadAllOptions{From: from, Direction: dir}, count)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
@@ -138,6 +139,19 @@ func (s *Store) subscribeOnce(ctx context.Context, last *eventstore.Position, ou
 	if !last.IsZero() {
 		from = esdb.Position{Commit: last.Commit, Prepare: last.Prepare}
 	}
+	// The subscription lives on sctx, so opening it cannot have a
+	// deadline: a watchdog cancels it if the client does not answer within
+	// the append timeout (a client whose connection loop ended never
+	// does), and call then replaces the client.
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var opened atomic.Bool
+	watchdog := time.AfterFunc(s.appendTimeout, func() {
+		if !opened.Load() {
+			cancel(errNoAnswer)
+		}
+	})
+	ctx = sctx
 	var sub *esdb.Subscription
 	err = s.conn.call(ctx, func(ctx context.Context, c *esdb.Client) error {
 		var err error
@@ -149,7 +163,12 @@ func (s *Store) subscribeOnce(ctx context.Context, last *eventstore.Position, ou
 		})
 		return err
 	})
+	opened.Store(true)
+	watchdog.Stop()
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errNoAnswer) {
+			err = fmt.Errorf("%w: %w", errNoAnswer, err)
+		}
 		return false, err
 	}
 	defer sub.Close()

@@ -56,6 +56,9 @@ type Config struct {
 	// DataDir is BOOKING_DATA_DIR; the embedded server stores its streams in
 	// DataDir/nats.
 	DataDir string
+	// Backend is the event store backend ("postgres" or "kurrentdb"), kept
+	// as stream BOOKING's marker (notify.StreamSpec.Backend).
+	Backend string
 }
 
 // Notifications is the running NATS side: the embedded server (nil with an
@@ -137,14 +140,18 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, pool *pgxpool.Pool
 	}
 	sctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
-	spec := notify.StreamSpec{Duplicates: cfg.DuplicateWindow}
+	spec := notify.StreamSpec{Duplicates: cfg.DuplicateWindow, Backend: cfg.Backend}
 	if n.server != nil {
 		_, err = notify.EnsureStream(sctx, js, spec)
 	} else {
 		_, err = notify.CheckStream(sctx, js, spec)
 	}
 	var cfgErr *notify.StreamConfigError
+	var backendErr *notify.StreamBackendError
 	switch {
+	case errors.As(err, &backendErr):
+		n.Close()
+		return nil, configerr.New("BOOKING_EVENT_STORE", "%v", backendErr)
 	case errors.As(err, &cfgErr) && cfgErr.Field == "duplicates":
 		n.Close()
 		return nil, configerr.New("BOOKING_NATS_DUPLICATE_WINDOW", "is %s but stream %s on BOOKING_NATS_URL has duplicate window %s; change one of them",

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
+	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/kurrentdb"
+	"github.com/retrysafe/booking/eventstore/logindex"
+	"github.com/retrysafe/booking/eventstore/pgcoord"
+	"github.com/retrysafe/booking/eventstore/pgstore"
+)
+
+// eventStoreBackend returns the backend name (pgcoord.BackendPostgres or
+// BackendKurrentDB) of a BOOKING_EVENT_STORE value, or a configuration
+// error naming the variable.
+func eventStoreBackend(spec string) (string, error) {
+	switch {
+	case spec == "" || spec == "postgres":
+		return pgcoord.BackendPostgres, nil
+	case kurrentdb.IsConnectionString(spec):
+		return pgcoord.BackendKurrentDB, nil
+	}
+	return "", configError("BOOKING_EVENT_STORE", "must be postgres or a kurrentdb://, esdb:// or esdb+discover:// connection string")
+}
+
+// checkEventStore validates a BOOKING_EVENT_STORE value, connection string
+// included (without connecting); the error names the variable and never
+// the password.
+func checkEventStore(spec string) error {
+	backend, err := eventStoreBackend(spec)
+	if err != nil || backend != pgcoord.BackendKurrentDB {
+		return err
+	}
+	s, err := kurrentdb.New(spec)
+	if err != nil {
+		return configError("BOOKING_EVENT_STORE", "%v", err)
+	}
+	return s.Close()
+}
+
+// eventLog is the event store a command runs on (BOOKING_EVENT_STORE) with
+// the queries the background jobs need beyond eventstore.Store: on
+// PostgreSQL pgstore's SQL over its tables, on KurrentDB a logindex.Index
+// that reads the log. PostgreSQL keeps read models, checkpoints, leases
+// and the clock on either backend.
+type eventLog struct {
+	eventstore.Store
+	// backend is pgcoord.BackendPostgres or BackendKurrentDB.
+	backend string
+	pending commands.PendingOrders
+	purger  streamPurger
+	counter interface {
+		EventCount(ctx context.Context) (int64, error)
+	}
+	// lag is the horizon lag of the metrics; nil on KurrentDB, whose
+	// single writer never holds the horizon back.
+	lag metrics.HorizonLagger
+	// ping checks the event store for /readyz (nil on PostgreSQL: the pool
+	// is pinged anyway).
+	ping  func(ctx context.Context) error
+	close func()
+}
+
+// openEventLog opens the event store spec names over pool (the service's
+// PostgreSQL, which holds the clock on either backend). The KurrentDB store
+// does not connect yet: its first call does, and a server that is not up
+// yet is retried by every later call (kurrentdb.New). The caller calls
+// close.
+func openEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger) (*eventLog, error) {
+	backend, err := eventStoreBackend(spec)
+	if err != nil {
+		return nil, err
+	}
+	if backend == pgcoord.BackendPostgres {
+		s := pgstore.New(pool)
+		return &eventLog{Store: s, backend: backend, pending: s, purger: s, counter: s, lag: s, close: func() {}}, nil
+	}
+	s, err := kurrentdb.New(spec, kurrentdb.WithLogger(log.With("component", "kurrentdb")))
+	if err != nil {
+		return nil, configError("BOOKING_EVENT_STORE", "%v", err)
+	}
+	ix := logindex.New(s, pgcoord.NewClock(pool))
+	return &eventLog{Store: s, backend: backend, pending: ix, purger: ix, counter: ix, ping: s.Ping,
+		close: func() { s.Close() }}, nil
+}
+
+// poolConfig parses a DATABASE_URL into a pool configuration of at least
+// minConns connections whose sessions stamp backend on the log positions
+// they write (pgcoord.SetBackend). Errors name DATABASE_URL.
+func poolConfig(url string, minConns int32, backend string) (*pgxpool.Config, error) {
+	poolCfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, configError("DATABASE_URL", "%v", err)
+	}
+	poolCfg.MaxConns = max(poolCfg.MaxConns, minConns)
+	pgcoord.SetBackend(poolCfg, backend)
+	return poolCfg, nil
+}

@@ -1,0 +1,199 @@
+package logindex_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/kurrentdb"
+	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
+	"github.com/retrysafe/booking/eventstore/logindex"
+	"github.com/retrysafe/booking/eventstore/memstore"
+)
+
+// backends are the stores the index is checked on: memstore, and the
+// KurrentDB backend on its in-process server double (where truncation is
+// logical: $all still returns the truncated events).
+var backends = map[string]func(t *testing.T) eventstore.Store{
+	"memstore": func(*testing.T) eventstore.Store { return memstore.New() },
+	"kurrentdb": func(t *testing.T) eventstore.Store {
+		srv, err := kurrentdbtest.Start("127.0.0.1:0", kurrentdbtest.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+		s, err := kurrentdb.New(srv.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	},
+}
+
+// clock is a settable clock standing in for PostgreSQL's.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now(context.Context) (time.Time, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now, nil
+}
+
+func appendEvents(t *testing.T, s eventstore.Store, stream string, at time.Time, evs ...domain.Event) {
+	t.Helper()
+	data := make([]eventstore.EventData, len(evs))
+	for i, e := range evs {
+		d, err := eventstore.Encode(uuid.Must(uuid.NewV7()).String(), e, eventstore.Metadata{OccurredAt: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[i] = d
+	}
+	if _, err := s.Append(context.Background(), stream, eventstore.Any(), data...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPendingOrders pages through the orders the reconciler must visit with
+// the same rule and the same table as pgstore's TestPendingOrders, and sees
+// orders appended after the first call.
+func TestPendingOrders(t *testing.T) {
+	for name, newStore := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			ctx := context.Background()
+			money := domain.Money{Amount: 100, Currency: "EUR"}
+			placed := func(id string) domain.Event {
+				return domain.OrderPlaced{OrderID: id, Amount: money, PaymentDeadline: time.Now().Add(time.Hour)}
+			}
+			orders := map[string][]domain.Event{
+				"00000000-0000-7000-8000-000000000001": {placed("1")},
+				"00000000-0000-7000-8000-000000000002": {placed("2"), domain.OrderConfirmed{}},
+				"00000000-0000-7000-8000-000000000003": {placed("3"), domain.OrderCancelRequested{}},
+				"00000000-0000-7000-8000-000000000004": {placed("4"), domain.OrderFailed{}, domain.RefundRequested{ChargeID: "ch"}},
+				"00000000-0000-7000-8000-000000000005": {placed("5"), domain.OrderFailed{}, domain.RefundRequested{ChargeID: "ch"}, domain.RefundSucceeded{ChargeID: "ch"}},
+				"00000000-0000-7000-8000-000000000006": {placed("6"), domain.OrderNeedsReview{}},
+				"00000000-0000-7000-8000-000000000007": {placed("7"), domain.OrderCancelled{}, domain.RefundRequested{ChargeID: "ch"},
+					domain.RefundRefused{ChargeID: "ch"}, domain.OrderNeedsReview{}},
+				"00000000-0000-7000-8000-000000000008": {placed("8"), domain.OrderCancelled{}, domain.RefundRequested{ChargeID: "ch1"},
+					domain.RefundRefused{ChargeID: "ch1"}, domain.OrderNeedsReview{}, domain.RefundSucceeded{ChargeID: "ch1"},
+					domain.RefundRequested{ChargeID: "ch2"}},
+			}
+			for id, evs := range orders {
+				appendEvents(t, s, domain.OrderStream(id), time.Now(), evs...)
+			}
+			appendEvents(t, s, domain.ClaimStream("00000000-0000-7000-8000-000000000009"), time.Now(), domain.OrderClaimed{})
+			ix := logindex.New(s, &clock{now: time.Now()})
+			pages := func() []string {
+				var got []string
+				after := ""
+				for {
+					page, err := ix.PendingOrders(ctx, after, 2)
+					if err != nil {
+						t.Fatalf("PendingOrders: %v", err)
+					}
+					got = append(got, page...)
+					if len(page) < 2 {
+						return got
+					}
+					after = page[len(page)-1]
+				}
+			}
+			want := []string{"00000000-0000-7000-8000-000000000001", "00000000-0000-7000-8000-000000000003",
+				"00000000-0000-7000-8000-000000000004", "00000000-0000-7000-8000-000000000008"}
+			if got := pages(); !cmp.Equal(want, got) || !slices.IsSorted(got) {
+				t.Errorf("PendingOrders pages (-want +got):\n%s", cmp.Diff(want, got))
+			}
+			// Later appends are seen by the next call: order 1 ends, order 0 starts.
+			appendEvents(t, s, domain.OrderStream("00000000-0000-7000-8000-000000000001"), time.Now(), domain.OrderConfirmed{})
+			appendEvents(t, s, domain.OrderStream("00000000-0000-7000-8000-000000000000"), time.Now(), placed("0"))
+			want = []string{"00000000-0000-7000-8000-000000000000", "00000000-0000-7000-8000-000000000003",
+				"00000000-0000-7000-8000-000000000004", "00000000-0000-7000-8000-000000000008"}
+			if got := pages(); !cmp.Equal(want, got) {
+				t.Errorf("PendingOrders after more appends (-want +got):\n%s", cmp.Diff(want, got))
+			}
+		})
+	}
+}
+
+// TestPurgeStreams truncates exactly the intent streams whose first live
+// event occurred (metadata occurred_at, by the given clock) more than the
+// age ago, keeps their last revision, and after a restart of the index
+// (which reads the truncated events again where $all still has them)
+// purges nothing twice.
+func TestPurgeStreams(t *testing.T) {
+	for name, newStore := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			ctx := context.Background()
+			now := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+			c := &clock{now: now}
+			oldAt, newAt := now.Add(-2*time.Hour), now.Add(-time.Minute)
+			appendEvents(t, s, "intent-old1", oldAt, domain.OrderConfirmed{}, domain.OrderConfirmed{})
+			appendEvents(t, s, "intent-old2", oldAt, domain.OrderConfirmed{})
+			appendEvents(t, s, "intent-new", newAt, domain.OrderConfirmed{})
+			// The store's own timestamps (recorded now, by its host clock) do not count:
+			// an event with no occurred_at is never judged old.
+			appendEvents(t, s, "intent-undated", time.Time{}, domain.OrderConfirmed{})
+			appendEvents(t, s, "order-old", oldAt, domain.OrderConfirmed{})
+			ix := logindex.New(s, c)
+			if n, err := ix.EventCount(ctx); err != nil || n != 6 {
+				t.Fatalf("EventCount() = %d, %v; want 6", n, err)
+			}
+			if n, err := ix.PurgeStreams(ctx, "intent-", time.Hour, 1); err != nil || n != 1 {
+				t.Fatalf("PurgeStreams(limit 1) = %d, %v; want 1", n, err)
+			}
+			if n, err := ix.PurgeStreams(ctx, "intent-", time.Hour, 10); err != nil || n != 1 {
+				t.Fatalf("PurgeStreams(limit 10) = %d, %v; want the other old intent", n, err)
+			}
+			if n, err := ix.PurgeStreams(ctx, "intent-", time.Hour, 10); err != nil || n != 0 {
+				t.Fatalf("PurgeStreams again = %d, %v; want 0", n, err)
+			}
+			if _, err := ix.PurgeStreams(ctx, "order-", time.Hour, 10); err == nil {
+				t.Errorf("PurgeStreams(order-) succeeded; want an error (only intents are indexed)")
+			}
+			for stream, want := range map[string]int{"intent-old1": 0, "intent-old2": 0, "intent-new": 1, "intent-undated": 1, "order-old": 1} {
+				evs, err := s.ReadStream(ctx, stream, 0, 10)
+				if want == 0 && errors.Is(err, eventstore.ErrStreamNotFound) {
+					continue
+				}
+				if err != nil || len(evs) != want {
+					t.Errorf("ReadStream(%s) = %d events, %v; want %d", stream, len(evs), err, want)
+				}
+			}
+			// A new intent on a purged key continues at its last revision and
+			// is judged by its own age; a fresh index purges nothing twice.
+			d, _ := eventstore.Encode(uuid.Must(uuid.NewV7()).String(), domain.OrderConfirmed{}, eventstore.Metadata{OccurredAt: newAt})
+			if _, err := s.Append(ctx, "intent-old1", eventstore.Exact(1), d); err != nil {
+				t.Fatalf("Append(intent-old1, Exact(1)) after the purge = %v", err)
+			}
+			ix = logindex.New(s, c)
+			if n, err := ix.PurgeStreams(ctx, "intent-", time.Hour, 10); err != nil || n != 0 {
+				t.Fatalf("PurgeStreams on a fresh index = %d, %v; want 0", n, err)
+			}
+			c.mu.Lock()
+			c.now = now.Add(2 * time.Hour)
+			c.mu.Unlock()
+			if n, err := ix.PurgeStreams(ctx, "intent-", time.Hour, 10); err != nil || n != 2 {
+				t.Fatalf("PurgeStreams two hours later = %d, %v; want 2 (intent-new and the new intent-old1)", n, err)
+			}
+			if _, err := s.ReadStream(ctx, "intent-old1", 0, 0); !errors.Is(err, eventstore.ErrStreamNotFound) {
+				t.Errorf("ReadStream(intent-old1) after the second purge = %v; want ErrStreamNotFound", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,96 @@
+package pgcoord
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Backend names, as stored in the backend column of the position tables
+// (migration 00007) and in the session setting booking.backend.
+const (
+	BackendPostgres  = "postgres"
+	BackendKurrentDB = "kurrentdb"
+)
+
+// BackendSetting is the PostgreSQL session setting (a run-time parameter of
+// every connection of the service's pool, see SetBackend) whose value the
+// position tables' trigger stamps on every position written.
+const BackendSetting = "booking.backend"
+
+// SetBackend makes every connection of a pool built from cfg stamp backend
+// on the positions it writes (checkpoints, projection_checkpoints,
+// notify_relays). Call it on the pool configuration before the pool is
+// created.
+func SetBackend(cfg *pgxpool.Config, backend string) {
+	cfg.ConnConfig.RuntimeParams[BackendSetting] = backend
+}
+
+// BackendMismatchError reports stored log positions written on another
+// event store backend than the one the service is started on. Positions
+// are not comparable across backends, so the service refuses to start;
+// Error says what to rebuild or reset.
+type BackendMismatchError struct {
+	// Want is the backend the service is started on.
+	Want string
+	// Checkpoints, Projections and Relays name the rows of checkpoints,
+	// projection_checkpoints and notify_relays at a non-zero position
+	// written by another backend, each as "name (backend)".
+	Checkpoints, Projections, Relays []string
+}
+
+// Error lists the positions at fault and, for each table, the way out:
+// rebuild the read models, reset the workers' checkpoints, reset the
+// relay's checkpoint together with NATS stream BOOKING.
+func (e *BackendMismatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the event store is %s (BOOKING_EVENT_STORE), but the database holds log positions written on another backend; positions are not comparable across backends:", e.Want)
+	if len(e.Projections) > 0 {
+		fmt.Fprintf(&b, " read models %s: rebuild them with `BOOKING_EVENT_STORE=… booking projections rebuild`;", strings.Join(e.Projections, ", "))
+	}
+	if len(e.Checkpoints) > 0 {
+		fmt.Fprintf(&b, " worker checkpoints %s: reset them (DELETE FROM checkpoints; the workers then re-read the whole log, which is safe: they are idempotent);", strings.Join(e.Checkpoints, ", "))
+	}
+	if len(e.Relays) > 0 {
+		fmt.Fprintf(&b, " notification relay %s: reset it (DELETE FROM notify_relays) and delete NATS stream BOOKING, whose messages carry the old positions (nats stream rm BOOKING);", strings.Join(e.Relays, ", "))
+	}
+	b.WriteString(" see the README, \"Running on KurrentDB\"")
+	return b.String()
+}
+
+// CheckBackend returns a *BackendMismatchError if any stored position
+// (checkpoints, projection_checkpoints, notify_relays) other than the
+// start of the log was written by a backend other than want. Returns a
+// wrapped error if a query fails. Call it at start, before any worker
+// moves a position.
+func CheckBackend(ctx context.Context, pool *pgxpool.Pool, want string) error {
+	e := &BackendMismatchError{Want: want}
+	for _, t := range []struct {
+		table string
+		into  *[]string
+	}{{"checkpoints", &e.Checkpoints}, {"projection_checkpoints", &e.Projections}, {"notify_relays", &e.Relays}} {
+		rows, err := pool.Query(ctx, `SELECT name || ' (' || backend || ')' FROM `+t.table+
+			` WHERE backend <> $1 AND (commit_tx, prepare) <> (0, 0) ORDER BY name`, want)
+		if err != nil {
+			return fmt.Errorf("pgcoord: check the backend of %s: %w", t.table, err)
+		}
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				rows.Close()
+				return fmt.Errorf("pgcoord: check the backend of %s: %w", t.table, err)
+			}
+			*t.into = append(*t.into, s)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("pgcoord: check the backend of %s: %w", t.table, err)
+		}
+	}
+	if len(e.Checkpoints)+len(e.Projections)+len(e.Relays) > 0 {
+		return e
+	}
+	return nil
+}

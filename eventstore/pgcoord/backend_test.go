@@ -1,0 +1,82 @@
+package pgcoord
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/migrations/pgtest"
+)
+
+// TestCheckBackend: positions written by a pool whose sessions name a
+// backend (SetBackend) are stamped with it by the migration's trigger;
+// CheckBackend accepts them on that backend, refuses them on the other
+// with every row named and the way out for each table, and ignores rows at
+// the start of the log.
+func TestCheckBackend(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	open := func(backend string) *pgxpool.Pool {
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		SetBackend(cfg, backend)
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	kdb, pg := open(BackendKurrentDB), open(BackendPostgres)
+	pos := eventstore.Position{Commit: 100, Prepare: 100}
+	if err := NewCheckpoints(kdb).Save(ctx, "process-manager", pos); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewCheckpoints(kdb).Save(ctx, "at-start", eventstore.Position{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLeases(kdb).Acquire(ctx, "notify", "me", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SaveCheckpoint(ctx, pos); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kdb.Exec(ctx, `INSERT INTO projection_checkpoints (name, commit_tx, prepare) VALUES ('orders', 100, 100)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckBackend(ctx, kdb, BackendKurrentDB); err != nil {
+		t.Fatalf("CheckBackend(kurrentdb) on kurrentdb positions = %v, want nil", err)
+	}
+	err = CheckBackend(ctx, pg, BackendPostgres)
+	var mm *BackendMismatchError
+	if !errors.As(err, &mm) {
+		t.Fatalf("CheckBackend(postgres) on kurrentdb positions = %v, want a *BackendMismatchError", err)
+	}
+	if !slices.Equal(mm.Checkpoints, []string{"process-manager (kurrentdb)"}) || !slices.Equal(mm.Projections, []string{"orders (kurrentdb)"}) ||
+		!slices.Equal(mm.Relays, []string{"notify (kurrentdb)"}) {
+		t.Errorf("mismatch = %+v; want process-manager, orders and notify (not at-start, at the start of the log)", mm)
+	}
+	for _, want := range []string{"booking projections rebuild", "DELETE FROM checkpoints", "DELETE FROM notify_relays", "nats stream rm BOOKING"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	// Moving a position on the other backend stamps it: the lease's row
+	// is now PostgreSQL's.
+	if _, err := pg.Exec(ctx, `UPDATE notify_relays SET commit_tx = 5, prepare = 5`); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckBackend(ctx, pg, BackendPostgres); !errors.As(err, &mm) || len(mm.Relays) != 0 || len(mm.Checkpoints) != 1 {
+		t.Errorf("after the relay moved on postgres: CheckBackend = %v; want only the checkpoint and the read model", err)
+	}
+}
