@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/faults"
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
@@ -18,9 +21,11 @@ import (
 	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
+	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/projections"
+	"github.com/retrysafe/booking/projections/notify"
 	"github.com/retrysafe/booking/provider"
 	"github.com/retrysafe/booking/provider/providersim"
 )
@@ -180,6 +185,7 @@ func (c *serveCmd) Run(e *env) error {
 		ObserveRequest: mx.ObserveHTTP},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(store, projections.NewReader(pool), clock, cfg.IntentRetention, log))
+	mx.MustRegister(newLagCollector(pool, store, log))
 	// Notifications: the embedded NATS server unless BOOKING_NATS_URL, and
 	// the relay, one active instance across replicas under its fenced lease.
 	// The deferred Close runs after workers.Wait: the relay has saved its
@@ -224,4 +230,18 @@ func (c *serveCmd) Run(e *env) error {
 	stopWorkers()
 	workers.Wait()
 	return err
+}
+
+// newLagCollector returns the lag gauges of every projector and of the
+// notification relay (metrics.LagCollector), from their checkpoints in the
+// database and the head of store.
+func newLagCollector(pool *pgxpool.Pool, store *pgstore.Store, log *slog.Logger) *metrics.LagCollector {
+	return metrics.NewLagCollector(store, projections.Names(), projections.NewReader(pool).Checkpoint,
+		func(ctx context.Context) (eventstore.Position, error) {
+			st, err := notify.LoadRelayState(ctx, pool, notify.DefaultRelayName)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return eventstore.Position{}, nil // never ran: everything is to be published
+			}
+			return st.Checkpoint, err
+		}, log)
 }
