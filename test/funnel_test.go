@@ -123,7 +123,9 @@ func TestMetrics_FunnelDeltas(t *testing.T) {
 	inUse := "booking_idempotency_in_use_total" + op
 	replays := "booking_idempotency_replays_total" + op
 	conflicts := "booking_idempotency_fingerprint_conflicts_total" + op
-	recon := func(result string) string { return fmt.Sprintf("booking_payment_reconciliations_total{result=%q}", result) }
+	recon := func(result string) string {
+		return fmt.Sprintf("booking_payment_reconciliations_total{result=%q}", result)
+	}
 	s.waitGauge(t, "booking_intents_pending", "0 after the setup", func(v float64) bool { return v == 0 })
 
 	// ---- in use, pending intents
