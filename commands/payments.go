@@ -88,6 +88,7 @@ func (h *Handler) DrivePayment(ctx context.Context, orderID string) error {
 		if err != nil {
 			return err
 		}
+		ctx = withStreamCorrelation(ctx, s)
 		if o.Status != domain.OrderStatusPending && o.Status != domain.OrderStatusCancelling {
 			return nil
 		}

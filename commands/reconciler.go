@@ -100,10 +100,11 @@ func (h *Handler) ReconcilePass(ctx context.Context, pending PendingOrders) (int
 // finish a cancel). It returns the first error; safe to call concurrently
 // and repeatedly.
 func (h *Handler) ReconcileOrder(ctx context.Context, orderID string) error {
-	o, _, err := h.LoadOrder(ctx, orderID)
+	o, s, err := h.LoadOrder(ctx, orderID)
 	if err != nil || !o.Exists() {
 		return err
 	}
+	ctx = withStreamCorrelation(ctx, s)
 	var firstErr error
 	for _, r := range o.PendingRefunds() {
 		req := domain.RefundRequested{OrderID: o.ID, ChargeID: r.ChargeID, Amount: r.Amount, Key: r.Key, Reason: r.Reason}
