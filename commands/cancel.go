@@ -18,6 +18,7 @@ import (
 // order failed or in review) are *Rejection with 409, answered the same to
 // every repeat; another actor's order is 404.
 func (h *Handler) CancelOrder(ctx context.Context, req Request, orderID string) (OrderResult, error) {
+	ctx = WithCorrelationID(ctx, req.CorrelationID)
 	run, err := h.beginIntent(ctx, req, map[string]any{"order_id": orderID}, nil, nil)
 	if err != nil {
 		return OrderResult{}, err
@@ -90,7 +91,7 @@ func (h *Handler) resolveCancelling(ctx context.Context, o domain.Order) {
 	}
 	go func() {
 		if err := h.DrivePayment(context.WithoutCancel(ctx), o.ID); err != nil {
-			h.log.Warn("cancelling order not resolved yet; the reconciler retries", "order_id", o.ID, "err", err)
+			h.log.WarnContext(ctx, "cancelling order not resolved yet; the reconciler retries", "order_id", o.ID, "err", err)
 		}
 	}()
 }

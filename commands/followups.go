@@ -60,6 +60,9 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 	}
 	m, _ := eventstore.DecodeMetadata(r.Metadata)
 	m.CausationID = r.ID
+	// What follows from the event carries its correlation id: the request
+	// that caused it (in logs through the logger's context, too).
+	ctx = WithCorrelationID(ctx, m.CorrelationID)
 	switch e := ev.(type) {
 	case domain.SeatsHeld:
 		return h.ensureReservationHeld(ctx, heldRecord{id: r.ID, e: e, meta: m})
@@ -94,7 +97,7 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 		go func() {
 			defer wg.Done()
 			if err := h.DrivePayment(context.WithoutCancel(ctx), orderID); err != nil {
-				h.log.Warn("payment step failed; the reconciler retries", "order_id", orderID, "err", err)
+				h.log.WarnContext(ctx, "payment step failed; the reconciler retries", "order_id", orderID, "err", err)
 			}
 		}()
 	case domain.OrderFailed:
@@ -115,7 +118,7 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 		return h.shredRefusedOrder(ctx, r.Stream)
 	case domain.RefundRequested:
 		if err := h.sendRefund(ctx, e.OrderID, e); err != nil {
-			h.log.Warn("refund not sent yet; the reconciler retries", "order_id", e.OrderID, "err", err)
+			h.log.WarnContext(ctx, "refund not sent yet; the reconciler retries", "order_id", e.OrderID, "err", err)
 		}
 	}
 	return nil

@@ -142,6 +142,9 @@ type Hooks struct {
 //
 //   - intent.recorded: a new IntentRecorded was appended (every operation);
 //     the commit point is still ahead.
+//   - intent.waiting: a repeat found the intent's executor inside its lease
+//     before the commit point, and is about to wait for it (up to InUseWait);
+//     a repeat parked here has not started its wait yet.
 //   - reservation.holding: before SeatsHeld joins the show's next append
 //     (the reservation's commit point).
 //   - reservation.held: after SeatsHeld was appended.
@@ -160,7 +163,7 @@ type Hooks struct {
 //   - expiry.claimed: after the expiry job appended an ExpiryClaimed (the
 //     process manager may release the seats from then on).
 var Steps = []string{
-	"intent.recorded",
+	"intent.recorded", "intent.waiting",
 	"reservation.holding", "reservation.held",
 	"order.claiming", "order.claimed", "order.placed",
 	"payment.fenced", "payment.sent", "payment.recorded",
@@ -285,8 +288,13 @@ type pending struct {
 
 // appendEvents encodes and appends events to one stream with metadata m,
 // each with its own schema version (see appendResolving for an append whose
-// outcome is unknown).
+// outcome is unknown). Metadata without a correlation id takes ctx's
+// (CorrelationID): a follow-up carries the id of the request or of the
+// event that caused it.
 func (h *Handler) appendEvents(ctx context.Context, name string, exp eventstore.ExpectedRevision, m eventstore.Metadata, evs ...pending) (eventstore.AppendResult, error) {
+	if m.CorrelationID == "" {
+		m.CorrelationID = CorrelationID(ctx)
+	}
 	data := make([]eventstore.EventData, len(evs))
 	for i, p := range evs {
 		m.SchemaVersion = domain.SchemaVersionOf(p.e)
@@ -335,7 +343,7 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 		return res, unavailable(err)
 	}
 	first := err
-	h.log.Warn("append outcome unknown; repeating it to learn what committed", "stream", name, "err", err)
+	h.log.WarnContext(ctx, "append outcome unknown; repeating it to learn what committed", "stream", name, "err", err)
 	for _, d := range outcomeRepeatDelays {
 		if tick.Sleep(ctx, d) != nil {
 			break
@@ -344,7 +352,7 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 		switch {
 		case err == nil:
 			h.metrics.UnknownAppend("resolved")
-			h.log.Info("append outcome learned: the events are in the stream", "stream", name)
+			h.log.InfoContext(ctx, "append outcome learned: the events are in the stream", "stream", name)
 			return res, nil
 		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
 			h.metrics.UnknownAppend("not_committed")

@@ -120,7 +120,7 @@ func (h *Handler) appendHoldsSafely(ctx context.Context, showID string, batch []
 	answered := false
 	defer func() {
 		if p := recover(); p != nil && !answered {
-			h.log.Error("hold batch panicked", "show_id", showID, "panic", p)
+			h.log.ErrorContext(ctx, "hold batch panicked", "show_id", showID, "panic", p)
 			for _, r := range batch {
 				select {
 				case r.done <- holdResult{err: fmt.Errorf("hold batch failed: %v", p)}:

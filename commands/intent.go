@@ -184,6 +184,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			return rejectionOf(in.Rejection, true)
 		case domain.ResolveContinue:
 			h.metrics.Replay(req.Operation)
+			h.log.DebugContext(ctx, "intent repeated", "operation", req.Operation, "intent", stream, "target_id", in.Recorded.TargetID)
 			run = &intentRun{req: req, stream: stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command}
 			return nil
 		}
@@ -226,6 +227,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		rn.intent.Apply(rec)
 		rn.intent.RecordedAt = now
 		rn.rev = res.NextRevision
+		h.log.DebugContext(ctx, "intent recorded", "operation", req.Operation, "intent", stream, "target_id", targetID)
 		h.step("intent.recorded")
 		run = rn
 		return nil
@@ -317,6 +319,9 @@ func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed f
 		case domain.ResolveExecute:
 			return nil
 		case domain.ResolveWait:
+			if !waited {
+				h.step("intent.waiting")
+			}
 			wait := min(h.cfg.InUseWait, run.intent.LeaseUntil.Sub(now)+50*time.Millisecond)
 			done, err := waitFor(ctx, wait, committed)
 			if err != nil {

@@ -143,7 +143,7 @@ var errKeyGone = errors.New("the order's data key is gone (shredded)")
 func (h *Handler) orderKey(ctx context.Context, o domain.Order, create bool) (*envelope.DataKey, error) {
 	dk, ok, err := h.keys.Key(ctx, o.ID)
 	if err != nil {
-		h.log.Error("an order's data key cannot be read: is every master key that wraps one configured?", "order_id", o.ID, "err", err)
+		h.log.ErrorContext(ctx, "an order's data key cannot be read: is every master key that wraps one configured?", "order_id", o.ID, "err", err)
 		return nil, unavailable(err)
 	}
 	if ok {

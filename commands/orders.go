@@ -47,13 +47,14 @@ type OrderResult struct {
 // The token is held sealed in the key table under the new order's id before
 // the intent is recorded; a repeat finds it there.
 func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
+	ctx = WithCorrelationID(ctx, req.CorrelationID)
 	prep := &intentPrep{
 		prepare: func(ctx context.Context, orderID string, now time.Time) error {
 			return h.holdToken(ctx, orderID, cmd.PaymentToken, now)
 		},
 		discard: func(ctx context.Context, orderID string) {
 			if err := h.shred(ctx, orderID); err != nil {
-				h.log.Warn("unused order key not deleted; the reconciler deletes it after the intent retention", "order_id", orderID, "err", err)
+				h.log.WarnContext(ctx, "unused order key not deleted; the reconciler deletes it after the intent retention", "order_id", orderID, "err", err)
 			}
 		},
 	}
@@ -167,7 +168,7 @@ func (h *Handler) rejectOrder(ctx context.Context, run *intentRun, derr *domain.
 	var rej *Rejection
 	if errors.As(err, &rej) {
 		if serr := h.shred(ctx, run.targetID()); serr != nil {
-			h.log.Warn("key of a refused order not deleted yet; the process manager retries", "order_id", run.targetID(), "err", serr)
+			h.log.WarnContext(ctx, "key of a refused order not deleted yet; the process manager retries", "order_id", run.targetID(), "err", serr)
 		}
 	}
 	return err
@@ -219,7 +220,7 @@ func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimI
 	placed = err == nil
 	if placed && !before.Exists() {
 		if err := h.keys.Placed(ctx, c.OrderID, ev.PaymentDeadline); err != nil {
-			h.log.Warn("held token not dropped yet; the process manager retries", "order_id", c.OrderID, "err", err)
+			h.log.WarnContext(ctx, "held token not dropped yet; the process manager retries", "order_id", c.OrderID, "err", err)
 		}
 	}
 	return placed, h.appendFollowUp(ctx, domain.ReservationStream(c.ReservationID), m, func(s *stream) []pending {
@@ -323,7 +324,7 @@ func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Dura
 	go func() {
 		defer close(done)
 		if err := h.DrivePayment(context.WithoutCancel(ctx), orderID); err != nil {
-			h.log.Warn("payment step failed; the reconciler will finish it", "order_id", orderID, "err", err)
+			h.log.WarnContext(ctx, "payment step failed; the reconciler will finish it", "order_id", orderID, "err", err)
 		}
 	}()
 	deadline := time.Now().Add(wait) // a wait budget, not a decision: host clock is fine

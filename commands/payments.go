@@ -88,6 +88,7 @@ func (h *Handler) DrivePayment(ctx context.Context, orderID string) error {
 		if err != nil {
 			return err
 		}
+		ctx = withStreamCorrelation(ctx, s)
 		if o.Status != domain.OrderStatusPending && o.Status != domain.OrderStatusCancelling {
 			return nil
 		}
@@ -231,7 +232,7 @@ func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n
 	if token == "" {
 		pt, err := dk.Open(o.SealedPaymentToken, TokenAAD(o.ID))
 		if err != nil {
-			h.log.Error("an order's sealed payment token does not open under its data key", "order_id", o.ID, "err", err)
+			h.log.ErrorContext(ctx, "an order's sealed payment token does not open under its data key", "order_id", o.ID, "err", err)
 			return fmt.Errorf("order %s: payment token: %w", o.ID, err)
 		}
 		token = string(pt)
@@ -243,7 +244,7 @@ func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n
 		LeaseUntil: now.Add(h.cfg.PaymentLease), RequestSHA256: sha256Hex(body), SealedRequestBody: dk.Seal(body, RequestAAD(o.ID, n)),
 		Settle: h.cfg.SettleMargin}, now)
 	if err != nil {
-		h.log.Debug("payment attempt not started", "order_id", o.ID, "attempt", n, "why", err)
+		h.log.DebugContext(ctx, "payment attempt not started", "order_id", o.ID, "attempt", n, "why", err)
 		return errRetry
 	}
 	if err := h.appendLease(ctx, o, s, evs[0], now); err != nil {
@@ -267,7 +268,7 @@ func (h *Handler) takeOverAttempt(ctx context.Context, o domain.Order, s *stream
 		h.metrics.Reconciliation("lease_renewed")
 	} else {
 		h.metrics.Reconciliation("lease_taken_over")
-		h.log.Info("payment lease taken over", "order_id", o.ID, "attempt", a.N, "previous_owner", a.Owner)
+		h.log.InfoContext(ctx, "payment lease taken over", "order_id", o.ID, "attempt", a.N, "previous_owner", a.Owner)
 	}
 	return nil
 }
@@ -300,7 +301,7 @@ func (h *Handler) lookupCharges(ctx context.Context, o domain.Order, a domain.At
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	if found && h.ownCharge(o.ID, ch) {
+	if found && h.ownCharge(ctx, o.ID, ch) {
 		return []provider.Charge{ch}, nil
 	}
 	list, err := h.payments.SearchCharges(qctx, o.ID, a.N)
@@ -310,7 +311,7 @@ func (h *Handler) lookupCharges(ctx context.Context, o domain.Order, a domain.At
 	var out, failed []provider.Charge
 	for _, c := range list {
 		switch {
-		case !h.ownCharge(o.ID, c):
+		case !h.ownCharge(ctx, o.ID, c):
 		case c.Status == provider.StatusSucceeded:
 			out = append(out, c)
 		case c.IdempotencyKey == a.ProviderKey:
@@ -333,12 +334,12 @@ func (h *Handler) declineOfAttempt(o domain.Order, ch provider.Charge) bool {
 }
 
 // ownCharge reports whether ch belongs to the order, by its metadata.
-func (h *Handler) ownCharge(orderID string, ch provider.Charge) bool {
+func (h *Handler) ownCharge(ctx context.Context, orderID string, ch provider.Charge) bool {
 	if ch.Metadata[provider.MetadataOrderID] == orderID {
 		return true
 	}
 	h.metrics.Reconciliation("foreign_charge")
-	h.log.Error("the provider answered with another order's charge: idempotency key collision?",
+	h.log.ErrorContext(ctx, "the provider answered with another order's charge: idempotency key collision?",
 		"order_id", orderID, "charge_id", ch.ID, "charge_order_id", ch.Metadata[provider.MetadataOrderID])
 	return false
 }
@@ -355,11 +356,11 @@ func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, no
 		// first, or the deadline passed): nothing is sent, and this call
 		// still knows whether it ever sent under its lease (st.unsent), so
 		// a cancel can finish at once. Decide again on a fresh reading.
-		h.log.Info("payment attempt not sent: the order's data key is gone", "order_id", o.ID, "attempt", a.N)
+		h.log.InfoContext(ctx, "payment attempt not sent: the order's data key is gone", "order_id", o.ID, "attempt", a.N)
 		return stepLater, nil
 	}
 	if err != nil {
-		h.log.Warn("payment attempt not sent: its request bytes cannot be read", "order_id", o.ID, "attempt", a.N, "err", err)
+		h.log.WarnContext(ctx, "payment attempt not sent: its request bytes cannot be read", "order_id", o.ID, "attempt", a.N, "err", err)
 		return stepDone, err
 	}
 	st.unsent = 0
@@ -377,7 +378,7 @@ func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, no
 	var res domain.PaymentResult
 	switch {
 	case err == nil:
-		if !h.ownCharge(o.ID, ch) {
+		if !h.ownCharge(ctx, o.ID, ch) {
 			return stepDone, fmt.Errorf("order %s attempt %d: the provider answered with another order's charge", o.ID, a.N)
 		}
 		res = resultOf(a.N, ch)
@@ -395,14 +396,14 @@ func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, no
 		// The key was used with other parameters: a bug or a key collision to
 		// alert on, never a decline. Reconciliation by key and metadata goes on.
 		h.metrics.Reconciliation("idempotency_error")
-		h.log.Error("provider refused the attempt's key as reused with other parameters; needs attention",
+		h.log.ErrorContext(ctx, "provider refused the attempt's key as reused with other parameters; needs attention",
 			"order_id", o.ID, "attempt", a.N, "err", err)
 		return stepDone, nil
 	case errors.Is(err, provider.ErrInvalidRequest):
 		// A definitive refusal that executed nothing (for example an unusable
 		// token): this attempt cannot succeed, and neither can a new one.
 		h.metrics.Reconciliation("provider_refused")
-		h.log.Warn("provider refused the payment request", "order_id", o.ID, "attempt", a.N, "err", err)
+		h.log.WarnContext(ctx, "provider refused the payment request", "order_id", o.ID, "attempt", a.N, "err", err)
 		res = domain.PaymentResult{Attempt: a.N, Outcome: domain.OutcomeFailed, Code: "invalid_request", Reason: "the provider refused the payment request",
 			FailReason: domain.FailPaymentDeclined}
 		if errors.As(err, &apiErr) && apiErr.Code != "" {
@@ -416,7 +417,7 @@ func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, no
 		// configuration fault to alert on, never a decline. The reconciler
 		// retries once it is fixed.
 		h.metrics.Reconciliation("provider_unauthorized")
-		h.log.Error("the provider refused the API key; nothing was charged", "order_id", o.ID, "attempt", a.N, "err", err)
+		h.log.ErrorContext(ctx, "the provider refused the API key; nothing was charged", "order_id", o.ID, "attempt", a.N, "err", err)
 		return stepDone, unavailable(err)
 	case errors.Is(err, provider.ErrUnavailable):
 		// Nothing was sent (also when the fence ran out before the call):
@@ -474,7 +475,7 @@ func (h *Handler) recordPayment(ctx context.Context, orderID string, res domain.
 	}
 	evs := c.domainEvents()
 	h.step("payment.recorded")
-	h.observe(orderID, evs)
+	h.observe(ctx, orderID, evs)
 	return h.afterOrderEvents(ctx, orderID, evs)
 }
 
@@ -489,17 +490,17 @@ func derived(cause string, evs []domain.Event) []pending {
 }
 
 // observe counts and logs what appended order events mean for operators.
-func (h *Handler) observe(orderID string, evs []domain.Event) {
+func (h *Handler) observe(ctx context.Context, orderID string, evs []domain.Event) {
 	for _, e := range evs {
 		switch e := e.(type) {
 		case domain.RefundRequested:
 			if e.Reason == domain.RefundRedundantEffect {
 				h.metrics.RedundantEffect()
-				h.log.Warn("redundant charge; refund requested", "order_id", orderID, "charge_id", e.ChargeID)
+				h.log.WarnContext(ctx, "redundant charge; refund requested", "order_id", orderID, "charge_id", e.ChargeID)
 			}
 		case domain.OrderNeedsReview:
 			h.metrics.Reconciliation("needs_review")
-			h.log.Error("order needs review", "order_id", orderID, "reason", e.Reason)
+			h.log.ErrorContext(ctx, "order needs review", "order_id", orderID, "reason", e.Reason)
 		}
 	}
 }
@@ -527,7 +528,7 @@ func (h *Handler) endOrder(ctx context.Context, o domain.Order, s *stream, evs [
 	if err != nil {
 		return err
 	}
-	h.log.Info("order ended", "order_id", o.ID, "why", why)
+	h.log.InfoContext(ctx, "order ended", "order_id", o.ID, "why", why)
 	return h.afterOrderEvents(ctx, o.ID, evs)
 }
 
@@ -543,7 +544,7 @@ func (h *Handler) afterOrderEvents(ctx context.Context, orderID string, evs []do
 	for _, e := range evs {
 		if endsSending(e) {
 			if err := h.shred(ctx, orderID); err != nil {
-				h.log.Warn("order key not deleted yet; the process manager retries", "order_id", orderID, "err", err)
+				h.log.WarnContext(ctx, "order key not deleted yet; the process manager retries", "order_id", orderID, "err", err)
 			}
 		}
 		switch e := e.(type) {
@@ -557,7 +558,7 @@ func (h *Handler) afterOrderEvents(ctx context.Context, orderID string, evs []do
 			}
 		case domain.RefundRequested:
 			if err := h.sendRefund(ctx, orderID, e); err != nil {
-				h.log.Warn("refund not sent yet; the reconciler retries", "order_id", orderID, "charge_id", e.ChargeID, "err", err)
+				h.log.WarnContext(ctx, "refund not sent yet; the reconciler retries", "order_id", orderID, "charge_id", e.ChargeID, "err", err)
 			}
 		}
 	}
@@ -658,9 +659,9 @@ func (h *Handler) refuseRefund(ctx context.Context, orderID, chargeID string, re
 		return err
 	}
 	h.metrics.Reconciliation("refund_refused")
-	h.log.Error("the provider does not know a charge whose refund was requested; the refund is not retried", "order_id", orderID,
+	h.log.ErrorContext(ctx, "the provider does not know a charge whose refund was requested; the refund is not retried", "order_id", orderID,
 		"charge_id", chargeID, "code", refusal.Code)
-	h.observe(orderID, c.domainEvents())
+	h.observe(ctx, orderID, c.domainEvents())
 	return nil
 }
 
@@ -679,7 +680,7 @@ func (h *Handler) recordRefund(ctx context.Context, orderID, chargeID, refundID 
 		return change{events: derived(orderID+"/"+chargeID, evs), meta: eventstore.Metadata{Actor: o.Actor, Intent: o.Intent}}, nil
 	})
 	if err == nil && len(c.events) > 0 {
-		h.observe(orderID, c.domainEvents())
+		h.observe(ctx, orderID, c.domainEvents())
 	}
 	return err
 }

@@ -46,7 +46,7 @@ func (h *Handler) RunReconciler(ctx context.Context, pending PendingOrders, inte
 		case <-t.C:
 		}
 		if n, err := h.ReconcilePass(ctx, pending); err != nil && ctx.Err() == nil {
-			h.log.Warn("payment reconciliation pass failed; retrying", "orders", n, "err", err)
+			h.log.WarnContext(ctx, "payment reconciliation pass failed; retrying", "orders", n, "err", err)
 		}
 		t.Reset(interval)
 	}
@@ -81,7 +81,7 @@ func (h *Handler) ReconcilePass(ctx context.Context, pending PendingOrders) (int
 			go func() {
 				defer func() { <-sem; wg.Done() }()
 				if err := h.ReconcileOrder(ctx, id); err != nil && ctx.Err() == nil {
-					h.log.Warn("order not reconciled yet; next pass retries", "order_id", id, "err", err)
+					h.log.WarnContext(ctx, "order not reconciled yet; next pass retries", "order_id", id, "err", err)
 				}
 			}()
 		}
@@ -100,10 +100,11 @@ func (h *Handler) ReconcilePass(ctx context.Context, pending PendingOrders) (int
 // finish a cancel). It returns the first error; safe to call concurrently
 // and repeatedly.
 func (h *Handler) ReconcileOrder(ctx context.Context, orderID string) error {
-	o, _, err := h.LoadOrder(ctx, orderID)
+	o, s, err := h.LoadOrder(ctx, orderID)
 	if err != nil || !o.Exists() {
 		return err
 	}
+	ctx = withStreamCorrelation(ctx, s)
 	var firstErr error
 	for _, r := range o.PendingRefunds() {
 		req := domain.RefundRequested{OrderID: o.ID, ChargeID: r.ChargeID, Amount: r.Amount, Key: r.Key, Reason: r.Reason}
@@ -124,10 +125,10 @@ func (h *Handler) shredDue(ctx context.Context) {
 	if err == nil {
 		var n int64
 		if n, err = h.keys.ShredDue(ctx, now); err == nil && n > 0 {
-			h.log.Info("order keys deleted: payment deadline or intent retention passed", "keys", n)
+			h.log.InfoContext(ctx, "order keys deleted: payment deadline or intent retention passed", "keys", n)
 		}
 	}
 	if err != nil && ctx.Err() == nil {
-		h.log.Warn("due order keys not deleted yet; next pass retries", "err", err)
+		h.log.WarnContext(ctx, "due order keys not deleted yet; next pass retries", "err", err)
 	}
 }

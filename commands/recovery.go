@@ -114,7 +114,7 @@ func (h *Handler) runSchedule(ctx context.Context, cps Checkpoints, name string,
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
-					h.log.Warn("background job will retry", "job", name, "err", jerr)
+					h.log.WarnContext(ctx, "background job will retry", "job", name, "err", jerr)
 					sched.retry(it, now.Add(retry))
 					continue
 				}
@@ -126,7 +126,7 @@ func (h *Handler) runSchedule(ctx context.Context, cps Checkpoints, name string,
 		}
 		if cp := sched.checkpoint(); cp != saved {
 			if err := cps.Save(ctx, name, cp); err != nil && ctx.Err() == nil {
-				h.log.Warn("background job: checkpoint not saved", "job", name, "err", err)
+				h.log.WarnContext(ctx, "background job: checkpoint not saved", "job", name, "err", err)
 			} else if err == nil {
 				saved = cp
 			}
@@ -267,6 +267,7 @@ func (h *Handler) recoverIntent(ctx context.Context, stream string) error {
 	if err != nil || run == nil || run.intent.Rejection != nil {
 		return err
 	}
+	ctx = WithCorrelationID(ctx, run.req.CorrelationID)
 	now, err := h.now(ctx)
 	if err != nil {
 		return err

@@ -71,7 +71,7 @@ func (h *Handler) HandleProviderEvent(ctx context.Context, ev provider.Event) er
 	switch ev.Type {
 	case provider.EventChargeSucceeded, provider.EventChargeFailed, provider.EventChargeRefunded:
 	default:
-		h.log.Debug("provider event ignored", "event_id", ev.ID, "type", ev.Type)
+		h.log.DebugContext(ctx, "provider event ignored", "event_id", ev.ID, "type", ev.Type)
 		return nil
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ProviderTimeout)
@@ -95,7 +95,7 @@ func (h *Handler) HandleProviderEvent(ctx context.Context, ev provider.Event) er
 		return domain.ErrOrderNotFound.With("charge " + ch.ID + " names an order this service does not know")
 	}
 	if ch.Status != provider.StatusSucceeded && !h.declineOfAttempt(o, ch) {
-		h.log.Warn("decline of a request that is not one of the order's attempts; ignored",
+		h.log.WarnContext(ctx, "decline of a request that is not one of the order's attempts; ignored",
 			"order_id", orderID, "charge_id", ch.ID)
 	} else if err := h.recordPayment(ctx, orderID, resultOf(ch.Attempt(), ch)); err != nil {
 		return err

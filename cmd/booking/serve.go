@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/faults"
@@ -19,8 +21,10 @@ import (
 	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
+	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/projections"
+	"github.com/retrysafe/booking/projections/notify"
 	"github.com/retrysafe/booking/provider"
 	"github.com/retrysafe/booking/provider/providersim"
 )
@@ -203,6 +207,7 @@ func (c *serveCmd) Run(e *env) error {
 		ObserveRequest: mx.ObserveHTTP},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(elog.lag, projections.NewReader(pool), clock, cfg.IntentRetention, log))
+	mx.MustRegister(newLagCollector(pool, elog.distance, log))
 	// Notifications: the embedded NATS server unless BOOKING_NATS_URL, and
 	// the relay, one active instance across replicas under its fenced lease.
 	// The deferred Close runs after workers.Wait: the relay has saved its
@@ -261,4 +266,18 @@ func ready(pool *pgxpool.Pool, elog *eventLog) func(ctx context.Context) error {
 		}
 		return nil
 	}
+}
+
+// newLagCollector returns the lag gauges of every projector and of the
+// notification relay (metrics.LagCollector), from their checkpoints in the
+// database and their distance to the head of the log (dist).
+func newLagCollector(pool *pgxpool.Pool, dist metrics.LogDistance, log *slog.Logger) *metrics.LagCollector {
+	return metrics.NewLagCollector(dist, projections.Names(), projections.NewReader(pool).Checkpoint,
+		func(ctx context.Context) (eventstore.Position, error) {
+			st, err := notify.LoadRelayState(ctx, pool, notify.DefaultRelayName)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return eventstore.Position{}, nil // never ran: everything is to be published
+			}
+			return st.Checkpoint, err
+		}, log)
 }

@@ -60,6 +60,9 @@ type eventLog struct {
 	// lag is the horizon lag of the metrics; nil on KurrentDB, whose
 	// single writer never holds the horizon back.
 	lag metrics.HorizonLagger
+	// distance counts the events after a position, for the lag gauges
+	// (pgstore's query on PostgreSQL, a paged read of $all on KurrentDB).
+	distance metrics.LogDistance
 	// ping checks the event store for /readyz (nil on PostgreSQL: the pool
 	// is pinged anyway).
 	ping  func(ctx context.Context) error
@@ -78,14 +81,14 @@ func openEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger) (*eventLog,
 	}
 	if backend == pgcoord.BackendPostgres {
 		s := pgstore.New(pool)
-		return &eventLog{Store: s, backend: backend, pending: s, purger: s, counter: s, lag: s, close: func() {}}, nil
+		return &eventLog{Store: s, backend: backend, pending: s, purger: s, counter: s, lag: s, distance: s, close: func() {}}, nil
 	}
 	s, err := kurrentdb.New(spec, kurrentdb.WithLogger(log.With("component", "kurrentdb")))
 	if err != nil {
 		return nil, configError("BOOKING_EVENT_STORE", "%v", err)
 	}
 	ix := logindex.New(s, pgcoord.NewClock(pool))
-	return &eventLog{Store: s, backend: backend, pending: ix, purger: ix, counter: ix, ping: s.Ping,
+	return &eventLog{Store: s, backend: backend, pending: ix, purger: ix, counter: ix, distance: readDistance{s}, ping: s.Ping,
 		close: func() { s.Close() }}, nil
 }
 
@@ -100,4 +103,28 @@ func poolConfig(url string, minConns int32, backend string) (*pgxpool.Config, er
 	poolCfg.MaxConns = max(poolCfg.MaxConns, minConns)
 	pgcoord.SetBackend(poolCfg, backend)
 	return poolCfg, nil
+}
+
+// readDistance counts the events after a position by reading the log
+// through eventstore.Store.ReadAll, a page at a time, stopping at limit
+// (metrics.LogDistance for a backend without a counting query).
+type readDistance struct{ store eventstore.Store }
+
+// EventsAfter returns how many events the log holds after after, at most
+// limit; errors are the store's.
+func (d readDistance) EventsAfter(ctx context.Context, after eventstore.Position, limit int64) (int64, error) {
+	const page = 1000
+	var n int64
+	for n < limit {
+		batch, err := d.store.ReadAll(ctx, after, page)
+		if err != nil {
+			return n, err
+		}
+		n += int64(len(batch))
+		if len(batch) == 0 {
+			break
+		}
+		after = batch[len(batch)-1].Position
+	}
+	return min(n, limit), nil
 }

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -21,6 +22,30 @@ func (s *Store) EventCount(ctx context.Context) (int64, error) {
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("pgstore: count events: %w", err)
+	}
+	return n, nil
+}
+
+// eventsAfterSQL counts, up to a limit, the readable events after a
+// position: those ReadAll would return from it (below the horizon).
+const eventsAfterSQL = `
+SELECT count(*) FROM (
+  SELECT 1 FROM events e
+  WHERE (e.tx, e.seq) > ($1::xid8, $2::bigint)
+    AND e.tx < pg_snapshot_xmin(pg_current_snapshot())
+  LIMIT $3) x`
+
+// EventsAfter returns how many events ReadAll could return after position
+// after now — the distance in events between a consumer's checkpoint and
+// the log's readable head (Head) — counting at most limit (> 0) of them,
+// so a far-behind consumer costs one bounded index scan. Events held back
+// by the horizon are not counted (HorizonLag reports them). Returns a
+// wrapped error if the query fails. Safe for concurrent use.
+func (s *Store) EventsAfter(ctx context.Context, after eventstore.Position, limit int64) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, eventsAfterSQL, after.Commit, int64(min(after.Prepare, math.MaxInt64)), limit).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: count events after %s: %w", after, err)
 	}
 	return n, nil
 }

@@ -23,6 +23,12 @@ const (
 	HeaderRevision  = "Booking-Revision"
 	HeaderPosition  = "Booking-Position"
 	HeaderEventType = "Booking-Event-Type"
+	// HeaderRequestID carries the event's correlation id (metadata
+	// correlation_id): the X-Request-Id of the HTTP request whose append
+	// caused the event, directly or through its follow-ups ("recovery" for
+	// an intent finished by the recovery job). Absent when the event has
+	// none (a background job's own decision, such as an expiry).
+	HeaderRequestID = "Booking-Request-Id"
 )
 
 // SubjectPrefix begins every notification subject; SubjectAll matches them all.
@@ -155,9 +161,12 @@ func NewMessage(e eventstore.RecordedEvent) (msg *nats.Msg, ok bool, err error) 
 	if err != nil {
 		return nil, true, fmt.Errorf("notify: event %s (%s@%d): %w", e.ID, e.Stream, e.Revision, err)
 	}
-	occurred := e.RecordedAt
-	if md, err := eventstore.DecodeMetadata(e.Metadata); err == nil && !md.OccurredAt.IsZero() {
-		occurred = md.OccurredAt
+	occurred, correlation := e.RecordedAt, ""
+	if md, err := eventstore.DecodeMetadata(e.Metadata); err == nil {
+		if !md.OccurredAt.IsZero() {
+			occurred = md.OccurredAt
+		}
+		correlation = md.CorrelationID
 	}
 	pos := e.Position.String()
 	body, err := json.Marshal(Payload{
@@ -167,11 +176,14 @@ func NewMessage(e eventstore.RecordedEvent) (msg *nats.Msg, ok bool, err error) 
 	if err != nil {
 		return nil, true, fmt.Errorf("notify: encode payload of event %s: %w", e.ID, err)
 	}
-	h := make(nats.Header, 6)
+	h := make(nats.Header, 7)
 	h[HeaderMsgID] = []string{e.ID}
 	h[HeaderStream] = []string{e.Stream}
 	h[HeaderRevision] = []string{strconv.FormatUint(e.Revision, 10)}
 	h[HeaderPosition] = []string{pos}
 	h[HeaderEventType] = []string{e.Type}
+	if correlation != "" {
+		h[HeaderRequestID] = []string{correlation}
+	}
 	return &nats.Msg{Subject: subject, Header: h, Data: body}, true, nil
 }

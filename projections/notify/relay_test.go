@@ -66,6 +66,27 @@ func TestPublicData(t *testing.T) {
 	}
 }
 
+// TestNewMessageRequestID: an event's correlation id is its message's
+// Booking-Request-Id header; an event without one has no such header.
+func TestNewMessageRequestID(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ meta, want string }{
+		{`{"correlation_id":"req-1","actor":"alice"}`, "req-1"},
+		{`{"actor":"alice"}`, ""},
+	} {
+		e := eventstore.RecordedEvent{ID: uuid.NewString(), Stream: "order-" + uuid.NewString(), Type: "OrderPlaced",
+			Data: []byte(`{}`), Metadata: []byte(c.meta)}
+		msg, ok, err := NewMessage(e)
+		if err != nil || !ok {
+			t.Fatalf("NewMessage(%s) = %v, %v", c.meta, ok, err)
+		}
+		vs := msg.Header.Values(HeaderRequestID)
+		if (c.want == "" && len(vs) != 0) || (c.want != "" && (len(vs) != 1 || vs[0] != c.want)) {
+			t.Errorf("NewMessage with metadata %s: %s = %q, want %q", c.meta, HeaderRequestID, vs, c.want)
+		}
+	}
+}
+
 // TestRelayPublishesEachEventOnce: every public event once, in log order,
 // with its headers, no secrets; the checkpoint reaches the head; a restart
 // publishes nothing again.

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/logging"
+	"github.com/retrysafe/booking/commands"
 )
 
 // HeaderRequestID is the request id header: accepted from the client when
@@ -75,8 +76,10 @@ func validRequestID(id string) bool {
 // requestID gives each request its id: the client's X-Request-Id when it is
 // one valid value, otherwise a new UUIDv7 (RFC 9562). The id is set on the
 // answer's X-Request-Id before anything else is written, added to every log
-// line logged with the request's context (request_id) and handed to the
-// commands layer as the correlation id of the events the request appends.
+// line logged with the request's context (request_id, also by the commands
+// layer, which logs with the request's context) and handed to the commands
+// layer (commands.WithCorrelationID) as the correlation id of the events the
+// request appends and of the follow-ups they cause.
 func requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var id string
@@ -88,6 +91,7 @@ func requestID(next http.Handler) http.Handler {
 		w.Header().Set(HeaderRequestID, id)
 		ctx := context.WithValue(r.Context(), requestInfoKey, &requestInfo{id: id})
 		ctx = logging.WithAttrs(ctx, slog.String("request_id", id))
+		ctx = commands.WithCorrelationID(ctx, id)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

@@ -1,7 +1,9 @@
 // Package logging builds the service's log/slog logger from
 // BOOKING_LOG_FORMAT and BOOKING_LOG_LEVEL, and carries per-request
 // attributes (the request id) in a context.Context so that every line
-// logged with that context carries them, whichever package logs it.
+// logged with that context carries them, whichever package logs it; the
+// commands layer's correlation id (commands.WithCorrelationID) counts as the
+// request id where no request attributes are set.
 package logging
 
 import (
@@ -10,6 +12,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+
+	"github.com/retrysafe/booking/commands"
 )
 
 // Formats are the accepted values of BOOKING_LOG_FORMAT: slog's text
@@ -95,11 +99,17 @@ func Handler(h slog.Handler) slog.Handler {
 // ctxHandler adds the attributes of WithAttrs contexts to each record.
 type ctxHandler struct{ slog.Handler }
 
-// Handle adds ctx's attributes to r and passes it on.
+// Handle adds ctx's attributes to r and passes it on. A context without
+// WithAttrs attributes that carries a correlation id (commands.CorrelationID:
+// a background job finishing what a request caused) adds it as request_id,
+// so that one grep for a request id finds those lines too.
 func (h *ctxHandler) Handle(ctx context.Context, r slog.Record) error {
 	if attrs, _ := ctx.Value(ctxKey{}).([]slog.Attr); len(attrs) > 0 {
 		r = r.Clone()
 		r.AddAttrs(attrs...)
+	} else if id := commands.CorrelationID(ctx); id != "" {
+		r = r.Clone()
+		r.AddAttrs(slog.String("request_id", id))
 	}
 	return h.Handler.Handle(ctx, r)
 }

@@ -1,6 +1,7 @@
 // Package metrics holds the service's Prometheus metrics: the counters the
 // use cases and the HTTP adapter increment (Metrics) and the gauges read
-// from the databases at scrape time (StateCollector). Metric names and
+// from the databases at scrape time (StateCollector; LagCollector for the
+// projectors' and the relay's lag). Metric names and
 // labels are part of the service's operational contract and do not change.
 package metrics
 

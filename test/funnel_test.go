@@ -1,0 +1,223 @@
+package test
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// samples returns every sample of GET /metrics by series, as exposed
+// (`name{label="value",...}`).
+func (s *server) samples(t testing.TB) map[string]float64 {
+	t.Helper()
+	r := s.doCall(t, call{Method: "GET", Path: "/metrics"})
+	wantStatus(t, r, http.StatusOK)
+	out := map[string]float64{}
+	for _, l := range strings.Split(string(r.Body), "\n") {
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		v, err := strconv.ParseFloat(l[i+1:], 64)
+		if err != nil {
+			t.Fatalf("GET /metrics: sample %q: %v", l, err)
+		}
+		out[l[:i]] = v
+	}
+	return out
+}
+
+// funnelCounters are the name prefixes of the funnel's counters, whose
+// every series a step must leave unchanged unless it names it.
+var funnelCounters = []string{
+	"booking_idempotency_fingerprint_conflicts_total", "booking_idempotency_replays_total",
+	"booking_idempotency_in_use_total", "booking_redundant_effects_total",
+	"booking_retry_budget_exceeded_total", "booking_payment_reconciliations_total",
+}
+
+// checkDeltas compares two scrapes: every series in want changed by exactly
+// its value, every series in atLeast by at least its value, and every other
+// funnel counter series not at all. step names the step in messages.
+func checkDeltas(t testing.TB, step string, before, after map[string]float64, want, atLeast map[string]float64) {
+	t.Helper()
+	var names []string
+	for series := range after {
+		for _, p := range funnelCounters {
+			if strings.HasPrefix(series, p) {
+				names = append(names, series)
+			}
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		t.Fatalf("%s: GET /metrics has none of the funnel counters", step)
+	}
+	for series := range want {
+		if _, ok := after[series]; !ok {
+			t.Errorf("%s: GET /metrics has no %s", step, series)
+		}
+	}
+	for _, series := range names {
+		d := after[series] - before[series]
+		if min, ok := atLeast[series]; ok {
+			if d < min {
+				t.Errorf("%s: %s changed by %v, want at least %v", step, series, d, min)
+			}
+			continue
+		}
+		if d != want[series] {
+			t.Errorf("%s: %s changed by %v, want %v", step, series, d, want[series])
+		}
+	}
+}
+
+// waitGauge polls GET /metrics (up to 60 s) until the unlabelled gauge name
+// satisfies ok, and returns its value then.
+func (s *server) waitGauge(t testing.TB, name, what string, ok func(v float64) bool) float64 {
+	t.Helper()
+	var v float64
+	var present bool
+	if !eventually(60*time.Second, func() bool {
+		v, present = s.gauge(t, name)
+		return present && ok(v)
+	}) {
+		t.Fatalf("GET /metrics: %s = %v (present %t) for 60 s, want %s", name, v, present, what)
+	}
+	return v
+}
+
+// TestMetrics_FunnelDeltas drives each event of the idempotency and
+// payment funnel once through the real binary and checks, from scrapes of
+// /metrics before and after, the exact change of its metric and that no
+// other funnel counter moved:
+//
+//   - an order request held before its commit point: booking_intents_pending
+//     is 1 while it is held; its repeat waits BOOKING_IN_USE_WAIT and is
+//     answered 409, +1 in_use and +1 replays (the repeat found the intent);
+//     released, the gauge returns to 0;
+//   - the finished order repeated: +1 replays; with another card: 422, +1
+//     fingerprint conflicts;
+//   - an actor over its retry budget: one 429, +1 retry budget exceeded;
+//   - a provider slower than BOOKING_PROVIDER_TIMEOUT (simulator latency,
+//     webhooks held): the outcome is unknown, booking_payment_unknown_outcomes
+//     is 1 and the oldest unknown age above 0 while it lasts; the latency
+//     removed, the reconciler finds the charge: +1 reconciliations
+//     {found_succeeded}, both gauges back to 0;
+//   - a charge made at the provider after the order failed, whose refund
+//     the provider refuses with 500s for a while: +1 redundant effects,
+//     booking_refunds_pending 1 while refused (reconciliations
+//     {refund_pending} at least +1: one per try); the faults cleared, the
+//     refund is recorded: +1 reconciliations{refund_recorded}, refunds
+//     pending back to 0.
+func TestMetrics_FunnelDeltas(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{Env: fastEnv(
+		"BOOKING_IN_USE_WAIT", "1s", "BOOKING_INTENT_LEASE", "30s",
+		"BOOKING_RETRY_BUDGET_RATE", "1", "BOOKING_RETRY_BUDGET_BURST", "10")})
+	show := s.mustCreateShow(t, 10)
+	const op = `{operation="POST /v1/orders"}`
+	inUse := "booking_idempotency_in_use_total" + op
+	replays := "booking_idempotency_replays_total" + op
+	conflicts := "booking_idempotency_fingerprint_conflicts_total" + op
+	recon := func(result string) string {
+		return fmt.Sprintf("booking_payment_reconciliations_total{result=%q}", result)
+	}
+	s.waitGauge(t, "booking_intents_pending", "0 after the setup", func(v float64) bool { return v == 0 })
+
+	// ---- in use, pending intents
+	res := s.mustReserve(t, tokAlice, show, 2)
+	before := s.samples(t)
+	s.armHold(t, "order.claiming")
+	c := orderCall(tokAlice, newKey(), res, "tok_visa")
+	first := s.sendTimed(t, c)
+	s.waitHeld(t, "order.claiming", 1)
+	s.waitGauge(t, "booking_intents_pending", "1 while the order is held", func(v float64) bool { return v == 1 })
+	checkProblem(t, s.doCall(t, c), http.StatusConflict, "idempotency-key-in-use")
+	checkDeltas(t, "a repeat while held", before, s.samples(t), map[string]float64{inUse: 1, replays: 1}, nil)
+	s.releaseHold(t, "order.claiming")
+	f := <-first
+	if f.r == nil {
+		t.FailNow()
+	}
+	wantStatus(t, f.r, http.StatusCreated)
+	s.waitGauge(t, "booking_intents_pending", "0 once the order is confirmed", func(v float64) bool { return v == 0 })
+
+	// ---- replay, fingerprint conflict
+	before = s.samples(t)
+	s.checkReplayedOrder(t, c, f.r.str("id"))
+	checkDeltas(t, "a replay", before, s.samples(t), map[string]float64{replays: 1}, nil)
+	before = s.samples(t)
+	checkProblem(t, s.doCall(t, orderCall(tokAlice, *c.Key, res, "tok_decline")), http.StatusUnprocessableEntity, "idempotency-key-reused")
+	checkDeltas(t, "a changed body", before, s.samples(t), map[string]float64{conflicts: 1}, nil)
+
+	// ---- retry budget: bob's POSTs until the first 429 (burst 10, 1/s)
+	before = s.samples(t)
+	limited := 0
+	for i := 0; i < 200 && limited == 0; i++ {
+		r := s.doCall(t, call{Method: "POST", Path: "/v1/reservations", Token: tokBob, Body: map[string]any{}})
+		switch r.Status {
+		case http.StatusTooManyRequests:
+			limited++
+		case http.StatusBadRequest: // no Idempotency-Key: refused, but counted against the budget
+		default:
+			t.Fatalf("%s, want 400 (no key) or 429", r)
+		}
+	}
+	if limited != 1 {
+		t.Fatalf("200 POSTs of bob at a budget of 10 + 1/s: no 429")
+	}
+	checkDeltas(t, "a 429", before, s.samples(t), map[string]float64{"booking_retry_budget_exceeded_total": 1}, nil)
+
+	// ---- unknown outcome while the provider is slower than its timeout (2 s)
+	s.pauseWebhooks(t) // only the reconciler learns the outcome
+	res2 := s.mustReserve(t, tokAlice, show, 2)
+	before = s.samples(t)
+	s.simFaults(t, map[string]any{"latency_ms": 3000})
+	r2 := s.doCall(t, call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()), Body: orderBody(res2, "tok_visa"),
+		Header: map[string]string{"Prefer": "wait=0"}})
+	wantStatus(t, r2, http.StatusAccepted)
+	id2 := r2.str("id")
+	if !eventually(60*time.Second, func() bool { m := s.orderMoney(t, id2); return m.Succeeded == 1 }) {
+		t.Fatalf("simulator: no charge of order %s committed within 60 s", id2)
+	}
+	s.waitGauge(t, "booking_payment_unknown_outcomes", "1 while the provider times out", func(v float64) bool { return v == 1 })
+	age := s.waitGauge(t, "booking_payment_oldest_unknown_outcome_age_seconds", "above 0 while the provider times out",
+		func(v float64) bool { return v > 0 })
+	if st := s.orderStatus(t, tokAlice, id2); st != "pending" {
+		t.Errorf("order %s is %q while the provider times out, want pending", id2, st)
+	}
+	s.simFaults(t, map[string]any{"latency_ms": 0})
+	s.waitStatus(t, id2, 60*time.Second, "confirmed")
+	s.waitGauge(t, "booking_payment_unknown_outcomes", "0 once reconciled", func(v float64) bool { return v == 0 })
+	s.waitGauge(t, "booking_payment_oldest_unknown_outcome_age_seconds", "0 once reconciled", func(v float64) bool { return v == 0 })
+	checkDeltas(t, fmt.Sprintf("an unknown outcome (oldest age seen %vs) reconciled", age), before, s.samples(t),
+		map[string]float64{recon("found_succeeded"): 1}, nil)
+
+	// ---- redundant effect, refunds pending
+	res3 := s.mustReserve(t, tokAlice, show, 2)
+	r3 := s.doCall(t, orderCall(tokAlice, newKey(), res3, "tok_decline"))
+	checkProblem(t, r3, http.StatusPaymentRequired, "payment-declined")
+	id3 := orderIDOf(t, r3)
+	before = s.samples(t)
+	late := s.simMakeCharge(t, "tok_visa", id3, 1, 2*priceAmount)
+	s.simFaults(t, map[string]any{"error_before_commit": 1000000}) // every refund POST: 500, nothing done
+	s.simFaults(t, map[string]any{"webhooks_paused": false})       // the late charge's notice arrives
+	s.waitGauge(t, "booking_refunds_pending", "1 while the provider refuses the refund", func(v float64) bool { return v == 1 })
+	mid := s.samples(t)
+	checkDeltas(t, "a charge after failure, its refund refused", before, mid,
+		map[string]float64{"booking_redundant_effects_total": 1}, map[string]float64{recon("refund_pending"): 1})
+	wantStatus(t, s.simDo(t, "DELETE", "/_sim/faults", nil, nil), http.StatusOK)
+	s.waitGauge(t, "booking_refunds_pending", "0 once the refund is recorded", func(v float64) bool { return v == 0 })
+	checkDeltas(t, "the refund sent", mid, s.samples(t), map[string]float64{recon("refund_recorded"): 1},
+		map[string]float64{recon("refund_pending"): 0})
+	if m := s.orderMoney(t, id3); m.Net != 0 {
+		t.Errorf("simulator: order %s charges %+v (late charge %s), want net 0", id3, m, late)
+	}
+	s.settle(t)
+	s.waitWebhooksDelivered(t)
+	s.waitGauge(t, "booking_intents_pending", "0 at the end", func(v float64) bool { return v == 0 })
+}
