@@ -473,13 +473,26 @@ func TestPGDeclineReleasesSeats(t *testing.T) {
 		t.Fatalf("PlaceOrder = final %v, %s (%s); want failed, payment_declined", res.Final, res.Order.Status, res.Order.FirstOutcome)
 	}
 	f.wantEvents(t, res.Order.ID, "order events", []string{"OrderPlaced", evStarted, evFailed, evOrderFail})
+	// PlaceOrder answers once the order is final; the seats and then the
+	// reservation are released right after, by the payment step's
+	// follow-ups: wait for the reservation (the last of them).
+	var (
+		r   domain.Reservation
+		err error
+	)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		r, err = h.GetReservation(context.Background(), pgActor, res.Order.ReservationID)
+		if (err == nil && r.Status == domain.ReservationStatusReleased) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil || r.Status != domain.ReservationStatusReleased {
+		t.Errorf("reservation %s (%v) after 30 s, want released", r.Status, err)
+	}
 	show, err := h.GetShow(context.Background(), f.show)
 	if err != nil || show.Available() != show.Capacity {
 		t.Errorf("show available %d of %d (%v), want all seats back", show.Available(), show.Capacity, err)
-	}
-	r, err := h.GetReservation(context.Background(), pgActor, res.Order.ReservationID)
-	if err != nil || r.Status != domain.ReservationStatusReleased {
-		t.Errorf("reservation %s (%v), want released", r.Status, err)
 	}
 	if net, n := f.charges(res.Order.ID); net != 0 || n != 0 {
 		t.Errorf("simulator: net %d over %d succeeded charges, want 0", net, n)
