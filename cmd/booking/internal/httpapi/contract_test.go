@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/internal/apicontract"
 	"github.com/retrysafe/booking/projections"
 )
 
@@ -69,6 +71,8 @@ type fakeService struct {
 	order   domain.Order
 	err     error
 	readErr error
+	// explained is the answer of ExplainIntents.
+	explained []commands.IntentExplanation
 }
 
 func (f *fakeService) record(call string, req commands.Request, id string) {
@@ -113,6 +117,11 @@ func (f *fakeService) GetOrder(_ context.Context, actor, id string) (domain.Orde
 func (f *fakeService) CancelOrder(_ context.Context, req commands.Request, id string) (commands.OrderResult, error) {
 	f.record("CancelOrder", req, id)
 	return f.result, f.err
+}
+
+func (f *fakeService) ExplainIntents(_ context.Context, actor, key string) ([]commands.IntentExplanation, error) {
+	f.record("ExplainIntents", commands.Request{Actor: actor, Key: key}, "")
+	return f.explained, f.err
 }
 
 func (f *fakeService) ReceiveWebhook(_ context.Context, _ []byte, _ string, _ []byte) error {
@@ -546,6 +555,9 @@ func TestHTTPContract(t *testing.T) {
 				t.Errorf("the answer has no %s", httpapi.HeaderRequestID)
 			}
 			checkProblem(t, tc, res.Header, doc)
+			if problems := contractChecker(t).Check(newContractRequest(tc), []byte(tc.body), res, raw); len(problems) > 0 {
+				t.Errorf("OpenAPI contract: %s %s answered %d:\n  %s", tc.method, tc.path, res.StatusCode, strings.Join(problems, "\n  "))
+			}
 			f.mu.Lock()
 			calls := f.calls
 			f.mu.Unlock()
@@ -624,5 +636,36 @@ func checkProblem(t *testing.T, tc contractCase, h http.Header, doc map[string]a
 		if diff := cmp.Diff(tc.fields, fields); diff != "" {
 			t.Errorf("problem fields (-want +got):\n%s", diff)
 		}
+	}
+}
+
+var (
+	checkerOnce sync.Once
+	checker     *apicontract.Checker
+	checkerErr  error
+)
+
+// contractChecker returns the checker of openapi.yaml (apicontract), built once.
+func contractChecker(t testing.TB) *apicontract.Checker {
+	t.Helper()
+	checkerOnce.Do(func() {
+		spec, err := os.ReadFile("openapi.yaml")
+		if err == nil {
+			checker, err = apicontract.New(spec)
+		}
+		checkerErr = err
+	})
+	if checkerErr != nil {
+		t.Fatalf("openapi.yaml: %v", checkerErr)
+	}
+	return checker
+}
+
+// TestOpenAPIDocumentIsValid checks openapi.yaml against the OpenAPI 3.1
+// meta-schema with libopenapi-validator (the offline lint; `make test` also
+// runs Redocly's linter, `make lint-openapi`).
+func TestOpenAPIDocumentIsValid(t *testing.T) {
+	if problems := contractChecker(t).ValidateDocument(); len(problems) > 0 {
+		t.Errorf("openapi.yaml is not a valid OpenAPI 3.1 document:\n  %s", strings.Join(problems, "\n  "))
 	}
 }
