@@ -64,11 +64,6 @@ type contractTransport struct {
 	skipHosts []string
 }
 
-// contractSkipped reports whether a path is outside the API's contract.
-func contractSkipped(path string) bool {
-	return strings.HasPrefix(path, "/_test/") || path == "/_test" || strings.HasPrefix(path, "/_sim/") || path == "/openapi.yaml"
-}
-
 // RoundTrip sends req through base, then validates the answer (and, when it
 // is 2xx, the request) against the document. The answer's body is read in
 // full and handed on unchanged.
@@ -77,7 +72,7 @@ func (ct *contractTransport) RoundTrip(req *http.Request) (*http.Response, error
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	skip := contractSkipped(req.URL.Path)
+	skip := apicontract.Skipped(req.URL.Path)
 	for _, h := range ct.skipHosts {
 		if req.URL.Host == h {
 			skip = true

@@ -47,7 +47,9 @@ func New(spec []byte) (*Checker, error) {
 		return nil, err
 	}
 	v, errs := validator.NewValidator(doc, config.WithStrictMode(), config.WithStrictIgnoredHeaders(strictIgnoredHeaders...),
-		config.WithFormatAssertions())
+		config.WithFormatAssertions(),
+		// A webhook's data is the provider's charge object, not the service's to document.
+		config.WithStrictIgnorePaths("$.body.data.**"))
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%v", errs)
 	}
@@ -102,6 +104,14 @@ func (c *Checker) Check(req *http.Request, reqBody []byte, res *http.Response, r
 		}
 	}
 	return out
+}
+
+// Skipped reports whether path is outside the API's contract: the
+// fault-injection control (/_test), the provider simulator's control
+// (/_sim) and the document itself (/openapi.yaml).
+func Skipped(path string) bool {
+	return path == "/_test" || strings.HasPrefix(path, "/_test/") || path == "/_sim" || strings.HasPrefix(path, "/_sim/") ||
+		path == "/openapi.yaml"
 }
 
 // describe formats a validation error.
