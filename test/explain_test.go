@@ -101,9 +101,12 @@ func TestExplain_OwnIntentsAreListedAndOthersAreInvisible(t *testing.T) {
 			t.Errorf("order timeline %v lacks %s", ov.steps(), step)
 		}
 	}
-	if len(ov.Payments) != 1 || ov.Payments[0].Outcome != "succeeded" || ov.Payments[0].ProviderKey != "order-"+o.str("id")+"-1" ||
-		len(ov.Payments[0].Reconciliations) != 0 {
-		t.Errorf("order payments = %+v, want attempt 1 under order-%s-1 succeeded, no reconciliation", ov.Payments, o.str("id"))
+	if len(ov.Payments) != 1 || ov.Payments[0].Outcome != "succeeded" || ov.Payments[0].ProviderKey != "order-"+o.str("id")+"-1" {
+		t.Errorf("order payments = %+v, want attempt 1 under order-%s-1 succeeded", ov.Payments, o.str("id"))
+	} else if rs := ov.Payments[0].Reconciliations; len(rs) > 1 || (len(rs) == 1 && rs[0].ObservedBy != "webhook") {
+		// The send's answer and the simulator's webhook race to record the
+		// success: the fact is recorded once, by whichever comes first.
+		t.Errorf("order reconciliations = %+v, want none, or the webhook's one", rs)
 	}
 
 	if items := s.explain(t, tokBob, key); len(items) != 0 {
