@@ -144,8 +144,9 @@ test: ## Run all tests with -race against a throwaway PostgreSQL (the README's t
 	echo "==> make test: phase 2 of 5: $(EXCLUSIVE_TESTS) alone (they stop the PostgreSQL server)"; \
 	BOOKING_TEST_PG_EXCLUSIVE=1 $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) ./test/ || rc2=$$?; \
 	if ((rc2 == 130 || rc2 == 143)); then echo "make test: interrupted (exit $$rc2)"; exit "$$rc2"; fi; \
-	echo "==> make test: phase 3 of 5: alert rules and Prometheus configuration (promtool)"; \
+	echo "==> make test: phase 3 of 5: alert rules and Prometheus configuration (promtool), OpenAPI lint (Redocly)"; \
 	$(MAKE) test-alerts || rc3=$$?; \
+	$(MAKE) lint-openapi || rc3=$$?; \
 	if ((rc3 == 130 || rc3 == 143)); then echo "make test: interrupted (exit $$rc3)"; exit "$$rc3"; fi; \
 	echo "==> make test: phase 4 of 5: end-to-end scenarios on KurrentDB (make test-kurrentdb)"; \
 	$(MAKE) test-kurrentdb || rc4=$$?; \
@@ -156,7 +157,7 @@ test: ## Run all tests with -race against a throwaway PostgreSQL (the README's t
 	result() { if (($$1 == 0)); then echo PASS; else echo "FAIL (exit $$1)"; fi; }; \
 	echo "==> make test: phase 1 (all packages): $$(result $$rc1)"; \
 	echo "==> make test: phase 2 ($(EXCLUSIVE_TESTS)):  $$(result $$rc2)"; \
-	echo "==> make test: phase 3 (alert rules):  $$(result $$rc3)"; \
+	echo "==> make test: phase 3 (alert rules, OpenAPI lint):  $$(result $$rc3)"; \
 	echo "==> make test: phase 4 (KurrentDB):    $$(result $$rc4)"; \
 	echo "==> make test: phase 5 (chaos $(CHAOS_TEST_DURATION)):  $$(result $$rc5)"; \
 	for rc in "$$rc1" "$$rc2" "$$rc3" "$$rc4" "$$rc5"; do if ((rc != 0)); then exit "$$rc"; fi; done
@@ -181,6 +182,15 @@ test-alerts: ## Check deploy/prometheus and run the alert rules' unit tests (pro
 test-kurrentdb: ## Run the end-to-end scenarios with booking serve on KurrentDB (the server double as its own process)
 	BOOKING_TEST_BACKEND=kurrentdb $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) \
 		-run '$(KURRENTDB_TESTS)' $(TEST_ARGS) ./test/
+# Redocly's CLI, pinned; fetched by npx from the npm registry on first use.
+REDOCLY_VERSION ?= 2.77.0
+
+.PHONY: lint-openapi
+lint-openapi: ## Lint cmd/booking/internal/httpapi/openapi.yaml as OpenAPI 3.1 with Redocly's CLI (npx; about 10 s warm)
+	@command -v npx >/dev/null || { echo "==> make lint-openapi: npx missing; installing npm (Debian package)"; \
+		if [[ $$(id -u) -ne 0 ]]; then echo "make lint-openapi: npx (Node.js) is required; install npm" >&2; exit 1; fi; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm >/dev/null; }
+	npx --yes @redocly/cli@$(REDOCLY_VERSION) lint --format=stylish cmd/booking/internal/httpapi/openapi.yaml
 
 .PHONY: test-stress
 test-stress: ## Run `make test` STRESS_RUNS times while a CPU hog keeps every core busy; stop at the first failure

@@ -153,7 +153,7 @@ func (h *Handler) paymentStep(ctx context.Context, o domain.Order, s *stream, no
 	if len(charges) > 0 {
 		for _, ch := range charges {
 			h.metrics.Reconciliation("found_" + string(ch.Status))
-			if err := h.recordPayment(ctx, o.ID, resultOf(last.N, ch)); err != nil {
+			if err := h.recordPayment(ctx, o.ID, resultOf(last.N, ch), ObservedByReconciliation); err != nil {
 				return stepDone, err
 			}
 		}
@@ -430,7 +430,7 @@ func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, no
 	// (shutdown): otherwise only a later reconciliation would learn it.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer rcancel()
-	if err := h.recordPayment(rctx, o.ID, res); err != nil {
+	if err := h.recordPayment(rctx, o.ID, res, ObservedBySend); err != nil {
 		return stepDone, err
 	}
 	if res.Outcome == domain.OutcomeUnknown {
@@ -457,10 +457,18 @@ func resultOf(attempt int, ch provider.Charge) domain.PaymentResult {
 	return r
 }
 
+// Who observed a provider fact (eventstore.Metadata.ObservedBy).
+const (
+	ObservedBySend           = "send"           // the answer to the service's own provider call
+	ObservedByReconciliation = "reconciliation" // a look-up of the attempt at the provider
+	ObservedByWebhook        = "webhook"        // a provider notification (the charge fetched)
+)
+
 // recordPayment folds a provider fact into the order (deduplicated by charge
 // id through Order.Record and deterministic event ids; never fenced) and
-// runs the follow-ups of what it appended.
-func (h *Handler) recordPayment(ctx context.Context, orderID string, res domain.PaymentResult) error {
+// runs the follow-ups of what it appended. via (ObservedBy…) is kept in the
+// events' metadata, so the order's timeline says how the fact was learned.
+func (h *Handler) recordPayment(ctx context.Context, orderID string, res domain.PaymentResult, via string) error {
 	c, err := h.update(ctx, domain.OrderStream(orderID), func(s *stream) (change, error) {
 		o := fold[domain.Order](s.events)
 		cause := orderID + "/" + res.ChargeID
@@ -468,7 +476,7 @@ func (h *Handler) recordPayment(ctx context.Context, orderID string, res domain.
 			cause = orderID + "/attempt-" + strconv.Itoa(res.Attempt) + "/" + res.Outcome
 		}
 		return change{events: derived(cause, o.Record(res, TicketIDs(orderID, o.Quantity))),
-			meta: eventstore.Metadata{Actor: o.Actor, Intent: o.Intent}}, nil
+			meta: eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, ObservedBy: via}}, nil
 	})
 	if err != nil || len(c.events) == 0 {
 		return err

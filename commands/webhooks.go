@@ -97,7 +97,7 @@ func (h *Handler) HandleProviderEvent(ctx context.Context, ev provider.Event) er
 	if ch.Status != provider.StatusSucceeded && !h.declineOfAttempt(o, ch) {
 		h.log.WarnContext(ctx, "decline of a request that is not one of the order's attempts; ignored",
 			"order_id", orderID, "charge_id", ch.ID)
-	} else if err := h.recordPayment(ctx, orderID, resultOf(ch.Attempt(), ch)); err != nil {
+	} else if err := h.recordPayment(ctx, orderID, resultOf(ch.Attempt(), ch), ObservedByWebhook); err != nil {
 		return err
 	}
 	if ch.RefundedAmount > 0 {

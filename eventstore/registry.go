@@ -61,10 +61,16 @@ func (r *Registry) Known(name string) bool { _, ok := r.types[name]; return ok }
 // when it happened (database clock or an injected clock, UTC) and the schema
 // version of its data.
 type Metadata struct {
-	Actor         string    `json:"actor,omitempty"`
-	Intent        string    `json:"intent,omitempty"`
-	CorrelationID string    `json:"correlation_id,omitempty"`
-	CausationID   string    `json:"causation_id,omitempty"`
+	Actor         string `json:"actor,omitempty"`
+	Intent        string `json:"intent,omitempty"`
+	CorrelationID string `json:"correlation_id,omitempty"`
+	CausationID   string `json:"causation_id,omitempty"`
+	// ObservedBy names who observed a provider fact the event records:
+	// "send" (the answer to the service's own call), "reconciliation" (a
+	// look-up of the attempt at the provider) or "webhook" (a provider
+	// notification, fetched). Empty for every other event, and for facts
+	// recorded before it existed.
+	ObservedBy    string    `json:"observed_by,omitempty"`
 	OccurredAt    time.Time `json:"occurred_at"`
 	SchemaVersion int       `json:"schema_version"`
 }

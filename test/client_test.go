@@ -118,9 +118,9 @@ func (s *server) send(ctx context.Context, c call) (*resp, error) {
 	for k, v := range c.Header {
 		req.Header.Set(k, v)
 	}
-	client := c.Client
-	if client == nil {
-		client = s.client
+	client := s.client
+	if c.Client != nil {
+		client = s.validated(c.Client) // checked against the OpenAPI document too
 	}
 	res, err := client.Do(req)
 	if err != nil {

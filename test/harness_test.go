@@ -349,10 +349,12 @@ func mustStart(t *testing.T, opts Options) *server {
 	s.natsAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	s.URL = "http://" + s.httpAddr
 	s.SimURL = "http://" + s.simAddr
-	s.client = &http.Client{
+	// Every answer of the API through this client is checked against the
+	// OpenAPI document (contractTransport, contract_test.go).
+	s.client = s.validated(&http.Client{
 		Timeout:   30 * time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second},
-	}
+	})
 	if opts.PGProxy {
 		s.pgProxy = startPGProxy(t, dbURL) // closed after the cleanup below stopped booking serve
 	}

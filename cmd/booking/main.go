@@ -90,6 +90,7 @@ type cli struct {
 	Notifications notificationsCmd `cmd:"" help:"NATS notifications."`
 	ProviderSim   providerSimCmd   `cmd:"" name:"provider-sim" help:"Run the payment provider simulator on its own."`
 	Loadgen       loadgenCmd       `cmd:"" help:"Realistic clients with retries, timeouts and faults; prints a report."`
+	Intents       intentsCmd       `cmd:"" help:"Operator views of intents (idempotency keys)."`
 }
 
 // env carries what every command needs besides its flags.

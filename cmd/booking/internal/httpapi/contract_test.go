@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/internal/apicontract"
 	"github.com/retrysafe/booking/projections"
 )
 
@@ -69,6 +71,8 @@ type fakeService struct {
 	order   domain.Order
 	err     error
 	readErr error
+	// explained is the answer of ExplainIntents.
+	explained []commands.IntentExplanation
 }
 
 func (f *fakeService) record(call string, req commands.Request, id string) {
@@ -113,6 +117,11 @@ func (f *fakeService) GetOrder(_ context.Context, actor, id string) (domain.Orde
 func (f *fakeService) CancelOrder(_ context.Context, req commands.Request, id string) (commands.OrderResult, error) {
 	f.record("CancelOrder", req, id)
 	return f.result, f.err
+}
+
+func (f *fakeService) ExplainIntents(_ context.Context, actor, key string) ([]commands.IntentExplanation, error) {
+	f.record("ExplainIntents", commands.Request{Actor: actor, Key: key}, "")
+	return f.explained, f.err
 }
 
 func (f *fakeService) ReceiveWebhook(_ context.Context, _ []byte, _ string, _ []byte) error {
@@ -163,6 +172,25 @@ const (
 	resBody   = `{"show_id":"` + showID + `","quantity":2}`
 	orderBody = `{"reservation_id":"` + resID + `","payment":{"token":"tok_visa"}}`
 )
+
+// explainedOrder is an explanation of an order declined and of a cancel
+// refused, as the commands layer returns them (statuses not yet set).
+func explainedOrder() []commands.IntentExplanation {
+	at := startsAt.Add(-48 * time.Hour)
+	base := commands.IntentExplanation{Stream: "intent-" + strings.Repeat("a", 64), KeySHA256: strings.Repeat("b", 64),
+		Fingerprint: strings.Repeat("c", 64), CanonicalVersion: 1, RecordedAt: at, ExpiresAt: at.Add(24 * time.Hour),
+		Timeline: []commands.TimelineEntry{{Step: "intent_recorded", Event: "IntentRecorded", Stream: "intent-" + strings.Repeat("a", 64),
+			Position: "5/1", At: at, EventID: orderID}}}
+	o, c := base, base
+	o.Operation, o.Target = commands.OpPlaceOrder, commands.IntentTarget{Kind: "order", ID: orderID, Path: "/v1/orders/" + orderID}
+	o.Outcome = commands.IntentOutcome{State: commands.OutcomeFailed, Result: domain.FailPaymentDeclined, Code: "payment-declined", Err: domain.ErrPaymentDeclined}
+	o.Payments = []commands.PaymentAttemptView{{Attempt: 1, ProviderKey: "order-" + orderID + "-1", Outcome: "failed", StartedAt: at,
+		Reconciliations: []commands.Reconciliation{}, Positions: []string{"6/1"}}}
+	c.Operation, c.Target = commands.OpCancelOrder, commands.IntentTarget{Kind: "order", ID: orderID, Path: "/v1/orders/" + orderID}
+	c.Outcome = commands.IntentOutcome{State: commands.OutcomeRejected, Result: "order-not-cancellable", Code: "order-not-cancellable",
+		Err: &commands.Rejection{Err: domain.ErrNotCancellable}}
+	return []commands.IntentExplanation{o, c}
+}
 
 func withErr(err error) func(*fakeService) { return func(f *fakeService) { f.err = err } }
 
@@ -458,6 +486,31 @@ func contractCases() []contractCase {
 			setup: withErr(&commands.Rejection{Err: domain.ErrNotCancellable}), status: 409,
 			code: "order-not-cancellable", calls: []string{"CancelOrder"}},
 
+		// GET /v1/intents.
+		{name: "GET /v1/intents explains the caller's intents with statuses", method: "GET", path: "/v1/intents?key=%22order-1%22",
+			setup: func(f *fakeService) { f.explained = explainedOrder() }, status: 200, calls: []string{"ExplainIntents"},
+			check: func(t *testing.T, f *fakeService, doc map[string]any) {
+				if f.req.Actor != "alice" || f.req.Key != "order-1" {
+					t.Errorf("ExplainIntents(actor %q, key %q), want alice and the unescaped key order-1", f.req.Actor, f.req.Key)
+				}
+				items, _ := doc["items"].([]any)
+				if len(items) != 2 {
+					t.Fatalf("items = %v, want 2", doc["items"])
+				}
+				for i, want := range []float64{402, 409} {
+					if got := items[i].(map[string]any)["outcome"].(map[string]any)["status"]; got != want {
+						t.Errorf("items[%d].outcome.status = %v, want %v", i, got, want)
+					}
+				}
+			}},
+		{name: "GET /v1/intents without intents is 200 with empty items", method: "GET", path: "/v1/intents?key=k",
+			status: 200, calls: []string{"ExplainIntents"}, check: member("items", []any{})},
+		{name: "GET /v1/intents without key is 400 naming key", method: "GET", path: "/v1/intents", status: 400,
+			code: "idempotency-key-invalid", fields: []string{"key"}},
+		{name: "GET /v1/intents with a 256-character key is 400", method: "GET", path: "/v1/intents?key=" + strings.Repeat("k", 256),
+			status: 400, code: "idempotency-key-invalid", fields: []string{"key"}},
+		{name: "GET /v1/intents needs a token", method: "GET", path: "/v1/intents?key=k", token: "-", status: 401, code: "unauthorized"},
+
 		// Lists.
 		{name: "GET /v1/shows is 200 with Booking-Position and a next cursor", method: "GET", path: "/v1/shows?limit=1", status: 200,
 			calls: []string{"Shows"}, want: map[string]string{"Booking-Position": "7/3", "Content-Type": "application/json"},
@@ -489,7 +542,7 @@ func contractCases() []contractCase {
 
 		// Webhooks.
 		{name: "a webhook needs no bearer token and is 204", method: "POST", path: "/v1/provider/webhooks", token: "-", key: "-",
-			body: `{"id":"evt_1"}`, status: 204, calls: []string{"ReceiveWebhook"}},
+			header: map[string]string{"Provider-Signature": "t=1,v1=00"}, body: `{"id":"evt_1","type":"charge.succeeded","data":{"object":{"id":"ch_1"}}}`, status: 204, calls: []string{"ReceiveWebhook"}},
 		{name: "a webhook with a bad signature is 400", method: "POST", path: "/v1/provider/webhooks", token: "-", key: "-",
 			body: `{"id":"evt_1"}`, setup: withErr(commands.ErrWebhookSignature), status: 400, code: "invalid-signature",
 			calls: []string{"ReceiveWebhook"}},
@@ -546,6 +599,16 @@ func TestHTTPContract(t *testing.T) {
 				t.Errorf("the answer has no %s", httpapi.HeaderRequestID)
 			}
 			checkProblem(t, tc, res.Header, doc)
+			// Every answer is checked against openapi.yaml (a case with a
+			// +json body type other than application/json, which the document
+			// describes in prose only, has its request checked as JSON).
+			creq := newContractRequest(tc)
+			if strings.HasSuffix(creq.Header.Get("Content-Type"), "+json") {
+				creq.Header.Set("Content-Type", "application/json")
+			}
+			if problems := contractChecker(t).Check(creq, []byte(tc.body), res, raw); !apicontract.Skipped(tc.path) && len(problems) > 0 {
+				t.Errorf("OpenAPI contract: %s %s answered %d:\n  %s", tc.method, tc.path, res.StatusCode, strings.Join(problems, "\n  "))
+			}
 			f.mu.Lock()
 			calls := f.calls
 			f.mu.Unlock()
@@ -624,5 +687,36 @@ func checkProblem(t *testing.T, tc contractCase, h http.Header, doc map[string]a
 		if diff := cmp.Diff(tc.fields, fields); diff != "" {
 			t.Errorf("problem fields (-want +got):\n%s", diff)
 		}
+	}
+}
+
+var (
+	checkerOnce sync.Once
+	checker     *apicontract.Checker
+	checkerErr  error
+)
+
+// contractChecker returns the checker of openapi.yaml (apicontract), built once.
+func contractChecker(t testing.TB) *apicontract.Checker {
+	t.Helper()
+	checkerOnce.Do(func() {
+		spec, err := os.ReadFile("openapi.yaml")
+		if err == nil {
+			checker, err = apicontract.New(spec)
+		}
+		checkerErr = err
+	})
+	if checkerErr != nil {
+		t.Fatalf("openapi.yaml: %v", checkerErr)
+	}
+	return checker
+}
+
+// TestOpenAPIDocumentIsValid checks openapi.yaml against the OpenAPI 3.1
+// meta-schema with libopenapi-validator (the offline lint; `make test` also
+// runs Redocly's linter, `make lint-openapi`).
+func TestOpenAPIDocumentIsValid(t *testing.T) {
+	if problems := contractChecker(t).ValidateDocument(); len(problems) > 0 {
+		t.Errorf("openapi.yaml is not a valid OpenAPI 3.1 document:\n  %s", strings.Join(problems, "\n  "))
 	}
 }

@@ -42,6 +42,10 @@ type Service interface {
 	GetOrder(ctx context.Context, actor, id string) (domain.Order, error)
 	// CancelOrder carries out POST /v1/orders/{id}/cancel.
 	CancelOrder(ctx context.Context, req commands.Request, orderID string) (commands.OrderResult, error)
+	// ExplainIntents returns actor's intents under key, one per operation,
+	// each with its durable timeline (GET /v1/intents); empty when there
+	// are none.
+	ExplainIntents(ctx context.Context, actor, key string) ([]commands.IntentExplanation, error)
 	// ReceiveWebhook verifies and records a payment provider notification.
 	ReceiveWebhook(ctx context.Context, secret []byte, signature string, body []byte) error
 }

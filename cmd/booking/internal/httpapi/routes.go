@@ -87,6 +87,7 @@ func (a *api) routes() http.Handler {
 		r.Get("/v1/orders", a.listOrders)
 		r.Get("/v1/orders/{id}", a.getOrder)
 		r.Post("/v1/orders/{id}/cancel", a.postCancel)
+		r.Get("/v1/intents", a.getIntents)
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, httpError(domain.NotFound, "not-found", "no such endpoint"))

@@ -1,0 +1,162 @@
+package test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"testing"
+)
+
+// explainItem is one intent of GET /v1/intents.
+type explainItem struct {
+	Operation string `json:"operation"`
+	Target    struct {
+		Kind, ID string
+	} `json:"target"`
+	Outcome struct {
+		State  string `json:"state"`
+		Result string `json:"result"`
+		Status int    `json:"status"`
+	} `json:"outcome"`
+	Fingerprint      string `json:"fingerprint"`
+	CanonicalVersion int    `json:"canonical_version"`
+	Timeline         []struct {
+		Step, Event, Stream, Position string
+		ObservedBy                    string `json:"observed_by"`
+		Attempt                       int    `json:"attempt"`
+	} `json:"timeline"`
+	Payments []struct {
+		Attempt         int    `json:"attempt"`
+		ProviderKey     string `json:"provider_key"`
+		Outcome         string `json:"outcome"`
+		Unknown         int    `json:"unknown_outcomes"`
+		Reconciliations []struct {
+			Outcome    string `json:"outcome"`
+			ObservedBy string `json:"observed_by"`
+		} `json:"reconciliations"`
+	} `json:"payments"`
+}
+
+// explain answers GET /v1/intents?key=key for token's actor (200 required).
+func (s *server) explain(t testing.TB, token, key string) []explainItem {
+	t.Helper()
+	r := s.do(t, "GET", "/v1/intents?key="+url.QueryEscape(key), token, "", nil)
+	wantStatus(t, r, http.StatusOK)
+	var doc struct{ Items []explainItem }
+	if err := json.Unmarshal(r.Body, &doc); err != nil || doc.Items == nil {
+		t.Fatalf("%s: want {\"items\": [...]} (%v)", r, err)
+	}
+	return doc.Items
+}
+
+// steps returns the timeline's steps.
+func (it explainItem) steps() []string {
+	var out []string
+	for _, e := range it.Timeline {
+		out = append(out, e.Step)
+	}
+	return out
+}
+
+func hasStep(it explainItem, step string) bool {
+	for _, s := range it.steps() {
+		if s == step {
+			return true
+		}
+	}
+	return false
+}
+
+// TestExplain_OwnIntentsAreListedAndOthersAreInvisible: one key used by
+// alice on a reservation and on an order is two intents, each with its
+// timeline and outcome; bob, asking for the same key, sees none; a missing
+// key is 400.
+func TestExplain_OwnIntentsAreListedAndOthersAreInvisible(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{})
+	show := s.mustCreateShow(t, 10)
+	key := newKey()
+	r := s.do(t, "POST", "/v1/reservations", tokAlice, key, map[string]any{"show_id": show, "quantity": 2})
+	wantStatus(t, r, http.StatusCreated)
+	res := r.str("id")
+	o := s.mustOrder(t, tokAlice, key, res, "tok_visa")
+
+	items := s.explain(t, tokAlice, key)
+	if len(items) != 2 {
+		t.Fatalf("GET /v1/intents: %d items, want 2 (the reservation and the order)", len(items))
+	}
+	rv, ov := items[0], items[1]
+	if rv.Operation != "POST /v1/reservations" || rv.Target.ID != res || rv.Outcome.State != "succeeded" || rv.Outcome.Status != 201 {
+		t.Errorf("reservation intent = %+v, want POST /v1/reservations of %s, succeeded 201", rv, res)
+	}
+	if got := rv.steps(); len(got) < 2 || got[0] != "intent_recorded" || !hasStep(rv, "reservation_held") {
+		t.Errorf("reservation timeline = %v, want intent_recorded … reservation_held", got)
+	}
+	if ov.Operation != "POST /v1/orders" || ov.Target.ID != o.str("id") || ov.Outcome.State != "succeeded" ||
+		ov.Outcome.Result != "confirmed" || ov.Outcome.Status != 201 || ov.CanonicalVersion != 1 || len(ov.Fingerprint) != 64 {
+		t.Errorf("order intent = %+v, want POST /v1/orders of %s, succeeded confirmed 201, canonical v1", ov, o.str("id"))
+	}
+	for _, step := range []string{"intent_recorded", "order_claimed", "order_placed", "payment_attempt_started", "payment_succeeded", "order_confirmed"} {
+		if !hasStep(ov, step) {
+			t.Errorf("order timeline %v lacks %s", ov.steps(), step)
+		}
+	}
+	if len(ov.Payments) != 1 || ov.Payments[0].Outcome != "succeeded" || ov.Payments[0].ProviderKey != "order-"+o.str("id")+"-1" {
+		t.Errorf("order payments = %+v, want attempt 1 under order-%s-1 succeeded", ov.Payments, o.str("id"))
+	} else if rs := ov.Payments[0].Reconciliations; len(rs) > 1 || (len(rs) == 1 && rs[0].ObservedBy != "webhook") {
+		// The send's answer and the simulator's webhook race to record the
+		// success: the fact is recorded once, by whichever comes first.
+		t.Errorf("order reconciliations = %+v, want none, or the webhook's one", rs)
+	}
+
+	if items := s.explain(t, tokBob, key); len(items) != 0 {
+		t.Errorf("bob's GET /v1/intents for alice's key: %d items, want 0", len(items))
+	}
+	checkProblem(t, s.do(t, "GET", "/v1/intents", tokAlice, "", nil), http.StatusBadRequest, "idempotency-key-invalid")
+}
+
+// TestExplain_UnknownPaymentOutcomeThenReconciledShowsEachStep: a charge
+// whose answer is lost (tok_timeout_after_commit; webhooks paused, so only
+// the reconciler learns it) shows attempt, unknown outcome, reconciliation
+// and outcome in the order's explanation.
+func TestExplain_UnknownPaymentOutcomeThenReconciledShowsEachStep(t *testing.T) {
+	t.Parallel()
+	s, _, res := mustStartReserved(t, Options{Env: fastEnv()}, 2)
+	s.pauseWebhooks(t)
+	key := newKey()
+	id := s.mustPlaceOrder(t, key, res, "tok_timeout_after_commit", 10, http.StatusCreated, http.StatusAccepted)
+	if g := s.waitStatus(t, id, recoveryBound, "confirmed", "failed", "needs_review"); g.str("status") != "confirmed" {
+		t.Fatalf("%s, want confirmed", g)
+	}
+	items := s.explain(t, tokAlice, key)
+	if len(items) != 1 || items[0].Target.ID != id {
+		t.Fatalf("GET /v1/intents: %+v, want the one order %s", items, id)
+	}
+	it := items[0]
+	want := []string{"payment_attempt_started", "payment_outcome_unknown", "payment_succeeded", "order_confirmed"}
+	next := 0
+	for _, e := range it.Timeline {
+		if next < len(want) && e.Step == want[next] {
+			if e.Step == "payment_succeeded" && e.ObservedBy != "reconciliation" {
+				t.Errorf("payment_succeeded at %s observed by %q, want reconciliation", e.Position, e.ObservedBy)
+			}
+			next++
+		}
+	}
+	if next != len(want) {
+		t.Errorf("order timeline %v, want the steps %v in this order", it.steps(), want)
+	}
+	if len(it.Payments) != 1 {
+		t.Fatalf("payments = %+v, want one attempt", it.Payments)
+	}
+	p := it.Payments[0]
+	if p.Outcome != "succeeded" || p.Unknown != 1 || len(p.Reconciliations) != 1 ||
+		p.Reconciliations[0].Outcome != "succeeded" || p.Reconciliations[0].ObservedBy != "reconciliation" {
+		t.Errorf("attempt = %+v, want succeeded after 1 unknown outcome and 1 reconciliation (succeeded, by reconciliation)", p)
+	}
+	if it.Outcome.State != "succeeded" || it.Outcome.Status != 201 {
+		t.Errorf("outcome = %+v, want succeeded 201", it.Outcome)
+	}
+	s.resumeWebhooks(t, "charge.succeeded")
+	s.settle(t)
+}
