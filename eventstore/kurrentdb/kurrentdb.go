@@ -452,8 +452,12 @@ func (s *Store) retryRead(ctx context.Context, read func(ctx context.Context) er
 func (s *Store) readStream(ctx context.Context, stream string, opts esdb.ReadStreamOptions, count uint64) ([]eventstore.RecordedEvent, error) {
 	var out []eventstore.RecordedEvent
 	err := s.retryRead(ctx, func(ctx context.Context) error {
-		out = nil
-		return s.conn.call(ctx, func(ctx context.Context, c *esdb.Client) error {
+		// The attempt's result is its own: call can return (ctx done) while
+		// op still runs, and a late op must not write what the next
+		// attempt or the caller reads. It is read only after op returned
+		// through call (err == nil), which orders the write before the read.
+		var got []eventstore.RecordedEvent
+		err := s.conn.call(ctx, func(ctx context.Context, c *esdb.Client) error {
 			rs, err := c.ReadStream(ctx, stream, opts, count)
 			if err != nil {
 				return err
@@ -463,7 +467,7 @@ func (s *Store) readStream(ctx context.Context, stream string, opts esdb.ReadStr
 			for {
 				e, err := rs.Recv()
 				if errors.Is(err, io.EOF) {
-					out = events
+					got = events
 					return nil
 				}
 				if err != nil {
@@ -476,6 +480,10 @@ func (s *Store) readStream(ctx context.Context, stream string, opts esdb.ReadStr
 				events = append(events, r)
 			}
 		})
+		if err == nil {
+			out = got
+		}
+		return err
 	})
 	return out, err
 }
@@ -488,8 +496,12 @@ func (s *Store) readAll(ctx context.Context, from esdb.AllPosition, dir esdb.Dir
 		n   int
 	)
 	err := s.retryRead(ctx, func(ctx context.Context) error {
-		out, n = nil, 0
-		return s.conn.call(ctx, func(ctx context.Context, c *esdb.Client) error {
+		// The attempt's result is its own (see readStream).
+		var (
+			got      []eventstore.RecordedEvent
+			gotCount int
+		)
+		err := s.conn.call(ctx, func(ctx context.Context, c *esdb.Client) error {
 			rs, err := c.ReadAll(ctx, esdb.ReadAllOptions{From: from, Direction: dir}, count)
 			if err != nil {
 				return err
@@ -500,7 +512,7 @@ func (s *Store) readAll(ctx context.Context, from esdb.AllPosition, dir esdb.Dir
 			for {
 				e, err := rs.Recv()
 				if errors.Is(err, io.EOF) {
-					out, n = events, received
+					got, gotCount = events, received
 					return nil
 				}
 				if err != nil {
@@ -514,6 +526,10 @@ func (s *Store) readAll(ctx context.Context, from esdb.AllPosition, dir esdb.Dir
 				events = append(events, r)
 			}
 		})
+		if err == nil {
+			out, n = got, gotCount
+		}
+		return err
 	})
 	return out, n, err
 }
