@@ -92,6 +92,7 @@ func TestConfigurationErrorsExitTwo(t *testing.T) {
 		{[]string{"loadgen"}, "BOOKING_API_TOKENS"},
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--database-url", "postgres://%zz"}, "DATABASE_URL"},
 		{[]string{"provider-sim", "--retention=-1s"}, "BOOKING_PROVIDER_RETENTION"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--target", "ftp://x"}, `--target: "ftp://x"`},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), tt.args, &stdout, &stderr)
