@@ -54,9 +54,9 @@ const (
 	FaultAll               = "all"
 )
 
-// SetupTimeout bounds the run's setup (creating its first show): a target
-// that gives no final answer within it fails the run with the last
-// connection error or status, instead of retrying until MaxDuration.
+// SetupTimeout is the default of Config.SetupTimeout: how long the run's
+// setup (creating its first show) may take before the run fails with the
+// last connection error or status, instead of retrying until MaxDuration.
 const SetupTimeout = 30 * time.Second
 
 // FaultNames lists the fault names of Config.Faults (without FaultAll).
@@ -94,6 +94,7 @@ type Config struct {
 	MaxDuration  time.Duration // no new booking starts after this
 	Drain        time.Duration // how long bookings in flight at MaxDuration may still take
 	Settle       time.Duration // how long the audit waits for the service to settle
+	SetupTimeout time.Duration // how long creating the first show may take; 0 means SetupTimeout (30 s)
 	Log          eventstore.Store
 	// DatabaseURL (read models), NATSURL (stream BOOKING) and
 	// IntentRetention are handed to the audit; empty skips their rows.
@@ -215,6 +216,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if c.Drain <= 0 {
 		c.Drain = time.Minute
 	}
+	if c.SetupTimeout <= 0 {
+		c.SetupTimeout = SetupTimeout
+	}
 	r := &run{c: c, client: &http.Client{}, http: &audit.HTTPStats{},
 		st:    &lgStats{sum: Summary{Statuses: map[string]int{}}, hist: map[string]*hdrhistogram.Histogram{}, confirmed: map[string]string{}},
 		shows: make([]showSlot, (c.Orders+c.ShowSize-1)/c.ShowSize)}
@@ -225,7 +229,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancelWork()
 	// Create the first show up front: a run that cannot create one within
 	// SetupTimeout fails then, saying why.
-	setupCtx, cancelSetup := context.WithTimeout(workCtx, SetupTimeout)
+	setupCtx, cancelSetup := context.WithTimeout(workCtx, c.SetupTimeout)
 	_, err := r.show(setupCtx, 0)
 	cancelSetup()
 	if err != nil {
@@ -502,7 +506,7 @@ func (r *run) show(ctx context.Context, n int) (string, error) {
 				why = fmt.Sprintf("no answer from %s: %v", ce.target, ce.err)
 			}
 			if ctx.Err() == context.DeadlineExceeded && n == 0 {
-				why += fmt.Sprintf(" (gave up after %s)", SetupTimeout)
+				why += fmt.Sprintf(" (gave up after %s)", r.c.SetupTimeout)
 			}
 			s.err = fmt.Errorf("loadgen: create show: %s", why)
 			return
