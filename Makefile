@@ -11,7 +11,8 @@ GO           ?= go
 BIN          := bin/booking
 # The work tree's revision, linked into the binary (booking --version,
 # booking_build_info): the toolchain's own VCS stamping is lost with
-# GOFLAGS=-buildvcs=false or when git refuses the work tree's ownership.
+# GOFLAGS=-buildvcs=false. Empty (no revision shown) outside a work tree or
+# where git refuses one of another owner (safe.directory).
 REVISION     ?= $(shell git rev-parse --short HEAD 2>/dev/null)$(shell git rev-parse --git-dir >/dev/null 2>&1 && ! git diff --quiet HEAD -- 2>/dev/null && echo -dirty)
 LDFLAGS      := $(if $(REVISION),-X main.revision=$(REVISION))
 PG_SH        := test/scripts/pg.sh
