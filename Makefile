@@ -9,6 +9,12 @@ MAKEFLAGS += --no-print-directory
 
 GO           ?= go
 BIN          := bin/booking
+# The work tree's revision, linked into the binary (booking --version,
+# booking_build_info): the toolchain's own VCS stamping is lost with
+# GOFLAGS=-buildvcs=false. Empty (no revision shown) outside a work tree or
+# where git refuses one of another owner (safe.directory).
+REVISION     ?= $(shell git rev-parse --short HEAD 2>/dev/null)$(shell git rev-parse --git-dir >/dev/null 2>&1 && ! git diff --quiet HEAD -- 2>/dev/null && echo -dirty)
+LDFLAGS      := $(if $(REVISION),-X main.revision=$(REVISION))
 PG_SH        := test/scripts/pg.sh
 # Runs promtool, installing Debian's prometheus package (which ships it) if missing.
 PROMTOOL     := deploy/promtool.sh
@@ -94,12 +100,15 @@ run: build ## Run the service from nothing: local PostgreSQL (.data/pg), migrate
 		BOOKING_API_TOKENS='$(BOOKING_API_TOKENS)' \
 		BOOKING_PROVIDER_WEBHOOK_SECRET='$(BOOKING_PROVIDER_WEBHOOK_SECRET)'; \
 	$(BIN) migrate; \
-	printf '\ndatabase     %s\n%s\n' "$$DATABASE_URL" "$$RUN_BANNER"; unset RUN_BANNER; \
-	exec $(BIN) serve
+	banner="$$(printf '\ndatabase     %s\n%s' "$$DATABASE_URL" "$$RUN_BANNER")"; unset RUN_BANNER; \
+	exec $(BIN) serve > >(trap '' INT TERM; while IFS= read -r line; do \
+		printf '%s\n' "$$line"; \
+		if [[ $$line == 'booking: listening on '* ]]; then printf '%s\n' "$$banner"; fi; \
+	done)
 
 .PHONY: build
-build: ## Build bin/booking
-	$(GO) build -o $(BIN) ./cmd/booking
+build: ## Build bin/booking (with the work tree's revision: booking --version)
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/booking
 
 .PHONY: migrate
 migrate: build ## Apply migrations to DATABASE_URL (default: the local PostgreSQL of `make run`)

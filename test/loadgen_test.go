@@ -80,3 +80,42 @@ func TestLoadgen_RunEndsWithAPassingAudit(t *testing.T) {
 		t.Errorf("--report: %+v", js)
 	}
 }
+
+// TestLoadgen_WithoutTheLogChecksTheRunOnly: without --database-url (and
+// so without the event log) every audit row but "no 500 answers" is
+// skipped, that row is still checked from the run's answers, and the run
+// exits 0.
+func TestLoadgen_WithoutTheLogChecksTheRunOnly(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{})
+	var env []string
+	for _, kv := range s.env() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "BOOKING_NATS_URL=") && !strings.HasPrefix(kv, "BOOKING_EVENT_STORE=") {
+			env = append(env, kv)
+		}
+	}
+	p, out := runProc(t, "booking loadgen", []string{"loadgen", "--target", s.URL + "/", "--sim-url", s.SimURL,
+		"--tokens", apiTokens, "--orders", "6", "--clients", "2", "--rate", "20", "--settle", "1s"}, env, 3*time.Minute)
+	report := out.String()
+	if code := p.exitCode(); code != 0 {
+		t.Fatalf("booking loadgen without --database-url exited with status %d, want 0:\n%s", code, report)
+	}
+	for _, rule := range audit.Rules {
+		line := ""
+		for _, l := range strings.Split(report, "\n") {
+			if strings.Contains(l, string(rule)) {
+				line = l
+			}
+		}
+		want := " skipped: no event log (--database-url)"
+		if rule == audit.HTTP500 {
+			want = " OK"
+		}
+		if !strings.HasSuffix(line, want) || (rule == audit.HTTP500 && strings.Contains(line, " 0 checked")) {
+			t.Errorf("audit row %q = %q, want it to end %q (and the no-500 row checked):\n%s", rule, line, want, report)
+		}
+	}
+	if strings.Contains(report, "VIOLATION") {
+		t.Errorf("booking loadgen without --database-url reported a violation:\n%s", report)
+	}
+}

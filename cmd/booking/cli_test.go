@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
+	"os/exec"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -30,7 +33,6 @@ func TestCommandLine(t *testing.T) {
 		wantStderr string
 	}{
 		{"bare booking", nil, "Commands:"},
-		{"an unknown command", []string{"frobnicate"}, "Usage: booking"},
 		{"an unknown flag", []string{"serve", "--no-such-flag"}, "Usage: booking serve"},
 		{"a duration that does not parse", []string{"serve", "--intent-lease=soon"}, "Usage: booking serve"},
 	} {
@@ -46,6 +48,135 @@ func TestCommandLine(t *testing.T) {
 	}
 	if got := exitCode(errors.New("database down")); got != exitFailure {
 		t.Errorf("exitCode(a run-time failure) = %d, want %d", got, exitFailure)
+	}
+}
+
+// TestUnknownCommand: an unknown command is a usage error (exit 2) whose
+// message names it and points at --help, without the whole help.
+func TestUnknownCommand(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frobnicate"}, `unknown command "frobnicate"; run booking --help`},
+		{[]string{"projections", "frob"}, `unknown command "frob"; run booking projections --help`},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), tt.args, &stdout, &stderr)
+		if err == nil || err.Error() != tt.want || exitCode(err) != exitUsage {
+			t.Errorf("booking %v = %v (exit %d), want %q (exit %d)", tt.args, err, exitCode(err), tt.want, exitUsage)
+		}
+		if stderr.Len() != 0 || stdout.Len() != 0 {
+			t.Errorf("booking %v wrote stdout %q, stderr %q; want nothing besides the error", tt.args, stdout.String(), stderr.String())
+		}
+	}
+}
+
+// TestConfigurationErrorsExitTwo: a missing or invalid configuration value
+// or a bad argument exits 2 in every command; a failure while running
+// (such as a busy listen address) exits 1.
+func TestConfigurationErrorsExitTwo(t *testing.T) {
+	for _, v := range []string{"DATABASE_URL", "BOOKING_API_TOKENS", "BOOKING_NATS_URL", "BOOKING_EVENT_STORE"} {
+		t.Setenv(v, "")
+	}
+	for _, tt := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"serve"}, "DATABASE_URL: required"},
+		{[]string{"migrate"}, "DATABASE_URL: required"},
+		{[]string{"notifications", "tail"}, "DATABASE_URL: required"},
+		{[]string{"projections", "rebuild"}, "DATABASE_URL: required"},
+		{[]string{"projections", "rebuild", "--database-url", "postgres://127.0.0.1:1/x", "bogus"}, `unknown read model "bogus"`},
+		{[]string{"loadgen"}, "BOOKING_API_TOKENS"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--database-url", "postgres://%zz"}, "DATABASE_URL"},
+		{[]string{"provider-sim", "--retention=-1s"}, "BOOKING_PROVIDER_RETENTION"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--target", "ftp://x"}, `--target: "ftp://x"`},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), tt.args, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tt.wantErr) || exitCode(err) != exitUsage {
+			t.Errorf("booking %v = %v (exit %d), want an error containing %q, exit %d", tt.args, err, exitCode(err), tt.wantErr, exitUsage)
+		}
+	}
+
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	_, err = net.Listen("tcp", addr)
+	if err == nil {
+		t.Fatal("a second listener on a busy address succeeded")
+	}
+	lerr := listenError(addr, "BOOKING_HTTP_ADDR", err)
+	if got, want := lerr.Error(), "cannot listen on "+addr+" (BOOKING_HTTP_ADDR): address already in use"; got != want {
+		t.Errorf("listenError = %q, want %q", got, want)
+	}
+	if got := exitCode(lerr); got != exitFailure {
+		t.Errorf("exitCode(a busy listen address) = %d, want %d", got, exitFailure)
+	}
+	var stdout, stderr bytes.Buffer
+	err = run(context.Background(), []string{"provider-sim", "--addr", addr}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "cannot listen on "+addr+" (BOOKING_PROVIDER_SIM_ADDR): address already in use") || exitCode(err) != exitFailure {
+		t.Errorf("provider-sim on a busy address = %v (exit %d), want cannot listen…, exit %d", err, exitCode(err), exitFailure)
+	}
+	if strings.Contains(stdout.String(), "provider simulator on") {
+		t.Errorf("provider-sim on a busy address printed %q", stdout.String())
+	}
+}
+
+// TestBuildVersion: the link-time revision (make build's -X main.revision)
+// follows "(devel)"; without it, the build information's vcs.revision
+// (12 digits, -dirty when modified); a module version wins over both.
+func TestBuildVersion(t *testing.T) {
+	t.Parallel()
+	devel := &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}
+	stamped := &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}}}
+	released := &debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}
+	for _, tt := range []struct {
+		info     *debug.BuildInfo
+		revision string
+		want     string
+	}{
+		{devel, "22b4e86-dirty", "(devel) 22b4e86-dirty"},
+		{devel, "", "(devel)"},
+		{stamped, "", "(devel) 0123456789ab-dirty"},
+		{stamped, "22b4e86", "(devel) 22b4e86"},
+		{released, "22b4e86", "v1.2.3"},
+	} {
+		if got := moduleVersion(tt.info, tt.revision); got != tt.want {
+			t.Errorf("moduleVersion(%v, %q) = %q, want %q", tt.info.Main.Version, tt.revision, got, tt.want)
+		}
+	}
+}
+
+// TestMakeBuildStampsRevision: `make build` (and so make run and make
+// chaos) links the work tree's revision into main.revision, so `booking
+// --version` and booking_build_info show it even where the toolchain's VCS
+// stamping is off (GOFLAGS=-buildvcs=false).
+func TestMakeBuildStampsRevision(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	out, err := exec.Command("make", "-C", "../..", "-n", "build").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n build: %v\n%s", err, out)
+	}
+	rev, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not a git work tree: %v", err)
+	}
+	want := regexp.MustCompile(`-X main\.revision=` + strings.TrimSpace(string(rev)) + `(-dirty)?\b`)
+	if !want.Match(out) {
+		t.Errorf("make -n build = %q, want it to link %s", out, want)
 	}
 }
 

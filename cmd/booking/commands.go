@@ -76,7 +76,7 @@ func (c *providerSimCmd) Run(e *env) error {
 	}
 	if err := sim.Start(e.ctx, c.Addr); err != nil {
 		sim.Close()
-		return configError("BOOKING_PROVIDER_SIM_ADDR", "%v", err)
+		return listenError(c.Addr, "BOOKING_PROVIDER_SIM_ADDR", err)
 	}
 	fmt.Fprintf(e.stdout, "booking: provider simulator on %s\n", sim.URL())
 	<-e.ctx.Done()

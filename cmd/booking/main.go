@@ -11,9 +11,12 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 )
 
 // version is the build's version. It is set with
@@ -21,10 +24,19 @@ import (
 // by the Go toolchain (runtime/debug.ReadBuildInfo) is used.
 var version string
 
+// revision is the VCS revision of a development build, set by `make build`
+// with -ldflags '-X main.revision=<git rev-parse --short HEAD>[-dirty]'. The
+// Go toolchain's own stamping (vcs.revision in the build information) is
+// lost when GOFLAGS holds -buildvcs=false or git refuses the work tree, so
+// the Makefile passes it itself; when empty, the build information's
+// revision is used.
+var revision string
+
 // Exit statuses of the command, as the BSD sysexits and Go's own tools use
-// them: 0 success, 1 a failure while running, 2 a command line that could
-// not be parsed (unknown command or flag, bad flag or variable value,
-// missing command).
+// them: 0 success, 1 a failure while running, 2 a usage or configuration
+// error: a command line that could not be parsed (unknown command or flag,
+// bad flag value or argument, missing command) or a missing or invalid
+// configuration value (a *configerr.Error).
 const (
 	exitFailure = 1
 	exitUsage   = 2
@@ -41,10 +53,12 @@ func main() {
 }
 
 // exitCode returns the exit status of a failed run: exitUsage for a command
-// line that could not be parsed, exitFailure otherwise.
+// line that could not be parsed or a refused configuration value,
+// exitFailure otherwise.
 func exitCode(err error) int {
 	var u *usageError
-	if errors.As(err, &u) {
+	var c *configerr.Error
+	if errors.As(err, &u) || errors.As(err, &c) {
 		return exitUsage
 	}
 	return exitFailure
@@ -59,25 +73,46 @@ func (e *usageError) Unwrap() error { return e.err }
 
 // buildVersion returns the version set at link time (main.version), or the
 // main module's version from the build information, or "(devel)" followed by
-// the VCS revision when the build has one.
+// the VCS revision when the build has one: main.revision set at link time,
+// else the build information's vcs.revision (12 digits, "-dirty" when
+// vcs.modified).
 func buildVersion() string {
 	if version != "" {
 		return version
 	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
+		if revision != "" {
+			return "(devel) " + revision
+		}
 		return "(unknown)"
 	}
+	return moduleVersion(info, revision)
+}
+
+// moduleVersion is buildVersion's answer from the build information and
+// the link-time revision (empty when not set).
+func moduleVersion(info *debug.BuildInfo, revision string) string {
 	v := info.Main.Version
-	if v == "" || v == "(devel)" {
-		v = "(devel)"
-		for _, s := range info.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += " " + s.Value[:12]
-			}
+	if v != "" && v != "(devel)" {
+		return v
+	}
+	if revision != "" {
+		return "(devel) " + revision
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision" && len(s.Value) >= 12:
+			rev = s.Value[:12]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
 		}
 	}
-	return v
+	if rev == "" {
+		return "(devel)"
+	}
+	return "(devel) " + rev + dirty
 }
 
 // cli is the command line: one subcommand per kong command struct.
@@ -140,6 +175,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		var pe *kong.ParseError
 		if errors.As(err, &pe) && pe.Context != nil {
+			if name, ok := unknownCommand(pe); ok {
+				return &usageError{fmt.Errorf("unknown command %q; run %s --help", name, commandPath(pe.Context))}
+			}
 			parser.Stdout = stderr
 			_ = pe.Context.PrintUsage(true)
 			fmt.Fprintln(stderr)
@@ -147,4 +185,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return &usageError{err}
 	}
 	return kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr, version: v})
+}
+
+// unknownCommand reports whether pe is an argument where a command was
+// expected (`booking frobnicate`, `booking projections frob`) and returns
+// that argument. An extra argument after a complete command is not one.
+func unknownCommand(pe *kong.ParseError) (string, bool) {
+	name, ok := strings.CutPrefix(pe.Error(), "unexpected argument ")
+	if !ok {
+		return "", false
+	}
+	if sel := pe.Context.Selected(); sel != nil && len(sel.Children) == 0 {
+		return "", false
+	}
+	return name, true
+}
+
+// commandPath is "booking" followed by the commands kctx has selected so
+// far, such as "booking projections".
+func commandPath(kctx *kong.Context) string {
+	if sel := kctx.Selected(); sel != nil {
+		return "booking " + sel.Path()
+	}
+	return "booking"
 }

@@ -53,7 +53,7 @@ func (c *rebuildCmd) Run(e *env) error {
 	backend, _ := eventStoreBackend(c.EventStore)
 	ps, err := projections.Select(c.Names, c.IntentRetention)
 	if err != nil {
-		return err
+		return &usageError{err} // a NAME argument no read model has
 	}
 	ctx := e.ctx
 	// Locks hold a connection each; the reader and the writer one more each.

@@ -103,7 +103,7 @@ func (c *serveCmd) Run(e *env) error {
 	// The HTTP listener comes first so the simulator knows where to send webhooks.
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
-		return configError("BOOKING_HTTP_ADDR", "listen: %v", err)
+		return listenError(cfg.HTTPAddr, "BOOKING_HTTP_ADDR", err)
 	}
 	apiURL := "http://" + ln.Addr().String()
 
@@ -122,7 +122,7 @@ func (c *serveCmd) Run(e *env) error {
 		if err := sim.Start(ctx, cfg.ProviderSimAddr); err != nil {
 			sim.Close()
 			ln.Close()
-			return configError("BOOKING_PROVIDER_SIM_ADDR", "%v", err)
+			return listenError(cfg.ProviderSimAddr, "BOOKING_PROVIDER_SIM_ADDR", err)
 		}
 		defer sim.Close()
 		providerURL = sim.URL()
@@ -281,3 +281,28 @@ func newLagCollector(pool *pgxpool.Pool, dist metrics.LogDistance, log *slog.Log
 			return st.Checkpoint, err
 		}, log)
 }
+
+// listenError is a listener that could not be bound: "cannot listen on
+// ADDR (VARIABLE): reason", such as "address already in use". It is a
+// failure while running (exit 1), not a configuration error: the address
+// parsed, another process holds it.
+func listenError(addr, variable string, err error) error {
+	reason := err
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		reason = se.Err // "address already in use" without "listen tcp …: bind:"
+	}
+	return &listenErr{addr: addr, variable: variable, err: err, reason: reason}
+}
+
+// listenErr is listenError's error; Unwrap returns the net error.
+type listenErr struct {
+	addr, variable string
+	err, reason    error
+}
+
+func (e *listenErr) Error() string {
+	return fmt.Sprintf("cannot listen on %s (%s): %v", e.addr, e.variable, e.reason)
+}
+
+func (e *listenErr) Unwrap() error { return e.err }

@@ -112,6 +112,7 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 type Notification struct {
 	Payload
 	MsgID     string // Nats-Msg-Id (the event id)
+	RequestID string // Booking-Request-Id (the event's correlation id), empty when absent
 	Subject   string
 	StreamSeq uint64 // JetStream stream sequence
 	Delivered uint64 // delivery count, 1 on the first delivery
@@ -313,7 +314,7 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) {
 // parseNotification reads the headers and payload of msg.
 func parseNotification(msg jetstream.Msg) (*Notification, error) {
 	h := msg.Headers()
-	n := &Notification{MsgID: h.Get(HeaderMsgID), Subject: msg.Subject(), Body: msg.Data()}
+	n := &Notification{MsgID: h.Get(HeaderMsgID), RequestID: h.Get(HeaderRequestID), Subject: msg.Subject(), Body: msg.Data()}
 	stream := h.Get(HeaderStream)
 	rev, err := strconv.ParseUint(h.Get(HeaderRevision), 10, 63)
 	if n.MsgID == "" || stream == "" || err != nil {

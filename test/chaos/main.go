@@ -404,8 +404,8 @@ func (c *chaos) summary(report string, lgErr error) error {
 	a := r.Audit
 	fmt.Fprintf(c.out, "\n==> chaos: %s, %d SIGKILLs (each replica restarted), %d SIGSTOP pauses, %d PostgreSQL restarts\n",
 		c.o.duration, c.kills, c.pauses, c.pgRest)
-	fmt.Fprintf(c.out, "==> counts: %d events, %d shows, %d orders (%d confirmed, %d cancelled, %d failed), %d charges (%d succeeded), %d refunds, %d of %d publishable events in NATS, %d client requests, 502–504: %v\n",
-		a.Events, a.Shows, a.Orders, a.Confirmed, a.Cancelled, a.Failed, a.Charges, a.SucceededCharges, a.Refunds, a.Messages, a.Published, a.Requests, a.Gateway)
+	fmt.Fprintf(c.out, "==> counts: %d events, %d shows, %d orders (%d confirmed, %d cancelled, %d failed), %d charges (%d succeeded), %d refunds, %d of %d publishable events in NATS, %d client requests, 502–504: %s\n",
+		a.Events, a.Shows, a.Orders, a.Confirmed, a.Cancelled, a.Failed, a.Charges, a.SucceededCharges, a.Refunds, a.Messages, a.Published, a.Requests, gatewayCounts(a.Gateway))
 	fmt.Fprintln(c.out, "==> audit:")
 	violations := len(r.Loadgen.Violations)
 	for _, row := range a.Rows {
@@ -661,4 +661,22 @@ func waitHTTP(ctx context.Context, u string, d time.Duration) error {
 		}
 		time.Sleep(100 * time.Millisecond) // polling for readiness, with a deadline
 	}
+}
+
+// gatewayCounts prints the 502–504 answers by status as "503: 70, 504: 2",
+// in status order, or "none".
+func gatewayCounts(g map[int]int) string {
+	if len(g) == 0 {
+		return "none"
+	}
+	codes := make([]int, 0, len(g))
+	for c := range g {
+		codes = append(codes, c)
+	}
+	slices.Sort(codes)
+	parts := make([]string, len(codes))
+	for i, c := range codes {
+		parts[i] = fmt.Sprintf("%d: %d", c, g[c])
+	}
+	return strings.Join(parts, ", ")
 }

@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -37,6 +38,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/time/rate"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/cmd/booking/loadgen/audit"
 	"github.com/retrysafe/booking/eventstore"
 )
@@ -51,6 +53,11 @@ const (
 	FaultLatency           = "latency"             // latency_ms = FaultLatency
 	FaultAll               = "all"
 )
+
+// SetupTimeout is the default of Config.SetupTimeout: how long the run's
+// setup (creating its first show) may take before the run fails with the
+// last connection error or status, instead of retrying until MaxDuration.
+const SetupTimeout = 30 * time.Second
 
 // FaultNames lists the fault names of Config.Faults (without FaultAll).
 var FaultNames = []string{FaultErrorBeforeCommit, FaultDropAfterCommit, FaultWebhookDuplicates, FaultWebhookReorder, FaultLatency}
@@ -87,6 +94,7 @@ type Config struct {
 	MaxDuration  time.Duration // no new booking starts after this
 	Drain        time.Duration // how long bookings in flight at MaxDuration may still take
 	Settle       time.Duration // how long the audit waits for the service to settle
+	SetupTimeout time.Duration // how long creating the first show may take; 0 means SetupTimeout (30 s)
 	Log          eventstore.Store
 	// DatabaseURL (read models), NATSURL (stream BOOKING) and
 	// IntentRetention are handed to the audit; empty skips their rows.
@@ -165,6 +173,15 @@ type run struct {
 	next    atomic.Uint64 // round robin over targets
 	inFault atomic.Bool
 	shows   []showSlot
+	// lastConnErr is the error of the latest request that got no answer
+	// (a refused connection, a DNS failure), for the setup's error.
+	lastConnErr atomic.Pointer[connErr]
+}
+
+// connErr is a request that got no answer: where it went and why.
+type connErr struct {
+	target string
+	err    error
 }
 
 type showSlot struct {
@@ -185,6 +202,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if len(c.Targets) == 0 && c.URL != "" {
 		c.Targets = []string{c.URL}
 	}
+	c.Targets = normalizeURLs(c.Targets)
+	c.SimURL = strings.TrimRight(c.SimURL, "/")
 	if err := c.validate(); err != nil {
 		return err
 	}
@@ -197,6 +216,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if c.Drain <= 0 {
 		c.Drain = time.Minute
 	}
+	if c.SetupTimeout <= 0 {
+		c.SetupTimeout = SetupTimeout
+	}
 	r := &run{c: c, client: &http.Client{}, http: &audit.HTTPStats{},
 		st:    &lgStats{sum: Summary{Statuses: map[string]int{}}, hist: map[string]*hdrhistogram.Histogram{}, confirmed: map[string]string{}},
 		shows: make([]showSlot, (c.Orders+c.ShowSize-1)/c.ShowSize)}
@@ -205,8 +227,12 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancelFeed()
 	workCtx, cancelWork := context.WithTimeout(ctx, c.MaxDuration+c.Drain)
 	defer cancelWork()
-	// Create the first show up front: a run that cannot create one fails at once.
-	if _, err := r.show(workCtx, 0); err != nil {
+	// Create the first show up front: a run that cannot create one within
+	// SetupTimeout fails then, saying why.
+	setupCtx, cancelSetup := context.WithTimeout(workCtx, c.SetupTimeout)
+	_, err := r.show(setupCtx, 0)
+	cancelSetup()
+	if err != nil {
 		return err
 	}
 
@@ -304,31 +330,75 @@ feed:
 	return nil
 }
 
+// validate checks c; an error is a *configerr.Error naming the flag or
+// variable at fault (the command exits 2 for it).
 func (c *Config) validate() error {
 	switch {
 	case c.Clients < 1 || c.Orders < 1:
-		return errors.New("loadgen: --clients and --orders must be at least 1")
+		return configerr.New("--clients, --orders", "must be at least 1")
 	case c.Admin == "" || len(c.Users) == 0:
-		return errors.New("loadgen: needs one admin token and at least one other")
+		return configerr.New("BOOKING_API_TOKENS", "loadgen needs one admin token and at least one other")
 	case len(c.Targets) == 0:
-		return errors.New("loadgen: needs at least one --target")
+		return configerr.New("--target", "needs at least one base URL")
 	case c.Rate <= 0:
-		return errors.New("loadgen: --rate must be positive")
+		return configerr.New("--rate", "must be positive")
 	case c.Timeout <= 0 || c.MaxDuration <= 0:
-		return errors.New("loadgen: --timeout and --max-duration must be positive")
+		return configerr.New("--timeout, --max-duration", "must be positive")
+	}
+	for _, t := range c.Targets {
+		if err := checkBaseURL(t); err != nil {
+			return configerr.New("--target", "%q: %v", t, err)
+		}
+	}
+	if c.SimURL != "" {
+		if err := checkBaseURL(c.SimURL); err != nil {
+			return configerr.New("--sim-url", "%q: %v", c.SimURL, err)
+		}
 	}
 	for _, f := range []float64{c.LoseRate, c.DeclineRate, c.DupRate, c.FreshRate, c.AbandonRate, c.CancelRate, c.LateRate, c.FaultRate} {
 		if f < 0 || f > 1 {
-			return errors.New("loadgen: rates must be between 0 and 1")
+			return configerr.New("--*-rate", "rates must be between 0 and 1")
 		}
 	}
 	for _, f := range c.Faults {
 		if f != FaultAll && !contains(FaultNames, f) {
-			return fmt.Errorf("loadgen: unknown fault %q (known: %s, %s)", f, strings.Join(FaultNames, ", "), FaultAll)
+			return configerr.New("--faults", "unknown fault %q (known: %s, %s)", f, strings.Join(FaultNames, ", "), FaultAll)
 		}
 	}
 	if len(c.Faults) > 0 && c.FaultPeriod <= 0 {
-		return errors.New("loadgen: --fault-period must be positive")
+		return configerr.New("--fault-period", "must be positive")
+	}
+	return nil
+}
+
+// normalizeURLs splits comma-separated base URLs, trims white space and
+// trailing slashes ("http://h:8080/" is "http://h:8080"), and drops empty
+// ones.
+func normalizeURLs(in []string) []string {
+	var out []string
+	for _, s := range in {
+		for _, u := range strings.Split(s, ",") {
+			if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
+				out = append(out, u)
+			}
+		}
+	}
+	return out
+}
+
+// checkBaseURL accepts an http or https URL with a host and nothing after
+// it but an optional path prefix: the base URL requests are sent under.
+func checkBaseURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return err
+	case u.Scheme != "http" && u.Scheme != "https":
+		return errors.New("must be an http:// or https:// URL")
+	case u.Host == "" || u.Hostname() == "":
+		return errors.New("has no host")
+	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+		return errors.New("must be a base URL without user, query or fragment")
 	}
 	return nil
 }
@@ -429,7 +499,18 @@ func (r *run) show(ctx context.Context, n int) (string, error) {
 			"starts_at": time.Now().Add(30 * 24 * time.Hour).UTC().Format(time.RFC3339),
 			"capacity":  r.c.ShowSize, "price": map[string]any{"amount": 1000, "currency": "EUR"}}
 		code, out := r.untilFinal(ctx, "show", "POST", "/v1/shows", r.c.Admin, uuid.NewString(), body, false)
-		if code != http.StatusCreated {
+		switch {
+		case code == 0:
+			why := "no answer"
+			if ce := r.lastConnErr.Load(); ce != nil {
+				why = fmt.Sprintf("no answer from %s: %v", ce.target, ce.err)
+			}
+			if ctx.Err() == context.DeadlineExceeded && n == 0 {
+				why += fmt.Sprintf(" (gave up after %s)", r.c.SetupTimeout)
+			}
+			s.err = fmt.Errorf("loadgen: create show: %s", why)
+			return
+		case code != http.StatusCreated:
 			s.err = fmt.Errorf("loadgen: create show: status %d: %v", code, out)
 			return
 		}
@@ -601,6 +682,9 @@ func (r *run) send(ctx context.Context, op, method, path, tok, key string, body 
 		var ne net.Error
 		if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())) {
 			return -1, nil
+		}
+		if ctx.Err() == nil {
+			r.lastConnErr.Store(&connErr{target: target, err: err})
 		}
 		return 0, nil
 	}

@@ -1,10 +1,16 @@
 package loadgen
 
 import (
+	"context"
+	"errors"
+	"io"
+	"net"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 )
 
 // TestFaultBody: each fault name sets exactly its field of POST /_sim/faults.
@@ -52,11 +58,55 @@ func TestValidate(t *testing.T) {
 		"unknown fault": {func(c *Config) { c.Faults = []string{"meteor"} }, `unknown fault "meteor"`},
 		"no period":     {func(c *Config) { c.Faults = []string{FaultAll} }, "--fault-period"},
 		"no users":      {func(c *Config) { c.Users = nil }, "admin token"},
+		"ftp target":    {func(c *Config) { c.Targets = []string{"ftp://x"} }, `--target: "ftp://x": must be an http:// or https:// URL`},
+		"no host":       {func(c *Config) { c.Targets = []string{"http://"} }, `--target: "http://": has no host`},
+		"bare host":     {func(c *Config) { c.Targets = []string{"127.0.0.1:8080"} }, `--target: "127.0.0.1:8080"`},
+		"bad sim URL":   {func(c *Config) { c.SimURL = "localhost" }, `--sim-url: "localhost": must be an http:// or https:// URL`},
 	} {
 		c := ok
 		tc.mod(&c)
 		if err := c.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", name, err, tc.want)
 		}
+	}
+}
+
+// TestNormalizeURLs: trailing slashes and white space go, commas separate.
+func TestNormalizeURLs(t *testing.T) {
+	t.Parallel()
+	got := normalizeURLs([]string{"http://a:8080/", " http://b:8080, http://c:8080// ", ""})
+	if want := []string{"http://a:8080", "http://b:8080", "http://c:8080"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("normalizeURLs = %q, want %q", got, want)
+	}
+}
+
+// TestRunFailsFastWithTheDialError: a target nothing listens on fails the
+// run's setup within Config.SetupTimeout (not --max-duration), with the
+// connection error in the message, and is a run-time failure, not a
+// configuration error.
+func TestRunFailsFastWithTheDialError(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := "http://" + ln.Addr().String() + "/"
+	ln.Close() // nothing listens there now: connections are refused
+	cfg := Config{Targets: []string{target}, Admin: "a", Users: []string{"u"}, Clients: 1, Orders: 1, Rate: 1,
+		Timeout: time.Second, MaxDuration: 10 * time.Minute, SetupTimeout: 2 * time.Second, Out: io.Discard}
+	t0 := time.Now()
+	err = Run(context.Background(), cfg)
+	took := time.Since(t0)
+	want := "loadgen: create show: no answer from " + strings.TrimSuffix(target, "/") + ": "
+	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "connection refused") ||
+		!strings.HasSuffix(err.Error(), "(gave up after 2s)") {
+		t.Errorf("Run against a closed port = %v, want %q… connection refused … (gave up after 2s)", err, want)
+	}
+	var ce *configerr.Error
+	if errors.As(err, &ce) {
+		t.Errorf("Run against a closed port = a configuration error %v, want a run-time failure", err)
+	}
+	if took > time.Minute {
+		t.Errorf("Run against a closed port took %s, want about 2s (SetupTimeout), far less than --max-duration", took)
 	}
 }

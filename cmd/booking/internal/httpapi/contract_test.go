@@ -523,7 +523,7 @@ func contractCases() []contractCase {
 		{name: "GET /v1/orders is the caller's, with Booking-Position", method: "GET", path: "/v1/orders", status: 200,
 			calls: []string{"Orders"}, want: map[string]string{"Booking-Position": "9/1"}, check: member("next_cursor", nil)},
 		{name: "limit=0 is 400 naming limit", method: "GET", path: "/v1/shows?limit=0", status: 400, code: "invalid-request",
-			fields: []string{"limit"}},
+			fields: []string{"limit"}, check: member("detail", "limit must be a positive integer (values above 200 are clamped to 200)")},
 		{name: "limit=-1 is 400 naming limit", method: "GET", path: "/v1/orders?limit=-1", status: 400, code: "invalid-request",
 			fields: []string{"limit"}},
 		{name: "a cursor not handed out is 400 naming cursor", method: "GET", path: "/v1/shows?cursor=abc", status: 400,

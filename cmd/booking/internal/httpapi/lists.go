@@ -163,7 +163,7 @@ func parseLimit(s string) (int, error) {
 	if s == "" {
 		return defaultListLimit, nil
 	}
-	bad := httpError(domain.Invalid, "invalid-request", fmt.Sprintf("limit must be an integer from 1 to %d", maxListLimit), "limit")
+	bad := httpError(domain.Invalid, "invalid-request", fmt.Sprintf("limit must be a positive integer (values above %d are clamped to %d)", maxListLimit, maxListLimit), "limit")
 	if !allDigits(s) {
 		return 0, bad
 	}
@@ -177,10 +177,13 @@ func parseLimit(s string) (int, error) {
 	return int(min(n, maxListLimit)), nil
 }
 
-// Cursors are opaque to clients: base64url (no padding) of
-// "kind|RFC 3339 time in UTC|id", where kind tells which list the cursor
-// belongs to and id is a lowercase UUID. A cursor is accepted only in the
-// exact form encodeCursor writes, so each position has one cursor.
+// Cursors are opaque to clients but not secret or signed: base64url (no
+// padding) of "kind|RFC 3339 time in UTC|id", where kind tells which list
+// the cursor belongs to and id is a lowercase UUID. A cursor is accepted
+// only in the exact form encodeCursor writes, so each position has one
+// cursor; a hand-made one of that form is accepted and only moves the
+// position inside the caller's own list (GET /v1/orders still filters by
+// the caller), so it reveals nothing a page would not.
 
 func encodeCursor(kind string, t time.Time, id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(kind + "|" + t.UTC().Format(time.RFC3339Nano) + "|" + id))

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -188,7 +189,14 @@ func startEmbedded(cfg Config, log *slog.Logger) (*server.Server, error) {
 		// Fail fast and clearly on a port in use (the server would only log it).
 		ln, err := net.Listen("tcp", cfg.Addr)
 		if err != nil {
-			return nil, configerr.New("BOOKING_NATS_ADDR", "listen: %v (set BOOKING_NATS_URL to use a running server)", err)
+			// Not a configuration error (exit 1): the address parsed,
+			// another process holds it.
+			reason := err
+			var se *os.SyscallError
+			if errors.As(err, &se) {
+				reason = se.Err
+			}
+			return nil, fmt.Errorf("cannot listen on %s (BOOKING_NATS_ADDR): %w (set BOOKING_NATS_URL to use a running server)", cfg.Addr, reason)
 		}
 		ln.Close()
 	}

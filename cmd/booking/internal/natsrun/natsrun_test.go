@@ -1,12 +1,16 @@
 package natsrun
 
 import (
+	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 
 	"github.com/retrysafe/booking/projections/notify"
 )
@@ -59,6 +63,19 @@ func TestStart(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "invalid configuration: "+tt.wantVar+":") {
 			t.Errorf("Start with %s = %v, want an error naming %s", tt.name, err, tt.wantVar)
 		}
+	}
+
+	// A busy BOOKING_NATS_ADDR is a failure while running, not a
+	// configuration error: the message names the address and the reason.
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	_, err = Start(t.Context(), Config{Addr: busy.Addr().String(), DuplicateWindow: 10 * time.Minute, RecoveryInterval: 30 * time.Second, DataDir: t.TempDir()}, quiet, nil, nil)
+	var ce *configerr.Error
+	if want := "cannot listen on " + busy.Addr().String() + " (BOOKING_NATS_ADDR): address already in use"; err == nil || !strings.HasPrefix(err.Error(), want) || errors.As(err, &ce) {
+		t.Errorf("Start on a busy BOOKING_NATS_ADDR = %v, want %q… (not a configuration error)", err, want)
 	}
 
 	// A server that is down is not a configuration error: the message says

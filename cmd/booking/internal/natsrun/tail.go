@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,24 +84,55 @@ func Tail(ctx context.Context, cfg TailConfig, pool *pgxpool.Pool, out io.Writer
 	return nil
 }
 
-// writeNotification prints n as one line: the payload as compact JSON, or
-// "occurred_at subject stream@revision id=… position=…" (plus " gap=true"
-// when it was applied after missing revisions).
+// writeNotification prints n as one line: the payload as compact JSON
+// with a "request_id" member added (the Booking-Request-Id header; absent
+// when the message has none), or "occurred_at subject stream@revision
+// id=… position=…" plus " request_id=…" when the header is present and
+// " gap=true" when it was applied after missing revisions. The request id
+// is quoted (strconv.Quote) when it has spaces, quotes or non-printable
+// characters.
 func writeNotification(w io.Writer, n *notify.Notification, asJSON bool) {
 	if asJSON {
 		var b bytes.Buffer
 		if err := json.Compact(&b, n.Body); err != nil {
 			b.Reset()
 			b.Write(bytes.ReplaceAll(n.Body, []byte("\n"), nil))
+		} else if n.RequestID != "" && bytes.HasSuffix(b.Bytes(), []byte("}")) {
+			id, _ := json.Marshal(n.RequestID)
+			b.Truncate(b.Len() - 1)
+			if !bytes.HasSuffix(b.Bytes(), []byte("{")) {
+				b.WriteByte(',')
+			}
+			b.WriteString(`"request_id":`)
+			b.Write(id)
+			b.WriteByte('}')
 		}
 		b.WriteByte('\n')
 		w.Write(b.Bytes())
 		return
 	}
+	rid := ""
+	if n.RequestID != "" {
+		v := n.RequestID
+		if strings.ContainsAny(v, " \"=\\") || !isPrint(v) {
+			v = strconv.Quote(v)
+		}
+		rid = " request_id=" + v
+	}
 	gap := ""
 	if n.Gap {
 		gap = " gap=true"
 	}
-	fmt.Fprintf(w, "%s %s %s@%d id=%s position=%s%s\n",
-		n.OccurredAt.UTC().Format(time.RFC3339Nano), n.Subject, n.Stream, n.Revision, n.MsgID, n.Position, gap)
+	fmt.Fprintf(w, "%s %s %s@%d id=%s position=%s%s%s\n",
+		n.OccurredAt.UTC().Format(time.RFC3339Nano), n.Subject, n.Stream, n.Revision, n.MsgID, n.Position, rid, gap)
+}
+
+// isPrint reports whether s is printable ASCII.
+func isPrint(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

@@ -284,12 +284,42 @@ func TestCheckFailsWhenASourceCannotBeRead(t *testing.T) {
 		}
 	}
 	w.log.err = context.DeadlineExceeded
+	src.HTTP = &audit.HTTPStats{}
+	src.HTTP.Record("GET", "/v1/shows", 200, false, "")
 	rep = audit.Check(context.Background(), src, audit.Options{})
-	if got := rep.ViolationCount(); got != len(audit.Rules) {
-		t.Errorf("with the log unreadable: %d violations, want %d (%v)", got, len(audit.Rules), rep.Violations())
+	// Every rule but HTTP500, which needs only the run itself.
+	if got := rep.ViolationCount(); got != len(audit.Rules)-1 || len(rep.Row(audit.HTTP500).Violations) != 0 {
+		t.Errorf("with the log unreadable: %d violations, want %d, none of %q (%v)", got, len(audit.Rules)-1, audit.HTTP500, rep.Violations())
 	}
 	rep = audit.Check(context.Background(), audit.Sources{}, audit.Options{})
-	if got := rep.ViolationCount(); got != len(audit.Rules) {
-		t.Errorf("without sources: %d violations, want %d", got, len(audit.Rules))
+	if got, row := rep.ViolationCount(), rep.Row(audit.HTTP500); got != len(audit.Rules)-1 || row.Skipped != "no client traffic recorded" {
+		t.Errorf("without sources: %d violations, want %d; row %q skipped %q, want skipped", got, len(audit.Rules)-1, audit.HTTP500, row.Skipped)
+	}
+}
+
+// TestCheckHTTP500NeedsOnlyTheRun: without an event log (the other rows
+// skipped, as booking loadgen does without --database-url) the row "no 500
+// answers" is checked from the run's answers alone: it passes when none
+// was a 500 and names each 500 otherwise.
+func TestCheckHTTP500NeedsOnlyTheRun(t *testing.T) {
+	t.Parallel()
+	skip := map[audit.Rule]string{}
+	for _, r := range audit.Rules {
+		if r != audit.HTTP500 {
+			skip[r] = "no event log (--database-url)"
+		}
+	}
+	stats := &audit.HTTPStats{}
+	stats.Record("POST", "/v1/shows", 201, false, "")
+	stats.Record("POST", "/v1/reservations", 503, true, "")
+	stats.Record("POST", "/v1/orders", 201, false, "")
+	rep := audit.Check(context.Background(), audit.Sources{HTTP: stats}, audit.Options{Skip: skip})
+	if row := rep.Row(audit.HTTP500); !rep.OK() || row.Skipped != "" || row.Checked != 3 || rep.Requests != 3 || rep.Gateway[503] != 1 {
+		t.Errorf("no log, no 500: OK %v, row %+v, requests %d, gateway %v; want OK, 3 checked, 3 requests, one 503", rep.OK(), row, rep.Requests, rep.Gateway)
+	}
+	stats.Record("POST", "/v1/orders", 500, false, "boom")
+	rep = audit.Check(context.Background(), audit.Sources{HTTP: stats}, audit.Options{Skip: skip})
+	if got := rep.Row(audit.HTTP500).Violations; rep.ViolationCount() != 1 || len(got) != 1 || got[0] != "POST /v1/orders answered 500: boom" {
+		t.Errorf("no log, one 500: %d violations %q, want exactly the 500", rep.ViolationCount(), rep.Violations())
 	}
 }
