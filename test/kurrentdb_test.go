@@ -11,6 +11,7 @@ import (
 	"context"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
 	"github.com/retrysafe/booking/projections"
 )
 
@@ -220,4 +222,33 @@ func TestKurrentDB_AnotherBackendWithOldPositionsFailsAtStart(t *testing.T) {
 	s.Restart()
 	s.waitAllCaughtUp(t, js)
 	s.checkPaidOnce(t, id)
+}
+
+// TestKurrentDB_AnotherLogWithOldPositionsFailsAtStart: positions read from
+// one KurrentDB log (checkpoints, read models, the relay) make booking
+// serve pointed at another, shorter log of the same backend (a fresh
+// server, a restored backup) refuse to start, naming every position beyond
+// the new log's head and the way out, instead of skipping new events.
+func TestKurrentDB_AnotherLogWithOldPositionsFailsAtStart(t *testing.T) {
+	requireKurrentDB(t)
+	t.Parallel()
+	s, _, res := mustStartReserved(t, Options{Env: fastEnv()}, 2)
+	js := s.connectJS(t)
+	orderIDOf(t, s.mustOrder(t, tokAlice, newKey(), res, "tok_visa"))
+	s.waitAllCaughtUp(t, js)
+	s.Stop()
+
+	fresh := kurrentdbtest.StartProcess(t, doubleBin, filepath.Join(t.TempDir(), "fresh.log"))
+	env := append(s.env(), "BOOKING_EVENT_STORE="+fresh.URL())
+	p, out := runProc(t, "booking serve on a fresh KurrentDB", []string{"serve"}, env, 60*time.Second)
+	if p.exitCode() == 0 {
+		t.Fatalf("booking serve on a fresh KurrentDB with the old positions: exit 0, want a refusal; output:\n%s", out)
+	}
+	for _, want := range []string{"beyond the head of the event log", "BOOKING_EVENT_STORE", "booking projections rebuild",
+		projections.NameOrders + " (", "DELETE FROM checkpoints", commands.FollowUpsName + " (", "DELETE FROM notify_relays",
+		"nats stream rm BOOKING", "$BOOKING_DATA_DIR/nats"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("refusal on a fresh KurrentDB does not say %q:\n%s", want, out)
+		}
+	}
 }

@@ -87,8 +87,14 @@ func (c *serveCmd) Run(e *env) error {
 		if err := elog.ping(pctx); err != nil {
 			log.Error("KurrentDB is not reachable yet (BOOKING_EVENT_STORE); requests answer 503 and the workers retry until it is",
 				"err", err)
+			log.Warn("the stored log positions could not be checked against the head of the event log (KurrentDB unreachable at start); " +
+				"if BOOKING_EVENT_STORE now names another log, restart once it is reachable to have them checked")
 		} else {
 			log.Info("event store", "backend", backend)
+			if err := checkHead(pctx, pool, elog); err != nil {
+				cancel()
+				return err
+			}
 		}
 		cancel()
 	}
@@ -252,6 +258,20 @@ func (c *serveCmd) Run(e *env) error {
 	stopWorkers()
 	workers.Wait()
 	return err
+}
+
+// checkHead refuses positions beyond the head of the event log
+// (pgcoord.CheckHead): the log is another one than the positions were read
+// from. Nothing to check on PostgreSQL (elog.head is nil).
+func checkHead(ctx context.Context, pool *pgxpool.Pool, elog *eventLog) error {
+	if elog.head == nil {
+		return nil
+	}
+	head, err := elog.head(ctx)
+	if err != nil {
+		return fmt.Errorf("check the stored log positions against the event log: %w", err)
+	}
+	return pgcoord.CheckHead(ctx, pool, head)
 }
 
 // ready is the readiness check of /readyz: PostgreSQL answers and, on
