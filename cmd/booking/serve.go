@@ -213,7 +213,11 @@ func (c *serveCmd) Run(e *env) error {
 		ObserveRequest: mx.ObserveHTTP},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(elog.lag, projections.NewReader(pool), clock, cfg.IntentRetention, log))
-	mx.MustRegister(newLagCollector(pool, elog.distance, log))
+	lagc := newLagCollector(pool, elog.distance, log)
+	if elog.head != nil {
+		lagc.WithHead(elog.head) // a checkpoint beyond the head reports -1
+	}
+	mx.MustRegister(lagc)
 	// Notifications: the embedded NATS server unless BOOKING_NATS_URL, and
 	// the relay, one active instance across replicas under its fenced lease.
 	// The deferred Close runs after workers.Wait: the relay has saved its
