@@ -286,7 +286,9 @@ func ready(pool *pgxpool.Pool, elog *eventLog) func(ctx context.Context) error {
 			return err
 		}
 		if elog.ping != nil {
-			return elog.ping(ctx)
+			if err := elog.ping(ctx); err != nil {
+				return &httpapi.DependencyError{Name: "event store (KurrentDB)", Err: err}
+			}
 		}
 		return nil
 	}
