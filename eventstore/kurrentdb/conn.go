@@ -84,6 +84,32 @@ type conn struct {
 	closed  bool
 	active  map[*esdb.Client]int // calls running on each client
 	retired map[*esdb.Client]bool
+	// down is set when a client is replaced after a connection failure
+	// and cleared by the next call that succeeds: the first replacement
+	// logs a warning, the next ones (about one a second while the server
+	// is down) only at debug level, and the success "connected" at info.
+	down bool
+}
+
+// isDown reports whether the last call that ended failed on the
+// connection and none has succeeded since: the server is known to be
+// unreachable, and the retry loops answer at once (see Store.retryRead).
+func (c *conn) isDown() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.down
+}
+
+// up records a call that succeeded, logging "connected" if the server was
+// known to be down.
+func (c *conn) up() {
+	c.mu.Lock()
+	was := c.down
+	c.down = false
+	c.mu.Unlock()
+	if was {
+		c.logger.Info("kurrentdb: connected")
+	}
 }
 
 // acquire returns the current client and its generation, creating one if
@@ -140,8 +166,15 @@ func (c *conn) replace(gen uint64, reason error) {
 	old := c.client
 	c.client = nil
 	c.gen++
+	first := !c.down
+	c.down = true
 	c.mu.Unlock()
-	c.logger.Info("kurrentdb: replacing the client after a connection failure", "error", reason)
+	if first {
+		c.logger.Warn("kurrentdb: replacing the client after a connection failure; until it connects again, the next replacements are logged at debug level",
+			"error", reason)
+	} else {
+		c.logger.Debug("kurrentdb: replacing the client after a connection failure", "error", reason)
+	}
 	c.retire(old)
 }
 
@@ -199,6 +232,8 @@ func (c *conn) call(ctx context.Context, op func(ctx context.Context, client *es
 	case err := <-done:
 		if brokenClient(err) {
 			c.replace(gen, err)
+		} else if answered(err) {
+			c.up()
 		}
 		return err
 	case <-ctx.Done():
@@ -211,6 +246,12 @@ func (c *conn) call(ctx context.Context, op func(ctx context.Context, client *es
 		}
 		return ctx.Err()
 	}
+}
+
+// answered reports whether err (nil included) shows the server answered:
+// not a connection failure nor a timeout.
+func answered(err error) bool {
+	return err == nil || (!transient(err) && !errors.Is(err, context.Canceled))
 }
 
 // errNoAnswer is the cause a caller cancels a call's context with when the
