@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 
