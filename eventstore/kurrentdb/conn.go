@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"google.golang.org/grpc/codes"
@@ -85,27 +86,44 @@ type conn struct {
 	active  map[*esdb.Client]int // calls running on each client
 	retired map[*esdb.Client]bool
 	// down is set when a client is replaced after a connection failure
-	// and cleared by the next call that succeeds: the first replacement
-	// logs a warning, the next ones (about one a second while the server
-	// is down) only at debug level, and the success "connected" at info.
-	down bool
+	// and cleared by the next call the server answers: the first
+	// replacement logs a warning, the next ones (about one a second while
+	// the server is down) only at debug level, and the answer "connected"
+	// at info. failures counts the replacements since; from 2 on (a fresh
+	// client failed too: the server is unreachable, not one connection
+	// dropped) the retry loops stop at once and calls fail fast with
+	// ErrUnreachable, except one probe every probeEvery.
+	down      bool
+	failures  int
+	lastProbe time.Time
 }
 
-// isDown reports whether the last call that ended failed on the
-// connection and none has succeeded since: the server is known to be
-// unreachable, and the retry loops answer at once (see Store.retryRead).
-func (c *conn) isDown() bool {
+// probeEvery is how often, while the server is known to be unreachable,
+// one call tries it; the others fail at once with ErrUnreachable.
+const probeEvery = time.Second
+
+// ErrUnreachable is returned, at once and with nothing sent, by a call made
+// while the server is known to be unreachable: two clients in a row failed
+// to connect and the last try (one a second goes through) is less than a
+// second old. It counts as a transient error (for Append: nothing was sent
+// by this call, but an earlier attempt's outcome may still be unknown).
+var ErrUnreachable = errors.New("kurrentdb: the server is unreachable (the last connection attempts failed; nothing sent)")
+
+// unreachable reports whether two clients in a row failed on the
+// connection and no call has been answered since: the retry loops give up
+// at once instead of trying again (Store.retryRead, Store.Append).
+func (c *conn) unreachable() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.down
+	return c.failures >= 2
 }
 
-// up records a call that succeeded, logging "connected" if the server was
+// up records a call the server answered, logging "connected" if it was
 // known to be down.
 func (c *conn) up() {
 	c.mu.Lock()
 	was := c.down
-	c.down = false
+	c.down, c.failures = false, 0
 	c.mu.Unlock()
 	if was {
 		c.logger.Info("kurrentdb: connected")
@@ -120,6 +138,13 @@ func (c *conn) acquire() (*esdb.Client, uint64, error) {
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, 0, ErrClosed
+	}
+	if c.failures >= 2 {
+		if now := time.Now(); now.Sub(c.lastProbe) < probeEvery {
+			return nil, 0, ErrUnreachable
+		} else {
+			c.lastProbe = now
+		}
 	}
 	if c.client == nil {
 		cfg := c.cfg
@@ -168,6 +193,7 @@ func (c *conn) replace(gen uint64, reason error) {
 	c.gen++
 	first := !c.down
 	c.down = true
+	c.failures++
 	c.mu.Unlock()
 	if first {
 		c.logger.Warn("kurrentdb: replacing the client after a connection failure; until it connects again, the next replacements are logged at debug level",
@@ -305,7 +331,7 @@ func brokenClient(err error) bool {
 // whole, or the client panicked. For an
 // append the outcome of such an error is unknown.
 func transient(err error) bool {
-	if brokenClient(err) || errors.Is(err, context.DeadlineExceeded) {
+	if brokenClient(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnreachable) {
 		return true
 	}
 	if errors.Is(err, io.EOF) {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 )
@@ -72,16 +73,19 @@ func TestConnLogsOutageOnceThenConnected(t *testing.T) {
 	if n, w := count("replacing the client"), count("level=WARN"); n != 1 || w != 1 {
 		t.Errorf("5 replacements while down: %d logged (%d at WARN), want 1 at WARN:\n%s", n, w, logs.String())
 	}
-	if !c.isDown() {
-		t.Error("isDown() = false after the replacements")
+	if !c.unreachable() {
+		t.Error("unreachable() = false after the replacements")
 	}
+	c.mu.Lock()
+	c.lastProbe = time.Time{} // the next call is a probe
+	c.mu.Unlock()
 	for range 2 {
 		if err := c.call(ctx, ok); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := count("level=INFO msg=\"kurrentdb: connected\""); n != 1 || c.isDown() {
-		t.Errorf("after 2 successful calls: %d \"connected\" at INFO (want 1), isDown %v:\n%s", n, c.isDown(), logs.String())
+	if n := count("level=INFO msg=\"kurrentdb: connected\""); n != 1 || c.unreachable() {
+		t.Errorf("after 2 successful calls: %d \"connected\" at INFO (want 1), unreachable %v:\n%s", n, c.unreachable(), logs.String())
 	}
 	if err := c.call(ctx, fail); err == nil {
 		t.Fatal("a panicking call returned nil")

@@ -313,8 +313,13 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		if errors.Is(err, ErrClosed) {
 			return eventstore.AppendResult{}, err
 		}
-		lastErr = err
-		if ctx.Err() != nil || !transient(err) {
+		if lastErr == nil || !errors.Is(err, ErrUnreachable) {
+			lastErr = err // a call not sent does not hide why an earlier one failed
+		}
+		if ctx.Err() != nil || !transient(err) || s.conn.unreachable() {
+			// Known unreachable: the outcome stays unknown as after the
+			// last attempt, and the caller answers now (503) instead of
+			// after every attempt's connection timeout.
 			break
 		}
 		s.logger.Debug("kurrentdb: append outcome unknown, repeating it", "stream", stream, "attempt", attempt, "error", err)
@@ -424,8 +429,9 @@ func (s *Store) sleep(ctx context.Context, n int) error {
 	return tick.Sleep(ctx, d)
 }
 
-// retryRead runs read until it succeeds, fails for good, or the read
-// attempts run out. Each attempt is bounded by the append timeout
+// retryRead runs read until it succeeds, fails for good, the read
+// attempts run out, or the server is known to be unreachable (two clients
+// in a row failed to connect: the caller gets the error at once). Each attempt is bounded by the append timeout
 // (WithAppendTimeout): a client that stopped answering (its connection
 // loop ended) is replaced and the read tried again instead of waiting for
 // the caller's deadline.
@@ -440,7 +446,7 @@ func (s *Store) retryRead(ctx context.Context, read func(ctx context.Context) er
 		actx, cancel := context.WithTimeout(ctx, s.appendTimeout)
 		err = read(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil || errors.Is(err, ErrClosed) || !transient(err) {
+		if err == nil || ctx.Err() != nil || errors.Is(err, ErrClosed) || !transient(err) || s.conn.unreachable() {
 			return err
 		}
 	}
