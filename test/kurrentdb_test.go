@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -145,9 +146,30 @@ func TestKurrentDB_NotUpAtStartIsReportedThenUsedOnceUp(t *testing.T) {
 	}
 	ready := s.do(t, "GET", "/readyz", "", "", nil)
 	wantStatus(t, ready, http.StatusServiceUnavailable)
+	if d := ready.str("detail"); d != "the event store (KurrentDB) is unreachable" {
+		t.Errorf("/readyz detail with KurrentDB down = %q, want \"the event store (KurrentDB) is unreachable\"", d)
+	}
+	// Every request answers 503 with Retry-After within about the append
+	// timeout (5 s): the store knows KurrentDB is unreachable and does not
+	// wait out each retry's connection attempts.
 	key := newKey()
-	r := s.do(t, "POST", "/v1/shows", tokAdmin, key, showBody("Concert", 10))
-	wantStatus(t, r, http.StatusServiceUnavailable)
+	for _, c := range []struct {
+		method, path, token, key string
+		body                     any
+	}{
+		{"POST", "/v1/shows", tokAdmin, key, showBody("Concert", 10)},
+		{"GET", "/v1/shows/" + uuid.Must(uuid.NewV7()).String(), tokAlice, "", nil},
+		{"POST", "/v1/reservations", tokAlice, newKey(), map[string]any{"show_id": uuid.Must(uuid.NewV7()).String(), "quantity": 2}},
+		{"POST", "/v1/shows", tokAdmin, key, showBody("Concert", 10)},
+	} {
+		start := time.Now()
+		r := s.do(t, c.method, c.path, c.token, c.key, c.body)
+		took := time.Since(start)
+		wantStatus(t, r, http.StatusServiceUnavailable)
+		if r.Header.Get("Retry-After") == "" || took > 5500*time.Millisecond {
+			t.Errorf("%s %s with KurrentDB down: 503 after %s, Retry-After %q; want it within 5.5 s, with Retry-After", c.method, c.path, took, r.Header.Get("Retry-After"))
+		}
+	}
 
 	if err := s.kdb.Start(); err != nil {
 		t.Fatalf("start the KurrentDB double: %v", err)
@@ -212,7 +234,8 @@ func TestKurrentDB_AnotherBackendWithOldPositionsFailsAtStart(t *testing.T) {
 	s.queryInt(t, `WITH c AS (DELETE FROM checkpoints RETURNING 1), r AS (DELETE FROM notify_relays RETURNING 1)
 		SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM r)`)
 	out = onPostgres("stream BOOKING filled from KurrentDB")
-	if !strings.Contains(out, "stream BOOKING holds") || !strings.Contains(out, "kurrentdb") || !strings.Contains(out, "nats stream rm BOOKING") {
+	if !strings.Contains(out, "stream BOOKING holds") || !strings.Contains(out, "kurrentdb") || !strings.Contains(out, "nats stream rm BOOKING") ||
+		!strings.Contains(out, "$BOOKING_DATA_DIR/nats") {
 		t.Errorf("refusal on postgres does not name stream BOOKING, its backend and the way out:\n%s", out)
 	}
 

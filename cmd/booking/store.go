@@ -25,7 +25,7 @@ func eventStoreBackend(spec string) (string, error) {
 	case kurrentdb.IsConnectionString(spec):
 		return pgcoord.BackendKurrentDB, nil
 	}
-	return "", configError("BOOKING_EVENT_STORE", "must be postgres or a kurrentdb://, esdb:// or esdb+discover:// connection string")
+	return "", configError("BOOKING_EVENT_STORE", "must be postgres or a kurrentdb://, kurrentdb+discover://, esdb:// or esdb+discover:// connection string")
 }
 
 // checkEventStore validates a BOOKING_EVENT_STORE value, connection string

@@ -89,10 +89,11 @@ type conn struct {
 	// and cleared by the next call the server answers: the first
 	// replacement logs a warning, the next ones (about one a second while
 	// the server is down) only at debug level, and the answer "connected"
-	// at info. failures counts the replacements since; from 2 on (a fresh
-	// client failed too: the server is unreachable, not one connection
-	// dropped) the retry loops stop at once and calls fail fast with
-	// ErrUnreachable, except one probe every probeEvery.
+	// at info. failures counts the replacements in a row after which no
+	// node could be reached at all (connectFailure); from 2 on (a fresh
+	// client could not connect either: the server is unreachable, not one
+	// connection dropped) the retry loops stop at once and calls fail fast
+	// with ErrUnreachable, except one probe every probeEvery.
 	down      bool
 	failures  int
 	lastProbe time.Time
@@ -193,7 +194,11 @@ func (c *conn) replace(gen uint64, reason error) {
 	c.gen++
 	first := !c.down
 	c.down = true
-	c.failures++
+	if connectFailure(reason) {
+		c.failures++
+	} else {
+		c.failures = 0 // the server answered (e.g. Unavailable while not ready): worth retrying
+	}
 	c.mu.Unlock()
 	if first {
 		c.logger.Warn("kurrentdb: replacing the client after a connection failure; until it connects again, the next replacements are logged at debug level",
@@ -272,6 +277,16 @@ func (c *conn) call(ctx context.Context, op func(ctx context.Context, client *es
 		}
 		return ctx.Err()
 	}
+}
+
+// connectFailure reports whether err shows the client could not reach any
+// node: it gave up for good (ConnectionClosed), or its discovery ran out
+// of attempts (client v4 reports that as Unavailable "maximum discovery
+// attempt count reached"), unlike an Unavailable the server itself
+// answered (not ready yet), which a retry may get past.
+func connectFailure(err error) bool {
+	code, ok := esdbCode(err)
+	return ok && (code == esdb.ErrorCodeConnectionClosed || strings.Contains(err.Error(), "discovery attempt count reached"))
 }
 
 // answered reports whether err (nil included) shows the server answered:

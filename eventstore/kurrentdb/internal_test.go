@@ -51,10 +51,12 @@ func TestRedact(t *testing.T) {
 
 // TestConnLogsOutageOnceThenConnected: while the server is down the client
 // is replaced after every failed call; the first replacement is logged at
-// WARN, the next ones at DEBUG only, and the first call that succeeds
-// logs "connected" at INFO, once; a new outage warns again.
+// WARN, the next ones at DEBUG only; after two clients in a row could not
+// connect the server is known unreachable (calls fail fast, one probe a
+// second); the first call that succeeds logs "connected" at INFO, once,
+// and a new outage warns again.
 func TestConnLogsOutageOnceThenConnected(t *testing.T) {
-	cfg, err := parseConnectionString("esdb://127.0.0.1:1?tls=false")
+	cfg, err := parseConnectionString("esdb://127.0.0.1:1?tls=false&maxDiscoverAttempts=2&discoveryInterval=10") // nothing listens on port 1
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,12 +64,15 @@ func TestConnLogsOutageOnceThenConnected(t *testing.T) {
 	c := &conn{cfg: *cfg, logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	defer c.close()
 	ctx := context.Background()
-	fail := func(context.Context, *esdb.Client) error { panic("connection lost") } // a broken client: replaced
+	fail := func(ctx context.Context, c *esdb.Client) error { // no node reachable: the client is replaced
+		_, err := c.ReadStream(ctx, "s", esdb.ReadStreamOptions{}, 1)
+		return err
+	}
 	ok := func(context.Context, *esdb.Client) error { return nil }
 	count := func(s string) int { return strings.Count(logs.String(), s) }
 	for range 5 {
 		if err := c.call(ctx, fail); err == nil {
-			t.Fatal("a panicking call returned nil")
+			t.Fatal("a call to an unreachable server returned nil")
 		}
 	}
 	if n, w := count("replacing the client"), count("level=WARN"); n != 1 || w != 1 {
