@@ -165,6 +165,7 @@ func TestKurrentDB_NotUpAtStartIsReportedThenUsedOnceUp(t *testing.T) {
 		start := time.Now()
 		r := s.do(t, c.method, c.path, c.token, c.key, c.body)
 		took := time.Since(start)
+		t.Logf("%s %s with KurrentDB down: %d after %s", c.method, c.path, r.Status, took.Round(time.Millisecond))
 		wantStatus(t, r, http.StatusServiceUnavailable)
 		if r.Header.Get("Retry-After") == "" || took > 5500*time.Millisecond {
 			t.Errorf("%s %s with KurrentDB down: 503 after %s, Retry-After %q; want it within 5.5 s, with Retry-After", c.method, c.path, took, r.Header.Get("Retry-After"))
