@@ -290,12 +290,14 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		return eventstore.AppendResult{}, err
 	}
 	var lastErr error
+	tried := 0 // attempts made, fewer than appendAttempts if the server is known unreachable
 	for attempt := 1; attempt <= s.appendAttempts; attempt++ {
 		if attempt > 1 {
 			if err := s.sleep(ctx, attempt-1); err != nil {
 				break
 			}
 		}
+		tried = attempt
 		var res *esdb.WriteResult
 		actx, cancel := context.WithTimeout(ctx, s.appendTimeout)
 		err := s.conn.call(actx, func(ctx context.Context, c *esdb.Client) error {
@@ -333,9 +335,9 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		}
 		return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: %w", stream, describe(lastErr))
 	}
-	err = fmt.Errorf("kurrentdb: append to %q at %s: outcome unknown after %d attempts: %w", stream, s.where, s.appendAttempts, lastErr)
+	err = fmt.Errorf("kurrentdb: append to %q at %s: outcome unknown after %d attempts: %w", stream, s.where, tried, lastErr)
 	if code, _ := esdbCode(lastErr); code == esdb.ErrorUnavailable || code == esdb.ErrorCodeConnectionClosed {
-		err = fmt.Errorf("kurrentdb: append to %q: cannot reach the server at %s (outcome unknown after %d attempts): %w", stream, s.where, s.appendAttempts, lastErr)
+		err = fmt.Errorf("kurrentdb: append to %q: cannot reach the server at %s (outcome unknown after %d attempts): %w", stream, s.where, tried, lastErr)
 	}
 	if timedOut(lastErr) && !errors.Is(lastErr, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: %w", err, context.DeadlineExceeded)
