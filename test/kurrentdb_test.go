@@ -11,15 +11,18 @@ import (
 	"context"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
 	"github.com/retrysafe/booking/projections"
 )
 
@@ -143,9 +146,31 @@ func TestKurrentDB_NotUpAtStartIsReportedThenUsedOnceUp(t *testing.T) {
 	}
 	ready := s.do(t, "GET", "/readyz", "", "", nil)
 	wantStatus(t, ready, http.StatusServiceUnavailable)
+	if d := ready.str("detail"); d != "the event store (KurrentDB) is unreachable" {
+		t.Errorf("/readyz detail with KurrentDB down = %q, want \"the event store (KurrentDB) is unreachable\"", d)
+	}
+	// Every request answers 503 with Retry-After within about the append
+	// timeout (5 s): the store knows KurrentDB is unreachable and does not
+	// wait out each retry's connection attempts.
 	key := newKey()
-	r := s.do(t, "POST", "/v1/shows", tokAdmin, key, showBody("Concert", 10))
-	wantStatus(t, r, http.StatusServiceUnavailable)
+	for _, c := range []struct {
+		method, path, token, key string
+		body                     any
+	}{
+		{"POST", "/v1/shows", tokAdmin, key, showBody("Concert", 10)},
+		{"GET", "/v1/shows/" + uuid.Must(uuid.NewV7()).String(), tokAlice, "", nil},
+		{"POST", "/v1/reservations", tokAlice, newKey(), map[string]any{"show_id": uuid.Must(uuid.NewV7()).String(), "quantity": 2}},
+		{"POST", "/v1/shows", tokAdmin, key, showBody("Concert", 10)},
+	} {
+		start := time.Now()
+		r := s.do(t, c.method, c.path, c.token, c.key, c.body)
+		took := time.Since(start)
+		t.Logf("%s %s with KurrentDB down: %d after %s", c.method, c.path, r.Status, took.Round(time.Millisecond))
+		wantStatus(t, r, http.StatusServiceUnavailable)
+		if r.Header.Get("Retry-After") == "" || took > 5500*time.Millisecond {
+			t.Errorf("%s %s with KurrentDB down: 503 after %s, Retry-After %q; want it within 5.5 s, with Retry-After", c.method, c.path, took, r.Header.Get("Retry-After"))
+		}
+	}
 
 	if err := s.kdb.Start(); err != nil {
 		t.Fatalf("start the KurrentDB double: %v", err)
@@ -210,7 +235,8 @@ func TestKurrentDB_AnotherBackendWithOldPositionsFailsAtStart(t *testing.T) {
 	s.queryInt(t, `WITH c AS (DELETE FROM checkpoints RETURNING 1), r AS (DELETE FROM notify_relays RETURNING 1)
 		SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM r)`)
 	out = onPostgres("stream BOOKING filled from KurrentDB")
-	if !strings.Contains(out, "stream BOOKING holds") || !strings.Contains(out, "kurrentdb") || !strings.Contains(out, "nats stream rm BOOKING") {
+	if !strings.Contains(out, "stream BOOKING holds") || !strings.Contains(out, "kurrentdb") || !strings.Contains(out, "nats stream rm BOOKING") ||
+		!strings.Contains(out, "$BOOKING_DATA_DIR/nats") {
 		t.Errorf("refusal on postgres does not name stream BOOKING, its backend and the way out:\n%s", out)
 	}
 
@@ -220,4 +246,33 @@ func TestKurrentDB_AnotherBackendWithOldPositionsFailsAtStart(t *testing.T) {
 	s.Restart()
 	s.waitAllCaughtUp(t, js)
 	s.checkPaidOnce(t, id)
+}
+
+// TestKurrentDB_AnotherLogWithOldPositionsFailsAtStart: positions read from
+// one KurrentDB log (checkpoints, read models, the relay) make booking
+// serve pointed at another, shorter log of the same backend (a fresh
+// server, a restored backup) refuse to start, naming every position beyond
+// the new log's head and the way out, instead of skipping new events.
+func TestKurrentDB_AnotherLogWithOldPositionsFailsAtStart(t *testing.T) {
+	requireKurrentDB(t)
+	t.Parallel()
+	s, _, res := mustStartReserved(t, Options{Env: fastEnv()}, 2)
+	js := s.connectJS(t)
+	orderIDOf(t, s.mustOrder(t, tokAlice, newKey(), res, "tok_visa"))
+	s.waitAllCaughtUp(t, js)
+	s.Stop()
+
+	fresh := kurrentdbtest.StartProcess(t, doubleBin, filepath.Join(t.TempDir(), "fresh.log"))
+	env := append(s.env(), "BOOKING_EVENT_STORE="+fresh.URL())
+	p, out := runProc(t, "booking serve on a fresh KurrentDB", []string{"serve"}, env, 60*time.Second)
+	if p.exitCode() == 0 {
+		t.Fatalf("booking serve on a fresh KurrentDB with the old positions: exit 0, want a refusal; output:\n%s", out)
+	}
+	for _, want := range []string{"beyond the head of the event log", "BOOKING_EVENT_STORE", "booking projections rebuild",
+		projections.NameOrders + " (", "DELETE FROM checkpoints", commands.FollowUpsName + " (", "DELETE FROM notify_relays",
+		"nats stream rm BOOKING", "$BOOKING_DATA_DIR/nats"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("refusal on a fresh KurrentDB does not say %q:\n%s", want, out)
+		}
+	}
 }

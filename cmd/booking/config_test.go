@@ -231,3 +231,17 @@ func b2i(b bool) int {
 	}
 	return 0
 }
+
+// TestServeConfigEventStoreErrorListsEveryScheme: the refusal of an
+// unknown BOOKING_EVENT_STORE lists every accepted scheme.
+func TestServeConfigEventStoreErrorListsEveryScheme(t *testing.T) {
+	t.Parallel()
+	c := validServeConfig()
+	c.EventStore = "mysql://x"
+	err := c.Validate()
+	for _, want := range []string{"postgres", "kurrentdb://", "kurrentdb+discover://", "esdb://", "esdb+discover://"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() with BOOKING_EVENT_STORE=mysql://x = %v, want it to list %s", err, want)
+		}
+	}
+}

@@ -87,8 +87,14 @@ func (c *serveCmd) Run(e *env) error {
 		if err := elog.ping(pctx); err != nil {
 			log.Error("KurrentDB is not reachable yet (BOOKING_EVENT_STORE); requests answer 503 and the workers retry until it is",
 				"err", err)
+			log.Warn("the stored log positions could not be checked against the head of the event log (KurrentDB unreachable at start); " +
+				"if BOOKING_EVENT_STORE now names another log, restart once it is reachable to have them checked")
 		} else {
 			log.Info("event store", "backend", backend)
+			if err := checkHead(pctx, pool, elog); err != nil {
+				cancel()
+				return err
+			}
 		}
 		cancel()
 	}
@@ -207,7 +213,11 @@ func (c *serveCmd) Run(e *env) error {
 		ObserveRequest: mx.ObserveHTTP},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(elog.lag, projections.NewReader(pool), clock, cfg.IntentRetention, log))
-	mx.MustRegister(newLagCollector(pool, elog.distance, log))
+	lagc := newLagCollector(pool, elog.distance, log)
+	if elog.head != nil {
+		lagc.WithHead(elog.head) // a checkpoint beyond the head reports -1
+	}
+	mx.MustRegister(lagc)
 	// Notifications: the embedded NATS server unless BOOKING_NATS_URL, and
 	// the relay, one active instance across replicas under its fenced lease.
 	// The deferred Close runs after workers.Wait: the relay has saved its
@@ -254,6 +264,20 @@ func (c *serveCmd) Run(e *env) error {
 	return err
 }
 
+// checkHead refuses positions beyond the head of the event log
+// (pgcoord.CheckHead): the log is another one than the positions were read
+// from. Nothing to check on PostgreSQL (elog.head is nil).
+func checkHead(ctx context.Context, pool *pgxpool.Pool, elog *eventLog) error {
+	if elog.head == nil {
+		return nil
+	}
+	head, err := elog.head(ctx)
+	if err != nil {
+		return fmt.Errorf("check the stored log positions against the event log: %w", err)
+	}
+	return pgcoord.CheckHead(ctx, pool, head)
+}
+
 // ready is the readiness check of /readyz: PostgreSQL answers and, on
 // KurrentDB, so does the event store.
 func ready(pool *pgxpool.Pool, elog *eventLog) func(ctx context.Context) error {
@@ -262,7 +286,9 @@ func ready(pool *pgxpool.Pool, elog *eventLog) func(ctx context.Context) error {
 			return err
 		}
 		if elog.ping != nil {
-			return elog.ping(ctx)
+			if err := elog.ping(ctx); err != nil {
+				return &httpapi.DependencyError{Name: "event store (KurrentDB)", Err: err}
+			}
 		}
 		return nil
 	}

@@ -25,7 +25,7 @@ func eventStoreBackend(spec string) (string, error) {
 	case kurrentdb.IsConnectionString(spec):
 		return pgcoord.BackendKurrentDB, nil
 	}
-	return "", configError("BOOKING_EVENT_STORE", "must be postgres or a kurrentdb://, esdb:// or esdb+discover:// connection string")
+	return "", configError("BOOKING_EVENT_STORE", "must be postgres or a kurrentdb://, kurrentdb+discover://, esdb:// or esdb+discover:// connection string")
 }
 
 // checkEventStore validates a BOOKING_EVENT_STORE value, connection string
@@ -65,7 +65,11 @@ type eventLog struct {
 	distance metrics.LogDistance
 	// ping checks the event store for /readyz (nil on PostgreSQL: the pool
 	// is pinged anyway).
-	ping  func(ctx context.Context) error
+	ping func(ctx context.Context) error
+	// head returns the position of the last event of the log, for the
+	// start check of the stored positions (pgcoord.CheckHead) and the lag
+	// gauges; nil on PostgreSQL, whose purge can move its head back.
+	head  func(ctx context.Context) (eventstore.Position, error)
 	close func()
 }
 
@@ -89,7 +93,7 @@ func openEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger) (*eventLog,
 	}
 	ix := logindex.New(s, pgcoord.NewClock(pool))
 	return &eventLog{Store: s, backend: backend, pending: ix, purger: ix, counter: ix, distance: readDistance{s}, ping: s.Ping,
-		close: func() { s.Close() }}, nil
+		head: s.Head, close: func() { s.Close() }}, nil
 }
 
 // poolConfig parses a DATABASE_URL into a pool configuration of at least

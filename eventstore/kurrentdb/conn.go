@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"google.golang.org/grpc/codes"
@@ -84,6 +85,50 @@ type conn struct {
 	closed  bool
 	active  map[*esdb.Client]int // calls running on each client
 	retired map[*esdb.Client]bool
+	// down is set when a client is replaced after a connection failure
+	// and cleared by the next call the server answers: the first
+	// replacement logs a warning, the next ones (about one a second while
+	// the server is down) only at debug level, and the answer "connected"
+	// at info. failures counts the replacements in a row after which no
+	// node could be reached at all (connectFailure); from 2 on (a fresh
+	// client could not connect either: the server is unreachable, not one
+	// connection dropped) the retry loops stop at once and calls fail fast
+	// with ErrUnreachable, except one probe every probeEvery.
+	down      bool
+	failures  int
+	lastProbe time.Time
+}
+
+// probeEvery is how often, while the server is known to be unreachable,
+// one call tries it; the others fail at once with ErrUnreachable.
+const probeEvery = time.Second
+
+// ErrUnreachable is returned, at once and with nothing sent, by a call made
+// while the server is known to be unreachable: two clients in a row failed
+// to connect and the last try (one a second goes through) is less than a
+// second old. It counts as a transient error (for Append: nothing was sent
+// by this call, but an earlier attempt's outcome may still be unknown).
+var ErrUnreachable = errors.New("kurrentdb: the server is unreachable (the last connection attempts failed; nothing sent)")
+
+// unreachable reports whether two clients in a row failed on the
+// connection and no call has been answered since: the retry loops give up
+// at once instead of trying again (Store.retryRead, Store.Append).
+func (c *conn) unreachable() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failures >= 2
+}
+
+// up records a call the server answered, logging "connected" if it was
+// known to be down.
+func (c *conn) up() {
+	c.mu.Lock()
+	was := c.down
+	c.down, c.failures = false, 0
+	c.mu.Unlock()
+	if was {
+		c.logger.Info("kurrentdb: connected")
+	}
 }
 
 // acquire returns the current client and its generation, creating one if
@@ -94,6 +139,13 @@ func (c *conn) acquire() (*esdb.Client, uint64, error) {
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, 0, ErrClosed
+	}
+	if c.failures >= 2 {
+		if now := time.Now(); now.Sub(c.lastProbe) < probeEvery {
+			return nil, 0, ErrUnreachable
+		} else {
+			c.lastProbe = now
+		}
 	}
 	if c.client == nil {
 		cfg := c.cfg
@@ -140,8 +192,20 @@ func (c *conn) replace(gen uint64, reason error) {
 	old := c.client
 	c.client = nil
 	c.gen++
+	first := !c.down
+	c.down = true
+	if connectFailure(reason) {
+		c.failures++
+	} else {
+		c.failures = 0 // the server answered (e.g. Unavailable while not ready): worth retrying
+	}
 	c.mu.Unlock()
-	c.logger.Info("kurrentdb: replacing the client after a connection failure", "error", reason)
+	if first {
+		c.logger.Warn("kurrentdb: replacing the client after a connection failure; until it connects again, the next replacements are logged at debug level",
+			"error", reason)
+	} else {
+		c.logger.Debug("kurrentdb: replacing the client after a connection failure", "error", reason)
+	}
 	c.retire(old)
 }
 
@@ -199,6 +263,8 @@ func (c *conn) call(ctx context.Context, op func(ctx context.Context, client *es
 	case err := <-done:
 		if brokenClient(err) {
 			c.replace(gen, err)
+		} else if answered(err) {
+			c.up()
 		}
 		return err
 	case <-ctx.Done():
@@ -211,6 +277,22 @@ func (c *conn) call(ctx context.Context, op func(ctx context.Context, client *es
 		}
 		return ctx.Err()
 	}
+}
+
+// connectFailure reports whether err shows the client could not reach any
+// node: it gave up for good (ConnectionClosed), or its discovery ran out
+// of attempts (client v4 reports that as Unavailable "maximum discovery
+// attempt count reached"), unlike an Unavailable the server itself
+// answered (not ready yet), which a retry may get past.
+func connectFailure(err error) bool {
+	code, ok := esdbCode(err)
+	return ok && (code == esdb.ErrorCodeConnectionClosed || strings.Contains(err.Error(), "discovery attempt count reached"))
+}
+
+// answered reports whether err (nil included) shows the server answered:
+// not a connection failure nor a timeout.
+func answered(err error) bool {
+	return err == nil || (!transient(err) && !errors.Is(err, context.Canceled))
 }
 
 // errNoAnswer is the cause a caller cancels a call's context with when the
@@ -264,7 +346,7 @@ func brokenClient(err error) bool {
 // whole, or the client panicked. For an
 // append the outcome of such an error is unknown.
 func transient(err error) bool {
-	if brokenClient(err) || errors.Is(err, context.DeadlineExceeded) {
+	if brokenClient(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnreachable) {
 		return true
 	}
 	if errors.Is(err, io.EOF) {

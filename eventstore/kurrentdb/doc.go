@@ -83,7 +83,13 @@
 // original is replicated, dropping it —, Unavailable, a lost connection) is
 // repeated as the same append, same ids and expected revision, a bounded
 // number of times: a repeat of a written append is recognised. Reads are
-// retried on connection failures.
+// retried on connection failures. Once two clients in a row could not
+// reach any node (discovery ran out, or the client gave up), the server is
+// known unreachable: reads and appends stop retrying, one call a second
+// tries the server and the others fail at once with ErrUnreachable
+// (nothing sent; an append so cut short still reports its outcome
+// unknown), until a call is answered. The first client replaced in an
+// outage is logged at WARN, the next at DEBUG, the reconnection at INFO.
 //
 // Client v4 has traps this package handles at its boundary:
 //

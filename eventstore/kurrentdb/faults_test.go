@@ -365,3 +365,58 @@ func unindexed(srv *kurrentdbtest.Server, n int) error {
 	}
 	return nil
 }
+
+// TestUnreachableServerFailsFast: with the server killed, the store learns
+// within a few seconds that it is unreachable; from then on every read and
+// append fails within about a second (one probe a second, the rest at
+// once with ErrUnreachable) instead of every attempt's connection timeout
+// in turn, and an append that failed so still reports its outcome
+// unknown. Started again, the server is used at the next probe.
+func TestUnreachableServerFailsFast(t *testing.T) {
+	t.Parallel()
+	p := kurrentdbtest.StartProcess(t, doubleBin, t.TempDir()+"/log")
+	logs := &countingHandler{}
+	s, err := kurrentdb.New(p.URL(), kurrentdb.WithLogger(slog.New(logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	storetest.MustAppend(t, ctx, s, "ff-s", eventstore.NoStream(), newEvents(1)...)
+	p.Kill()
+	if _, err := s.ReadStream(ctx, "ff-s", 0, 10); err == nil { // learns the outage
+		t.Fatal("ReadStream with the server killed = nil error")
+	}
+	for i := range 6 {
+		start := time.Now()
+		var err error
+		if i%2 == 0 {
+			_, err = s.ReadStream(ctx, "ff-s", 0, 10)
+		} else {
+			_, err = s.Append(ctx, "ff-s", eventstore.Exact(0), newEvents(1)...)
+			if err != nil && !strings.Contains(err.Error(), "outcome unknown") {
+				t.Errorf("Append while unreachable = %v, want an outcome-unknown error", err)
+			}
+		}
+		if took := time.Since(start); err == nil || took > 2500*time.Millisecond {
+			t.Errorf("call %d with the server known unreachable: error %v after %s, want an error within 2.5 s", i, err, took)
+		}
+	}
+	if err := p.Start(); err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, err := s.Append(ctx, "ff-s", eventstore.Any(), newEvents(1)...)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Append 60 s after the server started again = %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := logs.count("kurrentdb: connected"); n != 1 {
+		t.Errorf("\"kurrentdb: connected\" logged %d times, want 1", n)
+	}
+}

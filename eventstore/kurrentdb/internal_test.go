@@ -1,6 +1,15 @@
 package kurrentdb
 
-import "testing"
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+)
 
 // The current revision of a WrongExpectedVersion reaches client v4's
 // callers only in this message text (AppendToStream formats it); pinning
@@ -37,5 +46,56 @@ func TestRedact(t *testing.T) {
 		if got := redact(in); got != want {
 			t.Errorf("redact(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestConnLogsOutageOnceThenConnected: while the server is down the client
+// is replaced after every failed call; the first replacement is logged at
+// WARN, the next ones at DEBUG only; after two clients in a row could not
+// connect the server is known unreachable (calls fail fast, one probe a
+// second); the first call that succeeds logs "connected" at INFO, once,
+// and a new outage warns again.
+func TestConnLogsOutageOnceThenConnected(t *testing.T) {
+	cfg, err := parseConnectionString("esdb://127.0.0.1:1?tls=false&maxDiscoverAttempts=2&discoveryInterval=10") // nothing listens on port 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	c := &conn{cfg: *cfg, logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	defer c.close()
+	ctx := context.Background()
+	fail := func(ctx context.Context, c *esdb.Client) error { // no node reachable: the client is replaced
+		_, err := c.ReadStream(ctx, "s", esdb.ReadStreamOptions{}, 1)
+		return err
+	}
+	ok := func(context.Context, *esdb.Client) error { return nil }
+	count := func(s string) int { return strings.Count(logs.String(), s) }
+	for range 5 {
+		if err := c.call(ctx, fail); err == nil {
+			t.Fatal("a call to an unreachable server returned nil")
+		}
+	}
+	if n, w := count("replacing the client"), count("level=WARN"); n != 1 || w != 1 {
+		t.Errorf("5 replacements while down: %d logged (%d at WARN), want 1 at WARN:\n%s", n, w, logs.String())
+	}
+	if !c.unreachable() {
+		t.Error("unreachable() = false after the replacements")
+	}
+	c.mu.Lock()
+	c.lastProbe = time.Time{} // the next call is a probe
+	c.mu.Unlock()
+	for range 2 {
+		if err := c.call(ctx, ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count("level=INFO msg=\"kurrentdb: connected\""); n != 1 || c.unreachable() {
+		t.Errorf("after 2 successful calls: %d \"connected\" at INFO (want 1), unreachable %v:\n%s", n, c.unreachable(), logs.String())
+	}
+	if err := c.call(ctx, fail); err == nil {
+		t.Fatal("a panicking call returned nil")
+	}
+	if w := count("level=WARN"); w != 2 {
+		t.Errorf("a new outage: %d warnings in all, want 2:\n%s", w, logs.String())
 	}
 }

@@ -290,12 +290,14 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		return eventstore.AppendResult{}, err
 	}
 	var lastErr error
+	tried := 0 // attempts made, fewer than appendAttempts if the server is known unreachable
 	for attempt := 1; attempt <= s.appendAttempts; attempt++ {
 		if attempt > 1 {
 			if err := s.sleep(ctx, attempt-1); err != nil {
 				break
 			}
 		}
+		tried = attempt
 		var res *esdb.WriteResult
 		actx, cancel := context.WithTimeout(ctx, s.appendTimeout)
 		err := s.conn.call(actx, func(ctx context.Context, c *esdb.Client) error {
@@ -313,8 +315,13 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		if errors.Is(err, ErrClosed) {
 			return eventstore.AppendResult{}, err
 		}
-		lastErr = err
-		if ctx.Err() != nil || !transient(err) {
+		if lastErr == nil || !errors.Is(err, ErrUnreachable) {
+			lastErr = err // a call not sent does not hide why an earlier one failed
+		}
+		if ctx.Err() != nil || !transient(err) || s.conn.unreachable() {
+			// Known unreachable: the outcome stays unknown as after the
+			// last attempt, and the caller answers now (503) instead of
+			// after every attempt's connection timeout.
 			break
 		}
 		s.logger.Debug("kurrentdb: append outcome unknown, repeating it", "stream", stream, "attempt", attempt, "error", err)
@@ -328,9 +335,9 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		}
 		return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: %w", stream, describe(lastErr))
 	}
-	err = fmt.Errorf("kurrentdb: append to %q at %s: outcome unknown after %d attempts: %w", stream, s.where, s.appendAttempts, lastErr)
+	err = fmt.Errorf("kurrentdb: append to %q at %s: outcome unknown after %d attempts: %w", stream, s.where, tried, lastErr)
 	if code, _ := esdbCode(lastErr); code == esdb.ErrorUnavailable || code == esdb.ErrorCodeConnectionClosed {
-		err = fmt.Errorf("kurrentdb: append to %q: cannot reach the server at %s (outcome unknown after %d attempts): %w", stream, s.where, s.appendAttempts, lastErr)
+		err = fmt.Errorf("kurrentdb: append to %q: cannot reach the server at %s (outcome unknown after %d attempts): %w", stream, s.where, tried, lastErr)
 	}
 	if timedOut(lastErr) && !errors.Is(lastErr, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: %w", err, context.DeadlineExceeded)
@@ -424,8 +431,9 @@ func (s *Store) sleep(ctx context.Context, n int) error {
 	return tick.Sleep(ctx, d)
 }
 
-// retryRead runs read until it succeeds, fails for good, or the read
-// attempts run out. Each attempt is bounded by the append timeout
+// retryRead runs read until it succeeds, fails for good, the read
+// attempts run out, or the server is known to be unreachable (two clients
+// in a row failed to connect: the caller gets the error at once). Each attempt is bounded by the append timeout
 // (WithAppendTimeout): a client that stopped answering (its connection
 // loop ended) is replaced and the read tried again instead of waiting for
 // the caller's deadline.
@@ -440,7 +448,7 @@ func (s *Store) retryRead(ctx context.Context, read func(ctx context.Context) er
 		actx, cancel := context.WithTimeout(ctx, s.appendTimeout)
 		err = read(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil || errors.Is(err, ErrClosed) || !transient(err) {
+		if err == nil || ctx.Err() != nil || errors.Is(err, ErrClosed) || !transient(err) || s.conn.unreachable() {
 			return err
 		}
 	}

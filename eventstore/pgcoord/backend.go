@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/eventstore"
 )
 
 // Backend names, as stored in the backend column of the position tables
@@ -54,7 +56,7 @@ func (e *BackendMismatchError) Error() string {
 		fmt.Fprintf(&b, " worker checkpoints %s: reset them (DELETE FROM checkpoints; the workers then re-read the whole log, which is safe: they are idempotent);", strings.Join(e.Checkpoints, ", "))
 	}
 	if len(e.Relays) > 0 {
-		fmt.Fprintf(&b, " notification relay %s: reset it (DELETE FROM notify_relays) and delete NATS stream BOOKING, whose messages carry the old positions (nats stream rm BOOKING);", strings.Join(e.Relays, ", "))
+		fmt.Fprintf(&b, " notification relay %s: reset it (DELETE FROM notify_relays) and delete NATS stream BOOKING, whose messages carry the old positions (nats stream rm BOOKING; with the embedded NATS server, remove $BOOKING_DATA_DIR/nats while the service is stopped), which makes the relay republish the whole log;", strings.Join(e.Relays, ", "))
 	}
 	b.WriteString(" see the README, \"Running on KurrentDB\"")
 	return b.String()
@@ -87,6 +89,79 @@ func CheckBackend(ctx context.Context, pool *pgxpool.Pool, want string) error {
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("pgcoord: check the backend of %s: %w", t.table, err)
+		}
+	}
+	if len(e.Checkpoints)+len(e.Projections)+len(e.Relays) > 0 {
+		return e
+	}
+	return nil
+}
+
+// PositionsAheadError reports stored log positions beyond the head of the
+// event log the service is started on: the log is not the one they were
+// read from (a fresh KurrentDB server, a restored backup, a replaced
+// cluster). The workers would skip every event up to those positions, or
+// fail on a position that is not an event boundary, so the service
+// refuses to start; Error says what to rebuild or reset.
+type PositionsAheadError struct {
+	// Head is the position of the last event of the log.
+	Head eventstore.Position
+	// Checkpoints, Projections and Relays name the rows of checkpoints,
+	// projection_checkpoints and notify_relays beyond Head, each as
+	// "name (commit/prepare)".
+	Checkpoints, Projections, Relays []string
+}
+
+// Error lists the positions at fault and, for each table, the way out, as
+// BackendMismatchError does.
+func (e *PositionsAheadError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the database holds log positions beyond the head of the event log (BOOKING_EVENT_STORE; last event at %d/%d): "+
+		"the event store is not the log they were read from (another server, a restored backup?); point BOOKING_EVENT_STORE back at that log, or reset:",
+		e.Head.Commit, e.Head.Prepare)
+	if len(e.Projections) > 0 {
+		fmt.Fprintf(&b, " read models %s: rebuild them with `BOOKING_EVENT_STORE=… booking projections rebuild`;", strings.Join(e.Projections, ", "))
+	}
+	if len(e.Checkpoints) > 0 {
+		fmt.Fprintf(&b, " worker checkpoints %s: reset them (DELETE FROM checkpoints; the workers then re-read the whole log, which is safe: they are idempotent);", strings.Join(e.Checkpoints, ", "))
+	}
+	if len(e.Relays) > 0 {
+		fmt.Fprintf(&b, " notification relay %s: reset it (DELETE FROM notify_relays) and delete NATS stream BOOKING, whose messages carry the old positions (nats stream rm BOOKING; with the embedded NATS server, remove $BOOKING_DATA_DIR/nats while the service is stopped), which makes the relay republish the whole log;", strings.Join(e.Relays, ", "))
+	}
+	b.WriteString(" see the README, \"Switching backends\"")
+	return b.String()
+}
+
+// CheckHead returns a *PositionsAheadError if any stored position
+// (checkpoints, projection_checkpoints, notify_relays) is beyond head, the
+// position of the last event of the event log (kurrentdb.Store.Head).
+// Every stored position is that of an event read from the log, so none
+// can be beyond its head unless the log is another one. Use it only on a
+// log whose head never moves back (KurrentDB's; PostgreSQL's purge can
+// delete the last events). Returns a wrapped error if a query fails. Call
+// it at start, before any worker moves a position.
+func CheckHead(ctx context.Context, pool *pgxpool.Pool, head eventstore.Position) error {
+	e := &PositionsAheadError{Head: head}
+	for _, t := range []struct {
+		table string
+		into  *[]string
+	}{{"checkpoints", &e.Checkpoints}, {"projection_checkpoints", &e.Projections}, {"notify_relays", &e.Relays}} {
+		rows, err := pool.Query(ctx, `SELECT name || ' (' || commit_tx || '/' || prepare || ')' FROM `+t.table+
+			` WHERE (commit_tx, prepare) > ($1::bigint, $2::bigint) ORDER BY name`, int64(head.Commit), int64(head.Prepare))
+		if err != nil {
+			return fmt.Errorf("pgcoord: check the positions of %s: %w", t.table, err)
+		}
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				rows.Close()
+				return fmt.Errorf("pgcoord: check the positions of %s: %w", t.table, err)
+			}
+			*t.into = append(*t.into, s)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("pgcoord: check the positions of %s: %w", t.table, err)
 		}
 	}
 	if len(e.Checkpoints)+len(e.Projections)+len(e.Relays) > 0 {

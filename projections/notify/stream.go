@@ -61,7 +61,8 @@ type StreamBackendError struct {
 // Error names the stream, both backends and the way out.
 func (e *StreamBackendError) Error() string {
 	return fmt.Sprintf("notify: stream %s holds %d notifications relayed from the %s event store, but the service runs on %s: "+
-		"their positions are not comparable; delete the stream (nats stream rm %s) and reset the relay's checkpoint (DELETE FROM notify_relays), "+
+		"their positions are not comparable; delete the stream (nats stream rm %s; with the embedded NATS server, remove $BOOKING_DATA_DIR/nats while the service is stopped) "+
+		"and reset the relay's checkpoint (DELETE FROM notify_relays), which makes the relay republish the whole log, "+
 		"or run on %s again", e.Stream, e.Messages, e.Got, e.Want, e.Stream, e.Got)
 }
 

@@ -36,7 +36,7 @@ func TestStreamBackend(t *testing.T) {
 	for name, check := range map[string]func(context.Context, jetstream.JetStream, StreamSpec) (jetstream.Stream, error){
 		"EnsureStream": EnsureStream, "CheckStream": CheckStream} {
 		if _, err := check(ctx, js, kdb); !errors.As(err, &be) || be.Got != "postgres" || be.Want != "kurrentdb" || be.Messages != 1 ||
-			!strings.Contains(err.Error(), "nats stream rm BOOKING") {
+			!strings.Contains(err.Error(), "nats stream rm BOOKING") || !strings.Contains(err.Error(), "remove $BOOKING_DATA_DIR/nats") {
 			t.Errorf("%s(kurrentdb) on a stream with a PostgreSQL message = %v; want a StreamBackendError postgres → kurrentdb naming the way out", name, err)
 		}
 		if _, err := check(ctx, js, pg); err != nil {

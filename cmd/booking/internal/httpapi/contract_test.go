@@ -238,7 +238,14 @@ func contractCases() []contractCase {
 			cfg: func(c *httpapi.Config) {
 				c.Ready = func(context.Context) error { return errors.New("connection refused") }
 			},
-			status: 503, code: "unavailable", want: map[string]string{"Retry-After": "1"}},
+			status: 503, code: "unavailable", want: map[string]string{"Retry-After": "1"}, check: member("detail", "the database is unreachable")},
+		{name: "GET /readyz is 503 naming the event store when KurrentDB is down", method: "GET", path: "/readyz", token: "-",
+			cfg: func(c *httpapi.Config) {
+				c.Ready = func(context.Context) error {
+					return &httpapi.DependencyError{Name: "event store (KurrentDB)", Err: errors.New("connection refused")}
+				}
+			},
+			status: 503, code: "unavailable", want: map[string]string{"Retry-After": "1"}, check: member("detail", "the event store (KurrentDB) is unreachable")},
 		{name: "GET /openapi.yaml is the description", method: "GET", path: "/openapi.yaml", token: "-", status: 200,
 			want: map[string]string{"Content-Type": "application/yaml"}},
 		{name: "GET /metrics is served by the metrics handler", method: "GET", path: "/metrics", token: "-", status: 200,

@@ -79,7 +79,9 @@ type Config struct {
 	RetryBudgetRate  float64
 	RetryBudgetBurst int
 	// Ready answers GET /readyz: nil when the service can serve (the
-	// database answers). Nil Ready: always ready.
+	// database answers). An error that is a *DependencyError names the
+	// dependency in the 503's detail; any other is PostgreSQL's ("the
+	// database is unreachable"). Nil Ready: always ready.
 	Ready func(ctx context.Context) error
 	// Metrics serves GET /metrics; nil: no such route.
 	Metrics http.Handler
@@ -115,3 +117,19 @@ func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
 // StatusOf returns the HTTP status of err, from the one table that maps an
 // error kind to a status (see httperr.go).
 func StatusOf(err error) int { return statusOf(err) }
+
+// DependencyError is an error of Config.Ready that names the dependency
+// that failed, other than PostgreSQL: GET /readyz answers 503 with detail
+// "the <Name> is unreachable".
+type DependencyError struct {
+	// Name is the dependency, as the detail names it, e.g. "event store
+	// (KurrentDB)".
+	Name string
+	// Err is the dependency's error (logged, never sent).
+	Err error
+}
+
+func (e *DependencyError) Error() string { return e.Name + ": " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *DependencyError) Unwrap() error { return e.Err }

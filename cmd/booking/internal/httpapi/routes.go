@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -114,7 +115,11 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := a.ready(ctx); err != nil {
-		a.writeError(w, r, httpError(domain.Unavailable, "unavailable", "the database is unreachable"))
+		detail := "the database is unreachable"
+		if de := (*DependencyError)(nil); errors.As(err, &de) {
+			detail = "the " + de.Name + " is unreachable"
+		}
+		a.writeError(w, r, httpError(domain.Unavailable, "unavailable", detail))
 		return
 	}
 	writeJSON(w, 200, map[string]string{"status": "ready"})

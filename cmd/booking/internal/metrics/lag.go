@@ -14,6 +14,11 @@ import (
 // behind reports LagScan (far above the alert threshold of 500).
 const LagScan = 100_000
 
+// AheadOfHead is the value of a lag gauge whose consumer's checkpoint is
+// beyond the head of the log (LagCollector.WithHead): no count of events
+// is negative, so an alert on lag < 0 finds it.
+const AheadOfHead = -1
+
 // LogDistance counts the readable events after a position, at most limit
 // of them (pgstore.Store.EventsAfter).
 type LogDistance interface {
@@ -33,13 +38,17 @@ type LogDistance interface {
 //
 // Each is 0 when the consumer is caught up, also on an empty log, so every
 // series exists from the start; a failed query omits its series. Counts
-// are capped at LagScan. Create it with NewLagCollector; safe for
-// concurrent scrapes.
+// are capped at LagScan. With WithHead, a checkpoint beyond the head of
+// the log (the log is another one than the checkpoint was read from, an
+// error state the consumer never leaves by itself) reports AheadOfHead
+// and logs a warning instead of 0. Create it with NewLagCollector; safe
+// for concurrent scrapes.
 type LagCollector struct {
 	log        LogDistance
 	projectors []string
 	checkpoint func(ctx context.Context, projector string) (eventstore.Position, error)
 	relay      func(ctx context.Context) (eventstore.Position, error)
+	head       func(ctx context.Context) (eventstore.Position, error)
 	logger     *slog.Logger
 
 	projectorLag, relayLag *prometheus.Desc
@@ -55,10 +64,19 @@ func NewLagCollector(log LogDistance, projectors []string,
 	relay func(ctx context.Context) (eventstore.Position, error), logger *slog.Logger) *LagCollector {
 	return &LagCollector{log: log, projectors: projectors, checkpoint: checkpoint, relay: relay, logger: logger,
 		projectorLag: prometheus.NewDesc("booking_projector_lag_events",
-			"Events between the log's readable head and the read model's checkpoint (capped at 100000).", []string{"projector"}, nil),
+			"Events between the log's readable head and the read model's checkpoint (capped at 100000; -1: the checkpoint is beyond the head, another log).", []string{"projector"}, nil),
 		relayLag: prometheus.NewDesc("booking_relay_lag_events",
-			"Events between the log's readable head and the notification relay's checkpoint (capped at 100000).", nil, nil),
+			"Events between the log's readable head and the notification relay's checkpoint (capped at 100000; -1: the checkpoint is beyond the head, another log).", nil, nil),
 	}
+}
+
+// WithHead makes c compare a checkpoint with no event after it against
+// head, the position of the last event of the log (kurrentdb.Store.Head),
+// and report AheadOfHead for one beyond it. Use it only on a log whose
+// head never moves back. Returns c.
+func (c *LagCollector) WithHead(head func(ctx context.Context) (eventstore.Position, error)) *LagCollector {
+	c.head = head
+	return c
 }
 
 // Describe implements prometheus.Collector.
@@ -72,22 +90,39 @@ func (c *LagCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *LagCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	lag := func(pos eventstore.Position, err error) (float64, bool) {
+	var head *eventstore.Position // read once per scrape, when needed
+	lag := func(consumer string, pos eventstore.Position, err error) (float64, bool) {
 		if err == nil {
 			var n int64
-			if n, err = c.log.EventsAfter(ctx, pos, LagScan); err == nil {
+			if n, err = c.log.EventsAfter(ctx, pos, LagScan); err == nil && (n > 0 || c.head == nil || pos.IsZero()) {
 				return float64(n), true
+			}
+			if err == nil && head == nil {
+				var h eventstore.Position
+				if h, err = c.head(ctx); err == nil {
+					head = &h
+				}
+			}
+			if err == nil {
+				if head.Less(pos) {
+					c.logger.Warn("metrics: a checkpoint is beyond the head of the event log: the log is not the one it was read from; restart booking serve to have every position checked",
+						"consumer", consumer, "checkpoint", pos, "head", *head)
+					return AheadOfHead, true
+				}
+				return 0, true
 			}
 		}
 		c.logger.Debug("metrics: consumer lag", "err", err)
 		return 0, false
 	}
 	for _, name := range c.projectors {
-		if v, ok := lag(c.checkpoint(ctx, name)); ok {
+		pos, err := c.checkpoint(ctx, name)
+		if v, ok := lag(name, pos, err); ok {
 			ch <- prometheus.MustNewConstMetric(c.projectorLag, prometheus.GaugeValue, v, name)
 		}
 	}
-	if v, ok := lag(c.relay(ctx)); ok {
+	pos, err := c.relay(ctx)
+	if v, ok := lag("relay", pos, err); ok {
 		ch <- prometheus.MustNewConstMetric(c.relayLag, prometheus.GaugeValue, v)
 	}
 }
