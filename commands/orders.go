@@ -317,6 +317,22 @@ func (h *Handler) GetOrder(ctx context.Context, actor, id string) (domain.Order,
 	return o, nil
 }
 
+// awaitReleased polls the reservation until it is no longer ordered or the
+// deadline passes; errors end the wait (the answer does not depend on it).
+func (h *Handler) awaitReleased(ctx context.Context, reservationID string, deadline time.Time) {
+	for {
+		r, err := h.loadReservation(ctx, reservationID)
+		if err != nil || r.Status != domain.ReservationStatusOrdered || !time.Now().Before(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(20*time.Millisecond, time.Until(deadline))):
+		}
+	}
+}
+
 // payAndWait drives the order's payment in the background (detached from the
 // request) and waits up to wait for a final outcome.
 func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Duration, out Outcome) (OrderResult, error) {
@@ -351,6 +367,14 @@ func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Dura
 	}
 	if !o.Exists() {
 		return OrderResult{}, fmt.Errorf("order %s vanished: %w", orderID, domain.ErrUnavailable)
+	}
+	if o.Status == domain.OrderStatusFailed {
+		// The failure's follow-ups (its seats, then its reservation,
+		// released) are appended right after it by whichever path recorded
+		// it: this request's payment step, the process manager's, or a
+		// webhook. Wait, within the wait, for the last of them, so a client
+		// that reads its reservation after the 402 sees it released.
+		h.awaitReleased(ctx, o.ReservationID, deadline)
 	}
 	return OrderResult{Order: o, Final: o.FirstOutcome != "", Outcome: out}, nil
 }
