@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/eventstore"
@@ -69,27 +70,9 @@ func (e *BackendMismatchError) Error() string {
 // moves a position.
 func CheckBackend(ctx context.Context, pool *pgxpool.Pool, want string) error {
 	e := &BackendMismatchError{Want: want}
-	for _, t := range []struct {
-		table string
-		into  *[]string
-	}{{"checkpoints", &e.Checkpoints}, {"projection_checkpoints", &e.Projections}, {"notify_relays", &e.Relays}} {
-		rows, err := pool.Query(ctx, `SELECT name || ' (' || backend || ')' FROM `+t.table+
-			` WHERE backend <> $1 AND (commit_tx, prepare) <> (0, 0) ORDER BY name`, want)
-		if err != nil {
-			return fmt.Errorf("pgcoord: check the backend of %s: %w", t.table, err)
-		}
-		for rows.Next() {
-			var s string
-			if err := rows.Scan(&s); err != nil {
-				rows.Close()
-				return fmt.Errorf("pgcoord: check the backend of %s: %w", t.table, err)
-			}
-			*t.into = append(*t.into, s)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("pgcoord: check the backend of %s: %w", t.table, err)
-		}
+	if err := collectNames(ctx, pool, "backend", `name || ' (' || backend || ')'`,
+		`backend <> $1 AND (commit_tx, prepare) <> (0, 0)`, [3]*[]string{&e.Checkpoints, &e.Projections, &e.Relays}, want); err != nil {
+		return err
 	}
 	if len(e.Checkpoints)+len(e.Projections)+len(e.Relays) > 0 {
 		return e
@@ -142,30 +125,31 @@ func (e *PositionsAheadError) Error() string {
 // it at start, before any worker moves a position.
 func CheckHead(ctx context.Context, pool *pgxpool.Pool, head eventstore.Position) error {
 	e := &PositionsAheadError{Head: head}
-	for _, t := range []struct {
-		table string
-		into  *[]string
-	}{{"checkpoints", &e.Checkpoints}, {"projection_checkpoints", &e.Projections}, {"notify_relays", &e.Relays}} {
-		rows, err := pool.Query(ctx, `SELECT name || ' (' || commit_tx || '/' || prepare || ')' FROM `+t.table+
-			` WHERE (commit_tx, prepare) > ($1::bigint, $2::bigint) ORDER BY name`, int64(head.Commit), int64(head.Prepare))
-		if err != nil {
-			return fmt.Errorf("pgcoord: check the positions of %s: %w", t.table, err)
-		}
-		for rows.Next() {
-			var s string
-			if err := rows.Scan(&s); err != nil {
-				rows.Close()
-				return fmt.Errorf("pgcoord: check the positions of %s: %w", t.table, err)
-			}
-			*t.into = append(*t.into, s)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("pgcoord: check the positions of %s: %w", t.table, err)
-		}
+	if err := collectNames(ctx, pool, "positions", `name || ' (' || commit_tx || '/' || prepare || ')'`,
+		`(commit_tx, prepare) > ($1::bigint, $2::bigint)`, [3]*[]string{&e.Checkpoints, &e.Projections, &e.Relays},
+		int64(head.Commit), int64(head.Prepare)); err != nil {
+		return err
 	}
 	if len(e.Checkpoints)+len(e.Projections)+len(e.Relays) > 0 {
 		return e
+	}
+	return nil
+}
+
+// collectNames appends to into[0], into[1] and into[2] the rows `SELECT sel`
+// of checkpoints, projection_checkpoints and notify_relays that match where
+// (with args), ordered by name; errors name what was checked and the table.
+func collectNames(ctx context.Context, pool *pgxpool.Pool, what, sel, where string, into [3]*[]string, args ...any) error {
+	for i, table := range [...]string{"checkpoints", "projection_checkpoints", "notify_relays"} {
+		rows, err := pool.Query(ctx, "SELECT "+sel+" FROM "+table+" WHERE "+where+" ORDER BY name", args...)
+		var names []string
+		if err == nil {
+			names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			return fmt.Errorf("pgcoord: check the %s of %s: %w", what, table, err)
+		}
+		*into[i] = append(*into[i], names...)
 	}
 	return nil
 }
