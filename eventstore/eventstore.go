@@ -125,9 +125,17 @@ type RecordedEvent struct {
 // AppendResult tells where an append left the stream: the revision of the
 // last event written (or already present, for an idempotent repeat) and the
 // log position of the append.
+//
+// Now is the store's clock as the append ran, in UTC: on PostgreSQL the
+// database clock of the appending statement (now(), the RecordedAt of the
+// events it wrote), so a caller that needs the service clock right after an
+// append does not read it again. It is the zero time where the store has no
+// clock shared with the service (KurrentDB: the service's clock stays
+// PostgreSQL's); callers then read their clock themselves.
 type AppendResult struct {
 	NextRevision Revision
 	Position     Position
+	Now          time.Time
 }
 
 // ErrStreamNotFound is returned by ReadStream when a stream has no live

@@ -114,6 +114,9 @@ func (m *Store) Append(ctx context.Context, name string, expected eventstore.Exp
 	if err == nil && types != nil && after != nil {
 		after(name, types)
 	}
+	if err == nil && clock != nil {
+		res.Now = recordedAt.UTC() // the stand-in database clock; none without SetClock
+	}
 	return res, err
 }
 
