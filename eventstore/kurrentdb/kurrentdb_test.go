@@ -81,7 +81,7 @@ func TestStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) eventstore.Store {
 		p := kurrentdbtest.StartProcess(t, doubleBin, "")
 		return conformant{newStore(t, p.URL())}
-	})
+	}, storetest.WithoutClock())
 }
 
 func TestStoreOnRealServer(t *testing.T) {
@@ -93,7 +93,7 @@ func TestStoreOnRealServer(t *testing.T) {
 	if err := s.Ping(testContext(t)); err != nil {
 		t.Fatalf("Ping() = %v", err)
 	}
-	storetest.Run(t, func(t *testing.T) eventstore.Store { return conformant{s} })
+	storetest.Run(t, func(t *testing.T) eventstore.Store { return conformant{s} }, storetest.WithoutClock())
 }
 
 func testContext(t testing.TB) context.Context {

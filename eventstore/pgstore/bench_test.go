@@ -56,6 +56,19 @@ func runConcurrently(ctx context.Context, n, workers int, op func(ctx context.Co
 // means appends are as fast as raw inserts). Synchronous commit is on, so
 // both rates depend on group commit.
 func BenchmarkAppendNewStreams(b *testing.B) {
+	benchAppendNewStreams(b, benchConcurrency)
+}
+
+// BenchmarkAppendNewStreamsOneClient is BenchmarkAppendNewStreams with one
+// appender (and one raw inserter): the latency of one append against one
+// raw insert, where group commit cannot hide the statement's own cost.
+func BenchmarkAppendNewStreamsOneClient(b *testing.B) {
+	benchAppendNewStreams(b, 1)
+}
+
+// benchAppendNewStreams runs BenchmarkAppendNewStreams with clients
+// concurrent appenders and as many raw inserters.
+func benchAppendNewStreams(b *testing.B, clients int) {
 	ctx := b.Context()
 	pool := newTestPool(b)
 	s := New(pool)
@@ -74,11 +87,11 @@ func BenchmarkAppendNewStreams(b *testing.B) {
 			eventstore.EventData{ID: uuid.Must(uuid.NewV7()).String(), Type: "Warm", Data: benchData})
 		return err
 	}
-	if _, err := runConcurrently(ctx, 2*benchConcurrency, benchConcurrency, warm); err != nil {
+	if _, err := runConcurrently(ctx, 2*clients, clients, warm); err != nil {
 		b.Fatalf("warm up: %v", err)
 	}
 
-	raw, err := runConcurrently(ctx, b.N, benchConcurrency, func(ctx context.Context, w, i int) error {
+	raw, err := runConcurrently(ctx, b.N, clients, func(ctx context.Context, w, i int) error {
 		_, err := pool.Exec(ctx, `INSERT INTO bench_raw (actor, key, body) VALUES ($1, $2, $3)`,
 			fmt.Sprintf("actor-%d", w), uuid.Must(uuid.NewV7()).String(), benchData)
 		return err
@@ -88,7 +101,7 @@ func BenchmarkAppendNewStreams(b *testing.B) {
 	}
 
 	b.ResetTimer()
-	appended, err := runConcurrently(ctx, b.N, benchConcurrency, func(ctx context.Context, w, i int) error {
+	appended, err := runConcurrently(ctx, b.N, clients, func(ctx context.Context, w, i int) error {
 		id := uuid.Must(uuid.NewV7()).String()
 		_, err := s.Append(ctx, "bench-"+id, eventstore.NoStream(),
 			eventstore.EventData{ID: id, Type: "Benchmarked", Data: benchData, Metadata: []byte(`{"actor":"actor-1"}`)})

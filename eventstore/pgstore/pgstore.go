@@ -38,7 +38,8 @@ const (
 const maxAppendAttempts = 3
 
 // Store is the PostgreSQL event store. It implements eventstore.Store on the
-// schema of migrations/00001_eventstore.sql. Create it with New; it is safe
+// schema of migrations/00001_eventstore.sql, with the functions of
+// migrations/00008_append_without_stream_rows.sql. Create it with New; it is safe
 // for concurrent use by any number of goroutines, and several Stores (in one
 // or many processes) may share a database.
 type Store struct {
@@ -197,7 +198,10 @@ func newAppendArgs(stream string, expected eventstore.ExpectedRevision, events [
 // batch is already in stream at the place expected names (Exact(n): at
 // revisions n+1, n+2, … in batch order; NoStream: at 0, 1, …; Any and
 // StreamExists: anywhere in the stream), it writes nothing and returns the
-// stored revision and position of the batch's last event.
+// stored revision and position of the batch's last event. The result's Now
+// is the database clock of the append's transaction (now(), in UTC): the
+// RecordedAt of the events it wrote, or for a repeat the clock of the
+// repeat, so a caller needs no separate clock read after an append.
 //
 // Otherwise it returns a *eventstore.RevisionConflictError (errors.Is
 // eventstore.ErrWrongExpectedRevision) whose Actual is the stream's last
@@ -226,7 +230,7 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		defer cancel()
 	}
 	for attempt := 1; ; attempt++ {
-		res, written, err := s.appendOnce(ctx, s.pool, args)
+		res, written, err := s.appendOnce(ctx, s.pool, args, false)
 		if err == nil {
 			if written {
 				s.appended.notify()
@@ -240,14 +244,19 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 	}
 }
 
-const appendSQL = `SELECT o_status, o_revision, o_tx, o_seq, o_dup_id, o_dup_stream, o_dup_revision
+// appendSQL runs eventstore_append and reads the database clock of its
+// transaction: now() is the transaction's start, the same value the events'
+// recorded_at defaults to, so it is the RecordedAt of what the append wrote
+// (and, for a repeat, the clock of the repeat).
+const appendSQL = `SELECT o_status, o_revision, o_tx, o_seq, o_dup_id, o_dup_stream, o_dup_revision, now()
 FROM eventstore_append($1, $2, $3, $4, $5, $6, $7, $8)`
 
-// appendOnce runs eventstore_append once on q. written reports whether it
-// wrote events (false for a repeat). A conflict is returned as a
-// *eventstore.RevisionConflictError, possibly wrapped; database errors as
-// they come.
-func (s *Store) appendOnce(ctx context.Context, q querier, a appendArgs) (res eventstore.AppendResult, written bool, err error) {
+// appendOnce runs eventstore_append once on q. inTx says q is an explicit
+// transaction of the caller's, whose idle time the function then bounds too.
+// written reports whether it wrote events (false for a repeat). A conflict
+// is returned as a *eventstore.RevisionConflictError, possibly wrapped;
+// database errors as they come.
+func (s *Store) appendOnce(ctx context.Context, q querier, a appendArgs, inTx bool) (res eventstore.AppendResult, written bool, err error) {
 	var (
 		status      int16
 		revision    int64
@@ -256,14 +265,21 @@ func (s *Store) appendOnce(ctx context.Context, q querier, a appendArgs) (res ev
 		dupID       *uuid.UUID
 		dupStream   *string
 		dupRevision *int64
+		now         time.Time
 	)
+	// p_timeout_ms: > 0 bounds the lock waits of an autocommit append (never
+	// idle in a transaction); < 0 also bounds an explicit transaction's
+	// idle time; 0 leaves the session's settings (migration 00008).
 	timeoutMS := int32(0)
 	if s.appendTimeout > 0 {
 		timeoutMS = int32(min(s.appendTimeout.Milliseconds(), math.MaxInt32))
 		timeoutMS = max(timeoutMS, 1)
+		if inTx {
+			timeoutMS = -timeoutMS
+		}
 	}
 	err = q.QueryRow(ctx, appendSQL, a.stream, a.kind, a.revision, a.ids, a.types, a.data, a.metadata, timeoutMS).
-		Scan(&status, &revision, &tx, &seq, &dupID, &dupStream, &dupRevision)
+		Scan(&status, &revision, &tx, &seq, &dupID, &dupStream, &dupRevision, &now)
 	if err != nil {
 		return res, false, err
 	}
@@ -275,6 +291,7 @@ func (s *Store) appendOnce(ctx context.Context, q querier, a appendArgs) (res ev
 		res = eventstore.AppendResult{
 			NextRevision: uint64(revision),
 			Position:     eventstore.Position{Commit: *tx, Prepare: uint64(*seq)},
+			Now:          now.UTC(),
 		}
 		return res, status == statusAppended, nil
 	case statusConflict:
@@ -347,19 +364,20 @@ func scanEvent(row pgx.Row) (eventstore.RecordedEvent, error) {
 // readStreamSQL reads a stream's live events from $2 and, in the same
 // snapshot, whether the stream has any live event: when no event is returned
 // it yields one row with revision -1 (a stream that exists) or none at all.
+// The events of a stream are its live events: truncation deletes the others
+// (migration 00008), so no streams row is needed to tell.
 const readStreamSQL = `
-SELECT s.name, coalesce(e.revision, -1), coalesce(e.tx, '0'::xid8), coalesce(e.seq, 0),
+SELECT $1::text, coalesce(e.revision, -1), coalesce(e.tx, '0'::xid8), coalesce(e.seq, 0),
        coalesce(e.id, '00000000-0000-0000-0000-000000000000'::uuid), coalesce(e.type, ''),
        e.data, e.metadata, coalesce(e.recorded_at, 'epoch'::timestamptz),
-       s.last_revision >= s.truncate_before
-FROM streams s
+       true
+FROM (SELECT 1 FROM events l WHERE l.stream = $1 LIMIT 1) live
 LEFT JOIN LATERAL (
     SELECT * FROM events e
-    WHERE e.stream = s.name AND e.revision >= greatest($2::bigint, s.truncate_before)
+    WHERE e.stream = $1 AND e.revision >= $2::bigint
     ORDER BY e.revision
     LIMIT $3
-) e ON true
-WHERE s.name = $1`
+) e ON true`
 
 // ReadStream returns up to limit live events of stream with revision >= from
 // (0-based), in revision order, with their log positions; limit <= 0 means

@@ -32,7 +32,7 @@ func (h heldStore) HoldOpenAppend(ctx context.Context, stream string, expected e
 	if err != nil {
 		return nil, nil, err
 	}
-	res, _, err := h.appendOnce(ctx, tx, args)
+	res, _, err := h.appendOnce(ctx, tx, args, true)
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, nil, err

@@ -51,14 +51,19 @@ func (s *Store) EventsAfter(ctx context.Context, after eventstore.Position, limi
 }
 
 // purgeSQL finds the streams with a name prefix whose first live event (the
-// one at the truncation point) was recorded more than $2 seconds ago by the
-// database clock.
+// lowest revision still stored: truncation deletes the others) was recorded
+// more than $2 seconds ago by the database clock, with each one's last
+// revision (its newest event's, which is never below the last revision a
+// truncation recorded).
 const purgeSQL = `
-SELECT s.name, s.last_revision
-FROM streams s
-JOIN events e ON e.stream = s.name AND e.revision = s.truncate_before
-WHERE s.name LIKE $1
-  AND e.recorded_at < now() - make_interval(secs => $2)
+SELECT f.stream, (SELECT max(l.revision) FROM events l WHERE l.stream = f.stream)
+FROM (
+    SELECT DISTINCT ON (e.stream) e.stream, e.recorded_at
+    FROM events e
+    WHERE e.stream LIKE $1
+    ORDER BY e.stream, e.revision
+) f
+WHERE f.recorded_at < now() - make_interval(secs => $2)
 LIMIT $3`
 
 // PurgeStreams truncates up to limit streams whose name starts with prefix

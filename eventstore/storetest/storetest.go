@@ -49,24 +49,47 @@ type HoldOpenUnsupported interface {
 // in parallel on machines that may be fully busy.
 const timeout = 2 * time.Minute
 
+// Option configures Run.
+type Option func(*config)
+
+// config is what the options set.
+type config struct {
+	// clock says the backend reports its clock in AppendResult.Now.
+	clock bool
+}
+
+// WithoutClock declares that the backend has no clock shared with the
+// service, so its appends leave eventstore.AppendResult.Now zero by design
+// (KurrentDB). Without it the suite requires Now to be set on every
+// successful append: equal to the RecordedAt of the events the append
+// wrote, and for a repeat the clock of the repeat (UTC, not zero).
+func WithoutClock() Option {
+	return func(c *config) { c.clock = false }
+}
+
 // Run runs the conformance suite against the stores newStore returns.
 // newStore is called once per case or table row, from that test's goroutine
 // and in parallel with other cases; it may fail or skip t. Stores may share
 // their log with each other and with other tests (see the package comment).
 // The cases that hold an append open run only if the stores implement
 // HoldOpener; they are skipped with the reason HoldOpenUnsupported gives
-// otherwise.
-func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
+// otherwise. The stores must report their clock in AppendResult.Now unless
+// WithoutClock is given.
+func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store, opts ...Option) {
+	c := config{clock: true}
+	for _, opt := range opts {
+		opt(&c)
+	}
 	cases := []struct {
 		name string
 		run  func(t *testing.T, newStore func(t *testing.T) eventstore.Store)
 	}{
-		{"appended events read back from their stream exactly as written", onStore(testRoundTrip)},
+		{"appended events read back from their stream exactly as written", onStore(c.testRoundTrip)},
 		{"reading a stream honours from and limit", onStore(testReadStreamRange)},
-		{"each expected revision kind succeeds or conflicts with the actual revision", testExpectedRevisions},
+		{"each expected revision kind succeeds or conflicts with the actual revision", c.testExpectedRevisions},
 		{"concurrent appends at the same expected revision let exactly one win", onStore(testConcurrentSameRevision)},
-		{"a repeated append is recognised and writes nothing", testIdempotentRepeat},
-		{"concurrent repeats of one append all succeed and write it once", onStore(testConcurrentRepeat)},
+		{"a repeated append is recognised and writes nothing", c.testIdempotentRepeat},
+		{"concurrent repeats of one append all succeed and write it once", onStore(c.testConcurrentRepeat)},
 		{"truncate hides old events and keeps the stream's last revision", onStore(testTruncate)},
 		{"read all returns events in log order and honours the limit", onStore(testReadAllOrder)},
 		{"a subscriber never passes an append whose transaction commits late", onStore(testHeldOpenCommit)},
@@ -80,6 +103,29 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 			t.Parallel()
 			c.run(t, newStore)
 		})
+	}
+}
+
+// withoutNow returns res with Now cleared, for comparing the rest.
+func withoutNow(res eventstore.AppendResult) eventstore.AppendResult {
+	res.Now = time.Time{}
+	return res
+}
+
+// checkNow checks res.Now of a successful append: zero for a backend
+// without a clock; otherwise a UTC time, equal to recordedAt when that is
+// not zero (the RecordedAt of the events the append wrote).
+func (c config) checkNow(t testing.TB, call string, res eventstore.AppendResult, recordedAt time.Time) {
+	t.Helper()
+	switch {
+	case !c.clock:
+		if !res.Now.IsZero() {
+			t.Errorf("%s.Now = %v, want the zero time (the backend declares no clock)", call, res.Now)
+		}
+	case res.Now.IsZero() || res.Now.Location() != time.UTC:
+		t.Errorf("%s.Now = %v, want the store's clock in UTC", call, res.Now)
+	case !recordedAt.IsZero() && !res.Now.Equal(recordedAt):
+		t.Errorf("%s.Now = %v, want %v (the RecordedAt of the events it wrote)", call, res.Now, recordedAt)
 	}
 }
 
@@ -226,7 +272,7 @@ func recorded(stream string, first eventstore.Revision, events []eventstore.Even
 	return out
 }
 
-func testRoundTrip(t *testing.T, s eventstore.Store) {
+func (c config) testRoundTrip(t *testing.T, s eventstore.Store) {
 	ctx := testContext(t)
 	stream := newStream("roundtrip")
 	events := newEvents(t, "Tested", 3)
@@ -239,9 +285,10 @@ func testRoundTrip(t *testing.T, s eventstore.Store) {
 	if diff := cmp.Diff(recorded(stream, 0, events), got, recordedOptions); diff != "" {
 		t.Fatalf("ReadStream(%s) mismatch (-want +got):\n%s", stream, diff)
 	}
-	if want := (eventstore.AppendResult{NextRevision: 2, Position: got[2].Position}); res != want {
+	if want := (eventstore.AppendResult{NextRevision: 2, Position: got[2].Position}); withoutNow(res) != want {
 		t.Errorf("Append(%s, no_stream, 3 events) = %+v, want %+v", stream, res, want)
 	}
+	c.checkNow(t, fmt.Sprintf("Append(%s, no_stream, 3 events)", stream), res, got[2].RecordedAt)
 	for i, e := range got {
 		if i > 0 && !got[i-1].Position.Less(e.Position) {
 			t.Errorf("ReadStream(%s)[%d].Position = %s, want after %s", stream, i, e.Position, got[i-1].Position)
@@ -291,7 +338,7 @@ func testReadStreamRange(t *testing.T, s eventstore.Store) {
 	})
 }
 
-func testExpectedRevisions(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
+func (c config) testExpectedRevisions(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 	tests := []struct {
 		name     string
 		existing int // events in the stream before the append
@@ -353,6 +400,7 @@ func testExpectedRevisions(t *testing.T, newStore func(t *testing.T) eventstore.
 			if last := got[len(got)-1].Position; res.Position != last {
 				t.Errorf("Append(%s, %s).Position = %s, want %s (the last event's)", stream, tt.expected, res.Position, last)
 			}
+			c.checkNow(t, fmt.Sprintf("Append(%s, %s)", stream, tt.expected), res, got[len(got)-1].RecordedAt)
 		})
 	}
 }
@@ -420,7 +468,7 @@ func testConcurrentSameRevision(t *testing.T, s eventstore.Store) {
 	}
 }
 
-func testIdempotentRepeat(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
+func (c config) testIdempotentRepeat(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 	// Each case writes first (2 events) at no stream, then second (2 events)
 	// at exact 1, then repeats repeat at expected; events are drawn from
 	// first (f0, f1), second (s0, s1) and fresh (n0).
@@ -469,8 +517,15 @@ func testIdempotentRepeat(t *testing.T, newStore func(t *testing.T) eventstore.S
 					t.Fatalf("Append(%s, %s, %v) = %v, want nil (a repeat)", stream, tt.expected, tt.repeat, err)
 				}
 				want := eventstore.AppendResult{NextRevision: tt.wantNext, Position: before[tt.wantNext].Position}
-				if res != want {
+				if withoutNow(res) != want {
 					t.Errorf("Append(%s, %s, %v) = %+v, want %+v", stream, tt.expected, tt.repeat, res, want)
+				}
+				// A repeat reports the clock of the repeat, which runs after
+				// the append it repeats has committed.
+				call := fmt.Sprintf("Append(%s, %s, %v)", stream, tt.expected, tt.repeat)
+				c.checkNow(t, call, res, time.Time{})
+				if c.clock && res.Now.Before(before[tt.wantNext].RecordedAt) {
+					t.Errorf("%s.Now = %v, want at or after %v (the repeated events' RecordedAt)", call, res.Now, before[tt.wantNext].RecordedAt)
 				}
 			}
 			after := mustReadStream(t, ctx, s, stream)
@@ -481,7 +536,7 @@ func testIdempotentRepeat(t *testing.T, newStore func(t *testing.T) eventstore.S
 	}
 }
 
-func testConcurrentRepeat(t *testing.T, s eventstore.Store) {
+func (c config) testConcurrentRepeat(t *testing.T, s eventstore.Store) {
 	const repeats = 12
 	ctx := testContext(t)
 	stream := newStream("repeats")
@@ -505,9 +560,12 @@ func testConcurrentRepeat(t *testing.T, s eventstore.Store) {
 	}
 	want := eventstore.AppendResult{NextRevision: 2, Position: got[2].Position}
 	for i := range repeats {
-		if errs[i] != nil || results[i] != want {
+		if errs[i] != nil || withoutNow(results[i]) != want {
 			t.Errorf("Append(%s, no_stream) #%d = %+v, %v, want %+v, nil", stream, i, results[i], errs[i], want)
 		}
+		// The winner's clock is its events' RecordedAt; a repeat's is its
+		// own, which may be earlier if it started before the winner.
+		c.checkNow(t, fmt.Sprintf("Append(%s, no_stream) #%d", stream, i), results[i], time.Time{})
 	}
 }
 
