@@ -3,12 +3,15 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/retrysafe/booking/eventstore"
 )
@@ -161,4 +164,103 @@ func BenchmarkReadAll(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*events)/time.Since(start).Seconds(), "events/s")
+}
+
+// Sizes of BenchmarkAppendAtScale's two logs, in events.
+const (
+	scaleSmall = 30_000
+	scaleLarge = 1_000_000
+	// scaleEnv overrides scaleLarge (for a quick run of the benchmark's
+	// code, not for its figure).
+	scaleEnv = "BOOKING_BENCH_SCALE_EVENTS"
+	// scaleRound is how many appends go to one log before the other's turn.
+	scaleRound = 50
+	// scaleAppends is how many appends one op makes to each log.
+	scaleAppends = 1000
+)
+
+// fillLog adds n events to the log of pool in one set-based statement, three
+// events per stream (streams "fill-<i>"), as the service's streams are
+// short, with random (UUIDv4) ids, the worst case for the id index; then
+// VACUUM ANALYZE, as autovacuum would have done by then.
+func fillLog(tb testing.TB, ctx context.Context, pool interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}, n int) {
+	tb.Helper()
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO events (tx, stream, revision, id, type, data, metadata)
+		SELECT pg_current_xact_id(), 'fill-' || (i / 3), i % 3, gen_random_uuid(), 'Filled', $2::bytea, NULL
+		FROM generate_series(0, $1::bigint - 1) AS i`, n, benchData); err != nil {
+		tb.Fatalf("fill %d events: %v", n, err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE events`); err != nil {
+		tb.Fatalf("vacuum: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE streams`); err != nil {
+		tb.Fatalf("vacuum: %v", err)
+	}
+}
+
+// BenchmarkAppendAtScale measures the latency of one append (one event to a
+// new stream at NoStream, one client, synchronous commit on) on a log of
+// 1,000,000 events against the same on a log of 30,000, and reports the
+// ratio as x_of_30k (1.0: no slower at a million events; the goal is at most
+// 1.2), with each mean latency in µs (us_at_30k, us_at_1M). The two logs are
+// separate databases on one server, each filled by one set-based INSERT
+// (about a minute in all on two busy cores); then 1,000 appends per op go to
+// each, alternating in rounds of 50 so that drift in the machine's load
+// affects both alike. The fill is paid on every call of the function, so run
+// it once: go test -run '^$' -bench AppendAtScale -benchtime 1x
+// ./eventstore/pgstore (inside test/scripts/pg.sh throwaway; about 90 s).
+// BOOKING_BENCH_SCALE_EVENTS overrides the large log's size.
+func BenchmarkAppendAtScale(b *testing.B) {
+	large := scaleLarge
+	if v := os.Getenv(scaleEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("%s=%q: want a positive number of events", scaleEnv, v)
+		}
+		large = n
+	}
+	ctx := b.Context()
+	small, big := New(newTestPool(b)), New(newTestPool(b))
+	fillLog(b, ctx, small.pool, scaleSmall)
+	fillLog(b, ctx, big.pool, large)
+	appendOne := func(s *Store) (time.Duration, error) {
+		id := uuid.Must(uuid.NewV7()).String()
+		start := time.Now()
+		_, err := s.Append(ctx, "intent-"+id, eventstore.NoStream(),
+			eventstore.EventData{ID: id, Type: "Benchmarked", Data: benchData, Metadata: []byte(`{"actor":"actor-1"}`)})
+		return time.Since(start), err
+	}
+	// Warm both (connections, prepared statements, the plans' caches).
+	for range scaleRound {
+		for _, s := range []*Store{small, big} {
+			if _, err := appendOne(s); err != nil {
+				b.Fatalf("warm up: %v", err)
+			}
+		}
+	}
+	b.ResetTimer()
+	var atSmall, atLarge time.Duration
+	total := scaleAppends * b.N
+	for done := 0; done < total; done += scaleRound {
+		n := min(scaleRound, total-done)
+		for _, run := range []struct {
+			s   *Store
+			sum *time.Duration
+		}{{small, &atSmall}, {big, &atLarge}} {
+			for range n {
+				d, err := appendOne(run.s)
+				if err != nil {
+					b.Fatalf("append: %v", err)
+				}
+				*run.sum += d
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(atSmall.Microseconds())/float64(total), "us_at_30k")
+	b.ReportMetric(float64(atLarge.Microseconds())/float64(total), "us_at_1M")
+	b.ReportMetric(atLarge.Seconds()/atSmall.Seconds(), "x_of_30k")
 }

@@ -1,7 +1,8 @@
 // Package pgstore is the PostgreSQL backend of eventstore.Store, on pgx v5
 // (pgxpool). The schema is migrations/00001_eventstore.sql: a streams table, an
 // events table and two plpgsql functions, eventstore_append and
-// eventstore_truncate. Create a Store with New(pool, options...); it is safe
+// eventstore_truncate, whose current versions are in
+// migrations/00008_append_without_stream_rows.sql. Create a Store with New(pool, options...); it is safe
 // for concurrent use, and any number of Stores in any number of processes may
 // share one database.
 //
@@ -47,22 +48,58 @@
 //
 // Append validates its arguments in Go, then runs one statement, SELECT ...
 // FROM eventstore_append(stream, expected kind and revision, ids, types,
-// data, metadata, timeout): one round trip and one transaction. The function
-// takes the stream's lock; reads the stream's last revision and whether any
-// id of the batch is stored, in one snapshot; and, if the expected revision
-// holds and no id is stored, inserts the events at the next revisions and
-// upserts the stream's last revision. Otherwise it classifies the append as
-// a repeat or a conflict without writing. A unique violation on an event id
-// (another stream's append of the same id committed meanwhile), a deadlock
-// between two batches that share ids, or a serialization failure makes
-// Append try again, at most three times in all; the next attempt sees the
-// winner's rows and classifies. The function plans with sequential scans
-// disabled, so plans cached while the tables were small stay on the indexes.
+// data, metadata, timeout), now(): one round trip and one transaction. The
+// function takes the stream's lock; reads the stream's last revision and
+// whether any id of the batch is stored, in one snapshot; and, if the
+// expected revision holds and no id is stored, inserts the events at the
+// next revisions. Otherwise it classifies the append as a repeat or a
+// conflict without writing. A unique violation on an event id (another
+// stream's append of the same id committed meanwhile), a deadlock between
+// two batches that share ids, or a serialization failure makes Append try
+// again, at most three times in all; the next attempt sees the winner's rows
+// and classifies. The function plans with sequential scans disabled, so
+// plans cached while the tables were small stay on the indexes.
 //
-// The streams table keeps each stream's last revision and truncation point,
-// so the revision survives Truncate. data and metadata are bytea: the bytes
-// given are the bytes read, which golden files need. recorded_at is the
-// database clock (now(), the start of the appending transaction).
+// The now() beside the call is the database clock of the append's
+// transaction, the value the events' recorded_at defaults to: Append returns
+// it as AppendResult.Now, so a caller needs no separate clock read (for a
+// repeat it is the clock of the repeat).
+//
+// An append writes nothing but its events: one heap row and three index
+// entries per event. A stream's last revision is that of its newest event
+// (a backward probe of events_stream_revision_key). The streams table holds
+// a row only for a stream that has been truncated: its truncation point and
+// its last revision at that time, which must survive when every event is
+// gone (a later append must still expect it); the last revision is the
+// greater of the two. (Until migration 00008 every append upserted the
+// stream's row too: a heap row, an index entry and a speculative insertion
+// more, a third of the append's writes.) Events below a truncation point are
+// deleted, so a stream's rows in events are exactly its live events.
+//
+// data and metadata are bytea: the bytes given are the bytes read, which
+// golden files need. recorded_at is the database clock (now(), the start of
+// the appending transaction).
+//
+// # Indexes
+//
+// The events table has the three indexes its reads need, and no other:
+//
+//	events_pkey (tx, seq)                 the log: ReadAll, SubscribeAll, Head,
+//	                                      EventsAfter and HorizonLag are range
+//	                                      scans in log order
+//	events_stream_revision_key            ReadStream; the append's last
+//	  UNIQUE (stream, revision)           revision (newest event); Truncate's
+//	                                      delete; PurgeStreams and PendingOrders
+//	                                      (streams by name prefix)
+//	events_id_key UNIQUE (id)             the append's idempotency: which ids of
+//	                                      a batch are stored, and where
+//
+// Two of them also keep an invariant: no two events at one revision of a
+// stream (a backstop to the stream's lock), and event ids unique across the
+// log (a concurrent append of the same id to another stream fails on it and
+// is retried, then classified). Dropping any one would turn a read above
+// into a scan of the log. streams_pkey serves the lookup of a truncated
+// stream's row.
 //
 // # Idempotent appends
 //
@@ -100,11 +137,15 @@
 // every lock wait (the stream's lock, a concurrent insert of the same id) is
 // limited by lock_timeout, and the client's context gets a deadline (pgx
 // cancels the statement on the server when it passes); both are the append
-// timeout, 5 s by default (WithAppendTimeout). The function also sets
-// idle_in_transaction_session_timeout for callers that run it inside their
-// own transaction. An append past its bound fails with an error matching
-// context.DeadlineExceeded. Not bounded: a commit waiting for synchronous
-// replication.
+// timeout, 5 s by default (WithAppendTimeout). The lock_timeout is set by the
+// function for its own transaction (one set_config per call, a few µs): set
+// once on the pool's sessions it would also cut the lock waits of every
+// other statement on the pool, such as pgcoord's pg_advisory_lock, which
+// waits for as long as another process leads. Called inside a transaction
+// of the caller's (a negative timeout argument), the function also sets
+// idle_in_transaction_session_timeout. An append past its bound fails with
+// an error matching context.DeadlineExceeded. Not bounded: a commit waiting
+// for synchronous replication.
 //
 // An error that is neither a RevisionConflictError nor a validation error
 // (a timeout, a lost connection) leaves the outcome unknown: the commit may
