@@ -64,7 +64,7 @@ func (c *serveCmd) Run(e *env) error {
 	ctx := e.ctx
 
 	backend, _ := eventStoreBackend(cfg.EventStore) // checked by Validate
-	pool, err := openMigrated(ctx, cfg.DatabaseURL, 32, backend)
+	pool, err := openMigrated(ctx, cfg.DatabaseURL, 32, backend, faults.SQLCounter())
 	if err != nil {
 		return err
 	}
