@@ -29,13 +29,13 @@
 //	       goroutine go on
 //
 // Each answers 200 with the JSON object {"step", "armed", "parked",
-// "arrived"}; an unknown step is 404, a bad parameter 400. With
-// BOOKING_TEST_COUNT_SQL set it also serves
+// "arrived"}; an unknown step is 404, a bad parameter 400. Tests never sleep
+// to wait for a goroutine: they wait for its arrival with ?arrived=N. With
+// BOOKING_TEST_COUNT_SQL set the control API also serves
 //
 //	GET    /_test/sql[?per=N]  {"total", "report"}: the statements counted
 //	       since start or the last reset, and sqlcount.Counter.Report(N)
-//	DELETE /_test/sql          reset the counts Tests never sleep
-// to wait for a goroutine: they wait for its arrival with ?arrived=N.
+//	DELETE /_test/sql          reset the counts
 package faults
 
 // Prefix is the path prefix of the control API. The handler FromEnv returns
