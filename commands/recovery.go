@@ -1,10 +1,10 @@
 package commands
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -148,13 +148,22 @@ type schedItem struct {
 	prev eventstore.Position
 	due  time.Time
 	job  func(context.Context) error
+	// at is the item's index in the due heap, -1 while the runner has it.
+	at   int
+	done bool
 }
 
-// schedule is the set of pending jobs of a delayed follower. Safe for
-// concurrent use by the subscriber (add) and the runner.
+// schedule is the set of pending jobs of a delayed follower: a min-heap by
+// due time (container/heap) for the runner, and a queue in arrival order for
+// the checkpoint, so no operation scans or sorts every pending job. Safe for
+// concurrent use by the subscriber (add) and the runner. Its size is bounded
+// by the window it covers: one job per reservation held (expiry) or intent
+// recorded (recovery) since the oldest pending job; a job leaves both
+// structures when it finishes (the queue drops finished jobs from its front).
 type schedule struct {
 	mu      sync.Mutex
-	items   []*schedItem // pending, unordered (small: bounded by the window)
+	heap    dueHeap      // jobs waiting for their due time
+	fifo    []*schedItem // pending jobs (waiting, running or retried) in arrival order
 	last    eventstore.Position
 	nextSeq int64
 	wake    chan struct{}
@@ -169,8 +178,10 @@ func newSchedule(from eventstore.Position) *schedule {
 func (s *schedule) add(pos eventstore.Position, due time.Time, job func(context.Context) error) {
 	s.mu.Lock()
 	if job != nil {
-		s.items = append(s.items, &schedItem{seq: s.nextSeq, prev: s.last, due: due, job: job})
+		it := &schedItem{seq: s.nextSeq, prev: s.last, due: due, job: job}
 		s.nextSeq++
+		heap.Push(&s.heap, it)
+		s.fifo = append(s.fifo, it)
 	}
 	s.last = pos
 	s.mu.Unlock()
@@ -180,50 +191,55 @@ func (s *schedule) add(pos eventstore.Position, due time.Time, job func(context.
 	}
 }
 
-// due takes the jobs due at now out of the pending set's running order; they
-// stay pending (for the checkpoint) until finish.
+// due takes the jobs due at now out of the heap, earliest first; they stay
+// pending (for the checkpoint) until finish, or go back into the heap with
+// retry.
 func (s *schedule) due(now time.Time) []*schedItem {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*schedItem
-	for _, it := range s.items {
-		if !now.Before(it.due) {
-			out = append(out, it)
-		}
+	for len(s.heap) > 0 && !now.Before(s.heap[0].due) {
+		out = append(out, heap.Pop(&s.heap).(*schedItem))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].due.Before(out[j].due) })
 	return out
 }
 
+// finish marks a job taken by due as done.
 func (s *schedule) finish(done *schedItem) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, it := range s.items {
-		if it == done {
-			s.items[i] = s.items[len(s.items)-1]
-			s.items = s.items[:len(s.items)-1]
-			return
-		}
+	if done.at >= 0 {
+		heap.Remove(&s.heap, done.at)
 	}
+	done.done = true
+	n := 0
+	for n < len(s.fifo) && s.fifo[n].done {
+		s.fifo[n] = nil
+		n++
+	}
+	s.fifo = s.fifo[n:]
 }
 
+// retry puts a job taken by due back, due at at.
 func (s *schedule) retry(it *schedItem, at time.Time) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	it.due = at
-	s.mu.Unlock()
+	if it.at >= 0 {
+		heap.Fix(&s.heap, it.at)
+		return
+	}
+	heap.Push(&s.heap, it)
 }
 
-// next returns the earliest due time of the pending jobs.
+// next returns the earliest due time of the jobs waiting in the heap.
 func (s *schedule) next() (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var t time.Time
-	for _, it := range s.items {
-		if t.IsZero() || it.due.Before(t) {
-			t = it.due
-		}
+	if len(s.heap) == 0 {
+		return time.Time{}, false
 	}
-	return t, !t.IsZero()
+	return s.heap[0].due, true
 }
 
 // checkpoint is the position before the oldest pending job, or the last
@@ -231,16 +247,38 @@ func (s *schedule) next() (time.Time, bool) {
 func (s *schedule) checkpoint() eventstore.Position {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var oldest *schedItem
-	for _, it := range s.items {
-		if oldest == nil || it.seq < oldest.seq {
-			oldest = it
-		}
-	}
-	if oldest == nil {
+	if len(s.fifo) == 0 {
 		return s.last
 	}
-	return oldest.prev
+	return s.fifo[0].prev
+}
+
+// dueHeap orders jobs by due time, then arrival (heap.Interface).
+type dueHeap []*schedItem
+
+func (h dueHeap) Len() int { return len(h) }
+func (h dueHeap) Less(i, j int) bool {
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].at, h[j].at = i, j
+}
+func (h *dueHeap) Push(x any) {
+	it := x.(*schedItem)
+	it.at = len(*h)
+	*h = append(*h, it)
+}
+func (h *dueHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	it.at = -1
+	return it
 }
 
 // loadRun reads an intent stream into a run as a repeat would find it.
