@@ -31,16 +31,43 @@ const (
 func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
 	return h.delayedFollower(ctx, log, cps, RecoveryName, retry, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) (time.Time, func(context.Context) error) {
 		var until time.Time
+		var op string
 		switch e := e.(type) {
 		case domain.IntentRecorded:
-			until = e.LeaseUntil
+			until, op = e.LeaseUntil, e.Operation
 		case domain.IntentResumed:
 			until = e.LeaseUntil
 		default:
 			return time.Time{}, nil
 		}
-		return until, func(ctx context.Context) error { return h.recoverIntent(ctx, r.Stream) }
+		return until, func(ctx context.Context) error {
+			if h.finishedHere(r.Stream, op) {
+				return nil
+			}
+			return h.recoverIntent(ctx, r.Stream)
+		}
 	})
+}
+
+// finishedHere reports whether this process appended the event that
+// Handler.committed looks for — the show, the reservation's opening (after
+// its seats were held), the order claim — or the intent's recorded refusal,
+// for the intent of stream and operation op ("" when unknown). Recovery then
+// has nothing to do and skips its reads (Handler.written is a hint: a miss
+// reads the intent as before).
+func (h *Handler) finishedHere(stream, op string) bool {
+	if h.written.has(DerivedID(stream, "rejected")) {
+		return true
+	}
+	switch op {
+	case OpScheduleShow:
+		return h.written.has(DerivedID(stream, "show-scheduled"))
+	case OpReserveSeats:
+		return h.written.has(DerivedID(DerivedID(stream, "seats-held"), "reservation-held"))
+	case OpPlaceOrder:
+		return h.written.has(DerivedID(stream, "order-claimed"))
+	}
+	return false
 }
 
 // RunExpiry is the expiry job: it follows the log from its checkpoint and,

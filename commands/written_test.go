@@ -87,8 +87,20 @@ func TestFollowUpsTheRequestWroteAreNotAppendedAgain(t *testing.T) {
 	if n := followUps(h); n != 0 {
 		t.Errorf("the process manager of the process that wrote the follow-ups sent %d appends, want 0", n)
 	}
-	if n := followUps(newHandler("exec-b")); n == 0 {
+	other := newHandler("exec-b")
+	if n := followUps(other); n == 0 {
 		t.Errorf("another process's process manager sent no append, want its idempotent repeats (the check above must be able to fail)")
+	}
+	// Recovery knows the intents this process took past their commit point.
+	fresh := newHandler("exec-c")
+	for _, in := range []struct{ actor, op, key string }{{"admin", OpScheduleShow, "show"}, {"alice", OpReserveSeats, "res"}, {"alice", OpPlaceOrder, "order"}} {
+		stream := IntentStream(in.actor, in.op, in.key)
+		if !h.finishedHere(stream, in.op) {
+			t.Errorf("finishedHere(%s) = false in the process that finished it, want true", in.op)
+		}
+		if fresh.finishedHere(stream, in.op) {
+			t.Errorf("finishedHere(%s) = true in another process, want false (it must read the intent)", in.op)
+		}
 	}
 }
 
