@@ -188,6 +188,11 @@ func (c *serveCmd) Run(e *env) error {
 	// and is served from one subscription of the store and its in-memory
 	// window (ARCHITECTURE.md, "One log reader per process").
 	followed := fanout.New(store, fanout.Config{Logger: log.With("component", "log-reader")})
+	defer func() { // after workers.Wait: every follower has stopped
+		st := followed.Stats()
+		log.Info("log reader stopped", "subscriptions", st.Subscriptions, "events_read", st.Received,
+			"served_from_memory", st.FromMemory, "caught_up_from_store", st.FromStore, "catch_up_reads", st.CatchUpReads)
+	}()
 	startWorker(commands.FollowUpsName, func(ctx context.Context) error { return h.RunFollowUps(ctx, followed, cps) })
 	startWorker(commands.RecoveryName, func(ctx context.Context) error {
 		return h.RunRecovery(ctx, followed, cps, cfg.RecoveryInterval/3)
