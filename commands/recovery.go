@@ -129,12 +129,24 @@ func (h *Handler) delayedFollower(ctx context.Context, log Log, cps Checkpoints,
 	return err
 }
 
-// runSchedule runs due jobs and saves the checkpoint until ctx is done.
+// errNothingWaiting is runSchedule's reason not to read the clock.
+var errNothingWaiting = errors.New("no job waiting")
+
+// runSchedule runs due jobs and saves the checkpoint until ctx is done. It
+// wakes when a job becomes the earliest (schedule.add), when the earliest
+// is due, and at least every retry, when it also saves the checkpoint if it
+// moved; it reads the database clock only while a job waits.
 func (h *Handler) runSchedule(ctx context.Context, cps Checkpoints, name string, retry time.Duration, sched *schedule) error {
 	var saved eventstore.Position
 	for {
 		wait := retry
-		now, err := h.now(ctx)
+		var now time.Time
+		var err error
+		if sched.waiting() { // the clock is read only when a job may be due
+			now, err = h.now(ctx)
+		} else {
+			err = errNothingWaiting
+		}
 		if err == nil {
 			for _, it := range sched.due(now) {
 				if jerr := it.job(ctx); jerr != nil {
@@ -204,18 +216,30 @@ func newSchedule(from eventstore.Position) *schedule {
 // scheduled at due.
 func (s *schedule) add(pos eventstore.Position, due time.Time, job func(context.Context) error) {
 	s.mu.Lock()
+	earliest := false
 	if job != nil {
 		it := &schedItem{seq: s.nextSeq, prev: s.last, due: due, job: job}
 		s.nextSeq++
 		heap.Push(&s.heap, it)
 		s.fifo = append(s.fifo, it)
+		earliest = it.at == 0
 	}
 	s.last = pos
 	s.mu.Unlock()
+	if !earliest {
+		return // the runner's next wake-up stands; it saves the checkpoint by then
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// waiting reports whether a job waits for its due time.
+func (s *schedule) waiting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.heap) > 0
 }
 
 // due takes the jobs due at now out of the heap, earliest first; they stay
