@@ -95,9 +95,13 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 		orderID := orderIDOf(ev)
 		switch e := ev.(type) {
 		case domain.OrderPlaced:
-			// The order carries the token now: drop it from the key table.
-			if err := h.keys.Placed(ctx, orderID, e.PaymentDeadline); err != nil {
-				return unavailable(err)
+			// The order carries the token now: drop it from the key table
+			// (unless this process's request did, or the key is gone).
+			if !h.written.has(keyPlaced(orderID)) && !h.written.has(keyShredded(orderID)) {
+				if err := h.keys.Placed(ctx, orderID, e.PaymentDeadline); err != nil {
+					return unavailable(err)
+				}
+				h.written.note(keyPlaced(orderID))
 			}
 		case domain.OrderCancelRequested:
 			if err := h.shred(ctx, orderID); err != nil {
