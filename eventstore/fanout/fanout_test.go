@@ -283,16 +283,12 @@ func TestConsumerErrorAndCancel(t *testing.T) {
 		t.Fatalf("store subscriptions before any consumer = %d, want 0 (lazy)", n)
 	}
 	appendConcurrently(t, ctx, store, "s", 1, 10)
-	boom := errors.New("boom")
-	failed := make(chan error, 1)
-	go func() {
-		failed <- l.SubscribeAll(ctx, eventstore.Position{}, func(context.Context, []eventstore.RecordedEvent) error { return boom })
-	}()
 	ok := consume(ctx, l, eventstore.Position{}, nil)
-	if err := <-failed; err != boom { //nolint:errorlint // returned as is
+	waitCount(t, ctx, 10, ok)
+	boom := errors.New("boom")
+	if err := l.SubscribeAll(ctx, eventstore.Position{}, func(context.Context, []eventstore.RecordedEvent) error { return boom }); err != boom { //nolint:errorlint // returned as is
 		t.Fatalf("SubscribeAll with a failing fn = %v, want the fn's error as is", err)
 	}
-	waitCount(t, ctx, 10, ok)
 	appendConcurrently(t, ctx, store, "t", 1, 3)
 	waitCount(t, ctx, 13, ok)
 	ok.stop(t, "ok", readLog(t, ctx, store, eventstore.Position{}))
