@@ -130,13 +130,16 @@ psql: ## Open psql on the local database of `make run`
 
 .PHONY: test
 # Tests that stop the shared PostgreSQL server (TestOutage_*) run alone, after all
-# packages have run in parallel, so they cannot disturb other packages' tests. Each
+# packages have run in parallel, so they cannot disturb other packages' tests; so does
+# the whole-service statement budget (TestStatementBudget_*, about 1–2 min), whose
+# count includes the workers' idle polls and would grow on a machine slowed by the
+# parallel phase. Each
 # phase gets its own throwaway server. The third phase is `make test-alerts`, the
 # fourth `make test-kurrentdb` (the end-to-end scenarios on KurrentDB), the fifth a
 # short `make chaos` (CHAOS_TEST_DURATION) on its own server. All
 # phases always run, every result is printed, and the target fails if any failed (an
 # interrupt stops it at once).
-EXCLUSIVE_TESTS := ^TestOutage_
+EXCLUSIVE_TESTS := ^(TestOutage_|TestStatementBudget_)
 # The end-to-end scenarios `make test-kurrentdb` runs with booking serve on
 # KurrentDB (the server double as its own process per test, see
 # test/backend_test.go): order flow, repeats and 20 concurrent duplicates,
@@ -150,7 +153,7 @@ test: ## Run all tests with -race against a throwaway PostgreSQL (the README's t
 	echo "==> make test: phase 1 of 5: all packages in parallel, $(EXCLUSIVE_TESTS) skipped"; \
 	$(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) $(PKG) || rc1=$$?; \
 	if ((rc1 == 130 || rc1 == 143)); then echo "make test: interrupted (exit $$rc1)"; exit "$$rc1"; fi; \
-	echo "==> make test: phase 2 of 5: $(EXCLUSIVE_TESTS) alone (they stop the PostgreSQL server)"; \
+	echo "==> make test: phase 2 of 5: $(EXCLUSIVE_TESTS) alone (outages stop the PostgreSQL server; the statement budget counts idle polls)"; \
 	BOOKING_TEST_PG_EXCLUSIVE=1 $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) ./test/ || rc2=$$?; \
 	if ((rc2 == 130 || rc2 == 143)); then echo "make test: interrupted (exit $$rc2)"; exit "$$rc2"; fi; \
 	echo "==> make test: phase 3 of 5: alert rules and Prometheus configuration (promtool), OpenAPI lint (Redocly)"; \

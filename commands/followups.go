@@ -32,7 +32,9 @@ const FollowUpsName = "process-manager"
 // driven asynchronously (they wait on leases and the provider). It blocks
 // until ctx is done; the caller holds the lock that makes it the only
 // instance across replicas. The checkpoint advances after each batch is
-// handled, so a crash replays at most one batch, harmlessly.
+// handled, so a crash replays at most one batch, harmlessly. A follow-up
+// whose events this process already appended (the request or a payment step
+// wrote them: Handler.written) is recognised without reading or appending.
 func (h *Handler) RunFollowUps(ctx context.Context, log Log, cps Checkpoints) error {
 	from, err := cps.Load(ctx, FollowUpsName)
 	if err != nil {
@@ -65,8 +67,14 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 	ctx = WithCorrelationID(ctx, m.CorrelationID)
 	switch e := ev.(type) {
 	case domain.SeatsHeld:
+		if h.written.has(DerivedID(r.ID, "reservation-held")) {
+			return nil // the request opened the reservation
+		}
 		return h.ensureReservationHeld(ctx, heldRecord{id: r.ID, e: e, meta: m})
 	case domain.OrderClaimed:
+		if h.written.has(DerivedID(r.ID, "order-placed"), DerivedID(r.ID, "reservation-ordered")) {
+			return nil // the request placed the order and marked the reservation
+		}
 		before, _, err := h.LoadOrder(ctx, e.OrderID)
 		if err != nil {
 			return err
@@ -79,14 +87,21 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 			h.metrics.Recovered("order_claim")
 		}
 	case domain.ExpiryClaimed:
+		if h.written.has(DerivedID(r.ID, "seats-released"), DerivedID(r.ID, "reservation-expired")) {
+			return nil // the expiry job or a late order request finished it
+		}
 		return h.finishExpiry(ctx, e, r.ID, m)
 	case domain.OrderPlaced, domain.PaymentOutcomeUnknown, domain.OrderCancelRequested:
 		orderID := orderIDOf(ev)
 		switch e := ev.(type) {
 		case domain.OrderPlaced:
-			// The order carries the token now: drop it from the key table.
-			if err := h.keys.Placed(ctx, orderID, e.PaymentDeadline); err != nil {
-				return unavailable(err)
+			// The order carries the token now: drop it from the key table
+			// (unless this process's request did, or the key is gone).
+			if !h.written.has(keyPlaced(orderID)) && !h.written.has(keyShredded(orderID)) {
+				if err := h.keys.Placed(ctx, orderID, e.PaymentDeadline); err != nil {
+					return unavailable(err)
+				}
+				h.written.note(keyPlaced(orderID))
 			}
 		case domain.OrderCancelRequested:
 			if err := h.shred(ctx, orderID); err != nil {
@@ -137,6 +152,9 @@ func orderIDOf(e domain.Event) string {
 }
 
 func (h *Handler) finishEnded(ctx context.Context, orderID, reason string) error {
+	if h.written.has(DerivedID(orderID, "seats-released"), DerivedID(orderID, "reservation-released")) {
+		return nil // the payment step that ended the order released its seats and reservation
+	}
 	o, _, err := h.LoadOrder(ctx, orderID)
 	if err != nil || !o.Exists() {
 		return err

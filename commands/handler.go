@@ -122,6 +122,9 @@ type Handler struct {
 	showCache showCache
 	// holds batches concurrent seat holds per show; see holdbatch.go.
 	holds holdBatcher
+	// written holds the ids of the events this process appended, for the
+	// process manager; see written.go.
+	written writtenSet
 }
 
 // Hooks are test-only fault points: each, when set, is called at a step
@@ -336,6 +339,9 @@ var outcomeRepeatDelays = []time.Duration{0, 50 * time.Millisecond, 250 * time.M
 // request, or recovery after the executor's lease, resolves what committed.
 func (h *Handler) appendResolving(ctx context.Context, name string, exp eventstore.ExpectedRevision, data ...eventstore.EventData) (eventstore.AppendResult, error) {
 	res, err := h.store.Append(ctx, name, exp, data...)
+	if err == nil {
+		h.written.add(data)
+	}
 	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return res, err
 	}
@@ -351,6 +357,7 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 		res, err = h.store.Append(ctx, name, exp, data...)
 		switch {
 		case err == nil:
+			h.written.add(data)
 			h.metrics.UnknownAppend("resolved")
 			h.log.InfoContext(ctx, "append outcome learned: the events are in the stream", "stream", name)
 			return res, nil

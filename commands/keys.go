@@ -181,9 +181,13 @@ func (h *Handler) requestBody(ctx context.Context, o domain.Order, a domain.Atte
 // logged: the process manager repeats it, and the reconciler deletes every
 // key whose payment deadline passed.
 func (h *Handler) shred(ctx context.Context, orderID string) error {
+	if h.written.has(keyShredded(orderID)) {
+		return nil // deleted by this process already: a key is never made again once its order can send no more
+	}
 	if err := h.keys.Shred(ctx, orderID); err != nil {
 		return unavailable(err)
 	}
+	h.written.note(keyShredded(orderID))
 	return nil
 }
 

@@ -221,6 +221,8 @@ func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimI
 	if placed && !before.Exists() {
 		if err := h.keys.Placed(ctx, c.OrderID, ev.PaymentDeadline); err != nil {
 			h.log.WarnContext(ctx, "held token not dropped yet; the process manager retries", "order_id", c.OrderID, "err", err)
+		} else {
+			h.written.note(keyPlaced(c.OrderID)) // the process manager need not repeat it
 		}
 	}
 	return placed, h.appendFollowUp(ctx, domain.ReservationStream(c.ReservationID), m, func(s *stream) []pending {

@@ -1,10 +1,10 @@
 package commands
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -31,16 +31,43 @@ const (
 func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
 	return h.delayedFollower(ctx, log, cps, RecoveryName, retry, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) (time.Time, func(context.Context) error) {
 		var until time.Time
+		var op string
 		switch e := e.(type) {
 		case domain.IntentRecorded:
-			until = e.LeaseUntil
+			until, op = e.LeaseUntil, e.Operation
 		case domain.IntentResumed:
 			until = e.LeaseUntil
 		default:
 			return time.Time{}, nil
 		}
-		return until, func(ctx context.Context) error { return h.recoverIntent(ctx, r.Stream) }
+		return until, func(ctx context.Context) error {
+			if h.finishedHere(r.Stream, op) {
+				return nil
+			}
+			return h.recoverIntent(ctx, r.Stream)
+		}
 	})
+}
+
+// finishedHere reports whether this process appended the event that
+// Handler.committed looks for — the show, the reservation's opening (after
+// its seats were held), the order claim — or the intent's recorded refusal,
+// for the intent of stream and operation op ("" when unknown). Recovery then
+// has nothing to do and skips its reads (Handler.written is a hint: a miss
+// reads the intent as before).
+func (h *Handler) finishedHere(stream, op string) bool {
+	if h.written.has(DerivedID(stream, "rejected")) {
+		return true
+	}
+	switch op {
+	case OpScheduleShow:
+		return h.written.has(DerivedID(stream, "show-scheduled"))
+	case OpReserveSeats:
+		return h.written.has(DerivedID(DerivedID(stream, "seats-held"), "reservation-held"))
+	case OpPlaceOrder:
+		return h.written.has(DerivedID(stream, "order-claimed"))
+	}
+	return false
 }
 
 // RunExpiry is the expiry job: it follows the log from its checkpoint and,
@@ -102,12 +129,24 @@ func (h *Handler) delayedFollower(ctx context.Context, log Log, cps Checkpoints,
 	return err
 }
 
-// runSchedule runs due jobs and saves the checkpoint until ctx is done.
+// errNothingWaiting is runSchedule's reason not to read the clock.
+var errNothingWaiting = errors.New("no job waiting")
+
+// runSchedule runs due jobs and saves the checkpoint until ctx is done. It
+// wakes when a job becomes the earliest (schedule.add), when the earliest
+// is due, and at least every retry, when it also saves the checkpoint if it
+// moved; it reads the database clock only while a job waits.
 func (h *Handler) runSchedule(ctx context.Context, cps Checkpoints, name string, retry time.Duration, sched *schedule) error {
 	var saved eventstore.Position
 	for {
 		wait := retry
-		now, err := h.now(ctx)
+		var now time.Time
+		var err error
+		if sched.waiting() { // the clock is read only when a job may be due
+			now, err = h.now(ctx)
+		} else {
+			err = errNothingWaiting
+		}
 		if err == nil {
 			for _, it := range sched.due(now) {
 				if jerr := it.job(ctx); jerr != nil {
@@ -148,13 +187,22 @@ type schedItem struct {
 	prev eventstore.Position
 	due  time.Time
 	job  func(context.Context) error
+	// at is the item's index in the due heap, -1 while the runner has it.
+	at   int
+	done bool
 }
 
-// schedule is the set of pending jobs of a delayed follower. Safe for
-// concurrent use by the subscriber (add) and the runner.
+// schedule is the set of pending jobs of a delayed follower: a min-heap by
+// due time (container/heap) for the runner, and a queue in arrival order for
+// the checkpoint, so no operation scans or sorts every pending job. Safe for
+// concurrent use by the subscriber (add) and the runner. Its size is bounded
+// by the window it covers: one job per reservation held (expiry) or intent
+// recorded (recovery) since the oldest pending job; a job leaves both
+// structures when it finishes (the queue drops finished jobs from its front).
 type schedule struct {
 	mu      sync.Mutex
-	items   []*schedItem // pending, unordered (small: bounded by the window)
+	heap    dueHeap      // jobs waiting for their due time
+	fifo    []*schedItem // pending jobs (waiting, running or retried) in arrival order
 	last    eventstore.Position
 	nextSeq int64
 	wake    chan struct{}
@@ -168,62 +216,81 @@ func newSchedule(from eventstore.Position) *schedule {
 // scheduled at due.
 func (s *schedule) add(pos eventstore.Position, due time.Time, job func(context.Context) error) {
 	s.mu.Lock()
+	earliest := false
 	if job != nil {
-		s.items = append(s.items, &schedItem{seq: s.nextSeq, prev: s.last, due: due, job: job})
+		it := &schedItem{seq: s.nextSeq, prev: s.last, due: due, job: job}
 		s.nextSeq++
+		heap.Push(&s.heap, it)
+		s.fifo = append(s.fifo, it)
+		earliest = it.at == 0
 	}
 	s.last = pos
 	s.mu.Unlock()
+	if !earliest {
+		return // the runner's next wake-up stands; it saves the checkpoint by then
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
 }
 
-// due takes the jobs due at now out of the pending set's running order; they
-// stay pending (for the checkpoint) until finish.
+// waiting reports whether a job waits for its due time.
+func (s *schedule) waiting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.heap) > 0
+}
+
+// due takes the jobs due at now out of the heap, earliest first; they stay
+// pending (for the checkpoint) until finish, or go back into the heap with
+// retry.
 func (s *schedule) due(now time.Time) []*schedItem {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*schedItem
-	for _, it := range s.items {
-		if !now.Before(it.due) {
-			out = append(out, it)
-		}
+	for len(s.heap) > 0 && !now.Before(s.heap[0].due) {
+		out = append(out, heap.Pop(&s.heap).(*schedItem))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].due.Before(out[j].due) })
 	return out
 }
 
+// finish marks a job taken by due as done.
 func (s *schedule) finish(done *schedItem) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, it := range s.items {
-		if it == done {
-			s.items[i] = s.items[len(s.items)-1]
-			s.items = s.items[:len(s.items)-1]
-			return
-		}
+	if done.at >= 0 {
+		heap.Remove(&s.heap, done.at)
 	}
+	done.done = true
+	n := 0
+	for n < len(s.fifo) && s.fifo[n].done {
+		s.fifo[n] = nil
+		n++
+	}
+	s.fifo = s.fifo[n:]
 }
 
+// retry puts a job taken by due back, due at at.
 func (s *schedule) retry(it *schedItem, at time.Time) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	it.due = at
-	s.mu.Unlock()
+	if it.at >= 0 {
+		heap.Fix(&s.heap, it.at)
+		return
+	}
+	heap.Push(&s.heap, it)
 }
 
-// next returns the earliest due time of the pending jobs.
+// next returns the earliest due time of the jobs waiting in the heap.
 func (s *schedule) next() (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var t time.Time
-	for _, it := range s.items {
-		if t.IsZero() || it.due.Before(t) {
-			t = it.due
-		}
+	if len(s.heap) == 0 {
+		return time.Time{}, false
 	}
-	return t, !t.IsZero()
+	return s.heap[0].due, true
 }
 
 // checkpoint is the position before the oldest pending job, or the last
@@ -231,16 +298,38 @@ func (s *schedule) next() (time.Time, bool) {
 func (s *schedule) checkpoint() eventstore.Position {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var oldest *schedItem
-	for _, it := range s.items {
-		if oldest == nil || it.seq < oldest.seq {
-			oldest = it
-		}
-	}
-	if oldest == nil {
+	if len(s.fifo) == 0 {
 		return s.last
 	}
-	return oldest.prev
+	return s.fifo[0].prev
+}
+
+// dueHeap orders jobs by due time, then arrival (heap.Interface).
+type dueHeap []*schedItem
+
+func (h dueHeap) Len() int { return len(h) }
+func (h dueHeap) Less(i, j int) bool {
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].at, h[j].at = i, j
+}
+func (h *dueHeap) Push(x any) {
+	it := x.(*schedItem)
+	it.at = len(*h)
+	*h = append(*h, it)
+}
+func (h *dueHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	it.at = -1
+	return it
 }
 
 // loadRun reads an intent stream into a run as a repeat would find it.

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -62,5 +63,62 @@ func TestSchedule_RetriedJobKeepsTheCheckpointBeforeIt(t *testing.T) {
 	}
 	if len(s.due(t0)) != 0 {
 		t.Errorf("a retried job is due again before its retry time")
+	}
+}
+
+// TestSchedule_HeapTakesDueJobsInOrderAndKeepsTheCheckpoint: with many
+// jobs in random due order, due returns exactly the jobs due, earliest
+// first, and the checkpoint stays before the oldest job not finished.
+func TestSchedule_HeapTakesDueJobsInOrderAndKeepsTheCheckpoint(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	job := func(context.Context) error { return nil }
+	s := newSchedule(pos(0))
+	const n = 1000
+	r := rand.New(rand.NewPCG(1, 2))
+	dues := make([]time.Time, n)
+	for i := range n {
+		dues[i] = t0.Add(time.Duration(r.IntN(600)) * time.Second)
+		s.add(pos(uint64(i+1)), dues[i], job)
+	}
+	taken := 0
+	for _, at := range []time.Duration{0, 100 * time.Second, 300 * time.Second, 599 * time.Second} {
+		now := t0.Add(at)
+		due := s.due(now)
+		want := 0
+		for _, d := range dues {
+			if !now.Before(d) {
+				want++
+			}
+		}
+		if taken+len(due) != want {
+			t.Fatalf("due(t0+%s) = %d jobs (%d before), want %d in all", at, len(due), taken, want)
+		}
+		for i, it := range due {
+			if now.Before(it.due) || (i > 0 && it.due.Before(due[i-1].due)) {
+				t.Fatalf("due(t0+%s)[%d] is due %s: not due, or before the job ahead of it", at, i, it.due)
+			}
+		}
+		taken += len(due)
+		for _, it := range due {
+			s.finish(it)
+		}
+		// The checkpoint is the position before the first job still pending.
+		wantCP := pos(n)
+		for i, d := range dues {
+			if now.Before(d) {
+				wantCP = pos(uint64(i))
+				break
+			}
+		}
+		if got := s.checkpoint(); got != wantCP {
+			t.Fatalf("checkpoint() after t0+%s = %v, want %v", at, got, wantCP)
+		}
+	}
+	if taken != n {
+		t.Fatalf("%d of %d jobs were due by the last due time", taken, n)
+	}
+	if _, ok := s.next(); ok {
+		t.Errorf("next() reports a pending job after every job finished")
 	}
 }

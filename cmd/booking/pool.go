@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/retrysafe/booking/internal/sqlcount"
 	"github.com/retrysafe/booking/migrations"
 )
 
@@ -15,13 +16,19 @@ import (
 // poolConfig) on the log positions they write. The caller closes the pool.
 // Errors name DATABASE_URL: a bad URL is a configuration error, a failed
 // migration or connection is wrapped.
-func openMigrated(ctx context.Context, url string, minConns int32, backend string) (*pgxpool.Pool, error) {
+//
+// counter, when not nil, counts every statement of the pool (the
+// faultinject build's BOOKING_TEST_COUNT_SQL, faults.SQLCounter).
+func openMigrated(ctx context.Context, url string, minConns int32, backend string, counter *sqlcount.Counter) (*pgxpool.Pool, error) {
 	if err := migrations.Up(ctx, url); err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	poolCfg, err := poolConfig(url, minConns, backend)
 	if err != nil {
 		return nil, err
+	}
+	if counter != nil {
+		counter.Install(poolCfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {

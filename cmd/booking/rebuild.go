@@ -59,7 +59,7 @@ func (c *rebuildCmd) Run(e *env) error {
 	// Locks hold a connection each; the reader and the writer one more each.
 	// The swapped checkpoints are stamped with backend (openMigrated), so
 	// a rebuild is how read models move to another event store.
-	pool, err := openMigrated(ctx, c.DatabaseURL, int32(2*len(ps)+4), backend)
+	pool, err := openMigrated(ctx, c.DatabaseURL, int32(2*len(ps)+4), backend, nil)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/fanout"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/projections"
 	"github.com/retrysafe/booking/projections/notify"
@@ -64,7 +65,7 @@ func (c *serveCmd) Run(e *env) error {
 	ctx := e.ctx
 
 	backend, _ := eventStoreBackend(cfg.EventStore) // checked by Validate
-	pool, err := openMigrated(ctx, cfg.DatabaseURL, 32, backend)
+	pool, err := openMigrated(ctx, cfg.DatabaseURL, 32, backend, faults.SQLCounter())
 	if err != nil {
 		return err
 	}
@@ -181,12 +182,23 @@ func (c *serveCmd) Run(e *env) error {
 		}()
 	}
 	cps := pgcoord.NewCheckpoints(pool)
-	startWorker(commands.FollowUpsName, func(ctx context.Context) error { return h.RunFollowUps(ctx, store, cps) })
+	// One reader of the log for the whole process: every follower below
+	// (process manager, recovery, expiry, projectors, relay) subscribes
+	// through it, each from its own checkpoint under its own lock or lease,
+	// and is served from one subscription of the store and its in-memory
+	// window (ARCHITECTURE.md, "One log reader per process").
+	followed := fanout.New(store, fanout.Config{Logger: log.With("component", "log-reader")})
+	defer func() { // after workers.Wait: every follower has stopped
+		st := followed.Stats()
+		log.Info("log reader stopped", "subscriptions", st.Subscriptions, "events_read", st.Received,
+			"served_from_memory", st.FromMemory, "caught_up_from_store", st.FromStore, "catch_up_reads", st.CatchUpReads)
+	}()
+	startWorker(commands.FollowUpsName, func(ctx context.Context) error { return h.RunFollowUps(ctx, followed, cps) })
 	startWorker(commands.RecoveryName, func(ctx context.Context) error {
-		return h.RunRecovery(ctx, store, cps, cfg.RecoveryInterval/3)
+		return h.RunRecovery(ctx, followed, cps, cfg.RecoveryInterval/3)
 	})
 	startWorker(commands.ExpiryName, func(ctx context.Context) error {
-		return h.RunExpiry(ctx, store, cps, cfg.RecoveryInterval/3)
+		return h.RunExpiry(ctx, followed, cps, cfg.RecoveryInterval/3)
 	})
 	startWorker("intent-purge", func(ctx context.Context) error {
 		return runPurge(ctx, elog.purger, cfg.IntentRetention, cfg.RecoveryInterval, log)
@@ -204,7 +216,7 @@ func (c *serveCmd) Run(e *env) error {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			locks.RunExclusive(wctx, log, projectorLock(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, store) })
+			locks.RunExclusive(wctx, log, projectorLock(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, followed) })
 		}()
 	}
 	srv.Handler = httpapi.New(httpapi.Config{Tokens: tokens, WebhookSecret: []byte(cfg.ProviderWebhookSecret),
@@ -223,7 +235,7 @@ func (c *serveCmd) Run(e *env) error {
 	// The deferred Close runs after workers.Wait: the relay has saved its
 	// checkpoint, then the connection drains and the embedded server stops.
 	notif, err := natsrun.Start(ctx, natsrun.Config{URL: cfg.NATSURL, Addr: cfg.NATSAddr, DuplicateWindow: cfg.NATSDuplicateWindow,
-		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir, Backend: backend}, log, pool, store)
+		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir, Backend: backend}, log, pool, followed)
 	if err != nil {
 		ln.Close()
 		stopWorkers()

@@ -14,7 +14,10 @@
 //     a power cut);
 //   - BOOKING_TEST_HOLD_AT=step[,step...]: every goroutine that reaches a
 //     named step parks there until a test releases the step through the
-//     control API below.
+//     control API below;
+//   - BOOKING_TEST_COUNT_SQL=1 (read by SQLCounter): a counter of every
+//     SQL statement, which booking serve installs on its pool, for the
+//     whole-service statement budget test;
 //
 // and returns the control API, an http.Handler for the paths under Prefix:
 //
@@ -27,7 +30,12 @@
 //
 // Each answers 200 with the JSON object {"step", "armed", "parked",
 // "arrived"}; an unknown step is 404, a bad parameter 400. Tests never sleep
-// to wait for a goroutine: they wait for its arrival with ?arrived=N.
+// to wait for a goroutine: they wait for its arrival with ?arrived=N. With
+// BOOKING_TEST_COUNT_SQL set the control API also serves
+//
+//	GET    /_test/sql[?per=N]  {"total", "report"}: the statements counted
+//	       since start or the last reset, and sqlcount.Counter.Report(N)
+//	DELETE /_test/sql          reset the counts
 package faults
 
 // Prefix is the path prefix of the control API. The handler FromEnv returns

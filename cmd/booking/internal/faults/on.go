@@ -18,7 +18,24 @@ import (
 
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/internal/sqlcount"
 )
+
+// sqlCounter is the statement counter of BOOKING_TEST_COUNT_SQL, made on
+// the first call (the pool is opened before the control API exists).
+var sqlCounter = sync.OnceValue(func() *sqlcount.Counter {
+	if v := os.Getenv("BOOKING_TEST_COUNT_SQL"); v == "" || v == "0" {
+		return nil
+	}
+	return &sqlcount.Counter{}
+})
+
+// SQLCounter returns the counter of every SQL statement the service's pool
+// sends when BOOKING_TEST_COUNT_SQL is set (not "" or "0"), for the
+// whole-service statement budget test; nil otherwise. booking serve
+// installs it on its pool (sqlcount.Counter.Install) and the control API
+// serves its counts at Prefix+"/sql".
+func SQLCounter() *sqlcount.Counter { return sqlCounter() }
 
 // FromEnv returns the fault points of a binary built with -tags
 // faultinject, configured from BOOKING_TEST_CRASH_AT and
@@ -256,5 +273,32 @@ func (hs *holdSet) handler() http.Handler {
 			answer(w, hs.release(s))
 		}
 	})
+	if c := SQLCounter(); c != nil {
+		mux.HandleFunc("GET "+Prefix+"/sql", func(w http.ResponseWriter, r *http.Request) {
+			per := 1
+			if v := r.URL.Query().Get("per"); v != "" {
+				var err error
+				if per, err = strconv.Atoi(v); err != nil || per < 1 {
+					http.Error(w, "per: want a count ≥ 1", http.StatusBadRequest)
+					return
+				}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(sqlState{Total: c.Total(), Report: c.Report(per)})
+		})
+		mux.HandleFunc("DELETE "+Prefix+"/sql", func(w http.ResponseWriter, r *http.Request) {
+			c.Reset()
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(sqlState{Total: c.Total()})
+		})
+	}
 	return mux
+}
+
+// sqlState is the answer of the statement counter's control API: the
+// statements counted since the last reset and sqlcount.Counter.Report of
+// them divided by the query parameter per.
+type sqlState struct {
+	Total  int    `json:"total"`
+	Report string `json:"report"`
 }

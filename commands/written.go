@@ -1,0 +1,80 @@
+package commands
+
+import (
+	"sync"
+
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// writtenCap bounds the event ids a writtenSet remembers.
+const writtenCap = 1 << 16
+
+// writtenSet remembers the ids of the events this process appended and the
+// store acknowledged (and a few side effects done for good, see note), so the process manager can recognise a follow-up the
+// request already wrote without appending it again (an idempotent repeat
+// that would be a no-op statement). It is a hint only: an id it does not
+// hold (never written here, written by another replica, or evicted) sends
+// the process manager down the full path, which appends idempotently. An id
+// it holds is an event that committed; a hit never skips work that is not
+// done. Bound: writtenCap ids (16 bytes each plus the map's overhead, about
+// 4 MB); eviction: first in, first out. Safe for concurrent use; the zero
+// value is ready.
+type writtenSet struct {
+	mu   sync.Mutex
+	ids  map[string]struct{}
+	ring []string // the ids in arrival order, a ring of writtenCap
+	next int      // where the next id goes in ring
+}
+
+// add records the ids of events the store acknowledged.
+func (w *writtenSet) add(events []eventstore.EventData) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range events {
+		w.putLocked(e.ID)
+	}
+}
+
+// note records a side effect this process completed that never needs
+// repeating, under a key that cannot be an event id: keyPlaced or
+// keyShredded of an order (its data key's token dropped, its data key
+// deleted).
+func (w *writtenSet) note(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.putLocked(key)
+}
+
+// Keys of note.
+func keyPlaced(orderID string) string   { return "key-placed/" + orderID }
+func keyShredded(orderID string) string { return "key-shredded/" + orderID }
+
+func (w *writtenSet) putLocked(id string) {
+	if w.ids == nil {
+		w.ids = make(map[string]struct{}, writtenCap)
+		w.ring = make([]string, 0, writtenCap)
+	}
+	if _, ok := w.ids[id]; ok {
+		return
+	}
+	if len(w.ring) < writtenCap {
+		w.ring = append(w.ring, id)
+	} else {
+		delete(w.ids, w.ring[w.next])
+		w.ring[w.next] = id
+		w.next = (w.next + 1) % writtenCap
+	}
+	w.ids[id] = struct{}{}
+}
+
+// has reports whether every id was recorded by add (and not evicted since).
+func (w *writtenSet) has(ids ...string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range ids {
+		if _, ok := w.ids[id]; !ok {
+			return false
+		}
+	}
+	return true
+}
