@@ -171,9 +171,14 @@ var Steps = []string{
 	"expiry.claiming", "expiry.claimed",
 }
 
-func (h *Handler) step(name string) {
+// step calls the fault hook at step name. ctx's clock reading is dropped
+// there: a test may move its clock while the request is parked.
+func (h *Handler) step(ctx context.Context, name string) {
 	if h.hooks.Step != nil {
 		h.hooks.Step(name)
+		if r := readingOf(ctx); r != nil {
+			r.drop()
+		}
 	}
 }
 
@@ -201,15 +206,6 @@ func WithMetrics(m Metrics) Option { return func(h *Handler) { h.metrics = m } }
 
 // Config returns the handler's configuration.
 func (h *Handler) Config() Config { return h.cfg }
-
-// now reads the database clock; a failure is Unavailable (503), never a result.
-func (h *Handler) now(ctx context.Context) (time.Time, error) {
-	t, err := h.clock.Now(ctx)
-	if err != nil {
-		return time.Time{}, unavailable(err)
-	}
-	return t.UTC(), nil
-}
 
 // unavailable wraps a dependency failure so it maps to 503 and is never
 // stored as an outcome.
@@ -335,7 +331,11 @@ var outcomeRepeatDelays = []time.Duration{0, 50 * time.Millisecond, 250 * time.M
 // answers 503, which is never stored as an outcome, and a repeat of the
 // request, or recovery after the executor's lease, resolves what committed.
 func (h *Handler) appendResolving(ctx context.Context, name string, exp eventstore.ExpectedRevision, data ...eventstore.EventData) (eventstore.AppendResult, error) {
+	sent := time.Now()
 	res, err := h.store.Append(ctx, name, exp, data...)
+	if err == nil {
+		noteAppendClock(ctx, res, sent)
+	}
 	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return res, err
 	}
@@ -348,9 +348,11 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 		if tick.Sleep(ctx, d) != nil {
 			break
 		}
+		sent = time.Now()
 		res, err = h.store.Append(ctx, name, exp, data...)
 		switch {
 		case err == nil:
+			noteAppendClock(ctx, res, sent)
 			h.metrics.UnknownAppend("resolved")
 			h.log.InfoContext(ctx, "append outcome learned: the events are in the stream", "stream", name)
 			return res, nil

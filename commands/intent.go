@@ -228,7 +228,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		rn.intent.RecordedAt = now
 		rn.rev = res.NextRevision
 		h.log.DebugContext(ctx, "intent recorded", "operation", req.Operation, "intent", stream, "target_id", targetID)
-		h.step("intent.recorded")
+		h.step(ctx, "intent.recorded")
 		run = rn
 		return nil
 	})
@@ -320,7 +320,7 @@ func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed f
 			return nil
 		case domain.ResolveWait:
 			if !waited {
-				h.step("intent.waiting")
+				h.step(ctx, "intent.waiting")
 			}
 			wait := min(h.cfg.InUseWait, run.intent.LeaseUntil.Sub(now)+50*time.Millisecond)
 			done, err := waitFor(ctx, wait, committed)

@@ -47,7 +47,7 @@ type OrderResult struct {
 // The token is held sealed in the key table under the new order's id before
 // the intent is recorded; a repeat finds it there.
 func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
-	ctx = WithCorrelationID(ctx, req.CorrelationID)
+	ctx = withClockReading(WithCorrelationID(ctx, req.CorrelationID))
 	prep := &intentPrep{
 		prepare: func(ctx context.Context, orderID string, now time.Time) error {
 			return h.holdToken(ctx, orderID, cmd.PaymentToken, now)
@@ -118,7 +118,7 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 			id = ExpiryClaimID(cmd.ReservationID)
 		}
 		if derr == nil {
-			h.step("order.claiming")
+			h.step(ctx, "order.claiming")
 		}
 		// The commit point. If its answer is lost, appendEvents repeats the
 		// claim (same id, no stream): success means the claim is this
@@ -136,7 +136,7 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 			}
 			return h.rejectOrder(ctx, run, asDomain(derr), "")
 		}
-		h.step("order.claimed")
+		h.step(ctx, "order.claimed")
 		c, cs, err = h.loadClaim(ctx, cmd.ReservationID)
 		if err != nil {
 			return err
@@ -153,7 +153,7 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 	if _, err := h.finishClaim(ctx, claim.Order, claimID); err != nil {
 		return OrderResult{}, err
 	}
-	h.step("order.placed")
+	h.step(ctx, "order.placed")
 	return h.payAndWait(ctx, claim.OrderID, req.Wait, out)
 }
 

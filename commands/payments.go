@@ -370,10 +370,10 @@ func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, no
 		deadline = fence
 	}
 	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	h.step("payment.fenced")
+	h.step(ctx, "payment.fenced")
 	ch, err := h.payments.CreateChargeRaw(sctx, a.ProviderKey, body)
 	cancel()
-	h.step("payment.sent")
+	h.step(ctx, "payment.sent")
 	var apiErr *provider.APIError
 	var res domain.PaymentResult
 	switch {
@@ -482,7 +482,7 @@ func (h *Handler) recordPayment(ctx context.Context, orderID string, res domain.
 		return err
 	}
 	evs := c.domainEvents()
-	h.step("payment.recorded")
+	h.step(ctx, "payment.recorded")
 	h.observe(ctx, orderID, evs)
 	return h.afterOrderEvents(ctx, orderID, evs)
 }

@@ -27,7 +27,7 @@ func (c ReserveSeatsCommand) Canonical() map[string]any {
 // answered the same to every repeat; domain.ErrContention (503) when bounded
 // retries on the show stream run out, never stored.
 func (h *Handler) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
-	ctx = WithCorrelationID(ctx, req.CorrelationID)
+	ctx = withClockReading(WithCorrelationID(ctx, req.CorrelationID))
 	run, err := h.beginIntent(ctx, req, cmd.Canonical(), nil, nil)
 	if err != nil {
 		return domain.Reservation{}, Outcome{}, err
@@ -80,7 +80,7 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 		}); err != nil {
 			return err
 		}
-		h.step("reservation.holding")
+		h.step(ctx, "reservation.holding")
 		held, decided, err := h.holdSeats(ctx, run, cmd, resID)
 		if err != nil {
 			return err
@@ -88,7 +88,7 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 		if !decided {
 			return errRetry // lost a race on the show stream: decide again
 		}
-		h.step("reservation.held")
+		h.step(ctx, "reservation.held")
 		if err := h.ensureReservationHeld(ctx, held); err != nil {
 			return err
 		}
