@@ -122,6 +122,8 @@ type Handler struct {
 	showCache showCache
 	// holds batches concurrent seat holds per show; see holdbatch.go.
 	holds holdBatcher
+	// reservations caches reservation streams; see streamcache.go.
+	reservations streamCache[domain.Reservation]
 }
 
 // Hooks are test-only fault points: each, when set, is called at a step

@@ -89,6 +89,24 @@ type intentRun struct {
 	created bool // this request recorded the intent or took it over
 	now     time.Time
 	command map[string]any
+	// leaseFrom is a host instant (monotonic clock) no later than the one
+	// the recorded lease was computed from, when this request recorded the
+	// intent; zero for a repeat or a takeover.
+	leaseFrom time.Time
+	// secrets is what the order flow's prep made for a new intent: the
+	// order's data key and the token sealed under it; nil otherwise.
+	secrets *heldSecrets
+}
+
+// alone reports whether no other executor can have acted on the intent yet:
+// this request recorded it (not a repeat, not a takeover) and its lease has
+// at least half left on the host's monotonic clock, which runs no slower
+// than the database's (a takeover needs the database clock past the lease,
+// and the lease was computed from a reading never behind it). While alone, a
+// request may skip reading streams it can only have written itself, and
+// trust what its own appends of deterministic events wrote.
+func (r *intentRun) alone(lease time.Duration) bool {
+	return !r.leaseFrom.IsZero() && time.Since(r.leaseFrom) < lease/2
 }
 
 // intentPrep is work a new intent needs right before it is recorded:
@@ -137,6 +155,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 	var purgedAt *eventstore.Revision
 	var run *intentRun
 	err = h.retryConflicts(ctx, func() error {
+		leaseFrom := time.Now()
 		now, err := h.now(ctx)
 		if err != nil {
 			return err
@@ -227,6 +246,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		rn.intent.Apply(rec)
 		rn.intent.RecordedAt = now
 		rn.rev = res.NextRevision
+		rn.leaseFrom = leaseFrom
 		h.log.DebugContext(ctx, "intent recorded", "operation", req.Operation, "intent", stream, "target_id", targetID)
 		h.step(ctx, "intent.recorded")
 		run = rn
