@@ -92,9 +92,9 @@ func (noKeys) HeldToken(context.Context, string) ([]byte, bool, error) { return 
 func (noKeys) Placing(context.Context, string, time.Time) ([]byte, bool, error) {
 	return nil, false, errNoKeys
 }
-func (noKeys) Placed(context.Context, string, time.Time) error { return nil }
-func (noKeys) Shred(context.Context, string) error                     { return nil }
-func (noKeys) ShredDue(context.Context, time.Time) (int64, error)      { return 0, nil }
+func (noKeys) Placed(context.Context, string, time.Time) error    { return nil }
+func (noKeys) Shred(context.Context, string) error                { return nil }
+func (noKeys) ShredDue(context.Context, time.Time) (int64, error) { return 0, nil }
 
 // TokenAAD is the associated data that binds an order's sealed payment
 // token to the order: a ciphertext copied to another order does not open.
