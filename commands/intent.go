@@ -99,12 +99,14 @@ type intentRun struct {
 }
 
 // alone reports whether no other executor can have acted on the intent yet:
-// this request recorded it (not a repeat, not a takeover) and its lease has
-// at least half left on the host's monotonic clock, which runs no slower
-// than the database's (a takeover needs the database clock past the lease,
-// and the lease was computed from a reading never behind it). While alone, a
-// request may skip reading streams it can only have written itself, and
-// trust what its own appends of deterministic events wrote.
+// this request recorded it (not a repeat, not a takeover) and less than half
+// the lease has passed on the host's monotonic clock since the instant the
+// lease was computed from. A takeover needs the database clock past the
+// lease's end; the reading the lease was computed from trails the database
+// clock by at most its statement's way back (see clock.go), far less than
+// half a lease. While alone, a request may skip reading streams it can only
+// have written itself, and trust what its own appends of deterministic
+// events wrote.
 func (r *intentRun) alone(lease time.Duration) bool {
 	return !r.leaseFrom.IsZero() && time.Since(r.leaseFrom) < lease/2
 }
