@@ -69,7 +69,8 @@ type Config struct {
 	// SendMargin is the safety margin of the send fence: a send needs
 	// now + ProviderTimeout + SendMargin before the lease's end.
 	SendMargin time.Duration
-	// PaymentDeadline is how long after placement an order may still be paid.
+	// PaymentDeadline is how long after its claim (the commit point of
+	// placing it) an order may still be paid.
 	PaymentDeadline time.Duration
 	// ProviderWindow is the provider's idempotency-key retention
 	// (BOOKING_PROVIDER_RETENTION), measured from an attempt's StartedAt:
