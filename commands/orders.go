@@ -493,6 +493,22 @@ func (h *Handler) awaitReleased(ctx context.Context, reservationID string, deadl
 	}
 }
 
+// payInBackground is payAndWait's drive of the payment, detached from the
+// request: it stores the state the drive ended on in *last, closes done,
+// and then drops the held token (drop) unless the order ended.
+func (h *Handler) payInBackground(ctx context.Context, orderID string, known *orderState, last **orderState, done chan<- struct{}, drop func(context.Context)) {
+	dctx := context.WithoutCancel(ctx)
+	st, err := h.drivePayment(dctx, orderID, known)
+	if err != nil {
+		h.log.WarnContext(ctx, "payment step failed; the reconciler will finish it", "order_id", orderID, "err", err)
+	}
+	*last = st
+	close(done)
+	if st == nil || st.o.Status == domain.OrderStatusPending || st.o.Status == domain.OrderStatusCancelling {
+		drop(dctx)
+	}
+}
+
 // payAndWait drives the order's payment in the background (detached from the
 // request) and waits up to wait for a final outcome. known, when not nil, is
 // the order as this request knows it exactly (placed or read just now): the
@@ -516,18 +532,13 @@ func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Dura
 	}
 	done := make(chan struct{})
 	var last *orderState
-	go func() {
-		dctx := context.WithoutCancel(ctx)
-		st, err := h.drivePayment(dctx, orderID, known)
-		if err != nil {
-			h.log.WarnContext(ctx, "payment step failed; the reconciler will finish it", "order_id", orderID, "err", err)
-		}
-		last = st
+	if known != nil && known.o.Status != domain.OrderStatusPending && known.o.Status != domain.OrderStatusCancelling {
+		// Nothing to drive (a replay of an order that ended): answer from it.
+		last = known
 		close(done)
-		if st == nil || st.o.Status == domain.OrderStatusPending || st.o.Status == domain.OrderStatusCancelling {
-			drop(dctx)
-		}
-	}()
+	} else {
+		go h.payInBackground(ctx, orderID, known, &last, done, drop)
+	}
 	deadline := time.Now().Add(wait) // a wait budget, not a decision: host clock is fine
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -535,9 +546,14 @@ func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Dura
 	select {
 	case <-done:
 		finished = true
-	case <-timer.C:
-	case <-ctx.Done():
-		return OrderResult{}, ctx.Err()
+	default:
+		select {
+		case <-done:
+			finished = true
+		case <-timer.C:
+		case <-ctx.Done():
+			return OrderResult{}, ctx.Err()
+		}
 	}
 	var o domain.Order
 	var err error
