@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -570,12 +571,19 @@ func (h *Handler) recordPaymentFrom(ctx context.Context, orderID string, from *s
 	}
 	evs := c.domainEvents()
 	o := fold[domain.Order](after.events)
-	if st != nil {
+	if st != nil && !slices.ContainsFunc(evs, isRefundRequested) {
+		// The follow-ups below append nothing more to the order (a refund
+		// would record its outcome there): the next step starts from it.
 		st.known = &orderState{o: o, s: after, tail: true}
 	}
 	h.step(ctx, "payment.recorded")
 	h.observe(ctx, orderID, evs)
 	return h.afterOrderEventsOf(ctx, &o, orderID, evs)
+}
+
+func isRefundRequested(e domain.Event) bool {
+	_, ok := e.(domain.RefundRequested)
+	return ok
 }
 
 // derived gives each event the id derived from cause and its type (a repeat
