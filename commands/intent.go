@@ -157,12 +157,20 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 	var purgedAt *eventstore.Revision
 	var run *intentRun
 	err = h.retryConflicts(ctx, func() error {
+		// The clock and the intent are read at once: two statements, one
+		// round trip of waiting.
 		leaseFrom := time.Now()
-		now, err := h.now(ctx)
-		if err != nil {
-			return err
-		}
+		var now time.Time
+		nowErr := make(chan error, 1)
+		go func() {
+			var err error
+			now, err = h.now(ctx)
+			nowErr <- err
+		}()
 		s, err := h.load(ctx, stream)
+		if nerr := <-nowErr; err == nil {
+			err = nerr
+		}
 		if err != nil {
 			return err
 		}
