@@ -18,7 +18,7 @@ import (
 // order failed or in review) are *Rejection with 409, answered the same to
 // every repeat; another actor's order is 404.
 func (h *Handler) CancelOrder(ctx context.Context, req Request, orderID string) (OrderResult, error) {
-	ctx = WithCorrelationID(ctx, req.CorrelationID)
+	ctx = withClockReading(WithCorrelationID(ctx, req.CorrelationID))
 	run, err := h.beginIntent(ctx, req, map[string]any{"order_id": orderID}, nil, nil)
 	if err != nil {
 		return OrderResult{}, err
@@ -64,7 +64,7 @@ func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID strin
 		if _, err := h.appendEvents(ctx, s.name, s.expected(), run.meta(now, ""), derived(run.stream, evs)...); err != nil {
 			return err
 		}
-		h.step("cancel.recorded")
+		h.step(ctx, "cancel.recorded")
 		if err := h.afterOrderEvents(ctx, orderID, evs); err != nil {
 			return err
 		}

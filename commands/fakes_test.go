@@ -451,6 +451,22 @@ func (k *memKeys) row(orderID string) (memKeyRow, bool, error) {
 	return *r, true, nil
 }
 
+func (k *memKeys) Placing(_ context.Context, orderID string, deadline time.Time) ([]byte, bool, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fail != nil {
+		return nil, false, k.fail
+	}
+	r, ok := k.rows[orderID]
+	if !ok {
+		return nil, false, nil
+	}
+	if deadline.Before(r.shredAt) {
+		r.shredAt = deadline
+	}
+	return r.held, true, nil
+}
+
 func (k *memKeys) Placed(_ context.Context, orderID string, deadline time.Time) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -79,7 +79,7 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 		if err != nil {
 			return err
 		}
-		if _, err := h.finishClaim(ctx, e, r.ID); err != nil {
+		if _, err := h.finishClaim(ctx, e, r.ID, openedAt(r)); err != nil {
 			return err
 		}
 		if !before.Exists() {

@@ -69,7 +69,8 @@ type Config struct {
 	// SendMargin is the safety margin of the send fence: a send needs
 	// now + ProviderTimeout + SendMargin before the lease's end.
 	SendMargin time.Duration
-	// PaymentDeadline is how long after placement an order may still be paid.
+	// PaymentDeadline is how long after its claim (the commit point of
+	// placing it) an order may still be paid.
 	PaymentDeadline time.Duration
 	// ProviderWindow is the provider's idempotency-key retention
 	// (BOOKING_PROVIDER_RETENTION), measured from an attempt's StartedAt:
@@ -125,6 +126,8 @@ type Handler struct {
 	// written holds the ids of the events this process appended, for the
 	// process manager; see written.go.
 	written writtenSet
+	// reservations caches reservation streams; see streamcache.go.
+	reservations streamCache[domain.Reservation]
 }
 
 // Hooks are test-only fault points: each, when set, is called at a step
@@ -174,9 +177,14 @@ var Steps = []string{
 	"expiry.claiming", "expiry.claimed",
 }
 
-func (h *Handler) step(name string) {
+// step calls the fault hook at step name. ctx's clock reading is dropped
+// there: a test may move its clock while the request is parked.
+func (h *Handler) step(ctx context.Context, name string) {
 	if h.hooks.Step != nil {
 		h.hooks.Step(name)
+		if r := readingOf(ctx); r != nil {
+			r.drop()
+		}
 	}
 }
 
@@ -204,15 +212,6 @@ func WithMetrics(m Metrics) Option { return func(h *Handler) { h.metrics = m } }
 
 // Config returns the handler's configuration.
 func (h *Handler) Config() Config { return h.cfg }
-
-// now reads the database clock; a failure is Unavailable (503), never a result.
-func (h *Handler) now(ctx context.Context) (time.Time, error) {
-	t, err := h.clock.Now(ctx)
-	if err != nil {
-		return time.Time{}, unavailable(err)
-	}
-	return t.UTC(), nil
-}
 
 // unavailable wraps a dependency failure so it maps to 503 and is never
 // stored as an outcome.
@@ -338,9 +337,11 @@ var outcomeRepeatDelays = []time.Duration{0, 50 * time.Millisecond, 250 * time.M
 // answers 503, which is never stored as an outcome, and a repeat of the
 // request, or recovery after the executor's lease, resolves what committed.
 func (h *Handler) appendResolving(ctx context.Context, name string, exp eventstore.ExpectedRevision, data ...eventstore.EventData) (eventstore.AppendResult, error) {
+	sent := time.Now()
 	res, err := h.store.Append(ctx, name, exp, data...)
 	if err == nil {
 		h.written.add(data)
+		noteAppendClock(ctx, res, sent)
 	}
 	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return res, err
@@ -354,10 +355,12 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 		if tick.Sleep(ctx, d) != nil {
 			break
 		}
+		sent = time.Now()
 		res, err = h.store.Append(ctx, name, exp, data...)
 		switch {
 		case err == nil:
 			h.written.add(data)
+			noteAppendClock(ctx, res, sent)
 			h.metrics.UnknownAppend("resolved")
 			h.log.InfoContext(ctx, "append outcome learned: the events are in the stream", "stream", name)
 			return res, nil

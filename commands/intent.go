@@ -89,6 +89,26 @@ type intentRun struct {
 	created bool // this request recorded the intent or took it over
 	now     time.Time
 	command map[string]any
+	// leaseFrom is a host instant (monotonic clock) no later than the one
+	// the recorded lease was computed from, when this request recorded the
+	// intent; zero for a repeat or a takeover.
+	leaseFrom time.Time
+	// secrets is what the order flow's prep made for a new intent: the
+	// order's data key and the token sealed under it; nil otherwise.
+	secrets *heldSecrets
+}
+
+// alone reports whether no other executor can have acted on the intent yet:
+// this request recorded it (not a repeat, not a takeover) and less than half
+// the lease has passed on the host's monotonic clock since the instant the
+// lease was computed from. A takeover needs the database clock past the
+// lease's end; the reading the lease was computed from trails the database
+// clock by at most its statement's way back (see clock.go), far less than
+// half a lease. While alone, a request may skip reading streams it can only
+// have written itself, and trust what its own appends of deterministic
+// events wrote.
+func (r *intentRun) alone(lease time.Duration) bool {
+	return !r.leaseFrom.IsZero() && time.Since(r.leaseFrom) < lease/2
 }
 
 // intentPrep is work a new intent needs right before it is recorded:
@@ -137,11 +157,20 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 	var purgedAt *eventstore.Revision
 	var run *intentRun
 	err = h.retryConflicts(ctx, func() error {
-		now, err := h.now(ctx)
-		if err != nil {
-			return err
-		}
+		// The clock and the intent are read at once: two statements, one
+		// round trip of waiting.
+		leaseFrom := time.Now()
+		var now time.Time
+		nowErr := make(chan error, 1)
+		go func() {
+			var err error
+			now, err = h.now(ctx)
+			nowErr <- err
+		}()
 		s, err := h.load(ctx, stream)
+		if nerr := <-nowErr; err == nil {
+			err = nerr
+		}
 		if err != nil {
 			return err
 		}
@@ -227,8 +256,9 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		rn.intent.Apply(rec)
 		rn.intent.RecordedAt = now
 		rn.rev = res.NextRevision
+		rn.leaseFrom = leaseFrom
 		h.log.DebugContext(ctx, "intent recorded", "operation", req.Operation, "intent", stream, "target_id", targetID)
-		h.step("intent.recorded")
+		h.step(ctx, "intent.recorded")
 		run = rn
 		return nil
 	})
@@ -320,7 +350,7 @@ func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed f
 			return nil
 		case domain.ResolveWait:
 			if !waited {
-				h.step("intent.waiting")
+				h.step(ctx, "intent.waiting")
 			}
 			wait := min(h.cfg.InUseWait, run.intent.LeaseUntil.Sub(now)+50*time.Millisecond)
 			done, err := waitFor(ctx, wait, committed)

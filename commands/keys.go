@@ -21,8 +21,12 @@ import (
 //     record, seals the token under it and writes both to the key table
 //     (Keys.Create, the key wrapped by a master key) before IntentRecorded.
 //   - The order's follow-up copies the sealed token into OrderPlaced
-//     (Keys.HeldToken), then drops it from the key table and makes the row
-//     due at the payment deadline (Keys.Placed).
+//     (Keys.HeldToken; the request that recorded the intent reads it with
+//     Keys.Placing, which makes the row due at the payment deadline in the
+//     same round trip), then drops it from the key table and makes the row
+//     due at the payment deadline (Keys.Placed; the placing request drops
+//     it only if the order has not ended, and so shredded its key, by the
+//     time it answers).
 //   - Starting an attempt opens the token and seals the request bytes into
 //     PaymentAttemptStarted; every send of the attempt opens those bytes.
 //   - The key is deleted once the order can send no more (Keys.Shred): by
@@ -52,6 +56,12 @@ type Keys interface {
 	// HeldToken returns the sealed token held for orderID (nil once placed);
 	// exists is false when orderID has no key.
 	HeldToken(ctx context.Context, orderID string) (token []byte, exists bool, err error)
+	// Placing makes the key due at deadline if that is earlier and returns
+	// the sealed token held for orderID (nil once placed), in one round
+	// trip; exists is false when orderID has no key. The request that
+	// places an order calls it right before OrderPlaced: the token stays
+	// held until Placed, so a crash in between loses nothing.
+	Placing(ctx context.Context, orderID string, deadline time.Time) (token []byte, exists bool, err error)
 	// Placed drops the held token and makes the key due at deadline if that
 	// is earlier. A missing key is a no-op.
 	Placed(ctx context.Context, orderID string, deadline time.Time) error
@@ -79,9 +89,12 @@ func (noKeys) Key(context.Context, string) (*envelope.DataKey, bool, error) {
 	return nil, false, errNoKeys
 }
 func (noKeys) HeldToken(context.Context, string) ([]byte, bool, error) { return nil, false, errNoKeys }
-func (noKeys) Placed(context.Context, string, time.Time) error         { return nil }
-func (noKeys) Shred(context.Context, string) error                     { return nil }
-func (noKeys) ShredDue(context.Context, time.Time) (int64, error)      { return 0, nil }
+func (noKeys) Placing(context.Context, string, time.Time) ([]byte, bool, error) {
+	return nil, false, errNoKeys
+}
+func (noKeys) Placed(context.Context, string, time.Time) error    { return nil }
+func (noKeys) Shred(context.Context, string) error                { return nil }
+func (noKeys) ShredDue(context.Context, time.Time) (int64, error) { return 0, nil }
 
 // TokenAAD is the associated data that binds an order's sealed payment
 // token to the order: a ciphertext copied to another order does not open.
@@ -93,15 +106,30 @@ func RequestAAD(orderID string, n int) []byte {
 	return []byte("booking/order/" + orderID + "/attempt/" + strconv.Itoa(n) + "/request_body")
 }
 
+// heldSecrets is an order's data key and, when this request stored it, the
+// payment token sealed under it: what holdToken put in the key table, kept
+// by the request that recorded the order's intent so that placing and paying
+// the order need not read them back. Never cached beyond the request.
+type heldSecrets struct {
+	dk     *envelope.DataKey
+	sealed []byte // nil when the key table kept another request's token
+}
+
 // holdToken makes orderID's data key and holds the token sealed under it in
 // the key table, due for shredding after the intent's retention: called
-// before the order's intent is recorded.
-func (h *Handler) holdToken(ctx context.Context, orderID, token string, now time.Time) error {
+// before the order's intent is recorded. It returns the key the table holds
+// for orderID, with the sealed token when it is this call's.
+func (h *Handler) holdToken(ctx context.Context, orderID, token string, now time.Time) (*heldSecrets, error) {
 	dk := envelope.NewDataKey()
-	if _, err := h.keys.Create(ctx, orderID, dk, dk.Seal([]byte(token), TokenAAD(orderID)), now.Add(h.cfg.IntentRetention)); err != nil {
-		return unavailable(err)
+	sealed := dk.Seal([]byte(token), TokenAAD(orderID))
+	stored, err := h.keys.Create(ctx, orderID, dk, sealed, now.Add(h.cfg.IntentRetention))
+	if err != nil {
+		return nil, unavailable(err)
 	}
-	return nil
+	if stored != dk {
+		return &heldSecrets{dk: stored}, nil
+	}
+	return &heldSecrets{dk: dk, sealed: sealed}, nil
 }
 
 // sealedTokenOf returns the sealed token to place order c with: the one held
@@ -126,7 +154,7 @@ func (h *Handler) sealedTokenOf(ctx context.Context, c domain.OrderClaimed) ([]b
 	if err != nil {
 		return nil, err
 	}
-	if err := h.holdToken(ctx, c.OrderID, token, now); err != nil {
+	if _, err := h.holdToken(ctx, c.OrderID, token, now); err != nil {
 		return nil, err
 	}
 	held, _, err = h.keys.HeldToken(ctx, c.OrderID)
@@ -160,12 +188,17 @@ func (h *Handler) orderKey(ctx context.Context, o domain.Order, create bool) (*e
 // under the order's data key (or as a version-1 event stored them) and
 // checked against the attempt's RequestSHA256. Returns errKeyGone (wrapped)
 // when the key is gone.
-func (h *Handler) requestBody(ctx context.Context, o domain.Order, a domain.Attempt) ([]byte, error) {
+//
+// held, when not nil, is the order's data key as the request that placed the
+// order holds it (heldSecrets): the key table is not read.
+func (h *Handler) requestBody(ctx context.Context, o domain.Order, a domain.Attempt, held *envelope.DataKey) ([]byte, error) {
 	body := []byte(a.RequestBody)
 	if a.RequestBody == "" {
-		dk, err := h.orderKey(ctx, o, false)
-		if err != nil {
-			return nil, err
+		dk, err := held, error(nil)
+		if dk == nil {
+			if dk, err = h.orderKey(ctx, o, false); err != nil {
+				return nil, err
+			}
 		}
 		if body, err = dk.Open(a.SealedRequestBody, RequestAAD(o.ID, a.N)); err != nil {
 			return nil, fmt.Errorf("order %s attempt %d: request bytes: %w", o.ID, a.N, err)

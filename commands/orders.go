@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/retrysafe/booking/commands/envelope"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 )
@@ -47,10 +49,13 @@ type OrderResult struct {
 // The token is held sealed in the key table under the new order's id before
 // the intent is recorded; a repeat finds it there.
 func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
-	ctx = WithCorrelationID(ctx, req.CorrelationID)
+	ctx = withClockReading(WithCorrelationID(ctx, req.CorrelationID))
+	var secrets *heldSecrets
 	prep := &intentPrep{
 		prepare: func(ctx context.Context, orderID string, now time.Time) error {
-			return h.holdToken(ctx, orderID, cmd.PaymentToken, now)
+			var err error
+			secrets, err = h.holdToken(ctx, orderID, cmd.PaymentToken, now)
+			return err
 		},
 		discard: func(ctx context.Context, orderID string) {
 			if err := h.shred(ctx, orderID); err != nil {
@@ -62,47 +67,82 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 	if err != nil {
 		return OrderResult{}, err
 	}
+	if !run.leaseFrom.IsZero() {
+		run.secrets = secrets // recorded by this request, under the id prep ran for
+	}
 	return h.placeOrder(ctx, run, cmd.ReservationID)
 }
 
 // placeOrder runs an order intent from wherever it stands: the claim, its
 // follow-ups, then payment. Recovery calls it for intents whose executor died.
+//
+// A repeat reads the order first: once it exists, the claim and the order's
+// follow-ups are done (or the process manager finishes them), and the
+// repeat is answered from that one read (paying on, if the payment is not
+// final). A request that has just recorded the intent, alone on it (see
+// intentRun.alone), claims without reading the claim stream (a claim of
+// someone else makes the append conflict, and the next try reads it),
+// decides on the reservation as this process wrote or last read it (what it
+// decides on is fixed by ReservationHeld, and the claim fences the rest),
+// and places and pays the order from what it appended, without reading it
+// back.
 func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID string) (OrderResult, error) {
 	req := run.req
 	cmd := PlaceOrderCommand{ReservationID: reservationID}
 	out := Outcome{Replayed: !run.created}
+	if !run.created {
+		o, s, err := h.LoadOrder(ctx, run.targetID())
+		if err != nil {
+			return OrderResult{}, err
+		}
+		if o.Exists() {
+			return h.payAndWait(ctx, o.ID, req.Wait, out, &orderState{o: o, s: s})
+		}
+	}
 	claimStream := domain.ClaimStream(cmd.ReservationID)
 	var claim domain.Claim
 	var claimID string
+	var claimedAt time.Time
+	alone := run.alone(h.cfg.IntentLease)
 	err := h.retryConflicts(ctx, func() error {
-		c, cs, err := h.loadClaim(ctx, cmd.ReservationID)
-		if err != nil {
-			return err
-		}
-		if c.Kind == domain.ClaimKindOrder && c.OrderID == run.targetID() {
-			claim, claimID = c, cs.records[0].ID
-			return nil
-		}
-		if c.Kind != domain.ClaimNone {
-			// Another actor must not learn that the reservation exists.
-			res, err := h.loadReservation(ctx, cmd.ReservationID)
+		var c domain.Claim
+		var res domain.Reservation
+		trusted := alone
+		alone = false
+		if trusted {
+			var err error
+			if res, _, err = h.cachedReservation(ctx, cmd.ReservationID); err != nil {
+				return err
+			}
+		} else {
+			c, cs, err := h.loadClaim(ctx, cmd.ReservationID)
 			if err != nil {
 				return err
 			}
-			if !res.Exists() || res.Actor != req.Actor {
-				return h.rejectOrder(ctx, run, domain.ErrReservationNotFound, "")
+			if c.Kind == domain.ClaimKindOrder && c.OrderID == run.targetID() {
+				claim, claimID, claimedAt = c, cs.records[0].ID, openedAt(cs.records[0])
+				return nil
 			}
-			return h.rejectClaimed(ctx, run, c)
-		}
-		if err := h.awaitExecutor(ctx, run, func() (bool, error) {
-			c, _, err := h.loadClaim(ctx, cmd.ReservationID)
-			return c.Kind != domain.ClaimNone, err
-		}); err != nil {
-			return err
-		}
-		res, err := h.loadReservation(ctx, cmd.ReservationID)
-		if err != nil {
-			return err
+			if c.Kind != domain.ClaimNone {
+				// Another actor must not learn that the reservation exists.
+				res, err := h.loadReservation(ctx, cmd.ReservationID)
+				if err != nil {
+					return err
+				}
+				if !res.Exists() || res.Actor != req.Actor {
+					return h.rejectOrder(ctx, run, domain.ErrReservationNotFound, "")
+				}
+				return h.rejectClaimed(ctx, run, c)
+			}
+			if err := h.awaitExecutor(ctx, run, func() (bool, error) {
+				c, _, err := h.loadClaim(ctx, cmd.ReservationID)
+				return c.Kind != domain.ClaimNone, err
+			}); err != nil {
+				return err
+			}
+			if res, err = h.loadReservation(ctx, cmd.ReservationID); err != nil {
+				return err
+			}
 		}
 		now, err := h.now(ctx)
 		if err != nil {
@@ -111,6 +151,9 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 		evs, derr := domain.DecideClaim(c, res, domain.ClaimOrder{ReservationID: cmd.ReservationID,
 			OrderID: run.targetID(), Actor: req.Actor, Intent: run.stream}, now)
 		if len(evs) == 0 && derr != nil {
+			if trusted {
+				return errRetry // decided on the cache: read the streams before refusing
+			}
 			return h.rejectOrder(ctx, run, asDomain(derr), "")
 		}
 		id := DerivedID(run.stream, "order-claimed")
@@ -118,7 +161,7 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 			id = ExpiryClaimID(cmd.ReservationID)
 		}
 		if derr == nil {
-			h.step("order.claiming")
+			h.step(ctx, "order.claiming")
 		}
 		// The commit point. If its answer is lost, appendEvents repeats the
 		// claim (same id, no stream): success means the claim is this
@@ -136,25 +179,38 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 			}
 			return h.rejectOrder(ctx, run, asDomain(derr), "")
 		}
-		h.step("order.claimed")
-		c, cs, err = h.loadClaim(ctx, cmd.ReservationID)
+		h.step(ctx, "order.claimed")
+		if trusted && run.alone(h.cfg.IntentLease) {
+			// Only this request writes this intent's claim: the stream holds
+			// exactly what it appended, at the time it appended.
+			claim.Apply(evs[0])
+			claimID, claimedAt = id, now
+			return nil
+		}
+		c, cs, err := h.loadClaim(ctx, cmd.ReservationID)
 		if err != nil {
 			return err
 		}
 		if c.Kind != domain.ClaimKindOrder || c.OrderID != run.targetID() {
 			return errRetry // the claim is read again on the next try
 		}
-		claim, claimID = c, cs.records[0].ID
+		claim, claimID, claimedAt = c, cs.records[0].ID, openedAt(cs.records[0])
 		return nil
 	})
 	if err != nil {
 		return OrderResult{}, err
 	}
-	if _, err := h.finishClaim(ctx, claim.Order, claimID); err != nil {
+	var placed *orderState
+	if sec := run.secrets; sec != nil && run.alone(h.cfg.IntentLease) {
+		placed, err = h.placeClaimed(ctx, claim.Order, claimID, claimedAt, sec)
+	} else {
+		_, err = h.finishClaim(ctx, claim.Order, claimID, claimedAt)
+	}
+	if err != nil {
 		return OrderResult{}, err
 	}
-	h.step("order.placed")
-	return h.payAndWait(ctx, claim.OrderID, req.Wait, out)
+	h.step(ctx, "order.placed")
+	return h.payAndWait(ctx, claim.OrderID, req.Wait, out, placed)
 }
 
 // ExpiryClaimID is the deterministic id of a reservation's expiry claim: the
@@ -195,8 +251,10 @@ func (h *Handler) loadClaim(ctx context.Context, reservationID string) (domain.C
 // id; placed reports whether the OrderPlaced append succeeded (true also for
 // an idempotent repeat of it). OrderPlaced carries the sealed token held in
 // the key table, which is then dropped from there; without a token (the
-// intent expired, or its key is gone) the payment fails.
-func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimID string) (placed bool, err error) {
+// intent expired, or its key is gone) the payment fails. claimedAt is the
+// claim's time (its metadata's occurred_at): the payment deadline counts
+// from it, so every path that places the order writes the same OrderPlaced.
+func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimID string, claimedAt time.Time) (placed bool, err error) {
 	before, _, err := h.LoadOrder(ctx, c.OrderID)
 	if err != nil {
 		return false, err
@@ -212,7 +270,7 @@ func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimI
 		return false, err
 	}
 	m := eventstore.Metadata{Actor: c.Actor, Intent: c.Intent, CausationID: claimID, OccurredAt: now}
-	ev := domain.PlacedFrom(c, now.Add(h.cfg.PaymentDeadline), sealed)
+	ev := domain.PlacedFrom(c, claimedAt.Add(h.cfg.PaymentDeadline), sealed)
 	_, err = h.appendEvents(ctx, domain.OrderStream(c.OrderID), eventstore.NoStream(), m, pending{DerivedID(claimID, "order-placed"), ev})
 	if err != nil && !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return false, err
@@ -225,13 +283,115 @@ func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimI
 			h.written.note(keyPlaced(c.OrderID)) // the process manager need not repeat it
 		}
 	}
-	return placed, h.appendFollowUp(ctx, domain.ReservationStream(c.ReservationID), m, func(s *stream) []pending {
+	return placed, h.markOrdered(ctx, c, claimID, m)
+}
+
+// orderState is an order as this process knows it exactly: the fold of the
+// stream's events up to s.last, read or appended by this process since
+// nothing else could have appended (or a conflict would have said so).
+type orderState struct {
+	o domain.Order
+	s *stream
+	// dk is the order's data key when the request that recorded the order's
+	// intent still holds it (heldSecrets); nil otherwise.
+	dk *envelope.DataKey
+	// tail is true when others may have appended after s.last since (a
+	// cancel after a payment lease was taken): the stream's tail is read
+	// before anything is sent on this state.
+	tail bool
+	// held is true when the key table still holds the order's token,
+	// which the order stream carries now (placeClaimed): Keys.Placed drops
+	// it unless the order ends first.
+	held bool
+}
+
+// placeClaimed is finishClaim for the request that recorded the order's
+// intent and is still alone on it, holding the order's data key: it reads
+// the held token while making the key due at the payment deadline
+// (Keys.Placing, one round trip; a key gone since means no token, as in
+// finishClaim), appends OrderPlaced and marks the reservation ordered
+// concurrently, each its own append, and returns the order as placed without
+// reading it back (OrderPlaced is derived from the claim and the held token,
+// so whoever wrote it first wrote the same). The reservation is marked at
+// the revision this process knows; a conflict there falls back to reading
+// it. Dropping the held token from the key table (Keys.Placed) is left to
+// payAndWait: once the order has ended its key is deleted instead.
+func (h *Handler) placeClaimed(ctx context.Context, c domain.OrderClaimed, claimID string, claimedAt time.Time, sec *heldSecrets) (*orderState, error) {
+	deadline := claimedAt.Add(h.cfg.PaymentDeadline)
+	held, exists, err := h.keys.Placing(ctx, c.OrderID, deadline)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if exists && held == nil {
+		// Placed already (the token went to the order stream): read it.
+		_, err := h.finishClaim(ctx, c, claimID, claimedAt)
+		return nil, err
+	}
+	dk := sec.dk
+	if !exists {
+		dk = nil // the key is gone: the order is placed without a token
+	}
+	now, err := h.now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := eventstore.Metadata{Actor: c.Actor, Intent: c.Intent, CausationID: claimID, OccurredAt: now}
+	ev := domain.PlacedFrom(c, deadline, held)
+	name := domain.OrderStream(c.OrderID)
+	var (
+		wg      sync.WaitGroup
+		res     eventstore.AppendResult
+		errRes  error
+		errMark error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		errMark = h.markOrdered(ctx, c, claimID, m)
+	}()
+	res, errRes = h.appendEvents(ctx, name, eventstore.NoStream(), m, pending{DerivedID(claimID, "order-placed"), ev})
+	wg.Wait()
+	if errors.Is(errRes, eventstore.ErrWrongExpectedRevision) {
+		return nil, errMark // not this event at revision 0: pay from a read of the stream
+	}
+	if errRes != nil {
+		return nil, errRes
+	}
+	if errMark != nil {
+		return nil, errMark
+	}
+	var o domain.Order
+	o.Apply(ev)
+	return &orderState{o: o, s: &stream{name: name, exists: true, last: res.NextRevision, events: []domain.Event{ev}}, dk: dk, held: exists}, nil
+}
+
+// markOrdered is the reservation's follow-up of an order claim: at the
+// revision this process knows when it has the reservation cached (a
+// conflict reads it), by a read otherwise.
+func (h *Handler) markOrdered(ctx context.Context, c domain.OrderClaimed, claimID string, m eventstore.Metadata) error {
+	name := domain.ReservationStream(c.ReservationID)
+	id := DerivedID(claimID, "reservation-ordered")
+	if r, last, ok := h.reservations.get(name); ok {
+		if evs := r.MarkOrdered(c.OrderID); len(evs) > 0 {
+			res, err := h.appendEvents(ctx, name, eventstore.Exact(last), m, pending{id, evs[0]})
+			if err == nil {
+				r.Apply(evs[0])
+				h.reservations.put(name, r, res.NextRevision)
+				return nil
+			}
+			if !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+				return err
+			}
+		}
+		h.reservations.drop(name)
+	}
+	return h.appendFollowUp(ctx, name, m, func(s *stream) []pending {
 		r := fold[domain.Reservation](s.events)
 		evs := r.MarkOrdered(c.OrderID)
 		if len(evs) == 0 {
 			return nil
 		}
-		return []pending{{DerivedID(claimID, "reservation-ordered"), evs[0]}}
+		return []pending{{id, evs[0]}}
 	})
 }
 
@@ -335,26 +495,75 @@ func (h *Handler) awaitReleased(ctx context.Context, reservationID string, deadl
 	}
 }
 
+// payInBackground is payAndWait's drive of the payment, detached from the
+// request: it stores the state the drive ended on in *last, closes done,
+// and then drops the held token (drop) unless the order ended.
+func (h *Handler) payInBackground(ctx context.Context, orderID string, known *orderState, last **orderState, done chan<- struct{}, drop func(context.Context)) {
+	dctx := context.WithoutCancel(ctx)
+	st, err := h.drivePayment(dctx, orderID, known)
+	if err != nil {
+		h.log.WarnContext(ctx, "payment step failed; the reconciler will finish it", "order_id", orderID, "err", err)
+	}
+	*last = st
+	close(done)
+	if st == nil || st.o.Status == domain.OrderStatusPending || st.o.Status == domain.OrderStatusCancelling {
+		drop(dctx)
+	}
+}
+
 // payAndWait drives the order's payment in the background (detached from the
-// request) and waits up to wait for a final outcome.
-func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Duration, out Outcome) (OrderResult, error) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := h.DrivePayment(context.WithoutCancel(ctx), orderID); err != nil {
-			h.log.WarnContext(ctx, "payment step failed; the reconciler will finish it", "order_id", orderID, "err", err)
+// request) and waits up to wait for a final outcome. known, when not nil, is
+// the order as this request knows it exactly (placed or read just now): the
+// payment starts from it instead of a read, and when the drive ends with the
+// outcome known the answer is the state it left, without reading the order
+// again. When the key table still holds the token known's order carries
+// (orderState.held), it is dropped (Keys.Placed) before an answer that is
+// not final and after a drive that left the order unended; an order that
+// ended had its key deleted instead.
+func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Duration, out Outcome, known *orderState) (OrderResult, error) {
+	var dropOnce sync.Once
+	drop := func(ctx context.Context) {
+		if known == nil || !known.held {
+			return
 		}
-	}()
+		dropOnce.Do(func() {
+			if err := h.keys.Placed(ctx, orderID, known.o.PaymentDeadline); err != nil {
+				h.log.WarnContext(ctx, "held token not dropped yet; the process manager retries", "order_id", orderID, "err", err)
+			}
+		})
+	}
+	done := make(chan struct{})
+	var last *orderState
+	if known != nil && known.o.Status != domain.OrderStatusPending && known.o.Status != domain.OrderStatusCancelling {
+		// Nothing to drive (a replay of an order that ended): answer from it.
+		last = known
+		close(done)
+	} else {
+		go h.payInBackground(ctx, orderID, known, &last, done, drop)
+	}
 	deadline := time.Now().Add(wait) // a wait budget, not a decision: host clock is fine
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	finished := false
 	select {
 	case <-done:
-	case <-timer.C:
-	case <-ctx.Done():
-		return OrderResult{}, ctx.Err()
+		finished = true
+	default:
+		select {
+		case <-done:
+			finished = true
+		case <-timer.C:
+		case <-ctx.Done():
+			return OrderResult{}, ctx.Err()
+		}
 	}
-	o, _, err := h.LoadOrder(ctx, orderID)
+	var o domain.Order
+	var err error
+	if finished && last != nil && last.o.FirstOutcome != "" {
+		o = last.o
+	} else {
+		o, _, err = h.LoadOrder(ctx, orderID)
+	}
 	for err == nil && o.FirstOutcome == "" && time.Now().Before(deadline) {
 		// Another executor (a repeat, or another replica) is paying: poll.
 		select {
@@ -369,6 +578,9 @@ func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Dura
 	}
 	if !o.Exists() {
 		return OrderResult{}, fmt.Errorf("order %s vanished: %w", orderID, domain.ErrUnavailable)
+	}
+	if o.FirstOutcome == "" {
+		drop(context.WithoutCancel(ctx))
 	}
 	if o.Status == domain.OrderStatusFailed {
 		// The failure's follow-ups (its seats, then its reservation,

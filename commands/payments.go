@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/retrysafe/booking/commands/envelope"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/internal/tick"
@@ -76,43 +78,73 @@ const (
 // per order runs at a time in this process (others return at once), and
 // leases fence other processes.
 func (h *Handler) DrivePayment(ctx context.Context, orderID string) error {
+	_, err := h.drivePayment(ctx, orderID, nil)
+	return err
+}
+
+// drivePayment is DrivePayment starting from known (the order as the caller
+// knows it exactly; nil reads it). Each step that appends to the order goes
+// on from what it appended instead of reading the order again (a conflict
+// makes the next step read it). It returns the order's state when it
+// stopped because the order is no longer pending or cancelling, as far as
+// this call knows it exactly; nil otherwise.
+func (h *Handler) drivePayment(ctx context.Context, orderID string, known *orderState) (*orderState, error) {
 	unlock := h.sends.TryLock(orderID)
 	if unlock == nil {
-		return nil
+		return nil, nil
 	}
 	defer unlock()
 	bo := newBackoff(100*time.Millisecond, 2*time.Second)
-	var st driveState
+	st := driveState{known: known}
+	if known != nil {
+		st.dk = known.dk
+	}
 	for range maxDriveSteps {
-		o, s, err := h.LoadOrder(ctx, orderID)
-		if err != nil {
-			return err
+		var o domain.Order
+		var s *stream
+		if k := st.known; k != nil {
+			st.known = nil
+			o, s = k.o, k.s
+			if k.tail && (o.Status == domain.OrderStatusPending || o.Status == domain.OrderStatusCancelling) {
+				// What this process appended is known; what others appended
+				// since (a cancel) is read before the next decision.
+				var err error
+				if o, s, err = h.readOrderTail(ctx, o, s); err != nil {
+					return nil, err
+				}
+			}
+		} else {
+			var err error
+			if o, s, err = h.LoadOrder(ctx, orderID); err != nil {
+				return nil, err
+			}
 		}
 		ctx = withStreamCorrelation(ctx, s)
 		if o.Status != domain.OrderStatusPending && o.Status != domain.OrderStatusCancelling {
-			return nil
+			return &orderState{o: o, s: s}, nil
 		}
 		now, err := h.now(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		next, err := h.paymentStep(ctx, o, s, now, &st)
 		if errors.Is(err, errRetry) {
+			st.known = nil
 			continue
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		switch next {
 		case stepDone:
-			return nil
+			return nil, nil
 		case stepLater:
 			if err := tick.Sleep(ctx, bo.next()); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // driveState is what one DrivePayment call knows beyond the order stream.
@@ -120,6 +152,47 @@ type driveState struct {
 	// unsent is the attempt whose lease this call started (a new attempt,
 	// not a takeover) and under which no send has begun, or 0.
 	unsent int
+	// known is the order as the last step left it, when that step knows it
+	// exactly (it appended at the revision it decided on); the next step
+	// starts from it instead of reading the order.
+	known *orderState
+	// dk is the order's data key as the request that placed the order
+	// holds it; nil reads it from the key table.
+	dk *envelope.DataKey
+}
+
+// advance records in st that events evs were appended to s at its revision,
+// ending at revision last: the next step starts from o with them applied.
+func (st *driveState) advance(o domain.Order, s *stream, last eventstore.Revision, evs ...domain.Event) {
+	for _, e := range evs {
+		o.Apply(e)
+	}
+	events := append(append([]domain.Event(nil), s.events...), evs...)
+	st.known = &orderState{o: o, s: &stream{name: s.name, records: s.records, exists: true, last: last, events: events}, tail: true}
+}
+
+// readOrderTail brings o, folded from s, up to the order stream's head by
+// reading only the events after s.last.
+func (h *Handler) readOrderTail(ctx context.Context, o domain.Order, s *stream) (domain.Order, *stream, error) {
+	recs, err := h.store.ReadStream(ctx, s.name, s.last+1, 0)
+	if err != nil {
+		return o, s, unavailable(err)
+	}
+	if len(recs) == 0 {
+		return o, s, nil
+	}
+	next := &stream{name: s.name, records: s.records, exists: true, last: s.last,
+		events: append([]domain.Event(nil), s.events...)}
+	for _, r := range recs {
+		e, err := h.registry.Decode(r.Type, r.Data)
+		if err != nil {
+			return o, s, fmt.Errorf("load %s@%d: %w", s.name, r.Revision, err)
+		}
+		o.Apply(e.(domain.Event))
+		next.events = append(next.events, e.(domain.Event))
+		next.last = r.Revision
+	}
+	return o, next, nil
 }
 
 // paymentStep decides and does one step of an order's payment.
@@ -139,7 +212,7 @@ func (h *Handler) paymentStep(ctx context.Context, o domain.Order, s *stream, no
 	case last.Outcome == domain.OutcomeSucceeded || last.Outcome == domain.OutcomeFailed:
 		return stepDone, nil // the order's status follows from the recorded fact
 	case last.Outcome == domain.OutcomeNone && o.CanSend(last.N, me, now, budget):
-		return h.send(ctx, o, *last, now, st)
+		return h.send(ctx, o, s, *last, now, st)
 	case now.Before(last.LeaseUntil) && last.Owner != me:
 		return stepDone, nil // another executor holds the lease: it sends and records, or we take over later
 	}
@@ -182,9 +255,9 @@ func (h *Handler) paymentStep(ctx context.Context, o domain.Order, s *stream, no
 	case h.insideWindow(*last, now):
 		// Inside the provider's window the only retry is the same attempt.
 		if o.CanSend(last.N, me, now, budget) {
-			return h.send(ctx, o, *last, now, st)
+			return h.send(ctx, o, s, *last, now, st)
 		}
-		return stepAgain, h.takeOverAttempt(ctx, o, s, *last, now)
+		return stepAgain, h.takeOverAttempt(ctx, o, s, *last, now, st)
 	case !settled:
 		return stepDone, nil // outside the window a new attempt waits for the last send to settle
 	case !o.HasPaymentToken():
@@ -221,7 +294,10 @@ func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n
 	if !o.HasPaymentToken() {
 		return noToken("no payment token")
 	}
-	dk, err := h.orderKey(ctx, o, true)
+	dk, err := st.dk, error(nil)
+	if dk == nil {
+		dk, err = h.orderKey(ctx, o, true)
+	}
 	if errors.Is(err, errKeyGone) {
 		return noToken("the payment token is gone: the order's data key was deleted")
 	}
@@ -247,7 +323,7 @@ func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n
 		h.log.DebugContext(ctx, "payment attempt not started", "order_id", o.ID, "attempt", n, "why", err)
 		return errRetry
 	}
-	if err := h.appendLease(ctx, o, s, evs[0], now); err != nil {
+	if err := h.appendLease(ctx, o, s, evs[0], now, st); err != nil {
 		return err
 	}
 	st.unsent = n
@@ -256,12 +332,12 @@ func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n
 
 // takeOverAttempt renews or takes over the lease of attempt a (same key, same
 // bytes), fenced by the revision o was loaded at. errRetry on a lost race.
-func (h *Handler) takeOverAttempt(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time) error {
+func (h *Handler) takeOverAttempt(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time, st *driveState) error {
 	evs, err := o.Start(domain.StartAttempt{N: a.N, Owner: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.PaymentLease)}, now)
 	if err != nil {
 		return errRetry
 	}
-	if err := h.appendLease(ctx, o, s, evs[0], now); err != nil {
+	if err := h.appendLease(ctx, o, s, evs[0], now, st); err != nil {
 		return err
 	}
 	if a.Owner == h.cfg.Executor {
@@ -278,13 +354,17 @@ func (h *Handler) takeOverAttempt(ctx context.Context, o domain.Order, s *stream
 // the answer is lost, appendEvents repeats the same append (same id, same
 // revision): success means this process holds the lease and may send; still
 // unknown returns the error and nothing is sent (the request answers 202,
-// and the reconciler finds the lease, or its end, on a later pass).
-func (h *Handler) appendLease(ctx context.Context, o domain.Order, s *stream, e domain.Event, now time.Time) error {
+// and the reconciler finds the lease, or its end, on a later pass). On
+// success the next step starts from the order with the lease applied (st).
+func (h *Handler) appendLease(ctx context.Context, o domain.Order, s *stream, e domain.Event, now time.Time, st *driveState) error {
 	m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
-	_, err := h.appendEvents(ctx, s.name, s.expected(), m, pending{NewID(), e})
+	res, err := h.appendEvents(ctx, s.name, s.expected(), m, pending{NewID(), e})
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		h.metrics.Reconciliation("lease_fenced")
 		return errRetry
+	}
+	if err == nil {
+		st.advance(o, s, res.NextRevision, e)
 	}
 	return err
 }
@@ -349,8 +429,8 @@ func (h *Handler) ownCharge(ctx context.Context, orderID string, ch provider.Cha
 // minus the send margin, held on the local monotonic clock from the database
 // time just read, so a process paused past its lease cannot start the call),
 // then records the outcome as a fact.
-func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, now time.Time, st *driveState) (step, error) {
-	body, err := h.requestBody(ctx, o, a)
+func (h *Handler) send(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time, st *driveState) (step, error) {
+	body, err := h.requestBody(ctx, o, a, st.dk)
 	if errors.Is(err, errKeyGone) {
 		// A key is deleted once the order can send no more (a cancel came
 		// first, or the deadline passed): nothing is sent, and this call
@@ -370,10 +450,10 @@ func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, no
 		deadline = fence
 	}
 	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	h.step("payment.fenced")
+	h.step(ctx, "payment.fenced")
 	ch, err := h.payments.CreateChargeRaw(sctx, a.ProviderKey, body)
 	cancel()
-	h.step("payment.sent")
+	h.step(ctx, "payment.sent")
 	var apiErr *provider.APIError
 	var res domain.PaymentResult
 	switch {
@@ -430,7 +510,7 @@ func (h *Handler) send(ctx context.Context, o domain.Order, a domain.Attempt, no
 	// (shutdown): otherwise only a later reconciliation would learn it.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer rcancel()
-	if err := h.recordPayment(rctx, o.ID, res, ObservedBySend); err != nil {
+	if err := h.recordPaymentFrom(rctx, o.ID, s, res, ObservedBySend, st); err != nil {
 		return stepDone, err
 	}
 	if res.Outcome == domain.OutcomeUnknown {
@@ -469,7 +549,15 @@ const (
 // runs the follow-ups of what it appended. via (ObservedBy…) is kept in the
 // events' metadata, so the order's timeline says how the fact was learned.
 func (h *Handler) recordPayment(ctx context.Context, orderID string, res domain.PaymentResult, via string) error {
-	c, err := h.update(ctx, domain.OrderStream(orderID), func(s *stream) (change, error) {
+	return h.recordPaymentFrom(ctx, orderID, nil, res, via, nil)
+}
+
+// recordPaymentFrom is recordPayment deciding first on from, the order
+// stream as the caller knows it (nil reads it; a conflict reads it again).
+// When st is not nil and the fact was appended, the next payment step
+// starts from the order as the append left it.
+func (h *Handler) recordPaymentFrom(ctx context.Context, orderID string, from *stream, res domain.PaymentResult, via string, st *driveState) error {
+	c, after, err := h.updateFrom(ctx, domain.OrderStream(orderID), from, func(s *stream) (change, error) {
 		o := fold[domain.Order](s.events)
 		cause := orderID + "/" + res.ChargeID
 		if res.ChargeID == "" {
@@ -482,9 +570,20 @@ func (h *Handler) recordPayment(ctx context.Context, orderID string, res domain.
 		return err
 	}
 	evs := c.domainEvents()
-	h.step("payment.recorded")
+	o := fold[domain.Order](after.events)
+	if st != nil && !slices.ContainsFunc(evs, isRefundRequested) {
+		// The follow-ups below append nothing more to the order (a refund
+		// would record its outcome there): the next step starts from it.
+		st.known = &orderState{o: o, s: after, tail: true}
+	}
+	h.step(ctx, "payment.recorded")
 	h.observe(ctx, orderID, evs)
-	return h.afterOrderEvents(ctx, orderID, evs)
+	return h.afterOrderEventsOf(ctx, &o, orderID, evs)
+}
+
+func isRefundRequested(e domain.Event) bool {
+	_, ok := e.(domain.RefundRequested)
+	return ok
 }
 
 // derived gives each event the id derived from cause and its type (a repeat
@@ -545,9 +644,20 @@ func (h *Handler) endOrder(ctx context.Context, o domain.Order, s *stream, evs [
 // requested. The process manager and the reconciler repeat them if this
 // process dies first.
 func (h *Handler) afterOrderEvents(ctx context.Context, orderID string, evs []domain.Event) error {
-	o, _, err := h.LoadOrder(ctx, orderID)
-	if err != nil {
-		return err
+	return h.afterOrderEventsOf(ctx, nil, orderID, evs)
+}
+
+// afterOrderEventsOf is afterOrderEvents with the order as the caller knows
+// it after the events (nil reads it).
+func (h *Handler) afterOrderEventsOf(ctx context.Context, known *domain.Order, orderID string, evs []domain.Event) error {
+	var o domain.Order
+	if known != nil {
+		o = *known
+	} else {
+		var err error
+		if o, _, err = h.LoadOrder(ctx, orderID); err != nil {
+			return err
+		}
 	}
 	for _, e := range evs {
 		if endsSending(e) {

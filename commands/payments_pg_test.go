@@ -344,7 +344,7 @@ func TestPGSlowProviderLeaseTakeover(t *testing.T) {
 			o.Status, o.LastAttempt().Owner, o.LastAttempt().Takeovers)
 	}
 	now, _ := f.clock.Now(context.Background())
-	if err := a.takeOverAttempt(context.Background(), staleOrder, staleStream, *staleOrder.LastAttempt(), now); !errors.Is(err, errRetry) {
+	if err := a.takeOverAttempt(context.Background(), staleOrder, staleStream, *staleOrder.LastAttempt(), now, &driveState{}); !errors.Is(err, errRetry) {
 		t.Errorf("stale owner's lease append = %v, want a revision conflict (errRetry)", err)
 	}
 	close(release) // the owner resumes: its unknown outcome is moot

@@ -362,7 +362,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 		t.Fatalf("B DrivePayment() = %v", err)
 	}
 	now, _ := f.clock.Now(ctx)
-	err = f.h.takeOverAttempt(ctx, staleOrder, staleStream, *staleOrder.LastAttempt(), now)
+	err = f.h.takeOverAttempt(ctx, staleOrder, staleStream, *staleOrder.LastAttempt(), now, &driveState{})
 	if !errors.Is(err, errRetry) {
 		t.Fatalf("stale takeOverAttempt() = %v, want the revision conflict (errRetry)", err)
 	}

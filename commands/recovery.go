@@ -444,12 +444,12 @@ func (h *Handler) ExpireReservation(ctx context.Context, reservationID string) e
 			}
 			claim = evs[0].(domain.ExpiryClaimed)
 			m := eventstore.Metadata{Actor: res.Actor, OccurredAt: now}
-			h.step("expiry.claiming")
+			h.step(ctx, "expiry.claiming")
 			_, err = h.appendEvents(ctx, domain.ClaimStream(reservationID), eventstore.NoStream(), m, pending{id, claim})
 			if err != nil {
 				return err // a conflict: an order or expiry claimed first, decide again
 			}
-			h.step("expiry.claimed")
+			h.step(ctx, "expiry.claimed")
 		}
 		if !res.Exists() {
 			return nil

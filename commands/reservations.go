@@ -27,7 +27,7 @@ func (c ReserveSeatsCommand) Canonical() map[string]any {
 // answered the same to every repeat; domain.ErrContention (503) when bounded
 // retries on the show stream run out, never stored.
 func (h *Handler) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
-	ctx = WithCorrelationID(ctx, req.CorrelationID)
+	ctx = withClockReading(WithCorrelationID(ctx, req.CorrelationID))
 	run, err := h.beginIntent(ctx, req, cmd.Canonical(), nil, nil)
 	if err != nil {
 		return domain.Reservation{}, Outcome{}, err
@@ -59,28 +59,36 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 		}
 		return errRetry
 	}
+	// A request that has just recorded the intent, alone on it, knows that
+	// neither the reservation nor its hold exists: it goes straight to the
+	// hold, the first time.
+	alone := run.alone(h.cfg.IntentLease)
 	err := h.retryConflicts(ctx, func() error {
-		if err := opened(); !errors.Is(err, errRetry) {
-			return err
-		}
-		held, ok, err := committed()
-		if err != nil {
-			return err
-		}
-		if ok {
-			// Committed; finish the follow-up, then read the reservation.
-			if err := h.ensureReservationHeld(ctx, held); err != nil {
+		if !alone {
+			if err := opened(); !errors.Is(err, errRetry) {
 				return err
 			}
-			return opened()
+			held, ok, err := committed()
+			if err != nil {
+				return err
+			}
+			if ok {
+				// Committed; finish the follow-up, then read the reservation.
+				if err := h.ensureReservationHeld(ctx, held); err != nil {
+					return err
+				}
+				return opened()
+			}
+			if err := h.awaitExecutor(ctx, run, func() (bool, error) {
+				_, ok, err := committed()
+				return ok, err
+			}); err != nil {
+				return err
+			}
 		}
-		if err := h.awaitExecutor(ctx, run, func() (bool, error) {
-			_, ok, err := committed()
-			return ok, err
-		}); err != nil {
-			return err
-		}
-		h.step("reservation.holding")
+		trusted := alone
+		alone = false
+		h.step(ctx, "reservation.holding")
 		held, decided, err := h.holdSeats(ctx, run, cmd, resID)
 		if err != nil {
 			return err
@@ -88,8 +96,18 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 		if !decided {
 			return errRetry // lost a race on the show stream: decide again
 		}
-		h.step("reservation.held")
-		if err := h.ensureReservationHeld(ctx, held); err != nil {
+		h.step(ctx, "reservation.held")
+		if trusted && run.alone(h.cfg.IntentLease) {
+			// Still alone: the hold is this request's own, and the
+			// reservation stream, derived from it, holds what it opens.
+			res, err = h.openReservation(ctx, held)
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, errRetry) {
+				return err
+			}
+		} else if err := h.ensureReservationHeld(ctx, held); err != nil {
 			return err
 		}
 		return opened()
@@ -123,13 +141,54 @@ func (h *Handler) ensureReservationHeld(ctx context.Context, held heldRecord) er
 	return err
 }
 
+// openReservation is ensureReservationHeld for a request alone on its
+// intent: it returns the reservation the stream holds after the append
+// without reading it (the event is derived from held, so whoever wrote it
+// first wrote the same), and caches it. errRetry when the stream held
+// something else (read it).
+func (h *Handler) openReservation(ctx context.Context, held heldRecord) (domain.Reservation, error) {
+	m := held.meta
+	m.CausationID = held.id
+	ev := domain.HeldFrom(held.e)
+	name := domain.ReservationStream(held.e.ReservationID)
+	res, err := h.appendEvents(ctx, name, eventstore.NoStream(), m, pending{DerivedID(held.id, "reservation-held"), ev})
+	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		return domain.Reservation{}, errRetry
+	}
+	if err != nil {
+		return domain.Reservation{}, err
+	}
+	var r domain.Reservation
+	r.Apply(ev)
+	h.reservations.put(name, r, res.NextRevision)
+	return r, nil
+}
+
 func (h *Handler) loadReservation(ctx context.Context, id string) (domain.Reservation, error) {
 	r, _, err := h.loadReservationStream(ctx, id)
 	return r, err
 }
 
+// loadReservationStream reads reservation id's stream (and caches what it
+// found).
 func (h *Handler) loadReservationStream(ctx context.Context, id string) (domain.Reservation, *stream, error) {
-	return loadState[domain.Reservation](ctx, h, domain.ReservationStream(id))
+	r, s, err := loadState[domain.Reservation](ctx, h, domain.ReservationStream(id))
+	if err == nil && s.exists {
+		h.reservations.put(s.name, r, s.last)
+	}
+	return r, s, err
+}
+
+// cachedReservation returns reservation id as this process last wrote or
+// read it, reading the stream only when it is not cached. A hint (see
+// streamCache): only for decisions that depend on what ReservationHeld
+// fixed, or that an append at the returned revision fences.
+func (h *Handler) cachedReservation(ctx context.Context, id string) (domain.Reservation, *stream, error) {
+	name := domain.ReservationStream(id)
+	if r, last, ok := h.reservations.get(name); ok {
+		return r, &stream{name: name, exists: true, last: last}, nil
+	}
+	return h.loadReservationStream(ctx, id)
 }
 
 // GetReservation returns the caller's reservation, strongly consistent.

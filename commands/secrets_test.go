@@ -75,7 +75,7 @@ func TestLegacyIntentTokenIsSealedAtPlacement(t *testing.T) {
 	mustAppend(t, store, domain.ReservationStream(payRes),
 		domain.ReservationHeld{ReservationID: payRes, ShowID: payShow, Actor: payActor, Quantity: 2, Amount: payAmount, ExpiresAt: payT0.Add(10 * time.Minute)})
 	claim := domain.OrderClaimed{ReservationID: payRes, OrderID: payOrder, ShowID: payShow, Actor: payActor, Intent: intent, Quantity: 2, Amount: payAmount}
-	placed, err := h.finishClaim(ctx, claim, "claim-1")
+	placed, err := h.finishClaim(ctx, claim, "claim-1", payT0)
 	if err != nil || !placed {
 		t.Fatalf("finishClaim = %v, %v", placed, err)
 	}

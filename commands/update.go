@@ -80,11 +80,26 @@ func (c change) domainEvents() []domain.Event {
 // (wrapping domain.ErrUnavailable) or domain.ErrContention. decide may run
 // several times and must not have side effects.
 func (h *Handler) update(ctx context.Context, name string, decide func(s *stream) (change, error)) (change, error) {
+	c, _, err := h.updateFrom(ctx, name, nil, decide)
+	return c, err
+}
+
+// updateFrom is update whose first try decides on from, the stream as the
+// caller knows it, instead of reading it (nil reads it): the append at its
+// revision fences the decision, and a conflict reads the stream for the
+// next try. It also returns the stream as the append left it (nil when
+// nothing was appended).
+func (h *Handler) updateFrom(ctx context.Context, name string, from *stream, decide func(s *stream) (change, error)) (change, *stream, error) {
 	var done change
+	var after *stream
 	err := h.retryConflicts(ctx, func() error {
-		s, err := h.load(ctx, name)
-		if err != nil {
-			return err
+		s := from
+		from = nil
+		if s == nil {
+			var err error
+			if s, err = h.load(ctx, name); err != nil {
+				return err
+			}
 		}
 		c, err := decide(s)
 		if err != nil || len(c.events) == 0 {
@@ -95,11 +110,14 @@ func (h *Handler) update(ctx context.Context, name string, decide func(s *stream
 			return err
 		}
 		c.meta.OccurredAt = now
-		if _, err := h.appendEvents(ctx, name, s.expected(), c.meta, c.events...); err != nil {
+		res, err := h.appendEvents(ctx, name, s.expected(), c.meta, c.events...)
+		if err != nil {
 			return err
 		}
 		done = c
+		after = &stream{name: name, records: s.records, exists: true, last: res.NextRevision,
+			events: append(append([]domain.Event(nil), s.events...), c.domainEvents()...)}
 		return nil
 	})
-	return done, err
+	return done, after, err
 }

@@ -93,6 +93,22 @@ func (s *Store) HeldToken(ctx context.Context, orderID string) (token []byte, ex
 	return token, true, nil
 }
 
+// Placing makes the row of orderID due for shredding at deadline (the
+// payment deadline) unless it was due earlier, and returns the sealed token
+// it holds (nil once placed), in one statement; exists is false when the
+// order has no key row. Errors are the database's.
+func (s *Store) Placing(ctx context.Context, orderID string, deadline time.Time) (token []byte, exists bool, err error) {
+	err = s.pool.QueryRow(ctx, `UPDATE order_keys SET shred_at = least(shred_at, $2) WHERE order_id = $1 RETURNING held_token`,
+		orderID, deadline).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("keystore: mark order %s placing: %w", orderID, err)
+	}
+	return token, true, nil
+}
+
 // Placed records that the order stream carries the token now: the held
 // token is dropped and the row is due for shredding at deadline (the
 // payment deadline) unless it was due earlier. A missing row is a no-op.
