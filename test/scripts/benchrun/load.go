@@ -154,6 +154,7 @@ func (a *api) order(ctx context.Context, res, key string) (string, int, error) {
 // loadResult is one timed phase of a closed-loop load: operations completed
 // inside the window, their latencies, the repeats they needed.
 type loadResult struct {
+	total   int // every operation completed, warm-up included
 	ops     int
 	elapsed time.Duration
 	lat     []time.Duration
@@ -201,6 +202,9 @@ func runLoad(ctx context.Context, clients int, warm, d time.Duration, op func(ct
 					return
 				}
 				t1 := time.Now()
+				mu.Lock()
+				res.total++
+				mu.Unlock()
 				if counted(t1) {
 					mu.Lock()
 					res.ops++
