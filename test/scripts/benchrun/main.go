@@ -553,7 +553,7 @@ func (e *env) p2() {
 		e.logf("P2: %v", err)
 		p2.note, p6.note = "failed: "+err.Error(), "failed: "+err.Error()
 	}
-	x := &row{}
+	x := &row{id: "P6"}
 	if err := e.bookings(x, p6x, true); err != nil {
 		e.logf("P6 external: %v", err)
 		p6x.note = "not measured: " + err.Error()
