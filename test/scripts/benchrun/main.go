@@ -89,9 +89,10 @@ type row struct {
 	unit              string    // unit of value
 	value, base       []float64 // per repetition: the measured figure and the baseline it is set against
 	ratio             []float64
-	extra             []string // per repetition details (latencies, repeats)
-	goalMin, goalMax  float64  // on ratio (or value when ratio is empty); 0: none
-	note              string   // not measured, or a remark
+	extra             []string  // per repetition details (latencies, repeats)
+	cpuMs, txs, syncs []float64 // per operation: service CPU (ms), transactions, WAL syncs (HTTP rows)
+	goalMin, goalMax  float64   // on ratio (or value when ratio is empty); 0: none
+	note              string    // not measured, or a remark
 }
 
 func main() {
@@ -619,49 +620,59 @@ func (e *env) bookings(p2, p6 *row, external bool) error {
 		p2.ratio = append(p2.ratio, res.rate()/raw)
 		p2.extra = append(p2.extra, fmt.Sprintf("rep %d: %d bookings in %s, %.0f/s; raw %.0f TPS; p50 %.0f ms, p99 %.0f ms; %d repeats; service CPU %.1f ms per booking; %s (warm-up included; the service's background work too)",
 			rep+1, res.ops, res.elapsed, res.rate(), raw, res.pct(50), res.pct(99), res.repeats, 1000*cpu/float64(max(res.total, 1)), perOp(st0, st1, res.total)))
+		p2.cpuMs = append(p2.cpuMs, 1000*cpu/float64(max(res.total, 1)))
+		p2.txs = append(p2.txs, (st1.commits-st0.commits)/float64(max(res.total, 1)))
+		p2.syncs = append(p2.syncs, (st1.walSyncs-st0.walSyncs)/float64(max(res.total, 1)))
 		p6.value = append(p6.value, s.vmHWM())
 		e.logf("%s rep %d: %.0f bookings/s, raw %.0f, ratio %.4f, p99 %.0f ms, VmHWM %.0f MB", p2.id, rep+1, res.rate(), raw, res.rate()/raw, res.pct(99), s.vmHWM())
 	}
 	return nil
 }
 
-// p2h runs 32 HTTP clients holding seats on one show.
+// p2h runs 32 HTTP clients holding seats on one show, each repetition on
+// a fresh service (no background work left from the previous one).
 func (e *env) p2h() {
 	r := e.add(&row{id: "P2h", measure: fmt.Sprintf("hot show: %d HTTP clients holding seats on one show, vs raw insert TPS", clients), goal: "≥ 0.3×", goalMin: 0.3, unit: "holds/s"})
-	err := func() error {
+	once := func(rep int) error {
 		s, err := e.startService("p2h", false)
 		if err != nil {
 			return err
 		}
 		defer s.stop()
 		a := newAPI(s.url, clients)
-		for rep := range e.o.reps {
-			show, err := a.createShow(e.ctx, fmt.Sprintf("hot %d", rep), 1_000_000)
-			if err != nil {
-				return err
-			}
-			raw, err := e.pgbench(clients, e.o.rawDur)
-			if err != nil {
-				return err
-			}
-			st0 := e.stats(s.db)
-			res, err := runLoad(e.ctx, clients, e.o.warm, e.o.dur, func(ctx context.Context, w, i int) (int, error) {
-				_, rep, err := a.reserve(ctx, show)
-				return rep, err
-			})
-			if err != nil {
-				return err
-			}
-			st1 := e.stats(s.db)
-			r.value, r.base, r.ratio = append(r.value, res.rate()), append(r.base, raw), append(r.ratio, res.rate()/raw)
-			r.extra = append(r.extra, fmt.Sprintf("rep %d: %d holds, %.0f/s; raw %.0f TPS; p50 %.0f ms, p99 %.0f ms; %d repeats; %s", rep+1, res.ops, res.rate(), raw, res.pct(50), res.pct(99), res.repeats, perOp(st0, st1, res.total)))
-			e.logf("P2h rep %d: %.0f holds/s, raw %.0f, ratio %.4f", rep+1, res.rate(), raw, res.rate()/raw)
+		show, err := a.createShow(e.ctx, fmt.Sprintf("hot %d", rep), 1_000_000)
+		if err != nil {
+			return err
 		}
+		raw, err := e.pgbench(clients, e.o.rawDur)
+		if err != nil {
+			return err
+		}
+		st0 := e.stats(s.db)
+		cpu0 := s.cpuSeconds()
+		res, err := runLoad(e.ctx, clients, e.o.warm, e.o.dur, func(ctx context.Context, w, i int) (int, error) {
+			_, rep, err := a.reserve(ctx, show)
+			return rep, err
+		})
+		cpu := s.cpuSeconds() - cpu0
+		if err != nil {
+			return err
+		}
+		st1 := e.stats(s.db)
+		n := float64(max(res.total, 1))
+		r.value, r.base, r.ratio = append(r.value, res.rate()), append(r.base, raw), append(r.ratio, res.rate()/raw)
+		r.cpuMs, r.txs, r.syncs = append(r.cpuMs, 1000*cpu/n), append(r.txs, (st1.commits-st0.commits)/n), append(r.syncs, (st1.walSyncs-st0.walSyncs)/n)
+		r.extra = append(r.extra, fmt.Sprintf("rep %d: %d holds, %.0f/s; raw %.0f TPS; p50 %.0f ms, p99 %.0f ms; %d repeats; service CPU %.1f ms per hold; %s",
+			rep+1, res.ops, res.rate(), raw, res.pct(50), res.pct(99), res.repeats, 1000*cpu/n, perOp(st0, st1, res.total)))
+		e.logf("P2h rep %d: %.0f holds/s, raw %.0f, ratio %.4f", rep+1, res.rate(), raw, res.rate()/raw)
 		return nil
-	}()
-	if err != nil {
-		e.logf("P2h: %v", err)
-		r.note = "failed: " + err.Error()
+	}
+	for rep := range e.o.reps {
+		if err := once(rep); err != nil {
+			e.logf("P2h: %v", err)
+			r.note = "failed: " + err.Error()
+			return
+		}
 	}
 }
 
