@@ -231,8 +231,28 @@ lint: ## gofmt check, go vet and a pinned staticcheck
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
+# make bench: the performance table P1–P7 (test/scripts/benchrun), every row
+# against its baseline measured in the same run, written to BENCHMARKS.md;
+# the log (machine header, pgbench baseline, progress) goes to BENCH_OUT.
+# BENCH_QUICK=1 runs one short repetition of each row (a smoke pass, a few
+# minutes); BENCH_ONLY picks rows by id (a regular expression: 'P2|P2h').
+BENCH_QUICK  ?=
+BENCH_ONLY   ?=
+BENCH_REPORT ?= BENCHMARKS.md
+
 .PHONY: bench
-bench: ## Run benchmarks against a throwaway PostgreSQL; report on stdout and in bench.txt
+bench: build ## Run the performance table P1–P7 against its baselines on a throwaway PostgreSQL; write BENCHMARKS.md (BENCH_QUICK=1: quick pass)
+	@ns="$$(command -v nats-server || true)"; \
+	if [[ -z "$$ns" ]]; then \
+		if [[ ! -x bin/nats-server ]]; then echo "==> make bench: building bin/nats-server from the module in go.mod"; \
+			$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2; fi; \
+		ns=bin/nats-server; \
+	fi; \
+	BENCH_QUICK='$(BENCH_QUICK)' BENCH_BASELINE_CLIENTS=32 $(PG_SH) throwaway -- test/scripts/bench.sh '$(BENCH_OUT)' -- \
+		$(GO) run ./test/scripts/benchrun --out '$(BENCH_REPORT)' --bin $(BIN) --nats-server "$$ns" --only '$(BENCH_ONLY)'
+
+.PHONY: bench-go
+bench-go: ## Run Go benchmarks (BENCH, PKG, BENCHTIME, BENCH_COUNT) against a throwaway PostgreSQL; report in BENCH_OUT
 	$(PG_SH) throwaway -- test/scripts/bench.sh '$(BENCH_OUT)' -- \
 		$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem \
 		-count $(BENCH_COUNT) -timeout 60m $(TEST_ARGS) $(PKG)

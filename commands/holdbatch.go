@@ -39,10 +39,23 @@ type holdResult struct {
 // SeatsHeld events in one append at the expected revision. On an on-sale the
 // show stream's append rate, not the request rate, bounds throughput; this
 // turns N holds into one round trip and one commit. Safe for concurrent use.
+//
+// Batches of one show run one after the other, each appended only once the
+// previous one has its outcome. The next batch is not sent behind an
+// uncommitted one: if the first failed (a lost race), the second, appended
+// at the revision the first would have left, could succeed where another
+// writer's events took those revisions, having decided against a state the
+// stream never had; an expected revision cannot tell the two apart.
 type holdBatcher struct {
 	mu      sync.Mutex
 	queue   map[string][]*holdReq
 	running map[string]bool
+	// own is, for a show whose batches are running, the show stream's
+	// revision the last batch appended: the snapshot the next batch may
+	// decide on without reading the stream. Bounded by the shows with a
+	// batch running; an entry is dropped when the show's queue empties or
+	// an append fails.
+	own map[string]eventstore.Revision
 }
 
 // holdSeats is the read-decide-append of a reservation on the show stream,
@@ -54,7 +67,7 @@ func (h *Handler) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeat
 	b := &h.holds
 	b.mu.Lock()
 	if b.queue == nil {
-		b.queue, b.running = map[string][]*holdReq{}, map[string]bool{}
+		b.queue, b.running, b.own = map[string][]*holdReq{}, map[string]bool{}, map[string]eventstore.Revision{}
 	}
 	b.queue[cmd.ShowID] = append(b.queue[cmd.ShowID], req)
 	lead := !b.running[cmd.ShowID]
@@ -106,6 +119,7 @@ func (h *Handler) leadHolds(ctx context.Context, showID string) {
 	b.mu.Lock()
 	if len(b.queue[showID]) == 0 {
 		delete(b.running, showID)
+		delete(b.own, showID)
 		b.mu.Unlock()
 		return
 	}
@@ -133,95 +147,190 @@ func (h *Handler) appendHoldsSafely(ctx context.Context, showID string, batch []
 	answered = true
 }
 
+// holdDecision is what one pass over a batch decided: the result of every
+// request not appended (already held, refused, failed), and the SeatsHeld
+// to append with the requests they answer.
+type holdDecision struct {
+	results  map[*holdReq]holdResult
+	appended []decidedHold
+	data     []eventstore.EventData
+	refusals int
+}
+
+// decidedHold is a request of the batch and the SeatsHeld decided for it.
+type decidedHold struct {
+	req  *holdReq
+	held heldRecord
+}
+
+// decideHolds decides batch in arrival order against snapshot e at now, each
+// request against the show as it will be after the earlier ones. The caller
+// holds the show's lock; e is left as it was.
+func (h *Handler) decideHolds(e *showEntry, showID string, batch []*holdReq, now time.Time) holdDecision {
+	d := holdDecision{results: make(map[*holdReq]holdResult, len(batch))}
+	byRes := map[string]heldRecord{}
+	extra := 0 // seats taken by earlier requests of this batch
+	for _, r := range batch {
+		if held, ok := e.held[r.resID]; ok {
+			d.results[r] = holdResult{held: held, ok: true}
+			continue
+		}
+		if held, ok := byRes[r.resID]; ok { // the same intent twice in one batch
+			d.appended = append(d.appended, decidedHold{r, held})
+			continue
+		}
+		if !e.show.Scheduled {
+			d.results[r] = holdResult{rejection: domain.ErrShowNotFound}
+			d.refusals++
+			continue
+		}
+		e.show.Taken += extra
+		evs, derr := e.show.Hold(domain.HoldSeats{ShowID: showID, ReservationID: r.resID, Actor: r.run.req.Actor,
+			Intent: r.run.stream, Quantity: r.cmd.Quantity, HoldFor: h.cfg.HoldFor}, now)
+		e.show.Taken -= extra
+		if derr != nil {
+			d.results[r] = holdResult{rejection: asDomain(derr)}
+			d.refusals++
+			continue
+		}
+		id := DerivedID(r.run.stream, "seats-held")
+		m := r.run.meta(now, "")
+		m.SchemaVersion = domain.SchemaVersionOf(evs[0])
+		ed, err := eventstore.Encode(id, evs[0], m)
+		if err != nil {
+			d.results[r] = holdResult{err: err}
+			continue
+		}
+		held := heldRecord{id: id, e: evs[0].(domain.SeatsHeld), meta: r.run.meta(now, id)}
+		byRes[r.resID] = held
+		extra += r.cmd.Quantity
+		d.data = append(d.data, ed)
+		d.appended = append(d.appended, decidedHold{r, held})
+	}
+	return d
+}
+
 // appendHolds decides a batch in arrival order and appends its SeatsHeld
 // events in one append; every request gets its result.
+//
+// A batch decides on the show's cached snapshot without reading the stream
+// when that snapshot is the one the previous batch of the same run of
+// batches left (holdBatcher.own: the stream as this process last wrote it).
+// The snapshot is a hint: the append is at its exact revision, so a snapshot
+// that missed another writer's events fails the append, and the batch reads
+// the stream's tail and decides once more. A refusal (sold out, no such
+// show) is only ever decided on a snapshot just read from the stream, since
+// it is recorded and answered without an append to check it.
 func (h *Handler) appendHolds(ctx context.Context, showID string, batch []*holdReq) {
 	fail := func(err error) {
 		for _, r := range batch {
 			r.done <- holdResult{err: err}
 		}
 	}
-	unlock := h.shows.Lock(showID)
-	defer unlock()
-	e, err := h.refreshShow(ctx, showID)
-	if err != nil {
-		fail(err)
-		return
-	}
+	// The clock is read before the show's lock is taken: holds are decided
+	// at a time no later than the decision, and the read is not paid while
+	// every other user of the show waits.
 	now, err := h.now(ctx)
 	if err != nil {
 		fail(err)
 		return
 	}
-	type decided struct {
-		req  *holdReq
-		held heldRecord
-	}
-	var (
-		results  = make(map[*holdReq]holdResult, len(batch))
-		appended []decided
-		data     []eventstore.EventData
-		byRes    = map[string]heldRecord{}
-		extra    int // seats taken by earlier requests of this batch
-	)
-	for _, r := range batch {
-		if held, ok := e.held[r.resID]; ok {
-			results[r] = holdResult{held: held, ok: true}
-			continue
+	b := &h.holds
+	var d holdDecision
+	for attempt := 0; ; attempt++ {
+		unlock := h.shows.Lock(showID)
+		e := h.showCache.get(showID)
+		b.mu.Lock()
+		own, trusted := b.own[showID]
+		b.mu.Unlock()
+		trusted = trusted && attempt == 0 && e.exists && e.last == own
+		if !trusted {
+			if e, err = h.refreshShow(ctx, showID); err != nil {
+				unlock()
+				fail(err)
+				return
+			}
 		}
-		if held, ok := byRes[r.resID]; ok { // the same intent twice in one batch
-			appended = append(appended, decided{r, held})
-			continue
+		d = h.decideHolds(e, showID, batch, now)
+		if trusted && d.refusals > 0 {
+			if e, err = h.refreshShow(ctx, showID); err != nil {
+				unlock()
+				fail(err)
+				return
+			}
+			trusted = false
+			d = h.decideHolds(e, showID, batch, now)
 		}
-		if !e.show.Scheduled {
-			results[r] = holdResult{rejection: domain.ErrShowNotFound}
-			continue
+		exp := e.expected()
+		// The lock guards the cached snapshot, not the stream: it is
+		// released before the append, so the requests' own checks of the
+		// show (and releases) proceed while the batch commits. No other
+		// batch of this show starts before this one has its outcome
+		// (holdBatcher.running), and every writer of the stream appends at
+		// an expected revision: whoever loses decides again.
+		unlock()
+		if len(d.data) == 0 {
+			break
 		}
-		// Decide against the show as it will be after the earlier requests.
-		e.show.Taken += extra
-		evs, derr := e.show.Hold(domain.HoldSeats{ShowID: showID, ReservationID: r.resID, Actor: r.run.req.Actor,
-			Intent: r.run.stream, Quantity: r.cmd.Quantity, HoldFor: h.cfg.HoldFor}, now)
-		e.show.Taken -= extra
-		if derr != nil {
-			results[r] = holdResult{rejection: asDomain(derr)}
-			continue
-		}
-		id := DerivedID(r.run.stream, "seats-held")
-		m := r.run.meta(now, "")
-		m.SchemaVersion = domain.SchemaVersionOf(evs[0])
-		d, err := eventstore.Encode(id, evs[0], m)
-		if err != nil {
-			results[r] = holdResult{err: err}
-			continue
-		}
-		held := heldRecord{id: id, e: evs[0].(domain.SeatsHeld), meta: r.run.meta(now, id)}
-		byRes[r.resID] = held
-		extra += r.cmd.Quantity
-		data = append(data, d)
-		appended = append(appended, decided{r, held})
-	}
-	if len(data) > 0 {
-		_, err := h.appendResolving(ctx, domain.ShowStream(showID), e.expected(), data...)
+		res, err := h.appendResolving(ctx, domain.ShowStream(showID), exp, d.data...)
 		if err == nil {
-			for _, d := range appended {
-				results[d.req] = holdResult{held: d.held, ok: true}
+			h.noteOwnHolds(showID, exp, res.NextRevision, d.appended)
+			for _, a := range d.appended {
+				d.results[a.req] = holdResult{held: a.held, ok: true}
 			}
-		} else {
-			// The batch was not written (a lost race), or its outcome is
-			// still unknown after repeats (503, never stored: a repeat of
-			// the request or recovery learns it); refusals (sold out) may
-			// have counted seats of holds that do not exist. Every request
-			// decides again or fails.
-			for _, r := range batch {
-				if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-					results[r] = holdResult{}
-				} else {
-					results[r] = holdResult{err: err}
-				}
+			break
+		}
+		b.mu.Lock()
+		delete(b.own, showID)
+		b.mu.Unlock()
+		if trusted && errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+			continue // the snapshot missed another writer: read the tail, decide again
+		}
+		// The batch was not written (a lost race), or its outcome is still
+		// unknown after repeats (503, never stored: a repeat of the request
+		// or recovery learns it); refusals (sold out) may have counted seats
+		// of holds that do not exist. Every request decides again or fails.
+		for _, r := range batch {
+			if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+				d.results[r] = holdResult{}
+			} else {
+				d.results[r] = holdResult{err: err}
 			}
 		}
+		break
 	}
 	for _, r := range batch {
-		r.done <- results[r]
+		r.done <- d.results[r]
 	}
+}
+
+// noteOwnHolds applies a batch's appended SeatsHeld (now at revisions up to
+// last of the show stream, written after exp) to the cached snapshot, unless
+// the snapshot moved meanwhile (a reader brought it to the head, or it was
+// evicted), and records the revision the batch left for the next batch of
+// this run (holdBatcher.own).
+func (h *Handler) noteOwnHolds(showID string, exp eventstore.ExpectedRevision, last eventstore.Revision, appended []decidedHold) {
+	unlock := h.shows.Lock(showID)
+	defer unlock()
+	e := h.showCache.get(showID)
+	if e.expected() == exp {
+		seen := map[string]bool{}
+		for _, a := range appended {
+			if seen[a.held.e.ReservationID] {
+				continue
+			}
+			seen[a.held.e.ReservationID] = true
+			e.show.Apply(a.held.e)
+			e.held[a.held.e.ReservationID] = a.held
+		}
+		e.exists, e.last = true, last
+	}
+	b := &h.holds
+	b.mu.Lock()
+	if e.exists && e.last == last {
+		b.own[showID] = last
+	} else {
+		delete(b.own, showID)
+	}
+	b.mu.Unlock()
 }

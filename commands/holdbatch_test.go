@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
@@ -76,5 +77,118 @@ func TestHoldBatch_ConcurrentHoldsNeverOversell(t *testing.T) {
 	var rej *Rejection
 	if held == 25 && !errors.As(err, &rej) && err != nil {
 		t.Errorf("repeat of u59 = %v", err)
+	}
+}
+
+// pausingStore pauses the first append to stream (after it committed) until
+// resume is closed, and counts the appends to stream and their revision
+// conflicts.
+type pausingStore struct {
+	EventStore
+	stream            string
+	paused, resume    chan struct{}
+	once              sync.Once
+	mu                sync.Mutex
+	appends, conflict int
+}
+
+func (s *pausingStore) Append(ctx context.Context, stream string, exp eventstore.ExpectedRevision, evs ...eventstore.EventData) (eventstore.AppendResult, error) {
+	res, err := s.EventStore.Append(ctx, stream, exp, evs...)
+	if stream != s.stream {
+		return res, err
+	}
+	s.mu.Lock()
+	s.appends++
+	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		s.conflict++
+	}
+	s.mu.Unlock()
+	s.once.Do(func() { close(s.paused); <-s.resume })
+	return res, err
+}
+
+// TestHoldBatch_OwnSnapshotMissingAnotherWriterIsCorrected: a batch that
+// follows the process's own previous batch decides on the snapshot that
+// batch left, without reading the stream; when another process appended
+// meanwhile, the append at the snapshot's revision fails and the batch reads
+// the tail and decides again. Show of 3 seats: the first hold's append is
+// paused after it committed, two more holds queue behind it, another
+// process holds a seat meanwhile; then exactly one of the two queued holds
+// gets the last seat and the other is refused sold out, after exactly one
+// revision conflict (the decision on the process's own snapshot), and the
+// stream has 3 SeatsHeld.
+func TestHoldBatch_OwnSnapshotMissingAnotherWriterIsCorrected(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, pgtest.NewDatabase(t))
+	store := pgstore.New(pool, pgstore.WithAppendTimeout(time.Minute))
+	newH := func(exec string, s EventStore) *Handler {
+		cfg := DefaultConfig()
+		cfg.Executor = exec
+		return New(cfg, s, &pgClock{pool: pool}, nil, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}
+	other := newH("b", store)
+	show, _, err := other.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
+		ScheduleShowCommand{Name: "Hot", StartsAt: time.Now().Add(time.Hour), Capacity: 3, Price: domain.Money{Amount: 100, Currency: "EUR"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := &pausingStore{EventStore: store, stream: domain.ShowStream(show.ID), paused: make(chan struct{}), resume: make(chan struct{})}
+	h := newH("a", ps)
+	reserve := func(h *Handler, actor string) error {
+		_, _, err := h.ReserveSeats(ctx, Request{Actor: actor, Operation: OpReserveSeats, Key: "k"}, ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
+		return err
+	}
+	errs := make(chan error, 3)
+	go func() { errs <- reserve(h, "u1") }()
+	select {
+	case <-ps.paused:
+	case <-time.After(time.Minute):
+		t.Fatal("the first hold's append never ran")
+	}
+	for _, u := range []string{"u2", "u3"} {
+		go func() { errs <- reserve(h, u) }()
+	}
+	queued := func() int {
+		h.holds.mu.Lock()
+		defer h.holds.mu.Unlock()
+		return len(h.holds.queue[show.ID])
+	}
+	for deadline := time.Now().Add(time.Minute); queued() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d holds queued behind the paused batch, want 2", queued())
+		}
+		time.Sleep(5 * time.Millisecond) // polling for a state, with a deadline
+	}
+	if err := reserve(other, "v1"); err != nil {
+		t.Fatalf("the other process's hold = %v", err)
+	}
+	close(ps.resume)
+	held, soldOut := 0, 0
+	for range 3 {
+		switch err := <-errs; {
+		case err == nil:
+			held++
+		case errors.Is(err, domain.ErrSoldOut):
+			soldOut++
+		default:
+			t.Errorf("ReserveSeats = %v, want a hold or sold out", err)
+		}
+	}
+	if held != 2 || soldOut != 1 {
+		t.Errorf("holds of this process = %d held, %d sold out; want 2, 1", held, soldOut)
+	}
+	ps.mu.Lock()
+	appends, conflicts := ps.appends, ps.conflict
+	ps.mu.Unlock()
+	if appends != 3 || conflicts != 1 {
+		t.Errorf("show stream appends of this process = %d with %d conflicts, want 3 with 1 (first batch; the next decided on its own snapshot and conflicted; decided again on the tail)", appends, conflicts)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream = $1 AND type = 'SeatsHeld'`, domain.ShowStream(show.ID)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Errorf("show stream: %d SeatsHeld, want 3", n)
 	}
 }

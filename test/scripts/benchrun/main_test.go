@@ -1,0 +1,41 @@
+package main
+
+import (
+	"testing"
+)
+
+// TestParseLines: the lines make bench reads from go test -bench and from
+// the statement-budget tests, and the report's medians, ranges and verdicts.
+func TestParseLines(t *testing.T) {
+	m := benchRE.FindStringSubmatch("BenchmarkAppendNewStreams/clients=1-2   \t   20000\t    123 ns/op\t  812.5 events/s\t 0.9123 x_of_raw_insert\t 890.1 raw_inserts/s")
+	if m == nil || m[1] != "BenchmarkAppendNewStreams/clients=1" {
+		t.Fatalf("benchRE = %q, want the name without the GOMAXPROCS suffix", m)
+	}
+	if m := benchRE.FindStringSubmatch("BenchmarkRelay-2 1 5 relay/raw"); m == nil || m[1] != "BenchmarkRelay" {
+		t.Errorf("benchRE(relay) = %q", m)
+	}
+	got := statementsRE.FindAllStringSubmatch("    x_test.go:12: statements per booking: request path 11.5\n    y_test.go:9: statements per booking: whole service 28\n", -1)
+	if len(got) != 2 || got[0][1] != "request path" || got[0][2] != "11.5" || got[1][1] != "whole service" || got[1][2] != "28" {
+		t.Errorf("statementsRE = %q", got)
+	}
+	if s := medRange([]float64{3, 1, 2}, "%.0f"); s != "2 (1–3)" {
+		t.Errorf("medRange = %q, want 2 (1–3)", s)
+	}
+	if s := medRange([]float64{0.5}, "%.1f"); s != "0.5" {
+		t.Errorf("medRange(one) = %q, want 0.5", s)
+	}
+	for _, c := range []struct {
+		r    row
+		want string
+	}{
+		{row{ratio: []float64{0.2, 0.31, 0.4}, goalMin: 0.3}, "met"},
+		{row{ratio: []float64{0.2, 0.29, 0.4}, goalMin: 0.3}, "**not met**"},
+		{row{value: []float64{140, 160, 150}, goalMax: 150}, "met"},
+		{row{value: []float64{151}, goalMax: 150}, "**not met**"},
+		{row{}, "not measured"},
+	} {
+		if got := c.r.met(); got != c.want {
+			t.Errorf("met(%+v) = %q, want %q", c.r, got, c.want)
+		}
+	}
+}
