@@ -461,6 +461,11 @@ type showSale struct {
 	Ordered int64
 }
 
+func scanShowSale(row pgx.Row) (*showSale, error) {
+	var r showSale
+	return &r, scanRow(row, "rm_show_sales", nil, &r.ShowID, &r.Ordered)
+}
+
 func showSaleText(r *showSale) []pgtype.Text { return []pgtype.Text{txt(r.ShowID), txtInt(r.Ordered)} }
 
 // Shows returns the show availability projection: show streams into
@@ -473,7 +478,7 @@ func Shows() *Projection {
 				shows: newRowSet(showsTable, scanShow, showText, func(r *showRow) string { return r.ID }),
 				res: newRowSet(showReservationsTable, scanShowReservation, showReservationText,
 					func(r *showReservationRow) string { return r.ReservationID }),
-				sales: newRowSet(showSalesTable, nil, showSaleText, func(r *showSale) string { return r.ShowID }),
+				sales: newRowSet(showSalesTable, scanShowSale, showSaleText, func(r *showSale) string { return r.ShowID }),
 			}
 		}}
 }
@@ -643,6 +648,29 @@ func (f *intentsFold) finish(q *queue) {
 	if f.retention > 0 && !q.logTime.IsZero() {
 		q.add(sqlIntentsPrune, q.logTime.Add(-f.retention))
 	}
+}
+
+// prune implements pruner for a rebuild's bulk fill: the same rule as
+// sqlIntentsPrune, on the rows in memory.
+func (f *intentsFold) prune(logTime time.Time, keys []string) (string, any) {
+	if f.retention <= 0 {
+		return "", nil
+	}
+	cutoff := logTime.Add(-f.retention)
+	expired := func(k string) {
+		if r := f.intents.get(k); r != nil && !r.RecordedAt.After(cutoff) {
+			f.intents.remove(k)
+		}
+	}
+	if keys == nil {
+		for k := range f.intents.rows {
+			expired(k)
+		}
+	}
+	for _, k := range keys {
+		expired(k)
+	}
+	return sqlIntentsPrune, cutoff
 }
 
 // Intents older than the retention, by the log clock, are gone from the
