@@ -18,13 +18,17 @@ import (
 
 // The bulk fill of a rebuild (see Rebuild). Each projection keeps one fold
 // for the whole fill, so its rows stay in memory across chunks of the log
-// instead of being loaded and upserted per batch; rows leave memory only
-// when a table holds more than RebuildOptions.MaxRows of them (the least
-// recently touched quarter is written out with COPY, and read back with
-// DELETE ... RETURNING if the log touches it again) and at the end of the
-// fill (everything is written with COPY). A row is therefore either in
-// memory or in the fresh table, never both, and each row is written once
-// unless it was evicted and touched again. The folds are the live
+// instead of being loaded and upserted per batch. Rows leave memory when
+// the log has not touched them for idleChunks chunks (checked every
+// idleChunks chunks), when a table holds more than RebuildOptions.MaxRows of
+// them (the least recently touched go first), and at the end of the fill;
+// each table's writer sends them with COPY while the fill goes on. A row the
+// log touches again after it left is read back with DELETE ... RETURNING
+// (after the table's writer has sent everything queued, and by the primary
+// key, which the first read back of a table builds: until then the tables
+// have no index at all). A row is therefore
+// either in memory or in the fresh table, never both, and each row is
+// written once unless it left and was touched again. The folds are the live
 // projectors' own (readmodels.go), so the rows are the same.
 
 // DefaultRebuildRows is the most rows of one table a rebuild keeps in memory
@@ -35,7 +39,15 @@ const DefaultRebuildRows = 100_000
 
 // copyBufferBytes is the size of one COPY statement's data: rows are sent
 // in statements of about this size.
-const copyBufferBytes = 4 << 20
+const copyBufferBytes = 1 << 20
+
+// idleChunks is how many chunks of the log a row stays in memory untouched
+// before the fill writes it out: most streams are short-lived, so their
+// rows are written while the log is still being read.
+const idleChunks = 8
+
+// copyQueue is how many buffers of copyBufferBytes a table's writer queues.
+const copyQueue = 4
 
 // bulkState is the state of a rowSet during a bulk fill: the chunk number
 // (gen) at which each row in memory was last touched, and the keys of the
@@ -57,13 +69,13 @@ type bulkSet interface {
 	reloadKeys() []string
 	// endChunk marks the chunk's rows touched and forgets what it wanted.
 	endChunk()
-	// evict removes rows down to three quarters of the limit, least
-	// recently touched first, when the set holds more than the limit,
-	// and returns them in COPY text form and their number; nil when
-	// nothing is evicted.
-	evict() (*bytes.Buffer, int)
-	// drain removes every row and writes them to w in COPY text form.
-	drain(w func(*bytes.Buffer) error) error
+	// evict removes, when idle is set, the rows untouched for idleChunks
+	// chunks, and, when the set still holds more than its limit, rows
+	// down to three quarters of the limit, least recently touched first;
+	// it passes them to w in COPY text form and returns their number.
+	evict(idle bool, w func(*bytes.Buffer)) int
+	// drain removes every row and passes them to w in COPY text form.
+	drain(w func(*bytes.Buffer))
 }
 
 func (s *rowSet[R]) startBulk(limit int) {
@@ -102,59 +114,80 @@ func (s *rowSet[R]) remove(key string) {
 	}
 }
 
-func (s *rowSet[R]) evict() (*bytes.Buffer, int) {
+func (s *rowSet[R]) evict(idle bool, w func(*bytes.Buffer)) int {
 	b := s.bulk
-	if b.limit <= 0 || len(s.rows) <= b.limit {
-		return nil, 0
+	if b.limit == 0 {
+		return 0 // kept whole
 	}
-	type aged struct {
-		gen uint64
-		key string
-	}
-	all := make([]aged, 0, len(s.rows))
-	for k := range s.rows {
-		all = append(all, aged{b.last[k], k})
-	}
-	slices.SortFunc(all, func(x, y aged) int {
-		if c := cmpUint(x.gen, y.gen); c != 0 {
-			return c
+	var out []string
+	if idle && b.gen > idleChunks {
+		for k := range s.rows {
+			if b.last[k] <= b.gen-idleChunks {
+				out = append(out, k)
+			}
 		}
-		return strings.Compare(x.key, y.key)
-	})
+	}
+	if over := len(s.rows) - len(out) - b.limit; b.limit > 0 && over > 0 {
+		type aged struct {
+			gen uint64
+			key string
+		}
+		all := make([]aged, 0, len(s.rows))
+		for k := range s.rows {
+			all = append(all, aged{b.last[k], k})
+		}
+		slices.SortFunc(all, func(x, y aged) int {
+			if c := cmpUint(x.gen, y.gen); c != 0 {
+				return c
+			}
+			return strings.Compare(x.key, y.key)
+		})
+		out = out[:0]
+		for _, a := range all[:len(all)-b.limit*3/4] {
+			out = append(out, a.key)
+		}
+	}
+	if len(out) == 0 {
+		return 0
+	}
 	if b.spilled == nil {
 		b.spilled = newBloom()
 	}
+	slices.Sort(out) // key order: the primary key's pages fill in order
 	buf := &bytes.Buffer{}
-	out := all[:len(all)-b.limit*3/4]
-	for _, a := range out {
-		writeCopyRow(buf, s.text(s.rows[a.key]))
-		b.spilled.add(a.key)
-		s.remove(a.key)
+	for _, k := range out {
+		writeCopyRow(buf, s.text(s.rows[k]))
+		b.spilled.add(k)
+		s.remove(k)
+		if buf.Len() >= copyBufferBytes {
+			w(buf)
+			buf = &bytes.Buffer{}
+		}
 	}
-	return buf, len(out)
+	if buf.Len() > 0 {
+		w(buf)
+	}
+	return len(out)
 }
 
-func (s *rowSet[R]) drain(w func(*bytes.Buffer) error) error {
+func (s *rowSet[R]) drain(w func(*bytes.Buffer)) {
 	keys := make([]string, 0, len(s.rows))
 	for k := range s.rows {
 		keys = append(keys, k)
 	}
-	slices.Sort(keys) // key order: the table is filled in its primary key's order
+	slices.Sort(keys) // key order: the primary key's pages fill in order
 	buf := &bytes.Buffer{}
 	for _, k := range keys {
 		writeCopyRow(buf, s.text(s.rows[k]))
 		s.remove(k)
 		if buf.Len() >= copyBufferBytes {
-			if err := w(buf); err != nil {
-				return err
-			}
+			w(buf)
 			buf = &bytes.Buffer{}
 		}
 	}
 	if buf.Len() > 0 {
-		return w(buf)
+		w(buf)
 	}
-	return nil
 }
 
 func cmpUint(a, b uint64) int {
@@ -178,6 +211,10 @@ func writeCopyRow(buf *bytes.Buffer, cols []pgtype.Text) {
 		}
 		if !c.Valid {
 			buf.WriteString(`\N`)
+			continue
+		}
+		if !strings.ContainsAny(c.String, "\\\n\r\t") {
+			buf.WriteString(c.String)
 			continue
 		}
 		for j := 0; j < len(c.String); j++ {
@@ -245,20 +282,23 @@ type pruner interface {
 }
 
 // bulkFold is one projection's side of a bulk fill. Not safe for
-// concurrent use.
+// concurrent use (its writers run on their own goroutines).
 type bulkFold struct {
-	pool  *pgxpool.Pool
-	b     *bound
-	fold  batchFold
-	sets  []bulkSet
-	spill bool // rows were written out before the end
+	pool    *pgxpool.Pool
+	b       *bound
+	fold    batchFold
+	sets    []bulkSet
+	writers []*copyWriter // one per set
+	keys    *primaryKeys
+	chunks  uint64
+	spill   bool // rows were written out before the end
 	// evicted and readBack count the rows written out before the end and
 	// the rows read back from the fresh tables.
 	evicted, readBack int64
 }
 
-func newBulkFold(pool *pgxpool.Pool, b *bound, limit int) *bulkFold {
-	f := &bulkFold{pool: pool, b: b, fold: b.p.begin()}
+func newBulkFold(ctx context.Context, pool *pgxpool.Pool, b *bound, limit int, keys *primaryKeys) *bulkFold {
+	f := &bulkFold{pool: pool, b: b, fold: b.p.begin(), keys: keys}
 	for _, l := range f.fold.loaders() {
 		s := l.(bulkSet)
 		lim := limit
@@ -269,14 +309,15 @@ func newBulkFold(pool *pgxpool.Pool, b *bound, limit int) *bulkFold {
 		}
 		s.startBulk(lim)
 		f.sets = append(f.sets, s)
+		f.writers = append(f.writers, newCopyWriter(ctx, pool, b, s.table()))
 	}
 	return f
 }
 
 // chunk folds envs (in log order) into the rows in memory: it reads back the
 // rows they touch that were written out, applies them, expires intents by
-// the log clock before (from) and after (to) the chunk, and writes out the
-// least recently touched rows of any table over its limit.
+// the log clock before (from) and after (to) the chunk, and hands the rows
+// that leave memory to the tables' writers.
 func (f *bulkFold) chunk(ctx context.Context, envs []envelope, from, to time.Time) error {
 	name := f.b.p.name
 	for i := range envs {
@@ -285,10 +326,20 @@ func (f *bulkFold) chunk(ctx context.Context, envs []envelope, from, to time.Tim
 		}
 	}
 	var reloaded []string
-	for _, s := range f.sets {
+	for i, s := range f.sets {
 		keys := s.reloadKeys()
 		if len(keys) == 0 {
 			continue
+		}
+		if err := f.writers[i].wait(); err != nil {
+			return fmt.Errorf("projections: %s: write %s: %w", name, s.table().name, err)
+		}
+		// The first read back of a table makes its primary key, which
+		// finds the rows from then on.
+		if ddl := f.keys.take(f.b.rename[s.table().name]); ddl != "" {
+			if _, err := f.pool.Exec(ctx, ddl); err != nil {
+				return fmt.Errorf("projections: %s: %s: %w", name, ddl, err)
+			}
 		}
 		n, err := f.reload(ctx, s, keys)
 		f.readBack += n
@@ -309,27 +360,36 @@ func (f *bulkFold) chunk(ctx context.Context, envs []envelope, from, to time.Tim
 	if prunes && !to.IsZero() {
 		pr.prune(to, nil)
 	}
-	for _, s := range f.sets {
+	f.chunks++
+	for i, s := range f.sets {
 		s.endChunk()
-		if buf, n := s.evict(); buf != nil {
+		if n := s.evict(f.chunks%idleChunks == 0, f.writers[i].send); n > 0 {
 			f.spill = true
 			f.evicted += int64(n)
-			if err := f.copy(ctx, s.table(), buf); err != nil {
-				return fmt.Errorf("projections: %s: write %s: %w", name, s.table().name, err)
-			}
+		}
+		if err := f.writers[i].failed(); err != nil {
+			return fmt.Errorf("projections: %s: write %s: %w", name, s.table().name, err)
 		}
 	}
 	return nil
 }
 
-// finish writes every row left in memory and, if rows were written out
-// before, expires those the log clock at the end (logTime) has passed.
+// finish writes every row left in memory, waits for the writers and, if
+// rows were written out before, expires those the log clock at the end
+// (logTime) has passed.
 func (f *bulkFold) finish(ctx context.Context, logTime time.Time) error {
 	name := f.b.p.name
-	for _, s := range f.sets {
-		if err := s.drain(func(buf *bytes.Buffer) error { return f.copy(ctx, s.table(), buf) }); err != nil {
-			return fmt.Errorf("projections: %s: write %s: %w", name, s.table().name, err)
+	for i, s := range f.sets {
+		s.drain(f.writers[i].send)
+	}
+	var errs []error
+	for i, w := range f.writers {
+		if err := w.close(); err != nil {
+			errs = append(errs, fmt.Errorf("projections: %s: write %s: %w", name, f.sets[i].table().name, err))
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	if pr, ok := f.fold.(pruner); ok && f.spill && !logTime.IsZero() {
 		if tmpl, arg := pr.prune(logTime, []string{}); tmpl != "" {
@@ -341,11 +401,18 @@ func (f *bulkFold) finish(ctx context.Context, logTime time.Time) error {
 	return nil
 }
 
+// stop ends the writers (after an error); it waits for them.
+func (f *bulkFold) stop() {
+	for _, w := range f.writers {
+		_ = w.close()
+	}
+}
+
 // reload moves the rows of keys from the fresh table back into memory and
 // returns how many there were.
 func (f *bulkFold) reload(ctx context.Context, s bulkSet, keys []string) (int64, error) {
 	var n int64
-	err := f.async(ctx, func(tx pgx.Tx) error {
+	err := asyncTx(ctx, f.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, f.b.sql(s.table().takeSQL()), keys)
 		if err != nil {
 			return err
@@ -359,23 +426,80 @@ func (f *bulkFold) reload(ctx context.Context, s bulkSet, keys []string) (int64,
 	return n, err
 }
 
-// copy writes buf (COPY text rows of t) into the fresh table of t.
-func (f *bulkFold) copy(ctx context.Context, t *tableSpec, buf *bytes.Buffer) error {
+// copyWriter sends the rows of one fresh table with COPY on its own
+// goroutine, one statement (and transaction) per buffer, at most copyQueue
+// buffers queued (send blocks beyond: the fill waits for the database
+// rather than growing its memory). After a failure it drops what it is
+// sent and reports the error.
+type copyWriter struct {
+	ch      chan *bytes.Buffer
+	pending sync.WaitGroup // buffers sent and not yet written
+	done    chan struct{}
+	closed  bool
+	mu      sync.Mutex
+	err     error
+}
+
+func newCopyWriter(ctx context.Context, pool *pgxpool.Pool, b *bound, t *tableSpec) *copyWriter {
 	names := make([]string, len(t.cols))
 	for i, c := range t.cols {
 		names[i] = c.name
 	}
-	sql := "COPY " + f.b.sql("{"+t.name+"}") + " (" + strings.Join(names, ", ") + ") FROM STDIN"
-	return f.async(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Conn().PgConn().CopyFrom(ctx, buf, sql)
-		return err
-	})
+	sql := "COPY " + b.sql("{"+t.name+"}") + " (" + strings.Join(names, ", ") + ") FROM STDIN"
+	w := &copyWriter{ch: make(chan *bytes.Buffer, copyQueue), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for buf := range w.ch {
+			if w.failed() == nil {
+				err := asyncTx(ctx, pool, func(tx pgx.Tx) error {
+					_, err := tx.Conn().PgConn().CopyFrom(ctx, buf, sql)
+					return err
+				})
+				if err != nil {
+					w.mu.Lock()
+					w.err = err
+					w.mu.Unlock()
+				}
+			}
+			w.pending.Done()
+		}
+	}()
+	return w
 }
 
-// async runs fn in a transaction with synchronous_commit off: the fresh
+// send queues buf to be written.
+func (w *copyWriter) send(buf *bytes.Buffer) {
+	w.pending.Add(1)
+	w.ch <- buf
+}
+
+// wait returns once everything sent is written, with the writer's error.
+func (w *copyWriter) wait() error {
+	w.pending.Wait()
+	return w.failed()
+}
+
+// failed returns the error of a write that failed, if any.
+func (w *copyWriter) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// close writes what is queued, stops the writer and returns its error.
+func (w *copyWriter) close() error {
+	if !w.closed {
+		w.closed = true
+		close(w.ch)
+	}
+	<-w.done
+	return w.failed()
+}
+
+// asyncTx runs fn in a transaction with synchronous_commit off: the fresh
 // tables are not visible before the swap, which commits synchronously.
-func (f *bulkFold) async(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+func asyncTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
 			return err
 		}
@@ -395,13 +519,22 @@ func (t *tableSpec) takeSQL() string {
 // tables of bs, in memory as described above, and writes every row; it
 // returns the checkpoint after the last event read. Reading runs ahead of
 // folding; the projections fold each chunk concurrently.
-func fill(ctx context.Context, pool *pgxpool.Pool, log LogReader, bs []*bound, cp checkpoint, size, limit int, progress func(int), res *RebuildResult) (checkpoint, error) {
-	folds := make([]*bulkFold, len(bs))
-	for i, b := range bs {
-		folds[i] = newBulkFold(pool, b, limit)
-	}
+func fill(ctx context.Context, pool *pgxpool.Pool, log LogReader, bs []*bound, cp checkpoint, size, limit int, progress func(int), res *RebuildResult, keys *primaryKeys) (checkpoint, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	folds := make([]*bulkFold, len(bs))
+	for i, b := range bs {
+		folds[i] = newBulkFold(ctx, pool, b, limit, keys)
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			cancel()
+			for _, f := range folds {
+				f.stop()
+			}
+		}
+	}()
 	chunks := readAhead(ctx, log, cp, size)
 	for c := range chunks {
 		if c.err != nil {
@@ -434,6 +567,7 @@ func fill(ctx context.Context, pool *pgxpool.Pool, log LogReader, bs []*bound, c
 	if err := ctx.Err(); err != nil {
 		return cp, err
 	}
+	finished = true
 	errs := make([]error, len(folds))
 	var wg sync.WaitGroup
 	for i, f := range folds {

@@ -625,6 +625,10 @@ type intentsFold struct {
 	retention time.Duration
 	intents   *rowSet[intentRow]
 	targets   *rowSet[targetRow]
+	// oldest is, during a bulk fill, a lower bound of recorded_at of the
+	// rows in memory (zero: unknown), so prune scans them only when one
+	// may have expired.
+	oldest time.Time
 }
 
 // targetEvents maps the events that open or change an intent's target to
@@ -662,13 +666,21 @@ func (f *intentsFold) prune(logTime time.Time, keys []string) (string, any) {
 			f.intents.remove(k)
 		}
 	}
-	if keys == nil {
-		for k := range f.intents.rows {
+	if keys == nil && (f.oldest.IsZero() || !f.oldest.After(cutoff)) {
+		// Scan only when the oldest row in memory may have expired.
+		f.oldest = time.Time{}
+		for k, r := range f.intents.rows {
 			expired(k)
+			if _, kept := f.intents.rows[k]; kept && (f.oldest.IsZero() || r.RecordedAt.Before(f.oldest)) {
+				f.oldest = r.RecordedAt
+			}
 		}
 	}
 	for _, k := range keys {
 		expired(k)
+	}
+	if keys != nil {
+		f.oldest = time.Time{} // rows read back: scan next time
 	}
 	return sqlIntentsPrune, cutoff
 }
@@ -740,6 +752,9 @@ func (f *intentsFold) apply(e *envelope) error {
 		}
 		f.intents.put(&intentRow{Stream: key, Actor: rec.Actor, Operation: rec.Operation, TargetID: target, Executor: rec.Executor,
 			LeaseUntil: micro(rec.LeaseUntil), RecordedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
+		if !f.oldest.IsZero() && e.at.Before(f.oldest) {
+			f.oldest = e.at
+		}
 		return nil
 	case "IntentResumed":
 		if r == nil {

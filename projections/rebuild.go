@@ -138,6 +138,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 		}
 	}()
 	var deferred []string // CREATE INDEX statements of the fresh tables, run after the fill
+	keys := &primaryKeys{ddl: map[string]string{}}
 	for _, p := range ps {
 		rename := map[string]string{}
 		for _, t := range p.tables {
@@ -151,10 +152,11 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 			if err := copyOptions(ctx, pool, t, fresh); err != nil {
 				return res, fmt.Errorf("projections: rebuild %s: %w", p.name, err)
 			}
-			defs, err := dropSecondaryIndexes(ctx, pool, fresh)
+			pk, defs, err := dropIndexes(ctx, pool, fresh)
 			if err != nil {
 				return res, fmt.Errorf("projections: rebuild %s: %w", p.name, err)
 			}
+			keys.ddl[fresh] = pk
 			deferred = append(deferred, defs...)
 		}
 		bounds = append(bounds, bind(p, rename))
@@ -172,10 +174,10 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 	if limit == 0 {
 		limit = DefaultRebuildRows
 	}
-	if cp, err = fill(ctx, pool, log, bounds, cp, size, limit, progress, &res); err != nil {
+	if cp, err = fill(ctx, pool, log, bounds, cp, size, limit, progress, &res, keys); err != nil {
 		return res, fmt.Errorf("projections: rebuild: replay: %w", err)
 	}
-	if err = buildIndexes(ctx, pool, deferred, created); err != nil {
+	if err = buildIndexes(ctx, pool, append(keys.rest(), deferred...), created); err != nil {
 		return res, err
 	}
 	res.Replay = time.Since(start)
@@ -254,17 +256,27 @@ func replay(ctx context.Context, pool *pgxpool.Pool, log LogReader, bs []*bound,
 	return cp, ctx.Err()
 }
 
-// dropSecondaryIndexes drops the indexes of table other than its primary
-// key and returns their definitions, to be built after the fill (one sort
-// per index instead of an insert per row). The primary key stays: a row
-// written out during the fill is found by it when the log touches it again.
-func dropSecondaryIndexes(ctx context.Context, pool *pgxpool.Pool, table string) ([]string, error) {
+// dropIndexes drops the primary key and the indexes of table and returns
+// the statements that make them again, to be run after the fill (one sort
+// per index instead of an insert per row). The primary key is made earlier
+// if the fill has to read rows back by key (see primaryKeys).
+func dropIndexes(ctx context.Context, pool *pgxpool.Pool, table string) (pk string, defs []string, err error) {
+	id := pgx.Identifier{table}.Sanitize()
+	var name, def string
+	if err := pool.QueryRow(ctx, `SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'`,
+		id).Scan(&name, &def); err != nil {
+		return "", nil, fmt.Errorf("primary key of %s: %w", table, err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE `+id+` DROP CONSTRAINT `+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", nil, fmt.Errorf("drop the primary key of %s: %w", table, err)
+	}
+	pk = `ALTER TABLE ` + id + ` ADD CONSTRAINT ` + pgx.Identifier{name}.Sanitize() + ` ` + def
 	rows, err := pool.Query(ctx, `SELECT c.relname, pg_get_indexdef(i.indexrelid)
 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-WHERE i.indrelid = to_regclass($1) AND NOT i.indisprimary
-ORDER BY c.relname`, pgx.Identifier{table}.Sanitize())
+WHERE i.indrelid = to_regclass($1)
+ORDER BY c.relname`, id)
 	if err != nil {
-		return nil, fmt.Errorf("indexes of %s: %w", table, err)
+		return "", nil, fmt.Errorf("indexes of %s: %w", table, err)
 	}
 	type index struct{ name, def string }
 	idx, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (index, error) {
@@ -272,16 +284,45 @@ ORDER BY c.relname`, pgx.Identifier{table}.Sanitize())
 		return x, r.Scan(&x.name, &x.def)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("indexes of %s: %w", table, err)
+		return "", nil, fmt.Errorf("indexes of %s: %w", table, err)
 	}
-	defs := make([]string, len(idx))
+	defs = make([]string, len(idx))
 	for i, x := range idx {
 		if _, err := pool.Exec(ctx, `DROP INDEX `+pgx.Identifier{x.name}.Sanitize()); err != nil {
-			return nil, fmt.Errorf("drop index %s of %s: %w", x.name, table, err)
+			return "", nil, fmt.Errorf("drop index %s of %s: %w", x.name, table, err)
 		}
 		defs[i] = x.def
 	}
-	return defs, nil
+	return pk, defs, nil
+}
+
+// primaryKeys holds the statements that make the primary keys of the fresh
+// tables until they are run. Safe for concurrent use.
+type primaryKeys struct {
+	mu  sync.Mutex
+	ddl map[string]string // fresh table → ALTER TABLE ... ADD CONSTRAINT ... PRIMARY KEY
+}
+
+// take returns the statement of table's primary key and forgets it, or ""
+// when it was taken before.
+func (k *primaryKeys) take(table string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := k.ddl[table]
+	delete(k.ddl, table)
+	return s
+}
+
+// rest returns the statements not taken.
+func (k *primaryKeys) rest() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []string
+	for _, s := range k.ddl {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // buildIndexes runs the CREATE INDEX statements defs and then ANALYZE on
