@@ -112,6 +112,12 @@ func (c *serveCmd) Run(e *env) error {
 		return listenError(cfg.HTTPAddr, "BOOKING_HTTP_ADDR", err)
 	}
 	apiURL := "http://" + ln.Addr().String()
+	_, stopPprof, err := startPprof(cfg.PprofAddr, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopPprof()
 
 	providerURL := cfg.ProviderURL
 	var sim *providersim.Server
