@@ -67,15 +67,18 @@
 //
 // # Rebuild
 //
-// Rebuild replays the whole log into fresh tables (t_rebuild_<n>, UNLOGGED
-// while they fill, then made LOGGED), reading the log once for all the
-// projections it rebuilds and applying each chunk to them concurrently. It
-// then takes the live projectors' locks (through RebuildOptions.Lock: a live
-// projector yields its lock when it sees a waiter, see WithYield), catches
-// up to the head, and renames the fresh tables into place with the
-// checkpoints, in one transaction. The same statements build live and
-// rebuilt rows, so they are equal. On any failure it drops the fresh tables
-// and swaps nothing.
+// Rebuild fills fresh tables (t_rebuild_<n>) from the whole log in bulk:
+// it reads the log once for all the projections it rebuilds, folds each
+// page into rows kept in memory across the fill (at most
+// RebuildOptions.MaxRows per table; rows the log has stopped touching are
+// written out early, and read back by key if it touches them again), writes
+// them with COPY and builds the indexes after the fill. It then takes the
+// live projectors' locks (through RebuildOptions.Lock: a live projector
+// yields its lock when it sees a waiter, see WithYield), catches up to the
+// head the way the live projectors apply batches, and renames the fresh
+// tables into place with the checkpoints, in one transaction. The same
+// folds build live and rebuilt rows, so they are equal. On any failure it
+// drops the fresh tables and swaps nothing.
 //
 // Types here are safe for concurrent use unless their doc says otherwise.
 package projections

@@ -180,10 +180,7 @@ type beginner interface {
 type applyOptions struct {
 	// fence, when set, is the checkpoint name to advance in the same
 	// transaction, fenced on the position the batch starts from.
-	fence string
-	// asyncCommit turns synchronous_commit off for the transaction (rebuild
-	// tables are not visible before the swap, which commits synchronously).
-	asyncCommit  bool
+	fence        string
 	beforeCommit func(ctx context.Context, tx pgx.Tx, batch []envelope) error
 }
 
@@ -220,9 +217,6 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 
 	// 1. Fence and load.
 	read := &pgx.Batch{}
-	if o.asyncCommit {
-		read.Queue("SET LOCAL synchronous_commit = off")
-	}
 	fenceAt := -1
 	if o.fence != "" {
 		fenceAt = read.Len()

@@ -461,6 +461,11 @@ type showSale struct {
 	Ordered int64
 }
 
+func scanShowSale(row pgx.Row) (*showSale, error) {
+	var r showSale
+	return &r, scanRow(row, "rm_show_sales", nil, &r.ShowID, &r.Ordered)
+}
+
 func showSaleText(r *showSale) []pgtype.Text { return []pgtype.Text{txt(r.ShowID), txtInt(r.Ordered)} }
 
 // Shows returns the show availability projection: show streams into
@@ -473,7 +478,7 @@ func Shows() *Projection {
 				shows: newRowSet(showsTable, scanShow, showText, func(r *showRow) string { return r.ID }),
 				res: newRowSet(showReservationsTable, scanShowReservation, showReservationText,
 					func(r *showReservationRow) string { return r.ReservationID }),
-				sales: newRowSet(showSalesTable, nil, showSaleText, func(r *showSale) string { return r.ShowID }),
+				sales: newRowSet(showSalesTable, scanShowSale, showSaleText, func(r *showSale) string { return r.ShowID }),
 			}
 		}}
 }
@@ -620,6 +625,10 @@ type intentsFold struct {
 	retention time.Duration
 	intents   *rowSet[intentRow]
 	targets   *rowSet[targetRow]
+	// oldest is, during a bulk fill, a lower bound of recorded_at of the
+	// rows in memory (zero: unknown), so prune scans them only when one
+	// may have expired.
+	oldest time.Time
 }
 
 // targetEvents maps the events that open or change an intent's target to
@@ -643,6 +652,37 @@ func (f *intentsFold) finish(q *queue) {
 	if f.retention > 0 && !q.logTime.IsZero() {
 		q.add(sqlIntentsPrune, q.logTime.Add(-f.retention))
 	}
+}
+
+// prune implements pruner for a rebuild's bulk fill: the same rule as
+// sqlIntentsPrune, on the rows in memory.
+func (f *intentsFold) prune(logTime time.Time, keys []string) (string, any) {
+	if f.retention <= 0 {
+		return "", nil
+	}
+	cutoff := logTime.Add(-f.retention)
+	expired := func(k string) {
+		if r := f.intents.get(k); r != nil && !r.RecordedAt.After(cutoff) {
+			f.intents.remove(k)
+		}
+	}
+	if keys == nil && (f.oldest.IsZero() || !f.oldest.After(cutoff)) {
+		// Scan only when the oldest row in memory may have expired.
+		f.oldest = time.Time{}
+		for k, r := range f.intents.rows {
+			expired(k)
+			if _, kept := f.intents.rows[k]; kept && (f.oldest.IsZero() || r.RecordedAt.Before(f.oldest)) {
+				f.oldest = r.RecordedAt
+			}
+		}
+	}
+	for _, k := range keys {
+		expired(k)
+	}
+	if keys != nil {
+		f.oldest = time.Time{} // rows read back: scan next time
+	}
+	return sqlIntentsPrune, cutoff
 }
 
 // Intents older than the retention, by the log clock, are gone from the
@@ -712,6 +752,9 @@ func (f *intentsFold) apply(e *envelope) error {
 		}
 		f.intents.put(&intentRow{Stream: key, Actor: rec.Actor, Operation: rec.Operation, TargetID: target, Executor: rec.Executor,
 			LeaseUntil: micro(rec.LeaseUntil), RecordedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
+		if !f.oldest.IsZero() && e.at.Before(f.oldest) {
+			f.oldest = e.at
+		}
 		return nil
 	case "IntentResumed":
 		if r == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,38 +34,55 @@ type RebuildOptions struct {
 	// Progress is called from Rebuild's goroutine after each applied batch
 	// with the number of events read from the log so far.
 	Progress func(events int64)
-	// BatchSize is the number of events per read and per transaction
-	// (default DefaultRebuildBatch).
+	// BatchSize is the number of events per read of the log and per
+	// transaction of the final catch-up (default DefaultRebuildBatch).
 	BatchSize int
+	// MaxRows bounds the rows of one table kept in memory during the
+	// bulk fill (default DefaultRebuildRows; negative: no bound). Beyond
+	// it the least recently touched quarter is written out and read back
+	// when the log touches it again.
+	MaxRows int
 }
 
 // RebuildResult describes a finished rebuild.
 type RebuildResult struct {
 	Events   int64               // events read from the log
 	Position eventstore.Position // the checkpoint swapped in with the tables
-	Replay   time.Duration       // time to replay the log up to its head, before locking
+	Replay   time.Duration       // time to fill the tables up to the log's head and index them, before locking
 	Total    time.Duration
+	// Evicted counts the rows the fill wrote out before its end because a
+	// table held more than MaxRows rows in memory; ReadBack the rows of
+	// those it read back because the log touched them again.
+	Evicted, ReadBack int64
 }
 
 // Rebuild replays the whole log into fresh tables for the projections ps
 // and swaps them in with their checkpoints in one transaction:
 //
 //  1. take each projection's Guard and drop leftover t_rebuild_<n> tables;
-//  2. create fresh UNLOGGED copies of the tables (LIKE t INCLUDING ALL,
-//     and t's storage parameters) and replay the log into them up to its
-//     readable head, reading the log once for every projection and
-//     applying each chunk of BatchSize events to the projections
-//     concurrently (one transaction each, synchronous_commit off);
-//  3. make them LOGGED, take each projection's Lock, and catch up to the
-//     head again;
-//  4. in one transaction, drop the old tables, rename the fresh ones (and
+//  2. create fresh tables (LIKE t INCLUDING ALL, and t's storage
+//     parameters) and drop their indexes but the primary key;
+//  3. fill them from the log up to its readable head in bulk, reading the
+//     log once for every projection: each projection folds the events in
+//     memory with the live projectors' own code, writes rows with COPY
+//     (when a table holds more than MaxRows rows in memory, and at the
+//     end), and the projections fold each chunk of BatchSize events
+//     concurrently (synchronous_commit off: nothing is visible before the
+//     swap);
+//  4. build the other indexes and ANALYZE;
+//  5. take each projection's Lock and catch up to the head again the way
+//     the live projectors apply batches;
+//  6. in one transaction, drop the old tables, rename the fresh ones (and
 //     their indexes) into place and set each checkpoint to the last
 //     position read and its log clock; then release the locks.
 //
-// Rebuild never calls anything but the database and log. On any error the
-// fresh tables are dropped, nothing is swapped, and the error says at which
-// step it failed. Running it again is safe: a rebuild of an unchanged log
-// swaps in identical tables. It blocks until done.
+// Memory is bounded by MaxRows rows per table (plus the per-show sales
+// aggregate, one small row per show, and the pages read ahead), whatever
+// the size of the log. Rebuild never calls anything but the database and
+// log. On any error the fresh tables are dropped, nothing is swapped, and
+// the error says at which step it failed. Running it again is safe: a
+// rebuild of an unchanged log swaps in identical tables. It blocks until
+// done.
 func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Projection, o RebuildOptions) (res RebuildResult, err error) {
 	start := time.Now()
 	if len(ps) == 0 {
@@ -119,11 +137,13 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 			}
 		}
 	}()
+	var deferred []string // CREATE INDEX statements of the fresh tables, run after the fill
+	keys := &primaryKeys{ddl: map[string]string{}}
 	for _, p := range ps {
 		rename := map[string]string{}
 		for _, t := range p.tables {
 			fresh := fmt.Sprintf("%s_rebuild_%d", t, n)
-			if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE UNLOGGED TABLE %s (LIKE %s INCLUDING ALL)`,
+			if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (LIKE %s INCLUDING ALL)`,
 				pgx.Identifier{fresh}.Sanitize(), pgx.Identifier{t}.Sanitize())); err != nil {
 				return res, fmt.Errorf("projections: rebuild %s: create %s: %w", p.name, fresh, err)
 			}
@@ -132,11 +152,17 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 			if err := copyOptions(ctx, pool, t, fresh); err != nil {
 				return res, fmt.Errorf("projections: rebuild %s: %w", p.name, err)
 			}
+			pk, defs, err := dropIndexes(ctx, pool, fresh)
+			if err != nil {
+				return res, fmt.Errorf("projections: rebuild %s: %w", p.name, err)
+			}
+			keys.ddl[fresh] = pk
+			deferred = append(deferred, defs...)
 		}
 		bounds = append(bounds, bind(p, rename))
 	}
 
-	// Replay up to the head, then make the tables durable.
+	// Fill up to the head in bulk, then build the indexes.
 	var cp checkpoint
 	progress := func(k int) {
 		res.Events += int64(k)
@@ -144,25 +170,17 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 			o.Progress(res.Events)
 		}
 	}
-	if cp, err = replay(ctx, pool, log, bounds, cp, size, true, progress); err != nil {
+	limit := o.MaxRows
+	if limit == 0 {
+		limit = DefaultRebuildRows
+	}
+	if cp, err = fill(ctx, pool, log, bounds, cp, size, limit, progress, &res, keys); err != nil {
 		return res, fmt.Errorf("projections: rebuild: replay: %w", err)
 	}
-	res.Replay = time.Since(start)
-	durable := make([]error, len(created))
-	var wg sync.WaitGroup
-	for i, t := range created {
-		wg.Go(func() {
-			if _, err := pool.Exec(ctx, `ALTER TABLE `+pgx.Identifier{t}.Sanitize()+` SET LOGGED`); err != nil {
-				durable[i] = fmt.Errorf("projections: rebuild: make %s logged: %w", t, err)
-			} else if _, err := pool.Exec(ctx, `ANALYZE `+pgx.Identifier{t}.Sanitize()); err != nil {
-				durable[i] = fmt.Errorf("projections: rebuild: analyze %s: %w", t, err)
-			}
-		})
-	}
-	wg.Wait()
-	if err = errors.Join(durable...); err != nil {
+	if err = buildIndexes(ctx, pool, append(keys.rest(), deferred...), created); err != nil {
 		return res, err
 	}
+	res.Replay = time.Since(start)
 
 	// Under the live projectors' locks: catch up and swap.
 	if o.Lock != nil {
@@ -191,7 +209,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 			return res, lockErr
 		}
 	}
-	if cp, err = replay(ctx, pool, log, bounds, cp, size, false, progress); err != nil {
+	if cp, err = replay(ctx, pool, log, bounds, cp, size, progress); err != nil {
 		return res, fmt.Errorf("projections: rebuild: catch up: %w", err)
 	}
 	if err = swap(ctx, pool, bounds, cp); err != nil {
@@ -204,61 +222,29 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 }
 
 // replay reads the log after cp until a read returns fewer than size events
-// (the readable head) and applies it to bs. Reading runs one batch ahead of
-// applying.
-func replay(ctx context.Context, pool *pgxpool.Pool, log LogReader, bs []*bound, cp checkpoint, size int, async bool, progress func(int)) (checkpoint, error) {
-	type chunk struct {
-		envs []envelope
-		read int
-		err  error
-	}
+// (the readable head) and applies it to bs the way the live projectors do
+// (applyBatch: load, fold, upsert). Reading runs one batch ahead of
+// applying; the projections apply each batch concurrently, in their own
+// transactions.
+func replay(ctx context.Context, pool *pgxpool.Pool, log LogReader, bs []*bound, cp checkpoint, size int, progress func(int)) (checkpoint, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	chunks := make(chan chunk, 2)
-	go func() {
-		defer close(chunks)
-		after := cp.pos
-		for {
-			batch, err := log.ReadAll(ctx, after, size)
-			if err != nil {
-				chunks <- chunk{err: err}
-				return
-			}
-			envs := make([]envelope, len(batch))
-			for i := range batch {
-				envs[i] = newEnvelope(&batch[i])
-			}
-			select {
-			case chunks <- chunk{envs: envs, read: len(batch)}:
-			case <-ctx.Done():
-				return
-			}
-			if len(batch) < size {
-				return
-			}
-			after = batch[len(batch)-1].Position
-		}
-	}()
-	for c := range chunks {
+	for c := range readAhead(ctx, log, cp, size) {
 		if c.err != nil {
 			return cp, c.err
 		}
 		if len(c.envs) == 0 {
 			continue
 		}
-		// The projections own disjoint tables: each applies the chunk in
-		// its own transaction, concurrently.
 		var (
 			next = make([]checkpoint, len(bs))
 			errs = make([]error, len(bs))
 			wg   sync.WaitGroup
 		)
 		for i, b := range bs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				next[i], errs[i] = applyBatch(ctx, pool, []*bound{b}, c.envs, cp, applyOptions{asyncCommit: async})
-			}()
+			wg.Go(func() {
+				next[i], errs[i] = applyBatch(ctx, pool, []*bound{b}, c.envs, cp, applyOptions{})
+			})
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
@@ -268,6 +254,98 @@ func replay(ctx context.Context, pool *pgxpool.Pool, log LogReader, bs []*bound,
 		progress(c.read)
 	}
 	return cp, ctx.Err()
+}
+
+// dropIndexes drops the primary key and the indexes of table and returns
+// the statements that make them again, to be run after the fill (one sort
+// per index instead of an insert per row). The primary key is made earlier
+// if the fill has to read rows back by key (see primaryKeys).
+func dropIndexes(ctx context.Context, pool *pgxpool.Pool, table string) (pk string, defs []string, err error) {
+	id := pgx.Identifier{table}.Sanitize()
+	var name, def string
+	if err := pool.QueryRow(ctx, `SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'`,
+		id).Scan(&name, &def); err != nil {
+		return "", nil, fmt.Errorf("primary key of %s: %w", table, err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE `+id+` DROP CONSTRAINT `+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", nil, fmt.Errorf("drop the primary key of %s: %w", table, err)
+	}
+	pk = `ALTER TABLE ` + id + ` ADD CONSTRAINT ` + pgx.Identifier{name}.Sanitize() + ` ` + def
+	rows, err := pool.Query(ctx, `SELECT c.relname, pg_get_indexdef(i.indexrelid)
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = to_regclass($1)
+ORDER BY c.relname`, id)
+	if err != nil {
+		return "", nil, fmt.Errorf("indexes of %s: %w", table, err)
+	}
+	type index struct{ name, def string }
+	idx, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (index, error) {
+		var x index
+		return x, r.Scan(&x.name, &x.def)
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("indexes of %s: %w", table, err)
+	}
+	defs = make([]string, len(idx))
+	for i, x := range idx {
+		if _, err := pool.Exec(ctx, `DROP INDEX `+pgx.Identifier{x.name}.Sanitize()); err != nil {
+			return "", nil, fmt.Errorf("drop index %s of %s: %w", x.name, table, err)
+		}
+		defs[i] = x.def
+	}
+	return pk, defs, nil
+}
+
+// primaryKeys holds the statements that make the primary keys of the fresh
+// tables until they are run. Safe for concurrent use.
+type primaryKeys struct {
+	mu  sync.Mutex
+	ddl map[string]string // fresh table → ALTER TABLE ... ADD CONSTRAINT ... PRIMARY KEY
+}
+
+// take returns the statement of table's primary key and forgets it, or ""
+// when it was taken before.
+func (k *primaryKeys) take(table string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := k.ddl[table]
+	delete(k.ddl, table)
+	return s
+}
+
+// rest returns the statements not taken.
+func (k *primaryKeys) rest() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []string
+	for _, s := range k.ddl {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// buildIndexes runs the CREATE INDEX statements defs and then ANALYZE on
+// tables, a few at a time.
+func buildIndexes(ctx context.Context, pool *pgxpool.Pool, defs, tables []string) error {
+	stmts := slices.Clone(defs)
+	for _, t := range tables {
+		stmts = append(stmts, `ANALYZE `+pgx.Identifier{t}.Sanitize())
+	}
+	errs := make([]error, len(stmts))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 2)
+	for i, s := range stmts {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if _, err := pool.Exec(ctx, s); err != nil {
+				errs[i] = fmt.Errorf("projections: rebuild: %s: %w", s, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // swap renames the fresh tables of bs into place and sets their

@@ -79,6 +79,10 @@ type rowSet[R any] struct {
 	rows  map[string]*R
 	dirty []string // keys of changed rows, first change first
 	isDir map[string]bool
+	// bulk is set during a rebuild's bulk fill (bulk.go): rows then stay
+	// across chunks and every row in memory is unwritten, so changes are
+	// not tracked.
+	bulk *bulkState
 }
 
 func newRowSet[R any](spec *tableSpec, scan func(pgx.Row) (*R, error), text func(*R) []pgtype.Text, key func(*R) string) *rowSet[R] {
@@ -105,6 +109,10 @@ func (s *rowSet[R]) get(key string) *R { return s.rows[key] }
 func (s *rowSet[R]) put(r *R) {
 	k := s.key(r)
 	s.rows[k] = r
+	if s.bulk != nil {
+		s.bulk.last[k] = s.bulk.gen + 1 // touched by the current chunk
+		return
+	}
 	if !s.isDir[k] {
 		s.isDir[k] = true
 		s.dirty = append(s.dirty, k)

@@ -37,6 +37,8 @@ type ServeConfig struct {
 	APITokens             string        `name:"api-tokens" env:"BOOKING_API_TOKENS" help:"Bearer tokens: name=token[:admin],..."`
 	DataDir               string        `name:"data-dir" env:"BOOKING_DATA_DIR" default:".data" help:"Data directory (embedded NATS storage; in dev mode the provider simulator's state in provider-sim/ and the generated master key)."`
 	Deployment            string        `name:"deployment" env:"BOOKING_DEPLOYMENT" help:"Prefix of provider idempotency keys; empty in dev."`
+	// PprofAddr, when set, serves net/http/pprof on a listener of its own.
+	PprofAddr string `name:"pprof-addr" env:"BOOKING_PPROF_ADDR" help:"Listen address of the Go profiler (net/http/pprof under /debug/pprof/); empty (the default) serves none."`
 
 	LogConfig `embed:""`
 
@@ -98,6 +100,11 @@ func (c *ServeConfig) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		return configError("BOOKING_HTTP_ADDR", "must be host:port: %v", err)
+	}
+	if c.PprofAddr != "" {
+		if _, _, err := net.SplitHostPort(c.PprofAddr); err != nil {
+			return configError("BOOKING_PPROF_ADDR", "must be host:port (or empty: no profiler): %v", err)
+		}
 	}
 	if err := checkEventStore(c.EventStore); err != nil {
 		return err

@@ -56,10 +56,12 @@ func (c *rebuildCmd) Run(e *env) error {
 		return &usageError{err} // a NAME argument no read model has
 	}
 	ctx := e.ctx
-	// Locks hold a connection each; the reader and the writer one more each.
+	// Guards and locks hold a connection each; the bulk fill uses one for
+	// the log reader and one per table writer (COPY) and read back, at
+	// most 7 tables (it waits for a connection beyond the pool).
 	// The swapped checkpoints are stamped with backend (openMigrated), so
 	// a rebuild is how read models move to another event store.
-	pool, err := openMigrated(ctx, c.DatabaseURL, int32(2*len(ps)+4), backend, nil)
+	pool, err := openMigrated(ctx, c.DatabaseURL, int32(2*len(ps)+12), backend, nil)
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,9 @@ func (c *serveCmd) Run(e *env) error {
 		return err
 	}
 	ctx := e.ctx
+	if limit := applyMemoryLimit(os.LookupEnv, dev || cfg.NATSURL == ""); limit > 0 {
+		log.Info("memory limit (GOMEMLIMIT unset)", "bytes", limit)
+	}
 
 	backend, _ := eventStoreBackend(cfg.EventStore) // checked by Validate
 	pool, err := openMigrated(ctx, cfg.DatabaseURL, 32, backend, faults.SQLCounter())
@@ -113,6 +116,12 @@ func (c *serveCmd) Run(e *env) error {
 		return listenError(cfg.HTTPAddr, "BOOKING_HTTP_ADDR", err)
 	}
 	apiURL := "http://" + ln.Addr().String()
+	_, stopPprof, err := startPprof(cfg.PprofAddr, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopPprof()
 
 	providerURL := cfg.ProviderURL
 	var sim *providersim.Server

@@ -54,7 +54,7 @@ func (s *Server) newEventLocked(typ string, ch *provider.Charge) *event {
 	return ev
 }
 
-// Events returns every event emitted, in commit order (the last 10 000).
+// Events returns every event emitted, in commit order (at least the last 10 000, at most 12 500).
 func (s *Server) Events() []provider.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -66,7 +66,7 @@ func (s *Server) Events() []provider.Event {
 }
 
 // Deliveries returns every delivery attempt so far, in the order they ended
-// (the last 10 000).
+// (at least the last 10 000, at most 12 500).
 func (s *Server) Deliveries() []Delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()

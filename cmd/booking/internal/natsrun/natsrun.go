@@ -173,6 +173,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, pool *pgxpool.Pool
 	return n, nil
 }
 
+// Limits of the embedded server (NATS server options jetstream
+// max_memory_store, and the per-stream ingest queue limits
+// StreamMaxBufferedMsgs and StreamMaxBufferedSize).
+const (
+	// EmbeddedMaxMemory caps JetStream memory storage, in bytes (stream
+	// BOOKING is file storage and uses none).
+	EmbeddedMaxMemory = 16 << 20
+	// EmbeddedMaxBufferedMsgs bounds the messages queued for a stream
+	// before they are stored: 8 × notify.DefaultMaxInFlight.
+	EmbeddedMaxBufferedMsgs = 8192
+	// EmbeddedMaxBufferedBytes bounds the bytes queued for a stream before
+	// they are stored.
+	EmbeddedMaxBufferedBytes = 8 << 20
+)
+
 // startEmbedded runs a NATS server with JetStream in this process.
 func startEmbedded(cfg Config, log *slog.Logger) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(cfg.Addr)
@@ -208,6 +223,15 @@ func startEmbedded(cfg Config, log *slog.Logger) (*server.Server, error) {
 		JetStream:  true,
 		StoreDir:   dir,
 		NoSigs:     true,
+		// Sized for one service in dev (see ARCHITECTURE.md, Performance):
+		// stream BOOKING is file-backed, so memory storage gets only a
+		// small cap, and a stream's ingest queue (server default 100,000
+		// messages or 128 MiB) is bounded at 8 × what the relay may have
+		// unacknowledged (notify.DefaultMaxInFlight publishes of a few
+		// hundred bytes), which it never exceeds.
+		JetStreamMaxMemory:    EmbeddedMaxMemory,
+		StreamMaxBufferedMsgs: EmbeddedMaxBufferedMsgs,
+		StreamMaxBufferedSize: EmbeddedMaxBufferedBytes,
 	})
 	if err != nil {
 		return nil, configerr.New("BOOKING_DATA_DIR", "embedded NATS server: %v", err)
