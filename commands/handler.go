@@ -340,7 +340,7 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 	sent := time.Now()
 	res, err := h.store.Append(ctx, name, exp, data...)
 	if err == nil {
-		h.written.add(data)
+		h.written.add(data, res.Position)
 		noteAppendClock(ctx, res, sent)
 	}
 	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) {
@@ -359,7 +359,7 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 		res, err = h.store.Append(ctx, name, exp, data...)
 		switch {
 		case err == nil:
-			h.written.add(data)
+			h.written.add(data, res.Position)
 			noteAppendClock(ctx, res, sent)
 			h.metrics.UnknownAppend("resolved")
 			h.log.InfoContext(ctx, "append outcome learned: the events are in the stream", "stream", name)

@@ -106,7 +106,8 @@ type intentRun struct {
 // clock by at most its statement's way back (see clock.go), far less than
 // half a lease. While alone, a request may skip reading streams it can only
 // have written itself, and trust what its own appends of deterministic
-// events wrote.
+// events wrote. An intent recorded after an earlier one on the same stream
+// (a key reused after its retention) is never alone: see beginIntent.
 func (r *intentRun) alone(lease time.Duration) bool {
 	return !r.leaseFrom.IsZero() && time.Since(r.leaseFrom) < lease/2
 }
@@ -256,7 +257,15 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		rn.intent.Apply(rec)
 		rn.intent.RecordedAt = now
 		rn.rev = res.NextRevision
-		rn.leaseFrom = leaseFrom
+		if res.NextRevision == 0 {
+			// Only an intent stream's first intent may be alone. The ids of
+			// an intent's deterministic events derive from its stream's
+			// name, which an intent recorded after an earlier one was
+			// purged (its key reused once the retention passed) shares
+			// with that one: its appends can be idempotent repeats of the
+			// earlier intent's events, which only a read tells apart.
+			rn.leaseFrom = leaseFrom
+		}
 		h.log.DebugContext(ctx, "intent recorded", "operation", req.Operation, "intent", stream, "target_id", targetID)
 		h.step(ctx, "intent.recorded")
 		run = rn

@@ -41,7 +41,7 @@ func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, ret
 			return time.Time{}, nil
 		}
 		return until, func(ctx context.Context) error {
-			if h.finishedHere(r.Stream, op) {
+			if h.finishedHere(r.Stream, op, r.Position) {
 				return nil
 			}
 			return h.recoverIntent(ctx, r.Stream)
@@ -49,23 +49,26 @@ func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, ret
 	})
 }
 
-// finishedHere reports whether this process appended the event that
-// Handler.committed looks for — the show, the reservation's opening (after
-// its seats were held), the order claim — or the intent's recorded refusal,
-// for the intent of stream and operation op ("" when unknown). Recovery then
-// has nothing to do and skips its reads (Handler.written is a hint: a miss
-// reads the intent as before).
-func (h *Handler) finishedHere(stream, op string) bool {
-	if h.written.has(DerivedID(stream, "rejected")) {
+// finishedHere reports whether this process appended, after the intent
+// record at position after, the event that Handler.committed looks for —
+// the show, the reservation's opening (after its seats were held), the
+// order claim — or the intent's recorded refusal, for the intent of stream
+// and operation op ("" when unknown). Recovery then has nothing to do and
+// skips its reads (Handler.written is a hint: a miss reads the intent as
+// before). The position matters because these ids derive from the stream
+// name, which a key reused after the intent's retention shares with the
+// earlier intent.
+func (h *Handler) finishedHere(stream, op string, after eventstore.Position) bool {
+	if h.written.hasAfter(after, DerivedID(stream, "rejected")) {
 		return true
 	}
 	switch op {
 	case OpScheduleShow:
-		return h.written.has(DerivedID(stream, "show-scheduled"))
+		return h.written.hasAfter(after, DerivedID(stream, "show-scheduled"))
 	case OpReserveSeats:
-		return h.written.has(DerivedID(DerivedID(stream, "seats-held"), "reservation-held"))
+		return h.written.hasAfter(after, DerivedID(DerivedID(stream, "seats-held"), "reservation-held"))
 	case OpPlaceOrder:
-		return h.written.has(DerivedID(stream, "order-claimed"))
+		return h.written.hasAfter(after, DerivedID(stream, "order-claimed"))
 	}
 	return false
 }

@@ -21,17 +21,19 @@ const writtenCap = 1 << 16
 // value is ready.
 type writtenSet struct {
 	mu   sync.Mutex
-	ids  map[string]struct{}
-	ring []string // the ids in arrival order, a ring of writtenCap
-	next int      // where the next id goes in ring
+	ids  map[string]eventstore.Position // id -> log position of its append
+	ring []string                       // the ids in arrival order, a ring of writtenCap
+	next int                            // where the next id goes in ring
 }
 
-// add records the ids of events the store acknowledged.
-func (w *writtenSet) add(events []eventstore.EventData) {
+// add records the ids of events the store acknowledged, with at, the log
+// position the append reported (AppendResult.Position: of the batch's last
+// event, or of the stored one for an idempotent repeat).
+func (w *writtenSet) add(events []eventstore.EventData, at eventstore.Position) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, e := range events {
-		w.putLocked(e.ID)
+		w.putLocked(e.ID, at)
 	}
 }
 
@@ -42,16 +44,16 @@ func (w *writtenSet) add(events []eventstore.EventData) {
 func (w *writtenSet) note(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.putLocked(key)
+	w.putLocked(key, eventstore.Position{})
 }
 
 // Keys of note.
 func keyPlaced(orderID string) string   { return "key-placed/" + orderID }
 func keyShredded(orderID string) string { return "key-shredded/" + orderID }
 
-func (w *writtenSet) putLocked(id string) {
+func (w *writtenSet) putLocked(id string, at eventstore.Position) {
 	if w.ids == nil {
-		w.ids = make(map[string]struct{}, writtenCap)
+		w.ids = make(map[string]eventstore.Position, writtenCap)
 		w.ring = make([]string, 0, writtenCap)
 	}
 	if _, ok := w.ids[id]; ok {
@@ -64,7 +66,7 @@ func (w *writtenSet) putLocked(id string) {
 		w.ring[w.next] = id
 		w.next = (w.next + 1) % writtenCap
 	}
-	w.ids[id] = struct{}{}
+	w.ids[id] = at
 }
 
 // has reports whether every id was recorded by add (and not evicted since).
@@ -77,4 +79,16 @@ func (w *writtenSet) has(ids ...string) bool {
 		}
 	}
 	return true
+}
+
+// hasAfter reports whether id was recorded by add at a log position after
+// after. Recovery asks it with the position of the intent record it
+// follows: ids derived from an intent's stream name repeat when the
+// idempotency key is reused once the intent's retention has passed, and an
+// id written for the earlier intent lies before the new record.
+func (w *writtenSet) hasAfter(after eventstore.Position, id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok := w.ids[id]
+	return ok && after.Less(at)
 }

@@ -95,11 +95,21 @@ func TestFollowUpsTheRequestWroteAreNotAppendedAgain(t *testing.T) {
 	fresh := newHandler("exec-c")
 	for _, in := range []struct{ actor, op, key string }{{"admin", OpScheduleShow, "show"}, {"alice", OpReserveSeats, "res"}, {"alice", OpPlaceOrder, "order"}} {
 		stream := IntentStream(in.actor, in.op, in.key)
-		if !h.finishedHere(stream, in.op) {
+		recorded, err := store.ReadStream(ctx, stream, 0, 1)
+		if err != nil || len(recorded) != 1 {
+			t.Fatalf("ReadStream(%s) = %d events, %v; want its IntentRecorded", stream, len(recorded), err)
+		}
+		if !h.finishedHere(stream, in.op, recorded[0].Position) {
 			t.Errorf("finishedHere(%s) = false in the process that finished it, want true", in.op)
 		}
-		if fresh.finishedHere(stream, in.op) {
+		if fresh.finishedHere(stream, in.op, recorded[0].Position) {
 			t.Errorf("finishedHere(%s) = true in another process, want false (it must read the intent)", in.op)
+		}
+		// A later intent on the same stream (the key reused once the
+		// retention passed) is recorded after everything above: what this
+		// process wrote for the earlier one does not finish it.
+		if h.finishedHere(stream, in.op, all[len(all)-1].Position) {
+			t.Errorf("finishedHere(%s) after a later intent record = true, want false (the ids derive from the stream name)", in.op)
 		}
 	}
 }
@@ -110,9 +120,9 @@ func TestWrittenSetIsBounded(t *testing.T) {
 	var w writtenSet
 	id := func(i int) string { return DerivedID("written", fmt.Sprint(i)) }
 	for i := range writtenCap + 10 {
-		w.add([]eventstore.EventData{{ID: id(i)}})
+		w.add([]eventstore.EventData{{ID: id(i)}}, eventstore.Position{})
 	}
-	w.add([]eventstore.EventData{{ID: id(writtenCap + 5)}}) // a repeat takes no room
+	w.add([]eventstore.EventData{{ID: id(writtenCap + 5)}}, eventstore.Position{}) // a repeat takes no room
 	if len(w.ids) != writtenCap {
 		t.Errorf("the set holds %d ids, want the bound %d", len(w.ids), writtenCap)
 	}

@@ -154,6 +154,12 @@ func (l *Log) Stats() Stats {
 	return l.stats
 }
 
+// aheadPoll is how often a consumer ahead of the shared subscription (see
+// next) reads the store while it waits for new events: the store's own
+// longest poll interval (pgstore.DefaultPollMax), as when it subscribed
+// on its own.
+const aheadPoll = 100 * time.Millisecond
+
 // SubscribeAll calls fn with batches of at most Config.BatchSize events
 // after position after, in log order, never an empty batch, first catching
 // up and then following new appends (eventstore.Store.SubscribeAll). It
@@ -161,7 +167,10 @@ func (l *Log) Stats() Stats {
 // error as is), or a catch-up read fails (returns the wrapped error; the
 // caller restarts from its checkpoint, as with the store's own
 // subscription). A failure of the shared subscription is not returned: it
-// is retried, and this call waits for it.
+// is retried (logged at each attempt, RetryMin to RetryMax apart), and this
+// call waits for it — unlike the store's own SubscribeAll, whose caller
+// would restart it; the service's readiness check reports the store down
+// meanwhile.
 func (l *Log) SubscribeAll(ctx context.Context, after eventstore.Position, fn func(ctx context.Context, batch []eventstore.RecordedEvent) error) error {
 	l.join(ctx, after)
 	defer l.leave()
@@ -170,8 +179,8 @@ func (l *Log) SubscribeAll(ctx context.Context, after eventstore.Position, fn fu
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		batch, behind, changed := l.next(pos)
-		if behind {
+		batch, outside, changed := l.next(pos)
+		if outside {
 			page, err := l.Store.ReadAll(ctx, pos, l.cfg.BatchSize)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -182,14 +191,31 @@ func (l *Log) SubscribeAll(ctx context.Context, after eventstore.Position, fn fu
 			l.mu.Lock()
 			l.stats.CatchUpReads++
 			l.stats.FromStore += int64(len(page))
+			joined := false
 			if len(page) == 0 && pos.Less(l.start) {
 				// Nothing readable after pos, so nothing exists between
 				// pos and the window (the window only holds readable
 				// events): the consumer joins it.
-				pos = l.start
+				pos, joined = l.start, true
 			}
 			l.mu.Unlock()
 			if len(page) == 0 {
+				if !joined {
+					// Ahead of the shared subscription and at the log's
+					// readable end: look again when the subscription
+					// moves (it may pass pos) or after aheadPoll, since
+					// new events reach the subscription only after its
+					// backlog.
+					t := time.NewTimer(aheadPoll)
+					select {
+					case <-ctx.Done():
+						t.Stop()
+						return ctx.Err()
+					case <-changed:
+					case <-t.C:
+					}
+					t.Stop()
+				}
 				continue
 			}
 			batch = page
@@ -208,14 +234,17 @@ func (l *Log) SubscribeAll(ctx context.Context, after eventstore.Position, fn fu
 	}
 }
 
-// next returns the window's events after pos (at most BatchSize), or behind
-// = true if pos is before the window (the consumer must read the store), or
-// an empty batch and the channel that is closed when there is more.
-func (l *Log) next(pos eventstore.Position) (batch []eventstore.RecordedEvent, behind bool, changed <-chan struct{}) {
+// next returns the window's events after pos (at most BatchSize), or
+// outside = true if pos is before the window or after its last event (the
+// consumer must read the store: behind the window it catches up; ahead of
+// it — the shared subscription started at a consumer further back, and is
+// still reading towards this one — it does not wait for the subscription),
+// or an empty batch. changed is closed when the window moves.
+func (l *Log) next(pos eventstore.Position) (batch []eventstore.RecordedEvent, outside bool, changed <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if pos.Less(l.start) {
-		return nil, true, nil
+	if pos.Less(l.start) || l.last.Less(pos) {
+		return nil, true, l.changed
 	}
 	i := sort.Search(len(l.window), func(i int) bool { return pos.Less(l.window[i].Position) })
 	j := min(len(l.window), i+l.cfg.BatchSize)

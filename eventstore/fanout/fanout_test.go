@@ -324,3 +324,54 @@ func TestRestartAfterSubscriptionError(t *testing.T) {
 		t.Errorf("Stats().Subscriptions = %d, want at least 3 (two injected failures)", n)
 	}
 }
+
+// heldSubscription is a store whose subscription delivers nothing until
+// release is closed (a shared subscription still reading a long backlog).
+type heldSubscription struct {
+	eventstore.Store
+	release chan struct{}
+}
+
+func (h heldSubscription) SubscribeAll(ctx context.Context, after eventstore.Position, fn func(context.Context, []eventstore.RecordedEvent) error) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-h.release:
+	}
+	return h.Store.SubscribeAll(ctx, after, fn)
+}
+
+// TestConsumerAheadDoesNotWaitForTheSharedSubscription: the shared
+// subscription starts at the first consumer's position (far back, say the
+// expiry job); a consumer that joins later at the head of the log is served
+// from the store while the shared subscription has not reached it, instead
+// of waiting for it to read the whole backlog. Both still get exactly the
+// log after their position, in order.
+func TestConsumerAheadDoesNotWaitForTheSharedSubscription(t *testing.T) {
+	ctx := testContext(t)
+	ms := memstore.New()
+	appendConcurrently(t, ctx, ms, "backlog", 1, 50)
+	head, err := ms.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := heldSubscription{Store: ms, release: make(chan struct{})}
+	l := fanout.New(store, fanout.Config{MaxEvents: 16, BatchSize: 5})
+	behind := consume(ctx, l, eventstore.Position{}, nil)
+	storetest.Eventually(t, ctx, func() error { // the shared subscription started at 0
+		if l.Stats().Subscriptions == 0 {
+			return errors.New("no shared subscription yet")
+		}
+		return nil
+	})
+	ahead := consume(ctx, l, head, nil)
+	appendConcurrently(t, ctx, ms, "new", 1, 3)
+	waitCount(t, ctx, 3, ahead) // the shared subscription is still held
+	if n := behind.count(); n != 0 {
+		t.Fatalf("the consumer behind got %d events while the shared subscription was held, want 0", n)
+	}
+	close(store.release)
+	waitCount(t, ctx, 53, behind)
+	ahead.stop(t, "ahead", readLog(t, ctx, ms, head))
+	behind.stop(t, "behind", readLog(t, ctx, ms, eventstore.Position{}))
+}
