@@ -27,10 +27,14 @@ type memStore = memstore.Store
 
 func newMemStore() *memStore { return memstore.New() }
 
-// fakeClock is a settable Clock, standing in for the database clock.
+// fakeClock is a settable Clock, standing in for the database clock. It
+// counts its moves (movableClock), so a Handler's clock reading taken
+// before a move is not used after it.
 type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu    sync.Mutex
+	now   time.Time
+	moves uint64
+	n     int // reads
 }
 
 func newFakeClock(t time.Time) *fakeClock { return &fakeClock{now: t} }
@@ -39,6 +43,7 @@ func newFakeClock(t time.Time) *fakeClock { return &fakeClock{now: t} }
 func (c *fakeClock) Now(context.Context) (time.Time, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.n++
 	return c.now, nil
 }
 
@@ -47,6 +52,21 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+	c.moves++
+}
+
+// Moves implements movableClock.
+func (c *fakeClock) Moves() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.moves
+}
+
+// reads returns how many times Now was called.
+func (c *fakeClock) reads() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
 }
 
 // fakeCall is one recorded provider call.
@@ -489,6 +509,18 @@ func (k *memKeys) Shred(_ context.Context, orderID string) error {
 		return k.fail
 	}
 	delete(k.rows, orderID)
+	return nil
+}
+
+func (k *memKeys) ShredMany(_ context.Context, orderIDs []string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fail != nil {
+		return k.fail
+	}
+	for _, id := range orderIDs {
+		delete(k.rows, id)
+	}
 	return nil
 }
 

@@ -128,6 +128,10 @@ type Handler struct {
 	written writtenSet
 	// reservations caches reservation streams; see streamcache.go.
 	reservations streamCache[domain.Reservation]
+	// reading is the process's reading of the database clock; see clock.go.
+	reading clockReading
+	// shredder batches the deletes of order keys; see keys.go.
+	shredder keyShredder
 }
 
 // Hooks are test-only fault points: each, when set, is called at a step
@@ -177,14 +181,12 @@ var Steps = []string{
 	"expiry.claiming", "expiry.claimed",
 }
 
-// step calls the fault hook at step name. ctx's clock reading is dropped
-// there: a test may move its clock while the request is parked.
+// step calls the fault hook at step name. The process's clock reading is
+// dropped there: a test may move its clock while the request is parked.
 func (h *Handler) step(ctx context.Context, name string) {
 	if h.hooks.Step != nil {
 		h.hooks.Step(name)
-		if r := readingOf(ctx); r != nil {
-			r.drop()
-		}
+		h.reading.drop()
 	}
 }
 
@@ -337,11 +339,11 @@ var outcomeRepeatDelays = []time.Duration{0, 50 * time.Millisecond, 250 * time.M
 // answers 503, which is never stored as an outcome, and a repeat of the
 // request, or recovery after the executor's lease, resolves what committed.
 func (h *Handler) appendResolving(ctx context.Context, name string, exp eventstore.ExpectedRevision, data ...eventstore.EventData) (eventstore.AppendResult, error) {
-	sent := time.Now()
+	tk, sent := h.clockTicket(), time.Now()
 	res, err := h.store.Append(ctx, name, exp, data...)
 	if err == nil {
 		h.written.add(data, res.Position)
-		noteAppendClock(ctx, res, sent)
+		h.noteAppendClock(tk, res, sent)
 	}
 	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return res, err
@@ -355,12 +357,12 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 		if tick.Sleep(ctx, d) != nil {
 			break
 		}
-		sent = time.Now()
+		tk, sent = h.clockTicket(), time.Now()
 		res, err = h.store.Append(ctx, name, exp, data...)
 		switch {
 		case err == nil:
 			h.written.add(data, res.Position)
-			noteAppendClock(ctx, res, sent)
+			h.noteAppendClock(tk, res, sent)
 			h.metrics.UnknownAppend("resolved")
 			h.log.InfoContext(ctx, "append outcome learned: the events are in the stream", "stream", name)
 			return res, nil

@@ -50,13 +50,30 @@ type holdBatcher struct {
 	mu      sync.Mutex
 	queue   map[string][]*holdReq
 	running map[string]bool
-	// own is, for a show whose batches are running, the show stream's
-	// revision the last batch appended: the snapshot the next batch may
-	// decide on without reading the stream. Bounded by the shows with a
-	// batch running; an entry is dropped when the show's queue empties or
-	// an append fails.
-	own map[string]eventstore.Revision
+	// own is, for a show this process appended a batch to, the show
+	// stream's revision that batch left and when its answer arrived: the
+	// snapshot the next batch may decide on without reading the stream,
+	// for ownHoldTrust after it. Bound: the shows with a batch running or
+	// appended within ownHoldTrust; eviction: an entry is dropped when an
+	// append fails, and every entry older than ownHoldTrust when a run of
+	// batches ends.
+	own map[string]ownHolds
 }
+
+// ownHolds is the show stream's revision a batch of this process appended,
+// at the host instant its answer arrived.
+type ownHolds struct {
+	last eventstore.Revision
+	at   time.Time
+}
+
+// ownHoldTrust is how long after its append the snapshot a batch left is
+// decided on without reading the show stream. Another writer's append in
+// that time costs the next batch one failed append and a read of the tail
+// (as it does within a run of batches), instead of the read every hold
+// would pay; a longer gap is read first, since other replicas' holds and
+// releases have most likely come in it.
+const ownHoldTrust = time.Second
 
 // holdSeats is the read-decide-append of a reservation on the show stream,
 // batched with concurrent reservations of the same show (see holdBatcher).
@@ -67,7 +84,7 @@ func (h *Handler) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeat
 	b := &h.holds
 	b.mu.Lock()
 	if b.queue == nil {
-		b.queue, b.running, b.own = map[string][]*holdReq{}, map[string]bool{}, map[string]eventstore.Revision{}
+		b.queue, b.running, b.own = map[string][]*holdReq{}, map[string]bool{}, map[string]ownHolds{}
 	}
 	b.queue[cmd.ShowID] = append(b.queue[cmd.ShowID], req)
 	lead := !b.running[cmd.ShowID]
@@ -119,7 +136,11 @@ func (h *Handler) leadHolds(ctx context.Context, showID string) {
 	b.mu.Lock()
 	if len(b.queue[showID]) == 0 {
 		delete(b.running, showID)
-		delete(b.own, showID)
+		for id, o := range b.own {
+			if !b.running[id] && time.Since(o.at) > ownHoldTrust {
+				delete(b.own, id)
+			}
+		}
 		b.mu.Unlock()
 		return
 	}
@@ -214,8 +235,9 @@ func (h *Handler) decideHolds(e *showEntry, showID string, batch []*holdReq, now
 // events in one append; every request gets its result.
 //
 // A batch decides on the show's cached snapshot without reading the stream
-// when that snapshot is the one the previous batch of the same run of
-// batches left (holdBatcher.own: the stream as this process last wrote it).
+// when that snapshot is the one this process's previous batch on the show
+// left, within ownHoldTrust (holdBatcher.own: the stream as this process
+// last wrote it).
 // The snapshot is a hint: the append is at its exact revision, so a snapshot
 // that missed another writer's events fails the append, and the batch reads
 // the stream's tail and decides once more. A refusal (sold out, no such
@@ -243,7 +265,7 @@ func (h *Handler) appendHolds(ctx context.Context, showID string, batch []*holdR
 		b.mu.Lock()
 		own, trusted := b.own[showID]
 		b.mu.Unlock()
-		trusted = trusted && attempt == 0 && e.exists && e.last == own
+		trusted = trusted && attempt == 0 && e.exists && e.last == own.last && time.Since(own.at) <= ownHoldTrust
 		if !trusted {
 			if e, err = h.refreshShow(ctx, showID); err != nil {
 				unlock()
@@ -328,7 +350,7 @@ func (h *Handler) noteOwnHolds(showID string, exp eventstore.ExpectedRevision, l
 	b := &h.holds
 	b.mu.Lock()
 	if e.exists && e.last == last {
-		b.own[showID] = last
+		b.own[showID] = ownHolds{last: last, at: time.Now()}
 	} else {
 		delete(b.own, showID)
 	}

@@ -136,6 +136,9 @@ func (r *intentRun) targetID() string { return r.intent.Recorded.TargetID }
 // fingerprint, or the recorded *Rejection. Expired intents (database clock)
 // are truncated and replaced, so their key starts a new intent.
 //
+// Without prep, the intent is recorded first and read only when that
+// append conflicts (recordFirst); with prep (an order), it is read first.
+//
 // validate, when not nil, runs only before a new intent is recorded: input
 // that is invalid at the database clock's now is refused without recording
 // anything, while a repeat still answers the intent's outcome. prep, when
@@ -155,6 +158,13 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			prep.discard(context.WithoutCancel(ctx), targetID)
 		}
 	}()
+	if prep == nil {
+		// Record first, read only when that fails (see recordFirst).
+		run, err := h.recordFirst(ctx, req, stream, fp, command, targetID, validate)
+		if run != nil || err != nil {
+			return run, err
+		}
+	}
 	var purgedAt *eventstore.Revision
 	var run *intentRun
 	err = h.retryConflicts(ctx, func() error {
@@ -230,17 +240,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			}
 			prepared = true
 		}
-		rec := domain.IntentRecorded{Actor: req.Actor, Operation: req.Operation, KeySHA256: sha256Hex([]byte(req.Key)),
-			Fingerprint: fp, CanonicalVersion: CanonicalVersion, Command: command, TargetID: targetID,
-			Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease)}
-		rn := &intentRun{req: req, stream: stream, created: true, now: now, command: command}
-		// If the answer is lost, appendEvents repeats this append (same
-		// event id, same expected revision) to learn whether the intent
-		// was recorded: success means it is, and this request is its
-		// executor; still unknown after the repeats is a 503 and the
-		// intent (if recorded) waits for a repeat or recovery after its
-		// lease.
-		res, err := h.appendEvents(ctx, stream, exp, rn.meta(now, ""), pending{NewID(), rec})
+		rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, exp, now)
 		var rc *eventstore.RevisionConflictError
 		if errors.As(err, &rc) {
 			if rc.Actual >= 0 && purgedAt == nil {
@@ -254,20 +254,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		if err != nil {
 			return err
 		}
-		rn.intent.Apply(rec)
-		rn.intent.RecordedAt = now
-		rn.rev = res.NextRevision
-		if res.NextRevision == 0 {
-			// Only an intent stream's first intent may be alone. The ids of
-			// an intent's deterministic events derive from its stream's
-			// name, which an intent recorded after an earlier one was
-			// purged (its key reused once the retention passed) shares
-			// with that one: its appends can be idempotent repeats of the
-			// earlier intent's events, which only a read tells apart.
-			rn.leaseFrom = leaseFrom
-		}
-		h.log.DebugContext(ctx, "intent recorded", "operation", req.Operation, "intent", stream, "target_id", targetID)
-		h.step(ctx, "intent.recorded")
+		h.recorded(ctx, rn, res, leaseFrom)
 		run = rn
 		return nil
 	})
@@ -278,6 +265,80 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		return nil, err
 	}
 	return run, nil
+}
+
+// recordFirst is beginIntent's first try for an intent whose recording
+// needs no prep (every operation but an order's): it appends IntentRecorded
+// at no stream without reading the intent stream first, since a new key is
+// by far the common case. It returns the new run, or nil and no error when
+// the intent must be read instead: the append conflicted (a repeat, an
+// intent that expired or was purged) or validate refused (a repeat answers
+// the intent's outcome, not the validation error) — beginIntent's loop then
+// decides as ever, on a read. Other errors are returned (a failed clock
+// read, an append whose outcome stayed unknown after appendEvents repeated
+// it: 503).
+//
+// The cost moves from new keys to repeats: a repeat pays one failed append
+// before its read. An order's intent is read first instead, because its
+// prep (the key table row holding the token) would be made and deleted
+// again by every repeat (ARCHITECTURE.md, "Performance").
+func (h *Handler) recordFirst(ctx context.Context, req Request, stream, fp string, command map[string]any, targetID string,
+	validate func(now time.Time) error) (*intentRun, error) {
+	leaseFrom := time.Now()
+	now, err := h.now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if validate != nil && validate(now) != nil {
+		return nil, nil
+	}
+	rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, eventstore.NoStream(), now)
+	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	h.recorded(ctx, rn, res, leaseFrom)
+	return rn, nil
+}
+
+// recordIntent appends a new intent's IntentRecorded at exp and returns its
+// run (not yet applied: see recorded) and the append's result.
+//
+// If the answer is lost, appendEvents repeats this append (same event id,
+// same expected revision) to learn whether the intent was recorded: success
+// means it is, and this request is its executor; a conflict means it was
+// not; still unknown after the repeats is a 503 and the intent (if
+// recorded) waits for a repeat or recovery after its lease.
+func (h *Handler) recordIntent(ctx context.Context, req Request, stream, fp string, command map[string]any, targetID string,
+	exp eventstore.ExpectedRevision, now time.Time) (*intentRun, eventstore.AppendResult, error) {
+	rec := domain.IntentRecorded{Actor: req.Actor, Operation: req.Operation, KeySHA256: sha256Hex([]byte(req.Key)),
+		Fingerprint: fp, CanonicalVersion: CanonicalVersion, Command: command, TargetID: targetID,
+		Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease)}
+	rn := &intentRun{req: req, stream: stream, created: true, now: now, command: command}
+	rn.intent.Apply(rec)
+	rn.intent.RecordedAt = now
+	res, err := h.appendEvents(ctx, stream, exp, rn.meta(now, ""), pending{NewID(), rec})
+	return rn, res, err
+}
+
+// recorded completes rn after its IntentRecorded was appended with result
+// res; leaseFrom is the host instant taken before the clock reading the
+// lease was computed from.
+func (h *Handler) recorded(ctx context.Context, rn *intentRun, res eventstore.AppendResult, leaseFrom time.Time) {
+	rn.rev = res.NextRevision
+	if res.NextRevision == 0 {
+		// Only an intent stream's first intent may be alone. The ids of
+		// an intent's deterministic events derive from its stream's
+		// name, which an intent recorded after an earlier one was
+		// purged (its key reused once the retention passed) shares
+		// with that one: its appends can be idempotent repeats of the
+		// earlier intent's events, which only a read tells apart.
+		rn.leaseFrom = leaseFrom
+	}
+	h.log.DebugContext(ctx, "intent recorded", "operation", rn.req.Operation, "intent", rn.stream, "target_id", rn.targetID())
+	h.step(ctx, "intent.recorded")
 }
 
 // rejectionOf returns the answer of a recorded rejection; a version 1 event

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/retrysafe/booking/commands/envelope"
@@ -67,6 +68,9 @@ type Keys interface {
 	Placed(ctx context.Context, orderID string, deadline time.Time) error
 	// Shred deletes orderID's key; idempotent.
 	Shred(ctx context.Context, orderID string) error
+	// ShredMany deletes the keys of every order in orderIDs in one
+	// statement; idempotent.
+	ShredMany(ctx context.Context, orderIDs []string) error
 	// ShredDue deletes every key due at or before now (database clock) and
 	// returns how many.
 	ShredDue(ctx context.Context, now time.Time) (int64, error)
@@ -94,6 +98,7 @@ func (noKeys) Placing(context.Context, string, time.Time) ([]byte, bool, error) 
 }
 func (noKeys) Placed(context.Context, string, time.Time) error    { return nil }
 func (noKeys) Shred(context.Context, string) error                { return nil }
+func (noKeys) ShredMany(context.Context, []string) error          { return nil }
 func (noKeys) ShredDue(context.Context, time.Time) (int64, error) { return 0, nil }
 
 // TokenAAD is the associated data that binds an order's sealed payment
@@ -210,18 +215,143 @@ func (h *Handler) requestBody(ctx context.Context, o domain.Order, a domain.Atte
 	return body, nil
 }
 
-// shred deletes an order's data key once it can send no more. A failure is
-// logged: the process manager repeats it, and the reconciler deletes every
-// key whose payment deadline passed.
+// shred deletes an order's data key once it can send no more, and returns
+// once it is deleted: it joins the batch of keys waiting to be deleted (see
+// keyShredder) and sends that batch at once. A failure is returned (and
+// logged by the caller): the process manager repeats it, and the reconciler
+// deletes every key whose due time passed.
 func (h *Handler) shred(ctx context.Context, orderID string) error {
 	if h.written.has(keyShredded(orderID)) {
 		return nil // deleted by this process already: a key is never made again once its order can send no more
 	}
-	if err := h.keys.Shred(ctx, orderID); err != nil {
-		return unavailable(err)
+	b := h.shredder.add(h, orderID, true)
+	select {
+	case <-b.done:
+		return unavailable(b.err)
+	case <-ctx.Done():
+		return unavailable(ctx.Err())
 	}
-	h.written.note(keyShredded(orderID))
-	return nil
+}
+
+// shredSoon deletes the data key of an order that has ended (confirmed,
+// failed or cancelled: it can send nothing, whatever its key) within
+// shredDelay, batched with the keys of other orders that ended meanwhile,
+// without waiting: the request that ended the order does not pay the
+// delete. Should this process stop first, the process manager's follow-up
+// of the order's end deletes it (at least once), and the reconciler's due
+// sweep is the last resort (ARCHITECTURE.md, "Performance").
+func (h *Handler) shredSoon(orderID string) {
+	if h.written.has(keyShredded(orderID)) {
+		return
+	}
+	h.shredder.add(h, orderID, false)
+}
+
+// shredDelay bounds how long the key of an order that ended waits in this
+// process (shredSoon) before the batched delete that names it is sent.
+const shredDelay = time.Second
+
+// maxShredBatch bounds the orders one batched delete names; a batch that
+// reaches it is sent at once.
+const maxShredBatch = 1000
+
+// shredTimeout bounds one batched delete.
+const shredTimeout = 15 * time.Second
+
+// keyShredder batches the deletes of order keys (crypto-shredding) into one
+// statement (Keys.ShredMany) per batch. A batch fills from its first key
+// until shredDelay has passed, maxShredBatch keys joined, or a caller that
+// waits for its key (shred) sends it at once; keys added while a batch is
+// in flight fill the next. Bound: at most maxShredBatch keys per batch, and
+// batches in flight, each bounded by shredTimeout; eviction: a key leaves
+// when its batch's delete returns (noted in the written set on success).
+// Safe for concurrent use; the zero value is ready.
+type keyShredder struct {
+	mu      sync.Mutex
+	filling *shredBatch
+	// of maps every key waiting or in flight to its batch.
+	of map[string]*shredBatch
+}
+
+// shredBatch is one batched delete: done is closed once it returned, with
+// err its outcome.
+type shredBatch struct {
+	ids   []string
+	timer *time.Timer
+	done  chan struct{}
+	err   error
+}
+
+// add puts orderID in the batch being filled (unless it is waiting or in
+// flight already) and returns its batch. now sends the batch at once when
+// orderID is still waiting in it.
+func (s *keyShredder) add(h *Handler, orderID string, now bool) *shredBatch {
+	s.mu.Lock()
+	if s.of == nil {
+		s.of = map[string]*shredBatch{}
+	}
+	b, ok := s.of[orderID]
+	if !ok {
+		if s.filling == nil {
+			nb := &shredBatch{done: make(chan struct{})}
+			nb.timer = time.AfterFunc(shredDelay, func() { s.send(h, nb) })
+			s.filling = nb
+		}
+		b = s.filling
+		b.ids = append(b.ids, orderID)
+		s.of[orderID] = b
+		now = now || len(b.ids) >= maxShredBatch
+	}
+	s.mu.Unlock()
+	if now {
+		s.send(h, b)
+	}
+	return b
+}
+
+// send sends b's delete unless it was sent already, and records the
+// outcome: the deleted keys are noted in the written set before they leave
+// the shredder, so a later shred finds them deleted.
+func (s *keyShredder) send(h *Handler, b *shredBatch) {
+	s.mu.Lock()
+	if s.filling != b {
+		s.mu.Unlock()
+		return // sent already
+	}
+	s.filling = nil
+	b.timer.Stop()
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), shredTimeout)
+	err := h.keys.ShredMany(ctx, b.ids)
+	cancel()
+	if err == nil {
+		for _, id := range b.ids {
+			h.written.note(keyShredded(id))
+		}
+	} else {
+		h.log.Warn("order keys not deleted yet; the process manager retries, the reconciler deletes them when due",
+			"orders", len(b.ids), "err", err)
+	}
+	s.mu.Lock()
+	b.err = err
+	for _, id := range b.ids {
+		if s.of[id] == b {
+			delete(s.of, id)
+		}
+	}
+	s.mu.Unlock()
+	close(b.done)
+}
+
+// endsOrder reports whether e gives the order its final status
+// (confirmed, failed, cancelled): no step of its payment sends again,
+// whether its key exists or not.
+func endsOrder(e domain.Event) bool {
+	switch e.(type) {
+	case domain.OrderConfirmed, domain.OrderFailed, domain.OrderCancelled:
+		return true
+	}
+	return false
 }
 
 // endsSending reports whether e means the order can send no more payment

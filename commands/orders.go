@@ -49,7 +49,7 @@ type OrderResult struct {
 // The token is held sealed in the key table under the new order's id before
 // the intent is recorded; a repeat finds it there.
 func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
-	ctx = withClockReading(WithCorrelationID(ctx, req.CorrelationID))
+	ctx = WithCorrelationID(ctx, req.CorrelationID)
 	var secrets *heldSecrets
 	prep := &intentPrep{
 		prepare: func(ctx context.Context, orderID string, now time.Time) error {
@@ -306,26 +306,41 @@ type orderState struct {
 }
 
 // placeClaimed is finishClaim for the request that recorded the order's
-// intent and is still alone on it, holding the order's data key: it reads
-// the held token while making the key due at the payment deadline
+// intent and is still alone on it, holding the order's data key: it appends
+// OrderPlaced and marks the reservation ordered concurrently, each its own
+// append, and returns the order as placed without reading it back
+// (OrderPlaced is derived from the claim and the held token, so whoever
+// wrote it first wrote the same). The reservation is marked at the
+// revision this process knows; a conflict there falls back to reading it.
+// Dropping the held token from the key table and making the key due at the
+// payment deadline (Keys.Placed) is left to payAndWait, and to the process
+// manager's follow-up of OrderPlaced: once the order has ended its key is
+// deleted instead.
+//
+// When this request stored the sealed token itself (sec.sealed), the key
+// table is not read: the row holds exactly that token, and while the
+// request is alone nothing can have deleted the row or placed the order
+// with another token (the row is due at the intent's retention, longer
+// than the lease, and only this request's refusal or a placed order's end
+// deletes it; see ARCHITECTURE.md, "Performance"). A process manager that
+// placed the order meanwhile wrote the same event, which the append
+// repeats idempotently. Otherwise (another request's token is held) the
+// token is read while the key is made due at the payment deadline
 // (Keys.Placing, one round trip; a key gone since means no token, as in
-// finishClaim), appends OrderPlaced and marks the reservation ordered
-// concurrently, each its own append, and returns the order as placed without
-// reading it back (OrderPlaced is derived from the claim and the held token,
-// so whoever wrote it first wrote the same). The reservation is marked at
-// the revision this process knows; a conflict there falls back to reading
-// it. Dropping the held token from the key table (Keys.Placed) is left to
-// payAndWait: once the order has ended its key is deleted instead.
+// finishClaim).
 func (h *Handler) placeClaimed(ctx context.Context, c domain.OrderClaimed, claimID string, claimedAt time.Time, sec *heldSecrets) (*orderState, error) {
 	deadline := claimedAt.Add(h.cfg.PaymentDeadline)
-	held, exists, err := h.keys.Placing(ctx, c.OrderID, deadline)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	if exists && held == nil {
-		// Placed already (the token went to the order stream): read it.
-		_, err := h.finishClaim(ctx, c, claimID, claimedAt)
-		return nil, err
+	held, exists := sec.sealed, true
+	if held == nil || h.cfg.IntentRetention < h.cfg.IntentLease {
+		var err error
+		if held, exists, err = h.keys.Placing(ctx, c.OrderID, deadline); err != nil {
+			return nil, unavailable(err)
+		}
+		if exists && held == nil {
+			// Placed already (the token went to the order stream): read it.
+			_, err := h.finishClaim(ctx, c, claimID, claimedAt)
+			return nil, err
+		}
 	}
 	dk := sec.dk
 	if !exists {

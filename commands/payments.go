@@ -161,14 +161,23 @@ type driveState struct {
 	dk *envelope.DataKey
 }
 
-// advance records in st that events evs were appended to s at its revision,
-// ending at revision last: the next step starts from o with them applied.
+// advance records in st that this call's lease events evs were appended to
+// s at its revision, ending at revision last: the next step, which follows
+// at once (stepAgain), starts from o with them applied, without reading
+// the stream's tail. The append at the expected revision made o the
+// order's exact state at its commit; what another request may append after
+// it (a cancel) can as well come a moment after a tail read, so the read
+// would only move the instant the send decides on by one round trip, never
+// close the race: a send racing a cancel is what the cancel protocol
+// settles (the order ends cancelled once the send settled, a charge
+// refunded). A state the next step reaches after a backoff (recordPaymentFrom
+// with stepLater) still reads the tail (orderState.tail).
 func (st *driveState) advance(o domain.Order, s *stream, last eventstore.Revision, evs ...domain.Event) {
 	for _, e := range evs {
 		o.Apply(e)
 	}
 	events := append(append([]domain.Event(nil), s.events...), evs...)
-	st.known = &orderState{o: o, s: &stream{name: s.name, records: s.records, exists: true, last: last, events: events}, tail: true}
+	st.known = &orderState{o: o, s: &stream{name: s.name, records: s.records, exists: true, last: last, events: events}}
 }
 
 // readOrderTail brings o, folded from s, up to the order stream's head by
@@ -660,7 +669,12 @@ func (h *Handler) afterOrderEventsOf(ctx context.Context, known *domain.Order, o
 		}
 	}
 	for _, e := range evs {
-		if endsSending(e) {
+		switch {
+		case endsOrder(e):
+			// Final: nothing can send whatever its key, so the delete is
+			// batched off the request (within shredDelay).
+			h.shredSoon(orderID)
+		case endsSending(e):
 			if err := h.shred(ctx, orderID); err != nil {
 				h.log.WarnContext(ctx, "order key not deleted yet; the process manager retries", "order_id", orderID, "err", err)
 			}

@@ -41,6 +41,7 @@ const pgSecret = "whsec_pgtest"
 type pgClock struct {
 	pool   *pgxpool.Pool
 	offset atomic.Int64
+	moves  atomic.Uint64
 }
 
 func (c *pgClock) Now(ctx context.Context) (time.Time, error) {
@@ -49,7 +50,32 @@ func (c *pgClock) Now(ctx context.Context) (time.Time, error) {
 	return t.UTC().Add(time.Duration(c.offset.Load())), err
 }
 
-func (c *pgClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
+// Advance moves the clock by d.
+func (c *pgClock) Advance(d time.Duration) { c.offset.Add(int64(d)); c.moves.Add(1) }
+
+// Moves implements movableClock: a Handler's clock reading taken before a
+// move is not used after it.
+func (c *pgClock) Moves() uint64 { return c.moves.Load() }
+
+// clockedStore is the event store as a Handler on pgClock sees it: the
+// clock its appends report (AppendResult.Now, PostgreSQL's now()) carries
+// the clock's offset, as the service's store reports the service's clock.
+type clockedStore struct {
+	*pgstore.Store
+	clock *pgClock
+}
+
+// Append implements EventStore.
+func (s clockedStore) Append(ctx context.Context, stream string, exp eventstore.ExpectedRevision, events ...eventstore.EventData) (eventstore.AppendResult, error) {
+	res, err := s.Store.Append(ctx, stream, exp, events...)
+	if !res.Now.IsZero() {
+		res.Now = res.Now.Add(time.Duration(s.clock.offset.Load()))
+	}
+	return res, err
+}
+
+// events returns the fixture's event store for a Handler (see clockedStore).
+func (f *pgFix) events() EventStore { return clockedStore{Store: f.store, clock: f.clock} }
 
 // pgFix is a database, a simulator, and a show with seats to order.
 type pgFix struct {
@@ -134,7 +160,7 @@ func (f *pgFix) handler(executor string, tune func(*Config), opts ...Option) *Ha
 	if tune != nil {
 		tune(&cfg)
 	}
-	h := New(cfg, f.store, f.clock, f.client, newTestRegistry(), f.log.With("executor", executor), append([]Option{WithKeys(f.keys)}, opts...)...)
+	h := New(cfg, f.events(), f.clock, f.client, newTestRegistry(), f.log.With("executor", executor), append([]Option{WithKeys(f.keys)}, opts...)...)
 	f.recv.CompareAndSwap(nil, h)
 	return h
 }

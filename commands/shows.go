@@ -38,7 +38,7 @@ func (c ScheduleShowCommand) Canonical() map[string]any {
 // first is in flight waits, then domain.ErrKeyInUse; a dependency failure
 // wraps domain.ErrUnavailable.
 func (h *Handler) ScheduleShow(ctx context.Context, req Request, cmd ScheduleShowCommand) (domain.Show, Outcome, error) {
-	ctx = withClockReading(WithCorrelationID(ctx, req.CorrelationID))
+	ctx = WithCorrelationID(ctx, req.CorrelationID)
 	validate := func(now time.Time) error {
 		var probe domain.Show
 		_, err := probe.Schedule(domain.ScheduleShow{ShowID: "-", Name: cmd.Name, StartsAt: cmd.StartsAt, Capacity: cmd.Capacity, Price: cmd.Price}, now)

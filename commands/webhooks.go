@@ -37,7 +37,6 @@ var (
 // error wrapping domain.ErrUnavailable. Safe for concurrent use; repeats and
 // concurrent duplicates record nothing twice.
 func (h *Handler) ReceiveWebhook(ctx context.Context, secret []byte, signature string, body []byte) error {
-	ctx = withClockReading(ctx)
 	now, err := h.now(ctx)
 	if err != nil {
 		return err

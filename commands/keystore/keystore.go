@@ -129,6 +129,19 @@ func (s *Store) Shred(ctx context.Context, orderID string) error {
 	return nil
 }
 
+// ShredMany deletes the data keys of every order in orderIDs (UUIDs) in one
+// statement, making everything sealed under them unreadable. It is
+// idempotent; no ids is a no-op. Errors are the database's.
+func (s *Store) ShredMany(ctx context.Context, orderIDs []string) error {
+	if len(orderIDs) == 0 {
+		return nil
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM order_keys WHERE order_id = ANY($1::text[]::uuid[])`, orderIDs); err != nil {
+		return fmt.Errorf("keystore: shred the keys of %d orders: %w", len(orderIDs), err)
+	}
+	return nil
+}
+
 // ShredDue deletes every data key whose shred_at is at or before now (the
 // caller's reading of the database clock), in batches, and returns how many
 // it deleted. It stops at ctx's end or the first error.
