@@ -132,6 +132,9 @@ type Handler struct {
 	reading clockReading
 	// shredder batches the deletes of order keys; see keys.go.
 	shredder keyShredder
+	// intents remembers the intent streams this process has seen; see
+	// intentHints in intent.go.
+	intents intentHints
 }
 
 // Hooks are test-only fault points: each, when set, is called at a step

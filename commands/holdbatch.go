@@ -73,7 +73,7 @@ type ownHolds struct {
 // (as it does within a run of batches), instead of the read every hold
 // would pay; a longer gap is read first, since other replicas' holds and
 // releases have most likely come in it.
-const ownHoldTrust = time.Second
+const ownHoldTrust = 5 * time.Second
 
 // holdSeats is the read-decide-append of a reservation on the show stream,
 // batched with concurrent reservations of the same show (see holdBatcher).
@@ -323,6 +323,18 @@ func (h *Handler) appendHolds(ctx context.Context, showID string, batch []*holdR
 	}
 	for _, r := range batch {
 		r.done <- d.results[r]
+	}
+}
+
+// advanceOwn records that this process appended to show showID's stream
+// right after revision prev, ending at next, and applied the append to the
+// cached snapshot (a release): when the snapshot a batch left was at prev,
+// it is the stream as this process last wrote it again, at next.
+func (b *holdBatcher) advanceOwn(showID string, prev, next eventstore.Revision) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if o, ok := b.own[showID]; ok && o.last == prev {
+		b.own[showID] = ownHolds{last: next, at: time.Now()}
 	}
 }
 

@@ -22,6 +22,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"sync"
 	"time"
 
 	"github.com/retrysafe/booking/domain"
@@ -116,7 +118,8 @@ func (r *intentRun) alone(lease time.Duration) bool {
 // prepare runs just before IntentRecorded is appended under targetID (the
 // order flow holds the payment token in the key table there), and discard
 // undoes it when the intent was certainly not recorded under targetID (the
-// key was recorded by another request first). discard is best effort.
+// key was recorded by another request first, or this request is a repeat
+// that tried to record first). discard is best effort and must not block.
 type intentPrep struct {
 	prepare func(ctx context.Context, targetID string, now time.Time) error
 	discard func(ctx context.Context, targetID string)
@@ -136,8 +139,9 @@ func (r *intentRun) targetID() string { return r.intent.Recorded.TargetID }
 // fingerprint, or the recorded *Rejection. Expired intents (database clock)
 // are truncated and replaced, so their key starts a new intent.
 //
-// Without prep, the intent is recorded first and read only when that
-// append conflicts (recordFirst); with prep (an order), it is read first.
+// An intent stream this process has not seen is recorded first and read
+// only when that append conflicts (recordFirst); one it has seen (most
+// likely a repeat) is read first.
 //
 // validate, when not nil, runs only before a new intent is recorded: input
 // that is invalid at the database clock's now is refused without recording
@@ -158,14 +162,35 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			prep.discard(context.WithoutCancel(ctx), targetID)
 		}
 	}()
-	if prep == nil {
-		// Record first, read only when that fails (see recordFirst).
-		run, err := h.recordFirst(ctx, req, stream, fp, command, targetID, validate)
-		if run != nil || err != nil {
-			return run, err
+	prepare := func(now time.Time) error {
+		if prep == nil || prepared {
+			return nil
 		}
+		if err := prep.prepare(ctx, targetID, now); err != nil {
+			return err
+		}
+		prepared = true
+		return nil
 	}
 	var purgedAt *eventstore.Revision
+	if !h.intents.has(stream) {
+		// Record first, read only when that conflicts (see recordFirst).
+		run, conflict, err := h.recordFirst(ctx, req, stream, fp, command, targetID, validate, prepare)
+		if run != nil {
+			keep = true
+			return run, nil
+		}
+		if conflict == nil {
+			keep = err != nil && prepared // the append may have committed
+			if err != nil {
+				return nil, err
+			}
+		} else if conflict.Actual >= 0 {
+			// The stream exists, or was purged: it keeps its last revision.
+			a := eventstore.Revision(conflict.Actual)
+			purgedAt = &a
+		}
+	}
 	var run *intentRun
 	err = h.retryConflicts(ctx, func() error {
 		// The clock and the intent are read at once: two statements, one
@@ -188,6 +213,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		in := fold[domain.Intent](s.events)
 		if s.exists {
 			in.RecordedAt = openedAt(s.records[0])
+			h.intents.note(stream)
 		}
 		exp := eventstore.NoStream()
 		if purgedAt != nil {
@@ -234,11 +260,8 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 				return err
 			}
 		}
-		if prep != nil && !prepared {
-			if err := prep.prepare(ctx, targetID, now); err != nil {
-				return err
-			}
-			prepared = true
+		if err := prepare(now); err != nil {
+			return err
 		}
 		rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, exp, now)
 		var rc *eventstore.RevisionConflictError
@@ -267,40 +290,103 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 	return run, nil
 }
 
-// recordFirst is beginIntent's first try for an intent whose recording
-// needs no prep (every operation but an order's): it appends IntentRecorded
-// at no stream without reading the intent stream first, since a new key is
-// by far the common case. It returns the new run, or nil and no error when
-// the intent must be read instead: the append conflicted (a repeat, an
-// intent that expired or was purged) or validate refused (a repeat answers
-// the intent's outcome, not the validation error) — beginIntent's loop then
+// recordFirst is beginIntent's first try for an intent stream this process
+// has not seen (intentHints): it appends IntentRecorded at no stream
+// without reading the intent stream first, since a new key is by far the
+// common case — after prepare (an order's key-table row) when validate
+// accepts. It returns the new run; or nil and the revision conflict when the
+// append conflicted (a repeat, an intent that expired or was purged); or
+// nil, nil, nil when validate refused (a repeat answers the intent's
+// outcome, not the validation error). In both cases beginIntent's loop then
 // decides as ever, on a read. Other errors are returned (a failed clock
-// read, an append whose outcome stayed unknown after appendEvents repeated
-// it: 503).
+// read or prepare; an append whose outcome stayed unknown after
+// appendEvents repeated it: 503).
 //
-// The cost moves from new keys to repeats: a repeat pays one failed append
-// before its read. An order's intent is read first instead, because its
-// prep (the key table row holding the token) would be made and deleted
-// again by every repeat (ARCHITECTURE.md, "Performance").
+// The cost moves from new keys to repeats that reach a process which has
+// not seen their intent (another replica, a restart, an evicted hint): one
+// failed append, and for an order the key-table row its prepare made,
+// deleted again within shredDelay. A repeat on the process that recorded or
+// read the intent reads first, as before (ARCHITECTURE.md, "Performance").
 func (h *Handler) recordFirst(ctx context.Context, req Request, stream, fp string, command map[string]any, targetID string,
-	validate func(now time.Time) error) (*intentRun, error) {
+	validate, prepare func(now time.Time) error) (*intentRun, *eventstore.RevisionConflictError, error) {
 	leaseFrom := time.Now()
 	now, err := h.now(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if validate != nil && validate(now) != nil {
-		return nil, nil
+		return nil, nil, nil
+	}
+	if err := prepare(now); err != nil {
+		return nil, nil, err
 	}
 	rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, eventstore.NoStream(), now)
+	var rc *eventstore.RevisionConflictError
+	if errors.As(err, &rc) {
+		return nil, rc, nil
+	}
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-		return nil, nil
+		return nil, &eventstore.RevisionConflictError{Actual: -1}, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	h.recorded(ctx, rn, res, leaseFrom)
-	return rn, nil
+	return rn, nil, nil
+}
+
+// intentHintCap bounds the intent streams intentHints remembers.
+const intentHintCap = 1 << 16
+
+// intentHints remembers, as 64-bit FNV-1a hashes of their names, the intent
+// streams this process recorded or found existing: a request under one of
+// them is most likely a repeat, which beginIntent reads first instead of
+// trying to record (recordFirst). A hint only: a miss (never seen here,
+// evicted) or a false hit (a hash collision) chooses the other order of
+// the same two steps, both correct. Bound: intentHintCap hashes (about
+// 2 MB); eviction: first in, first out. Safe for concurrent use; the zero
+// value is ready.
+type intentHints struct {
+	mu   sync.Mutex
+	m    map[uint64]struct{}
+	ring []uint64
+	next int
+}
+
+func intentHash(stream string) uint64 {
+	f := fnv.New64a()
+	f.Write([]byte(stream))
+	return f.Sum64()
+}
+
+// note remembers stream.
+func (s *intentHints) note(stream string) {
+	k := intentHash(stream)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = make(map[uint64]struct{})
+	}
+	if _, ok := s.m[k]; ok {
+		return
+	}
+	if len(s.ring) < intentHintCap {
+		s.ring = append(s.ring, k)
+	} else {
+		delete(s.m, s.ring[s.next])
+		s.ring[s.next] = k
+		s.next = (s.next + 1) % intentHintCap
+	}
+	s.m[k] = struct{}{}
+}
+
+// has reports whether stream was noted (and not evicted since).
+func (s *intentHints) has(stream string) bool {
+	k := intentHash(stream)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[k]
+	return ok
 }
 
 // recordIntent appends a new intent's IntentRecorded at exp and returns its
@@ -327,6 +413,7 @@ func (h *Handler) recordIntent(ctx context.Context, req Request, stream, fp stri
 // res; leaseFrom is the host instant taken before the clock reading the
 // lease was computed from.
 func (h *Handler) recorded(ctx context.Context, rn *intentRun, res eventstore.AppendResult, leaseFrom time.Time) {
+	h.intents.note(rn.stream)
 	rn.rev = res.NextRevision
 	if res.NextRevision == 0 {
 		// Only an intent stream's first intent may be alone. The ids of

@@ -249,7 +249,7 @@ func (h *Handler) shredSoon(orderID string) {
 
 // shredDelay bounds how long the key of an order that ended waits in this
 // process (shredSoon) before the batched delete that names it is sent.
-const shredDelay = time.Second
+const shredDelay = 5 * time.Second
 
 // maxShredBatch bounds the orders one batched delete names; a batch that
 // reaches it is sent at once.

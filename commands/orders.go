@@ -47,7 +47,9 @@ type OrderResult struct {
 // domain.ErrUnavailable-wrapped errors as for every intent.
 //
 // The token is held sealed in the key table under the new order's id before
-// the intent is recorded; a repeat finds it there.
+// the intent is recorded; a repeat finds it there. (A repeat that reaches a
+// process which has not seen its intent holds its token under an id that
+// never becomes an order, deleted again within shredDelay: see recordFirst.)
 func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
 	ctx = WithCorrelationID(ctx, req.CorrelationID)
 	var secrets *heldSecrets
@@ -57,11 +59,10 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 			secrets, err = h.holdToken(ctx, orderID, cmd.PaymentToken, now)
 			return err
 		},
-		discard: func(ctx context.Context, orderID string) {
-			if err := h.shred(ctx, orderID); err != nil {
-				h.log.WarnContext(ctx, "unused order key not deleted; the reconciler deletes it after the intent retention", "order_id", orderID, "err", err)
-			}
-		},
+		// The order of an unused key never exists: the key is deleted
+		// within shredDelay, or by the reconciler after the intent
+		// retention should this process stop first.
+		discard: func(_ context.Context, orderID string) { h.shredSoon(orderID) },
 	}
 	run, err := h.beginIntent(ctx, req, cmd.Canonical(), prep, nil)
 	if err != nil {
@@ -306,41 +307,34 @@ type orderState struct {
 }
 
 // placeClaimed is finishClaim for the request that recorded the order's
-// intent and is still alone on it, holding the order's data key: it appends
-// OrderPlaced and marks the reservation ordered concurrently, each its own
-// append, and returns the order as placed without reading it back
-// (OrderPlaced is derived from the claim and the held token, so whoever
-// wrote it first wrote the same). The reservation is marked at the
-// revision this process knows; a conflict there falls back to reading it.
-// Dropping the held token from the key table and making the key due at the
-// payment deadline (Keys.Placed) is left to payAndWait, and to the process
-// manager's follow-up of OrderPlaced: once the order has ended its key is
-// deleted instead.
-//
-// When this request stored the sealed token itself (sec.sealed), the key
-// table is not read: the row holds exactly that token, and while the
-// request is alone nothing can have deleted the row or placed the order
-// with another token (the row is due at the intent's retention, longer
-// than the lease, and only this request's refusal or a placed order's end
-// deletes it; see ARCHITECTURE.md, "Performance"). A process manager that
-// placed the order meanwhile wrote the same event, which the append
-// repeats idempotently. Otherwise (another request's token is held) the
-// token is read while the key is made due at the payment deadline
+// intent and is still alone on it, holding the order's data key: it reads
+// the held token while making the key due at the payment deadline
 // (Keys.Placing, one round trip; a key gone since means no token, as in
-// finishClaim).
+// finishClaim), appends OrderPlaced and marks the reservation ordered
+// concurrently, each its own append, and returns the order as placed without
+// reading it back (OrderPlaced is derived from the claim and the held token,
+// so whoever wrote it first wrote the same). The reservation is marked at
+// the revision this process knows; a conflict there falls back to reading
+// it. Dropping the held token from the key table (Keys.Placed) is left to
+// payAndWait: once the order has ended its key is deleted instead.
+//
+// Keys.Placing stays a statement of its own even though this request holds
+// the token it stored: the key must be due at the payment deadline before
+// OrderPlaced commits, so that a process stopped right after it (nothing
+// left to drop the token or end the order) still has the key deleted at
+// the deadline; it cannot be due earlier at Keys.Create, since an order
+// placed late (recovery after a crash, a repeat after the lease) must keep
+// its key until its own deadline (ARCHITECTURE.md, "Performance").
 func (h *Handler) placeClaimed(ctx context.Context, c domain.OrderClaimed, claimID string, claimedAt time.Time, sec *heldSecrets) (*orderState, error) {
 	deadline := claimedAt.Add(h.cfg.PaymentDeadline)
-	held, exists := sec.sealed, true
-	if held == nil || h.cfg.IntentRetention < h.cfg.IntentLease {
-		var err error
-		if held, exists, err = h.keys.Placing(ctx, c.OrderID, deadline); err != nil {
-			return nil, unavailable(err)
-		}
-		if exists && held == nil {
-			// Placed already (the token went to the order stream): read it.
-			_, err := h.finishClaim(ctx, c, claimID, claimedAt)
-			return nil, err
-		}
+	held, exists, err := h.keys.Placing(ctx, c.OrderID, deadline)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if exists && held == nil {
+		// Placed already (the token went to the order stream): read it.
+		_, err := h.finishClaim(ctx, c, claimID, claimedAt)
+		return nil, err
 	}
 	dk := sec.dk
 	if !exists {
@@ -446,7 +440,15 @@ func (h *Handler) releaseSeats(ctx context.Context, showID, reservationID, reaso
 			return err
 		}
 		m.OccurredAt = now
-		_, err = h.appendEvents(ctx, domain.ShowStream(showID), e.expected(), m, pending{DerivedID(cause, "seats-released"), evs[0]})
+		res, err := h.appendEvents(ctx, domain.ShowStream(showID), e.expected(), m, pending{DerivedID(cause, "seats-released"), evs[0]})
+		if err == nil {
+			// The snapshot (held under the show's lock) follows the
+			// append, so the next hold batch need not read it back.
+			prev := e.last
+			e.show.Apply(evs[0])
+			e.exists, e.last = true, res.NextRevision
+			h.holds.advanceOwn(showID, prev, res.NextRevision)
+		}
 		return err
 	})
 	if errors.Is(err, domain.ErrContention) {

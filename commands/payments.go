@@ -98,6 +98,7 @@ func (h *Handler) drivePayment(ctx context.Context, orderID string, known *order
 	st := driveState{known: known}
 	if known != nil {
 		st.dk = known.dk
+		st.placing = known.dk != nil && len(known.o.Attempts) == 0
 	}
 	for range maxDriveSteps {
 		var o domain.Order
@@ -129,7 +130,7 @@ func (h *Handler) drivePayment(ctx context.Context, orderID string, known *order
 		}
 		next, err := h.paymentStep(ctx, o, s, now, &st)
 		if errors.Is(err, errRetry) {
-			st.known = nil
+			st.known, st.placing = nil, false
 			continue
 		}
 		if err != nil {
@@ -159,25 +160,35 @@ type driveState struct {
 	// dk is the order's data key as the request that placed the order
 	// holds it; nil reads it from the key table.
 	dk *envelope.DataKey
+	// placing is true while the drive is the placing request's, starting
+	// from the order it just placed alone (placeClaimed, holding dk),
+	// until its first lease append (see advance).
+	placing bool
 }
 
-// advance records in st that this call's lease events evs were appended to
-// s at its revision, ending at revision last: the next step, which follows
-// at once (stepAgain), starts from o with them applied, without reading
-// the stream's tail. The append at the expected revision made o the
-// order's exact state at its commit; what another request may append after
-// it (a cancel) can as well come a moment after a tail read, so the read
-// would only move the instant the send decides on by one round trip, never
-// close the race: a send racing a cancel is what the cancel protocol
-// settles (the order ends cancelled once the send settled, a charge
-// refunded). A state the next step reaches after a backoff (recordPaymentFrom
-// with stepLater) still reads the tail (orderState.tail).
+// advance records in st that events evs were appended to s at its revision,
+// ending at revision last: the next step starts from o with them applied.
+// It reads the stream's tail first (orderState.tail: a cancel may have come
+// since), except right after the first lease of the order's placing
+// request (driveState.placing), which goes on to the send at once.
+//
+// Why that one may skip the read: the lease append at the expected
+// revision made o the order's exact state at its commit, one round trip
+// ago; a cancel committed after it could as well commit right after a tail
+// read, so the read would move the instant the send decides on by one round
+// trip without closing the race. A send racing a cancel is what the cancel
+// protocol settles (the order ends cancelled once the send settled, a
+// charge refunded: net 0). Every other drive (the process manager, the
+// reconciler, a repeat, a lease taken over) reads the tail, so a cancel
+// recorded before their send is still seen (ARCHITECTURE.md, "Performance").
 func (st *driveState) advance(o domain.Order, s *stream, last eventstore.Revision, evs ...domain.Event) {
 	for _, e := range evs {
 		o.Apply(e)
 	}
 	events := append(append([]domain.Event(nil), s.events...), evs...)
-	st.known = &orderState{o: o, s: &stream{name: s.name, records: s.records, exists: true, last: last, events: events}}
+	tail := !st.placing
+	st.placing = false
+	st.known = &orderState{o: o, s: &stream{name: s.name, records: s.records, exists: true, last: last, events: events}, tail: tail}
 }
 
 // readOrderTail brings o, folded from s, up to the order stream's head by
