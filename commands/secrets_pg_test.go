@@ -387,7 +387,7 @@ func TestPGConcurrentFirstRequestsLeaveOneKey(t *testing.T) {
 	f.eventually(10*time.Second, "the order to confirm", func() bool {
 		return f.order(h, orderID).Status == domain.OrderStatusConfirmed
 	})
-	f.eventually(5*time.Second, "the key to be deleted", func() bool { return f.keyRows() == 0 })
+	f.eventually(30*time.Second, "the key to be deleted (within the shredder's delay)", func() bool { return f.keyRows() == 0 })
 	if net, n := f.charges(orderID); net != 1500 || n != 1 {
 		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
 	}
