@@ -390,7 +390,8 @@ func (s *intentHints) has(stream string) bool {
 }
 
 // recordIntent appends a new intent's IntentRecorded at exp and returns its
-// run (not yet applied: see recorded) and the append's result.
+// run (the intent applied; its revision and lease start are set by
+// recorded once the append succeeded) and the append's result.
 //
 // If the answer is lost, appendEvents repeats this append (same event id,
 // same expected revision) to learn whether the intent was recorded: success

@@ -309,6 +309,32 @@ func (s *keyShredder) add(h *Handler, orderID string, now bool) *shredBatch {
 	return b
 }
 
+// FlushShreds sends the key deletes waiting in this process at once (see
+// keyShredder) and waits for them, or for ctx's end: call it when the
+// process stops, before its pool closes. What it cannot delete is left to
+// the process manager and the reconciler's due sweep.
+func (h *Handler) FlushShreds(ctx context.Context) {
+	s := &h.shredder
+	s.mu.Lock()
+	var waiting []*shredBatch
+	seen := map[*shredBatch]bool{}
+	for _, b := range s.of {
+		if !seen[b] {
+			seen[b] = true
+			waiting = append(waiting, b)
+		}
+	}
+	s.mu.Unlock()
+	for _, b := range waiting {
+		s.send(h, b) // a no-op for a batch in flight
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // send sends b's delete unless it was sent already, and records the
 // outcome: the deleted keys are noted in the written set before they leave
 // the shredder, so a later shred finds them deleted.

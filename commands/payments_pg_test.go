@@ -161,6 +161,7 @@ func (f *pgFix) handler(executor string, tune func(*Config), opts ...Option) *Ha
 		tune(&cfg)
 	}
 	h := New(cfg, f.events(), f.clock, f.client, newTestRegistry(), f.log.With("executor", executor), append([]Option{WithKeys(f.keys)}, opts...)...)
+	f.t.Cleanup(func() { h.FlushShreds(context.Background()) }) // before the pool closes
 	f.recv.CompareAndSwap(nil, h)
 	return h
 }

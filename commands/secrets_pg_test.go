@@ -106,6 +106,7 @@ func TestPGPaymentSecretsAtRest(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Executor = "pg-secrets"
 	h := New(cfg, store, f.clock, f.client, newTestRegistry(), f.log, WithKeys(f.keys))
+	t.Cleanup(func() { h.FlushShreds(context.Background()) }) // before the pool closes
 	f.recv.Store(h)
 	ctx := context.Background()
 
@@ -344,6 +345,7 @@ func TestPGConcurrentFirstRequestsLeaveOneKey(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Executor = "pg-dup"
 	h := New(cfg, f.events(), f.clock, blockedPayments{Payments: f.client, release: release}, newTestRegistry(), f.log, WithKeys(f.keys))
+	t.Cleanup(func() { h.FlushShreds(context.Background()) }) // before the pool closes
 	ctx := context.Background()
 	res, _, err := h.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: f.mustShow(h), Quantity: 1})
 	if err != nil {

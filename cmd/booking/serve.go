@@ -282,6 +282,7 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	stopWorkers()
 	workers.Wait()
+	h.FlushShreds(sctx) // the ended orders' keys waiting to be deleted
 	return err
 }
 
