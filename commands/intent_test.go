@@ -170,3 +170,66 @@ func TestIntentAgeIsTheServiceClock(t *testing.T) {
 		t.Fatalf("repeat an hour later = %s, replayed %t, %v; want a replay of %s", again.ID, out.Replayed, err, first.ID)
 	}
 }
+
+// TestRepeatOnAnotherProcessIsAReplay shows a repeat reaching a process
+// that has not seen its intent (recordFirst: the append at no stream
+// conflicts, then the intent is read) answered exactly as on the process
+// that recorded it: the same reservation and order, replayed; a different
+// body is 422; nothing more is appended to the intent streams; and the key
+// row the order repeat made for an order that never exists is deleted.
+func TestRepeatOnAnotherProcessIsAReplay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, clock, keys, pay := newMemStore(), newFakeClock(payT0), newMemKeys(), newFakePayments()
+	store.SetClock(clock)
+	handler := func(exec string) *Handler {
+		cfg := DefaultConfig()
+		cfg.Executor = exec
+		return New(cfg, store, clock, pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithKeys(keys))
+	}
+	a, b := handler(execA), handler(execB)
+	show, _, err := a.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
+		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(48 * time.Hour), Capacity: 2, Price: payPrice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, cmd := aliceReserves(show.ID, "k", 1)
+	first, out, err := a.ReserveSeats(ctx, req, cmd)
+	if err != nil || out.Replayed {
+		t.Fatalf("ReserveSeats on A = %+v, %v", out, err)
+	}
+	again, out, err := b.ReserveSeats(ctx, req, cmd)
+	if err != nil || !out.Replayed || again.ID != first.ID {
+		t.Fatalf("repeat on B = %s, replayed %t, %v; want a replay of %s", again.ID, out.Replayed, err, first.ID)
+	}
+	_, cmd2 := aliceReserves(show.ID, "k", 2)
+	if _, _, err := b.ReserveSeats(ctx, req, cmd2); !errors.Is(err, domain.ErrKeyReused) {
+		t.Fatalf("repeat on B with another body = %v, want the key-reused error (422)", err)
+	}
+
+	oreq := Request{Actor: "alice", Operation: OpPlaceOrder, Key: "o", Wait: 10 * time.Second}
+	ocmd := PlaceOrderCommand{ReservationID: first.ID, PaymentToken: "tok_visa"}
+	placed, err := a.PlaceOrder(ctx, oreq, ocmd)
+	if err != nil || placed.Replayed || placed.Order.Status != domain.OrderStatusConfirmed {
+		t.Fatalf("PlaceOrder on A = %+v, %v; want a new confirmed order", placed, err)
+	}
+	replay, err := b.PlaceOrder(ctx, oreq, ocmd)
+	if err != nil || !replay.Replayed || replay.Order.ID != placed.Order.ID || replay.Order.Status != domain.OrderStatusConfirmed {
+		t.Fatalf("repeat of the order on B = %+v, %v; want a replay of confirmed order %s", replay, err, placed.Order.ID)
+	}
+	for _, intent := range []Request{req, oreq} {
+		recs, err := store.ReadStream(ctx, IntentStream(intent.Actor, intent.Operation, intent.Key), 0, 0)
+		if err != nil || len(recs) != 1 || recs[0].Type != "IntentRecorded" {
+			t.Errorf("intent %s: %d events, %v; want IntentRecorded only", intent.Operation, len(recs), err)
+		}
+	}
+	if net, n := pay.net(); net != payPrice.Amount || n != 1 {
+		t.Errorf("provider: net %d over %d charges, want %d over 1", net, n, payPrice.Amount)
+	}
+	for deadline := time.Now().Add(30 * time.Second); keys.len() != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d key rows 30 s after the order ended and its repeat, want 0", keys.len())
+		}
+		time.Sleep(20 * time.Millisecond) // polling for a state, with a deadline
+	}
+}
