@@ -326,7 +326,7 @@ func (h *Handler) FlushShreds(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	for _, b := range waiting {
-		s.send(h, b) // a no-op for a batch in flight
+		go s.send(h, b) // a no-op for a batch in flight
 		select {
 		case <-b.done:
 		case <-ctx.Done():
