@@ -82,6 +82,9 @@ type queue struct {
 	b     *bound
 	// logTime is the log clock after the batch (see projection_checkpoints.log_time).
 	logTime time.Time
+	// pruned, when set by finish, becomes b.pruned once the transaction
+	// has committed.
+	pruned time.Time
 }
 
 // add queues the statement tmpl (with {table} placeholders) with args.
@@ -94,6 +97,10 @@ type bound struct {
 	rename map[string]string // base table → actual table
 	cache  map[string]string // template → SQL
 	repl   *strings.Replacer
+	// pruned is the latest retention cutoff up to which rows were deleted
+	// in a committed transaction of this bound (the intents view; zero
+	// until the first), see intentsFold.finish.
+	pruned time.Time
 }
 
 func bind(p *Projection, rename map[string]string) *bound {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/fanout"
 	"github.com/retrysafe/booking/internal/tick"
 )
 
@@ -56,6 +57,7 @@ type Projector struct {
 	p          *Projection
 	b          *bound
 	maxBatch   int
+	linger     time.Duration
 	yield      func(ctx context.Context) (bool, error)
 	yieldEvery time.Duration
 	// beforeCommit is a test-only fault point: called inside each batch's
@@ -75,6 +77,24 @@ func WithMaxBatch(n int) ProjectorOption {
 		if n > 0 {
 			p.maxBatch = n
 		}
+	}
+}
+
+// DefaultLinger is the linger `booking serve` gives its projectors
+// (WithLinger): a read model trails the log by at most about this much more
+// than the shared reader's own delay while events keep coming.
+const DefaultLinger = 250 * time.Millisecond
+
+// WithLinger makes Run gather the events that arrive within d of the first
+// one waiting (up to the batch bound, WithMaxBatch) and apply them in one
+// transaction: one BEGIN, checkpoint fence, SELECT and upsert per table and
+// COMMIT for all of them, instead of one such transaction per batch the log
+// happens to deliver (ARCHITECTURE.md, "Performance"). It adds at most d to
+// the read model's lag. d <= 0 (the default) applies each delivered batch
+// at once.
+func WithLinger(d time.Duration) ProjectorOption {
+	return func(p *Projector) {
+		p.linger = max(d, 0)
 	}
 }
 
@@ -118,9 +138,10 @@ func (pr *Projector) Run(ctx context.Context, log Log) error {
 	for {
 		cp, err := loadCheckpoint(ctx, pr.pool, pr.p.name)
 		if err == nil {
-			err = log.SubscribeAll(ctx, cp.pos, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
-				return pr.applyAll(ctx, &cp, batch)
-			})
+			err = fanout.Linger(ctx, log, cp.pos, fanout.LingerConfig{Delay: pr.linger, Max: pr.maxBatch},
+				func(ctx context.Context, batch, _ []eventstore.RecordedEvent) error {
+					return pr.applyAll(ctx, &cp, batch)
+				})
 		}
 		if errors.Is(context.Cause(ctx), errYielded) {
 			return nil
@@ -271,13 +292,15 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 
 	// 3. Write.
 	write := &pgx.Batch{}
+	queues := make([]queue, len(bs))
 	for i, b := range bs {
 		for _, l := range folds[i].loaders() {
 			if args := l.written(); args != nil {
 				write.Queue(b.sql(l.table().upsertSQL()), args...)
 			}
 		}
-		folds[i].finish(&queue{batch: write, b: b, logTime: to.logTime})
+		queues[i] = queue{batch: write, b: b, logTime: to.logTime}
+		folds[i].finish(&queues[i])
 	}
 	if write.Len() > 0 {
 		if err := tx.SendBatch(ctx, write).Close(); err != nil {
@@ -291,6 +314,11 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return from, fmt.Errorf("projections: commit batch up to %s: %w", to.pos, err)
+	}
+	for i, b := range bs {
+		if queues[i].pruned.After(b.pruned) {
+			b.pruned = queues[i].pruned
+		}
 	}
 	return to, nil
 }
