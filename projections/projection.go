@@ -101,6 +101,31 @@ type bound struct {
 	// in a committed transaction of this bound (the intents view; zero
 	// until the first), see intentsFold.finish.
 	pruned time.Time
+	// caches holds a rowCache per loaded table of a live projector
+	// (withCaches); nil otherwise.
+	caches map[string]*rowCache
+}
+
+// withCaches gives b a rowCache for each table it loads (not the merge
+// tables).
+func (b *bound) withCaches() *bound {
+	b.caches = map[string]*rowCache{}
+	for _, l := range b.p.begin().loaders() {
+		if l.table().merge == "" {
+			b.caches[l.table().name] = newRowCache()
+		}
+	}
+	return b
+}
+
+// cacheOf returns the cache of table, nil if none.
+func (b *bound) cacheOf(t *tableSpec) *rowCache { return b.caches[t.name] }
+
+// clearCaches empties every cache of b.
+func (b *bound) clearCaches() {
+	for _, c := range b.caches {
+		c.clear()
+	}
 }
 
 func bind(p *Projection, rename map[string]string) *bound {

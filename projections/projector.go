@@ -112,7 +112,7 @@ func WithYield(every time.Duration, should func(ctx context.Context) (bool, erro
 // NewProjector returns a Projector of p on pool. The pool's database must
 // have the migrations applied.
 func NewProjector(pool *pgxpool.Pool, p *Projection, opts ...ProjectorOption) *Projector {
-	pr := &Projector{pool: pool, p: p, b: bind(p, nil), maxBatch: DefaultMaxBatch}
+	pr := &Projector{pool: pool, p: p, b: bind(p, nil).withCaches(), maxBatch: DefaultMaxBatch}
 	for _, o := range opts {
 		o(pr)
 	}
@@ -136,6 +136,7 @@ func (pr *Projector) Run(ctx context.Context, log Log) error {
 		go pr.watchYield(ctx, cancel)
 	}
 	for {
+		pr.b.clearCaches() // the tables may have changed since (a rebuild, another instance)
 		cp, err := loadCheckpoint(ctx, pr.pool, pr.p.name)
 		if err == nil {
 			err = fanout.Linger(ctx, log, cp.pos, fanout.LingerConfig{Delay: pr.linger, Max: pr.maxBatch},
@@ -179,6 +180,7 @@ func (pr *Projector) applyAll(ctx context.Context, cp *checkpoint, batch []event
 		n := min(len(envs), pr.maxBatch)
 		next, err := applyBatch(ctx, pr.pool, []*bound{pr.b}, envs[:n], *cp, applyOptions{fence: pr.p.name, beforeCommit: pr.beforeCommit})
 		if err != nil {
+			pr.b.clearCaches() // the batch may have changed cached rows in memory
 			return err
 		}
 		*cp = next
@@ -248,6 +250,9 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 	var loadAt []*bound
 	for i, b := range bs {
 		for _, l := range folds[i].loaders() {
+			if c := b.cacheOf(l.table()); c != nil {
+				l.useCache(c)
+			}
 			if keys := l.keys(); len(keys) > 0 {
 				read.Queue(b.sql(l.table().selectSQL()), keys)
 				loads = append(loads, l)
@@ -318,6 +323,15 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 	for i, b := range bs {
 		if queues[i].pruned.After(b.pruned) {
 			b.pruned = queues[i].pruned
+		}
+		if !queues[i].pruned.IsZero() {
+			b.clearCaches() // rows were deleted
+			continue
+		}
+		for _, l := range folds[i].loaders() {
+			if c := b.cacheOf(l.table()); c != nil {
+				l.keepIn(c)
+			}
 		}
 	}
 	return to, nil

@@ -171,6 +171,9 @@ func (f *ordersFold) route(e *envelope) error {
 	if !orderEvents[e.typ] {
 		return nil
 	}
+	if e.opens("OrderPlaced") {
+		return f.orders.needOpened(e.rowKey(orderPrefix))
+	}
 	return f.orders.needKey(e.rowKey(orderPrefix))
 }
 
@@ -320,6 +323,9 @@ func (f *reservationsFold) finish(*queue)        {}
 func (f *reservationsFold) route(e *envelope) error {
 	if reservationEvents[e.typ] == "" {
 		return nil
+	}
+	if e.opens("ReservationHeld") {
+		return f.res.needOpened(e.rowKey(reservationPrefix))
 	}
 	return f.res.needKey(e.rowKey(reservationPrefix))
 }
@@ -495,9 +501,15 @@ func (f *showsFold) finish(*queue)        {}
 func (f *showsFold) route(e *envelope) error {
 	switch e.typ {
 	case "ShowScheduled", "SeatsHeld", "SeatsReleased":
+		if e.opens("ShowScheduled") {
+			return f.shows.needOpened(e.rowKey(showPrefix))
+		}
 		return f.shows.needKey(e.rowKey(showPrefix))
 	}
 	if reservationEvents[e.typ] != "" {
+		if e.opens("ReservationHeld") {
+			return f.res.needOpened(e.rowKey(reservationPrefix))
+		}
 		return f.res.needKey(e.rowKey(reservationPrefix))
 	}
 	return nil
@@ -734,9 +746,15 @@ func (f *intentsFold) intentKey(e *envelope) (string, error) {
 func (f *intentsFold) route(e *envelope) error {
 	switch e.typ {
 	case "IntentRecorded", "IntentResumed", "IntentRejected":
+		if e.opens("IntentRecorded") {
+			return f.intents.needOpened(f.intentKey(e))
+		}
 		return f.intents.needKey(f.intentKey(e))
 	}
 	if t, ok := targetEvents[e.typ]; ok {
+		if openingEvents[e.typ] && e.revision == 0 {
+			return f.targets.needOpened(e.rowKey(t.prefix))
+		}
 		return f.targets.needKey(e.rowKey(t.prefix))
 	}
 	return nil
