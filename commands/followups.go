@@ -36,8 +36,8 @@ const FollowUpsName = "process-manager"
 // for requests that stopped, and its added delay is at most followUpRound
 // (ARCHITECTURE.md, "Performance").
 const (
-	followUpAge   = 500 * time.Millisecond
-	followUpRound = 1000 * time.Millisecond
+	followUpAge   = time.Second
+	followUpRound = 2 * time.Second
 )
 
 // RunFollowUps is the process manager: it follows the log from its

@@ -112,8 +112,8 @@ type plannedJob struct {
 // reading and one checkpoint statement per round, not per job
 // (ARCHITECTURE.md, "Performance").
 const (
-	scheduleRound   = 500 * time.Millisecond
-	checkpointEvery = time.Second
+	scheduleRound   = time.Second
+	checkpointEvery = 2 * time.Second
 )
 
 // delayedFollower follows the log and runs each event's job once the

@@ -110,7 +110,9 @@ func (s *rowSet[R]) needKey(key string, err error) error {
 // table holds what its projection folded from the log up to its checkpoint
 // (the checkpoint commits with the rows), and none of the stream's events
 // lies there, since the batch, which starts after the checkpoint, holds the
-// first. Not used in a bulk fill, whose rows stay across chunks.
+// first. That holds only for a batch whose checkpoint fence is in its own
+// transaction (a live projector): applyBatch calls loadOpened for any other.
+// Not used in a bulk fill, whose rows stay across chunks.
 func (s *rowSet[R]) needOpened(key string, err error) error {
 	if err == nil && s.bulk == nil && !s.want[key] {
 		s.fresh[key] = true
@@ -147,6 +149,10 @@ type rowLoader interface {
 	// keepIn puts every row of the batch into c (after the commit).
 	useCache(c *rowCache)
 	keepIn(c *rowCache)
+	// loadOpened makes the keys needOpened marked loaded like any other:
+	// a batch applied without a checkpoint fence (a rebuild's catch-up, a
+	// test's redelivery) may repeat events already in the table.
+	loadOpened()
 }
 
 func (s *rowSet[R]) table() *tableSpec { return s.spec }
@@ -162,6 +168,8 @@ func (s *rowSet[R]) keys() []string {
 	}
 	return out
 }
+
+func (s *rowSet[R]) loadOpened() { clear(s.fresh) }
 
 func (s *rowSet[R]) useCache(c *rowCache) {
 	for k := range s.want {

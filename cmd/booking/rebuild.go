@@ -171,7 +171,7 @@ func (c *rebuildCmd) showProgress(w io.Writer) bool {
 
 // newProjector returns the live projector of p for `booking serve`: it
 // applies what arrives within projections.DefaultLinger in one transaction,
-// and checks every second for a waiting rebuild and then hands over its
+// and checks every yieldEvery for a waiting rebuild and then hands over its
 // lock. Projectors made with one rebuildWaits share its check.
 func newProjector(pool *pgxpool.Pool, locks *pgcoord.Locks, p *projections.Projection) *projections.Projector {
 	return newSharedProjector(pool, newRebuildWaits(locks), p)
@@ -187,7 +187,7 @@ func newSharedProjector(pool *pgxpool.Pool, waits *rebuildWaits, p *projections.
 }
 
 // yieldEvery is how often a live projector checks for a waiting rebuild.
-const yieldEvery = time.Second
+const yieldEvery = 2 * time.Second
 
 // rebuildWaits answers the live projectors' "does a rebuild wait for my
 // lock?" with one statement for all of them (pgcoord.Locks.WaitingAmong of

@@ -88,12 +88,12 @@ func RelayConfig(cfg Config, log *slog.Logger) notify.RelayConfig {
 }
 
 // RelayCheckpointEvery is how often, at most, the relay of `booking serve`
-// saves its checkpoint while it publishes: one statement per half second
-// instead of one per 100 ms (ARCHITECTURE.md, "Performance"). A fail-over
+// saves its checkpoint while it publishes: one statement per second instead
+// of one per 100 ms (ARCHITECTURE.md, "Performance"). A fail-over
 // republishes at most this much more, which JetStream's duplicate window
 // drops (it is part of notify.RelayConfig.FailoverTime, which the window
 // must exceed).
-const RelayCheckpointEvery = 500 * time.Millisecond
+const RelayCheckpointEvery = time.Second
 
 // Connect connects to the NATS server at serverURL (one URL or a
 // comma-separated list) as client name, reconnecting for ever after the first
