@@ -19,9 +19,9 @@ import (
 // reconciler, projectors, relay, leases and locks — counted over
 // budgetBookings bookings until everything has settled (ARCHITECTURE.md,
 // "Performance", "Whole-service statement budget"). It guards what has been
-// reached: 33 per booking when 200 bookings took 14 s (measured before the
-// projectors' row cache and implicit transactions), 40 when a fully loaded
-// machine stretches them to over 3 minutes (the background's
+// reached: 32.8 per booking when 200 bookings took 72 s on a loaded
+// machine, 40 when a fully loaded one stretches them to over 3 minutes (the
+// background's
 // per-second statements — polls, rounds, checkpoints — then weigh more per
 // booking), from 65 and 130 before; the request path (18) and its clock
 // reads (about 9) are most of it. The goal is wholeServiceGoal, and the
