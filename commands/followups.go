@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/fanout"
 )
 
 // Log is the global event log as the process manager reads it.
@@ -24,6 +26,20 @@ type Checkpoints interface {
 // FollowUpsName is the checkpoint name of the process manager.
 const FollowUpsName = "process-manager"
 
+// The process manager's pace (fanout.LingerConfig): it handles an event
+// once followUpAge has passed since the event reached this process, in
+// rounds at most followUpRound apart, and saves its checkpoint once per
+// round. The request that wrote a commit point appends its follow-ups
+// inline within that time as a rule, so the process manager then finds them
+// done (Handler.written, and the order's later events in the rounds' look
+// ahead) instead of repeating reads and no-op appends; it is a safety net
+// for requests that stopped, and its added delay is at most followUpRound
+// (ARCHITECTURE.md, "Performance").
+const (
+	followUpAge   = time.Second
+	followUpRound = 2 * time.Second
+)
+
 // RunFollowUps is the process manager: it follows the log from its
 // checkpoint and finishes every follow-up step with the same deterministic
 // ids and expected revisions as the inline path, so a crash between steps
@@ -31,10 +47,13 @@ const FollowUpsName = "process-manager"
 // identities). Payments of placed orders are
 // driven asynchronously (they wait on leases and the provider). It blocks
 // until ctx is done; the caller holds the lock that makes it the only
-// instance across replicas. The checkpoint advances after each batch is
-// handled, so a crash replays at most one batch, harmlessly. A follow-up
-// whose events this process already appended (the request or a payment step
-// wrote them: Handler.written) is recognised without reading or appending.
+// instance across replicas. Events are handled in rounds (followUpAge,
+// followUpRound) and the checkpoint advances after each round is handled,
+// so a crash replays at most one round, harmlessly. A follow-up whose
+// events this process already appended (the request or a payment step
+// wrote them: Handler.written) is recognised without reading or appending,
+// and so is one that a later event of the same order, already received,
+// makes moot (followUpAhead).
 func (h *Handler) RunFollowUps(ctx context.Context, log Log, cps Checkpoints) error {
 	from, err := cps.Load(ctx, FollowUpsName)
 	if err != nil {
@@ -42,17 +61,76 @@ func (h *Handler) RunFollowUps(ctx context.Context, log Log, cps Checkpoints) er
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	return log.SubscribeAll(ctx, from, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
-		for _, r := range batch {
-			if err := h.followUp(ctx, r, &wg); err != nil {
+	cfg := fanout.LingerConfig{Delay: followUpRound, Age: followUpAge}
+	return fanout.Linger(ctx, log, from, cfg, func(ctx context.Context, ready, ahead []eventstore.RecordedEvent) error {
+		later := newFollowUpAhead(ready, ahead)
+		for i, r := range ready {
+			if err := h.followUp(ctx, r, later.at(i, r.Stream), &wg); err != nil {
 				return fmt.Errorf("process manager: %s@%d (%s): %w", r.Stream, r.Revision, r.Type, err)
 			}
 		}
-		return cps.Save(ctx, FollowUpsName, batch[len(batch)-1].Position)
+		return cps.Save(ctx, FollowUpsName, ready[len(ready)-1].Position)
 	})
 }
 
-func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *sync.WaitGroup) error {
+// Order events by what they mean to the process manager (event types).
+var (
+	// driveEvents make it drive the order's payment.
+	driveEvents = map[string]bool{"OrderPlaced": true, "PaymentOutcomeUnknown": true, "OrderCancelRequested": true}
+	// endEvents end the order: nothing is left to drive until a later
+	// driveEvents event (an OrderCancelRequested after a confirmation).
+	endEvents = map[string]bool{"OrderConfirmed": true, "OrderFailed": true, "OrderCancelled": true, "OrderNeedsReview": true}
+)
+
+// followUpAhead is what a round of the process manager knows of the log
+// after each of its events: for each order stream, the index (in ready,
+// then ahead) of its last event that drives or ends the order, and of its
+// last event after which the order can send no more (endsSending). Every
+// such event is committed, so what follows from it holds whatever else
+// happens: a drive of the order before a later drive or end is moot (the
+// later event drives it, or the order has ended, which DrivePayment would
+// read and stop at), and dropping the order's held token (Keys.Placed)
+// before its key is deleted is moot (the later event deletes the key, and it
+// is handled before the checkpoint passes it).
+type followUpAhead struct {
+	lastDrive, lastEnd map[string]int
+}
+
+// laterOf is what followUpAhead says of one event.
+type laterOf struct {
+	// drive: a later event drives or ends the same order.
+	drive bool
+	// ends: after a later event the order can send no more.
+	ends bool
+}
+
+func newFollowUpAhead(ready, ahead []eventstore.RecordedEvent) followUpAhead {
+	a := followUpAhead{lastDrive: map[string]int{}, lastEnd: map[string]int{}}
+	note := func(i int, r *eventstore.RecordedEvent) {
+		if driveEvents[r.Type] || endEvents[r.Type] {
+			a.lastDrive[r.Stream] = i
+		}
+		if endEvents[r.Type] || r.Type == "OrderCancelRequested" { // endsSending
+			a.lastEnd[r.Stream] = i
+		}
+	}
+	for i := range ready {
+		note(i, &ready[i])
+	}
+	for i := range ahead {
+		note(len(ready)+i, &ahead[i])
+	}
+	return a
+}
+
+// at returns what is known after the i-th ready event, of stream.
+func (a followUpAhead) at(i int, stream string) laterOf {
+	d, okD := a.lastDrive[stream]
+	e, okE := a.lastEnd[stream]
+	return laterOf{drive: okD && d > i, ends: okE && e > i}
+}
+
+func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, later laterOf, wg *sync.WaitGroup) error {
 	if !h.registry.Known(r.Type) {
 		return nil
 	}
@@ -96,8 +174,9 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 		switch e := ev.(type) {
 		case domain.OrderPlaced:
 			// The order carries the token now: drop it from the key table
-			// (unless this process's request did, or the key is gone).
-			if !h.written.has(keyPlaced(orderID)) && !h.written.has(keyShredded(orderID)) {
+			// (unless this process's request did, or the key is gone, or a
+			// later event already received deletes it).
+			if !later.ends && !h.written.has(keyPlaced(orderID)) && !h.written.has(keyShredded(orderID)) {
 				if err := h.keys.Placed(ctx, orderID, e.PaymentDeadline); err != nil {
 					return unavailable(err)
 				}
@@ -107,6 +186,9 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, wg *
 			if err := h.shred(ctx, orderID); err != nil {
 				return err
 			}
+		}
+		if later.drive {
+			return nil // a later event of the order drives it, or it has ended
 		}
 		wg.Add(1)
 		go func() {

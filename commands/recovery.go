@@ -29,7 +29,7 @@ const (
 // failed resume (a dependency down) is retried every retry without advancing
 // the checkpoint.
 func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
-	return h.delayedFollower(ctx, log, cps, RecoveryName, retry, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) (time.Time, func(context.Context) error) {
+	return h.delayedFollower(ctx, log, cps, RecoveryName, retry, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob {
 		var until time.Time
 		var op string
 		switch e := e.(type) {
@@ -38,14 +38,14 @@ func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, ret
 		case domain.IntentResumed:
 			until = e.LeaseUntil
 		default:
-			return time.Time{}, nil
+			return plannedJob{}
 		}
-		return until, func(ctx context.Context) error {
+		return plannedJob{due: until, job: func(ctx context.Context) error {
 			if h.finishedHere(r.Stream, op, r.Position) {
 				return nil
 			}
 			return h.recoverIntent(ctx, r.Stream)
-		}
+		}}
 	})
 }
 
@@ -76,16 +76,45 @@ func (h *Handler) finishedHere(stream, op string, after eventstore.Position) boo
 // RunExpiry is the expiry job: it follows the log from its checkpoint and,
 // for every SeatsHeld, waits until the hold's expires_at (database clock),
 // then writes the expiry claim if no order claimed the reservation, and
-// releases its seats. It blocks until ctx is done.
+// releases its seats. An OrderClaimed of the reservation that it reads
+// meanwhile settles the job without running it: the claim stream takes
+// exactly one claim and never changes it, so ExpireReservation would read
+// that claim and do nothing. It blocks until ctx is done.
 func (h *Handler) RunExpiry(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
-	return h.delayedFollower(ctx, log, cps, ExpiryName, retry, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) (time.Time, func(context.Context) error) {
-		held, ok := e.(domain.SeatsHeld)
-		if !ok {
-			return time.Time{}, nil
+	return h.delayedFollower(ctx, log, cps, ExpiryName, retry, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob {
+		switch e := e.(type) {
+		case domain.SeatsHeld:
+			return plannedJob{key: e.ReservationID, due: e.ExpiresAt, job: func(ctx context.Context) error { return h.ExpireReservation(ctx, e.ReservationID) }}
+		case domain.OrderClaimed:
+			if r.Stream == domain.ClaimStream(e.ReservationID) {
+				return plannedJob{settles: e.ReservationID}
+			}
 		}
-		return held.ExpiresAt, func(ctx context.Context) error { return h.ExpireReservation(ctx, held.ReservationID) }
+		return plannedJob{}
 	})
 }
+
+// plannedJob is what a delayed follower makes of one event: a job due at
+// due (none when job is nil), known by key when key is set; and settles,
+// when set, the key of a pending job that the event makes moot (it is
+// finished without running).
+type plannedJob struct {
+	key     string
+	due     time.Time
+	job     func(context.Context) error
+	settles string
+}
+
+// The delayed followers' pace: due jobs run together in rounds at most
+// scheduleRound apart (a job runs at most that late), and the checkpoint is
+// saved at most once per checkpointEvery while it moves (a restart reads
+// again at most that much more of the log, every job idempotent): one clock
+// reading and one checkpoint statement per round, not per job
+// (ARCHITECTURE.md, "Performance").
+const (
+	scheduleRound   = time.Second
+	checkpointEvery = 2 * time.Second
+)
 
 // delayedFollower follows the log and runs each event's job once the
 // database clock passes that event's own due time. Jobs are scheduled by due
@@ -98,7 +127,7 @@ func (h *Handler) RunExpiry(ctx context.Context, log Log, cps Checkpoints, retry
 // retry without holding back the others. Pending jobs are kept in memory: at
 // most one per reservation held or intent recorded within the window.
 func (h *Handler) delayedFollower(ctx context.Context, log Log, cps Checkpoints, name string, retry time.Duration,
-	plan func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) (time.Time, func(context.Context) error)) error {
+	plan func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob) error {
 	from, err := cps.Load(ctx, name)
 	if err != nil {
 		return fmt.Errorf("%s: load checkpoint: %w", name, err)
@@ -110,16 +139,18 @@ func (h *Handler) delayedFollower(ctx context.Context, log Log, cps Checkpoints,
 	go func() { done <- h.runSchedule(ctx, cps, name, retry, sched) }()
 	err = log.SubscribeAll(ctx, from, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
 		for _, r := range batch {
-			var due time.Time
-			var job func(context.Context) error
+			var p plannedJob
 			if h.registry.Known(r.Type) {
 				ev, err := h.registry.Decode(r.Type, r.Data)
 				if err != nil {
 					return err
 				}
-				due, job = plan(ctx, r, ev.(domain.Event))
+				p = plan(ctx, r, ev.(domain.Event))
 			}
-			sched.add(r.Position, due, job)
+			if p.settles != "" {
+				sched.settle(p.settles)
+			}
+			sched.addKeyed(r.Position, p.key, p.due, p.job)
 		}
 		return nil
 	})
@@ -141,6 +172,7 @@ var errNothingWaiting = errors.New("no job waiting")
 // moved; it reads the database clock only while a job waits.
 func (h *Handler) runSchedule(ctx context.Context, cps Checkpoints, name string, retry time.Duration, sched *schedule) error {
 	var saved eventstore.Position
+	var savedAt time.Time // process clock: only paces the saves
 	for {
 		wait := retry
 		var now time.Time
@@ -163,14 +195,16 @@ func (h *Handler) runSchedule(ctx context.Context, cps Checkpoints, name string,
 				sched.finish(it)
 			}
 			if next, ok := sched.next(); ok {
-				wait = min(retry, max(next.Sub(now), 5*time.Millisecond))
+				wait = min(retry, max(next.Sub(now), scheduleRound))
 			}
 		}
 		if cp := sched.checkpoint(); cp != saved {
-			if err := cps.Save(ctx, name, cp); err != nil && ctx.Err() == nil {
+			if since := time.Since(savedAt); since < checkpointEvery {
+				wait = min(wait, checkpointEvery-since)
+			} else if err := cps.Save(ctx, name, cp); err != nil && ctx.Err() == nil {
 				h.log.WarnContext(ctx, "background job: checkpoint not saved", "job", name, "err", err)
 			} else if err == nil {
-				saved = cp
+				saved, savedAt = cp, time.Now()
 			}
 		}
 		select {
@@ -193,6 +227,7 @@ type schedItem struct {
 	// at is the item's index in the due heap, -1 while the runner has it.
 	at   int
 	done bool
+	key  string // for settle; "" when the job has none
 }
 
 // schedule is the set of pending jobs of a delayed follower: a min-heap by
@@ -206,25 +241,36 @@ type schedule struct {
 	mu      sync.Mutex
 	heap    dueHeap      // jobs waiting for their due time
 	fifo    []*schedItem // pending jobs (waiting, running or retried) in arrival order
+	keyed   map[string]*schedItem
 	last    eventstore.Position
 	nextSeq int64
 	wake    chan struct{}
 }
 
 func newSchedule(from eventstore.Position) *schedule {
-	return &schedule{last: from, wake: make(chan struct{}, 1)}
+	return &schedule{last: from, wake: make(chan struct{}, 1), keyed: map[string]*schedItem{}}
 }
 
 // add records that the log has been read through pos; job, when not nil, is
 // scheduled at due.
 func (s *schedule) add(pos eventstore.Position, due time.Time, job func(context.Context) error) {
+	s.addKeyed(pos, "", due, job)
+}
+
+// addKeyed is add of a job that settle can find by key (none when key is
+// ""); keyed holds at most one entry per pending job, dropped when it
+// finishes or is settled.
+func (s *schedule) addKeyed(pos eventstore.Position, key string, due time.Time, job func(context.Context) error) {
 	s.mu.Lock()
 	earliest := false
 	if job != nil {
-		it := &schedItem{seq: s.nextSeq, prev: s.last, due: due, job: job}
+		it := &schedItem{seq: s.nextSeq, prev: s.last, due: due, job: job, key: key}
 		s.nextSeq++
 		heap.Push(&s.heap, it)
 		s.fifo = append(s.fifo, it)
+		if key != "" {
+			s.keyed[key] = it
+		}
 		earliest = it.at == 0
 	}
 	s.last = pos
@@ -258,12 +304,29 @@ func (s *schedule) due(now time.Time) []*schedItem {
 	return out
 }
 
+// settle finishes the job added under key if it is still waiting for its
+// due time (one the runner has taken runs to its end as usual).
+func (s *schedule) settle(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it := s.keyed[key]; it != nil && it.at >= 0 {
+		s.finishLocked(it)
+	}
+}
+
 // finish marks a job taken by due as done.
 func (s *schedule) finish(done *schedItem) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.finishLocked(done)
+}
+
+func (s *schedule) finishLocked(done *schedItem) {
 	if done.at >= 0 {
 		heap.Remove(&s.heap, done.at)
+	}
+	if done.key != "" && s.keyed[done.key] == done {
+		delete(s.keyed, done.key)
 	}
 	done.done = true
 	n := 0

@@ -122,3 +122,40 @@ func TestSchedule_HeapTakesDueJobsInOrderAndKeepsTheCheckpoint(t *testing.T) {
 		t.Errorf("next() reports a pending job after every job finished")
 	}
 }
+
+// TestSchedule_SettleFinishesAWaitingJobWithoutRunningIt: a keyed job that
+// an event makes moot (an order claimed the reservation) leaves the heap and
+// no longer holds the checkpoint back; a job the runner has taken is left to
+// finish as usual.
+func TestSchedule_SettleFinishesAWaitingJobWithoutRunningIt(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2027, 1, 1, 12, 0, 0, 0, time.UTC)
+	job := func(context.Context) error { return nil }
+	s := newSchedule(pos(0))
+	s.addKeyed(pos(1), "r1", t0.Add(time.Minute), job)
+	s.addKeyed(pos(2), "r2", t0, job)
+	s.add(pos(3), time.Time{}, nil)
+	s.settle("r1")
+	s.settle("unknown") // no such job: nothing happens
+	if got := s.checkpoint(); got != pos(1) {
+		t.Errorf("checkpoint() = %v, want %v (before r2, still pending)", got, pos(1))
+	}
+	taken := s.due(t0)
+	if len(taken) != 1 || taken[0].key != "r2" {
+		t.Fatalf("due(t0) = %d jobs, want only r2", len(taken))
+	}
+	s.settle("r2") // taken by the runner: it finishes it
+	if got := s.checkpoint(); got != pos(1) {
+		t.Errorf("checkpoint() after settling a running job = %v, want %v", got, pos(1))
+	}
+	s.finish(taken[0])
+	if got := s.checkpoint(); got != pos(3) {
+		t.Errorf("checkpoint() = %v, want %v (nothing pending)", got, pos(3))
+	}
+	if _, ok := s.next(); ok {
+		t.Errorf("next() reports a waiting job, want none (r1 settled)")
+	}
+	if len(s.keyed) != 0 {
+		t.Errorf("keyed holds %d jobs after all finished, want 0", len(s.keyed))
+	}
+}

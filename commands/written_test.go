@@ -74,7 +74,7 @@ func TestFollowUpsTheRequestWroteAreNotAppendedAgain(t *testing.T) {
 		before := store.appends.Load()
 		var wg sync.WaitGroup
 		for _, r := range records {
-			if err := h.followUp(ctx, r, &wg); err != nil {
+			if err := h.followUp(ctx, r, laterOf{}, &wg); err != nil {
 				t.Fatalf("followUp(%s) = %v", r.Type, err)
 			}
 		}

@@ -51,6 +51,14 @@
 // milliseconds) because an open writing transaction holds back the readable
 // horizon of the log for every reader.
 //
+// A live projector (NewProjector) also gathers what arrives within its
+// linger into one batch (WithLinger), keeps the rows its own commits wrote
+// (rowCache), and does not load the rows of streams the batch opens
+// (rowSet.needOpened). A batch that then loads nothing skips BEGIN and
+// COMMIT: one pgx.Batch in one implicit transaction, whose checkpoint fence
+// fails the whole batch when it does not match (sqlFenceOrFail). See
+// ARCHITECTURE.md, "Performance".
+//
 // An event a projection cannot decode stops its projector with an error
 // (the caller logs it and restarts it, which fails again) rather than being
 // skipped: a skipped event would leave the read model silently wrong.
@@ -58,9 +66,10 @@
 // # Intent retention
 //
 // Intent streams are purged after the intent retention. The intents view
-// follows the same rule without a clock: each batch deletes the rows of
-// intents recorded more than the retention before the log clock (the latest
-// occurred_at applied, kept in the checkpoint), so the rows of purged
+// follows the same rule without a clock: it deletes the rows of intents
+// recorded more than the retention before the log clock (the latest
+// occurred_at applied, kept in the checkpoint), the cutoff truncated to a
+// minute, whenever that cutoff moves (pruneCutoff), so the rows of purged
 // streams are gone from the live view as from a rebuild. (A purge whose
 // stream's expiry no later event has passed yet still shows in the live
 // view until one does.)

@@ -92,8 +92,13 @@ func (e *envelope) streamID(prefix string) (pgtype.UUID, error) {
 	return pgtype.UUID{Bytes: id, Valid: true}, nil
 }
 
+// opens reports whether e is an event of type typ that opens its stream
+// (revision 0), for rowSet.needOpened.
+func (e *envelope) opens(typ string) bool { return e.typ == typ && e.revision == 0 }
+
 // rowKey returns the canonical UUID text of e's stream id (prefix + a
 // UUID): the key of the row e's stream feeds.
+
 func (e *envelope) rowKey(prefix string) (string, error) {
 	id, err := e.streamID(prefix)
 	if err != nil {

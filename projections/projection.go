@@ -82,6 +82,9 @@ type queue struct {
 	b     *bound
 	// logTime is the log clock after the batch (see projection_checkpoints.log_time).
 	logTime time.Time
+	// pruned, when set by finish, becomes b.pruned once the transaction
+	// has committed.
+	pruned time.Time
 }
 
 // add queues the statement tmpl (with {table} placeholders) with args.
@@ -94,6 +97,35 @@ type bound struct {
 	rename map[string]string // base table → actual table
 	cache  map[string]string // template → SQL
 	repl   *strings.Replacer
+	// pruned is the latest retention cutoff up to which rows were deleted
+	// in a committed transaction of this bound (the intents view; zero
+	// until the first), see intentsFold.finish.
+	pruned time.Time
+	// caches holds a rowCache per loaded table of a live projector
+	// (withCaches); nil otherwise.
+	caches map[string]*rowCache
+}
+
+// withCaches gives b a rowCache for each table it loads (not the merge
+// tables).
+func (b *bound) withCaches() *bound {
+	b.caches = map[string]*rowCache{}
+	for _, l := range b.p.begin().loaders() {
+		if l.table().merge == "" {
+			b.caches[l.table().name] = newRowCache()
+		}
+	}
+	return b
+}
+
+// cacheOf returns the cache of table, nil if none.
+func (b *bound) cacheOf(t *tableSpec) *rowCache { return b.caches[t.name] }
+
+// clearCaches empties every cache of b.
+func (b *bound) clearCaches() {
+	for _, c := range b.caches {
+		c.clear()
+	}
 }
 
 func bind(p *Projection, rename map[string]string) *bound {

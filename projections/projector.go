@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/fanout"
 	"github.com/retrysafe/booking/internal/tick"
 )
 
@@ -56,6 +57,7 @@ type Projector struct {
 	p          *Projection
 	b          *bound
 	maxBatch   int
+	linger     time.Duration
 	yield      func(ctx context.Context) (bool, error)
 	yieldEvery time.Duration
 	// beforeCommit is a test-only fault point: called inside each batch's
@@ -78,6 +80,24 @@ func WithMaxBatch(n int) ProjectorOption {
 	}
 }
 
+// DefaultLinger is the linger `booking serve` gives its projectors
+// (WithLinger): a read model trails the log by at most about this much more
+// than the shared reader's own delay while events keep coming.
+const DefaultLinger = 500 * time.Millisecond
+
+// WithLinger makes Run gather the events that arrive within d of the first
+// one waiting (up to the batch bound, WithMaxBatch) and apply them in one
+// transaction: one BEGIN, checkpoint fence, SELECT and upsert per table and
+// COMMIT for all of them, instead of one such transaction per batch the log
+// happens to deliver (ARCHITECTURE.md, "Performance"). It adds at most d to
+// the read model's lag. d <= 0 (the default) applies each delivered batch
+// at once.
+func WithLinger(d time.Duration) ProjectorOption {
+	return func(p *Projector) {
+		p.linger = max(d, 0)
+	}
+}
+
 // WithYield makes Run check should every interval and return nil (giving up
 // its lock to the caller's waiting rebuild) once it reports true. Errors of
 // should are ignored (checked again at the next interval).
@@ -92,7 +112,7 @@ func WithYield(every time.Duration, should func(ctx context.Context) (bool, erro
 // NewProjector returns a Projector of p on pool. The pool's database must
 // have the migrations applied.
 func NewProjector(pool *pgxpool.Pool, p *Projection, opts ...ProjectorOption) *Projector {
-	pr := &Projector{pool: pool, p: p, b: bind(p, nil), maxBatch: DefaultMaxBatch}
+	pr := &Projector{pool: pool, p: p, b: bind(p, nil).withCaches(), maxBatch: DefaultMaxBatch}
 	for _, o := range opts {
 		o(pr)
 	}
@@ -116,11 +136,13 @@ func (pr *Projector) Run(ctx context.Context, log Log) error {
 		go pr.watchYield(ctx, cancel)
 	}
 	for {
+		pr.b.clearCaches() // the tables may have changed since (a rebuild, another instance)
 		cp, err := loadCheckpoint(ctx, pr.pool, pr.p.name)
 		if err == nil {
-			err = log.SubscribeAll(ctx, cp.pos, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
-				return pr.applyAll(ctx, &cp, batch)
-			})
+			err = fanout.Linger(ctx, log, cp.pos, fanout.LingerConfig{Delay: pr.linger, Max: pr.maxBatch},
+				func(ctx context.Context, batch, _ []eventstore.RecordedEvent) error {
+					return pr.applyAll(ctx, &cp, batch)
+				})
 		}
 		if errors.Is(context.Cause(ctx), errYielded) {
 			return nil
@@ -158,6 +180,7 @@ func (pr *Projector) applyAll(ctx context.Context, cp *checkpoint, batch []event
 		n := min(len(envs), pr.maxBatch)
 		next, err := applyBatch(ctx, pr.pool, []*bound{pr.b}, envs[:n], *cp, applyOptions{fence: pr.p.name, beforeCommit: pr.beforeCommit})
 		if err != nil {
+			pr.b.clearCaches() // the batch may have changed cached rows in memory
 			return err
 		}
 		*cp = next
@@ -187,11 +210,32 @@ type applyOptions struct {
 const sqlFence = `UPDATE projection_checkpoints SET commit_tx = $2, prepare = $3, log_time = $4, updated_at = now()
 WHERE name = $1 AND commit_tx = $5 AND prepare = $6`
 
+// sqlFenceOrFail is sqlFence for a batch sent without BEGIN: when the
+// checkpoint is not where the batch starts, it fails (division by zero,
+// SQLSTATE 22012), which rolls back the implicit transaction of the whole
+// batch; applyBatch reports that as ErrCheckpointMoved.
+const sqlFenceOrFail = `WITH moved AS (` + sqlFence + `
+RETURNING 1)
+SELECT 1 / count(*) FROM moved`
+
+// batchSender sends a pgx batch in one implicit transaction (a pool or a
+// connection outside a transaction).
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // applyBatch applies envs (in log order, all after from.pos) to every bound
-// projection in one transaction: BEGIN; one pgx batch with the checkpoint
-// fence and a SELECT of the touched rows per table; the fold in Go; one pgx
-// batch with an upsert of the changed rows per table and the projections'
-// follow-up statements; COMMIT. It returns the checkpoint after envs.
+// projection in one transaction and returns the checkpoint after envs.
+//
+// When every row the batch touches is known without a SELECT — held in the
+// projector's caches, or opened by the batch itself (rowSet.needOpened) — it
+// is one pgx batch in one implicit transaction (pgx.Conn.SendBatch): the
+// checkpoint fence, which fails the whole batch when the checkpoint moved
+// (sqlFenceOrFail), an upsert of the changed rows per table and the
+// projections' follow-up statements; no BEGIN, no COMMIT. Otherwise (and
+// always under a beforeCommit hook): BEGIN; one pgx batch with the
+// checkpoint fence and a SELECT of the rows to load per table; the fold in
+// Go; one pgx batch with the upserts and follow-up statements; COMMIT.
 func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, from checkpoint, o applyOptions) (checkpoint, error) {
 	to := checkpoint{pos: envs[len(envs)-1].pos, logTime: from.logTime}
 	for i := range envs {
@@ -200,6 +244,7 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 		}
 	}
 	folds := make([]batchFold, len(bs))
+	loadAny := false
 	for i, b := range bs {
 		folds[i] = b.p.begin()
 		for j := range envs {
@@ -207,6 +252,49 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 				return from, fmt.Errorf("projections: %s: %w", b.p.name, err)
 			}
 		}
+		for _, l := range folds[i].loaders() {
+			if o.fence == "" {
+				l.loadOpened()
+			}
+			if c := b.cacheOf(l.table()); c != nil {
+				l.useCache(c)
+			}
+			loadAny = loadAny || len(l.keys()) > 0
+		}
+	}
+	fenceArgs := []any{o.fence, int64(to.pos.Commit), int64(to.pos.Prepare), nullTime(to.logTime),
+		int64(from.pos.Commit), int64(from.pos.Prepare)}
+	moved := func() error { return fmt.Errorf("%w (%s expected at %s)", ErrCheckpointMoved, o.fence, from.pos) }
+
+	if sb, ok := db.(batchSender); ok && !loadAny && o.beforeCommit == nil {
+		if err := foldAll(bs, folds, envs); err != nil {
+			return from, err
+		}
+		write := &pgx.Batch{}
+		fenceAt := -1
+		if o.fence != "" {
+			fenceAt = write.Len()
+			write.Queue(sqlFenceOrFail, fenceArgs...)
+		}
+		queues := queueWrites(write, bs, folds, to)
+		if write.Len() > 0 {
+			br := sb.SendBatch(ctx, write)
+			for i := range write.Len() {
+				if _, err := br.Exec(); err != nil {
+					br.Close()
+					var pe *pgconn.PgError
+					if i == fenceAt && errors.As(err, &pe) && pe.Code == "22012" {
+						return from, moved()
+					}
+					return from, fmt.Errorf("projections: write batch up to %s: %w", to.pos, err)
+				}
+			}
+			if err := br.Close(); err != nil {
+				return from, fmt.Errorf("projections: commit batch up to %s: %w", to.pos, err)
+			}
+		}
+		committed(bs, folds, queues)
+		return to, nil
 	}
 
 	tx, err := db.Begin(ctx)
@@ -220,8 +308,7 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 	fenceAt := -1
 	if o.fence != "" {
 		fenceAt = read.Len()
-		read.Queue(sqlFence, o.fence, int64(to.pos.Commit), int64(to.pos.Prepare), nullTime(to.logTime),
-			int64(from.pos.Commit), int64(from.pos.Prepare))
+		read.Queue(sqlFence, fenceArgs...)
 	}
 	var loads []rowLoader
 	var loadAt []*bound
@@ -243,7 +330,7 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 		}
 		if i == fenceAt && ct.RowsAffected() != 1 {
 			br.Close()
-			return from, fmt.Errorf("%w (%s expected at %s)", ErrCheckpointMoved, o.fence, from.pos)
+			return from, moved()
 		}
 	}
 	for i, l := range loads {
@@ -261,24 +348,13 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 	}
 
 	// 2. Fold.
-	for i, b := range bs {
-		for j := range envs {
-			if err := folds[i].apply(&envs[j]); err != nil {
-				return from, fmt.Errorf("projections: %s: %w", b.p.name, err)
-			}
-		}
+	if err := foldAll(bs, folds, envs); err != nil {
+		return from, err
 	}
 
 	// 3. Write.
 	write := &pgx.Batch{}
-	for i, b := range bs {
-		for _, l := range folds[i].loaders() {
-			if args := l.written(); args != nil {
-				write.Queue(b.sql(l.table().upsertSQL()), args...)
-			}
-		}
-		folds[i].finish(&queue{batch: write, b: b, logTime: to.logTime})
-	}
+	queues := queueWrites(write, bs, folds, to)
 	if write.Len() > 0 {
 		if err := tx.SendBatch(ctx, write).Close(); err != nil {
 			return from, fmt.Errorf("projections: write batch up to %s: %w", to.pos, err)
@@ -292,7 +368,56 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 	if err := tx.Commit(ctx); err != nil {
 		return from, fmt.Errorf("projections: commit batch up to %s: %w", to.pos, err)
 	}
+	committed(bs, folds, queues)
 	return to, nil
+}
+
+// foldAll folds envs into every projection's rows.
+func foldAll(bs []*bound, folds []batchFold, envs []envelope) error {
+	for i, b := range bs {
+		for j := range envs {
+			if err := folds[i].apply(&envs[j]); err != nil {
+				return fmt.Errorf("projections: %s: %w", b.p.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// queueWrites queues the upserts of the changed rows and the projections'
+// follow-up statements on write, and returns each projection's queue.
+func queueWrites(write *pgx.Batch, bs []*bound, folds []batchFold, to checkpoint) []queue {
+	queues := make([]queue, len(bs))
+	for i, b := range bs {
+		for _, l := range folds[i].loaders() {
+			if args := l.written(); args != nil {
+				write.Queue(b.sql(l.table().upsertSQL()), args...)
+			}
+		}
+		queues[i] = queue{batch: write, b: b, logTime: to.logTime}
+		folds[i].finish(&queues[i])
+	}
+	return queues
+}
+
+// committed updates the bounds after their transaction committed: the
+// intents view's delete cutoff, and the row caches (emptied after a delete,
+// else given every row of the batch).
+func committed(bs []*bound, folds []batchFold, queues []queue) {
+	for i, b := range bs {
+		if queues[i].pruned.After(b.pruned) {
+			b.pruned = queues[i].pruned
+		}
+		if !queues[i].pruned.IsZero() {
+			b.clearCaches() // rows were deleted
+			continue
+		}
+		for _, l := range folds[i].loaders() {
+			if c := b.cacheOf(l.table()); c != nil {
+				l.keepIn(c)
+			}
+		}
+	}
 }
 
 func nullTime(t time.Time) any {

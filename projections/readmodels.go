@@ -171,6 +171,9 @@ func (f *ordersFold) route(e *envelope) error {
 	if !orderEvents[e.typ] {
 		return nil
 	}
+	if e.opens("OrderPlaced") {
+		return f.orders.needOpened(e.rowKey(orderPrefix))
+	}
 	return f.orders.needKey(e.rowKey(orderPrefix))
 }
 
@@ -320,6 +323,9 @@ func (f *reservationsFold) finish(*queue)        {}
 func (f *reservationsFold) route(e *envelope) error {
 	if reservationEvents[e.typ] == "" {
 		return nil
+	}
+	if e.opens("ReservationHeld") {
+		return f.res.needOpened(e.rowKey(reservationPrefix))
 	}
 	return f.res.needKey(e.rowKey(reservationPrefix))
 }
@@ -495,9 +501,15 @@ func (f *showsFold) finish(*queue)        {}
 func (f *showsFold) route(e *envelope) error {
 	switch e.typ {
 	case "ShowScheduled", "SeatsHeld", "SeatsReleased":
+		if e.opens("ShowScheduled") {
+			return f.shows.needOpened(e.rowKey(showPrefix))
+		}
 		return f.shows.needKey(e.rowKey(showPrefix))
 	}
 	if reservationEvents[e.typ] != "" {
+		if e.opens("ReservationHeld") {
+			return f.res.needOpened(e.rowKey(reservationPrefix))
+		}
 		return f.res.needKey(e.rowKey(reservationPrefix))
 	}
 	return nil
@@ -648,10 +660,45 @@ var openingEvents = map[string]bool{"ShowScheduled": true, "ReservationHeld": tr
 
 func (f *intentsFold) loaders() []rowLoader { return []rowLoader{f.intents, f.targets} }
 
+// finish deletes the rows past retention, but only when there can be any:
+// when the cutoff has moved to a new pruneStep since this projector last
+// deleted (bound.pruned), or when the batch itself wrote a row at or before
+// the cutoff (an intent recorded a retention before the log clock). Between
+// two such deletes no row at or before the cutoff can be in the table, so
+// the statement is sent about once per pruneStep of log time instead of
+// once per batch (ARCHITECTURE.md, "Performance").
 func (f *intentsFold) finish(q *queue) {
-	if f.retention > 0 && !q.logTime.IsZero() {
-		q.add(sqlIntentsPrune, q.logTime.Add(-f.retention))
+	if f.retention <= 0 || q.logTime.IsZero() {
+		return
 	}
+	cutoff := pruneCutoff(q.logTime, f.retention)
+	if !cutoff.After(q.b.pruned) && !f.wroteExpired(cutoff) {
+		return
+	}
+	q.add(sqlIntentsPrune, cutoff)
+	q.pruned = cutoff
+}
+
+// pruneStep is the granularity of the intents view's retention cutoff.
+const pruneStep = time.Minute
+
+// pruneCutoff is the recorded_at at or before which the intents view
+// forgets an intent, at log clock logTime: logTime - retention, truncated to
+// pruneStep (the same for live projectors and rebuilds, so both keep the
+// same rows; a row is kept at most pruneStep past its retention).
+func pruneCutoff(logTime time.Time, retention time.Duration) time.Time {
+	return logTime.Add(-retention).Truncate(pruneStep)
+}
+
+// wroteExpired reports whether the batch changed an intent row recorded at
+// or before cutoff.
+func (f *intentsFold) wroteExpired(cutoff time.Time) bool {
+	for _, k := range f.intents.dirty {
+		if r := f.intents.rows[k]; r != nil && !r.RecordedAt.After(cutoff) {
+			return true
+		}
+	}
+	return false
 }
 
 // prune implements pruner for a rebuild's bulk fill: the same rule as
@@ -660,7 +707,7 @@ func (f *intentsFold) prune(logTime time.Time, keys []string) (string, any) {
 	if f.retention <= 0 {
 		return "", nil
 	}
-	cutoff := logTime.Add(-f.retention)
+	cutoff := pruneCutoff(logTime, f.retention)
 	expired := func(k string) {
 		if r := f.intents.get(k); r != nil && !r.RecordedAt.After(cutoff) {
 			f.intents.remove(k)
@@ -699,9 +746,15 @@ func (f *intentsFold) intentKey(e *envelope) (string, error) {
 func (f *intentsFold) route(e *envelope) error {
 	switch e.typ {
 	case "IntentRecorded", "IntentResumed", "IntentRejected":
+		if e.opens("IntentRecorded") {
+			return f.intents.needOpened(f.intentKey(e))
+		}
 		return f.intents.needKey(f.intentKey(e))
 	}
 	if t, ok := targetEvents[e.typ]; ok {
+		if openingEvents[e.typ] && e.revision == 0 {
+			return f.targets.needOpened(e.rowKey(t.prefix))
+		}
 		return f.targets.needKey(e.rowKey(t.prefix))
 	}
 	return nil

@@ -76,6 +76,7 @@ type rowSet[R any] struct {
 	key  func(r *R) string
 
 	want  map[string]bool
+	fresh map[string]bool // wanted keys known to have no row (needOpened)
 	rows  map[string]*R
 	dirty []string // keys of changed rows, first change first
 	isDir map[string]bool
@@ -86,7 +87,8 @@ type rowSet[R any] struct {
 }
 
 func newRowSet[R any](spec *tableSpec, scan func(pgx.Row) (*R, error), text func(*R) []pgtype.Text, key func(*R) string) *rowSet[R] {
-	return &rowSet[R]{spec: spec, scan: scan, text: text, key: key, want: map[string]bool{}, rows: map[string]*R{}, isDir: map[string]bool{}}
+	return &rowSet[R]{spec: spec, scan: scan, text: text, key: key, want: map[string]bool{}, fresh: map[string]bool{},
+		rows: map[string]*R{}, isDir: map[string]bool{}}
 }
 
 // need notes that key's row is to be loaded.
@@ -100,6 +102,22 @@ func (s *rowSet[R]) needKey(key string, err error) error {
 		s.need(key)
 	}
 	return err
+}
+
+// needOpened is needKey for an event that opens the stream whose id is
+// key: the stream's first event (revision 0). If no earlier event of the
+// batch needed key, its row is known not to exist and is not loaded: a
+// table holds what its projection folded from the log up to its checkpoint
+// (the checkpoint commits with the rows), and none of the stream's events
+// lies there, since the batch, which starts after the checkpoint, holds the
+// first. That holds only for a batch whose checkpoint fence is in its own
+// transaction (a live projector): applyBatch calls loadOpened for any other.
+// Not used in a bulk fill, whose rows stay across chunks.
+func (s *rowSet[R]) needOpened(key string, err error) error {
+	if err == nil && s.bulk == nil && !s.want[key] {
+		s.fresh[key] = true
+	}
+	return s.needKey(key, err)
 }
 
 // get returns key's row, nil if it does not exist.
@@ -127,16 +145,91 @@ type rowLoader interface {
 	// written returns the changed rows as one text array per column, or
 	// nil when nothing changed.
 	written() []any
+	// useCache takes the wanted rows that c holds (before keys and load);
+	// keepIn puts every row of the batch into c (after the commit).
+	useCache(c *rowCache)
+	keepIn(c *rowCache)
+	// loadOpened makes the keys needOpened marked loaded like any other:
+	// a batch applied without a checkpoint fence (a rebuild's catch-up, a
+	// test's redelivery) may repeat events already in the table.
+	loadOpened()
 }
 
 func (s *rowSet[R]) table() *tableSpec { return s.spec }
 
+// keys returns the wanted keys to load: not known absent, not taken from a
+// cache.
 func (s *rowSet[R]) keys() []string {
 	out := make([]string, 0, len(s.want))
 	for k := range s.want {
-		out = append(out, k)
+		if _, have := s.rows[k]; !have && !s.fresh[k] {
+			out = append(out, k)
+		}
 	}
 	return out
+}
+
+func (s *rowSet[R]) loadOpened() { clear(s.fresh) }
+
+func (s *rowSet[R]) useCache(c *rowCache) {
+	for k := range s.want {
+		if r, ok := c.get(k); ok && !s.fresh[k] {
+			s.rows[k] = r.(*R)
+		}
+	}
+}
+
+func (s *rowSet[R]) keepIn(c *rowCache) {
+	for k, r := range s.rows {
+		c.put(k, r)
+	}
+}
+
+// rowCacheCap bounds the rows a rowCache holds.
+const rowCacheCap = 4096
+
+// rowCache holds, for one table of a live projector, rows as the
+// projector's own committed transactions left them, so a later batch that
+// touches them again needs no SELECT. It is exact, not a hint: the
+// projector is the table's only writer while it holds its lock and its
+// checkpoint fence, and every way that could change the table behind it
+// empties the cache — a failed batch (which may have changed cached rows in
+// memory), a new Run (after a rebuild, a lost lock or a moved checkpoint)
+// and a delete (the intents view's retention). Rows are shared with the
+// batch that folds them. Bound: rowCacheCap rows; eviction: first put,
+// first out. Merge tables (deltas, never loaded) are not cached. Not safe
+// for concurrent use (one projector, one batch at a time).
+type rowCache struct {
+	rows map[string]any
+	ring []string
+	next int
+}
+
+func newRowCache() *rowCache { return &rowCache{rows: map[string]any{}} }
+
+func (c *rowCache) get(k string) (any, bool) {
+	r, ok := c.rows[k]
+	return r, ok
+}
+
+func (c *rowCache) put(k string, r any) {
+	if _, ok := c.rows[k]; ok {
+		c.rows[k] = r
+		return
+	}
+	if len(c.ring) < rowCacheCap {
+		c.ring = append(c.ring, k)
+	} else {
+		delete(c.rows, c.ring[c.next])
+		c.ring[c.next] = k
+		c.next = (c.next + 1) % rowCacheCap
+	}
+	c.rows[k] = r
+}
+
+func (c *rowCache) clear() {
+	clear(c.rows)
+	c.ring, c.next = c.ring[:0], 0
 }
 
 func (s *rowSet[R]) load(rows pgx.Rows) error {

@@ -18,11 +18,16 @@ import (
 // service may send — requests, process manager, recovery, expiry,
 // reconciler, projectors, relay, leases and locks — counted over
 // budgetBookings bookings until everything has settled (ARCHITECTURE.md,
-// "Performance"). It guards what has been reached (about 65 per booking,
-// from 130) with room for the idle polls a slow machine adds; the goal is
-// wholeServiceGoal, and the test logs the gap to it.
+// "Performance", "Whole-service statement budget"). It guards what has been
+// reached: 32.8 per booking when 200 bookings took 72 s on a loaded
+// machine, 40 when a fully loaded one stretches them to over 3 minutes (the
+// background's
+// per-second statements — polls, rounds, checkpoints — then weigh more per
+// booking), from 65 and 130 before; the request path (18) and its clock
+// reads (about 9) are most of it. The goal is wholeServiceGoal, and the
+// test logs the gap to it.
 const (
-	wholeServiceBudget = 90
+	wholeServiceBudget = 45
 	wholeServiceGoal   = 30
 	budgetBookings     = 200
 )

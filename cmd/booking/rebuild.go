@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -169,10 +170,57 @@ func (c *rebuildCmd) showProgress(w io.Writer) bool {
 }
 
 // newProjector returns the live projector of p for `booking serve`: it
-// checks every second for a waiting rebuild and then hands over its lock.
+// applies what arrives within projections.DefaultLinger in one transaction,
+// and checks every yieldEvery for a waiting rebuild and then hands over its
+// lock. Projectors made with one rebuildWaits share its check.
 func newProjector(pool *pgxpool.Pool, locks *pgcoord.Locks, p *projections.Projection) *projections.Projector {
+	return newSharedProjector(pool, newRebuildWaits(locks), p)
+}
+
+// newSharedProjector is newProjector with the rebuild check of waits.
+func newSharedProjector(pool *pgxpool.Pool, waits *rebuildWaits, p *projections.Projection) *projections.Projector {
 	name := projectorLock(p.Name())
-	return projections.NewProjector(pool, p, projections.WithYield(time.Second, func(ctx context.Context) (bool, error) {
-		return locks.Waiting(ctx, name)
-	}))
+	return projections.NewProjector(pool, p, projections.WithLinger(projections.DefaultLinger),
+		projections.WithYield(yieldEvery, func(ctx context.Context) (bool, error) {
+			return waits.waiting(ctx, name)
+		}))
+}
+
+// yieldEvery is how often a live projector checks for a waiting rebuild.
+const yieldEvery = 2 * time.Second
+
+// rebuildWaits answers the live projectors' "does a rebuild wait for my
+// lock?" with one statement for all of them (pgcoord.Locks.WaitingAmong of
+// every projector lock) at most about once per yieldEvery: an answer less
+// than 3/4 of yieldEvery old is reused. It holds one answer (a set of at
+// most len(projections.Names()) names), replaced by the next. Safe for
+// concurrent use.
+type rebuildWaits struct {
+	locks *pgcoord.Locks
+	names []string
+
+	mu  sync.Mutex
+	at  time.Time // process clock, only to pace the checks
+	ans map[string]bool
+}
+
+func newRebuildWaits(locks *pgcoord.Locks) *rebuildWaits {
+	var names []string
+	for _, n := range projections.Names() {
+		names = append(names, projectorLock(n))
+	}
+	return &rebuildWaits{locks: locks, names: names}
+}
+
+func (w *rebuildWaits) waiting(ctx context.Context, name string) (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ans == nil || time.Since(w.at) >= yieldEvery*3/4 {
+		ans, err := w.locks.WaitingAmong(ctx, w.names)
+		if err != nil {
+			return false, err
+		}
+		w.ans, w.at = ans, time.Now()
+	}
+	return w.ans[name], nil
 }

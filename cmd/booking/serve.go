@@ -24,6 +24,7 @@ import (
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/fanout"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
+	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/projections"
 	"github.com/retrysafe/booking/projections/notify"
 	"github.com/retrysafe/booking/provider"
@@ -36,6 +37,16 @@ type serveCmd struct {
 
 // devWebhookSecret is the webhook secret of dev mode (simulator in-process).
 const devWebhookSecret = "whsec_dev"
+
+// The pace of the process's one log subscription (ARCHITECTURE.md,
+// "Performance"): while events arrive it reads the log at most once per
+// serveReadGap (fanout.Config.ReadGap); once idle it polls for other
+// replicas' appends at most every serveIdlePoll (pgstore.WithPollInterval),
+// while this process's own appends wake it at once.
+const (
+	serveReadGap  = 100 * time.Millisecond
+	serveIdlePoll = time.Second
+)
 
 // Run starts the service and blocks until the context is done, then shuts
 // down gracefully: HTTP first (in-flight requests finish), then workers,
@@ -78,7 +89,10 @@ func (c *serveCmd) Run(e *env) error {
 	if err := pgcoord.CheckBackend(ctx, pool, backend); err != nil {
 		return err
 	}
-	elog, err := openEventLog(cfg.EventStore, pool, log)
+	// The log's one subscription (below) polls for other replicas' appends
+	// at most every serveIdlePoll once idle; this process's own appends
+	// wake it at once.
+	elog, err := openEventLog(cfg.EventStore, pool, log, pgstore.WithPollInterval(0, serveIdlePoll))
 	if err != nil {
 		return err
 	}
@@ -196,7 +210,7 @@ func (c *serveCmd) Run(e *env) error {
 	// through it, each from its own checkpoint under its own lock or lease,
 	// and is served from one subscription of the store and its in-memory
 	// window (ARCHITECTURE.md, "One log reader per process").
-	followed := fanout.New(store, fanout.Config{Logger: log.With("component", "log-reader")})
+	followed := fanout.New(store, fanout.Config{Logger: log.With("component", "log-reader"), ReadGap: serveReadGap})
 	defer func() { // after workers.Wait: every follower has stopped
 		st := followed.Stats()
 		log.Info("log reader stopped", "subscriptions", st.Subscriptions, "events_read", st.Received,
@@ -220,8 +234,9 @@ func (c *serveCmd) Run(e *env) error {
 	// One live projector per read model, each a single instance across
 	// replicas under its lock, handed over to a waiting `booking projections
 	// rebuild`; the list endpoints read them.
+	waits := newRebuildWaits(locks)
 	for _, p := range projections.All(cfg.IntentRetention) {
-		pr := newProjector(pool, locks, p)
+		pr := newSharedProjector(pool, waits, p)
 		workers.Add(1)
 		go func() {
 			defer workers.Done()

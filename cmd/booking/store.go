@@ -74,17 +74,18 @@ type eventLog struct {
 }
 
 // openEventLog opens the event store spec names over pool (the service's
-// PostgreSQL, which holds the clock on either backend). The KurrentDB store
+// PostgreSQL, which holds the clock on either backend), with opts on
+// PostgreSQL. The KurrentDB store
 // does not connect yet: its first call does, and a server that is not up
 // yet is retried by every later call (kurrentdb.New). The caller calls
 // close.
-func openEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger) (*eventLog, error) {
+func openEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger, opts ...pgstore.Option) (*eventLog, error) {
 	backend, err := eventStoreBackend(spec)
 	if err != nil {
 		return nil, err
 	}
 	if backend == pgcoord.BackendPostgres {
-		s := pgstore.New(pool)
+		s := pgstore.New(pool, opts...)
 		return &eventLog{Store: s, backend: backend, pending: s, purger: s, counter: s, lag: s, distance: s, close: func() {}}, nil
 	}
 	s, err := kurrentdb.New(spec, kurrentdb.WithLogger(log.With("component", "kurrentdb")))

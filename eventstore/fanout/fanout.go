@@ -80,6 +80,13 @@ type Config struct {
 	// RetryMin and RetryMax bound the delay before the underlying
 	// subscription is restarted after it failed (defaults 100 ms and 5 s).
 	RetryMin, RetryMax time.Duration
+	// ReadGap, when > 0, is the least time between the end of one
+	// delivery of the underlying subscription and its next read of the
+	// store: while events keep arriving, the store is read at most once
+	// per ReadGap, each read taking everything appended meanwhile, instead
+	// of once per append (a local append wakes the subscription at once).
+	// It adds at most ReadGap to every consumer's delay. 0: no gap.
+	ReadGap time.Duration
 	// Logger receives a warning for each failure of the underlying
 	// subscription; default: discarded.
 	Logger *slog.Logger
@@ -317,9 +324,20 @@ func (l *Log) run(ctx context.Context, stopped chan struct{}) {
 		l.stats.Subscriptions++
 		l.mu.Unlock()
 		got := false
-		err := l.Store.SubscribeAll(ctx, from, func(_ context.Context, batch []eventstore.RecordedEvent) error {
+		err := l.Store.SubscribeAll(ctx, from, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
 			got = true
 			l.receive(batch)
+			if l.cfg.ReadGap > 0 {
+				// The store's subscription reads again when this returns:
+				// events appended meanwhile wait for that one read.
+				t := time.NewTimer(l.cfg.ReadGap)
+				defer t.Stop()
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-t.C:
+				}
+			}
 			return nil
 		})
 		if ctx.Err() != nil {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/internal/tick"
@@ -137,6 +138,38 @@ func (ls *Locks) Waiting(ctx context.Context, name string) (bool, error) {
 		return false, fmt.Errorf("pgcoord: lock %q waiting: %w", name, err)
 	}
 	return waiting, nil
+}
+
+// waitingAmongSQL is waitingSQL for several locks at once: the ordinals
+// (1-based) of the keys some session waits for.
+const waitingAmongSQL = `SELECT k.i FROM unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS k (classid, objid, i)
+WHERE EXISTS (SELECT 1 FROM pg_locks l
+WHERE l.locktype = 'advisory' AND NOT l.granted AND l.objsubid = 1
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid = k.classid::oid AND l.objid = k.objid::oid)`
+
+// WaitingAmong is Waiting for every lock of names in one statement: it
+// returns the names some session waits for (Acquire), so several holders
+// can share one check. Returns a wrapped error if the query fails.
+func (ls *Locks) WaitingAmong(ctx context.Context, names []string) (map[string]bool, error) {
+	hi, lo := make([]int64, len(names)), make([]int64, len(names))
+	for i, n := range names {
+		key := uint64(Key(n))
+		hi[i], lo[i] = int64(key>>32), int64(key&0xffffffff)
+	}
+	rows, err := ls.pool.Query(ctx, waitingAmongSQL, hi, lo)
+	if err != nil {
+		return nil, fmt.Errorf("pgcoord: locks waiting: %w", err)
+	}
+	ords, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("pgcoord: locks waiting: %w", err)
+	}
+	out := make(map[string]bool, len(ords))
+	for _, i := range ords {
+		out[names[i-1]] = true
+	}
+	return out, nil
 }
 
 // RunExclusive runs work while this process holds the lock name, so one

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -107,6 +108,10 @@ func TestLocksTwoHolders(t *testing.T) {
 		w, err := a.Waiting(ctx, "job")
 		return err == nil && w
 	})
+	// The same answer for several locks in one statement.
+	if w, err := a.WaitingAmong(ctx, []string{"other", "job", "none"}); err != nil || !cmp.Equal(w, map[string]bool{"job": true}) {
+		t.Errorf("WaitingAmong(other, job, none) = %v, %v; want only job", w, err)
+	}
 	select {
 	case l := <-got:
 		t.Fatalf("Acquire(job) = %v while the first holder holds it", l.Name())
@@ -126,6 +131,9 @@ func TestLocksTwoHolders(t *testing.T) {
 	}
 	if w, err := a.Waiting(ctx, "job"); err != nil || w {
 		t.Errorf("Waiting(job) = %v, %v once acquired; want false", w, err)
+	}
+	if w, err := a.WaitingAmong(ctx, []string{"other", "job"}); err != nil || len(w) != 0 {
+		t.Errorf("WaitingAmong(other, job) = %v, %v once acquired; want none", w, err)
 	}
 	if _, err := a.TryAcquire(ctx, "job"); !errors.Is(err, ErrLockHeld) {
 		t.Errorf("TryAcquire(job) = %v while the second holder holds it, want ErrLockHeld", err)
