@@ -234,3 +234,49 @@ func TestMakeRunWebhookSecret(t *testing.T) {
 		t.Errorf("README's default of BOOKING_PROVIDER_WEBHOOK_SECRET = %q, want make run's %q", row, m[1])
 	}
 }
+
+// TestMakeHelpListsEveryVariable: `make help` lists, one line each with a
+// description and the value in effect, every variable the Makefile lets a
+// user override (`VAR ?= …`), and the two it reads from the environment
+// (GOFLAGS, DATABASE_URL). Skipped where make is not installed.
+func TestMakeHelpListsEveryVariable(t *testing.T) {
+	t.Parallel()
+	makePath, err := exec.LookPath("make")
+	if err != nil {
+		t.Skip("make is not installed")
+	}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(makePath, "-s", "help")
+	cmd.Dir = "../.."
+	// Run as a top-level make: a `make test` around this test would pass
+	// its own flags and variables through MAKEFLAGS.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return name == "MAKEFLAGS" || name == "MFLAGS" || name == "MAKELEVEL" || name == "MAKEOVERRIDES"
+	})
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make help: %v\n%s", err, stderr.String())
+	}
+	want := []string{"GOFLAGS", "DATABASE_URL"}
+	for _, m := range regexp.MustCompile(`(?m)^([A-Za-z_][A-Za-z0-9_]*)[ \t]*\?=`).FindAllSubmatch(mk, -1) {
+		want = append(want, string(m[1]))
+	}
+	if len(want) < 20 {
+		t.Fatalf("found %d overridable variables in the Makefile, want them all: %q", len(want), want)
+	}
+	for _, name := range want {
+		line := regexp.MustCompile(`(?m)^  ` + name + ` +\S.* \[.*\]$`)
+		if !line.Match(out) {
+			t.Errorf("make help has no line for %s (want \"  %s  description [value]\")", name, name)
+		}
+	}
+	if t.Failed() {
+		t.Logf("make help printed:\n%s", out)
+	}
+}
