@@ -128,6 +128,41 @@ func TestConfigurationErrorsExitTwo(t *testing.T) {
 	}
 }
 
+// TestListenAddressErrorsExitTwo: a listen address whose port does not
+// parse (not a number 0–65535 nor a service name) is a configuration error
+// of every address variable: exit 2 with a message naming the variable,
+// before anything connects or listens, instead of exit 1 at listen.
+func TestListenAddressErrorsExitTwo(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/never-connected")
+	t.Setenv("BOOKING_API_TOKENS", "alice=tok-alice")
+	t.Setenv("BOOKING_NATS_URL", "")
+	t.Setenv("BOOKING_PROVIDER_URL", "")
+	t.Setenv("BOOKING_EVENT_STORE", "postgres")
+	t.Setenv("BOOKING_DATA_DIR", t.TempDir()) // where a serve that went on would write its dev master key
+	for _, tt := range []struct {
+		variable, value string
+		args            []string
+		wantErr         string
+	}{
+		{"BOOKING_HTTP_ADDR", "127.0.0.1:http0", []string{"serve"}, `BOOKING_HTTP_ADDR: "http0" is not a port`},
+		{"BOOKING_HTTP_ADDR", "127.0.0.1", []string{"serve"}, "BOOKING_HTTP_ADDR: must be host:port"},
+		{"BOOKING_PPROF_ADDR", "localhost:99999", []string{"serve"}, `BOOKING_PPROF_ADDR: "99999" is not a port`},
+		{"BOOKING_NATS_ADDR", "127.0.0.1:4222x", []string{"serve"}, `BOOKING_NATS_ADDR: "4222x" is not a port`},
+		{"BOOKING_PROVIDER_SIM_ADDR", "127.0.0.1:-1", []string{"serve"}, `BOOKING_PROVIDER_SIM_ADDR: "-1" is not a port`},
+		{"BOOKING_PROVIDER_SIM_ADDR", "[::1]:65536", []string{"provider-sim"}, `BOOKING_PROVIDER_SIM_ADDR: "65536" is not a port`},
+	} {
+		t.Run(tt.variable+"="+tt.value, func(t *testing.T) {
+			t.Setenv(tt.variable, tt.value)
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), tt.args, &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), "invalid configuration: "+tt.wantErr) || exitCode(err) != exitUsage {
+				t.Errorf("booking %v with %s=%s = %v (exit %d), want an error containing %q, exit %d",
+					tt.args, tt.variable, tt.value, err, exitCode(err), "invalid configuration: "+tt.wantErr, exitUsage)
+			}
+		})
+	}
+}
+
 // TestBuildVersion: the link-time revision (make build's -X main.revision)
 // follows "(devel)"; without it, the build information's vcs.revision
 // (12 digits, -dirty when modified); a module version wins over both.
