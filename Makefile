@@ -7,12 +7,14 @@ SHELL := bash
 .DELETE_ON_ERROR:
 MAKEFLAGS += --no-print-directory
 
+#? the Go command every target runs
 GO           ?= go
 BIN          := bin/booking
 # The work tree's revision, linked into the binary (booking --version,
 # booking_build_info): the toolchain's own VCS stamping is lost with
 # GOFLAGS=-buildvcs=false. Empty (no revision shown) outside a work tree or
 # where git refuses one of another owner (safe.directory).
+#? revision linked into bin/booking (booking --version); default: git's short HEAD, -dirty if changed
 REVISION     ?= $(shell git rev-parse --short HEAD 2>/dev/null)$(shell git rev-parse --git-dir >/dev/null 2>&1 && ! git diff --quiet HEAD -- 2>/dev/null && echo -dirty)
 LDFLAGS      := $(if $(REVISION),-X main.revision=$(REVISION))
 PG_SH        := test/scripts/pg.sh
@@ -20,36 +22,57 @@ PG_SH        := test/scripts/pg.sh
 PROMTOOL     := deploy/promtool.sh
 
 # Tests and benchmarks. GOFLAGS from the environment or the command line is passed on.
+#? packages test, test-short and bench-go run
 PKG          ?= ./...
+#? extra go test flags for the test targets (e.g. '-run Append -v')
 TEST_ARGS    ?=
+#? go test -timeout of each test phase
 TEST_TIMEOUT ?= 25m
 # make test-stress: how many runs of `make test` under a CPU hog.
+#? make test-stress: how many runs of make test under the CPU hog
 STRESS_RUNS  ?= 1
 # make chaos: how long the load and the faults last; CHAOS_ARGS go to the
 # chaos program (test/chaos: --rate, --clients, --kill-every, --report, --keep…).
 # make test runs a short chaos run of CHAOS_TEST_DURATION as its own phase.
+#? make chaos: how long the load and the faults last
 DURATION     ?= 10m
+#? make chaos: extra flags for test/chaos (--rate, --clients, --kill-every, --report, --keep…)
 CHAOS_ARGS   ?=
+#? make test: length of its chaos phase (phase 5)
 CHAOS_TEST_DURATION ?= 2m
+#? make bench-go: the -bench pattern
 BENCH        ?= .
+#? make bench-go: -benchtime of each benchmark
 BENCHTIME    ?= 2s
+#? make bench-go: -count (repetitions of each benchmark)
 BENCH_COUNT  ?= 1
+#? make bench, bench-go: the log file (machine header, baseline, progress)
 BENCH_OUT    ?= bench.txt
 # Fuzzing: each target runs FUZZTIME with FUZZ_PARALLEL workers; FUZZ_ONLY
 # (a regular expression) picks targets by name.
+#? make fuzz: how long each fuzz target runs
 FUZZTIME      ?= 30s
+#? make fuzz: workers per fuzz target (-parallel)
 FUZZ_PARALLEL ?= 2
+#? make fuzz: regular expression picking fuzz targets by name (empty: all)
 FUZZ_ONLY     ?=
 # staticcheck 2026.2.2 (module version v0.8.2); its go.mod requires Go 1.26.
+#? make lint: the staticcheck module version go run fetches
 STATICCHECK_VERSION ?= v0.8.2
 
 # Development server (`make run`). DATABASE_URL, when set, is used instead of the
 # local PostgreSQL in $(PG_DATA).
+#? make run, pg-up, pg-down, psql: the local PostgreSQL data directory
 PG_DATA            ?= .data/pg
+#? make run, pg-up, psql: the local PostgreSQL port
 PG_PORT            ?= 5433
+#? make run: the service's data directory (clean-data deletes it)
 BOOKING_DATA_DIR   ?= .data
+#? make run: the API's listen address (host:port)
 BOOKING_HTTP_ADDR  ?= 127.0.0.1:8080
+#? make run: the dev bearer tokens (name=token[:admin], comma-separated)
 BOOKING_API_TOKENS ?= alice=dev-alice-token,bob=dev-bob-token,admin=dev-admin-token:admin
+#? make run: the payment webhooks' signing secret (the dev default)
 BOOKING_PROVIDER_WEBHOOK_SECRET ?= whsec_dev
 
 comma := ,
@@ -82,15 +105,25 @@ endef
 ##@ Development
 
 .PHONY: help
+# `make help` lists every target with a `## ` description and every variable whose
+# assignment has a `#? ` line just above it (one line each), with the value in
+# effect; a new variable a target reads gets such a line (cmd/booking's
+# TestMakeHelpListsEveryVariable checks that every `?=` variable has one).
+help_vars = $(shell awk '/^\#\? /{d = 1; next} d && /^[A-Za-z_][A-Za-z0-9_]* *[?:+]?=/{print $$1} {d = 0}' $(MAKEFILE_LIST))
+shell_quote = '$(subst ','\'',$(1))'
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} \
 		/^##@/ {printf "\n%s\n", substr($$0, 5); next} \
 		/^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@printf '\nVariables: PKG=%s TEST_ARGS=%s TEST_TIMEOUT=%s STRESS_RUNS=%s BENCH=%s BENCHTIME=%s\n' \
-		'$(PKG)' '$(TEST_ARGS)' '$(TEST_TIMEOUT)' '$(STRESS_RUNS)' '$(BENCH)' '$(BENCHTIME)'
-	@printf '           FUZZTIME=%s FUZZ_PARALLEL=%s FUZZ_ONLY=%s\n' '$(FUZZTIME)' '$(FUZZ_PARALLEL)' '$(FUZZ_ONLY)'
-	@printf '           PG_DATA=%s PG_PORT=%s BOOKING_HTTP_ADDR=%s GOFLAGS=%s\n' \
-		'$(PG_DATA)' '$(PG_PORT)' '$(BOOKING_HTTP_ADDR)' "$${GOFLAGS:-}"
+	@printf '\nVariables (make VAR=value; the value in effect in brackets)\n'
+	@$(foreach v,$(help_vars),HELP_VALUE_$(v)=$(call shell_quote,$($(v)))) awk ' \
+		/^#\? / {d = substr($$0, 4); next} \
+		d != "" && match($$0, /^[A-Za-z_][A-Za-z0-9_]*/) { \
+			n = substr($$0, 1, RLENGTH); printf "  %-31s %s [%s]\n", n, d, ENVIRON["HELP_VALUE_" n]} \
+		{d = ""}' $(MAKEFILE_LIST)
+	@printf '  %-31s %s [%s]\n' \
+		GOFLAGS 'from the environment: passed on to every go command' "$${GOFLAGS:-}" \
+		DATABASE_URL 'from the environment: make run and migrate use it instead of the local PostgreSQL' "$${DATABASE_URL:-}"
 
 .PHONY: run
 run: export RUN_BANNER := $(RUN_BANNER)
@@ -195,6 +228,7 @@ test-kurrentdb: ## Run the end-to-end scenarios with booking serve on KurrentDB 
 	BOOKING_TEST_BACKEND=kurrentdb $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) \
 		-run '$(KURRENTDB_TESTS)' $(TEST_ARGS) ./test/
 # Redocly's CLI, pinned; fetched by npx from the npm registry on first use.
+#? make lint-openapi: the @redocly/cli version npx fetches
 REDOCLY_VERSION ?= 2.77.0
 
 .PHONY: lint-openapi
@@ -236,8 +270,11 @@ lint: ## gofmt check, go vet and a pinned staticcheck
 # the log (machine header, pgbench baseline, progress) goes to BENCH_OUT.
 # BENCH_QUICK=1 runs one short repetition of each row (a smoke pass, a few
 # minutes); BENCH_ONLY picks rows by id (a regular expression: 'P2|P2h').
+#? make bench: 1 runs one short repetition of each row (a smoke pass of a few minutes)
 BENCH_QUICK  ?=
+#? make bench: regular expression picking rows by id ('P2|P2h'; empty: all)
 BENCH_ONLY   ?=
+#? make bench: the Markdown file the table is written to
 BENCH_REPORT ?= BENCHMARKS.md
 
 .PHONY: bench

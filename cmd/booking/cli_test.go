@@ -128,6 +128,41 @@ func TestConfigurationErrorsExitTwo(t *testing.T) {
 	}
 }
 
+// TestListenAddressErrorsExitTwo: a listen address whose port does not
+// parse (not a number 0–65535 nor a service name) is a configuration error
+// of every address variable: exit 2 with a message naming the variable,
+// before anything connects or listens, instead of exit 1 at listen.
+func TestListenAddressErrorsExitTwo(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/never-connected")
+	t.Setenv("BOOKING_API_TOKENS", "alice=tok-alice")
+	t.Setenv("BOOKING_NATS_URL", "")
+	t.Setenv("BOOKING_PROVIDER_URL", "")
+	t.Setenv("BOOKING_EVENT_STORE", "postgres")
+	t.Setenv("BOOKING_DATA_DIR", t.TempDir()) // where a serve that went on would write its dev master key
+	for _, tt := range []struct {
+		variable, value string
+		args            []string
+		wantErr         string
+	}{
+		{"BOOKING_HTTP_ADDR", "127.0.0.1:http0", []string{"serve"}, `BOOKING_HTTP_ADDR: "http0" is not a port`},
+		{"BOOKING_HTTP_ADDR", "127.0.0.1", []string{"serve"}, "BOOKING_HTTP_ADDR: must be host:port"},
+		{"BOOKING_PPROF_ADDR", "localhost:99999", []string{"serve"}, `BOOKING_PPROF_ADDR: "99999" is not a port`},
+		{"BOOKING_NATS_ADDR", "127.0.0.1:4222x", []string{"serve"}, `BOOKING_NATS_ADDR: "4222x" is not a port`},
+		{"BOOKING_PROVIDER_SIM_ADDR", "127.0.0.1:-1", []string{"serve"}, `BOOKING_PROVIDER_SIM_ADDR: "-1" is not a port`},
+		{"BOOKING_PROVIDER_SIM_ADDR", "[::1]:65536", []string{"provider-sim"}, `BOOKING_PROVIDER_SIM_ADDR: "65536" is not a port`},
+	} {
+		t.Run(tt.variable+"="+tt.value, func(t *testing.T) {
+			t.Setenv(tt.variable, tt.value)
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), tt.args, &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), "invalid configuration: "+tt.wantErr) || exitCode(err) != exitUsage {
+				t.Errorf("booking %v with %s=%s = %v (exit %d), want an error containing %q, exit %d",
+					tt.args, tt.variable, tt.value, err, exitCode(err), "invalid configuration: "+tt.wantErr, exitUsage)
+			}
+		})
+	}
+}
+
 // TestBuildVersion: the link-time revision (make build's -X main.revision)
 // follows "(devel)"; without it, the build information's vcs.revision
 // (12 digits, -dirty when modified); a module version wins over both.
@@ -232,5 +267,51 @@ func TestMakeRunWebhookSecret(t *testing.T) {
 	row := regexp.MustCompile("(?m)^\\| `BOOKING_PROVIDER_WEBHOOK_SECRET` \\| `([^`]+)`").FindSubmatch(readme)
 	if row == nil || !slices.Equal(row[1], m[1]) {
 		t.Errorf("README's default of BOOKING_PROVIDER_WEBHOOK_SECRET = %q, want make run's %q", row, m[1])
+	}
+}
+
+// TestMakeHelpListsEveryVariable: `make help` lists, one line each with a
+// description and the value in effect, every variable the Makefile lets a
+// user override (`VAR ?= …`), and the two it reads from the environment
+// (GOFLAGS, DATABASE_URL). Skipped where make is not installed.
+func TestMakeHelpListsEveryVariable(t *testing.T) {
+	t.Parallel()
+	makePath, err := exec.LookPath("make")
+	if err != nil {
+		t.Skip("make is not installed")
+	}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(makePath, "-s", "help")
+	cmd.Dir = "../.."
+	// Run as a top-level make: a `make test` around this test would pass
+	// its own flags and variables through MAKEFLAGS.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return name == "MAKEFLAGS" || name == "MFLAGS" || name == "MAKELEVEL" || name == "MAKEOVERRIDES"
+	})
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make help: %v\n%s", err, stderr.String())
+	}
+	want := []string{"GOFLAGS", "DATABASE_URL"}
+	for _, m := range regexp.MustCompile(`(?m)^([A-Za-z_][A-Za-z0-9_]*)[ \t]*\?=`).FindAllSubmatch(mk, -1) {
+		want = append(want, string(m[1]))
+	}
+	if len(want) < 20 {
+		t.Fatalf("found %d overridable variables in the Makefile, want them all: %q", len(want), want)
+	}
+	for _, name := range want {
+		line := regexp.MustCompile(`(?m)^  ` + name + ` +\S.* \[.*\]$`)
+		if !line.Match(out) {
+			t.Errorf("make help has no line for %s (want \"  %s  description [value]\")", name, name)
+		}
+	}
+	if t.Failed() {
+		t.Logf("make help printed:\n%s", out)
 	}
 }

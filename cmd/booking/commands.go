@@ -57,6 +57,9 @@ func simDataDir(dataDir string) string {
 
 // Run serves the provider simulator until the context is done.
 func (c *providerSimCmd) Run(e *env) error {
+	if err := checkListenAddr("BOOKING_PROVIDER_SIM_ADDR", c.Addr, ""); err != nil {
+		return err
+	}
 	if c.Retention <= 0 {
 		return configError("BOOKING_PROVIDER_RETENTION", "must be a positive duration")
 	}

@@ -98,12 +98,17 @@ func (c *ServeConfig) Validate() error {
 	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return configError("DATABASE_URL", "must be a postgres:// URL")
 	}
-	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-		return configError("BOOKING_HTTP_ADDR", "must be host:port: %v", err)
+	if err := checkListenAddr("BOOKING_HTTP_ADDR", c.HTTPAddr, ""); err != nil {
+		return err
 	}
 	if c.PprofAddr != "" {
-		if _, _, err := net.SplitHostPort(c.PprofAddr); err != nil {
-			return configError("BOOKING_PPROF_ADDR", "must be host:port (or empty: no profiler): %v", err)
+		if err := checkListenAddr("BOOKING_PPROF_ADDR", c.PprofAddr, " (or empty: no profiler)"); err != nil {
+			return err
+		}
+	}
+	if c.NATSURL == "" {
+		if err := checkListenAddr("BOOKING_NATS_ADDR", c.NATSAddr, " (or set BOOKING_NATS_URL to use a running server)"); err != nil {
+			return err
 		}
 	}
 	if err := checkEventStore(c.EventStore); err != nil {
@@ -116,8 +121,8 @@ func (c *ServeConfig) Validate() error {
 		if c.ProviderWebhookSecret == "" {
 			return configError("BOOKING_PROVIDER_WEBHOOK_SECRET", "required when BOOKING_PROVIDER_URL is set")
 		}
-	} else if _, _, err := net.SplitHostPort(c.ProviderSimAddr); err != nil {
-		return configError("BOOKING_PROVIDER_SIM_ADDR", "must be host:port: %v", err)
+	} else if err := checkListenAddr("BOOKING_PROVIDER_SIM_ADDR", c.ProviderSimAddr, ""); err != nil {
+		return err
 	}
 	if err := c.Secrets.Check(c.ProviderURL == ""); err != nil {
 		return err
@@ -170,6 +175,25 @@ func (c *ServeConfig) Validate() error {
 	}
 	if c.RetryBudgetBurst < 1 {
 		return configError("BOOKING_RETRY_BUDGET_BURST", "must be at least 1")
+	}
+	return nil
+}
+
+// checkListenAddr checks addr, the listen address of variable, the way
+// net.Listen("tcp", addr) will read it, so that a value it would refuse is
+// a configuration error (exit 2) rather than a failure at listen (exit 1):
+// host:port as net.SplitHostPort splits it (an IPv6 host in brackets), the
+// port a number 0–65535 (0 or empty: any free port) or a service name
+// net.LookupPort resolves for tcp ("http", from /etc/services). The host is
+// not resolved here: a name that does not resolve, like an address in use,
+// fails at listen. hint follows "must be host:port" in the message.
+func checkListenAddr(variable, addr, hint string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return configError(variable, "must be host:port%s: %v", hint, err)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return configError(variable, "%q is not a port: want a number 0–65535 or a service name such as http (%v)", port, err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +14,7 @@ import (
 // documented defaults.
 func validServeConfig() ServeConfig {
 	return ServeConfig{DatabaseURL: "postgres://localhost/booking", HTTPAddr: "127.0.0.1:8080", HTTPReadTimeout: 15 * time.Second,
-		EventStore: "postgres", ProviderSimAddr: "127.0.0.1:8090", APITokens: "alice=tok-alice",
+		EventStore: "postgres", ProviderSimAddr: "127.0.0.1:8090", NATSAddr: "127.0.0.1:4222", APITokens: "alice=tok-alice",
 		IntentRetention: 24 * time.Hour, IntentLease: 5 * time.Second, ReservationHold: 10 * time.Minute,
 		PaymentLease: 30 * time.Second, ProviderTimeout: 10 * time.Second, ProviderWindow: 24 * time.Hour,
 		PaymentDeadline: 15 * time.Minute, RecoveryInterval: 30 * time.Second, InUseWait: 2 * time.Second,
@@ -44,6 +45,10 @@ func TestServeConfigValidate(t *testing.T) {
 		{"A KurrentDB connection string the client cannot parse is refused.", func(c *ServeConfig) {
 			c.EventStore = "esdb://host:2113?tls=maybe"
 		}, "BOOKING_EVENT_STORE"},
+		{"An API address whose port does not parse is refused.", func(c *ServeConfig) { c.HTTPAddr = "127.0.0.1:http0" }, "BOOKING_HTTP_ADDR"},
+		{"A profiler address whose port is out of range is refused.", func(c *ServeConfig) { c.PprofAddr = "localhost:99999" }, "BOOKING_PPROF_ADDR"},
+		{"An embedded NATS address whose port does not parse is refused.", func(c *ServeConfig) { c.NATSAddr = "127.0.0.1:nats0" }, "BOOKING_NATS_ADDR"},
+		{"A dev-mode simulator address whose port does not parse is refused.", func(c *ServeConfig) { c.ProviderSimAddr = "127.0.0.1:-1" }, "BOOKING_PROVIDER_SIM_ADDR"},
 		{"Both provider key variables are refused.", func(c *ServeConfig) {
 			c.Secrets.ProviderAPIKey, c.Secrets.ProviderAPIKeyFile = "sk_1", "/run/secrets/provider"
 		}, "BOOKING_PROVIDER_API_KEY"},
@@ -58,6 +63,38 @@ func TestServeConfigValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v, want an error naming %s", err, tt.wantVar)
 			}
 		})
+	}
+	// An address that is not used is not checked: the embedded NATS
+	// server's with an external one, the simulator's with a real provider.
+	c := validServeConfig()
+	c.NATSURL, c.NATSAddr = "nats://nats.internal:4222", "unused"
+	c.ProviderURL, c.ProviderWebhookSecret, c.ProviderSimAddr = "https://provider.invalid", "whsec", "unused"
+	c.Secrets.MasterKeysFile = "/run/secrets/master-keys" // read at start, not by Validate
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate() with external NATS and provider and their unused addresses invalid = %v, want nil", err)
+	}
+}
+
+// TestCheckListenAddr: a listen address is accepted as net.Listen reads it
+// (a numeric port 0–65535, empty for any, or a tcp service name) and
+// refused, naming the variable, otherwise.
+func TestCheckListenAddr(t *testing.T) {
+	t.Parallel()
+	accepted := []string{"127.0.0.1:8080", ":8080", "127.0.0.1:0", "localhost:", "[::1]:65535", "0.0.0.0:1"}
+	if _, err := net.LookupPort("tcp", "http"); err == nil {
+		accepted = append(accepted, "127.0.0.1:http") // where /etc/services names it
+	}
+	for _, addr := range accepted {
+		if err := checkListenAddr("BOOKING_HTTP_ADDR", addr, ""); err != nil {
+			t.Errorf("checkListenAddr(%q) = %v, want nil", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:http0", "localhost:99999", "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1", "::1:8080",
+		"127.0.0.1:80 80", "[::1]:no-such-service"} {
+		err := checkListenAddr("BOOKING_HTTP_ADDR", addr, "")
+		if err == nil || !strings.HasPrefix(err.Error(), "invalid configuration: BOOKING_HTTP_ADDR: ") || exitCode(err) != exitUsage {
+			t.Errorf("checkListenAddr(%q) = %v (exit %d), want a configuration error naming BOOKING_HTTP_ADDR", addr, err, exitCode(err))
+		}
 	}
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"log/slog"
 	"math"
 	"runtime/debug"
 	"testing"
@@ -8,29 +10,58 @@ import (
 
 // TestApplyMemoryLimit: without GOMEMLIMIT the service gets its default
 // soft limit (higher with the simulator or NATS in the process); with
-// GOMEMLIMIT set, or a limit already in force, the runtime's is kept.
+// GOMEMLIMIT set, or a limit already in force, the runtime's is kept. Each
+// case reports the limit in force and where it came from, and logs both.
 func TestApplyMemoryLimit(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 	unset := func(string) (string, bool) { return "", false }
+	env := func(v string) func(string) (string, bool) {
+		return func(name string) (string, bool) { return v, name == "GOMEMLIMIT" }
+	}
 	for _, tt := range []struct {
 		name     string
+		lookup   func(string) (string, bool)
 		embedded bool
-		want     int64
+		runtime  int64 // the limit in force before (as the runtime read GOMEMLIMIT)
+		want     memoryLimit
+		wantLog  string
 	}{
-		{"the simulator or NATS in the process", true, devMemoryLimit},
-		{"an external provider and NATS", false, externalMemoryLimit},
+		{"the simulator or NATS in the process", unset, true, math.MaxInt64,
+			memoryLimit{Bytes: devMemoryLimit, From: "default"},
+			`level=INFO msg="memory limit" limit=112MiB bytes=117440512 from=default` + "\n"},
+		{"an external provider and NATS", unset, false, math.MaxInt64,
+			memoryLimit{Bytes: externalMemoryLimit, From: "default"},
+			`level=INFO msg="memory limit" limit=64MiB bytes=67108864 from=default` + "\n"},
+		{"GOMEMLIMIT set", env("1GiB"), true, 1 << 30,
+			memoryLimit{Bytes: 1 << 30, From: "GOMEMLIMIT", Env: "1GiB"},
+			`level=INFO msg="memory limit" limit=1GiB bytes=1073741824 from=GOMEMLIMIT GOMEMLIMIT=1GiB` + "\n"},
+		{"GOMEMLIMIT in bytes", env("100000000"), false, 100000000,
+			memoryLimit{Bytes: 100000000, From: "GOMEMLIMIT", Env: "100000000"},
+			`level=INFO msg="memory limit" limit=100000000B bytes=100000000 from=GOMEMLIMIT GOMEMLIMIT=100000000` + "\n"},
+		{"GOMEMLIMIT=off", env("off"), true, math.MaxInt64,
+			memoryLimit{Bytes: math.MaxInt64, From: "GOMEMLIMIT", Env: "off"},
+			`level=INFO msg="memory limit" limit=off from=GOMEMLIMIT GOMEMLIMIT=off` + "\n"},
+		{"a limit in force", unset, true, 1 << 30,
+			memoryLimit{Bytes: 1 << 30, From: "runtime"},
+			`level=INFO msg="memory limit" limit=1GiB bytes=1073741824 from=runtime` + "\n"},
 	} {
-		debug.SetMemoryLimit(math.MaxInt64)
-		if got := applyMemoryLimit(unset, tt.embedded); got != tt.want || debug.SetMemoryLimit(-1) != tt.want {
-			t.Errorf("%s: applyMemoryLimit = %d (runtime %d), want %d", tt.name, got, debug.SetMemoryLimit(-1), tt.want)
+		debug.SetMemoryLimit(tt.runtime)
+		got := applyMemoryLimit(tt.lookup, tt.embedded)
+		if got != tt.want || debug.SetMemoryLimit(-1) != tt.want.Bytes {
+			t.Errorf("%s: applyMemoryLimit = %+v (runtime %d), want %+v", tt.name, got, debug.SetMemoryLimit(-1), tt.want)
+		}
+		var buf bytes.Buffer
+		got.Log(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}})))
+		if buf.String() != tt.wantLog {
+			t.Errorf("%s: logged %q, want %q", tt.name, buf.String(), tt.wantLog)
 		}
 	}
-	debug.SetMemoryLimit(math.MaxInt64)
-	if got := applyMemoryLimit(func(string) (string, bool) { return "1GiB", true }, true); got != 0 || debug.SetMemoryLimit(-1) != math.MaxInt64 {
-		t.Errorf("with GOMEMLIMIT set: applyMemoryLimit = %d, runtime %d; want 0 and no change", got, debug.SetMemoryLimit(-1))
-	}
-	debug.SetMemoryLimit(1 << 30)
-	if got := applyMemoryLimit(unset, true); got != 0 || debug.SetMemoryLimit(-1) != 1<<30 {
-		t.Errorf("with a limit in force: applyMemoryLimit = %d, runtime %d; want 0 and no change", got, debug.SetMemoryLimit(-1))
+	if got := formatMemoryLimit(0); got != "0B" || formatMemoryLimit(3<<40) != "3TiB" {
+		t.Errorf("formatMemoryLimit(0) = %q, (3 TiB) = %q", got, formatMemoryLimit(3<<40))
 	}
 }

@@ -80,7 +80,8 @@ func scrape(t *testing.T, url string) map[string]float64 {
 // operation, reconciliation result, recovered step and append outcome), the
 // state gauges and the pgx pool's statistics at 0, booking_build_info at 1
 // with the version; the HTTP RED metrics count each answer by route
-// template, method and code from the first request on.
+// template (a 405 by the route its path matched), method and code from the
+// first request on.
 func TestMetricsFromStart(t *testing.T) {
 	t.Parallel()
 	discard := slog.New(slog.DiscardHandler)
@@ -146,8 +147,13 @@ func TestMetricsFromStart(t *testing.T) {
 		}
 	}
 
-	for _, path := range []string{"/healthz", "/no/such/path", "/v1/orders"} {
-		res, err := http.Get(srv.URL + path)
+	for _, req := range []struct{ method, path string }{{"GET", "/healthz"}, {"GET", "/no/such/path"}, {"GET", "/v1/orders"},
+		{"DELETE", "/v1/shows"}, {"PUT", "/v1/orders/ord_1"}} {
+		hreq, err := http.NewRequest(req.method, srv.URL+req.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.DefaultClient.Do(hreq)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,6 +164,9 @@ func TestMetricsFromStart(t *testing.T) {
 		`http_requests_total{code="200",method="GET",route="/metrics"}`,
 		`http_requests_total{code="200",method="GET",route="/healthz"}`,
 		`http_requests_total{code="404",method="GET",route="unmatched"}`,
+		// A 405 is labelled with the route its path matched.
+		`http_requests_total{code="405",method="DELETE",route="/v1/shows"}`,
+		`http_requests_total{code="405",method="PUT",route="/v1/orders/{id}"}`,
 		`http_requests_total{code="401",method="GET",route="/v1/orders"}`,
 		`http_request_duration_seconds_count{code="401",method="GET",route="/v1/orders"}`,
 		`http_request_duration_seconds_bucket{code="200",method="GET",route="/healthz",le="+Inf"}`,

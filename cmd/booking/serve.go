@@ -74,9 +74,7 @@ func (c *serveCmd) Run(e *env) error {
 		return err
 	}
 	ctx := e.ctx
-	if limit := applyMemoryLimit(os.LookupEnv, dev || cfg.NATSURL == ""); limit > 0 {
-		log.Info("memory limit (GOMEMLIMIT unset)", "bytes", limit)
-	}
+	applyMemoryLimit(os.LookupEnv, dev || cfg.NATSURL == "").Log(log)
 
 	backend, _ := eventStoreBackend(cfg.EventStore) // checked by Validate
 	pool, err := openMigrated(ctx, cfg.DatabaseURL, 32, backend, faults.SQLCounter())

@@ -3,12 +3,15 @@ package kurrentdb
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+
+	"github.com/retrysafe/booking/eventstore"
 )
 
 // The current revision of a WrongExpectedVersion reaches client v4's
@@ -97,5 +100,56 @@ func TestConnLogsOutageOnceThenConnected(t *testing.T) {
 	}
 	if w := count("level=WARN"); w != 2 {
 		t.Errorf("a new outage: %d warnings in all, want 2:\n%s", w, logs.String())
+	}
+}
+
+// TestResubscribeLogRateLimited: while the server stays down, the first
+// resubscription of a subscription is logged at INFO and the next ones,
+// within the rate limit's interval (an hour here), at DEBUG only, each
+// with its attempt number, until the reconnect window passes.
+func TestResubscribeLogRateLimited(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	s, err := New("esdb://127.0.0.1:1?tls=false&maxDiscoverAttempts=2&discoveryInterval=10", // nothing listens on port 1
+		WithBackoff(time.Millisecond, 5*time.Millisecond), WithReconnectWindow(2*time.Second),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.resubscribeLogInterval = time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = s.SubscribeAll(ctx, eventstore.Position{}, func(context.Context, []eventstore.RecordedEvent) error {
+		t.Error("an unreachable server delivered events")
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "unreachable for over 2s") {
+		t.Fatalf("SubscribeAll with the server down = %v, want it to give up after the reconnect window", err)
+	}
+	var info, debug []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if !strings.Contains(l, `msg="kurrentdb: subscription to $all dropped, resubscribing"`) {
+			continue
+		}
+		switch {
+		case strings.Contains(l, "level=INFO"):
+			info = append(info, l)
+		case strings.Contains(l, "level=DEBUG"):
+			debug = append(debug, l)
+		default:
+			t.Errorf("resubscription logged at neither INFO nor DEBUG: %s", l)
+		}
+	}
+	if len(info) != 1 || !strings.Contains(info[0], " attempt=1 suppressed=0 ") {
+		t.Errorf("INFO resubscription lines = %q, want one, for attempt 1", info)
+	}
+	if len(debug) == 0 {
+		t.Fatalf("no resubscription at DEBUG: the server was retried once only in 2s:\n%s", logs.String())
+	}
+	for i, l := range debug {
+		if want := fmt.Sprintf(" attempt=%d ", i+2); !strings.Contains(l, want) {
+			t.Errorf("DEBUG resubscription line %d = %q, want%s", i+1, l, want)
+		}
 	}
 }

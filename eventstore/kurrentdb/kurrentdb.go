@@ -59,6 +59,9 @@ type Store struct {
 	backoffMin      time.Duration
 	backoffMax      time.Duration
 	logger          *slog.Logger
+	// resubscribeLogInterval rate-limits SubscribeAll's resubscription
+	// lines (resubscribeLogInterval; tests shorten it).
+	resubscribeLogInterval time.Duration
 }
 
 var _ eventstore.Store = (*Store)(nil)
@@ -135,8 +138,9 @@ func WithBackoff(min, max time.Duration) Option {
 }
 
 // WithLogger sends the Store's own log lines (client replaced, subscription
-// resumed) to logger, and the client library's at debug level. By default
-// nothing is logged: the client library would write to stdout.
+// resumed; while the server stays down both are rate-limited, the rest at
+// debug level) to logger, and the client library's at debug level. By
+// default nothing is logged: the client library would write to stdout.
 func WithLogger(logger *slog.Logger) Option {
 	return func(s *Store) {
 		if logger != nil {
@@ -173,6 +177,8 @@ func New(connString string, opts ...Option) (*Store, error) {
 		backoffMin:      DefaultBackoffMin,
 		backoffMax:      DefaultBackoffMax,
 		logger:          slog.New(slog.DiscardHandler),
+
+		resubscribeLogInterval: resubscribeLogInterval,
 	}
 	for _, opt := range opts {
 		opt(s)

@@ -22,6 +22,17 @@ const (
 	systemStreamsExclusion = "^[^$]"
 )
 
+// resubscribeLogInterval is the least time between two INFO lines
+// "kurrentdb: subscription to $all dropped, resubscribing" of one
+// subscription while its resubscriptions keep failing (the server is
+// down): the first resubscription after a working subscription is logged
+// at INFO at once, the next ones at most once per interval, each such line
+// with the count of resubscriptions logged at DEBUG only since the
+// previous one (suppressed). With the default backoff (at most 1 s between
+// attempts) and reconnect window (1 min), an outage logs at most 7 INFO
+// lines per subscription instead of about 60.
+const resubscribeLogInterval = 10 * time.Second
+
 // SubscribeAll is a catch-up subscription to $all: it calls fn with batches
 // of at most the batch size (WithBatchSize) of events after position after,
 // in log order, each event exactly once, leaving out system events: first
@@ -81,8 +92,10 @@ func (s *Store) SubscribeAll(ctx context.Context, after eventstore.Position, fn 
 func (s *Store) pump(ctx context.Context, after eventstore.Position, out chan<- eventstore.RecordedEvent) error {
 	last := after
 	var (
-		failing time.Time // when the current run of failures began
-		retries int
+		failing    time.Time // when the current run of failures began
+		retries    int
+		logged     time.Time // when this run of failures last logged at INFO
+		suppressed int       // resubscriptions logged at DEBUG since then
 	)
 	for {
 		confirmed, err := s.subscribeOnce(ctx, &last, out)
@@ -91,6 +104,7 @@ func (s *Store) pump(ctx context.Context, after eventstore.Position, out chan<- 
 		}
 		if confirmed {
 			failing, retries = time.Time{}, 0
+			logged, suppressed = time.Time{}, 0
 		}
 		if !resumable(err) {
 			return fmt.Errorf("kurrentdb: subscribe to $all after %s at %s: %w", last, s.where, describe(err))
@@ -101,7 +115,14 @@ func (s *Store) pump(ctx context.Context, after eventstore.Position, out chan<- 
 			return fmt.Errorf("kurrentdb: subscribe to $all after %s: %s unreachable for over %s: %w", last, s.where, s.reconnectWindow, err)
 		}
 		retries++
-		s.logger.Info("kurrentdb: subscription to $all dropped, resubscribing", "after", last.String(), "attempt", retries, "error", err)
+		const msg = "kurrentdb: subscription to $all dropped, resubscribing"
+		if now := time.Now(); logged.IsZero() || now.Sub(logged) >= s.resubscribeLogInterval {
+			s.logger.Info(msg, "after", last.String(), "attempt", retries, "suppressed", suppressed, "error", err)
+			logged, suppressed = now, 0
+		} else {
+			s.logger.Debug(msg, "after", last.String(), "attempt", retries, "error", err)
+			suppressed++
+		}
 		if err := s.sleep(ctx, retries); err != nil {
 			return err
 		}

@@ -1,10 +1,15 @@
 package httpapi
 
 import (
+	"bytes"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 )
@@ -38,12 +43,37 @@ type nopHandler struct{}
 
 func (nopHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
-// TestMethodNotAllowedHasAllow: a 405 must carry Allow (RFC 9110 §15.5.6).
+// TestMethodNotAllowedHasAllow: a 405 must carry Allow (RFC 9110 §15.5.6);
+// its access line and metrics name the route template its path matched.
 func TestMethodNotAllowedHasAllow(t *testing.T) {
-	a := &api{metrics: nopHandler{}, webhooks: nopHandler{}}
-	rec := httptest.NewRecorder()
-	a.routes().ServeHTTP(rec, httptest.NewRequest("DELETE", "/v1/shows", nil))
-	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") == "" {
-		t.Errorf("DELETE /v1/shows = %d with Allow %q, want 405 with Allow", rec.Code, rec.Header().Get("Allow"))
+	var logs bytes.Buffer
+	type observed struct {
+		route, method string
+		code          int
+	}
+	var seen []observed
+	a := &api{metrics: nopHandler{}, webhooks: nopHandler{}, log: slog.New(slog.NewTextHandler(&logs, nil)),
+		observe: func(route, method string, code int, _ time.Duration) {
+			seen = append(seen, observed{route, method, code})
+		}}
+	h := a.routes()
+	for _, tt := range []struct{ method, path, route, allow string }{
+		{"DELETE", "/v1/shows", "/v1/shows", "GET, POST"},
+		{"PUT", "/v1/orders/ord_1", "/v1/orders/{id}", "GET"},
+		{"GET", "/v1/orders/ord_1/cancel", "/v1/orders/{id}/cancel", "POST"},
+	} {
+		logs.Reset()
+		seen = nil
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, nil))
+		if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != tt.allow {
+			t.Errorf("%s %s = %d with Allow %q, want 405 with Allow %q", tt.method, tt.path, rec.Code, rec.Header().Get("Allow"), tt.allow)
+		}
+		if want := []observed{{tt.route, tt.method, 405}}; !slices.Equal(seen, want) {
+			t.Errorf("%s %s observed %v, want %v", tt.method, tt.path, seen, want)
+		}
+		if want := fmt.Sprintf(`msg="http request" method=%s route=%s status=405`, tt.method, tt.route); !strings.Contains(logs.String(), want) {
+			t.Errorf("%s %s logged %q, want a line with %q", tt.method, tt.path, logs.String(), want)
+		}
 	}
 }

@@ -25,6 +25,10 @@ const maxRequestID = 128
 type requestInfo struct {
 	id    string
 	actor string
+	// route is the route template of a request the router refused 405
+	// (its path matched a route, its method did not), which chi's route
+	// context does not record; "" otherwise.
+	route string
 }
 
 const requestInfoKey ctxKey = iota + 100
@@ -47,9 +51,13 @@ func RequestIDFrom(ctx context.Context) string {
 
 // routeOf returns the route template that served the request whose context
 // is ctx, such as "/v1/orders/{id}" (chi's RoutePattern), once the router has
-// matched it; "unmatched" for a request no route matched. It is meant for
+// matched it — also when it refused the method (405), as the path matched;
+// "unmatched" for a request whose path no route has (404). It is meant for
 // labels of metrics, whose values must stay few.
 func routeOf(ctx context.Context) string {
+	if ri := info(ctx); ri != nil && ri.route != "" {
+		return ri.route
+	}
 	if rc := chi.RouteContext(ctx); rc != nil {
 		if p := rc.RoutePattern(); p != "" {
 			return p

@@ -94,11 +94,16 @@ func (a *api) routes() http.Handler {
 		a.writeError(w, r, httpError(domain.NotFound, "not-found", "no such endpoint"))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		// Allow lists the methods the path does support (RFC 9110 §15.5.6).
+		// Allow lists the methods the path does support (RFC 9110 §15.5.6);
+		// the metrics and the access line get the route template the path
+		// matched (chi records none for a 405).
 		var allow []string
 		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
-			if rt.Match(chi.NewRouteContext(), m, r.URL.Path) {
+			if pattern := rt.Find(chi.NewRouteContext(), m, r.URL.Path); pattern != "" {
 				allow = append(allow, m)
+				if ri := info(r.Context()); ri != nil && ri.route == "" {
+					ri.route = pattern
+				}
 			}
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))

@@ -23,7 +23,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +45,7 @@ type Config struct {
 	// embedded one.
 	URL string
 	// Addr is BOOKING_NATS_ADDR, host:port of the embedded server (port 0:
-	// any free port).
+	// any free port; a service name resolves as net.LookupPort does).
 	Addr string
 	// DuplicateWindow is BOOKING_NATS_DUPLICATE_WINDOW, stream BOOKING's
 	// JetStream duplicate window.
@@ -204,9 +203,11 @@ func startEmbedded(cfg Config, log *slog.Logger) (*server.Server, error) {
 	if err != nil {
 		return nil, configerr.New("BOOKING_NATS_ADDR", "must be host:port: %v", err)
 	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil || port < 0 || port > 65535 {
-		return nil, configerr.New("BOOKING_NATS_ADDR", "invalid port %q", portStr)
+	// The port as net.Listen reads it (a number or a service name), as the
+	// serve configuration checked it.
+	port, err := net.LookupPort("tcp", portStr)
+	if err != nil {
+		return nil, configerr.New("BOOKING_NATS_ADDR", "%q is not a port: %v", portStr, err)
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT

@@ -58,6 +58,7 @@ func TestStart(t *testing.T) {
 		{"another window than the external stream's", Config{URL: external.URL, DuplicateWindow: 20 * time.Minute, RecoveryInterval: 30 * time.Second}, "BOOKING_NATS_DUPLICATE_WINDOW"},
 		{"a window within the relay's fail-over", Config{URL: external.URL, DuplicateWindow: 2 * time.Second, RecoveryInterval: 30 * time.Second}, "BOOKING_NATS_DUPLICATE_WINDOW"},
 		{"an address without a port", Config{Addr: "127.0.0.1", DuplicateWindow: 10 * time.Minute, RecoveryInterval: 30 * time.Second, DataDir: t.TempDir()}, "BOOKING_NATS_ADDR"},
+		{"a port that is neither a number nor a service", Config{Addr: "127.0.0.1:4222x", DuplicateWindow: 10 * time.Minute, RecoveryInterval: 30 * time.Second, DataDir: t.TempDir()}, "BOOKING_NATS_ADDR"},
 	} {
 		_, err := Start(t.Context(), tt.cfg, quiet, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "invalid configuration: "+tt.wantVar+":") {
