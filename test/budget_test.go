@@ -18,17 +18,14 @@ import (
 // service may send — requests, process manager, recovery, expiry,
 // reconciler, projectors, relay, leases and locks — counted over
 // budgetBookings bookings until everything has settled (ARCHITECTURE.md,
-// "Performance", "Whole-service statement budget"). It guards what has been
-// reached: 32.8 per booking when 200 bookings took 72 s on a loaded
-// machine, 40 when a fully loaded one stretches them to over 3 minutes (the
-// background's
-// per-second statements — polls, rounds, checkpoints — then weigh more per
-// booking), from 65 and 130 before; the request path (18) and its clock
-// reads (about 9) are most of it. The goal is wholeServiceGoal, and the
-// test logs the gap to it.
+// "Performance", "Whole-service statement budget"). It is the goal, 30:
+// 14.2 per booking were counted when 200 bookings took 4 s on a quiet
+// machine (from 22 with a clock read at every fault point, 33 before the
+// request path reached its budget, 65 and 130 before that); on a machine
+// slowed by a CPU hog the background's per-second statements (polls,
+// rounds, checkpoints) weigh more per booking, which the margin covers.
 const (
-	wholeServiceBudget = 45
-	wholeServiceGoal   = 30
+	wholeServiceBudget = 30
 	budgetBookings     = 200
 )
 
@@ -108,9 +105,6 @@ func TestStatementBudget_WholeService(t *testing.T) {
 	t.Logf("statements per booking: whole service %.1f", per)
 	t.Logf("whole service: %d statements for %d bookings = %.1f per booking (bookings took %s, settled after %s)",
 		st.Total, budgetBookings, per, booked.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	if per > wholeServiceGoal {
-		t.Logf("whole service: %.1f statements per booking, %.1f above the goal of %d", per, per-wholeServiceGoal, wholeServiceGoal)
-	}
 	if per > wholeServiceBudget {
 		t.Errorf("whole service: %.1f statements per booking, want <= %d; per booking:\n%s", per, wholeServiceBudget, st.Report)
 	} else {
