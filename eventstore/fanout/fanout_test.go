@@ -174,6 +174,23 @@ func readLog(t *testing.T, ctx context.Context, s eventstore.Store, after events
 	}
 }
 
+// readLogWhole waits until the log's readable part holds n events after
+// after, and returns their ids. On PostgreSQL ReadAll stops at the readable
+// horizon, which any transaction still open on the server holds back —
+// another package's test on the same throwaway server included — so events
+// just appended may not be readable yet.
+func readLogWhole(t *testing.T, ctx context.Context, s eventstore.Store, after eventstore.Position, n int) []string {
+	t.Helper()
+	var ids []string
+	storetest.Eventually(t, ctx, func() error {
+		if ids = readLog(t, ctx, s, after); len(ids) < n {
+			return fmt.Errorf("the log's readable part holds %d of %d events", len(ids), n)
+		}
+		return nil
+	})
+	return ids
+}
+
 // waitCount waits until every consumer has n events.
 func waitCount(t *testing.T, ctx context.Context, n int, cs ...*consumer) {
 	t.Helper()
@@ -198,6 +215,7 @@ func testOrderUnderConcurrentAppends(t *testing.T, store eventstore.Store) {
 	l := fanout.New(under, fanout.Config{MaxEvents: 40, BatchSize: 7})
 	run := uuid.NewString()[:8]
 	appendConcurrently(t, ctx, l, run+"a", 4, 100)
+	readLogWhole(t, ctx, store, eventstore.Position{}, 100)
 	mid, err := store.ReadAll(ctx, eventstore.Position{}, 50)
 	if err != nil || len(mid) != 50 {
 		t.Fatalf("ReadAll = %d events, %v; want 50", len(mid), err)
@@ -210,7 +228,7 @@ func testOrderUnderConcurrentAppends(t *testing.T, store eventstore.Store) {
 	close(gate)
 	late := consume(ctx, l, eventstore.Position{}, nil)
 	appendConcurrently(t, ctx, l, run+"c", 2, 100)
-	want := readLog(t, ctx, store, eventstore.Position{})
+	want := readLogWhole(t, ctx, store, eventstore.Position{}, 100+400+100)
 	waitCount(t, ctx, len(want), first, slow, late)
 	waitCount(t, ctx, len(want)-50, middle)
 	first.stop(t, "first", want)
