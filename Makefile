@@ -276,6 +276,8 @@ BENCH_QUICK  ?=
 BENCH_ONLY   ?=
 #? make bench: the Markdown file the table is written to
 BENCH_REPORT ?= BENCHMARKS.md
+#? make bench: directory for CPU profiles of booking serve, one per timed HTTP window (empty: none)
+BENCH_PROFILE_DIR ?=
 
 .PHONY: bench
 bench: build ## Run the performance table P1–P7 against its baselines on a throwaway PostgreSQL; write BENCHMARKS.md (BENCH_QUICK=1: quick pass)
@@ -286,7 +288,7 @@ bench: build ## Run the performance table P1–P7 against its baselines on a thr
 		ns=bin/nats-server; \
 	fi; \
 	BENCH_QUICK='$(BENCH_QUICK)' BENCH_BASELINE_CLIENTS=32 $(PG_SH) throwaway -- test/scripts/bench.sh '$(BENCH_OUT)' -- \
-		$(GO) run ./test/scripts/benchrun --out '$(BENCH_REPORT)' --bin $(BIN) --nats-server "$$ns" --only '$(BENCH_ONLY)'
+		$(GO) run ./test/scripts/benchrun --out '$(BENCH_REPORT)' --bin $(BIN) --nats-server "$$ns" --only '$(BENCH_ONLY)' --profile-dir '$(BENCH_PROFILE_DIR)'
 
 .PHONY: bench-go
 bench-go: ## Run Go benchmarks (BENCH, PKG, BENCHTIME, BENCH_COUNT) against a throwaway PostgreSQL; report in BENCH_OUT

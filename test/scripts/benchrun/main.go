@@ -37,6 +37,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"math"
 	"net"
@@ -66,6 +67,7 @@ const (
 // opts are the command line.
 type opts struct {
 	out, logDir, bin, natsBin, only string
+	profileDir                      string
 	quick                           bool
 	reps                            int
 	dur, warm, rawDur               time.Duration
@@ -104,6 +106,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "regular expression of row ids to run (default all)")
 	flag.BoolVar(&o.quick, "quick", os.Getenv("BENCH_QUICK") == "1", "one short repetition of each row (BENCH_QUICK=1)")
 	flag.IntVar(&o.reps, "reps", 3, "repetitions of each row")
+	flag.StringVar(&o.profileDir, "profile-dir", os.Getenv("BENCH_PROFILE_DIR"), "directory for CPU profiles of booking serve, one per timed HTTP window (BENCH_PROFILE_DIR; empty: none)")
 	flag.Parse()
 	o.dur, o.warm, o.rawDur, o.rebuildEvents = 15*time.Second, 3*time.Second, 5*time.Second, 1_000_000
 	if o.quick {
@@ -342,6 +345,9 @@ type service struct {
 	db    string // database name
 	cmd   *exec.Cmd
 	other []*exec.Cmd
+	// pprof is the base URL of booking serve's net/http/pprof
+	// (BOOKING_PPROF_ADDR) when profiles are taken, else "".
+	pprof string
 }
 
 // stop stops every process of the service (SIGTERM, then SIGKILL after 15 s).
@@ -467,6 +473,11 @@ func (e *env) startService(name string, external bool) (*service, error) {
 		"BOOKING_RETRY_BUDGET_RATE=1000000", "BOOKING_RETRY_BUDGET_BURST=1000000", "BOOKING_LOG_LEVEL=warn",
 		fmt.Sprintf("BOOKING_NATS_ADDR=127.0.0.1:%d", freePort()), fmt.Sprintf("BOOKING_PROVIDER_SIM_ADDR=127.0.0.1:%d", freePort()))
 	s := &service{url: "http://" + httpAddr, db: strings.TrimPrefix(must(url.Parse(db)).Path, "/")}
+	if e.o.profileDir != "" {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort())
+		env = append(env, "BOOKING_PPROF_ADDR="+addr)
+		s.pprof = "http://" + addr + "/debug/pprof"
+	}
 	logFile := func(n string) *os.File {
 		f, _ := os.Create(filepath.Join(dir, n+".log"))
 		return f
@@ -512,6 +523,62 @@ func (e *env) startService(name string, external bool) (*service, error) {
 		return nil, fmt.Errorf("booking serve: %w (log in %s)", err, dir)
 	}
 	return s, nil
+}
+
+// profile takes a CPU profile of s for d, from now, in the background
+// (when --profile-dir is set; otherwise it does nothing) and saves it as
+// profileDir/name.pprof; wait blocks until it is saved. A failure is
+// logged, never fatal: profiles explain figures, they are not figures.
+func (e *env) profile(s *service, name string, d time.Duration) (wait func()) {
+	if s.pprof == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c := &http.Client{Timeout: d + 30*time.Second}
+		res, err := c.Get(fmt.Sprintf("%s/profile?seconds=%d", s.pprof, max(1, int(d.Round(time.Second)/time.Second))))
+		if err != nil {
+			e.logf("profile %s: %v", name, err)
+			return
+		}
+		defer res.Body.Close()
+		if err := os.MkdirAll(e.o.profileDir, 0o755); err != nil {
+			e.logf("profile %s: %v", name, err)
+			return
+		}
+		f, err := os.Create(filepath.Join(e.o.profileDir, name+".pprof"))
+		if err == nil {
+			_, err = io.Copy(f, res.Body)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			e.logf("profile %s: %v", name, err)
+		}
+	}()
+	return func() { <-done }
+}
+
+// profileAfter is profile for the timed window d of a load that starts
+// now with a warm-up of warm: the profile starts once the warm-up is over.
+func (e *env) profileAfter(s *service, name string, warm, d time.Duration) (wait func()) {
+	if s.pprof == "" {
+		return func() {}
+	}
+	start := make(chan func(), 1)
+	go func() {
+		t := time.NewTimer(warm)
+		defer t.Stop()
+		select {
+		case <-e.ctx.Done():
+			start <- func() {}
+		case <-t.C:
+			start <- e.profile(s, name, d)
+		}
+	}()
+	return func() { (<-start)() }
 }
 
 func must[T any](v T, err error) T {
@@ -615,6 +682,11 @@ func (e *env) bookings(p2, p6 *row, external bool) error {
 		s.resetHWM()
 		st0 := e.stats(s.db)
 		cpu0 := s.cpuSeconds()
+		mode := "dev"
+		if external {
+			mode = "external"
+		}
+		profiled := e.profileAfter(s, fmt.Sprintf("p2-%s-rep%d", mode, rep+1), e.o.warm, e.o.dur)
 		res, err := runLoad(e.ctx, clients, e.o.warm, e.o.dur, func(ctx context.Context, w, i int) (int, error) {
 			res, r1, err := a.reserve(ctx, shows[i%len(shows)])
 			if err != nil {
@@ -623,6 +695,7 @@ func (e *env) bookings(p2, p6 *row, external bool) error {
 			_, r2, err := a.order(ctx, res, uuid.NewString())
 			return r1 + r2, err
 		})
+		profiled()
 		cpu := s.cpuSeconds() - cpu0
 		if err != nil {
 			return err
@@ -663,10 +736,12 @@ func (e *env) p2h() {
 		}
 		st0 := e.stats(s.db)
 		cpu0 := s.cpuSeconds()
+		profiled := e.profileAfter(s, fmt.Sprintf("p2h-rep%d", rep+1), e.o.warm, e.o.dur)
 		res, err := runLoad(e.ctx, clients, e.o.warm, e.o.dur, func(ctx context.Context, w, i int) (int, error) {
 			_, rep, err := a.reserve(ctx, show)
 			return rep, err
 		})
+		profiled()
 		cpu := s.cpuSeconds() - cpu0
 		if err != nil {
 			return err
@@ -714,6 +789,7 @@ func (e *env) p3() {
 		}
 		half := e.o.dur / 2
 		for rep := range e.o.reps {
+			profiled := e.profileAfter(s, fmt.Sprintf("p3-get-rep%d", rep+1), e.o.warm/2, half)
 			get, err := runLoad(e.ctx, clients, e.o.warm/2, half, func(ctx context.Context, w, i int) (int, error) {
 				code, out, _, err := a.do(ctx, "GET", "/v1/orders/"+id, a.user, "", nil)
 				if err == nil && code != http.StatusOK {
@@ -721,9 +797,11 @@ func (e *env) p3() {
 				}
 				return 0, err
 			})
+			profiled()
 			if err != nil {
 				return err
 			}
+			profiled = e.profileAfter(s, fmt.Sprintf("p3-replay-rep%d", rep+1), e.o.warm/2, half)
 			replay, err := runLoad(e.ctx, clients, e.o.warm/2, half, func(ctx context.Context, w, i int) (int, error) {
 				code, out, _, err := a.do(ctx, "POST", "/v1/orders", a.user, key, orderBody(res))
 				if err == nil && code != http.StatusCreated {
@@ -731,6 +809,7 @@ func (e *env) p3() {
 				}
 				return 0, err
 			})
+			profiled()
 			if err != nil {
 				return err
 			}
