@@ -384,3 +384,57 @@ func TestPGBreakExpiredKeyReuseStartsANewIntent(t *testing.T) {
 		t.Fatalf("orders %v, want three", orders)
 	}
 }
+
+// TestPGBreakReleaseByAnotherProcessIsSeenAtOnce: process A's hold batch
+// trusts the snapshot its own last batch left (ownHoldTrust). A show of one
+// seat, held on A; B expires the hold and releases the seat; A's next hold,
+// at once, gets the seat (a sold-out refusal is never decided on the
+// trusted snapshot), and no second seat is ever held.
+func TestPGBreakReleaseByAnotherProcessIsSeenAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	a := f.handler("pg-a", nil)
+	b := f.handler("pg-b", nil)
+	ctx := context.Background()
+	now, err := f.clock.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := f.req(OpScheduleShow)
+	admin.Actor = "admin"
+	show, _, err := a.ScheduleShow(ctx, admin, ScheduleShowCommand{Name: "One", StartsAt: now.Add(72 * time.Hour), Capacity: 1,
+		Price: domain.Money{Amount: 1500, Currency: "EUR"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 4 {
+		res, _, err := a.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
+		if err != nil {
+			t.Fatalf("round %d: hold on A = %v", round, err)
+		}
+		var rej *Rejection
+		if _, _, err := a.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: show.ID, Quantity: 1}); !errors.As(err, &rej) || rej.Err.Code != domain.ErrSoldOut.Code {
+			t.Fatalf("round %d: second hold on A = %v, want sold out", round, err)
+		}
+		f.clock.Advance(DefaultConfig().HoldFor + time.Minute)
+		if err := b.ExpireReservation(ctx, res.ID); err != nil {
+			t.Fatalf("round %d: ExpireReservation on B = %v", round, err)
+		}
+	}
+	recs, err := f.store.ReadStream(ctx, domain.ShowStream(show.ID), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, released := 0, 0
+	for _, r := range recs {
+		switch r.Type {
+		case "SeatsHeld":
+			held++
+		case "SeatsReleased":
+			released++
+		}
+	}
+	if held != 4 || released != 4 {
+		t.Fatalf("show stream: %d SeatsHeld, %d SeatsReleased; want 4 and 4", held, released)
+	}
+}
