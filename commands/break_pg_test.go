@@ -3,7 +3,6 @@ package commands
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -303,8 +302,6 @@ func TestPGBreakRepeatsOnAnotherProcess(t *testing.T) {
 		t.Fatalf("repeat on B after the start passed = %s, replayed %t, %v; want a replay of %s", again.ID, sout.Replayed, err, show.ID)
 	}
 
-	_ = fmt.Sprint
-	_ = eventstore.NoStream
 }
 
 // TestPGBreakExpiredKeyReuseStartsANewIntent: once an intent's retention
@@ -436,5 +433,92 @@ func TestPGBreakReleaseByAnotherProcessIsSeenAtOnce(t *testing.T) {
 	}
 	if held != 4 || released != 4 {
 		t.Fatalf("show stream: %d SeatsHeld, %d SeatsReleased; want 4 and 4", held, released)
+	}
+}
+
+// TestPGBreakDuplicateHoldsOnTwoProcesses: twelve reservation intents on a
+// show of six seats, each sent three times at once across two processes.
+// Every intent holds at most once (one SeatsHeld per intent in the show
+// stream), the answers of one intent agree, and exactly six intents hold.
+func TestPGBreakDuplicateHoldsOnTwoProcesses(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	hs := []*Handler{f.handler("pg-a", nil), f.handler("pg-b", nil)}
+	ctx := context.Background()
+	now, err := f.clock.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := f.req(OpScheduleShow)
+	admin.Actor = "admin"
+	show, _, err := hs[0].ScheduleShow(ctx, admin, ScheduleShowCommand{Name: "Six", StartsAt: now.Add(72 * time.Hour), Capacity: 6,
+		Price: domain.Money{Amount: 1500, Currency: "EUR"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		id      string
+		soldOut bool
+	}
+	const intents, copies = 12, 3
+	answers := make([][]answer, intents)
+	reqs := make([]Request, intents)
+	var wg sync.WaitGroup
+	for i := range intents {
+		reqs[i] = f.req(OpReserveSeats)
+		answers[i] = make([]answer, copies)
+		for j := range copies {
+			h := hs[(i+j)%2]
+			wg.Go(func() {
+				for attempt := 0; ; attempt++ {
+					res, _, err := h.ReserveSeats(ctx, reqs[i], ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
+					var rej *Rejection
+					var inUse *InUseError
+					switch {
+					case err == nil:
+						answers[i][j] = answer{id: res.ID}
+					case errors.As(err, &rej) && rej.Err.Code == domain.ErrSoldOut.Code:
+						answers[i][j] = answer{soldOut: true}
+					case (errors.As(err, &inUse) || errors.Is(err, domain.ErrContention)) && attempt < 50:
+						time.Sleep(50 * time.Millisecond) // a repeat after the answer's Retry-After
+						continue
+					default:
+						t.Errorf("intent %d copy %d: ReserveSeats = %v", i, j, err)
+					}
+					return
+				}
+			})
+		}
+	}
+	wg.Wait()
+	holding := 0
+	for i, as := range answers {
+		for _, a := range as[1:] {
+			if a != as[0] {
+				t.Fatalf("intent %d: answers disagree: %+v", i, as)
+			}
+		}
+		if as[0].id != "" {
+			holding++
+		}
+	}
+	recs, err := f.store.ReadStream(ctx, domain.ShowStream(show.ID), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perIntent := map[string]int{}
+	for _, r := range recs {
+		if r.Type == "SeatsHeld" {
+			m, _ := eventstore.DecodeMetadata(r.Metadata)
+			perIntent[m.Intent]++
+		}
+	}
+	for in, n := range perIntent {
+		if n != 1 {
+			t.Errorf("intent %s: %d SeatsHeld, want 1", in, n)
+		}
+	}
+	if holding != 6 || len(perIntent) != 6 {
+		t.Fatalf("%d intents hold (%d with SeatsHeld), want 6", holding, len(perIntent))
 	}
 }
