@@ -214,7 +214,7 @@ func (h *Handler) decideHolds(e *showEntry, showID string, batch []*holdReq, now
 			d.refusals++
 			continue
 		}
-		id := DerivedID(r.run.stream, "seats-held")
+		id := DerivedID(r.run.cause(), "seats-held")
 		m := r.run.meta(now, "")
 		m.SchemaVersion = domain.SchemaVersionOf(evs[0])
 		ed, err := eventstore.Encode(id, evs[0], m)

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"sync"
 	"time"
 
@@ -91,6 +92,10 @@ type intentRun struct {
 	created bool // this request recorded the intent or took it over
 	now     time.Time
 	command map[string]any
+	// opened is the revision of the intent's IntentRecorded in its
+	// stream: 0 for the stream's first intent, more for an intent recorded
+	// after an earlier one was purged (its key reused after the retention).
+	opened eventstore.Revision
 	// leaseFrom is a host instant (monotonic clock) no later than the one
 	// the recorded lease was computed from, when this request recorded the
 	// intent; zero for a repeat or a takeover.
@@ -123,6 +128,24 @@ func (r *intentRun) alone(lease time.Duration) bool {
 type intentPrep struct {
 	prepare func(ctx context.Context, targetID string, now time.Time) error
 	discard func(ctx context.Context, targetID string)
+}
+
+// cause is what the ids of the intent's deterministic events derive from
+// (DerivedID): its stream's name for the stream's first intent, as ever;
+// for an intent recorded after an earlier one was purged (a key reused
+// after its retention), the name and the revision it was opened at. Event
+// ids are unique across the whole log, so an id derived from the name
+// alone is the earlier intent's: its append (a show, a hold, an order
+// claim, a cancel, a rejection) would conflict with that one's for ever.
+func (r *intentRun) cause() string { return intentCause(r.stream, r.opened) }
+
+// intentCause is intentRun.cause of the intent opened at revision opened
+// of stream.
+func intentCause(stream string, opened eventstore.Revision) string {
+	if opened == 0 {
+		return stream
+	}
+	return stream + "@" + strconv.FormatUint(opened, 10)
 }
 
 // meta returns event metadata for events caused by this intent.
@@ -251,7 +274,8 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		case domain.ResolveContinue:
 			h.metrics.Replay(req.Operation)
 			h.log.DebugContext(ctx, "intent repeated", "operation", req.Operation, "intent", stream, "target_id", in.Recorded.TargetID)
-			run = &intentRun{req: req, stream: stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command}
+			run = &intentRun{req: req, stream: stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command,
+				opened: s.records[0].Revision}
 			return nil
 		}
 		// domain.ResolveNew: record the intent.
@@ -415,7 +439,7 @@ func (h *Handler) recordIntent(ctx context.Context, req Request, stream, fp stri
 // lease was computed from.
 func (h *Handler) recorded(ctx context.Context, rn *intentRun, res eventstore.AppendResult, leaseFrom time.Time) {
 	h.intents.note(rn.stream)
-	rn.rev = res.NextRevision
+	rn.rev, rn.opened = res.NextRevision, res.NextRevision
 	if res.NextRevision == 0 {
 		// Only an intent stream's first intent may be alone. The ids of
 		// an intent's deterministic events derive from its stream's
@@ -465,7 +489,7 @@ func (h *Handler) reject(ctx context.Context, run *intentRun, derr *domain.Error
 	if err != nil {
 		return err
 	}
-	_, err = h.appendEvents(ctx, run.stream, eventstore.Exact(run.rev), run.meta(now, ""), pending{DerivedID(run.stream, "rejected"), ev})
+	_, err = h.appendEvents(ctx, run.stream, eventstore.Exact(run.rev), run.meta(now, ""), pending{DerivedID(run.cause(), "rejected"), ev})
 	if err == nil {
 		return rejectionOf(&ev, !run.created)
 	}

@@ -157,7 +157,7 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 			}
 			return h.rejectOrder(ctx, run, asDomain(derr), "")
 		}
-		id := DerivedID(run.stream, "order-claimed")
+		id := DerivedID(run.cause(), "order-claimed")
 		if _, ok := evs[0].(domain.ExpiryClaimed); ok {
 			id = ExpiryClaimID(cmd.ReservationID)
 		}

@@ -32,16 +32,17 @@ func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, ret
 	return h.delayedFollower(ctx, log, cps, RecoveryName, retry, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob {
 		var until time.Time
 		var op string
+		cause := r.Stream // an IntentResumed's intent may have opened earlier: a miss reads
 		switch e := e.(type) {
 		case domain.IntentRecorded:
-			until, op = e.LeaseUntil, e.Operation
+			until, op, cause = e.LeaseUntil, e.Operation, intentCause(r.Stream, r.Revision)
 		case domain.IntentResumed:
 			until = e.LeaseUntil
 		default:
 			return plannedJob{}
 		}
 		return plannedJob{due: until, job: func(ctx context.Context) error {
-			if h.finishedHere(r.Stream, op, r.Position) {
+			if h.finishedHere(cause, op, r.Position) {
 				return nil
 			}
 			return h.recoverIntent(ctx, r.Stream)
@@ -52,23 +53,23 @@ func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, ret
 // finishedHere reports whether this process appended, after the intent
 // record at position after, the event that Handler.committed looks for —
 // the show, the reservation's opening (after its seats were held), the
-// order claim — or the intent's recorded refusal, for the intent of stream
-// and operation op ("" when unknown). Recovery then has nothing to do and
-// skips its reads (Handler.written is a hint: a miss reads the intent as
-// before). The position matters because these ids derive from the stream
-// name, which a key reused after the intent's retention shares with the
-// earlier intent.
-func (h *Handler) finishedHere(stream, op string, after eventstore.Position) bool {
-	if h.written.hasAfter(after, DerivedID(stream, "rejected")) {
+// order claim — or the intent's recorded refusal, for the intent whose
+// deterministic ids derive from cause (intentRun.cause) and operation op
+// ("" when unknown). Recovery then has nothing to do and skips its reads
+// (Handler.written is a hint: a miss reads the intent as before). The
+// position is a second guard: only an append after the intent's record
+// counts.
+func (h *Handler) finishedHere(cause, op string, after eventstore.Position) bool {
+	if h.written.hasAfter(after, DerivedID(cause, "rejected")) {
 		return true
 	}
 	switch op {
 	case OpScheduleShow:
-		return h.written.hasAfter(after, DerivedID(stream, "show-scheduled"))
+		return h.written.hasAfter(after, DerivedID(cause, "show-scheduled"))
 	case OpReserveSeats:
-		return h.written.hasAfter(after, DerivedID(DerivedID(stream, "seats-held"), "reservation-held"))
+		return h.written.hasAfter(after, DerivedID(DerivedID(cause, "seats-held"), "reservation-held"))
 	case OpPlaceOrder:
-		return h.written.hasAfter(after, DerivedID(stream, "order-claimed"))
+		return h.written.hasAfter(after, DerivedID(cause, "order-claimed"))
 	}
 	return false
 }
@@ -411,7 +412,7 @@ func (h *Handler) loadRun(ctx context.Context, stream string) (*intentRun, error
 	}
 	in.RecordedAt = openedAt(s.records[0])
 	req := Request{Actor: in.Recorded.Actor, Operation: in.Recorded.Operation, CorrelationID: "recovery"}
-	return &intentRun{req: req, stream: stream, intent: in, rev: s.last, command: in.Recorded.Command}, nil
+	return &intentRun{req: req, stream: stream, intent: in, rev: s.last, command: in.Recorded.Command, opened: s.records[0].Revision}, nil
 }
 
 // recoverIntent resumes one intent if it is live, has no rejection and its

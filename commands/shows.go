@@ -89,7 +89,7 @@ func (h *Handler) scheduleShow(ctx context.Context, run *intentRun, cmd Schedule
 			return h.reject(ctx, run, asDomain(err), "")
 		}
 		_, err = h.appendEvents(ctx, domain.ShowStream(showID), eventstore.NoStream(), run.meta(run.now, ""),
-			pending{DerivedID(run.stream, "show-scheduled"), evs[0]})
+			pending{DerivedID(run.cause(), "show-scheduled"), evs[0]})
 		if err != nil {
 			return err // a conflict: scheduled meanwhile, read it on the next try
 		}
