@@ -128,6 +128,9 @@ type Handler struct {
 	written writtenSet
 	// reservations caches reservation streams; see streamcache.go.
 	reservations streamCache[domain.Reservation]
+	// keptOrders and keptIntents keep loaded order and intent streams, so
+	// the next load reads only their tails; see loadKept.
+	keptOrders, keptIntents streamCache[*stream]
 	// reading is the process's reading of the database clock; see clock.go.
 	reading clockReading
 	// shredder batches the deletes of order keys; see keys.go.

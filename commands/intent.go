@@ -216,20 +216,8 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 	}
 	var run *intentRun
 	err = h.retryConflicts(ctx, func() error {
-		// The clock and the intent are read at once: two statements, one
-		// round trip of waiting.
 		leaseFrom := time.Now()
-		var now time.Time
-		nowErr := make(chan error, 1)
-		go func() {
-			var err error
-			now, err = h.now(ctx)
-			nowErr <- err
-		}()
-		s, err := h.load(ctx, stream)
-		if nerr := <-nowErr; err == nil {
-			err = nerr
-		}
+		now, s, err := h.loadIntent(ctx, stream)
 		if err != nil {
 			return err
 		}
@@ -312,6 +300,50 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		return nil, err
 	}
 	return run, nil
+}
+
+// loadIntent reads the service clock and intent stream name. An intent
+// this process loaded before is kept (loadKept) while it is younger than
+// half the intent retention — an intent stream is truncated or purged only
+// once its intent expired, so a kept young one is only ever appended to —
+// and then only its tail is read, after the clock (usually the process's
+// reading, no round trip). Otherwise the clock and the whole stream are read
+// at once: two statements, one round trip of waiting; the stream is kept
+// when it is young enough.
+func (h *Handler) loadIntent(ctx context.Context, name string) (time.Time, *stream, error) {
+	young := func(s *stream, now time.Time) bool {
+		return s.exists && now.Before(openedAt(s.records[0]).Add(h.cfg.IntentRetention/2))
+	}
+	if k, _, ok := h.keptIntents.get(name); ok {
+		now, err := h.now(ctx)
+		if err != nil {
+			return time.Time{}, nil, err
+		}
+		if young(k, now) {
+			s, err := h.loadKept(ctx, &h.keptIntents, name)
+			return now, s, err
+		}
+		h.keptIntents.drop(name)
+	}
+	var now time.Time
+	nowErr := make(chan error, 1)
+	go func() {
+		var err error
+		now, err = h.now(ctx)
+		nowErr <- err
+	}()
+	s, err := h.load(ctx, name)
+	if nerr := <-nowErr; err == nil {
+		err = nerr
+	}
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	if young(s, now) {
+		h.keptIntents.put(name, s, s.last)
+		s = s.clipped()
+	}
+	return now, s, nil
 }
 
 // recordFirst is beginIntent's first try for an intent stream this process

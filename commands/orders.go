@@ -478,9 +478,15 @@ func (h *Handler) finishOrderEnd(ctx context.Context, o domain.Order, reason, ca
 	})
 }
 
-// LoadOrder returns the order with id and its loaded stream.
+// LoadOrder returns the order with id and its loaded stream. Order streams
+// are kept (loadKept): a load of an order this process loaded before reads
+// only the events appended since.
 func (h *Handler) LoadOrder(ctx context.Context, id string) (domain.Order, *stream, error) {
-	return loadState[domain.Order](ctx, h, domain.OrderStream(id))
+	s, err := h.loadKept(ctx, &h.keptOrders, domain.OrderStream(id))
+	if err != nil {
+		return domain.Order{}, nil, err
+	}
+	return fold[domain.Order](s.events), s, nil
 }
 
 // GetOrder returns the caller's order, strongly consistent (from the event

@@ -1,0 +1,120 @@
+package commands
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+)
+
+// readCountingStore counts the events ReadStream returns per stream.
+type readCountingStore struct {
+	EventStore
+	mu   sync.Mutex
+	read map[string]int
+}
+
+func (s *readCountingStore) ReadStream(ctx context.Context, name string, from eventstore.Revision, limit int) ([]eventstore.RecordedEvent, error) {
+	recs, err := s.EventStore.ReadStream(ctx, name, from, limit)
+	s.mu.Lock()
+	s.read[name] += len(recs)
+	s.mu.Unlock()
+	return recs, err
+}
+
+func (s *readCountingStore) reset() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.read
+	s.read = map[string]int{}
+	return r
+}
+
+// TestKeptStreamsReadTailsAndSeeOtherProcesses: a process that loaded an
+// order and its intent before reads only their tails on a replay (no event
+// read again), yet sees what another process appended meanwhile — a cancel
+// on B reaches A's next replay — and a kept intent is not used once it is
+// old, so a key reused after the retention starts a new intent.
+func TestKeptStreamsReadTailsAndSeeOtherProcesses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem, clock, keys, pay := newMemStore(), newFakeClock(payT0), newMemKeys(), newFakePayments()
+	mem.SetClock(clock)
+	store := &readCountingStore{EventStore: mem, read: map[string]int{}}
+	handler := func(exec string) *Handler {
+		cfg := DefaultConfig()
+		cfg.Executor = exec
+		return New(cfg, store, clock, pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithKeys(keys))
+	}
+	a, b := handler(execA), handler(execB)
+	show, _, err := a.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
+		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(72 * time.Hour), Capacity: 4, Price: payPrice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, cmd := aliceReserves(show.ID, "k", 1)
+	res, _, err := a.ReserveSeats(ctx, req, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oreq := Request{Actor: "alice", Operation: OpPlaceOrder, Key: "o", Wait: 10 * time.Second}
+	ocmd := PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_visa"}
+	placed, err := a.PlaceOrder(ctx, oreq, ocmd)
+	if err != nil || placed.Order.Status != domain.OrderStatusConfirmed {
+		t.Fatalf("PlaceOrder = %+v, %v; want confirmed", placed, err)
+	}
+	intent, order := IntentStream("alice", OpPlaceOrder, "o"), domain.OrderStream(placed.Order.ID)
+
+	// The first replay loads both streams; the second reads only tails.
+	for i := range 2 {
+		store.reset()
+		r, err := a.PlaceOrder(ctx, oreq, ocmd)
+		if err != nil || !r.Replayed || r.Order.ID != placed.Order.ID || r.Order.Status != domain.OrderStatusConfirmed {
+			t.Fatalf("replay %d = %+v, %v; want a replay of confirmed order %s", i+1, r, err, placed.Order.ID)
+		}
+		read := store.reset()
+		if i == 1 && (read[intent] != 0 || read[order] != 0) {
+			t.Errorf("second replay read %d intent and %d order events again, want 0 and 0 (tails only)", read[intent], read[order])
+		}
+	}
+
+	// Another process cancels: A's next replay and read see it.
+	if c, err := b.CancelOrder(ctx, Request{Actor: "alice", Operation: OpCancelOrder, Key: "c"}, placed.Order.ID); err != nil || c.Order.Status != domain.OrderStatusCancelled {
+		t.Fatalf("cancel on B = %+v, %v; want cancelled", c, err)
+	}
+	r, err := a.PlaceOrder(ctx, oreq, ocmd)
+	if err != nil || !r.Replayed || r.Order.Status != domain.OrderStatusCancelled {
+		t.Fatalf("replay on A after B's cancel = %+v, %v; want the cancelled order", r, err)
+	}
+	if o, err := a.GetOrder(ctx, "alice", placed.Order.ID); err != nil || o.Status != domain.OrderStatusCancelled {
+		t.Fatalf("GetOrder on A after B's cancel = %s, %v; want cancelled", o.Status, err)
+	}
+
+	// A key reused after the retention is a new intent on A too, though A
+	// kept the old one.
+	req2, cmd2 := aliceReserves(show.ID, "k", 2)
+	if _, out, err := a.ReserveSeats(ctx, req2, cmd2); err == nil || out.Replayed {
+		t.Fatalf("another body under key k within the retention = %+v, %v; want the key-reused error", out, err)
+	}
+	clock.Advance(DefaultConfig().IntentRetention + time.Hour)
+	again, out, err := b.ReserveSeats(ctx, req2, cmd2)
+	if err != nil || out.Replayed || again.ID == res.ID {
+		t.Fatalf("key k reused after the retention on B = %s, replayed %t, %v; want a new reservation", again.ID, out.Replayed, err)
+	}
+	// A kept the first intent of key k; its repeat of B's is a replay of
+	// B's reservation, and the first body is now the mismatch.
+	if r, out, err := a.ReserveSeats(ctx, req2, cmd2); err != nil || !out.Replayed || r.ID != again.ID {
+		t.Fatalf("repeat on A of the reused key = %s, replayed %t, %v; want a replay of %s", r.ID, out.Replayed, err, again.ID)
+	}
+	if _, out, err := a.ReserveSeats(ctx, req, cmd); err == nil || out.Replayed {
+		t.Fatalf("the first body under the reused key on A = %+v, %v; want the key-reused error", out, err)
+	}
+	if pay.count("charge") != 1 {
+		t.Errorf("provider: %d charges, want 1", pay.count("charge"))
+	}
+}
