@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"sync"
 	"time"
 
@@ -242,7 +243,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			e := *domain.ErrKeyReused
 			e.Fields = fields
 			if len(fields) > 0 {
-				e.Msg = fmt.Sprintf("this idempotency key was used with a different request; differing fields: %v", fields)
+				e.Msg = fmt.Sprintf("this idempotency key was used with a different request; differing fields: %s", strings.Join(fields, ", "))
 			}
 			return &e
 		case domain.ResolveRejected:

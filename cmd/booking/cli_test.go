@@ -93,6 +93,12 @@ func TestConfigurationErrorsExitTwo(t *testing.T) {
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--database-url", "postgres://%zz"}, "DATABASE_URL"},
 		{[]string{"provider-sim", "--retention=-1s"}, "BOOKING_PROVIDER_RETENTION"},
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--target", "ftp://x"}, `--target: "ftp://x"`},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--show-size=-3"}, "--show-size: must be 0"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--late-wait=-1s"}, "--late-wait: must be positive"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--orders=0"}, "invalid configuration: --orders: must be at least 1"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--dup-rate=2"}, "--dup-rate: must be between 0 and 1"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--retry-budget-rate=-1"}, "--retry-budget-rate (BOOKING_RETRY_BUDGET_RATE): must be positive"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--payment-lease=-1s"}, "--payment-lease (BOOKING_PAYMENT_LEASE): must be positive"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), tt.args, &stdout, &stderr)
