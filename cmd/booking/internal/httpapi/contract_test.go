@@ -229,6 +229,9 @@ func contractCases() []contractCase {
 	keyReused := domain.ErrKeyReused.With("this idempotency key was used with a different request (quantity)")
 	keyReused.Fields = []string{"quantity"}
 	declined := order(domain.OrderStatusFailed, domain.FailPaymentDeclined)
+	declined.Attempts = []domain.Attempt{{N: 1, Outcome: domain.OutcomeFailed, FailureCode: "card_declined", FailureReason: "Your card was declined."}}
+	badToken := order(domain.OrderStatusFailed, domain.FailPaymentDeclined)
+	badToken.Attempts = []domain.Attempt{{N: 1, Outcome: domain.OutcomeFailed, FailureCode: domain.CodeResourceMissing, FailureReason: domain.ReasonProviderRefused}}
 	deadline := order(domain.OrderStatusFailed, domain.FailPaymentDeadline)
 	return []contractCase{
 		// Service routes and the router.
@@ -455,6 +458,15 @@ func contractCases() []contractCase {
 					t.Errorf("problem = %v, want order_id, the failed order and the instance", doc)
 				}
 			}},
+		{name: "a declined payment says the payment was declined", method: "POST", path: "/v1/orders", body: orderBody,
+			setup: orderResult(declined, true, false), status: 402, code: "payment-declined", calls: []string{"PlaceOrder"},
+			want:   map[string]string{"Location": "/v1/orders/" + orderID},
+			detail: "the payment was declined; the order failed and its seats were released"},
+		{name: "a token the provider does not know is 402 payment-declined saying the token was refused as invalid", method: "POST", path: "/v1/orders",
+			body: orderBody, setup: orderResult(badToken, true, false), status: 402, code: "payment-declined", calls: []string{"PlaceOrder"},
+			want:   map[string]string{"Location": "/v1/orders/" + orderID},
+			detail: "the payment provider refused the payment token as invalid (resource_missing: it knows no such token); nothing was charged; the order failed and its seats were released",
+			check:  member("order_id", orderID)},
 		{name: "a replayed decline is 402 with Idempotent-Replayed", method: "POST", path: "/v1/orders", body: orderBody,
 			setup: orderResult(declined, true, true), status: 402, code: "payment-declined", calls: []string{"PlaceOrder"},
 			want: map[string]string{"Idempotent-Replayed": "true", "Location": "/v1/orders/" + orderID}},

@@ -301,14 +301,29 @@ func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res comma
 	}
 	switch o.FirstOutcome {
 	case domain.FailPaymentDeclined:
-		a.writeError(w, r, &orderFailedError{order: o,
-			err: domain.ErrPaymentDeclined.With("the payment was declined; the order failed and its seats were released")})
+		a.writeError(w, r, &orderFailedError{order: o, err: domain.ErrPaymentDeclined.With(declineDetail(o))})
 	case domain.FailPaymentDeadline, domain.FailNoAttempt:
 		a.writeError(w, r, &orderFailedError{order: o,
 			err: domain.ErrPaymentFailed.With("the payment did not complete (" + o.FirstOutcome + "); the order failed")})
 	default:
 		writeJSON(w, success, viewOrder(o))
 	}
+}
+
+// declineDetail is the detail of an order failed with payment_declined: a
+// decline by the card's issuer, or the provider's refusal of the payment
+// request as invalid (nothing executed), which for resource_missing means
+// the provider does not know the payment token. Either is the 402
+// payment-declined problem.
+func declineDetail(o domain.Order) string {
+	const tail = "; the order failed and its seats were released"
+	if last := o.LastAttempt(); last != nil && last.Outcome == domain.OutcomeFailed && last.FailureReason == domain.ReasonProviderRefused {
+		if last.FailureCode == domain.CodeResourceMissing {
+			return "the payment provider refused the payment token as invalid (resource_missing: it knows no such token); nothing was charged" + tail
+		}
+		return "the payment provider refused the payment request as invalid (" + last.FailureCode + "); nothing was charged" + tail
+	}
+	return "the payment was declined" + tail
 }
 
 func (a *api) getOrder(w http.ResponseWriter, r *http.Request) {
