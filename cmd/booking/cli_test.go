@@ -73,6 +73,37 @@ func TestUnknownCommand(t *testing.T) {
 	}
 }
 
+// TestUnreachableDatabaseIsNamed: every command that needs the database
+// names DATABASE_URL when it cannot reach it, exits 1 (a failure while
+// running, not a configuration error) and prints the dial error once.
+func TestUnreachableDatabaseIsNamed(t *testing.T) {
+	const url = "postgres://x@127.0.0.1:1/db?connect_timeout=5"
+	t.Setenv("DATABASE_URL", url)
+	t.Setenv("BOOKING_API_TOKENS", "a=x:admin,b=y")
+	for _, v := range []string{"BOOKING_NATS_URL", "BOOKING_EVENT_STORE", "BOOKING_PROVIDER_URL"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("BOOKING_DATA_DIR", t.TempDir())
+	for _, args := range [][]string{
+		{"migrate"},
+		{"serve", "--http-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0", "--provider-sim-addr", "127.0.0.1:0"},
+		{"projections", "rebuild"},
+		{"notifications", "tail", "--nats-url", "nats://127.0.0.1:1"},
+		{"intents", "explain", "--actor", "alice", "--key", "k"},
+		{"loadgen", "--target", "http://127.0.0.1:1"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, &stdout, &stderr)
+		if err == nil || !strings.HasPrefix(err.Error(), "DATABASE_URL: ") || exitCode(err) != exitFailure {
+			t.Errorf("booking %v = %v (exit %d), want an error starting DATABASE_URL:, exit %d", args, err, exitCode(err), exitFailure)
+			continue
+		}
+		if n := strings.Count(err.Error(), "connection refused"); n != 1 {
+			t.Errorf("booking %v = %q: the dial error %d times, want once", args, err, n)
+		}
+	}
+}
+
 // TestConfigurationErrorsExitTwo: a missing or invalid configuration value
 // or a bad argument exits 2 in every command; a failure while running
 // (such as a busy listen address) exits 1.
@@ -93,6 +124,10 @@ func TestConfigurationErrorsExitTwo(t *testing.T) {
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--database-url", "postgres://%zz"}, "DATABASE_URL"},
 		{[]string{"provider-sim", "--retention=-1s"}, "BOOKING_PROVIDER_RETENTION"},
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--target", "ftp://x"}, `--target: "ftp://x"`},
+		{[]string{"intents", "explain", "--actor", "alice", "--key", ""}, "invalid configuration: --key: the Idempotency-Key must not be empty"},
+		{[]string{"intents", "explain", "--actor", "alice", "--key", "  "}, "--key: the Idempotency-Key must not be blank"},
+		{[]string{"intents", "explain", "--actor", "alice", "--key", `"abc`}, "--key: the quoted Idempotency-Key lacks its closing quote"},
+		{[]string{"intents", "explain", "--actor", "alice", "--key", strings.Repeat("k", 256)}, "--key: the Idempotency-Key must have at most 255 characters"},
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--show-size=-3"}, "--show-size: must be 0"},
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--late-wait=-1s"}, "--late-wait: must be positive"},
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--orders=0"}, "invalid configuration: --orders: must be at least 1"},

@@ -28,7 +28,7 @@ func (c *migrateCmd) Run(e *env) error {
 		return configError("DATABASE_URL", "required (a postgres:// URL)")
 	}
 	if err := migrations.Up(e.ctx, c.DatabaseURL); err != nil {
-		return err
+		return databaseError(err)
 	}
 	fmt.Fprintln(e.stdout, "booking: migrations applied")
 	return nil
@@ -188,6 +188,9 @@ func (c *loadgenCmd) Run(e *env) error {
 			return configError("DATABASE_URL", "%v", err)
 		}
 		defer pool.Close()
+		if err := pool.Ping(e.ctx); err != nil { // before the load, not at the audit after it
+			return databaseError(err)
+		}
 		elog, err := openEventLog(c.EventStore, pool, slog.New(slog.DiscardHandler))
 		if err != nil {
 			return err
