@@ -56,7 +56,7 @@ func decodeBody(r *http.Request) (*body, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, httpError(domain.UnsupportedMedia, codeUnsupportedMedia, "the body must be application/json")
+			return nil, httpError(domain.UnsupportedMedia, codeUnsupportedMedia, "the body must be application/json, or a JSON structured-syntax type such as application/merge-patch+json (RFC 6839)")
 		}
 	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
