@@ -115,10 +115,13 @@ func TestConfigurationErrorsExitTwo(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		{[]string{"serve"}, "DATABASE_URL: required"},
-		{[]string{"migrate"}, "DATABASE_URL: required"},
-		{[]string{"notifications", "tail"}, "DATABASE_URL: required"},
-		{[]string{"projections", "rebuild"}, "DATABASE_URL: required"},
+		{[]string{"serve"}, "invalid configuration: --database-url (DATABASE_URL): required"},
+		{[]string{"migrate"}, "invalid configuration: --database-url (DATABASE_URL): required"},
+		{[]string{"notifications", "tail"}, "invalid configuration: --database-url (DATABASE_URL): required"},
+		{[]string{"projections", "rebuild"}, "invalid configuration: --database-url (DATABASE_URL): required"},
+		{[]string{"serve", "--database-url", "postgres://127.0.0.1:1/x", "--api-tokens", "a=t", "--intent-lease=-5s"},
+			"invalid configuration: --intent-lease (BOOKING_INTENT_LEASE): must be a positive duration"},
+		{[]string{"provider-sim", "--retention=-1s"}, "invalid configuration: --retention (BOOKING_PROVIDER_RETENTION): must be a positive duration"},
 		{[]string{"projections", "rebuild", "--database-url", "postgres://127.0.0.1:1/x", "bogus"}, `unknown read model "bogus"`},
 		{[]string{"loadgen"}, "BOOKING_API_TOKENS"},
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--database-url", "postgres://%zz"}, "DATABASE_URL"},
@@ -185,12 +188,12 @@ func TestListenAddressErrorsExitTwo(t *testing.T) {
 		args            []string
 		wantErr         string
 	}{
-		{"BOOKING_HTTP_ADDR", "127.0.0.1:http0", []string{"serve"}, `BOOKING_HTTP_ADDR: "http0" is not a port`},
-		{"BOOKING_HTTP_ADDR", "127.0.0.1", []string{"serve"}, "BOOKING_HTTP_ADDR: must be host:port"},
-		{"BOOKING_PPROF_ADDR", "localhost:99999", []string{"serve"}, `BOOKING_PPROF_ADDR: "99999" is not a port`},
-		{"BOOKING_NATS_ADDR", "127.0.0.1:4222x", []string{"serve"}, `BOOKING_NATS_ADDR: "4222x" is not a port`},
-		{"BOOKING_PROVIDER_SIM_ADDR", "127.0.0.1:-1", []string{"serve"}, `BOOKING_PROVIDER_SIM_ADDR: "-1" is not a port`},
-		{"BOOKING_PROVIDER_SIM_ADDR", "[::1]:65536", []string{"provider-sim"}, `BOOKING_PROVIDER_SIM_ADDR: "65536" is not a port`},
+		{"BOOKING_HTTP_ADDR", "127.0.0.1:http0", []string{"serve"}, `--http-addr (BOOKING_HTTP_ADDR): "http0" is not a port`},
+		{"BOOKING_HTTP_ADDR", "127.0.0.1", []string{"serve"}, "--http-addr (BOOKING_HTTP_ADDR): must be host:port"},
+		{"BOOKING_PPROF_ADDR", "localhost:99999", []string{"serve"}, `--pprof-addr (BOOKING_PPROF_ADDR): "99999" is not a port`},
+		{"BOOKING_NATS_ADDR", "127.0.0.1:4222x", []string{"serve"}, `--nats-addr (BOOKING_NATS_ADDR): "4222x" is not a port`},
+		{"BOOKING_PROVIDER_SIM_ADDR", "127.0.0.1:-1", []string{"serve"}, `--provider-sim-addr (BOOKING_PROVIDER_SIM_ADDR): "-1" is not a port`},
+		{"BOOKING_PROVIDER_SIM_ADDR", "[::1]:65536", []string{"provider-sim"}, `--addr (BOOKING_PROVIDER_SIM_ADDR): "65536" is not a port`},
 	} {
 		t.Run(tt.variable+"="+tt.value, func(t *testing.T) {
 			t.Setenv(tt.variable, tt.value)
