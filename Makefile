@@ -60,11 +60,11 @@ FUZZ_ONLY     ?=
 #? make lint: the staticcheck module version go run fetches
 STATICCHECK_VERSION ?= v0.8.2
 
-# Development server (`make run`). DATABASE_URL, when set, is used instead of the
-# local PostgreSQL in $(PG_DATA).
-#? make run, pg-up, pg-down, psql: the local PostgreSQL data directory
+# Development server (`make run`, `make migrate`). DATABASE_URL, when set, is used
+# instead of the local PostgreSQL in $(PG_DATA).
+#? make run, migrate, pg-up, pg-down, psql, clean-data: the local PostgreSQL data directory
 PG_DATA            ?= .data/pg
-#? make run, pg-up, psql: the local PostgreSQL port
+#? make run, migrate, pg-up, psql: the local PostgreSQL port
 PG_PORT            ?= 5433
 #? make run: the service's data directory (clean-data deletes it)
 BOOKING_DATA_DIR   ?= .data

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -253,7 +254,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			e := *domain.ErrKeyReused
 			e.Fields = fields
 			if len(fields) > 0 {
-				e.Msg = fmt.Sprintf("this idempotency key was used with a different request; differing fields: %v", fields)
+				e.Msg = fmt.Sprintf("this idempotency key was used with a different request; differing fields: %s", strings.Join(fields, ", "))
 			}
 			return &e
 		case domain.ResolveRejected:

@@ -233,3 +233,19 @@ func TestRepeatOnAnotherProcessIsAReplay(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling for a state, with a deadline
 	}
 }
+
+// TestKeyReusedNamesTheDifferingFieldsAsAList: the 422's message lists the
+// differing top-level fields separated by commas, never their values.
+func TestKeyReusedNamesTheDifferingFieldsAsAList(t *testing.T) {
+	t.Parallel()
+	h, _, _ := newIntentFix(t)
+	_, _, err := h.ScheduleShow(context.Background(), Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
+		ScheduleShowCommand{Name: "Other", StartsAt: payT0.Add(48 * time.Hour), Capacity: 3, Price: payPrice})
+	var de *domain.Error
+	if !errors.As(err, &de) || de.Code != domain.ErrKeyReused.Code {
+		t.Fatalf("ScheduleShow(same key, other name and capacity) = %v, want the key-reused error", err)
+	}
+	if want := "this idempotency key was used with a different request; differing fields: capacity, name"; de.Msg != want {
+		t.Errorf("message = %q, want %q", de.Msg, want)
+	}
+}

@@ -504,7 +504,7 @@ func (h *Handler) send(ctx context.Context, o domain.Order, s *stream, a domain.
 		// token): this attempt cannot succeed, and neither can a new one.
 		h.metrics.Reconciliation("provider_refused")
 		h.log.WarnContext(ctx, "provider refused the payment request", "order_id", o.ID, "attempt", a.N, "err", err)
-		res = domain.PaymentResult{Attempt: a.N, Outcome: domain.OutcomeFailed, Code: "invalid_request", Reason: "the provider refused the payment request",
+		res = domain.PaymentResult{Attempt: a.N, Outcome: domain.OutcomeFailed, Code: "invalid_request", Reason: domain.ReasonProviderRefused,
 			FailReason: domain.FailPaymentDeclined}
 		if errors.As(err, &apiErr) && apiErr.Code != "" {
 			res.Code = apiErr.Code

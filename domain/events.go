@@ -210,7 +210,10 @@ type PaymentSucceeded struct {
 	Amount   Money  `json:"amount"`
 }
 
-// PaymentFailed records a definitive decline of Attempt.
+// PaymentFailed records a definitive failure of Attempt: a decline (Code
+// the provider's decline code, such as card_declined) or a refusal of the
+// request that executed nothing (Reason ReasonProviderRefused, Code the
+// provider's error code, such as resource_missing for an unknown token).
 type PaymentFailed struct {
 	OrderID  string `json:"order_id"`
 	Attempt  int    `json:"attempt"`
@@ -218,6 +221,16 @@ type PaymentFailed struct {
 	Code     string `json:"code"`
 	Reason   string `json:"reason"`
 }
+
+// ReasonProviderRefused is the PaymentFailed Reason of an attempt the
+// provider refused as an invalid request (a 4xx invalid_request_error,
+// Stripe's https://docs.stripe.com/api/errors), so nothing was charged; it
+// is stored in events and never changes. CodeResourceMissing is the Code of
+// such a refusal when the provider does not know the payment token.
+const (
+	ReasonProviderRefused = "the provider refused the payment request"
+	CodeResourceMissing   = "resource_missing"
+)
 
 // PaymentOutcomeUnknown records that a send of Attempt ended without a
 // definitive answer (timeout, 5xx, connection loss); reconciliation follows.

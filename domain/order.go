@@ -47,6 +47,9 @@ type Attempt struct {
 	// Takeovers counts the lease starts of the attempt after the first
 	// (renewals by the owner and takeovers by another executor).
 	Takeovers int
+	// FailureCode and FailureReason are the Code and Reason of the
+	// attempt's PaymentFailed (empty until it failed).
+	FailureCode, FailureReason string
 }
 
 // Refund is the state of one refund, keyed by charge id.
@@ -216,6 +219,7 @@ func (o *Order) Apply(e Event) {
 		}
 		if a := o.attempt(e.Attempt); a != nil && a.Outcome != OutcomeSucceeded {
 			a.Outcome, a.ChargeID = OutcomeFailed, e.ChargeID
+			a.FailureCode, a.FailureReason = e.Code, e.Reason
 		}
 	case PaymentOutcomeUnknown:
 		if a := o.attempt(e.Attempt); a != nil && a.Outcome == OutcomeNone {

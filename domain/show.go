@@ -74,7 +74,7 @@ func validateShow(cmd ScheduleShow, now time.Time) error {
 		// show has a price, and every reservation's total stays JSON-safe.
 		return invalidField("price.amount", fmt.Sprintf("price.amount must be an integer of minor units from 1 to %d", MaxAmountMinor/MaxSeatsPerHold))
 	case !isCurrency(cmd.Price.Currency):
-		return invalidField("price.currency", "price.currency must be an ISO 4217 code such as EUR")
+		return invalidField("price.currency", "price.currency must be an ISO 4217 currency code in upper case, such as EUR")
 	case !cmd.StartsAt.After(now):
 		return invalidField("starts_at", "starts_at must be in the future")
 	}

@@ -55,7 +55,7 @@ func TestShowSchedule(t *testing.T) {
 		badNameControl = invalid("name", "name must not contain control characters (U+0000–U+001F, U+007F–U+009F)")
 		badCapacity    = invalid("capacity", "capacity must be between 1 and 1000000")
 		badAmount      = invalid("price.amount", "price.amount must be an integer of minor units from 1 to 450359962737049")
-		badCurrency    = invalid("price.currency", "price.currency must be an ISO 4217 code such as EUR")
+		badCurrency    = invalid("price.currency", "price.currency must be an ISO 4217 currency code in upper case, such as EUR")
 		badStart       = invalid("starts_at", "starts_at must be in the future")
 	)
 	type tc = decideCase[domain.ScheduleShow]

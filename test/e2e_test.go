@@ -410,6 +410,42 @@ func TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats(t *testing.T) {
 	}
 }
 
+// TestOrder_UnknownTokenIsRefusedAsInvalid: a token the provider does not
+// know (400 invalid_request_error resource_missing) is 402 payment-declined
+// saying that the provider refused the token as invalid; one charge
+// attempt, nothing charged, the order failed with its seats released, and
+// the repeat answers the same.
+func TestOrder_UnknownTokenIsRefusedAsInvalid(t *testing.T) {
+	t.Parallel()
+	s, show, res := mustStartReserved(t, Options{}, 4)
+	key := newKey()
+	const detail = "the payment provider refused the payment token as invalid (resource_missing: it knows no such token); nothing was charged; the order failed and its seats were released"
+	r := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_bogus"))
+	checkProblem(t, r, http.StatusPaymentRequired, "payment-declined")
+	id := r.str("order_id")
+	if id == "" {
+		t.Fatalf("%s: the problem does not name the failed order (order_id)", r)
+	}
+	if r.str("detail") != detail {
+		t.Errorf("%s: detail %q, want %q", r, r.str("detail"), detail)
+	}
+	s.checkFailedOrder(t, id, show, res, 10)
+
+	again := s.do(t, "POST", "/v1/orders", tokAlice, key, orderBody(res, "tok_bogus"))
+	checkProblem(t, again, http.StatusPaymentRequired, "payment-declined")
+	if !again.replayed() || again.str("order_id") != id || again.str("detail") != detail {
+		t.Errorf("%s: want the same 402 for order %s with Idempotent-Replayed: true", again, id)
+	}
+
+	s.settle(t)
+	s.checkOrders(t, tokAlice, 1, id)
+	s.wantCount(t, "order-", "PaymentAttemptStarted", 1)
+	s.wantCount(t, "order-", "PaymentFailed", 1)
+	s.wantCount(t, "order-", "OrderFailed", 1)
+	s.wantCount(t, "show-", "SeatsReleased", 1)
+	s.checkCharges(t, 0, 0)
+}
+
 // TestOrder_KilledAfterClaimIsFinishedWithoutRepeat: the process is killed
 // right after the order claim (its commit point); after a restart, with no
 // repeat from the client, the order is placed, the reservation marked

@@ -73,6 +73,37 @@ func TestUnknownCommand(t *testing.T) {
 	}
 }
 
+// TestUnreachableDatabaseIsNamed: every command that needs the database
+// names DATABASE_URL when it cannot reach it, exits 1 (a failure while
+// running, not a configuration error) and prints the dial error once.
+func TestUnreachableDatabaseIsNamed(t *testing.T) {
+	const url = "postgres://x@127.0.0.1:1/db?connect_timeout=5"
+	t.Setenv("DATABASE_URL", url)
+	t.Setenv("BOOKING_API_TOKENS", "a=x:admin,b=y")
+	for _, v := range []string{"BOOKING_NATS_URL", "BOOKING_EVENT_STORE", "BOOKING_PROVIDER_URL"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("BOOKING_DATA_DIR", t.TempDir())
+	for _, args := range [][]string{
+		{"migrate"},
+		{"serve", "--http-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0", "--provider-sim-addr", "127.0.0.1:0"},
+		{"projections", "rebuild"},
+		{"notifications", "tail", "--nats-url", "nats://127.0.0.1:1"},
+		{"intents", "explain", "--actor", "alice", "--key", "k"},
+		{"loadgen", "--target", "http://127.0.0.1:1"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, &stdout, &stderr)
+		if err == nil || !strings.HasPrefix(err.Error(), "DATABASE_URL: ") || exitCode(err) != exitFailure {
+			t.Errorf("booking %v = %v (exit %d), want an error starting DATABASE_URL:, exit %d", args, err, exitCode(err), exitFailure)
+			continue
+		}
+		if n := strings.Count(err.Error(), "connection refused"); n != 1 {
+			t.Errorf("booking %v = %q: the dial error %d times, want once", args, err, n)
+		}
+	}
+}
+
 // TestConfigurationErrorsExitTwo: a missing or invalid configuration value
 // or a bad argument exits 2 in every command; a failure while running
 // (such as a busy listen address) exits 1.
@@ -84,15 +115,28 @@ func TestConfigurationErrorsExitTwo(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		{[]string{"serve"}, "DATABASE_URL: required"},
-		{[]string{"migrate"}, "DATABASE_URL: required"},
-		{[]string{"notifications", "tail"}, "DATABASE_URL: required"},
-		{[]string{"projections", "rebuild"}, "DATABASE_URL: required"},
+		{[]string{"serve"}, "invalid configuration: --database-url (DATABASE_URL): required"},
+		{[]string{"migrate"}, "invalid configuration: --database-url (DATABASE_URL): required"},
+		{[]string{"notifications", "tail"}, "invalid configuration: --database-url (DATABASE_URL): required"},
+		{[]string{"projections", "rebuild"}, "invalid configuration: --database-url (DATABASE_URL): required"},
+		{[]string{"serve", "--database-url", "postgres://127.0.0.1:1/x", "--api-tokens", "a=t", "--intent-lease=-5s"},
+			"invalid configuration: --intent-lease (BOOKING_INTENT_LEASE): must be a positive duration"},
+		{[]string{"provider-sim", "--retention=-1s"}, "invalid configuration: --retention (BOOKING_PROVIDER_RETENTION): must be a positive duration"},
 		{[]string{"projections", "rebuild", "--database-url", "postgres://127.0.0.1:1/x", "bogus"}, `unknown read model "bogus"`},
 		{[]string{"loadgen"}, "BOOKING_API_TOKENS"},
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--database-url", "postgres://%zz"}, "DATABASE_URL"},
 		{[]string{"provider-sim", "--retention=-1s"}, "BOOKING_PROVIDER_RETENTION"},
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--target", "ftp://x"}, `--target: "ftp://x"`},
+		{[]string{"intents", "explain", "--actor", "alice", "--key", ""}, "invalid configuration: --key: the Idempotency-Key must not be empty"},
+		{[]string{"intents", "explain", "--actor", "alice", "--key", "  "}, "--key: the Idempotency-Key must not be blank"},
+		{[]string{"intents", "explain", "--actor", "alice", "--key", `"abc`}, "--key: the quoted Idempotency-Key lacks its closing quote"},
+		{[]string{"intents", "explain", "--actor", "alice", "--key", strings.Repeat("k", 256)}, "--key: the Idempotency-Key must have at most 255 characters"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--show-size=-3"}, "--show-size: must be 0"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--late-wait=-1s"}, "--late-wait: must be positive"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--orders=0"}, "invalid configuration: --orders: must be at least 1"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--dup-rate=2"}, "--dup-rate: must be between 0 and 1"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--retry-budget-rate=-1"}, "--retry-budget-rate (BOOKING_RETRY_BUDGET_RATE): must be positive"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--payment-lease=-1s"}, "--payment-lease (BOOKING_PAYMENT_LEASE): must be positive"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), tt.args, &stdout, &stderr)
@@ -144,12 +188,12 @@ func TestListenAddressErrorsExitTwo(t *testing.T) {
 		args            []string
 		wantErr         string
 	}{
-		{"BOOKING_HTTP_ADDR", "127.0.0.1:http0", []string{"serve"}, `BOOKING_HTTP_ADDR: "http0" is not a port`},
-		{"BOOKING_HTTP_ADDR", "127.0.0.1", []string{"serve"}, "BOOKING_HTTP_ADDR: must be host:port"},
-		{"BOOKING_PPROF_ADDR", "localhost:99999", []string{"serve"}, `BOOKING_PPROF_ADDR: "99999" is not a port`},
-		{"BOOKING_NATS_ADDR", "127.0.0.1:4222x", []string{"serve"}, `BOOKING_NATS_ADDR: "4222x" is not a port`},
-		{"BOOKING_PROVIDER_SIM_ADDR", "127.0.0.1:-1", []string{"serve"}, `BOOKING_PROVIDER_SIM_ADDR: "-1" is not a port`},
-		{"BOOKING_PROVIDER_SIM_ADDR", "[::1]:65536", []string{"provider-sim"}, `BOOKING_PROVIDER_SIM_ADDR: "65536" is not a port`},
+		{"BOOKING_HTTP_ADDR", "127.0.0.1:http0", []string{"serve"}, `--http-addr (BOOKING_HTTP_ADDR): "http0" is not a port`},
+		{"BOOKING_HTTP_ADDR", "127.0.0.1", []string{"serve"}, "--http-addr (BOOKING_HTTP_ADDR): must be host:port"},
+		{"BOOKING_PPROF_ADDR", "localhost:99999", []string{"serve"}, `--pprof-addr (BOOKING_PPROF_ADDR): "99999" is not a port`},
+		{"BOOKING_NATS_ADDR", "127.0.0.1:4222x", []string{"serve"}, `--nats-addr (BOOKING_NATS_ADDR): "4222x" is not a port`},
+		{"BOOKING_PROVIDER_SIM_ADDR", "127.0.0.1:-1", []string{"serve"}, `--provider-sim-addr (BOOKING_PROVIDER_SIM_ADDR): "-1" is not a port`},
+		{"BOOKING_PROVIDER_SIM_ADDR", "[::1]:65536", []string{"provider-sim"}, `--addr (BOOKING_PROVIDER_SIM_ADDR): "65536" is not a port`},
 	} {
 		t.Run(tt.variable+"="+tt.value, func(t *testing.T) {
 			t.Setenv(tt.variable, tt.value)

@@ -28,7 +28,7 @@ func (c *migrateCmd) Run(e *env) error {
 		return configError("DATABASE_URL", "required (a postgres:// URL)")
 	}
 	if err := migrations.Up(e.ctx, c.DatabaseURL); err != nil {
-		return err
+		return databaseError(err)
 	}
 	fmt.Fprintln(e.stdout, "booking: migrations applied")
 	return nil
@@ -160,6 +160,16 @@ func (c *loadgenCmd) Run(e *env) error {
 		return configError("BOOKING_API_TOKENS", "loadgen needs one admin token and at least one other")
 	}
 	sort.Strings(cfg.Users)
+	// The service's settings the defaults are derived from; loadgen.Run
+	// checks the rest of the flags.
+	switch {
+	case !(c.BudgetRate > 0):
+		return configError("--retry-budget-rate (BOOKING_RETRY_BUDGET_RATE)", "must be positive, got %v", c.BudgetRate)
+	case c.PaymentLease <= 0:
+		return configError("--payment-lease (BOOKING_PAYMENT_LEASE)", "must be positive, got %v", c.PaymentLease)
+	case c.Recovery <= 0:
+		return configError("--recovery-interval (BOOKING_RECOVERY_INTERVAL)", "must be positive, got %v", c.Recovery)
+	}
 	if cfg.Rate == 0 {
 		cfg.Rate = max(1, c.BudgetRate*float64(len(cfg.Users))/4)
 	}
@@ -178,6 +188,9 @@ func (c *loadgenCmd) Run(e *env) error {
 			return configError("DATABASE_URL", "%v", err)
 		}
 		defer pool.Close()
+		if err := pool.Ping(e.ctx); err != nil { // before the load, not at the audit after it
+			return databaseError(err)
+		}
 		elog, err := openEventLog(c.EventStore, pool, slog.New(slog.DiscardHandler))
 		if err != nil {
 			return err

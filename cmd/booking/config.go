@@ -210,14 +210,21 @@ const maxActorLength = 64
 // space, '=', ',' and ':'. The token is an RFC 6750 §2.1 b64token (letters,
 // digits, "-._~+/", then optional trailing "="), as a client sends it in
 // Authorization: Bearer. A token may appear once; a name may have several
-// tokens (rotation). Errors name the entry by its actor name and never
+// tokens (rotation: clients move to the new token while the old one still
+// works), all with the same role. An empty entry (",,", or a leading or
+// trailing comma) is refused: it is more likely a token lost in editing
+// than meant. Errors name the entry by its position or actor name and never
 // contain any part of a token.
 func parseTokens(s string) (map[string]actor, error) {
 	out := map[string]actor{}
+	admin := map[string]bool{} // the role of each name seen
 	for i, entry := range strings.Split(s, ",") {
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
-			continue
+			if strings.TrimSpace(s) == "" {
+				break // no entries at all: "no tokens" below
+			}
+			return nil, fmt.Errorf("entry %d is empty (two commas in a row, or a leading or trailing comma)", i+1)
 		}
 		name, tok, ok := strings.Cut(entry, "=")
 		if !ok || name == "" || tok == "" {
@@ -240,6 +247,10 @@ func parseTokens(s string) (map[string]actor, error) {
 		if _, dup := out[tok]; dup {
 			return nil, fmt.Errorf("entry for %q: token used twice", name)
 		}
+		if was, seen := admin[name]; seen && was != a.Admin {
+			return nil, fmt.Errorf("entry for %q: another token of the same name has another role (every token of a name is :admin, or none)", name)
+		}
+		admin[name] = a.Admin
 		out[tok] = a
 	}
 	if len(out) == 0 {

@@ -156,10 +156,14 @@ func TestParseTokens(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"", ",", "alice", "alice=", "=tok", "al ice=tok", "alice=to ken", "alice=tök", "alice=tok:root",
-		"alice=tok:admin:x", "alice=to=ken", "alice=tok,bob=tok", "a:b=tok", strings.Repeat("a", maxActorLength+1) + "=tok"} {
+		"alice=tok:admin:x", "alice=to=ken", "alice=tok,bob=tok", "a:b=tok", strings.Repeat("a", maxActorLength+1) + "=tok",
+		"a=t1,,b=t2", "a=t1,", ",a=t1", "a=t1, ,b=t2", "a=t1:admin,a=t2"} {
 		if _, err := parseTokens(s); err == nil {
 			t.Errorf("parseTokens(%q) = nil error, want a refusal", s)
 		}
+	}
+	if _, err := parseTokens("a=t1,,b=t2"); err == nil || err.Error() != "entry 2 is empty (two commas in a row, or a leading or trailing comma)" {
+		t.Errorf("parseTokens(a=t1,,b=t2) error = %v, want entry 2 named empty", err)
 	}
 	// The part after ':' may be part of a token that holds a colon: never echoed.
 	if _, err := parseTokens("alice=s3cr3t:PASSWORD42"); err == nil || strings.Contains(err.Error(), "PASSWORD42") || strings.Contains(err.Error(), "s3cr3t") {

@@ -30,18 +30,21 @@ type intentsExplainCmd struct {
 
 // Run reads the actor's intent streams under the key and prints them.
 func (c *intentsExplainCmd) Run(e *env) error {
+	key, err := httpapi.ParseKey(c.Key)
+	if err != nil {
+		return configError("--key", "%v", err)
+	}
 	if c.DatabaseURL == "" {
 		return configError("DATABASE_URL", "required (a postgres:// URL)")
-	}
-	key := c.Key
-	if k, ok := unquoteSFString(key); ok {
-		key = k
 	}
 	pool, err := pgxpool.New(e.ctx, c.DatabaseURL)
 	if err != nil {
 		return configError("DATABASE_URL", "%v", err)
 	}
 	defer pool.Close()
+	if err := pool.Ping(e.ctx); err != nil {
+		return databaseError(err)
+	}
 	cfg := commands.DefaultConfig()
 	cfg.IntentRetention = c.Retention
 	h := commands.New(cfg, pgstore.New(pool), nil, nil, commands.NewRegistry(), nil)
@@ -57,22 +60,6 @@ func (c *intentsExplainCmd) Run(e *env) error {
 	}
 	printExplanations(e.stdout, c.Actor, doc)
 	return nil
-}
-
-// unquoteSFString unescapes an RFC 8941 sf-string ("abc", escapes \" and
-// \\), as the API does with Idempotency-Key.
-func unquoteSFString(v string) (string, bool) {
-	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
-		return "", false
-	}
-	var b strings.Builder
-	for i := 1; i < len(v)-1; i++ {
-		if v[i] == '\\' && i+1 < len(v)-1 {
-			i++
-		}
-		b.WriteByte(v[i])
-	}
-	return b.String(), true
 }
 
 // printExplanations writes doc for a human: one block per intent, its

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -178,14 +179,50 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if name, ok := unknownCommand(pe); ok {
 				return &usageError{fmt.Errorf("unknown command %q; run %s --help", name, commandPath(pe.Context))}
 			}
+			err = withFlagNamed(pe.Context, err) // a Validate hook's refusal (serve)
 			parser.Stdout = stderr
 			_ = pe.Context.PrintUsage(true)
 			fmt.Fprintln(stderr)
 		}
 		return &usageError{err}
 	}
-	return kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr, version: v})
+	return withFlagNamed(kctx, kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr, version: v}))
 }
+
+// withFlagNamed returns err with the command's flag added to the
+// configuration error in its chain when that names an environment variable
+// the flag reads: "--intent-lease (BOOKING_INTENT_LEASE): …", so the message
+// names both ways of setting it. An error without a configuration error, or
+// whose configuration error already names a flag or a variable no flag of
+// the command reads, is returned as it is.
+func withFlagNamed(kctx *kong.Context, err error) error {
+	var ce *configerr.Error
+	if kctx == nil || !errors.As(err, &ce) || strings.HasPrefix(ce.Variable, "-") {
+		return err
+	}
+	for _, f := range kctx.Flags() {
+		if f.Tag == nil || !slices.Contains(f.Tag.Envs, ce.Variable) {
+			continue
+		}
+		before := ce.Error()
+		ce.Variable = "--" + f.Name + " (" + ce.Variable + ")"
+		if err == error(ce) {
+			return err
+		}
+		// A wrapper formatted its message when it was made: rewrite it.
+		return &renamedError{msg: strings.Replace(err.Error(), before, ce.Error(), 1), err: err}
+	}
+	return err
+}
+
+// renamedError is err with its message rewritten (withFlagNamed).
+type renamedError struct {
+	msg string
+	err error
+}
+
+func (e *renamedError) Error() string { return e.msg }
+func (e *renamedError) Unwrap() error { return e.err }
 
 // unknownCommand reports whether pe is an argument where a command was
 // expected (`booking frobnicate`, `booking projections frob`) and returns

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"net/url"
 	"strings"
 	"time"
@@ -71,7 +70,7 @@ func (c *tailCmd) Run(e *env) error {
 		return err
 	}
 	if err := migrations.Up(ctx, c.DatabaseURL); err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
+		return databaseError(err)
 	}
 	pool, err := pgxpool.New(ctx, c.DatabaseURL)
 	if err != nil {

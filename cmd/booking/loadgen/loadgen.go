@@ -334,16 +334,31 @@ feed:
 // variable at fault (the command exits 2 for it).
 func (c *Config) validate() error {
 	switch {
-	case c.Clients < 1 || c.Orders < 1:
-		return configerr.New("--clients, --orders", "must be at least 1")
+	case c.Clients < 1:
+		return configerr.New("--clients", "must be at least 1")
+	case c.Orders < 1:
+		return configerr.New("--orders", "must be at least 1")
+	case c.ShowSize < 0:
+		return configerr.New("--show-size", "must be 0 (one show for all) or positive")
 	case c.Admin == "" || len(c.Users) == 0:
 		return configerr.New("BOOKING_API_TOKENS", "loadgen needs one admin token and at least one other")
 	case len(c.Targets) == 0:
 		return configerr.New("--target", "needs at least one base URL")
-	case c.Rate <= 0:
+	case !(c.Rate > 0): // also refuses NaN
 		return configerr.New("--rate", "must be positive")
-	case c.Timeout <= 0 || c.MaxDuration <= 0:
-		return configerr.New("--timeout, --max-duration", "must be positive")
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+		zero bool // whether 0 is accepted (it means the default)
+	}{
+		{"--timeout", c.Timeout, false}, {"--max-duration", c.MaxDuration, false},
+		{"--late-wait", c.LateWait, true}, {"--drain", c.Drain, true}, {"--settle", c.Settle, true},
+		{"--fault-latency", c.FaultLatency, true}, {"--intent-retention", c.IntentRetention, true},
+	} {
+		if d.v < 0 || (d.v == 0 && !d.zero) {
+			return configerr.New(d.flag, "must be positive, got %v", d.v)
+		}
 	}
 	for _, t := range c.Targets {
 		if err := checkBaseURL(t); err != nil {
@@ -355,9 +370,16 @@ func (c *Config) validate() error {
 			return configerr.New("--sim-url", "%q: %v", c.SimURL, err)
 		}
 	}
-	for _, f := range []float64{c.LoseRate, c.DeclineRate, c.DupRate, c.FreshRate, c.AbandonRate, c.CancelRate, c.LateRate, c.FaultRate} {
-		if f < 0 || f > 1 {
-			return configerr.New("--*-rate", "rates must be between 0 and 1")
+	for _, r := range []struct {
+		flag string
+		v    float64
+	}{
+		{"--lose-rate", c.LoseRate}, {"--decline-rate", c.DeclineRate}, {"--dup-rate", c.DupRate},
+		{"--fresh-rate", c.FreshRate}, {"--abandon-rate", c.AbandonRate}, {"--cancel-rate", c.CancelRate},
+		{"--late-rate", c.LateRate}, {"--fault-rate", c.FaultRate},
+	} {
+		if !(r.v >= 0 && r.v <= 1) { // also refuses NaN
+			return configerr.New(r.flag, "must be between 0 and 1, got %v", r.v)
 		}
 	}
 	for _, f := range c.Faults {

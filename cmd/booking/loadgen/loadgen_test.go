@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"reflect"
 	"strings"
@@ -54,7 +55,20 @@ func TestValidate(t *testing.T) {
 	}{
 		"no target":     {func(c *Config) { c.Targets = nil }, "--target"},
 		"zero rate":     {func(c *Config) { c.Rate = 0 }, "--rate"},
-		"rate above 1":  {func(c *Config) { c.CancelRate = 1.5 }, "between 0 and 1"},
+		"rate above 1":  {func(c *Config) { c.CancelRate = 1.5 }, "--cancel-rate: must be between 0 and 1, got 1.5"},
+		"negative rate": {func(c *Config) { c.LoseRate = -0.1 }, "--lose-rate: must be between 0 and 1"},
+		"NaN rate":      {func(c *Config) { c.FaultRate = math.NaN() }, "--fault-rate: must be between 0 and 1"},
+		"NaN --rate":    {func(c *Config) { c.Rate = math.NaN() }, "--rate: must be positive"},
+		"no clients":    {func(c *Config) { c.Clients = 0 }, "invalid configuration: --clients: must be at least 1"},
+		"no orders":     {func(c *Config) { c.Orders = 0 }, "invalid configuration: --orders: must be at least 1"},
+		"show size":     {func(c *Config) { c.ShowSize = -3 }, "--show-size: must be 0 (one show for all) or positive"},
+		"late wait":     {func(c *Config) { c.LateWait = -time.Second }, "--late-wait: must be positive, got -1s"},
+		"drain":         {func(c *Config) { c.Drain = -time.Second }, "--drain: must be positive"},
+		"settle":        {func(c *Config) { c.Settle = -time.Second }, "--settle: must be positive"},
+		"fault latency": {func(c *Config) { c.FaultLatency = -time.Second }, "--fault-latency: must be positive"},
+		"retention":     {func(c *Config) { c.IntentRetention = -time.Second }, "--intent-retention: must be positive"},
+		"zero timeout":  {func(c *Config) { c.Timeout = 0 }, "--timeout: must be positive"},
+		"max duration":  {func(c *Config) { c.MaxDuration = -time.Second }, "--max-duration: must be positive"},
 		"unknown fault": {func(c *Config) { c.Faults = []string{"meteor"} }, `unknown fault "meteor"`},
 		"no period":     {func(c *Config) { c.Faults = []string{FaultAll} }, "--fault-period"},
 		"no users":      {func(c *Config) { c.Users = nil }, "admin token"},

@@ -160,6 +160,7 @@ type contractCase struct {
 	want   map[string]string // response headers; "" means absent
 	code   string            // problem code; "" for an answer that is not a problem
 	fields []string          // the problem's fields
+	detail string            // the problem's detail; "" means any non-empty detail
 	calls  []string          // the service calls the request made (nil: none)
 	check  func(t *testing.T, f *fakeService, doc map[string]any)
 }
@@ -228,6 +229,9 @@ func contractCases() []contractCase {
 	keyReused := domain.ErrKeyReused.With("this idempotency key was used with a different request (quantity)")
 	keyReused.Fields = []string{"quantity"}
 	declined := order(domain.OrderStatusFailed, domain.FailPaymentDeclined)
+	declined.Attempts = []domain.Attempt{{N: 1, Outcome: domain.OutcomeFailed, FailureCode: "card_declined", FailureReason: "Your card was declined."}}
+	badToken := order(domain.OrderStatusFailed, domain.FailPaymentDeclined)
+	badToken.Attempts = []domain.Attempt{{N: 1, Outcome: domain.OutcomeFailed, FailureCode: domain.CodeResourceMissing, FailureReason: domain.ReasonProviderRefused}}
 	deadline := order(domain.OrderStatusFailed, domain.FailPaymentDeadline)
 	return []contractCase{
 		// Service routes and the router.
@@ -323,6 +327,21 @@ func contractCases() []contractCase {
 		{name: "capacity 0 is 400 naming capacity", method: "POST", path: "/v1/shows", token: tokAdmin,
 			body: strings.Replace(showBody(""), `"capacity":100`, `"capacity":0`, 1), status: 400, code: "invalid-request",
 			fields: []string{"capacity"}},
+		{name: "a capacity beyond any integer is 400 with capacity's range", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"capacity":100`, `"capacity":1e30`, 1), status: 400, code: "invalid-request",
+			fields: []string{"capacity"}, detail: "capacity must be between 1 and 1000000"},
+		{name: "a price of 2^53 is 400 with price.amount's range", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"amount":4500`, `"amount":9007199254740992`, 1), status: 400, code: "invalid-request",
+			fields: []string{"price.amount"}, detail: "price.amount must be an integer of minor units from 1 to 450359962737049"},
+		{name: "a price of 0 is 400 with price.amount's range", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"amount":4500`, `"amount":0`, 1), status: 400, code: "invalid-request",
+			fields: []string{"price.amount"}, detail: "price.amount must be an integer of minor units from 1 to 450359962737049"},
+		{name: "a lower-case currency is 400 asking for upper case", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"EUR"`, `"eur"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"},
+			detail: "price.currency must be an ISO 4217 currency code in upper case, such as EUR"},
+		{name: "an empty show body names every missing field", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: `{}`, status: 400, code: "invalid-request", fields: []string{"name", "starts_at", "capacity", "price"},
+			detail: "name, starts_at, capacity, price are required"},
 		{name: "an unknown currency is 400 naming price.currency", method: "POST", path: "/v1/shows", token: tokAdmin,
 			body: strings.Replace(showBody(""), `"EUR"`, `"ZZZ"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"}},
 		{name: "a missing price.amount is 400 naming it", method: "POST", path: "/v1/shows", token: tokAdmin,
@@ -363,6 +382,21 @@ func contractCases() []contractCase {
 			setup: replayedOutcome, status: 201, calls: []string{"ReserveSeats"}, want: map[string]string{"Idempotent-Replayed": "true"}},
 		{name: "21 seats is 400 naming quantity", method: "POST", path: "/v1/reservations",
 			body: `{"show_id":"` + showID + `","quantity":21}`, status: 400, code: "invalid-request", fields: []string{"quantity"}},
+		{name: "0 seats is 400 with quantity's range", method: "POST", path: "/v1/reservations",
+			body: `{"show_id":"` + showID + `","quantity":0}`, status: 400, code: "invalid-request", fields: []string{"quantity"},
+			detail: "quantity must be between 1 and 20"},
+		{name: "seats beyond any integer are 400 with quantity's range", method: "POST", path: "/v1/reservations",
+			body: `{"show_id":"` + showID + `","quantity":99999999999999999999999}`, status: 400, code: "invalid-request", fields: []string{"quantity"},
+			detail: "quantity must be between 1 and 20"},
+		{name: "seats below -(2^53-1) are 400 with quantity's range", method: "POST", path: "/v1/reservations",
+			body: `{"show_id":"` + showID + `","quantity":-9007199254740992}`, status: 400, code: "invalid-request", fields: []string{"quantity"},
+			detail: "quantity must be between 1 and 20"},
+		{name: "an empty reservation body names every missing field", method: "POST", path: "/v1/reservations",
+			body: `{}`, status: 400, code: "invalid-request", fields: []string{"show_id", "quantity"}, detail: "show_id, quantity are required"},
+		{name: "an empty order body names every missing field", method: "POST", path: "/v1/orders",
+			body: `{}`, status: 400, code: "invalid-request", fields: []string{"reservation_id", "payment"}, detail: "reservation_id, payment are required"},
+		{name: "one missing field is named alone", method: "POST", path: "/v1/reservations",
+			body: `{"quantity":2}`, status: 400, code: "invalid-request", fields: []string{"show_id"}, detail: "show_id is required"},
 		{name: "2.5 seats is 400 naming quantity", method: "POST", path: "/v1/reservations",
 			body: `{"show_id":"` + showID + `","quantity":2.5}`, status: 400, code: "invalid-request", fields: []string{"quantity"}},
 		{name: "2e0 seats is 2 seats", method: "POST", path: "/v1/reservations",
@@ -424,6 +458,15 @@ func contractCases() []contractCase {
 					t.Errorf("problem = %v, want order_id, the failed order and the instance", doc)
 				}
 			}},
+		{name: "a declined payment says the payment was declined", method: "POST", path: "/v1/orders", body: orderBody,
+			setup: orderResult(declined, true, false), status: 402, code: "payment-declined", calls: []string{"PlaceOrder"},
+			want:   map[string]string{"Location": "/v1/orders/" + orderID},
+			detail: "the payment was declined; the order failed and its seats were released"},
+		{name: "a token the provider does not know is 402 payment-declined saying the token was refused as invalid", method: "POST", path: "/v1/orders",
+			body: orderBody, setup: orderResult(badToken, true, false), status: 402, code: "payment-declined", calls: []string{"PlaceOrder"},
+			want:   map[string]string{"Location": "/v1/orders/" + orderID},
+			detail: "the payment provider refused the payment token as invalid (resource_missing: it knows no such token); nothing was charged; the order failed and its seats were released",
+			check:  member("order_id", orderID)},
 		{name: "a replayed decline is 402 with Idempotent-Replayed", method: "POST", path: "/v1/orders", body: orderBody,
 			setup: orderResult(declined, true, true), status: 402, code: "payment-declined", calls: []string{"PlaceOrder"},
 			want: map[string]string{"Idempotent-Replayed": "true", "Location": "/v1/orders/" + orderID}},
@@ -682,6 +725,8 @@ func checkProblem(t *testing.T, tc contractCase, h http.Header, doc map[string]a
 	}
 	if d, _ := doc["detail"].(string); d == "" {
 		t.Errorf("problem %v has no detail", doc)
+	} else if tc.detail != "" && d != tc.detail {
+		t.Errorf("problem detail = %q, want %q", d, tc.detail)
 	}
 	if id, _ := doc["request_id"].(string); id == "" || id != h.Get(httpapi.HeaderRequestID) {
 		t.Errorf("problem request_id = %q, want the answer's %s %q", id, httpapi.HeaderRequestID, h.Get(httpapi.HeaderRequestID))

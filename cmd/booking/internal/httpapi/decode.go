@@ -30,6 +30,11 @@ type body struct {
 	used map[string]bool
 	path string
 	err  error
+	// missing lists the required fields (with path) found absent, in the
+	// order they were taken; errMissing says the first error, err, is the
+	// first of them, so done can name them all.
+	missing    []string
+	errMissing bool
 }
 
 // maxJSONDepth bounds the nesting of a request body's objects and arrays;
@@ -51,7 +56,7 @@ func decodeBody(r *http.Request) (*body, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, httpError(domain.UnsupportedMedia, codeUnsupportedMedia, "the body must be application/json")
+			return nil, httpError(domain.UnsupportedMedia, codeUnsupportedMedia, "the body must be application/json, or a JSON structured-syntax type such as application/merge-patch+json (RFC 6839)")
 		}
 	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
@@ -212,6 +217,10 @@ func (b *body) get(field string, required bool) (any, bool) {
 	v, ok := b.m[field]
 	if !ok || v == nil {
 		if required {
+			b.missing = append(b.missing, b.path+field)
+			if b.err == nil {
+				b.errMissing = true
+			}
 			b.fail(field, fmt.Sprintf("%s%s is required", b.path, field))
 		}
 		return nil, false
@@ -235,10 +244,13 @@ func (b *body) String(field string) string {
 	return s
 }
 
-// Int returns a required integer field. Numbers are compared by value (2,
-// 2.0 and 2e0 are the same integer); a non-integral number, a string, or a
-// value beyond ±(2^53−1) is an error naming the field.
-func (b *body) Int(field string) int64 {
+// IntIn returns a required integer field that must lie in [lo, hi].
+// Numbers are compared by value (2, 2.0 and 2e0 are the same integer); a
+// non-integral number or a string is an error naming the field ("must be an
+// integer"), and a value outside [lo, hi] — however far, also beyond
+// ±(2^53−1), which no field allows — is an error with rangeMsg, the field's
+// own range message. lo and hi lie within ±(2^53−1).
+func (b *body) IntIn(field string, lo, hi int64, rangeMsg string) int64 {
 	v, ok := b.get(field, true)
 	if !ok {
 		return 0
@@ -250,8 +262,8 @@ func (b *body) Int(field string) int64 {
 	}
 	i, err := jsonInteger(string(n))
 	switch {
-	case errors.Is(err, errOutOfRange):
-		b.fail(field, fmt.Sprintf("%s%s must be between -(2^53-1) and 2^53-1", b.path, field))
+	case errors.Is(err, errOutOfRange) || (err == nil && (i < lo || i > hi)):
+		b.fail(field, rangeMsg)
 		return 0
 	case err != nil:
 		b.fail(field, fmt.Sprintf("%s%s must be an integer", b.path, field))
@@ -382,16 +394,23 @@ func (b *body) Object(field string) *body {
 // Money returns a required money object {amount, currency}.
 func (b *body) Money(field string) domain.Money {
 	o := b.Object(field)
-	m := domain.Money{Amount: o.Int("amount"), Currency: o.String("currency")}
+	m := domain.Money{Amount: o.IntIn("amount", 1, domain.MaxAmountMinor/domain.MaxSeatsPerHold,
+		fmt.Sprintf("%samount must be an integer of minor units from 1 to %d", o.path, domain.MaxAmountMinor/domain.MaxSeatsPerHold)),
+		Currency: o.String("currency")}
 	if err := o.done(); err != nil && b.err == nil {
 		b.err = err
 	}
 	return m
 }
 
-// done reports the first error, or an unknown field (sorted names).
+// done reports the first error — when that is a missing required field,
+// every missing required field taken, in fields — or an unknown field
+// (sorted names).
 func (b *body) done() error {
 	if b.err != nil {
+		if b.errMissing && len(b.missing) > 1 {
+			return httpError(domain.Invalid, "invalid-request", strings.Join(b.missing, ", ")+" are required", b.missing...)
+		}
 		return b.err
 	}
 	var unknown []string

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -124,17 +125,14 @@ func bodyUUID(b *body, field string) string {
 // Errors are Invalid and name the field.
 func showCommand(b *body) (commands.ScheduleShowCommand, error) {
 	cmd := commands.ScheduleShowCommand{Name: b.String("name"), StartsAt: b.Time("starts_at")}
-	capacity := b.Int("capacity")
+	capacity := b.IntIn("capacity", 1, domain.MaxCapacity, fmt.Sprintf("capacity must be between 1 and %d", domain.MaxCapacity))
 	cmd.Price = b.Money("price")
 	if err := b.done(); err != nil {
 		return commands.ScheduleShowCommand{}, err
 	}
-	if capacity < 1 || capacity > domain.MaxCapacity {
-		return commands.ScheduleShowCommand{}, httpError(domain.Invalid, "invalid-request", "capacity must be between 1 and 1000000", "capacity")
-	}
 	cmd.Capacity = int(capacity)
-	if _, err := currency.ParseISO(cmd.Price.Currency); err != nil || len(cmd.Price.Currency) != 3 {
-		return commands.ScheduleShowCommand{}, httpError(domain.Invalid, "invalid-request", "price.currency must be an ISO 4217 currency code such as EUR", "price.currency")
+	if _, err := currency.ParseISO(cmd.Price.Currency); err != nil || len(cmd.Price.Currency) != 3 || strings.ToUpper(cmd.Price.Currency) != cmd.Price.Currency {
+		return commands.ScheduleShowCommand{}, httpError(domain.Invalid, "invalid-request", "price.currency must be an ISO 4217 currency code in upper case, such as EUR", "price.currency")
 	}
 	return cmd, nil
 }
@@ -143,12 +141,9 @@ func showCommand(b *body) (commands.ScheduleShowCommand, error) {
 // Invalid and name the field.
 func reservationCommand(b *body) (commands.ReserveSeatsCommand, error) {
 	showID := bodyUUID(b, "show_id")
-	q := b.Int("quantity")
+	q := b.IntIn("quantity", 1, domain.MaxSeatsPerHold, "quantity must be between 1 and "+strconv.Itoa(domain.MaxSeatsPerHold))
 	if err := b.done(); err != nil {
 		return commands.ReserveSeatsCommand{}, err
-	}
-	if q < 1 || q > domain.MaxSeatsPerHold {
-		return commands.ReserveSeatsCommand{}, httpError(domain.Invalid, "invalid-request", "quantity must be between 1 and "+strconv.Itoa(domain.MaxSeatsPerHold), "quantity")
 	}
 	return commands.ReserveSeatsCommand{ShowID: showID, Quantity: int(q)}, nil
 }
@@ -159,8 +154,10 @@ func orderCommand(b *body) (commands.PlaceOrderCommand, error) {
 	resID := bodyUUID(b, "reservation_id")
 	pay := b.Object("payment")
 	token := pay.String("token")
-	if err := pay.done(); err != nil {
-		return commands.PlaceOrderCommand{}, err
+	if b.err == nil { // otherwise b.done reports b's first error (and every missing field)
+		if err := pay.done(); err != nil {
+			return commands.PlaceOrderCommand{}, err
+		}
 	}
 	if err := b.done(); err != nil {
 		return commands.PlaceOrderCommand{}, err
@@ -304,14 +301,29 @@ func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res comma
 	}
 	switch o.FirstOutcome {
 	case domain.FailPaymentDeclined:
-		a.writeError(w, r, &orderFailedError{order: o,
-			err: domain.ErrPaymentDeclined.With("the payment was declined; the order failed and its seats were released")})
+		a.writeError(w, r, &orderFailedError{order: o, err: domain.ErrPaymentDeclined.With(declineDetail(o))})
 	case domain.FailPaymentDeadline, domain.FailNoAttempt:
 		a.writeError(w, r, &orderFailedError{order: o,
 			err: domain.ErrPaymentFailed.With("the payment did not complete (" + o.FirstOutcome + "); the order failed")})
 	default:
 		writeJSON(w, success, viewOrder(o))
 	}
+}
+
+// declineDetail is the detail of an order failed with payment_declined: a
+// decline by the card's issuer, or the provider's refusal of the payment
+// request as invalid (nothing executed), which for resource_missing means
+// the provider does not know the payment token. Either is the 402
+// payment-declined problem.
+func declineDetail(o domain.Order) string {
+	const tail = "; the order failed and its seats were released"
+	if last := o.LastAttempt(); last != nil && last.Outcome == domain.OutcomeFailed && last.FailureReason == domain.ReasonProviderRefused {
+		if last.FailureCode == domain.CodeResourceMissing {
+			return "the payment provider refused the payment token as invalid (resource_missing: it knows no such token); nothing was charged" + tail
+		}
+		return "the payment provider refused the payment request as invalid (" + last.FailureCode + "); nothing was charged" + tail
+	}
+	return "the payment was declined" + tail
 }
 
 func (a *api) getOrder(w http.ResponseWriter, r *http.Request) {

@@ -64,6 +64,18 @@ func badKey(msg string) error {
 	return httpError(domain.Invalid, codeKeyInvalid, msg, "Idempotency-Key")
 }
 
+// ParseKey returns the idempotency key v names under the API's rules for
+// one Idempotency-Key header value and the key query parameter of
+// GET /v1/intents (draft-ietf-httpapi-idempotency-key-header §2.1, RFC 8941
+// sf-string): an sf-string ("abc") is unescaped, a bare value taken as it
+// is. A missing (empty), blank, over-255-character or non-printable-ASCII
+// key is a *domain.Error of kind Invalid and code idempotency-key-invalid
+// whose message says what is wrong (so `booking intents explain --key`
+// refuses what the API refuses).
+func ParseKey(v string) (string, error) {
+	return parseKeyValue(v)
+}
+
 // parseKeyValue returns the key of one Idempotency-Key header value: an
 // RFC 8941 sf-string ("abc", with \" and \\ as its only escapes) is
 // unescaped; a bare value is taken as it is, so "abc" and abc are the same
