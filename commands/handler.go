@@ -250,6 +250,10 @@ type stream struct {
 	records []eventstore.RecordedEvent
 	exists  bool
 	last    eventstore.Revision
+	// opened is openedAt of the first record, set on the intent streams
+	// kept in keptIntents (so a replay does not decode its metadata
+	// again); zero elsewhere.
+	opened time.Time
 }
 
 // expected returns the expected revision for appending after what was loaded.

@@ -224,7 +224,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		}
 		in := fold[domain.Intent](s.events)
 		if s.exists {
-			in.RecordedAt = openedAt(s.records[0])
+			in.RecordedAt = intentOpened(s)
 			h.intents.note(stream)
 		}
 		exp := eventstore.NoStream()
@@ -303,6 +303,51 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 	return run, nil
 }
 
+// keptTarget answers, for a repeat of an intent this process keeps
+// (loadIntent) and that is young by the service clock, the id of the
+// intent's target when the repeat would continue it (same fingerprint, no
+// rejection): what a replay needs of the intent once the target exists.
+// That part of an intent never changes — the recorded command, fingerprint
+// and target are written once, and a young intent is not truncated or
+// replaced — so the caller may answer from the target alone, read once,
+// without reading the intent's tail. ok is false when the intent is not
+// kept, is old, or would not continue (a mismatch, a rejection); the caller
+// then goes through beginIntent, which reads it. Errors are the clock's and
+// the fingerprint's.
+func (h *Handler) keptTarget(ctx context.Context, req Request, command map[string]any) (target string, ok bool, err error) {
+	name := IntentStream(req.Actor, req.Operation, req.Key)
+	k, _, kept := h.keptIntents.get(name)
+	if !kept || !k.exists {
+		return "", false, nil
+	}
+	now, err := h.now(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	in := fold[domain.Intent](k.events)
+	in.RecordedAt = intentOpened(k)
+	if !now.Before(in.RecordedAt.Add(h.cfg.IntentRetention/2)) || in.Recorded.TargetID == "" {
+		return "", false, nil
+	}
+	fp, err := Fingerprint(in.Recorded.CanonicalVersion, req.Operation, command)
+	if err != nil {
+		return "", false, err
+	}
+	if in.Resolve(fp, now, h.cfg.IntentRetention) != domain.ResolveContinue {
+		return "", false, nil
+	}
+	return in.Recorded.TargetID, true, nil
+}
+
+// intentOpened is openedAt of s's first record (the IntentRecorded): s.opened
+// when it was set, so a kept intent's metadata is decoded once.
+func intentOpened(s *stream) time.Time {
+	if !s.opened.IsZero() {
+		return s.opened
+	}
+	return openedAt(s.records[0])
+}
+
 // loadIntent reads the service clock and intent stream name. An intent
 // this process loaded before is kept (loadKept) while it is younger than
 // half the intent retention — an intent stream is truncated or purged only
@@ -313,7 +358,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 // when it is young enough.
 func (h *Handler) loadIntent(ctx context.Context, name string) (time.Time, *stream, error) {
 	young := func(s *stream, now time.Time) bool {
-		return s.exists && now.Before(openedAt(s.records[0]).Add(h.cfg.IntentRetention/2))
+		return s.exists && now.Before(intentOpened(s).Add(h.cfg.IntentRetention/2))
 	}
 	if k, _, ok := h.keptIntents.get(name); ok {
 		now, err := h.now(ctx)
@@ -341,6 +386,7 @@ func (h *Handler) loadIntent(ctx context.Context, name string) (time.Time, *stre
 		return time.Time{}, nil, err
 	}
 	if young(s, now) {
+		s.opened = intentOpened(s) // s is not shared yet
 		h.keptIntents.put(name, s, s.last)
 		s = s.clipped()
 	}
@@ -626,7 +672,7 @@ func (h *Handler) reloadIntent(ctx context.Context, run *intentRun) error {
 	if !s.exists {
 		return domain.ErrUnavailable.With("the intent expired while it was being processed; retry")
 	}
-	in.RecordedAt = openedAt(s.records[0])
+	in.RecordedAt = intentOpened(s)
 	run.intent, run.rev = in, s.last
 	if in.Rejection != nil {
 		return rejectionOf(in.Rejection, !run.created)

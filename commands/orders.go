@@ -52,6 +52,21 @@ type OrderResult struct {
 // never becomes an order, deleted again within shredDelay: see recordFirst.)
 func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
 	ctx = WithCorrelationID(ctx, req.CorrelationID)
+	// A repeat of an intent this process keeps is answered from its order,
+	// read once, when the order exists (keptTarget).
+	command := cmd.Canonical()
+	if id, ok, err := h.keptTarget(ctx, req, command); err != nil {
+		return OrderResult{}, err
+	} else if ok {
+		o, s, err := h.LoadOrder(ctx, id)
+		if err != nil {
+			return OrderResult{}, err
+		}
+		if o.Exists() {
+			h.metrics.Replay(req.Operation)
+			return h.payAndWait(ctx, o.ID, req.Wait, Outcome{Replayed: true}, &orderState{o: o, s: s})
+		}
+	}
 	var secrets *heldSecrets
 	prep := &intentPrep{
 		prepare: func(ctx context.Context, orderID string, now time.Time) error {
@@ -64,7 +79,7 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 		// retention should this process stop first.
 		discard: func(_ context.Context, orderID string) { h.shredSoon(orderID) },
 	}
-	run, err := h.beginIntent(ctx, req, cmd.Canonical(), prep, nil)
+	run, err := h.beginIntent(ctx, req, command, prep, nil)
 	if err != nil {
 		return OrderResult{}, err
 	}
