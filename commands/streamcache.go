@@ -85,8 +85,10 @@ func (c *streamCache[S]) drop(name string) {
 // a whole read returns. Orders are never truncated; an intent stream is
 // truncated only after its intent expired, so beginIntent keeps intents
 // only while they are far from expiry. A tail that does not continue the
-// kept revision, or a stream that has no live event any more, is read
-// whole instead. The caller gets its own copy of the stream value, whose
+// kept revision, a tail that records an intent again (the stream was
+// truncated and its key reused: by a replica whose retention is shorter, or
+// whose clock is ahead by half the retention), or a stream that has no live
+// event any more, is read whole instead. The caller gets its own copy of the stream value, whose
 // slices it may read but not write in place (appending is safe: their
 // capacity ends at their length).
 func (h *Handler) loadKept(ctx context.Context, c *streamCache[*stream], name string) (*stream, error) {
@@ -108,12 +110,21 @@ func (h *Handler) loadKept(ctx context.Context, c *streamCache[*stream], name st
 				if err != nil {
 					return nil, fmt.Errorf("load %s@%d: %w", name, r.Revision, err)
 				}
+				if _, again := e.(domain.IntentRecorded); again {
+					// A new intent of the key: the stream was truncated
+					// and recorded again, continuing the revisions.
+					next = nil
+					break
+				}
 				next.events = append(next.events, e.(domain.Event))
 				next.records = append(next.records, r)
 				next.last = r.Revision
 			}
-			c.put(name, next, next.last)
-			return next.clipped(), nil
+			if next != nil {
+				c.put(name, next, next.last)
+				return next.clipped(), nil
+			}
+			c.drop(name)
 		}
 	}
 	s, err := h.load(ctx, name)
