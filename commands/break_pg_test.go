@@ -604,3 +604,43 @@ func TestPGBreakHoldsRaceReleasesOnTwoProcesses(t *testing.T) {
 	}
 	t.Logf("%d of 12 holds succeeded while the releases raced them", ok)
 }
+
+// TestPGBreakKeptIntentReusedByAShorterRetention: on PostgreSQL, a key A
+// keeps (young by A's 24 h retention) is truncated and recorded again by B,
+// whose retention is 2 h (a rolling change of BOOKING_INTENT_RETENTION):
+// the new intent continues the stream's revisions, and A's repeat of the
+// new body replays B's reservation, as a whole read answers, instead of
+// the old intent's rejection (see loadKept).
+func TestPGBreakKeptIntentReusedByAShorterRetention(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	a := f.handler("pg-a", nil)
+	b := f.handler("pg-b", func(c *Config) { c.IntentRetention = 2 * time.Hour })
+	ctx := context.Background()
+	now, err := f.clock.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	show, _, err := a.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: f.req(OpScheduleShow).Key},
+		ScheduleShowCommand{Name: "Kept", StartsAt: now.Add(72 * time.Hour), Capacity: 4, Price: domain.Money{Amount: 1500, Currency: "EUR"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := f.req(OpReserveSeats)
+	for i := range 2 { // the repeat reads the intent, and A keeps it
+		var rej *Rejection
+		if _, _, err := a.ReserveSeats(ctx, req, ReserveSeatsCommand{ShowID: show.ID, Quantity: 10}); !errors.As(err, &rej) {
+			t.Fatalf("reserve 10 of 4 seats (%d) = %v, want a rejection", i+1, err)
+		}
+	}
+	f.clock.Advance(3 * time.Hour)
+	one := ReserveSeatsCommand{ShowID: show.ID, Quantity: 1}
+	res, out, err := b.ReserveSeats(ctx, req, one)
+	if err != nil || out.Replayed {
+		t.Fatalf("key reused on B past its retention = %+v, %v; want a new reservation", out, err)
+	}
+	r, out, err := a.ReserveSeats(ctx, req, one)
+	if err != nil || !out.Replayed || r.ID != res.ID {
+		t.Fatalf("repeat on A of B's request = %s, replayed %t, %v; want a replay of %s", r.ID, out.Replayed, err, res.ID)
+	}
+}
