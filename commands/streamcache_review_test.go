@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
 )
 
 // TestKeptIntentTailOfANewIntentIsReadWhole: a process that keeps an intent
@@ -55,6 +56,17 @@ func TestKeptIntentTailOfANewIntentIsReadWhole(t *testing.T) {
 	}
 }
 
+// slowTailStore delays every read of a stream's tail (from > 0), so that
+// concurrent loads of one kept stream overlap while one of them reads it.
+type slowTailStore struct{ EventStore }
+
+func (s slowTailStore) ReadStream(ctx context.Context, name string, from eventstore.Revision, limit int) ([]eventstore.RecordedEvent, error) {
+	if from > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	return s.EventStore.ReadStream(ctx, name, from, limit)
+}
+
 // TestKeptStreamsUnderConcurrentReplays runs many replays of one kept order
 // on A, GetOrders on A, and a cancel on B at once (run with -race): the
 // kept streams are shared and must never be written through a caller's copy.
@@ -66,7 +78,7 @@ func TestKeptStreamsUnderConcurrentReplays(t *testing.T) {
 	handler := func(exec string) *Handler {
 		cfg := DefaultConfig()
 		cfg.Executor = exec
-		return New(cfg, mem, clock, pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithKeys(keys))
+		return New(cfg, slowTailStore{mem}, clock, pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithKeys(keys))
 	}
 	a, b := handler(execA), handler(execB)
 	show, _, err := a.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
@@ -94,7 +106,7 @@ func TestKeptStreamsUnderConcurrentReplays(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			for range 5 {
+			for range 10 {
 				r, err := a.PlaceOrder(ctx, oreq, ocmd)
 				if err != nil || !r.Replayed || r.Order.ID != placed.Order.ID {
 					errs <- errors.Join(err, errors.New("replay: not a replay of the order"))
@@ -104,7 +116,7 @@ func TestKeptStreamsUnderConcurrentReplays(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			for range 5 {
+			for range 10 {
 				if _, err := a.GetOrder(ctx, "alice", placed.Order.ID); err != nil {
 					errs <- err
 					return
