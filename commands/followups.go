@@ -73,6 +73,24 @@ func (h *Handler) RunFollowUps(ctx context.Context, log Log, cps Checkpoints) er
 	})
 }
 
+// FollowedUp reports whether the process manager acts on events of type
+// (an event type name of domain.EventTypes): every case of followUp's
+// switch. An event of any other type needs no follow-up, so a log whose
+// only events after the process manager's checkpoint are of such types has
+// every follow-up done — what a test waiting for the background work to
+// settle checks while a pending payment keeps renewing its lease
+// (PaymentAttemptStarted) faster than the process manager's rounds.
+func FollowedUp(eventType string) bool { return followedUpTypes[eventType] }
+
+// followedUpTypes are the event types of followUp's cases; keep the two
+// together (TestFollowedUpTypesAreTheSwitchCases).
+var followedUpTypes = map[string]bool{
+	"SeatsHeld": true, "OrderClaimed": true, "ExpiryClaimed": true,
+	"OrderPlaced": true, "PaymentOutcomeUnknown": true, "OrderCancelRequested": true,
+	"OrderFailed": true, "OrderCancelled": true, "OrderConfirmed": true, "OrderNeedsReview": true,
+	"IntentRejected": true, "RefundRequested": true,
+}
+
 // Order events by what they mean to the process manager (event types).
 var (
 	// driveEvents make it drive the order's payment.

@@ -1,7 +1,13 @@
 package commands
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"slices"
 	"testing"
+
+	"github.com/retrysafe/booking/domain"
 
 	"github.com/retrysafe/booking/eventstore"
 )
@@ -34,5 +40,53 @@ func TestFollowUpAhead(t *testing.T) {
 		if got := a.at(i, ready[i].Stream); got != want {
 			t.Errorf("event %d (%s %s): %+v, want %+v", i, ready[i].Stream, ready[i].Type, got, want)
 		}
+	}
+}
+
+// TestFollowedUpTypesAreTheSwitchCases: FollowedUp names exactly the event
+// types of followUp's type switch (read from the source), so a case added
+// there without a FollowedUp entry — which would let a test's settle pass
+// before its follow-up ran — fails here.
+func TestFollowedUpTypesAreTheSwitchCases(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "followups.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		fd, ok := n.(*ast.FuncDecl)
+		if !ok || fd.Name.Name != "followUp" {
+			return true
+		}
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSwitchStmt)
+			if !ok || len(cases) > 0 {
+				return true
+			}
+			for _, st := range ts.Body.List {
+				for _, e := range st.(*ast.CaseClause).List {
+					if sel, ok := e.(*ast.SelectorExpr); ok {
+						cases = append(cases, sel.Sel.Name)
+					}
+				}
+			}
+			return false
+		})
+		return false
+	})
+	if len(cases) == 0 {
+		t.Fatal("no type switch found in followUp")
+	}
+	slices.Sort(cases)
+	var mapped []string
+	for _, e := range domain.EventTypes() {
+		if FollowedUp(e.EventType()) {
+			mapped = append(mapped, e.EventType())
+		}
+	}
+	slices.Sort(mapped)
+	if !slices.Equal(cases, mapped) {
+		t.Errorf("followUp's cases %v, FollowedUp's types %v: keep them the same", cases, mapped)
 	}
 }
