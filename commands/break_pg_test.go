@@ -191,17 +191,7 @@ func TestPGBreakTwoProcessesHoldOneSmallShow(t *testing.T) {
 	a := f.handler("pg-a", nil)
 	b := f.handler("pg-b", nil)
 	ctx := context.Background()
-	now, err := f.clock.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := f.req(OpScheduleShow)
-	admin.Actor = "admin"
-	show, _, err := a.ScheduleShow(ctx, admin, ScheduleShowCommand{Name: "Small", StartsAt: now.Add(72 * time.Hour), Capacity: 7,
-		Price: domain.Money{Amount: 1500, Currency: "EUR"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	show := f.scheduleShow(t, a, "Small", 7)
 	var mu sync.Mutex
 	held, soldOut := 0, 0
 	for wave := range 3 {
@@ -393,17 +383,7 @@ func TestPGBreakReleaseByAnotherProcessIsSeenAtOnce(t *testing.T) {
 	a := f.handler("pg-a", nil)
 	b := f.handler("pg-b", nil)
 	ctx := context.Background()
-	now, err := f.clock.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := f.req(OpScheduleShow)
-	admin.Actor = "admin"
-	show, _, err := a.ScheduleShow(ctx, admin, ScheduleShowCommand{Name: "One", StartsAt: now.Add(72 * time.Hour), Capacity: 1,
-		Price: domain.Money{Amount: 1500, Currency: "EUR"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	show := f.scheduleShow(t, a, "One", 1)
 	for round := range 4 {
 		res, _, err := a.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
 		if err != nil {
@@ -445,17 +425,7 @@ func TestPGBreakDuplicateHoldsOnTwoProcesses(t *testing.T) {
 	f := newPGFix(t, providersim.Config{})
 	hs := []*Handler{f.handler("pg-a", nil), f.handler("pg-b", nil)}
 	ctx := context.Background()
-	now, err := f.clock.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := f.req(OpScheduleShow)
-	admin.Actor = "admin"
-	show, _, err := hs[0].ScheduleShow(ctx, admin, ScheduleShowCommand{Name: "Six", StartsAt: now.Add(72 * time.Hour), Capacity: 6,
-		Price: domain.Money{Amount: 1500, Currency: "EUR"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	show := f.scheduleShow(t, hs[0], "Six", 6)
 	type answer struct {
 		id      string
 		soldOut bool
@@ -532,17 +502,7 @@ func TestPGBreakHoldsRaceReleasesOnTwoProcesses(t *testing.T) {
 	f := newPGFix(t, providersim.Config{})
 	hs := []*Handler{f.handler("pg-a", nil), f.handler("pg-b", nil)}
 	ctx := context.Background()
-	now, err := f.clock.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := f.req(OpScheduleShow)
-	admin.Actor = "admin"
-	show, _, err := hs[0].ScheduleShow(ctx, admin, ScheduleShowCommand{Name: "Three", StartsAt: now.Add(72 * time.Hour), Capacity: 3,
-		Price: domain.Money{Amount: 1500, Currency: "EUR"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	show := f.scheduleShow(t, hs[0], "Three", 3)
 	var first []string
 	for i := range 3 {
 		res, _, err := hs[i%2].ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
@@ -643,4 +603,24 @@ func TestPGBreakKeptIntentReusedByAShorterRetention(t *testing.T) {
 	if err != nil || !out.Replayed || r.ID != res.ID {
 		t.Fatalf("repeat on A of B's request = %s, replayed %t, %v; want a replay of %s", r.ID, out.Replayed, err, res.ID)
 	}
+}
+
+// scheduleShow schedules a show named name of capacity seats at 15.00 EUR,
+// starting 72 h from the database clock's now, on h, and fails t if it is
+// refused.
+func (f *pgFix) scheduleShow(t *testing.T, h *Handler, name string, capacity int) domain.Show {
+	t.Helper()
+	ctx := context.Background()
+	now, err := f.clock.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := f.req(OpScheduleShow)
+	admin.Actor = "admin"
+	show, _, err := h.ScheduleShow(ctx, admin, ScheduleShowCommand{Name: name, StartsAt: now.Add(72 * time.Hour), Capacity: capacity,
+		Price: domain.Money{Amount: 1500, Currency: "EUR"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return show
 }

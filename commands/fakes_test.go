@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
+	"io"
+	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
@@ -552,4 +554,47 @@ func (k *memKeys) len() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.rows)
+}
+
+// processes is several processes of one service in the in-memory tests:
+// Handlers that share one event store, database clock, key table and
+// payment provider, as replicas share PostgreSQL and the provider.
+type processes struct {
+	mem   *memStore
+	clock *fakeClock
+	keys  *memKeys
+	pay   *fakePayments
+}
+
+func newProcesses() *processes {
+	p := &processes{mem: newMemStore(), clock: newFakeClock(payT0), keys: newMemKeys(), pay: newFakePayments()}
+	p.mem.SetClock(p.clock)
+	return p
+}
+
+// handler returns one process, executor exec, with cfg's changes applied
+// to DefaultConfig; store is the shared store unless one is given (a
+// wrapper of p.mem).
+func (p *processes) handler(exec string, store EventStore, change func(*Config)) *Handler {
+	cfg := DefaultConfig()
+	cfg.Executor = exec
+	if change != nil {
+		change(&cfg)
+	}
+	if store == nil {
+		store = p.mem
+	}
+	return New(cfg, store, p.clock, p.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithKeys(p.keys))
+}
+
+// scheduleShow schedules a show of capacity seats starting in startsIn on
+// h, and fails t if it is refused.
+func scheduleShow(t *testing.T, h *Handler, capacity int, startsIn time.Duration) domain.Show {
+	t.Helper()
+	show, _, err := h.ScheduleShow(context.Background(), Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
+		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(startsIn), Capacity: capacity, Price: payPrice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return show
 }

@@ -450,10 +450,8 @@ const intentHintCap = 1 << 16
 // 2 MB); eviction: first in, first out. Safe for concurrent use; the zero
 // value is ready.
 type intentHints struct {
-	mu   sync.Mutex
-	m    map[uint64]struct{}
-	ring []uint64
-	next int
+	mu     sync.Mutex
+	hashes *fifoMap[uint64, struct{}]
 }
 
 func intentHash(stream string) uint64 {
@@ -467,20 +465,10 @@ func (s *intentHints) note(stream string) {
 	k := intentHash(stream)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = make(map[uint64]struct{})
+	if s.hashes == nil {
+		s.hashes = newFIFOMap[uint64, struct{}](intentHintCap)
 	}
-	if _, ok := s.m[k]; ok {
-		return
-	}
-	if len(s.ring) < intentHintCap {
-		s.ring = append(s.ring, k)
-	} else {
-		delete(s.m, s.ring[s.next])
-		s.ring[s.next] = k
-		s.next = (s.next + 1) % intentHintCap
-	}
-	s.m[k] = struct{}{}
+	s.hashes.put(k, struct{}{})
 }
 
 // has reports whether stream was noted (and not evicted since).
@@ -488,7 +476,10 @@ func (s *intentHints) has(stream string) bool {
 	k := intentHash(stream)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.m[k]
+	if s.hashes == nil {
+		return false
+	}
+	_, ok := s.hashes.get(k)
 	return ok
 }
 

@@ -180,19 +180,10 @@ func TestIntentAgeIsTheServiceClock(t *testing.T) {
 func TestRepeatOnAnotherProcessIsAReplay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store, clock, keys, pay := newMemStore(), newFakeClock(payT0), newMemKeys(), newFakePayments()
-	store.SetClock(clock)
-	handler := func(exec string) *Handler {
-		cfg := DefaultConfig()
-		cfg.Executor = exec
-		return New(cfg, store, clock, pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithKeys(keys))
-	}
-	a, b := handler(execA), handler(execB)
-	show, _, err := a.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
-		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(48 * time.Hour), Capacity: 2, Price: payPrice})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newProcesses()
+	store, keys, pay := p.mem, p.keys, p.pay
+	a, b := p.handler(execA, nil, nil), p.handler(execB, nil, nil)
+	show := scheduleShow(t, a, 2, 48*time.Hour)
 	req, cmd := aliceReserves(show.ID, "k", 1)
 	first, out, err := a.ReserveSeats(ctx, req, cmd)
 	if err != nil || out.Replayed {

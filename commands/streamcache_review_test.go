@@ -3,8 +3,6 @@ package commands
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -23,20 +21,13 @@ import (
 func TestKeptIntentTailOfANewIntentIsReadWhole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	mem, clock, keys, pay := newMemStore(), newFakeClock(payT0), newMemKeys(), newFakePayments()
-	mem.SetClock(clock)
+	p := newProcesses()
+	clock := p.clock
 	handler := func(exec string, retention time.Duration) *Handler {
-		cfg := DefaultConfig()
-		cfg.Executor = exec
-		cfg.IntentRetention = retention
-		return New(cfg, mem, clock, pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithKeys(keys))
+		return p.handler(exec, nil, func(cfg *Config) { cfg.IntentRetention = retention })
 	}
 	a, b := handler(execA, 24*time.Hour), handler(execB, 2*time.Hour)
-	show, _, err := a.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
-		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(72 * time.Hour), Capacity: 4, Price: payPrice})
-	if err != nil {
-		t.Fatal(err)
-	}
+	show := scheduleShow(t, a, 4, 72*time.Hour)
 	req, tooMany := aliceReserves(show.ID, "k", 10)
 	for i := range 2 { // the repeat reads the intent, and A keeps it
 		var rej *Rejection
@@ -73,19 +64,10 @@ func (s slowTailStore) ReadStream(ctx context.Context, name string, from eventst
 func TestKeptStreamsUnderConcurrentReplays(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	mem, clock, keys, pay := newMemStore(), newFakeClock(payT0), newMemKeys(), newFakePayments()
-	mem.SetClock(clock)
-	handler := func(exec string) *Handler {
-		cfg := DefaultConfig()
-		cfg.Executor = exec
-		return New(cfg, slowTailStore{mem}, clock, pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithKeys(keys))
-	}
-	a, b := handler(execA), handler(execB)
-	show, _, err := a.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
-		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(72 * time.Hour), Capacity: 4, Price: payPrice})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newProcesses()
+	pay := p.pay
+	a, b := p.handler(execA, slowTailStore{p.mem}, nil), p.handler(execB, slowTailStore{p.mem}, nil)
+	show := scheduleShow(t, a, 4, 72*time.Hour)
 	req, cmd := aliceReserves(show.ID, "k", 1)
 	res, _, err := a.ReserveSeats(ctx, req, cmd)
 	if err != nil {

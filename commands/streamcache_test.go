@@ -3,8 +3,6 @@ package commands
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -47,21 +45,12 @@ func (s *readCountingStore) reset() (read, calls map[string]int) {
 func TestKeptStreamsReadTailsAndSeeOtherProcesses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	mem, clock, keys, pay := newMemStore(), newFakeClock(payT0), newMemKeys(), newFakePayments()
-	mem.SetClock(clock)
-	store := &readCountingStore{EventStore: mem}
+	p := newProcesses()
+	clock, pay := p.clock, p.pay
+	store := &readCountingStore{EventStore: p.mem}
 	store.reset()
-	handler := func(exec string) *Handler {
-		cfg := DefaultConfig()
-		cfg.Executor = exec
-		return New(cfg, store, clock, pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithKeys(keys))
-	}
-	a, b := handler(execA), handler(execB)
-	show, _, err := a.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
-		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(72 * time.Hour), Capacity: 4, Price: payPrice})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := p.handler(execA, store, nil), p.handler(execB, store, nil)
+	show := scheduleShow(t, a, 4, 72*time.Hour)
 	req, cmd := aliceReserves(show.ID, "k", 1)
 	res, _, err := a.ReserveSeats(ctx, req, cmd)
 	if err != nil {

@@ -20,10 +20,8 @@ const writtenCap = 1 << 16
 // 4 MB); eviction: first in, first out. Safe for concurrent use; the zero
 // value is ready.
 type writtenSet struct {
-	mu   sync.Mutex
-	ids  map[string]eventstore.Position // id -> log position of its append
-	ring []string                       // the ids in arrival order, a ring of writtenCap
-	next int                            // where the next id goes in ring
+	mu  sync.Mutex
+	ids *fifoMap[string, eventstore.Position] // id -> log position of its append
 }
 
 // add records the ids of events the store acknowledged, with at, the log
@@ -53,28 +51,20 @@ func keyShredded(orderID string) string { return "key-shredded/" + orderID }
 
 func (w *writtenSet) putLocked(id string, at eventstore.Position) {
 	if w.ids == nil {
-		w.ids = make(map[string]eventstore.Position, writtenCap)
-		w.ring = make([]string, 0, writtenCap)
+		w.ids = newFIFOMap[string, eventstore.Position](writtenCap)
 	}
-	if _, ok := w.ids[id]; ok {
-		return
-	}
-	if len(w.ring) < writtenCap {
-		w.ring = append(w.ring, id)
-	} else {
-		delete(w.ids, w.ring[w.next])
-		w.ring[w.next] = id
-		w.next = (w.next + 1) % writtenCap
-	}
-	w.ids[id] = at
+	w.ids.put(id, at)
 }
 
 // has reports whether every id was recorded by add (and not evicted since).
 func (w *writtenSet) has(ids ...string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.ids == nil {
+		return len(ids) == 0
+	}
 	for _, id := range ids {
-		if _, ok := w.ids[id]; !ok {
+		if _, ok := w.ids.get(id); !ok {
 			return false
 		}
 	}
@@ -89,6 +79,9 @@ func (w *writtenSet) has(ids ...string) bool {
 func (w *writtenSet) hasAfter(after eventstore.Position, id string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	at, ok := w.ids[id]
+	if w.ids == nil {
+		return false
+	}
+	at, ok := w.ids.get(id)
 	return ok && after.Less(at)
 }

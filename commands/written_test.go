@@ -123,8 +123,8 @@ func TestWrittenSetIsBounded(t *testing.T) {
 		w.add([]eventstore.EventData{{ID: id(i)}}, eventstore.Position{})
 	}
 	w.add([]eventstore.EventData{{ID: id(writtenCap + 5)}}, eventstore.Position{}) // a repeat takes no room
-	if len(w.ids) != writtenCap {
-		t.Errorf("the set holds %d ids, want the bound %d", len(w.ids), writtenCap)
+	if len(w.ids.m) != writtenCap {
+		t.Errorf("the set holds %d ids, want the bound %d", len(w.ids.m), writtenCap)
 	}
 	if w.has(id(9)) || !w.has(id(10), id(writtenCap+9)) {
 		t.Errorf("has: the 10 oldest ids must be evicted and every later one kept")
