@@ -128,8 +128,9 @@ type Handler struct {
 	written writtenSet
 	// reservations caches reservation streams; see streamcache.go.
 	reservations streamCache[domain.Reservation]
-	// keptOrders and keptIntents keep loaded order and intent streams, so
-	// the next load reads only their tails; see loadKept.
+	// keptOrders and keptIntents keep loaded order and intent streams
+	// (maxKeptStreams each), so the next load reads only their tails; see
+	// loadKept.
 	keptOrders, keptIntents streamCache[*stream]
 	// reading is the process's reading of the database clock; see clock.go.
 	reading clockReading
@@ -209,6 +210,7 @@ func New(cfg Config, store EventStore, clock Clock, payments Payments, registry 
 	}
 	h := &Handler{cfg: cfg, store: store, clock: clock, payments: payments, registry: registry, log: log,
 		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}, keys: noKeys{}}
+	h.keptOrders.limit, h.keptIntents.limit = maxKeptStreams, maxKeptStreams
 	for _, o := range opts {
 		o(h)
 	}

@@ -386,9 +386,10 @@ func (h *Handler) loadIntent(ctx context.Context, name string) (time.Time, *stre
 		return time.Time{}, nil, err
 	}
 	if young(s, now) {
-		s.opened = intentOpened(s) // s is not shared yet
-		h.keptIntents.put(name, s, s.last)
-		s = s.clipped()
+		k := s.keptCopy()
+		k.opened = intentOpened(s) // k is not shared yet
+		h.keptIntents.put(name, k, k.last)
+		s = k.clipped()
 	}
 	return now, s, nil
 }

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,11 @@ import (
 // maxCachedStreams bounds each stream cache (reservations, orders) by entry
 // count; see streamCache for the eviction rule.
 const maxCachedStreams = 4096
+
+// maxKeptStreams bounds the kept order and intent streams (keptOrders,
+// keptIntents), each: whole streams weigh more than a reservation's state,
+// and a repeat comes soon after its request or not at all.
+const maxKeptStreams = 1024
 
 // streamCache holds, per stream, the state this process last wrote or read
 // there and the stream's revision then (the shows have their own cache,
@@ -29,6 +35,8 @@ const maxCachedStreams = 4096
 type streamCache[S any] struct {
 	mu sync.Mutex
 	m  map[string]cachedStream[S]
+	// limit is the bound when set (> 0); maxCachedStreams otherwise.
+	limit int
 }
 
 // cachedStream is one entry: the folded state at revision last.
@@ -57,7 +65,7 @@ func (c *streamCache[S]) put(name string, state S, last eventstore.Revision) {
 		if e.last > last {
 			return
 		}
-	} else if len(c.m) >= maxCachedStreams {
+	} else if len(c.m) >= cmp.Or(c.limit, maxCachedStreams) {
 		for k := range c.m {
 			delete(c.m, k)
 			break
@@ -116,6 +124,7 @@ func (h *Handler) loadKept(ctx context.Context, c *streamCache[*stream], name st
 					next = nil
 					break
 				}
+				r.Data = nil // decoded in events; see keptCopy
 				next.events = append(next.events, e.(domain.Event))
 				next.records = append(next.records, r)
 				next.last = r.Revision
@@ -132,10 +141,25 @@ func (h *Handler) loadKept(ctx context.Context, c *streamCache[*stream], name st
 		return nil, err
 	}
 	if s.exists {
-		c.put(name, s, s.last)
-		return s.clipped(), nil
+		k := s.keptCopy()
+		c.put(name, k, k.last)
+		return k.clipped(), nil
 	}
 	return s, nil
+}
+
+// keptCopy returns s as a stream cache keeps it: its records without their
+// data, which its events hold decoded (every use of a loaded stream's
+// records reads their ids, revisions, positions, times and metadata), so a
+// kept stream costs its decoded events and metadata only.
+func (s *stream) keptCopy() *stream {
+	cp := *s
+	cp.records = make([]eventstore.RecordedEvent, len(s.records))
+	for i, r := range s.records {
+		r.Data = nil
+		cp.records[i] = r
+	}
+	return &cp
 }
 
 // clipped returns a copy of s whose slices end at their capacity, so that
