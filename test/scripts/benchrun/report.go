@@ -217,7 +217,7 @@ func (e *env) writeReport(took time.Duration) error {
 	if len(gaps) > 0 {
 		w("## Gaps and their causes")
 		w("")
-		w("As analysed once the performance work was integrated (test/scripts/benchrun/report.go, `causes`); revise them with the figures.")
+		w("As analysed with profiles of these rows (BENCH_PROFILE_DIR) and the statement counts (test/scripts/benchrun/report.go, `causes`); revise them when the figures move.")
 		w("")
 		for _, g := range gaps {
 			w("%s", g)
@@ -238,6 +238,6 @@ func (e *env) writeReport(took time.Duration) error {
 	w("- P5: `go test -bench ^BenchmarkRelay$` in projections/notify; the baseline is JetStream async publishing of the same messages with acks to the same embedded server in the same run.")
 	w("- P6: VmHWM from /proc/PID/status of `booking serve`, reset (`/proc/PID/clear_refs` 5) before each P2 repetition and read after it; then again with an external `nats-server` (bin/nats-server) and `booking provider-sim`.")
 	w("")
-	w("Figures of this branch; they will be refreshed after the performance branches are integrated.")
+	w("Every figure above is as this run wrote it, on the commit named at the top.")
 	return os.WriteFile(e.o.out, []byte(b.String()), 0o644)
 }
