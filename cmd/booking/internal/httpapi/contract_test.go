@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -163,6 +165,11 @@ type contractCase struct {
 	detail string            // the problem's detail; "" means any non-empty detail
 	calls  []string          // the service calls the request made (nil: none)
 	check  func(t *testing.T, f *fakeService, doc map[string]any)
+
+	// retryAfter bounds Retry-After in seconds, both ends included, where
+	// it derives from wall-clock time between requests (the retry budget)
+	// and so is exact only if no time passes between them.
+	retryAfter [2]int
 }
 
 func showBody(extra string) string {
@@ -412,6 +419,10 @@ func contractCases() []contractCase {
 		{name: "contention is 503 with Retry-After", method: "POST", path: "/v1/reservations", body: resBody,
 			setup: withErr(domain.ErrContention), status: 503, code: "contention", calls: []string{"ReserveSeats"},
 			want: map[string]string{"Retry-After": "1"}},
+		{name: "a request that outran its own budget is 503 with Retry-After, not 500", method: "POST", path: "/v1/orders", body: orderBody,
+			setup: withErr(fmt.Errorf("waiting for the payment: %w", context.DeadlineExceeded)), status: 503, code: "unavailable",
+			calls: []string{"PlaceOrder"}, want: map[string]string{"Retry-After": "1", "Idempotent-Replayed": ""},
+			check: member("detail", "the request ran out of its time budget; what it recorded stands: repeat it with the same Idempotency-Key to get its outcome")},
 		{name: "GET /v1/reservations/{id} is 200 for its owner", method: "GET", path: "/v1/reservations/" + resID, status: 200,
 			calls: []string{"GetReservation"}, check: member("quantity", 2.0)},
 		{name: "another actor's reservation is 404", method: "GET", path: "/v1/reservations/" + resID,
@@ -584,8 +595,8 @@ func contractCases() []contractCase {
 
 		// The retry budget.
 		{name: "a POST over the actor's budget is 429 with Retry-After", method: "POST", path: "/v1/reservations", body: resBody,
-			cfg: func(c *httpapi.Config) { c.RetryBudgetRate, c.RetryBudgetBurst = 0.5, 1 }, before: 1, status: 429,
-			code: "rate-limited", calls: []string{"ReserveSeats"}, want: map[string]string{"Retry-After": "2"}},
+			cfg: func(c *httpapi.Config) { c.RetryBudgetRate, c.RetryBudgetBurst = 0.01, 1 }, before: 1, status: 429,
+			code: "rate-limited", calls: []string{"ReserveSeats"}, retryAfter: [2]int{1, 100}},
 		{name: "GETs do not spend the budget", method: "GET", path: "/v1/shows/" + showID,
 			cfg: func(c *httpapi.Config) { c.RetryBudgetRate, c.RetryBudgetBurst = 0.5, 1 }, before: 3, status: 200,
 			calls: []string{"GetShow", "GetShow", "GetShow", "GetShow"}},
@@ -637,6 +648,11 @@ func TestHTTPContract(t *testing.T) {
 			for name, want := range tc.want {
 				if got := res.Header.Get(name); got != want {
 					t.Errorf("header %s = %q, want %q", name, got, want)
+				}
+			}
+			if lo, hi := tc.retryAfter[0], tc.retryAfter[1]; hi > 0 {
+				if got, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || got < lo || got > hi {
+					t.Errorf("Retry-After = %q, want seconds from %d to %d", res.Header.Get("Retry-After"), lo, hi)
 				}
 			}
 			var doc map[string]any

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -98,6 +99,7 @@ type problem struct {
 // logged in full and answered with a generic detail; retryable answers carry
 // Retry-After.
 func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	err = budgetSpent(r, err)
 	status := statusOf(err)
 	p := problem{Status: status, Title: http.StatusText(status), Instance: r.URL.Path, RequestID: RequestIDFrom(r.Context())}
 	if r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
@@ -129,6 +131,27 @@ func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	p.Type = "https://booking.invalid/problems/" + p.Code
 	writeProblem(w, p)
+}
+
+// errBudgetSpent is the answer to a state-changing request whose own
+// budget (detachedBudget) ran out while its client still waited: transient,
+// so it is a 503 with Retry-After and never an intent's outcome. Whatever
+// the request appended before stands, and a repeat with the same
+// Idempotency-Key answers the intent's outcome, or 202 while it is pending.
+var errBudgetSpent = domain.ErrUnavailable.With("the request ran out of its time budget; " +
+	"what it recorded stands: repeat it with the same Idempotency-Key to get its outcome")
+
+// budgetSpent returns errBudgetSpent (wrapping err) when err is a deadline
+// that is not the client's own (the client's is answered 499) and carries
+// no domain error, and err otherwise. Without it a request that outran
+// detachedBudget, for example while waiting for a payment after slow
+// earlier steps, would be answered 500.
+func budgetSpent(r *http.Request, err error) error {
+	var de *domain.Error
+	if r.Context().Err() != nil || !errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errBudgetSpent, err)
 }
 
 // writeProblem writes p with its Content-Length, so the answer is complete
