@@ -159,7 +159,7 @@ func (r *intentRun) meta(now time.Time, causation string) eventstore.Metadata {
 func (r *intentRun) targetID() string { return r.intent.Recorded.TargetID }
 
 // beginIntent records the intent of req, or finds it. It returns the run, or
-// a KeyReused *domain.Error (422) when a live intent has a different
+// a copy of domain.ErrKeyReused (422) when a live intent has a different
 // fingerprint, or the recorded *Rejection. Expired intents (database clock)
 // are truncated and replaced, so their key starts a new intent.
 //

@@ -11,8 +11,8 @@ import (
 	"github.com/retrysafe/booking/eventstore"
 )
 
-// maxCachedStreams bounds each stream cache (reservations, orders) by entry
-// count; see streamCache for the eviction rule.
+// maxCachedStreams bounds a stream cache without a limit of its own (the
+// reservations) by entry count; see streamCache for the eviction rule.
 const maxCachedStreams = 4096
 
 // maxKeptStreams bounds the kept order and intent streams (keptOrders,
@@ -28,7 +28,8 @@ const maxKeptStreams = 1024
 // tail from the cached revision + 1. Only decisions fenced that way, or that
 // depend on facts a stream never changes, use it.
 //
-// Bound and eviction: at most maxCachedStreams entries; inserting past the
+// Bound and eviction: at most limit entries (maxCachedStreams when unset;
+// the kept order and intent streams set maxKeptStreams); inserting past the
 // bound drops an arbitrary entry (Go's map order), and an entry a use found
 // stale is dropped. A dropped entry costs one read of its whole stream the
 // next time. Safe for concurrent use.

@@ -61,15 +61,17 @@ type RebuildResult struct {
 //
 //  1. take each projection's Guard and drop leftover t_rebuild_<n> tables;
 //  2. create fresh tables (LIKE t INCLUDING ALL, and t's storage
-//     parameters) and drop their indexes but the primary key;
+//     parameters) and drop their indexes, the primary key too;
 //  3. fill them from the log up to its readable head in bulk, reading the
 //     log once for every projection: each projection folds the events in
 //     memory with the live projectors' own code, writes rows with COPY
-//     (when a table holds more than MaxRows rows in memory, and at the
-//     end), and the projections fold each chunk of BatchSize events
-//     concurrently (synchronous_commit off: nothing is visible before the
-//     swap);
-//  4. build the other indexes and ANALYZE;
+//     (rows the log has not touched for idleChunks chunks, rows beyond
+//     MaxRows in memory, and the rest at the end; a table's primary key is
+//     built during the fill when a row written out must be read back), and
+//     the projections fold each chunk of BatchSize events concurrently
+//     (synchronous_commit off: nothing is visible before the swap);
+//  4. build the primary keys not built yet and the other indexes, then
+//     ANALYZE;
 //  5. take each projection's Lock and catch up to the head again the way
 //     the live projectors apply batches;
 //  6. in one transaction, drop the old tables, rename the fresh ones (and

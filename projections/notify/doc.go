@@ -43,7 +43,9 @@
 // This is sound because every publish carries an expectation:
 // Nats-Expected-Last-Msg-Id = the previous published event (the first of a
 // run: the stream's last message, or Nats-Expected-Last-Sequence for an
-// empty stream). JetStream checks de-duplication first, so a republish inside
+// empty stream; only when the last message does not verify against this
+// log — deleted, not a notification, another log's — does the first
+// publish of a run carry none). JetStream checks de-duplication first, so a republish inside
 // the window is a duplicate ack; a new message is stored only directly after
 // its predecessor in log order. The stream is therefore always a gap-free
 // log-ordered chain, and a publish that was lost (connection loss,

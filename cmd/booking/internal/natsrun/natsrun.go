@@ -51,7 +51,7 @@ type Config struct {
 	// JetStream duplicate window.
 	DuplicateWindow time.Duration
 	// RecoveryInterval is BOOKING_RECOVERY_INTERVAL; the relay's lease lasts
-	// half of it.
+	// half of it (at least 1 s).
 	RecoveryInterval time.Duration
 	// DataDir is BOOKING_DATA_DIR; the embedded server stores its streams in
 	// DataDir/nats.
@@ -73,9 +73,12 @@ type Notifications struct {
 }
 
 // RelayConfig derives the relay's windows from cfg: the lease lasts half the
-// recovery interval (at least 1 s), so the relay's fail-over stays within
-// BOOKING_RECOVERY_INTERVAL; the checkpoint is saved at most every
-// RelayCheckpointEvery.
+// recovery interval (at least 1 s), the wait for a publish acknowledgement
+// is notify.DefaultAckTimeout or the lease if that is shorter, and the
+// checkpoint is saved at most every RelayCheckpointEvery. The relay's
+// fail-over time (notify.RelayConfig.FailoverTime: those three plus a
+// standby's retry, a third of the lease; 26 s with the default 30 s
+// recovery interval) is what BOOKING_NATS_DUPLICATE_WINDOW must exceed.
 func RelayConfig(cfg Config, log *slog.Logger) notify.RelayConfig {
 	ttl := max(cfg.RecoveryInterval/2, time.Second)
 	return notify.RelayConfig{

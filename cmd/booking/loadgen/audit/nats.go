@@ -26,7 +26,7 @@ type natsMsg struct {
 	seq        uint64
 }
 
-// ReadNATS reads every message of JetStream stream BOOKING on the server at
+// readNATS reads every message of JetStream stream BOOKING on the server at
 // natsURL with an ordered consumer, up to the last sequence the stream had
 // when the read began. Each message is keyed by its payload's event id (the
 // Nats-Msg-Id header when the payload has none), with Booking-Stream and
