@@ -15,7 +15,9 @@ package commands
 //     lease, then answers InUseError (409), and after the lease takes the
 //     intent over with IntentResumed, fenced by the stream revision;
 //   - a definitive refusal is recorded once (reject, event id derived from
-//     the intent stream) as a domain outcome: kind and code, no HTTP status;
+//     the intent's cause: its stream, or stream@revision for an intent
+//     recorded after a purge) as a domain outcome: kind and code, no HTTP
+//     status;
 //   - an intent past its retention is truncated and its key starts anew.
 
 import (
@@ -76,10 +78,6 @@ func (r *Rejection) Error() string { return r.Err.Error() }
 
 // Unwrap returns the domain error, so errors.Is matches its sentinel.
 func (r *Rejection) Unwrap() error { return r.Err }
-
-// KeyReusedError is the 422 answer to a repeat with a different fingerprint.
-// Fields lists the differing top-level fields, never their values.
-type KeyReusedError = domain.Error
 
 // errRetry asks the caller to reload and decide again.
 var errRetry = errors.New("commands: retry")
@@ -512,12 +510,12 @@ func (h *Handler) recorded(ctx context.Context, rn *intentRun, res eventstore.Ap
 	h.intents.note(rn.stream)
 	rn.rev, rn.opened = res.NextRevision, res.NextRevision
 	if res.NextRevision == 0 {
-		// Only an intent stream's first intent may be alone. The ids of
-		// an intent's deterministic events derive from its stream's
-		// name, which an intent recorded after an earlier one was
-		// purged (its key reused once the retention passed) shares
-		// with that one: its appends can be idempotent repeats of the
-		// earlier intent's events, which only a read tells apart.
+		// Only an intent stream's first intent may be alone. An intent
+		// recorded after an earlier one was purged (its key reused once
+		// the retention passed) derives its events' ids from its own
+		// cause (stream@revision), so they cannot repeat the earlier
+		// intent's; it is still never alone, a conservative choice that
+		// costs a read only on a reused key.
 		rn.leaseFrom = leaseFrom
 	}
 	h.log.DebugContext(ctx, "intent recorded", "operation", rn.req.Operation, "intent", rn.stream, "target_id", rn.targetID())

@@ -54,9 +54,8 @@ func contractChecker() (*apicontract.Checker, error) {
 
 // contractTransport is an http.RoundTripper that validates what goes
 // through base against the OpenAPI document and reports each violation with
-// t.Errorf (safe from any goroutine while the test runs). apiHosts are the
-// host:port of booking serve instances; requests to other hosts (the
-// simulator) pass unchecked.
+// t.Errorf (safe from any goroutine while the test runs). Requests to
+// skipHosts (the simulator's host:port) pass unchecked.
 type contractTransport struct {
 	t    testing.TB
 	base http.RoundTripper

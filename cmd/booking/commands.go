@@ -126,7 +126,7 @@ type loadgenCmd struct {
 	DatabaseURL  string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL of the service's database: the audit reads the event log and compares the read models with a replay (empty: those rows are skipped)."`
 	NATSURL      string        `name:"nats-url" env:"BOOKING_NATS_URL" help:"NATS server holding stream BOOKING, which the audit reads (empty: that row is skipped)."`
 	Report       string        `name:"report" help:"Also write the report as JSON to this file."`
-	EventStore   string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"The service's event store the audit reads: postgres, or a kurrentdb://, esdb:// or esdb+discover:// connection string."`
+	EventStore   string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"The service's event store the audit reads: postgres, or a kurrentdb://, kurrentdb+discover://, esdb:// or esdb+discover:// connection string."`
 	NoProgress   bool          `name:"no-progress" help:"No progress bar (there is none unless stderr is a terminal)."`
 }
 

@@ -26,7 +26,7 @@ type ServeConfig struct {
 	// and body: a body that has not arrived whole by then is answered 408
 	// and nothing is recorded.
 	HTTPReadTimeout time.Duration `name:"http-read-timeout" env:"BOOKING_HTTP_READ_TIMEOUT" default:"15s" help:"Time to receive a whole request, headers and body (408 after)."`
-	EventStore      string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"postgres, or a kurrentdb://, esdb:// or esdb+discover:// connection string (PostgreSQL keeps read models, checkpoints, leases and the clock)."`
+	EventStore      string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"postgres, or a kurrentdb://, kurrentdb+discover://, esdb:// or esdb+discover:// connection string (PostgreSQL keeps read models, checkpoints, leases and the clock)."`
 
 	NATSURL               string        `name:"nats-url" env:"BOOKING_NATS_URL" help:"External NATS server URL; empty starts an embedded server."`
 	NATSAddr              string        `name:"nats-addr" env:"BOOKING_NATS_ADDR" default:"127.0.0.1:4222" help:"Listen address of the embedded NATS server."`
@@ -52,7 +52,7 @@ type ServeConfig struct {
 	PaymentLease     time.Duration `name:"payment-lease" env:"BOOKING_PAYMENT_LEASE" default:"30s" help:"Lease of a payment attempt's sender."`
 	ProviderTimeout  time.Duration `name:"provider-timeout" env:"BOOKING_PROVIDER_TIMEOUT" default:"10s" help:"Timeout of one provider call."`
 	ProviderWindow   time.Duration `name:"provider-retention" env:"BOOKING_PROVIDER_RETENTION" default:"24h" help:"The provider's idempotency-key retention window."`
-	PaymentDeadline  time.Duration `name:"payment-deadline" env:"BOOKING_PAYMENT_DEADLINE" default:"15m" help:"How long after placement an order may still be paid."`
+	PaymentDeadline  time.Duration `name:"payment-deadline" env:"BOOKING_PAYMENT_DEADLINE" default:"15m" help:"How long an order may still be paid, counted from its claim (the commit point of POST /v1/orders)."`
 	RecoveryInterval time.Duration `name:"recovery-interval" env:"BOOKING_RECOVERY_INTERVAL" default:"30s" help:"Bound on the delay before background jobs finish interrupted work."`
 	InUseWait        time.Duration `name:"in-use-wait" env:"BOOKING_IN_USE_WAIT" default:"2s" help:"How long a repeat waits for an in-flight first request before 409."`
 	ShutdownTimeout  time.Duration `name:"shutdown-timeout" env:"BOOKING_SHUTDOWN_TIMEOUT" default:"15s" help:"Grace period for in-flight requests at shutdown."`
@@ -167,7 +167,7 @@ func (c *ServeConfig) Validate() error {
 			c.ProviderWindow, c.PaymentDeadline)
 	}
 	if c.NATSDuplicateWindow < 2*c.RecoveryInterval {
-		return configError("BOOKING_NATS_DUPLICATE_WINDOW", "%s must be at least 2 × BOOKING_RECOVERY_INTERVAL (%s), the relay's fail-over time",
+		return configError("BOOKING_NATS_DUPLICATE_WINDOW", "%s must be at least 2 × BOOKING_RECOVERY_INTERVAL (%s), so a relay that takes over within the recovery interval republishes inside the window",
 			c.NATSDuplicateWindow, c.RecoveryInterval)
 	}
 	if c.RetryBudgetRate <= 0 {

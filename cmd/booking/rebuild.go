@@ -21,7 +21,7 @@ import (
 // rebuildCmd is `booking projections rebuild [NAME...]`.
 type rebuildCmd struct {
 	DatabaseURL     string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (read models; the event store unless --event-store names KurrentDB)."`
-	EventStore      string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"The service's event store: postgres, or a kurrentdb://, esdb:// or esdb+discover:// connection string."`
+	EventStore      string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"The service's event store: postgres, or a kurrentdb://, kurrentdb+discover://, esdb:// or esdb+discover:// connection string."`
 	IntentRetention time.Duration `name:"intent-retention" env:"BOOKING_INTENT_RETENTION" default:"24h" help:"Intent retention the intents view applies (the service's value)."`
 	LockTimeout     time.Duration `name:"lock-timeout" default:"2m" help:"How long to wait for a running service's projectors to hand over their locks."`
 	Progress        string        `name:"progress" default:"auto" enum:"auto,always,never" help:"Progress bar on stderr: auto (only on a terminal), always, never."`
