@@ -90,7 +90,7 @@ func (h *Handler) resolveCancelling(ctx context.Context, o domain.Order) {
 		return
 	}
 	go func() {
-		if err := h.DrivePayment(context.WithoutCancel(ctx), o.ID); err != nil {
+		if err := h.DrivePayment(h.detach(ctx), o.ID); err != nil {
 			h.log.WarnContext(ctx, "cancelling order not resolved yet; the reconciler retries", "order_id", o.ID, "err", err)
 		}
 	}()

@@ -211,7 +211,7 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, late
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := h.DrivePayment(context.WithoutCancel(ctx), orderID); err != nil {
+			if err := h.DrivePayment(h.detach(ctx), orderID); err != nil {
 				h.log.WarnContext(ctx, "payment step failed; the reconciler retries", "order_id", orderID, "err", err)
 			}
 		}()

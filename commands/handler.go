@@ -139,6 +139,10 @@ type Handler struct {
 	// intents remembers the intent streams this process has seen; see
 	// intentHints in intent.go.
 	intents intentHints
+	// abandoned ends the work detached from its callers (see detach) when
+	// the process gives it up (Abandon).
+	abandoned context.Context
+	abandon   context.CancelFunc
 }
 
 // Hooks are test-only fault points: each, when set, is called at a step
@@ -211,11 +215,40 @@ func New(cfg Config, store EventStore, clock Clock, payments Payments, registry 
 	h := &Handler{cfg: cfg, store: store, clock: clock, payments: payments, registry: registry, log: log,
 		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}, keys: noKeys{}}
 	h.keptOrders.limit, h.keptIntents.limit = maxKeptStreams, maxKeptStreams
+	h.abandoned, h.abandon = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(h)
 	}
 	return h
 }
+
+// Abandon ends the work this Handler runs detached from its callers
+// (payment steps, provider calls, their records, hold batches): it sees its
+// context cancelled. booking serve calls it at shutdown once the grace
+// period has passed, so the process can stop; what was cut short is left
+// as a crash leaves it, for recovery and reconciliation to finish (a send
+// cut short is an unknown outcome, reconciled by its key). Safe to call
+// more than once and concurrently.
+func (h *Handler) Abandon() { h.abandon() }
+
+// detach returns a context with ctx's values that ctx's cancellation and
+// deadline do not reach (context.WithoutCancel), ended by Abandon instead.
+func (h *Handler) detach(ctx context.Context) context.Context {
+	return detached{Context: context.WithoutCancel(ctx), abandoned: h.abandoned}
+}
+
+// detached is context.WithoutCancel's context made to end with the
+// Handler's abandoned context.
+type detached struct {
+	context.Context
+	abandoned context.Context
+}
+
+// Done is closed when the Handler abandons its detached work.
+func (d detached) Done() <-chan struct{} { return d.abandoned.Done() }
+
+// Err is context.Canceled once the Handler abandoned its detached work.
+func (d detached) Err() error { return d.abandoned.Err() }
 
 // Option configures a Handler.
 type Option func(*Handler)

@@ -130,7 +130,7 @@ func (h *Handler) leadHolds(ctx context.Context, showID string) {
 		delete(b.queue, showID)
 	}
 	b.mu.Unlock()
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	bctx, cancel := context.WithTimeout(h.detach(ctx), 15*time.Second)
 	h.appendHoldsSafely(bctx, showID, batch)
 	cancel()
 	b.mu.Lock()
@@ -145,7 +145,7 @@ func (h *Handler) leadHolds(ctx context.Context, showID string) {
 		return
 	}
 	b.mu.Unlock()
-	go h.leadHolds(context.WithoutCancel(ctx), showID)
+	go h.leadHolds(h.detach(ctx), showID)
 }
 
 // appendHoldsSafely runs appendHolds and turns a panic into an error for

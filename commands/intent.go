@@ -181,7 +181,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 	prepared, keep := false, false
 	defer func() {
 		if prepared && !keep {
-			prep.discard(context.WithoutCancel(ctx), targetID)
+			prep.discard(h.detach(ctx), targetID)
 		}
 	}()
 	prepare := func(now time.Time) error {

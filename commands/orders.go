@@ -537,7 +537,7 @@ func (h *Handler) awaitReleased(ctx context.Context, reservationID string, deadl
 // request: it stores the state the drive ended on in *last, closes done,
 // and then drops the held token (drop) unless the order ended.
 func (h *Handler) payInBackground(ctx context.Context, orderID string, known *orderState, last **orderState, done chan<- struct{}, drop func(context.Context)) {
-	dctx := context.WithoutCancel(ctx)
+	dctx := h.detach(ctx)
 	st, err := h.drivePayment(dctx, orderID, known)
 	if err != nil {
 		h.log.WarnContext(ctx, "payment step failed; the reconciler will finish it", "order_id", orderID, "err", err)
@@ -618,7 +618,7 @@ func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Dura
 		return OrderResult{}, fmt.Errorf("order %s vanished: %w", orderID, domain.ErrUnavailable)
 	}
 	if o.FirstOutcome == "" {
-		drop(context.WithoutCancel(ctx))
+		drop(h.detach(ctx))
 	}
 	if o.Status == domain.OrderStatusFailed {
 		// The failure's follow-ups (its seats, then its reservation,

@@ -395,7 +395,7 @@ func (h *Handler) appendLease(ctx context.Context, o domain.Order, s *stream, e 
 // Charges of other orders (a key collision) are ignored and alerted.
 // Succeeded charges come first.
 func (h *Handler) lookupCharges(ctx context.Context, o domain.Order, a domain.Attempt) ([]provider.Charge, error) {
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ProviderTimeout)
+	qctx, cancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
 	defer cancel()
 	ch, found, err := h.payments.ChargeByKey(qctx, a.ProviderKey)
 	if err != nil {
@@ -469,7 +469,7 @@ func (h *Handler) send(ctx context.Context, o domain.Order, s *stream, a domain.
 	if fence := start.Add(a.LeaseUntil.Sub(now) - h.cfg.SendMargin); fence.Before(deadline) {
 		deadline = fence
 	}
-	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	sctx, cancel := context.WithDeadline(h.detach(ctx), deadline)
 	h.step(ctx, "payment.fenced")
 	ch, err := h.payments.CreateChargeRaw(sctx, a.ProviderKey, body)
 	cancel()
@@ -528,7 +528,7 @@ func (h *Handler) send(ctx context.Context, o domain.Order, s *stream, a domain.
 	}
 	// What the provider did is recorded even if the caller is going away
 	// (shutdown): otherwise only a later reconciliation would learn it.
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	rctx, rcancel := context.WithTimeout(h.detach(ctx), recordTimeout)
 	defer rcancel()
 	if err := h.recordPaymentFrom(rctx, o.ID, s, res, ObservedBySend, st); err != nil {
 		return stepDone, err
@@ -727,7 +727,7 @@ func (h *Handler) sendRefund(ctx context.Context, orderID string, r domain.Refun
 			return nil
 		}
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ProviderTimeout)
+	rctx, cancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
 	defer cancel()
 	ref, err := h.payments.Refund(rctx, r.Key, r.ChargeID, r.Amount.Amount)
 	var apiErr *provider.APIError

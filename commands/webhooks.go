@@ -74,7 +74,7 @@ func (h *Handler) HandleProviderEvent(ctx context.Context, ev provider.Event) er
 		h.log.DebugContext(ctx, "provider event ignored", "event_id", ev.ID, "type", ev.Type)
 		return nil
 	}
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ProviderTimeout)
+	qctx, cancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
 	defer cancel()
 	ch, err := h.payments.GetCharge(qctx, ev.Data.Object.ID)
 	if errors.Is(err, provider.ErrNotFound) {

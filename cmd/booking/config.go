@@ -55,7 +55,7 @@ type ServeConfig struct {
 	PaymentDeadline  time.Duration `name:"payment-deadline" env:"BOOKING_PAYMENT_DEADLINE" default:"15m" help:"How long an order may still be paid, counted from its claim (the commit point of POST /v1/orders)."`
 	RecoveryInterval time.Duration `name:"recovery-interval" env:"BOOKING_RECOVERY_INTERVAL" default:"30s" help:"Bound on the delay before background jobs finish interrupted work."`
 	InUseWait        time.Duration `name:"in-use-wait" env:"BOOKING_IN_USE_WAIT" default:"2s" help:"How long a repeat waits for an in-flight first request before 409."`
-	ShutdownTimeout  time.Duration `name:"shutdown-timeout" env:"BOOKING_SHUTDOWN_TIMEOUT" default:"15s" help:"Grace period for in-flight requests at shutdown."`
+	ShutdownTimeout  time.Duration `name:"shutdown-timeout" env:"BOOKING_SHUTDOWN_TIMEOUT" default:"15s" help:"Grace period for in-flight requests and background payment steps at shutdown (the waiting key deletes then get up to 5s more)."`
 
 	RetryBudgetRate  float64 `name:"retry-budget-rate" env:"BOOKING_RETRY_BUDGET_RATE" default:"20" help:"Per-actor request budget: sustained requests per second."`
 	RetryBudgetBurst int     `name:"retry-budget-burst" env:"BOOKING_RETRY_BUDGET_BURST" default:"40" help:"Per-actor request budget: burst size."`

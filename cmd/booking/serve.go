@@ -294,9 +294,49 @@ func (c *serveCmd) Run(e *env) error {
 		err = nil
 	}
 	stopWorkers()
-	workers.Wait()
-	h.FlushShreds(sctx) // the ended orders' keys waiting to be deleted
+	// Payment steps run detached from the shutdown (a send cut short would
+	// leave its outcome unknown), so they are waited for within the grace
+	// period only; then they are abandoned, and what was cut short is
+	// finished by the next process's recovery, as after a crash.
+	if !waitWithin(sctx, &workers) {
+		log.Warn("shutdown timeout passed with background work still running; it is abandoned, and recovery finishes it",
+			"shutdown_timeout", cfg.ShutdownTimeout)
+		h.Abandon()
+		actx, acancel := context.WithTimeout(context.Background(), abandonTimeout)
+		if !waitWithin(actx, &workers) {
+			log.Error("background work did not stop once abandoned; stopping without it", "waited", abandonTimeout)
+		}
+		acancel()
+	}
+	// The ended orders' keys waiting to be deleted get a budget of their
+	// own: the grace period may be spent by now.
+	fctx, fcancel := context.WithTimeout(context.Background(), shredFlushTimeout)
+	h.FlushShreds(fctx)
+	fcancel()
 	return err
+}
+
+// abandonTimeout bounds the wait for abandoned background work to see its
+// context cancelled and return.
+const abandonTimeout = 5 * time.Second
+
+// shredFlushTimeout bounds the key deletes booking serve sends as it stops,
+// after the shutdown timeout's grace period (README, Configuration).
+const shredFlushTimeout = 5 * time.Second
+
+// waitWithin waits for wg until ctx ends; it reports whether wg finished.
+func waitWithin(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // checkHead refuses positions beyond the head of the event log

@@ -1,0 +1,70 @@
+package test
+
+import (
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestShutdown_BoundedWhileAPaymentStepHangs: booking serve is killed right
+// after an order's claim and restarted, so its process manager places the
+// order and starts the payment (not the request, whose own background step
+// is not waited for at shutdown). The provider holds that send (tok_slow, 30
+// s, longer than the 20 s provider timeout), and SIGTERM arrives while the
+// send is in flight. With BOOKING_SHUTDOWN_TIMEOUT=1s the process abandons
+// the step after the grace period and exits with status 0 well before the
+// send could end (the bound is 12 s; waiting for the step took 21 s),
+// logging that recovery finishes the step. The next process does: one
+// order, confirmed, one charge, the seats ordered.
+func TestShutdown_BoundedWhileAPaymentStepHangs(t *testing.T) {
+	t.Parallel()
+	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"order.claimed"}, ExternalSim: true, Env: fastEnv(
+		"BOOKING_PROVIDER_TIMEOUT", "20s", "BOOKING_PAYMENT_LEASE", "25s", "BOOKING_PROVIDER_SLOW_DELAY", "30s",
+		"BOOKING_SHUTDOWN_TIMEOUT", "1s")}, 2)
+	_, id := s.crashOrder(t, res, "tok_slow", "order.claimed")
+	s.Restart(withoutCrash)
+
+	var attempts []orderEvent
+	if !eventually(60*time.Second, func() bool {
+		attempts = ofType(s.orderEvents(t, id), "PaymentAttemptStarted")
+		return len(attempts) > 0
+	}) {
+		t.Fatalf("order-%s: the restarted process started no payment attempt within 60 s (stream %v)", id, typesOf(s.orderEvents(t, id)))
+	}
+	s.waitInFlight(t, attempts[0].str("provider_key")) // the send is at the provider for 20 s
+
+	s.mu.Lock()
+	p := s.cur
+	s.mu.Unlock()
+	mark := len(s.logs.String())
+	start := time.Now()
+	if !p.signalAndWait(syscall.SIGTERM, 60*time.Second) {
+		p.signalAndWait(syscall.SIGKILL, 10*time.Second)
+		t.Fatalf("booking serve did not exit within 60 s of SIGTERM with BOOKING_SHUTDOWN_TIMEOUT=1s")
+	}
+	took := time.Since(start)
+	if code := p.exitCode(); code != 0 {
+		t.Errorf("booking serve exited with status %d after SIGTERM, want 0", code)
+	}
+	if took > 12*time.Second {
+		t.Errorf("booking serve exited %s after SIGTERM with BOOKING_SHUTDOWN_TIMEOUT=1s and a send in flight for 20 s; want within 12 s",
+			took.Round(100*time.Millisecond))
+	}
+	if out := s.logs.String()[mark:]; !strings.Contains(out, "shutdown timeout passed with background work still running; it is abandoned") {
+		t.Errorf("booking serve's shutdown did not log that a payment step was left to recovery:\n%s", out)
+	}
+	t.Logf("exited %s after SIGTERM", took.Round(100*time.Millisecond))
+
+	s.Restart()
+	s.waitRecovered(t, id, 120*time.Second)
+	if evs := s.orderEvents(t, id); len(ofType(evs, "OrderConfirmed")) != 1 || len(ofType(evs, "PaymentSucceeded")) != 1 {
+		t.Errorf("order-%s: stream %v, want one PaymentSucceeded and one OrderConfirmed", id, typesOf(evs))
+	}
+	s.checkPaidOnce(t, id)
+	s.wantAvailable(t, show, 8)
+	if r := s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil); r.Status != http.StatusOK {
+		t.Errorf("%s: want 200", r)
+	}
+}
