@@ -250,6 +250,12 @@ func (d detached) Done() <-chan struct{} { return d.abandoned.Done() }
 // Err is context.Canceled once the Handler abandoned its detached work.
 func (d detached) Err() error { return d.abandoned.Err() }
 
+// AfterFunc lets context.WithTimeout, WithDeadline, WithCancel and
+// AfterFunc on a detached context register with the abandoned context
+// instead of starting a goroutine that watches Done (see
+// context.AfterFunc): detached contexts are on the request path.
+func (d detached) AfterFunc(f func()) func() bool { return context.AfterFunc(d.abandoned, f) }
+
 // Option configures a Handler.
 type Option func(*Handler)
 

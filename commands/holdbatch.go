@@ -145,7 +145,7 @@ func (h *Handler) leadHolds(ctx context.Context, showID string) {
 		return
 	}
 	b.mu.Unlock()
-	go h.leadHolds(h.detach(ctx), showID)
+	go h.leadHolds(ctx, showID) // it detaches the batch's context itself
 }
 
 // appendHoldsSafely runs appendHolds and turns a panic into an error for

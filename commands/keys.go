@@ -294,7 +294,7 @@ func (s *keyShredder) add(h *Handler, orderID string, now bool) *shredBatch {
 	if !ok {
 		if s.filling == nil {
 			nb := &shredBatch{done: make(chan struct{})}
-			nb.timer = time.AfterFunc(shredDelay, func() { s.send(h, nb) })
+			nb.timer = time.AfterFunc(shredDelay, func() { s.send(context.Background(), h, nb) })
 			s.filling = nb
 		}
 		b = s.filling
@@ -304,7 +304,7 @@ func (s *keyShredder) add(h *Handler, orderID string, now bool) *shredBatch {
 	}
 	s.mu.Unlock()
 	if now {
-		s.send(h, b)
+		s.send(context.Background(), h, b)
 	}
 	return b
 }
@@ -326,7 +326,7 @@ func (h *Handler) FlushShreds(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	for _, b := range waiting {
-		go s.send(h, b) // a no-op for a batch in flight
+		go s.send(ctx, h, b) // a no-op for a batch in flight
 		select {
 		case <-b.done:
 		case <-ctx.Done():
@@ -335,10 +335,11 @@ func (h *Handler) FlushShreds(ctx context.Context) {
 	}
 }
 
-// send sends b's delete unless it was sent already, and records the
+// send sends b's delete unless it was sent already, within shredTimeout
+// and ctx (FlushShreds's budget; a timer's send has none), and records the
 // outcome: the deleted keys are noted in the written set before they leave
 // the shredder, so a later shred finds them deleted.
-func (s *keyShredder) send(h *Handler, b *shredBatch) {
+func (s *keyShredder) send(ctx context.Context, h *Handler, b *shredBatch) {
 	s.mu.Lock()
 	if s.filling != b {
 		s.mu.Unlock()
@@ -347,7 +348,7 @@ func (s *keyShredder) send(h *Handler, b *shredBatch) {
 	s.filling = nil
 	b.timer.Stop()
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), shredTimeout)
+	ctx, cancel := context.WithTimeout(ctx, shredTimeout)
 	err := h.keys.ShredMany(ctx, b.ids)
 	cancel()
 	if err == nil {

@@ -526,8 +526,10 @@ func (h *Handler) send(ctx context.Context, o domain.Order, s *stream, a domain.
 	default: // ErrOutcomeUnknown and anything unexpected: the charge may exist
 		res = domain.PaymentResult{Attempt: a.N, Outcome: domain.OutcomeUnknown, Reason: "no definitive answer from the provider"}
 	}
-	// What the provider did is recorded even if the caller is going away
-	// (shutdown): otherwise only a later reconciliation would learn it.
+	// What the provider did is recorded even if the caller is going away:
+	// otherwise only a later reconciliation would learn it. Only a
+	// shutdown past its grace period (Handler.Abandon) cuts the record
+	// short, and then the reconciler learns the outcome by the key.
 	rctx, rcancel := context.WithTimeout(h.detach(ctx), recordTimeout)
 	defer rcancel()
 	if err := h.recordPaymentFrom(rctx, o.ID, s, res, ObservedBySend, st); err != nil {

@@ -81,7 +81,14 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	// leavePool is set at shutdown when abandoned work did not stop:
+	// pgxpool's Close would wait for the connections it still holds.
+	leavePool := false
+	defer func() {
+		if !leavePool {
+			pool.Close()
+		}
+	}()
 	// Positions stored by another backend would make the workers skip or
 	// repeat events: refuse to start and say what to rebuild or reset.
 	if err := pgcoord.CheckBackend(ctx, pool, backend); err != nil {
@@ -209,7 +216,7 @@ func (c *serveCmd) Run(e *env) error {
 	// and is served from one subscription of the store and its in-memory
 	// window (ARCHITECTURE.md, "One log reader per process").
 	followed := fanout.New(store, fanout.Config{Logger: log.With("component", "log-reader"), ReadGap: serveReadGap})
-	defer func() { // after workers.Wait: every follower has stopped
+	defer func() { // after the workers stopped (or were abandoned at shutdown)
 		st := followed.Stats()
 		log.Info("log reader stopped", "subscriptions", st.Subscriptions, "events_read", st.Received,
 			"served_from_memory", st.FromMemory, "caught_up_from_store", st.FromStore, "catch_up_reads", st.CatchUpReads)
@@ -254,8 +261,10 @@ func (c *serveCmd) Run(e *env) error {
 	mx.MustRegister(lagc)
 	// Notifications: the embedded NATS server unless BOOKING_NATS_URL, and
 	// the relay, one active instance across replicas under its fenced lease.
-	// The deferred Close runs after workers.Wait: the relay has saved its
-	// checkpoint, then the connection drains and the embedded server stops.
+	// The deferred Close runs after the workers stopped: the relay has saved
+	// its checkpoint, then the connection drains and the embedded server
+	// stops. (A relay abandoned at shutdown saves nothing more; the next
+	// one resumes after the stream's last notification.)
 	notif, err := natsrun.Start(ctx, natsrun.Config{URL: cfg.NATSURL, Addr: cfg.NATSAddr, DuplicateWindow: cfg.NATSDuplicateWindow,
 		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir, Backend: backend}, log, pool, followed)
 	if err != nil {
@@ -305,6 +314,7 @@ func (c *serveCmd) Run(e *env) error {
 		actx, acancel := context.WithTimeout(context.Background(), abandonTimeout)
 		if !waitWithin(actx, &workers) {
 			log.Error("background work did not stop once abandoned; stopping without it", "waited", abandonTimeout)
+			leavePool = true
 		}
 		acancel()
 	}
@@ -324,7 +334,9 @@ const abandonTimeout = 5 * time.Second
 // after the shutdown timeout's grace period (README, Configuration).
 const shredFlushTimeout = 5 * time.Second
 
-// waitWithin waits for wg until ctx ends; it reports whether wg finished.
+// waitWithin waits for wg until ctx ends; it reports whether wg finished
+// (also when both happened by the time it looks). The goroutine that waits
+// for wg outlives a false answer until wg finishes or the process exits.
 func waitWithin(ctx context.Context, wg *sync.WaitGroup) bool {
 	done := make(chan struct{})
 	go func() {
@@ -335,7 +347,12 @@ func waitWithin(ctx context.Context, wg *sync.WaitGroup) bool {
 	case <-done:
 		return true
 	case <-ctx.Done():
-		return false
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
 	}
 }
 

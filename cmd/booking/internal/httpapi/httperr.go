@@ -133,22 +133,26 @@ func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeProblem(w, p)
 }
 
-// errBudgetSpent is the answer to a state-changing request whose own
-// budget (detachedBudget) ran out while its client still waited: transient,
-// so it is a 503 with Retry-After and never an intent's outcome. Whatever
-// the request appended before stands, and a repeat with the same
-// Idempotency-Key answers the intent's outcome, or 202 while it is pending.
-var errBudgetSpent = domain.ErrUnavailable.With("the request ran out of its time budget; " +
-	"what it recorded stands: repeat it with the same Idempotency-Key to get its outcome")
+// errBudgetSpent is the answer to a request whose own work ended while
+// its client still waited: its budget (detachedBudget, webhookTimeout) ran
+// out, or a shutdown past its grace period abandoned its detached steps
+// (commands.Handler.Abandon). Transient, so it is a 503 with Retry-After and
+// never an intent's outcome: whatever the request appended stands, and a
+// repeat (with the same Idempotency-Key, where the request has one)
+// answers its outcome, or 202 while that is pending.
+var errBudgetSpent = domain.ErrUnavailable.With("the request ran out of time; " +
+	"what it recorded stands: repeat it (with the same Idempotency-Key, where it has one) to get its outcome")
 
-// budgetSpent returns errBudgetSpent (wrapping err) when err is a deadline
-// that is not the client's own (the client's is answered 499) and carries
-// no domain error, and err otherwise. Without it a request that outran
-// detachedBudget, for example while waiting for a payment after slow
-// earlier steps, would be answered 500.
+// budgetSpent returns errBudgetSpent (wrapping err) when err is a context's
+// end (deadline or cancellation) that is not the client's own (the
+// client's is answered 499) and carries no domain error, and err
+// otherwise. Without it such a request, for example one that outran
+// detachedBudget waiting for a payment after slow earlier steps, would be
+// answered 500.
 func budgetSpent(r *http.Request, err error) error {
 	var de *domain.Error
-	if r.Context().Err() != nil || !errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de) {
+	if r.Context().Err() != nil || errors.As(err, &de) ||
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", errBudgetSpent, err)
