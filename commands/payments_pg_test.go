@@ -328,16 +328,17 @@ func TestPGSlowProviderLeaseTakeover(t *testing.T) {
 	t.Parallel()
 	// The charge takes far longer than the owner's lease (1 s), so B finds
 	// it still executing and must take the lease over, however late B runs
-	// on a busy machine; B's own lease (30 s) outlasts the charge, so B
-	// takes over once, and B's calls get 5 s each (only the owner's send is
-	// meant to time out).
-	f := newPGFix(t, providersim.Config{SlowDelay: 6 * time.Second})
+	// on a busy machine (at 6 s, a stall of 5 s would let the charge and its
+	// notice confirm the order first); B's own lease (2 min) outlasts the
+	// charge, so B takes over once, and B's calls get 5 s each (only the
+	// owner's send is meant to time out).
+	f := newPGFix(t, providersim.Config{SlowDelay: 20 * time.Second})
 	short := func(c *Config) {
 		c.PaymentLease, c.ProviderTimeout, c.SendMargin, c.SettleMargin = time.Second, 300*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond
 	}
 	long := func(c *Config) {
 		short(c)
-		c.PaymentLease, c.ProviderTimeout = 30*time.Second, 5*time.Second
+		c.PaymentLease, c.ProviderTimeout = 2*time.Minute, 5*time.Second
 	}
 	hooks, reached, release := blockAt("payment.sent")
 	a := f.handler("pg-owner", short, WithHooks(hooks))
@@ -355,14 +356,16 @@ func TestPGSlowProviderLeaseTakeover(t *testing.T) {
 		return err == nil && now.After(staleOrder.LastAttempt().LeaseUntil)
 	})
 	// B drives the payment as the reconciler does: again after a transient
-	// failure (a provider call that timed out on a busy machine).
+	// failure (a provider call that timed out on a busy machine), and again
+	// while the charge is still executing (one call takes a bounded number
+	// of steps).
 	for begin := time.Now(); ; {
 		err := b.DrivePayment(context.Background(), id)
-		if err == nil {
+		if err == nil && f.order(b, id).Status != domain.OrderStatusPending {
 			break
 		}
-		if !errors.Is(err, domain.ErrUnavailable) || time.Since(begin) > time.Minute {
-			t.Fatalf("B DrivePayment() = %v", err)
+		if err != nil && !errors.Is(err, domain.ErrUnavailable) || time.Since(begin) > 3*time.Minute {
+			t.Fatalf("B DrivePayment() = %v, order %s", err, f.order(b, id).Status)
 		}
 	}
 	o := f.order(b, id)

@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -122,6 +121,23 @@ func TestRecovery_KilledAfterEachStepIsFinishedWithoutRepeat(t *testing.T) {
 	})
 }
 
+// checkBeforeCommitPoint checks an intent stream read after a kill before
+// the commit point: IntentRecorded, then at most takeovers. With the 1 s
+// intent lease the killed process's own recovery may take the parked
+// intent over (IntentResumed) before the kill lands on a slow machine, and
+// that takeover parks at the same hold point.
+func checkBeforeCommitPoint(t testing.TB, got []string) {
+	t.Helper()
+	if len(got) == 0 || got[0] != "IntentRecorded" {
+		t.Fatalf("intent stream after the kill: %v, want IntentRecorded first", got)
+	}
+	for _, typ := range got[1:] {
+		if typ != "IntentResumed" {
+			t.Fatalf("intent stream after the kill: %v, want IntentRecorded and at most takeovers (IntentResumed)", got)
+		}
+	}
+}
+
 // TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat: the
 // executor dies after IntentRecorded and right before the commit point (the
 // request is parked at the hold point order.claiming or
@@ -140,9 +156,7 @@ func TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat(t *testing.T) {
 		if n := s.streamEventCount(t, "reservation-order-"+res); n != 0 {
 			t.Fatalf("claim stream has %d events after the kill, want 0 (killed before the commit point)", n)
 		}
-		if got := s.streamTypes(t, stream); strings.Join(got, ",") != "IntentRecorded" {
-			t.Fatalf("intent stream after the kill: %v, want [IntentRecorded]", got)
-		}
+		checkBeforeCommitPoint(t, s.streamTypes(t, stream))
 
 		s.Restart()
 		var ids []string
@@ -179,9 +193,7 @@ func TestRecovery_KilledBeforeCommitPointIsFinishedWithoutRepeat(t *testing.T) {
 		if n := s.countType(t, "show-", "SeatsHeld"); n != 0 {
 			t.Fatalf("%d SeatsHeld after the kill, want 0 (killed before the commit point)", n)
 		}
-		if got := s.streamTypes(t, stream); strings.Join(got, ",") != "IntentRecorded" {
-			t.Fatalf("intent stream after the kill: %v, want [IntentRecorded]", got)
-		}
+		checkBeforeCommitPoint(t, s.streamTypes(t, stream))
 
 		s.Restart()
 		if !eventually(recoveryBound, func() bool { return s.countType(t, "reservation-", "ReservationHeld") == 1 }) {
