@@ -68,6 +68,13 @@ func (s *server) crashCall(t testing.TB, c call, step string) {
 	s.WaitExit(crashBound)
 }
 
+// crashEnv is fastEnv with a 30 s intent lease: these tests count every
+// event type exactly, and with fastEnv's 1 s lease a request slowed for a
+// second on a busy machine (before the crash) would get an IntentResumed
+// from recovery. None of them needs a quick intent takeover: each crash
+// point is after a commit point, or in a job.
+func crashEnv() map[string]string { return fastEnv("BOOKING_INTENT_LEASE", "30s") }
+
 // crashOrder sends alice's order for reservation res paid with pay under a
 // fresh key, expecting booking serve to die right after step (crashCall),
 // and returns the request (for repeats) and the id of the one order
@@ -86,7 +93,7 @@ func (s *server) crashOrder(t testing.TB, res, pay, step string) (call, string) 
 // claimed.
 func mustCrashOrder(t *testing.T, step, pay string) (s *server, show, res string, order call, id string) {
 	t.Helper()
-	s, show, res = mustStartReserved(t, Options{CrashAt: []string{step}, Env: fastEnv(), ExternalSim: true}, 2)
+	s, show, res = mustStartReserved(t, Options{CrashAt: []string{step}, Env: crashEnv(), ExternalSim: true}, 2)
 	order, id = s.crashOrder(t, res, pay, step)
 	return s, show, res, order, id
 }
@@ -114,7 +121,7 @@ func (s *server) killWhileHeld(t testing.TB, c call, step string) {
 // and its repeat the same, replayed.
 func TestCrash_KilledAfterExpiryClaimIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
-	env := fastEnv()
+	env := crashEnv()
 	env["BOOKING_RESERVATION_HOLD"] = "2s"
 	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"expiry.claimed"}, Env: env, ExternalSim: true}, 2)
 	s.WaitExit(crashBound) // no request: the expiry job is due 2 s after the hold
@@ -166,7 +173,7 @@ func TestCrash_KilledAfterCancelRecordedIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
 	t.Run("confirmed", func(t *testing.T) {
 		t.Parallel()
-		s, show, res := mustStartReserved(t, Options{CrashAt: []string{"cancel.recorded"}, Env: fastEnv(), ExternalSim: true}, 2)
+		s, show, res := mustStartReserved(t, Options{CrashAt: []string{"cancel.recorded"}, Env: crashEnv(), ExternalSim: true}, 2)
 		id := s.mustPlaceOrder(t, newKey(), res, "tok_visa", 10, http.StatusCreated, http.StatusAccepted) // 202 on a slow machine
 		s.waitStatus(t, id, crashBound, "confirmed")
 
@@ -215,7 +222,7 @@ func TestCrash_KilledAfterCancelRecordedIsFinishedWithoutRepeat(t *testing.T) {
 
 	t.Run("cancelling", func(t *testing.T) {
 		t.Parallel()
-		s, show, res := mustStartReserved(t, Options{CrashAt: []string{"cancel.recorded"}, Env: fastEnv(), ExternalSim: true}, 2)
+		s, show, res := mustStartReserved(t, Options{CrashAt: []string{"cancel.recorded"}, Env: crashEnv(), ExternalSim: true}, 2)
 		// tok_error_before_commit: the provider answers 500 and charges
 		// nothing, so the attempt's outcome stays unknown.
 		id := s.mustPlaceOrder(t, newKey(), res, "tok_error_before_commit", 0, http.StatusAccepted)

@@ -16,7 +16,10 @@ import (
 // without parking. Unknown steps are 404 at run time and fail the start.
 func TestFaultPoints_HoldParksUntilReleased(t *testing.T) {
 	t.Parallel()
-	s, show, res := mustStartReserved(t, Options{HoldAt: []string{"order.claiming"}}, 2)
+	// An intent lease far longer than the park, so recovery does not take
+	// the parked intent over (its job would park there too) however slow
+	// the machine.
+	s, show, res := mustStartReserved(t, Options{HoldAt: []string{"order.claiming"}, Env: map[string]string{"BOOKING_INTENT_LEASE": "300s"}}, 2)
 	done := make(chan *resp, 1)
 	go func() {
 		r, err := s.send(context.Background(), call{Method: "POST", Path: "/v1/orders", Token: tokAlice, Key: keyOf(newKey()),
