@@ -554,14 +554,18 @@ func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T
 
 	// Twice at once: the success notice, signed now, posted concurrently.
 	body := []byte(succEv.raw)
+	postNotice := func() *resp { // the success notice, signed at the time of sending
+		a, _ := s.send(context.Background(), call{Method: "POST", Path: "/v1/provider/webhooks", Body: body,
+			Header: map[string]string{provider.HeaderSignature: provider.Sign(body, time.Now(), []byte(webhookSecret))}})
+		return a
+	}
 	var wg sync.WaitGroup
 	answers := make([]*resp, 4)
 	for i := range answers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[i], _ = s.send(context.Background(), call{Method: "POST", Path: "/v1/provider/webhooks", Body: body,
-				Header: map[string]string{provider.HeaderSignature: provider.Sign(body, time.Now(), []byte(webhookSecret))}})
+			answers[i] = postNotice()
 		}()
 	}
 	wg.Wait()
@@ -571,8 +575,7 @@ func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T
 	for i, a := range answers {
 		if a != nil && a.Status == http.StatusServiceUnavailable {
 			eventually(60*time.Second, func() bool {
-				a, _ = s.send(context.Background(), call{Method: "POST", Path: "/v1/provider/webhooks", Body: body,
-					Header: map[string]string{provider.HeaderSignature: provider.Sign(body, time.Now(), []byte(webhookSecret))}})
+				a = postNotice()
 				return a == nil || a.Status != http.StatusServiceUnavailable
 			})
 			answers[i] = a
