@@ -24,13 +24,21 @@ PROMTOOL     := deploy/promtool.sh
 # Tests and benchmarks. GOFLAGS from the environment or the command line is passed on.
 # ./test/ comes first: go test starts packages in the order given, and the
 # end-to-end scenarios take the longest (about 7 of phase 1's 8 minutes on
-# 2 cores), so the other packages run beside them instead of before them.
+# 2 cores at go test's default -parallel), so the other packages run beside
+# them instead of before them.
 #? packages test, test-short and bench-go run
 PKG          ?= ./test/ ./...
 #? extra go test flags for the test targets (e.g. '-run Append -v')
 TEST_ARGS    ?=
 #? go test -timeout of each test phase
 TEST_TIMEOUT ?= 25m
+# Most end-to-end scenarios spend their time waiting on leases, timeouts and
+# the provider's slow delay, not on the CPU: go test's default -parallel
+# (GOMAXPROCS, 2 here) left the cores idle. Measured on 2 cores, quiet:
+# ./test/ took 432 s at -parallel 2 and 168 s at 6. Phases 1 and 4 use it;
+# phase 2 keeps the default (its tests stop the server or count statements).
+#? go test -parallel of test phases 1 and 4 (t.Parallel tests run at once per package)
+TEST_PARALLEL ?= 4
 # make test-stress: how many runs of `make test` under a CPU hog.
 #? make test-stress: how many runs of make test under the CPU hog
 STRESS_RUNS  ?= 1
@@ -187,7 +195,7 @@ KURRENTDB_TESTS := ^(TestOrder_ConfirmedWithOneTicketPerSeat|TestOrder_RepeatRet
 test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command), then a short chaos run
 	@rc1=0; rc2=0; rc3=0; rc4=0; rc5=0; \
 	echo "==> make test: phase 1 of 5: all packages in parallel, $(EXCLUSIVE_TESTS) skipped"; \
-	$(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) $(PKG) || rc1=$$?; \
+	$(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) -skip '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) $(PKG) || rc1=$$?; \
 	if ((rc1 == 130 || rc1 == 143)); then echo "make test: interrupted (exit $$rc1)"; exit "$$rc1"; fi; \
 	echo "==> make test: phase 2 of 5: $(EXCLUSIVE_TESTS) alone (outages stop the PostgreSQL server; the statement budget counts idle polls)"; \
 	BOOKING_TEST_PG_EXCLUSIVE=1 $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) ./test/ || rc2=$$?; \
@@ -228,7 +236,7 @@ test-alerts: ## Check deploy/prometheus and run the alert rules' unit tests (pro
 
 .PHONY: test-kurrentdb
 test-kurrentdb: ## Run the end-to-end scenarios with booking serve on KurrentDB (the server double as its own process)
-	BOOKING_TEST_BACKEND=kurrentdb $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) \
+	BOOKING_TEST_BACKEND=kurrentdb $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) \
 		-run '$(KURRENTDB_TESTS)' $(TEST_ARGS) ./test/
 # Redocly's CLI, pinned; fetched by npx from the npm registry on first use.
 #? make lint-openapi: the @redocly/cli version npx fetches
