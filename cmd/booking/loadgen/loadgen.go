@@ -588,9 +588,13 @@ func (r *run) oneBooking(ctx context.Context, tok string, n int) {
 	}
 	body := map[string]any{"reservation_id": resID, "payment": map[string]any{"token": payTok}}
 	orderKey := uuid.NewString()
+	// The double click runs beside the order's own request; the booking
+	// waits for it, so its answer is counted before Run reads the stats.
+	var doubleClick sync.WaitGroup
+	defer doubleClick.Wait()
 	if rand.Float64() < c.DupRate {
 		st.add(func(s *Summary) { s.DoubleClick++ })
-		go func() { _, _ = r.send(ctx, "order", "POST", "/v1/orders", tok, orderKey, body, c.Timeout) }()
+		doubleClick.Go(func() { _, _ = r.send(ctx, "order", "POST", "/v1/orders", tok, orderKey, body, c.Timeout) })
 	}
 	code, ord := r.untilFinal(ctx, "order", "POST", "/v1/orders", tok, orderKey, body, true)
 	id := orderID(ord)
