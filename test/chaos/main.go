@@ -448,7 +448,7 @@ func (c *chaos) summary(report string, lgErr error) error {
 	}
 	for _, row := range a.Rows {
 		if row.Skipped != "" || row.Checked == 0 {
-			return fmt.Errorf("audit row %q was not checked (%s)", row.Rule, row.Skipped)
+			return fmt.Errorf("%w: audit row %q was not checked (%s)", errInconclusive, row.Rule, row.Skipped)
 		}
 	}
 	if c.kills == 0 && c.o.duration >= c.o.killEvery {
