@@ -349,13 +349,11 @@ type pending struct {
 
 // appendEvents encodes and appends events to one stream with metadata m,
 // each with its own schema version (see appendResolving for an append whose
-// outcome is unknown). Metadata without a correlation id takes ctx's
-// (CorrelationID): a follow-up carries the id of the request or of the
-// event that caused it.
+// outcome is unknown). The lineage m leaves empty (correlation, cause,
+// request) is stamped from ctx (stamp, correlation.go): a follow-up
+// carries the ids of the request or of the event that caused it.
 func (h *Handler) appendEvents(ctx context.Context, name string, exp eventstore.ExpectedRevision, m eventstore.Metadata, evs ...pending) (eventstore.AppendResult, error) {
-	if m.CorrelationID == "" {
-		m.CorrelationID = CorrelationID(ctx)
-	}
+	m = stamp(ctx, m)
 	data := make([]eventstore.EventData, len(evs))
 	for i, p := range evs {
 		m.SchemaVersion = domain.SchemaVersionOf(p.e)
