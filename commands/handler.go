@@ -139,6 +139,9 @@ type Handler struct {
 	// intents remembers the intent streams this process has seen; see
 	// intentHints in intent.go.
 	intents intentHints
+	// skew samples the event store's clock against the service's; see
+	// skew.go.
+	skew skewSampler
 	// abandoned ends the work detached from its callers (see detach) when
 	// the process gives it up (Abandon).
 	abandoned context.Context
@@ -330,10 +333,11 @@ func (h *Handler) load(ctx context.Context, name string) (*stream, error) {
 }
 
 // openedAt is when the fact of an event was decided by the service's clock
-// (PostgreSQL's now(), whatever the event store): its metadata's
-// occurred_at, or the store's RecordedAt for an event without one. Intent
-// expiry compares it with the same clock, so a KurrentDB leader whose clock
-// is off does not move expiries.
+// (PostgreSQL's now(), whatever the event store), in UTC: its metadata's
+// occurred_at, which every event the service appends carries; the store's
+// RecordedAt only for an event stored without one. Intent expiry and the
+// explained timelines use it, so a KurrentDB leader whose clock is off
+// moves neither.
 func openedAt(r eventstore.RecordedEvent) time.Time {
 	if m, err := eventstore.DecodeMetadata(r.Metadata); err == nil && !m.OccurredAt.IsZero() {
 		return m.OccurredAt.UTC()
@@ -399,6 +403,7 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 	if err == nil {
 		h.written.add(data, res.Position)
 		h.noteAppendClock(tk, res, sent)
+		h.sampleSkew(name, data, res)
 	}
 	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return res, err
@@ -418,6 +423,7 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 		case err == nil:
 			h.written.add(data, res.Position)
 			h.noteAppendClock(tk, res, sent)
+			h.sampleSkew(name, data, res)
 			h.metrics.UnknownAppend("resolved")
 			h.log.InfoContext(ctx, "append outcome learned: the events are in the stream", "stream", name)
 			return res, nil

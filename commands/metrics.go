@@ -23,6 +23,9 @@ type Metrics interface {
 	// in the stream), "not_committed" (the stream moved on without them),
 	// "unresolved" (still unknown; the request answered 503).
 	UnknownAppend(result string)
+	// ClockSkew reports the event store's clock minus the service's, in
+	// seconds, measured on one of the process's own appends (see skew.go).
+	ClockSkew(seconds float64)
 }
 
 type nopMetrics struct{}
@@ -35,3 +38,4 @@ func (nopMetrics) RedundantEffect()           {}
 func (nopMetrics) Reconciliation(string)      {}
 func (nopMetrics) Recovered(string)           {}
 func (nopMetrics) UnknownAppend(string)       {}
+func (nopMetrics) ClockSkew(float64)          {}

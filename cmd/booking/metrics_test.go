@@ -58,8 +58,19 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		b, _ := io.ReadAll(res.Body)
 		t.Fatalf("GET %s = %d %s", url, res.StatusCode, b)
 	}
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseSamples(t, string(b))
+}
+
+// parseSamples returns every sample of a Prometheus text exposition,
+// keyed by its series as exposed (`name{label="value",...}`).
+func parseSamples(t *testing.T, body string) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(res.Body)
+	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" || strings.HasPrefix(line, "#") {

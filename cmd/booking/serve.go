@@ -231,6 +231,10 @@ func (c *serveCmd) Run(e *env) error {
 	startWorker("intent-purge", func(ctx context.Context) error {
 		return runPurge(ctx, elog.purger, cfg.IntentRetention, cfg.RecoveryInterval, log)
 	})
+	// Every process compares the event store's clock with the service's on
+	// its own appends (booking_event_store_clock_skew_seconds).
+	workers.Add(1)
+	go func() { defer workers.Done(); h.RunClockSkew(wctx) }()
 	// The payment reconciler (unknown outcomes, expired leases, deadlines,
 	// cancels, refunds), one instance across replicas.
 	startWorker(commands.ReconcilerName, func(ctx context.Context) error {

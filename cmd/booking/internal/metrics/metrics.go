@@ -38,6 +38,7 @@ type Metrics struct {
 	unknownAppends       *prometheus.CounterVec
 	httpRequests         *prometheus.CounterVec
 	httpDuration         *prometheus.HistogramVec
+	clockSkew            prometheus.Gauge
 }
 
 // Operations are the values of the operation label: the idempotent
@@ -82,10 +83,12 @@ func New(version string) *Metrics {
 		recovered:            counterVec("booking_recovered_steps_total", "step", "Follow-up or intent steps finished by a background job."),
 		rateLimited:          counter("booking_retry_budget_exceeded_total", "Requests answered 429 because the actor exceeded its retry budget."),
 		unknownAppends:       counterVec("booking_append_unknown_outcomes_total", "result", "Appends whose answer was lost, repeated to learn the outcome, by result (resolved, not_committed, unresolved)."),
+		clockSkew: prometheus.NewGauge(prometheus.GaugeOpts{Name: "booking_event_store_clock_skew_seconds",
+			Help: "The event store's clock minus the service's (the database clock that decides leases and expiry), measured on one of this process's own appends at most every 5 s: its stored created/recorded_at against its occurred_at. About 0 on PostgreSQL."}),
 	}
 	m.httpRequests, m.httpDuration = newHTTPMetrics()
 	m.reg.MustRegister(m.fingerprintConflicts, m.replays, m.inUse, m.contention, m.redundantEffects,
-		m.reconciliations, m.recovered, m.rateLimited, m.unknownAppends, m.httpRequests, m.httpDuration,
+		m.reconciliations, m.recovered, m.rateLimited, m.unknownAppends, m.httpRequests, m.httpDuration, m.clockSkew,
 		newBuildInfo(version),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range Operations {
@@ -155,6 +158,10 @@ func (m *Metrics) Recovered(step string) { m.recovered.WithLabelValues(step).Inc
 // UnknownAppend counts an append whose answer was lost, by result
 // (booking_append_unknown_outcomes_total{result}).
 func (m *Metrics) UnknownAppend(result string) { m.unknownAppends.WithLabelValues(result).Inc() }
+
+// ClockSkew sets booking_event_store_clock_skew_seconds: the event store's
+// clock minus the service's, in seconds (commands.Handler measures it).
+func (m *Metrics) ClockSkew(seconds float64) { m.clockSkew.Set(seconds) }
 
 // RateLimited counts a request answered 429 because its actor exceeded its
 // retry budget (booking_retry_budget_exceeded_total).
