@@ -186,6 +186,9 @@ type Hooks struct {
 //     ExpiryClaimed (the commit point of a hold's expiry).
 //   - expiry.claimed: after the expiry job appended an ExpiryClaimed (the
 //     process manager may release the seats from then on).
+//   - erasure.recording: the reconciler read deleted keys whose erasure is
+//     to be recorded, before it appends PaymentSecretsShredded (the keys
+//     are gone, the events not yet written).
 var Steps = []string{
 	"intent.recorded", "intent.waiting",
 	"reservation.holding", "reservation.held",
@@ -193,6 +196,7 @@ var Steps = []string{
 	"payment.fenced", "payment.sent", "payment.recorded",
 	"cancel.recorded",
 	"expiry.claiming", "expiry.claimed",
+	"erasure.recording",
 }
 
 // step calls the fault hook at step name. Where the clock is one tests
@@ -404,6 +408,7 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 		h.written.add(data, res.Position)
 		h.noteAppendClock(tk, res, sent)
 		h.sampleSkew(name, data, res)
+		noteAppended(ctx, len(data))
 	}
 	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return res, err
@@ -424,6 +429,7 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 			h.written.add(data, res.Position)
 			h.noteAppendClock(tk, res, sent)
 			h.sampleSkew(name, data, res)
+			noteAppended(ctx, len(data))
 			h.metrics.UnknownAppend("resolved")
 			h.log.InfoContext(ctx, "append outcome learned: the events are in the stream", "stream", name)
 			return res, nil

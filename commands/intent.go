@@ -281,6 +281,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		switch in.Resolve(storedFP, now, h.cfg.IntentRetention) {
 		case domain.ResolveMismatch:
 			h.metrics.FingerprintConflict(req.Operation)
+			h.metrics.Intent(req.Operation, IntentRefused, domain.ErrKeyReused.Code)
 			// Compared as the fingerprint compares: strings in NFC.
 			fields := domain.DiffFields(nfcCommand(in.Recorded.Command), nfcCommand(normalizeJSON(command)))
 			e := *domain.ErrKeyReused
@@ -291,9 +292,11 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			return &e
 		case domain.ResolveRejected:
 			h.metrics.Replay(req.Operation)
+			h.metrics.Intent(req.Operation, IntentReplayed, "")
 			return rejectionOf(in.Rejection, true)
 		case domain.ResolveContinue:
 			h.metrics.Replay(req.Operation)
+			h.metrics.Intent(req.Operation, IntentReplayed, "")
 			h.log.DebugContext(ctx, "intent repeated", "operation", req.Operation, "intent", stream, "target_id", in.Recorded.TargetID)
 			run = &intentRun{req: req, stream: stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command,
 				opened: s.records[0].Revision, lineage: requestLineage(ctx, &s.records[0], "")}
@@ -553,6 +556,7 @@ func (h *Handler) recorded(ctx context.Context, rn *intentRun, res eventstore.Ap
 		// costs a read only on a reused key.
 		rn.leaseFrom = leaseFrom
 	}
+	h.metrics.Intent(rn.req.Operation, IntentCreated, "")
 	h.log.DebugContext(ctx, "intent recorded", "operation", rn.req.Operation, "intent", rn.stream, "target_id", rn.targetID())
 	h.step(ctx, "intent.recorded")
 }
@@ -595,6 +599,7 @@ func (h *Handler) reject(ctx context.Context, run *intentRun, derr *domain.Error
 	}
 	_, err = h.appendEvents(ctx, run.stream, eventstore.Exact(run.rev), run.meta(now, ""), pending{DerivedID(run.cause(), "rejected"), ev})
 	if err == nil {
+		h.metrics.Intent(run.req.Operation, IntentRefused, ev.Code)
 		return rejectionOf(&ev, !run.created)
 	}
 	if !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
@@ -636,6 +641,7 @@ func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed f
 			return nil
 		case domain.ResolveWait:
 			if !waited {
+				h.metrics.Intent(run.req.Operation, IntentWaited, "")
 				h.step(ctx, "intent.waiting")
 			}
 			wait := min(h.cfg.InUseWait, run.intent.LeaseUntil.Sub(now)+50*time.Millisecond)
@@ -652,6 +658,7 @@ func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed f
 			waited = true
 		case domain.ResolveInUse:
 			h.metrics.InUse(run.req.Operation)
+			h.metrics.Intent(run.req.Operation, IntentInUse, "")
 			return &InUseError{RetryAfter: max(time.Second, run.intent.LeaseUntil.Sub(now))}
 		default: // domain.ResolveTakeOver
 			err := h.takeOver(ctx, run)

@@ -63,6 +63,7 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 		}
 		if o.Exists() {
 			h.metrics.Replay(req.Operation)
+			h.metrics.Intent(req.Operation, IntentReplayed, "")
 			return h.payAndWait(ctx, o.ID, req.Wait, Outcome{Replayed: true}, &orderState{o: o, s: s})
 		}
 	}

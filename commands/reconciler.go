@@ -58,9 +58,12 @@ func (h *Handler) RunReconciler(ctx context.Context, pending PendingOrders, inte
 //
 // The pass first deletes the order keys that are due (ShredDue): keys of
 // orders whose payment deadline passed, and keys held for orders never
-// placed within the intent retention. A failure there is logged.
+// placed within the intent retention; then records every deleted key's
+// erasure in its order's stream (recordErasures, erasure.go). A failure
+// there is logged.
 func (h *Handler) ReconcilePass(ctx context.Context, pending PendingOrders) (int, error) {
 	h.shredDue(ctx)
+	h.recordErasures(ctx)
 	sem := make(chan struct{}, reconcileWorkers)
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -71,6 +71,7 @@ func (h *Handler) HandleProviderEvent(ctx context.Context, ev provider.Event) er
 	switch ev.Type {
 	case provider.EventChargeSucceeded, provider.EventChargeFailed, provider.EventChargeRefunded:
 	default:
+		ignoreWebhook(ctx)
 		h.log.DebugContext(ctx, "provider event ignored", "event_id", ev.ID, "type", ev.Type)
 		return nil
 	}

@@ -255,7 +255,7 @@ func (c *serveCmd) Run(e *env) error {
 	srv.Handler = httpapi.New(httpapi.Config{Tokens: tokens, WebhookSecret: []byte(cfg.ProviderWebhookSecret),
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
 		Ready: ready(pool, elog), Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI,
-		ObserveRequest: mx.ObserveHTTP},
+		ObserveRequest: mx.ObserveHTTP, ObserveWebhook: mx.Webhook},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(elog.lag, projections.NewReader(pool), clock, cfg.IntentRetention, log))
 	lagc := newLagCollector(pool, elog.distance, log)
