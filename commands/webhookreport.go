@@ -34,17 +34,30 @@ func (r *WebhookReport) Appended() int { return int(r.appended.Load()) }
 // the service does not record.
 func (r *WebhookReport) Ignored() bool { return r.ignored.Load() }
 
+// WebhookReportFrom returns the report ctx reports into (WithWebhookReport),
+// or nil.
+func WebhookReportFrom(ctx context.Context) *WebhookReport {
+	r, _ := ctx.Value(webhookReportKey{}).(*WebhookReport)
+	return r
+}
+
+// AddAppended counts n events appended for the notification.
+func (r *WebhookReport) AddAppended(n int) { r.appended.Add(int64(n)) }
+
+// MarkIgnored records that the notification was ignored.
+func (r *WebhookReport) MarkIgnored() { r.ignored.Store(true) }
+
 // noteAppended counts n events appended under ctx, if it reports.
 func noteAppended(ctx context.Context, n int) {
-	if r, _ := ctx.Value(webhookReportKey{}).(*WebhookReport); r != nil {
-		r.appended.Add(int64(n))
+	if r := WebhookReportFrom(ctx); r != nil {
+		r.AddAppended(n)
 	}
 }
 
 // ignoreWebhook marks the notification served under ctx as ignored, if it
 // reports.
 func ignoreWebhook(ctx context.Context) {
-	if r, _ := ctx.Value(webhookReportKey{}).(*WebhookReport); r != nil {
-		r.ignored.Store(true)
+	if r := WebhookReportFrom(ctx); r != nil {
+		r.MarkIgnored()
 	}
 }
