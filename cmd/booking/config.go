@@ -34,13 +34,17 @@ type ServeConfig struct {
 	ProviderURL           string        `name:"provider-url" env:"BOOKING_PROVIDER_URL" help:"Payment provider base URL; empty runs the simulator in-process (dev mode)."`
 	ProviderSimAddr       string        `name:"provider-sim-addr" env:"BOOKING_PROVIDER_SIM_ADDR" default:"127.0.0.1:8090" help:"Listen address of the in-process provider simulator."`
 	ProviderWebhookSecret string        `name:"provider-webhook-secret" env:"BOOKING_PROVIDER_WEBHOOK_SECRET" help:"Shared secret of provider webhook signatures (dev default: whsec_dev)."`
-	APITokens             string        `name:"api-tokens" env:"BOOKING_API_TOKENS" help:"Bearer tokens: name=token[:admin],..."`
+	APITokens             string        `name:"api-tokens" env:"BOOKING_API_TOKENS" help:"With --auth=tokens: the bearer tokens, name=token[:admin],... (the name is the actor id)."`
 	DataDir               string        `name:"data-dir" env:"BOOKING_DATA_DIR" default:".data" help:"Data directory (embedded NATS storage; in dev mode the provider simulator's state in provider-sim/ and the generated master key)."`
 	Deployment            string        `name:"deployment" env:"BOOKING_DEPLOYMENT" help:"Prefix of provider idempotency keys; empty in dev."`
 	// PprofAddr, when set, serves net/http/pprof on a listener of its own.
 	PprofAddr string `name:"pprof-addr" env:"BOOKING_PPROF_ADDR" help:"Listen address of the Go profiler (net/http/pprof under /debug/pprof/); empty (the default) serves none."`
 
 	LogConfig `embed:""`
+
+	// Auth chooses how callers authenticate (BOOKING_AUTH) and configures
+	// JWT verification.
+	Auth AuthConfig `embed:""`
 
 	// Secrets: each from its variable or from the file its _FILE variable
 	// names (never both); never logged.
@@ -130,11 +134,8 @@ func (c *ServeConfig) Validate() error {
 	if _, err := c.LogConfig.Logger(io.Discard); err != nil {
 		return err
 	}
-	if c.APITokens == "" {
-		return configError("BOOKING_API_TOKENS", "required: name=token[:admin],...")
-	}
-	if _, err := parseTokens(c.APITokens); err != nil {
-		return configError("BOOKING_API_TOKENS", "%v", err)
+	if err := c.Auth.Validate(c.APITokens); err != nil {
+		return err
 	}
 	positive := []struct {
 		name string
