@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -8,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
@@ -96,11 +99,8 @@ func configError(variable, format string, args ...any) error {
 // Validate checks every field and the relations between windows that keep
 // retries safe. The error names the environment variable at fault.
 func (c *ServeConfig) Validate() error {
-	if c.DatabaseURL == "" {
-		return configError("DATABASE_URL", "required (a postgres:// URL)")
-	}
-	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return configError("DATABASE_URL", "must be a postgres:// URL")
+	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+		return err
 	}
 	if err := checkListenAddr("BOOKING_HTTP_ADDR", c.HTTPAddr, ""); err != nil {
 		return err
@@ -176,6 +176,41 @@ func (c *ServeConfig) Validate() error {
 	}
 	if c.RetryBudgetBurst < 1 {
 		return configError("BOOKING_RETRY_BUDGET_BURST", "must be at least 1")
+	}
+	return nil
+}
+
+// databaseURLExample ends every refusal of DATABASE_URL.
+const databaseURLExample = "want a postgres:// URL such as postgres://user:password@host:5432/booking?sslmode=require"
+
+// checkDatabaseURL returns a configuration error naming DATABASE_URL unless
+// raw is a PostgreSQL URL pgx can read (scheme postgres or postgresql;
+// pgx's keyword=value form is not accepted) with parameters pgx knows. It
+// does not connect. The message never repeats the URL: it may hold a
+// password.
+func checkDatabaseURL(raw string) error {
+	if raw == "" {
+		return configError("DATABASE_URL", "required; %s", databaseURLExample)
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the reason without the URL
+		}
+		return configError("DATABASE_URL", "not a URL (%v); %s", err, databaseURLExample)
+	case u.Scheme == "" || !strings.HasPrefix(raw[len(u.Scheme):], "://"):
+		return configError("DATABASE_URL", "not a URL; %s", databaseURLExample)
+	case u.Scheme != "postgres" && u.Scheme != "postgresql":
+		return configError("DATABASE_URL", "the scheme %q is not PostgreSQL's; %s", u.Scheme, databaseURLExample)
+	}
+	if _, err := pgxpool.ParseConfig(raw); err != nil {
+		msg := err.Error() // "cannot parse `URL with the password masked`: reason"
+		if i := strings.LastIndex(msg, "`: "); i >= 0 {
+			msg = msg[i+3:]
+		}
+		return configError("DATABASE_URL", "pgx cannot read it: %s; %s", msg, databaseURLExample)
 	}
 	return nil
 }

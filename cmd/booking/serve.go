@@ -68,7 +68,7 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	log, err := cfg.LogConfig.Logger(e.stderr)
+	log, err := e.logger(cfg.LogConfig)
 	if err != nil {
 		return err
 	}
