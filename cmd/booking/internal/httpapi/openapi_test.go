@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/pb33f/libopenapi"
+	"github.com/pb33f/libopenapi/datamodel/high/base"
 )
 
 // TestOpenAPIDescribesEveryRoute fails when a route is added without being
@@ -76,4 +79,102 @@ func TestMethodNotAllowedHasAllow(t *testing.T) {
 			t.Errorf("%s %s logged %q, want a line with %q", tt.method, tt.path, logs.String(), want)
 		}
 	}
+}
+
+// TestOpenAPIResponsesOpenProblemCodesClosed: clients generated from
+// openapi.yaml must keep working when v1 adds a response field, so no
+// schema of an answer sets additionalProperties: false (requests stay
+// closed: an unknown field is 400 unknown-field); and every problem answer
+// of every operation lists the codes it answers as an enum. Undocumented
+// members of answers are still caught: the contract tests validate in
+// strict mode (internal/apicontract).
+func TestOpenAPIResponsesOpenProblemCodesClosed(t *testing.T) {
+	doc, err := libopenapi.NewDocument(openAPISpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := doc.BuildV3Model()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, closedRequests := 0, 0
+	for path, item := range model.Model.Paths.PathItems.FromOldest() {
+		for method, op := range item.GetOperations().FromOldest() {
+			if op.RequestBody != nil {
+				for _, mt := range op.RequestBody.Content.FromOldest() {
+					if s := mt.Schema.Schema(); s != nil && s.AdditionalProperties != nil && s.AdditionalProperties.IsB() && !s.AdditionalProperties.B {
+						closedRequests++
+					}
+				}
+			}
+			for status, res := range op.Responses.Codes.FromOldest() {
+				where := fmt.Sprintf("%s %s %s", method, path, status)
+				for ct, mt := range res.Content.FromOldest() {
+					if mt.Schema == nil {
+						continue
+					}
+					s := mt.Schema.Schema()
+					if closed := closedSchemas(s, "", map[*base.Schema]bool{}); len(closed) > 0 {
+						t.Errorf("%s %s: additionalProperties: false at %v; answers must stay open to additions", where, ct, closed)
+					}
+					if ct != "application/problem+json" {
+						continue
+					}
+					problems++
+					if codes := problemCodes(s); len(codes) == 0 {
+						t.Errorf("%s: the problem's code has no enum of the codes it answers", where)
+					}
+				}
+			}
+		}
+	}
+	if problems < 60 || closedRequests < 3 {
+		t.Errorf("checked %d problem answers and %d closed request bodies, want the whole document", problems, closedRequests)
+	}
+}
+
+// closedSchemas returns the locations under s (at) of schemas with
+// additionalProperties: false, following properties, items and allOf.
+func closedSchemas(s *base.Schema, at string, seen map[*base.Schema]bool) []string {
+	if s == nil || seen[s] {
+		return nil
+	}
+	seen[s] = true
+	var out []string
+	if ap := s.AdditionalProperties; ap != nil && ap.IsB() && !ap.B {
+		out = append(out, cmp.Or(at, "/"))
+	}
+	if s.Properties != nil {
+		for name, p := range s.Properties.FromOldest() {
+			out = append(out, closedSchemas(p.Schema(), at+"/"+name, seen)...)
+		}
+	}
+	if s.Items != nil && s.Items.IsA() {
+		out = append(out, closedSchemas(s.Items.A.Schema(), at+"/items", seen)...)
+	}
+	for _, p := range s.AllOf {
+		out = append(out, closedSchemas(p.Schema(), at, seen)...)
+	}
+	return out
+}
+
+// problemCodes returns the enum of the code property of a problem schema
+// (directly or in one of its allOf parts).
+func problemCodes(s *base.Schema) []string {
+	var out []string
+	parts := []*base.Schema{s}
+	for _, p := range s.AllOf {
+		parts = append(parts, p.Schema())
+	}
+	for _, p := range parts {
+		if p == nil || p.Properties == nil {
+			continue
+		}
+		if code, ok := p.Properties.Get("code"); ok {
+			for _, v := range code.Schema().Enum {
+				out = append(out, v.Value)
+			}
+		}
+	}
+	return out
 }
