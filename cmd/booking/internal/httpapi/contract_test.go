@@ -807,8 +807,8 @@ func contractChecker(t testing.TB) *apicontract.Checker {
 }
 
 // TestOpenAPIDocumentIsValid checks openapi.yaml against the OpenAPI 3.1
-// meta-schema with libopenapi-validator (the offline lint; `make test` also
-// runs Redocly's linter, `make lint-openapi`).
+// meta-schema with libopenapi-validator (part of `make lint-openapi`, with
+// TestOpenAPILint).
 func TestOpenAPIDocumentIsValid(t *testing.T) {
 	if problems := contractChecker(t).ValidateDocument(); len(problems) > 0 {
 		t.Errorf("openapi.yaml is not a valid OpenAPI 3.1 document:\n  %s", strings.Join(problems, "\n  "))

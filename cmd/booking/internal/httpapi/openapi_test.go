@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -177,4 +178,110 @@ func problemCodes(s *base.Schema) []string {
 		}
 	}
 	return out
+}
+
+// TestOpenAPILint holds openapi.yaml to the rules of a linter's
+// recommended set (Redocly's and Spectral's), checked with libopenapi, the
+// library the contract tests validate with: every reference resolves;
+// every operation has a unique operationId, a summary, defined tags, its
+// path's parameters declared, defined security schemes and (unless it is
+// an unauthenticated probe without a body) a 4XX answer; every component
+// is used.
+func TestOpenAPILint(t *testing.T) {
+	doc, err := libopenapi.NewDocument(openAPISpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := doc.BuildV3Model()
+	if err != nil {
+		t.Fatalf("openapi.yaml does not build (an unresolved reference?): %v", err)
+	}
+	m := model.Model
+	tags := map[string]bool{}
+	for _, tag := range m.Tags {
+		tags[tag.Name] = true
+	}
+	schemes := map[string]bool{}
+	for name := range m.Components.SecuritySchemes.KeysFromOldest() {
+		schemes[name] = true
+	}
+	ids := map[string]string{}
+	ops := 0
+	for path, item := range m.Paths.PathItems.FromOldest() {
+		for method, op := range item.GetOperations().FromOldest() {
+			ops++
+			where := method + " " + path
+			if op.OperationId == "" {
+				t.Errorf("%s: no operationId", where)
+			} else if other, dup := ids[op.OperationId]; dup {
+				t.Errorf("%s: operationId %q is also %s's", where, op.OperationId, other)
+			}
+			ids[op.OperationId] = where
+			if op.Summary == "" {
+				t.Errorf("%s: no summary", where)
+			}
+			for _, tag := range op.Tags {
+				if !tags[tag] {
+					t.Errorf("%s: tag %q is not defined", where, tag)
+				}
+			}
+			if len(op.Tags) == 0 {
+				t.Errorf("%s: no tag", where)
+			}
+			declared := map[string]bool{}
+			for _, p := range append(slices.Clone(item.Parameters), op.Parameters...) {
+				if p.In == "path" {
+					declared[p.Name] = true
+				}
+			}
+			for _, name := range regexp.MustCompile(`\{([^}]+)\}`).FindAllStringSubmatch(path, -1) {
+				if !declared[name[1]] {
+					t.Errorf("%s: path parameter %s is not declared", where, name[1])
+				}
+			}
+			for _, req := range op.Security {
+				for name := range req.Requirements.KeysFromOldest() {
+					if !schemes[name] {
+						t.Errorf("%s: security scheme %q is not defined", where, name)
+					}
+				}
+			}
+			probe := op.Security != nil && len(op.Security) == 0 && op.RequestBody == nil
+			has4xx := false
+			for code := range op.Responses.Codes.KeysFromOldest() {
+				has4xx = has4xx || strings.HasPrefix(code, "4")
+			}
+			if !has4xx && !probe {
+				t.Errorf("%s: no 4XX answer", where)
+			}
+		}
+	}
+	for _, req := range m.Security {
+		for name := range req.Requirements.KeysFromOldest() {
+			if !schemes[name] {
+				t.Errorf("security scheme %q is not defined", name)
+			}
+		}
+	}
+	spec := string(openAPISpec)
+	used := func(kind, name string) bool { return strings.Contains(spec, `"#/components/`+kind+`/`+name+`"`) }
+	c := m.Components
+	for _, group := range []struct {
+		kind  string
+		names func() []string
+	}{
+		{"schemas", func() []string { return slices.Collect(c.Schemas.KeysFromOldest()) }},
+		{"responses", func() []string { return slices.Collect(c.Responses.KeysFromOldest()) }},
+		{"parameters", func() []string { return slices.Collect(c.Parameters.KeysFromOldest()) }},
+		{"headers", func() []string { return slices.Collect(c.Headers.KeysFromOldest()) }},
+	} {
+		for _, name := range group.names() {
+			if !used(group.kind, name) {
+				t.Errorf("component %s/%s is never used", group.kind, name)
+			}
+		}
+	}
+	if ops < 14 {
+		t.Errorf("linted %d operations, want every one", ops)
+	}
 }
