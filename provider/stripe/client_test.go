@@ -480,15 +480,18 @@ func TestErrors_InvalidInputIsRefusedBeforeSending(t *testing.T) {
 	bad := testRequest
 	bad.Amount = 0
 	calls := map[string]func() error{
-		"empty key":             func() error { _, err := c.CreatePayment(ctx, "", testRequest); return err },
-		"key too long":          func() error { _, err := c.CreatePayment(ctx, strings.Repeat("k", 256), testRequest); return err },
-		"key with a newline":    func() error { _, err := c.CreatePayment(ctx, "k\n1", testRequest); return err },
-		"key with a space":      func() error { _, err := c.CancelPayment(ctx, " k", "pi_1"); return err },
-		"zero amount":           func() error { _, err := c.CreatePayment(ctx, "k", bad); return err },
-		"empty payment id":      func() error { _, err := c.GetPayment(ctx, ""); return err },
-		"empty cancel id":       func() error { _, err := c.CancelPayment(ctx, "k", ""); return err },
-		"empty refund payment":  func() error { _, err := c.Refund(ctx, "k", provider.PaymentRefundRequest{}); return err },
-		"negative refund":       func() error { _, err := c.Refund(ctx, "k", provider.PaymentRefundRequest{PaymentID: "pi_1", Amount: -1}); return err },
+		"empty key":            func() error { _, err := c.CreatePayment(ctx, "", testRequest); return err },
+		"key too long":         func() error { _, err := c.CreatePayment(ctx, strings.Repeat("k", 256), testRequest); return err },
+		"key with a newline":   func() error { _, err := c.CreatePayment(ctx, "k\n1", testRequest); return err },
+		"key with a space":     func() error { _, err := c.CancelPayment(ctx, " k", "pi_1"); return err },
+		"zero amount":          func() error { _, err := c.CreatePayment(ctx, "k", bad); return err },
+		"empty payment id":     func() error { _, err := c.GetPayment(ctx, ""); return err },
+		"empty cancel id":      func() error { _, err := c.CancelPayment(ctx, "k", ""); return err },
+		"empty refund payment": func() error { _, err := c.Refund(ctx, "k", provider.PaymentRefundRequest{}); return err },
+		"negative refund": func() error {
+			_, err := c.Refund(ctx, "k", provider.PaymentRefundRequest{PaymentID: "pi_1", Amount: -1})
+			return err
+		},
 		"empty refunds payment": func() error { _, err := c.ListRefunds(ctx, ""); return err },
 		"empty search order":    func() error { _, err := c.SearchPayments(ctx, "", 1); return err },
 		"range ends before it starts": func() error {
