@@ -231,6 +231,8 @@ func errorCases() []errorCase {
 			want: []error{provider.ErrInvalidRequest}, status: 400, code: provider.CodeChargeAlreadyRefunded},
 		{name: "a 200 cut off after the headers is an unknown outcome", call: "create", handler: dropAfterHeaders,
 			want: []error{provider.ErrOutcomeUnknown}, notWant: []error{provider.ErrUnavailable}},
+		{name: "a 200 that does not decode is an unknown outcome", call: "create", handler: reply(200, `{"client_secret":"`+testClientSecret+`","payment_method":"`+testPaymentMethod+`","amount":"many"}`),
+			want: []error{provider.ErrOutcomeUnknown}, notWant: []error{provider.ErrUnavailable}},
 		{name: "a connection dropped before any answer is an unknown outcome", call: "create", handler: dropConnection,
 			want: []error{provider.ErrOutcomeUnknown}, notWant: []error{provider.ErrUnavailable}},
 		{name: "a connection dropped on a GET is unavailable", call: "get", handler: dropConnection,
@@ -254,7 +256,8 @@ func dropAfterHeaders(w http.ResponseWriter, _ *http.Request) {
 	if err != nil {
 		return
 	}
-	_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n" + piJSON("pi_5", "succeeded")[:40])
+	_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n" +
+		`{"client_secret":"` + testClientSecret + `","payment_method":"` + testPaymentMethod + `","id":"pi_5",`)
 	_ = buf.Flush()
 	_ = conn.Close()
 }

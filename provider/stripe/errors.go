@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
@@ -103,10 +105,15 @@ func (x *exchange) classify(ctx context.Context, method, path string, err error)
 		kind = provider.ErrOutcomeUnknown
 	}
 	if status != 0 {
-		// A success whose body was cut off or undecodable: stripe-go's
-		// error quotes the body, so only the context's error is kept.
-		if cerr := ctx.Err(); cerr != nil {
+		// A success whose body was cut off or undecodable. stripe-go's
+		// decoding error quotes the body, so only a read error (which
+		// quotes nothing) or the context's error is kept.
+		var netErr net.Error
+		switch cerr := ctx.Err(); {
+		case cerr != nil:
 			return fmt.Errorf("%w: %s %s: unreadable %d answer: %w", kind, method, path, status, cerr)
+		case errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr):
+			return fmt.Errorf("%w: %s %s: unreadable %d answer: %w", kind, method, path, status, err)
 		}
 		return fmt.Errorf("%w: %s %s: unreadable %d answer", kind, method, path, status)
 	}
