@@ -530,7 +530,7 @@ func TestListPayments_PagesToTheEndOverTheCreatedRange(t *testing.T) {
 	charge := `"latest_charge":{"id":"ch_1","object":"charge","amount":1500,"amount_refunded":500,"currency":"eur"}`
 	f := newFakeStripe(t, pages(
 		`{"object":"list","url":"/v1/payment_intents","has_more":true,"data":[`+piJSON("pi_3", "succeeded", charge)+`,`+piJSON("pi_2", "canceled")+`]}`,
-		`{"object":"list","url":"/v1/payment_intents","has_more":false,"data":[`+piJSON("pi_1", "requires_action", `"next_action":{"type":"use_stripe_sdk","use_stripe_sdk":{}}`)+`]}`,
+		`{"object":"list","url":"/v1/payment_intents","has_more":false,"data":[`+piJSON("pi_1", "requires_action", `"next_action":{"type":"use_stripe_sdk","use_stripe_sdk":{"type":"three_d_secure_redirect"}}`)+`]}`,
 	))
 	from, to := time.Unix(1767225600, 0), time.Unix(1767225660, 900_000_000)
 	got, err := mustClient(t, f.URL, nil).ListPayments(t.Context(), from, to)
@@ -547,8 +547,8 @@ func TestListPayments_PagesToTheEndOverTheCreatedRange(t *testing.T) {
 	if got[0].AmountRefunded != 500 || got[0].Currency != "EUR" || got[1].AmountRefunded != 0 {
 		t.Errorf("AmountRefunded = %d, %d, currency %s; want 500, 0, EUR", got[0].AmountRefunded, got[1].AmountRefunded, got[0].Currency)
 	}
-	if string(got[2].NextAction) != `{"type":"use_stripe_sdk","use_stripe_sdk":{}}` {
-		t.Errorf("NextAction = %s, want the typed next_action", got[2].NextAction)
+	if string(got[2].NextAction) != `{"type":"use_stripe_sdk","use_stripe_sdk":{"type":"three_d_secure_redirect"}}` || got[2].ClientSecret != testClientSecret {
+		t.Errorf("NextAction = %s, client secret %q; want next_action verbatim and the client secret", got[2].NextAction, got[2].ClientSecret)
 	}
 	reqs := f.requests()
 	if len(reqs) != 2 {

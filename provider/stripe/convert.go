@@ -11,21 +11,16 @@ import (
 	stripego "github.com/stripe/stripe-go/v84"
 )
 
-// paymentOf maps a PaymentIntent that was the whole answer of a request
-// (create, retrieve, cancel): its next_action is taken verbatim from the
-// body and Replayed from the answer's headers.
+// paymentOf maps a PaymentIntent decoded by stripe-go, with its
+// next_action verbatim from the JSON it was decoded from (stripe-go keeps
+// each object's JSON, list and search items included, but decodes only
+// part of next_action) and Replayed from the answer's headers.
 func paymentOf(pi *stripego.PaymentIntent) provider.Payment {
-	var raw []byte
+	var next []byte
 	replayed := false
 	if pi.LastResponse != nil {
-		raw = pi.LastResponse.RawJSON
+		next = nextActionIn(pi.LastResponse.RawJSON)
 		replayed = pi.LastResponse.Header.Get(headerReplayed) == "true"
-	}
-	var next []byte
-	if raw != nil {
-		next = nextActionIn(raw)
-	} else {
-		next = typedNextAction(pi.NextAction)
 	}
 	return paymentFrom(pi, next, replayed)
 }
@@ -90,31 +85,6 @@ func nextActionIn(raw []byte, path ...string) []byte {
 		return nil
 	}
 	return bytes.Clone(obj)
-}
-
-// typedNextAction encodes a next_action decoded by stripe-go (a list or
-// search item, whose raw JSON is not kept), without its absent members.
-// stripe-go does not decode use_stripe_sdk's contents, which only
-// Stripe.js reads; the client secret is enough for it
-// (https://docs.stripe.com/js/payment_intents/handle_next_action).
-func typedNextAction(na *stripego.PaymentIntentNextAction) []byte {
-	if na == nil {
-		return nil
-	}
-	b, err := json.Marshal(na)
-	if err != nil {
-		return nil
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(b, &m) != nil {
-		return nil
-	}
-	maps.DeleteFunc(m, func(_ string, v json.RawMessage) bool { return bytes.Equal(v, []byte("null")) })
-	b, err = json.Marshal(m)
-	if err != nil {
-		return nil
-	}
-	return b
 }
 
 // refundOf maps a refund (https://docs.stripe.com/api/refunds/object);
