@@ -124,7 +124,9 @@ func piJSON(id, status string, extra ...string) string {
 func TestCreatePayment_SendsTheRequestStripeAcceptsAndMapsTheAnswer(t *testing.T) {
 	t.Parallel()
 	f := newFakeStripe(t, reply(200, piJSON("pi_1", "succeeded", `"latest_charge":"ch_1"`), "Idempotent-Replayed", "true"))
-	got, err := mustClient(t, f.URL, nil).CreatePayment(t.Context(), "order-ord_1-attempt-2", testRequest)
+	req := testRequest
+	req.Deployment = "prod-eu"
+	got, err := mustClient(t, f.URL, nil).CreatePayment(t.Context(), "order-ord_1-attempt-2", req)
 	if err != nil {
 		t.Fatalf("CreatePayment() = %v", err)
 	}
@@ -147,7 +149,8 @@ func TestCreatePayment_SendsTheRequestStripeAcceptsAndMapsTheAnswer(t *testing.T
 	wantForm := url.Values{
 		"amount": {"1500"}, "currency": {"eur"}, "payment_method": {testPaymentMethod}, "confirm": {"true"},
 		"automatic_payment_methods[enabled]": {"true"}, "automatic_payment_methods[allow_redirects]": {"never"},
-		"metadata[order_id]": {"ord_1"}, "metadata[attempt]": {"2"}, "description": {"2 seats"},
+		"metadata[order_id]": {"ord_1"}, "metadata[attempt]": {"2"}, "metadata[deployment]": {"prod-eu"},
+		"description": {"2 seats"},
 	}
 	if diff := cmp.Diff(wantForm, r.Form); diff != "" {
 		t.Errorf("form mismatch (-want +got):\n%s", diff)

@@ -253,7 +253,7 @@ func runContract(t *testing.T, c *Client, ref *refusals, live bool) {
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	order := "contract-" + run
 	start := time.Now().Add(-time.Minute)
-	req := provider.PaymentRequest{Amount: 1500, Currency: "EUR", PaymentMethod: "pm_card_visa", OrderID: order, Attempt: 1, Description: "contract test"}
+	req := provider.PaymentRequest{Amount: 1500, Currency: "EUR", PaymentMethod: "pm_card_visa", OrderID: order, Attempt: 1, Deployment: "contract", Description: "contract test"}
 
 	paid, err := c.CreatePayment(ctx, "contract-"+run+"-1", req)
 	judged(t, ref, "CreatePayment", err)

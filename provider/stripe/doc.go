@@ -15,7 +15,8 @@
 //	  amount, currency (lower case), payment_method, confirm=true,
 //	  automatic_payment_methods[enabled]=true,
 //	  automatic_payment_methods[allow_redirects]=never,
-//	  metadata[order_id], metadata[attempt], description (optional)
+//	  metadata[order_id], metadata[attempt], metadata[deployment] (optional),
+//	  description (optional)
 //	GET  /v1/payment_intents/{id}?expand[]=latest_charge
 //	GET  /v1/payment_intents?created[gte]=…&created[lte]=…&limit=100&expand[]=data.latest_charge (paged with starting_after)
 //	GET  /v1/payment_intents/search?query=…&limit=100&expand[]=data.latest_charge (paged with page)
