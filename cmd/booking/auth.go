@@ -104,3 +104,18 @@ func (a AuthConfig) authenticator(ctx context.Context, apiTokens string, log *sl
 		"admin_scope", a.JWTAdminScope, "signing_keys", j.Keys(ctx))
 	return j, nil
 }
+
+// loggerAndAuth returns the logger of `booking serve` (env.logger: the
+// start's warnings logged) and its authenticator (AuthConfig.authenticator,
+// refreshing JWT keys until e.ctx ends).
+func (c *ServeConfig) loggerAndAuth(e *env) (*slog.Logger, identity.Authenticator, error) {
+	log, err := e.logger(c.LogConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	auth, err := c.Auth.authenticator(e.ctx, c.APITokens, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return log, auth, nil
+}

@@ -68,15 +68,11 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	log, err := e.logger(cfg.LogConfig)
+	log, auth, err := cfg.loggerAndAuth(e)
 	if err != nil {
 		return err
 	}
 	ctx := e.ctx
-	auth, err := cfg.Auth.authenticator(ctx, cfg.APITokens, log)
-	if err != nil {
-		return err
-	}
 	applyMemoryLimit(os.LookupEnv, dev || cfg.NATSURL == "").Log(log)
 
 	backend, _ := eventStoreBackend(cfg.EventStore) // checked by Validate
