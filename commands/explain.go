@@ -99,7 +99,7 @@ type IntentOutcome struct {
 // id of the request that caused the event (it appended it, or caused the
 // event it follows from), ClientRequestID that request's own X-Request-Id
 // when it sent a valid one, CausationID the event or request that caused
-// it (see docs/observability.md).
+// it (see docs/api.md, "Request ids").
 // The optional members are those of the event that matter to an operator:
 // leases (Executor, LeaseUntil), payment attempts (Attempt, ProviderKey,
 // ChargeID, Amount), facts (Outcome, Code, Reason, ObservedBy: "send",
