@@ -18,7 +18,8 @@ import (
 //  1. the key is deleted and, in the same statement, its erasure is left
 //     to record (Keys.Shred, ShredMany, ShredDue: one commit, both or
 //     neither) — so no erasure is recorded while the key exists;
-//  2. the reconciler's pass (recordErasures) appends PaymentSecretsShredded
+//  2. the reconciler (runErasures: every interval, and at once when this
+//     process deleted keys) appends PaymentSecretsShredded
 //     to each order's stream, read and appended at its revision, with an id
 //     derived from the order — so a repeat after a crash finds it there and
 //     appends nothing;
@@ -39,6 +40,33 @@ const (
 	ErasureRecorded = "recorded" // PaymentSecretsShredded appended to the order's stream
 	ErasureNoOrder  = "no_order" // the key was held for an order that never existed
 )
+
+// runErasures records the erasures left to record (recordErasures) every
+// interval and whenever this process deleted keys (wakeErasures), until
+// ctx ends. RunReconciler runs it, so one process across replicas does.
+func (h *Handler) runErasures(ctx context.Context, interval time.Duration) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-h.erasureWake:
+		}
+		h.recordErasures(ctx)
+		t.Reset(interval)
+	}
+}
+
+// wakeErasures asks runErasures, if this process runs it, to record now:
+// keys were just deleted. It never blocks.
+func (h *Handler) wakeErasures() {
+	select {
+	case h.erasureWake <- struct{}{}:
+	default:
+	}
+}
 
 // recordErasures records every erasure left to record (see above), a batch
 // at a time, and returns how many it recorded. A failure is logged; the

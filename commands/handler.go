@@ -142,6 +142,8 @@ type Handler struct {
 	// skew samples the event store's clock against the service's; see
 	// skew.go.
 	skew skewSampler
+	// erasureWake asks runErasures to record erasures now (erasure.go).
+	erasureWake chan struct{}
 	// abandoned ends the work detached from its callers (see detach) when
 	// the process gives it up (Abandon).
 	abandoned context.Context
@@ -220,7 +222,7 @@ func New(cfg Config, store EventStore, clock Clock, payments Payments, registry 
 		log = slog.Default()
 	}
 	h := &Handler{cfg: cfg, store: store, clock: clock, payments: payments, registry: registry, log: log,
-		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}, keys: noKeys{}}
+		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}, keys: noKeys{}, erasureWake: make(chan struct{}, 1)}
 	h.keptOrders.limit, h.keptIntents.limit = maxKeptStreams, maxKeptStreams
 	h.abandoned, h.abandon = context.WithCancel(context.Background())
 	for _, o := range opts {

@@ -371,6 +371,7 @@ func (s *keyShredder) send(ctx context.Context, h *Handler, b *shredBatch) {
 		for _, id := range b.ids {
 			h.written.note(keyShredded(id))
 		}
+		h.wakeErasures()
 	} else {
 		h.log.Warn("order keys not deleted yet; the process manager retries, the reconciler deletes them when due",
 			"orders", len(b.ids), "err", err)

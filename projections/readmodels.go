@@ -273,12 +273,15 @@ func (f *ordersFold) apply(e *envelope) error {
 			r.Status, r.ReviewReason = "needs_review", o.Reason
 		}
 	case "PaymentSecretsShredded":
+		// Not a change of the order the API shows: updated_at stays.
 		var p secretsShredded
 		if err := e.decode(&p); err != nil {
 			return err
 		}
 		at := micro(p.ShreddedAt)
-		r.SecretsShreddedAt = &at
+		r.SecretsShreddedAt, r.Revision = &at, e.revision
+		f.orders.put(r)
+		return nil
 	case "OrderCancelRequested":
 		r.Status = "cancelling"
 	case "OrderCancelled":
