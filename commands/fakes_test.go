@@ -418,7 +418,9 @@ type memKeyRow struct {
 	shredAt time.Time
 }
 
-func newMemKeys() *memKeys { return &memKeys{rows: map[string]*memKeyRow{}, erased: map[string]time.Time{}} }
+func newMemKeys() *memKeys {
+	return &memKeys{rows: map[string]*memKeyRow{}, erased: map[string]time.Time{}}
+}
 
 // shredLocked deletes orderID's key, leaving its erasure to record; k.mu is held.
 func (k *memKeys) shredLocked(orderID string) {
