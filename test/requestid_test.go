@@ -40,12 +40,6 @@ func metaOf(t testing.TB, e eventstore.RecordedEvent) eventstore.Metadata {
 	return m
 }
 
-// correlationOf returns the correlation_id of an event's metadata.
-func correlationOf(t testing.TB, e eventstore.RecordedEvent) string {
-	t.Helper()
-	return metaOf(t, e).CorrelationID
-}
-
 // accessLines returns the access log lines ("http request") of booking
 // serve's JSON output whose client_request_id is client.
 func (s *server) accessLines(client string) []map[string]any {
