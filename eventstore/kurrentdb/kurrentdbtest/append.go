@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
@@ -67,7 +68,9 @@ func (d *db) checkCommit(stream string, expected int64, ids []uuid.UUID) commitC
 	}
 	if expected == evStreamExists {
 		if d.softDeleted(stream, writerView) {
-			return fail
+			// RequestManagerBase.Handle(ConsistencyChecksFailed) answers
+			// StreamDeleted for this one (IsSoftDeleted with StreamExists).
+			return commitCheck{decision: decFailed, cur: cur, softDeleted: true}
 		}
 		if cur < 0 && d.lastNumber(metastreamPrefix+stream, writerView) < 0 {
 			return fail
@@ -120,6 +123,13 @@ func (d *db) checkCommit(stream string, expected int64, ids []uuid.UUID) commitC
 		return fail
 	}
 	return ok(d.softDeleted(stream, writerView))
+}
+
+// deleted reports whether a failed check is answered StreamDeleted rather
+// than WrongExpectedVersion (RequestManagerBase.Handle(ConsistencyChecksFailed)):
+// the stream is tombstoned, or soft-deleted and expected to exist.
+func (cc commitCheck) deleted(expected int64) bool {
+	return cc.decision == decFailed && (cc.cur == deletedStream || (expected == evStreamExists && cc.softDeleted))
 }
 
 // repeat classifies a write whose events are all written already, the last
@@ -185,7 +195,14 @@ func (svc *streamsService) Append(ss api.Streams_AppendServer) error {
 		if err != nil {
 			return status.Errorf(codes.InvalidArgument, "invalid event id: %v", err)
 		}
-		size += 2*len(typ) + len(pm.GetData()) + len(pm.GetCustomMetadata())
+		// Event.SizeOnDisk: data, metadata and the type as UTF-16.
+		eventSize := 2*utf16Len(typ) + len(pm.GetData()) + len(pm.GetCustomMetadata())
+		if limit := svc.s.opts.MaxAppendEventSize; limit > 0 && eventSize > limit {
+			ss.SetTrailer(metadata.Pairs("exception", "maximum-append-event-size-exceeded", "maximum-append-event-size", strconv.Itoa(limit),
+				"event-id", id.String(), "proposed-append-event-size", strconv.Itoa(eventSize)))
+			return status.Errorf(codes.InvalidArgument, "Event with Id: %s, Size: %d, exceeds Maximum Append Event Size of %d.", id, eventSize, limit)
+		}
+		size += eventSize
 		if size > svc.s.opts.MaxAppendSize {
 			ss.SetTrailer(metadata.Pairs("exception", "maximum-append-size-exceeded", "maximum-append-size", strconv.Itoa(svc.s.opts.MaxAppendSize)))
 			return status.Errorf(codes.InvalidArgument, "Maximum Append Size of %d Exceeded.", svc.s.opts.MaxAppendSize)
@@ -244,7 +261,7 @@ func (s *Server) write(ctx context.Context, stream string, expected int64, event
 	switch cc.decision {
 	case decFailed, decCorrupted:
 		s.mu.Unlock()
-		if cc.decision == decFailed && cc.cur == deletedStream {
+		if cc.deleted(expected) {
 			return nil, streamDeletedError(setTrailer, stream)
 		}
 		return wrongExpectedVersion(expected, cc.cur), nil
@@ -487,7 +504,7 @@ func (s *Server) delete(ctx context.Context, stream string, expected int64, hard
 	cc := d.checkCommit(stream, expected, []uuid.UUID{uuid.New()})
 	if cc.decision != decOK {
 		s.mu.Unlock()
-		if cc.cur == deletedStream {
+		if cc.deleted(expected) {
 			return nil, streamDeletedError(setTrailer, stream)
 		}
 		return nil, wev(cc.cur)
@@ -543,4 +560,14 @@ func uuidToProto(id uuid.UUID, asString bool) *shared.UUID {
 		MostSignificantBits:  int64(binary.BigEndian.Uint64(id[:8])),
 		LeastSignificantBits: int64(binary.BigEndian.Uint64(id[8:])),
 	}}}
+}
+
+// utf16Len returns the length of s in UTF-16 code units, as .NET's
+// string.Length counts it.
+func utf16Len(s string) int {
+	n := 0
+	for _, r := range s {
+		n += utf16.RuneLen(r)
+	}
+	return n
 }

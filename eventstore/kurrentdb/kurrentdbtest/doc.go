@@ -11,7 +11,9 @@
 //   - Expected revisions and idempotent appends (IndexWriter.CheckCommit):
 //     Any and NoStream on a new stream succeed; StreamExists fails on a
 //     stream with neither events nor metadata, and on a soft-deleted one;
-//     Exact(n) succeeds at the current revision and fails above it. Below
+//     Exact(n) succeeds at the current revision and fails above it;
+//     StreamExists on a soft-deleted stream is refused with stream-deleted
+//     (RequestManagerBase.Handle(ConsistencyChecksFailed)). Below
 //     the current revision (Exact(n) with n < current, NoStream on an
 //     existing stream) the strong check runs: every id must be the event at
 //     n+1, n+2, … (looked up in the committed-events cache, then in the
@@ -42,10 +44,24 @@
 //     hides $epoch-information and persistent-subscription checkpoints but
 //     not other system events, nor events hidden by $tb or $maxAge).
 //   - Subscriptions to $all (Enumerator.AllSubscription,
-//     AllSubscriptionFiltered): a confirmation first, then events after the
-//     start position (exclusive) in log order, checkpoints every
-//     multiplier × window considered events for a filtered subscription and
-//     one when going live, caught_up once, then live events.
+//     AllSubscriptionFiltered): a confirmation first; a start before the
+//     last indexed record catches up in pages of 32 (a start inside a
+//     record fails with InvalidPosition after the confirmation), a start at
+//     or past it goes live at once and skips every event at or before it,
+//     even one written later below a start past the end of the log; then
+//     events after the start (exclusive) in log order, caught_up, live
+//     events. A filtered subscription sends checkpoints every multiplier ×
+//     window considered events while catching up (the last event's position
+//     or the page's start, whose prepare position is 0: (0, 0) for the first
+//     page from the start), one when going live, and one every multiplier ×
+//     window events written while live; a checkpoint that would not move
+//     forward is dropped, as the enumerator's MoveNextAsync drops it.
+//   - Size limits by server version (Options.Version, LimitsOf): the
+//     append size (1 MiB up to 25.0, 256 MiB from 25.1), the event size
+//     (none before 25.0, 16 MiB from 25.1) and the gRPC receive limit of the
+//     Streams service (16 MiB − 10,000 bytes), refused as the server does
+//     (maximum-append-size-exceeded, maximum-append-event-size-exceeded,
+//     ResourceExhausted).
 //   - Soft delete and tombstone (StorageWriterService WriteDelete), and the
 //     soft undelete that writing to a soft-deleted stream implies.
 //

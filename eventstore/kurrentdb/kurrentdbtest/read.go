@@ -8,7 +8,6 @@ import (
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
-	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -273,100 +272,6 @@ func (d *db) scanBackwards(i int, commit, prepare int64, count uint64, f *filter
 		}
 	}
 	return out
-}
-
-// subscribeAll serves a catch-up subscription to $all
-// (Enumerator.AllSubscription, AllSubscriptionFiltered): a confirmation,
-// then every allowed indexed record after the start position (exclusive) in
-// log order, a checkpoint every checkpointEvery considered records for a
-// filtered subscription, caught_up once it reaches the end of the log, and
-// live records as they are indexed, until the call ends.
-func (s *Server) subscribeAll(ss api.Streams_ReadServer, o *api.ReadReq_Options_AllOptions, f *filter, asString bool) error {
-	s.mu.Lock()
-	d := s.db
-	var next int
-	switch p := o.GetAllOption().(type) {
-	case *api.ReadReq_Options_AllOptions_Position:
-		commit, prepare := int64(p.Position.GetCommitPosition()), int64(p.Position.GetPreparePosition())
-		if !d.validPosition(commit) {
-			s.mu.Unlock()
-			return errInvalidPosition
-		}
-		next = d.firstAtOrAfter(commit, prepare)
-		for next < len(d.records) && !tfLess(commit, prepare, d.records[next].Pos, d.records[next].Pos) {
-			next++ // skip the record at the position itself
-		}
-	case *api.ReadReq_Options_AllOptions_End:
-		next = d.indexed
-	}
-	s.mu.Unlock()
-	if err := ss.Send(&api.ReadResp{Content: &api.ReadResp_Confirmation{Confirmation: &api.ReadResp_SubscriptionConfirmation{
-		SubscriptionId: uuid.NewString(),
-	}}}); err != nil {
-		return err
-	}
-	var (
-		considered int
-		last       *record
-		caughtUp   bool
-	)
-	for {
-		s.mu.Lock()
-		if s.db != d { // restarted under us
-			s.mu.Unlock()
-			return status.Error(codes.Unavailable, "server restarted")
-		}
-		batch := append([]*record(nil), d.records[min(next, d.indexed):d.indexed]...)
-		changed, stopped := s.changed, s.stopped
-		s.mu.Unlock()
-		for _, r := range batch {
-			next++
-			if r.NoData {
-				continue
-			}
-			considered++
-			last = r
-			if f.allowed(r) {
-				if err := ss.Send(eventResp(r, asString)); err != nil {
-					return err
-				}
-			}
-			if f != nil && considered%f.checkpointEvery == 0 {
-				if err := ss.Send(checkpointResp(r)); err != nil {
-					return err
-				}
-			}
-		}
-		if len(batch) > 0 {
-			continue
-		}
-		if !caughtUp {
-			if f != nil && last != nil {
-				// A checkpoint when going live, so one comes within every
-				// checkpoint interval.
-				if err := ss.Send(checkpointResp(last)); err != nil {
-					return err
-				}
-			}
-			if err := ss.Send(&api.ReadResp{Content: &api.ReadResp_CaughtUp_{CaughtUp: &api.ReadResp_CaughtUp{}}}); err != nil {
-				return err
-			}
-			caughtUp = true
-		}
-		select {
-		case <-changed:
-		case <-stopped:
-			return status.Error(codes.Unavailable, "server stopped")
-		case <-ss.Context().Done():
-			return status.FromContextError(ss.Context().Err()).Err()
-		}
-	}
-}
-
-func checkpointResp(r *record) *api.ReadResp {
-	return &api.ReadResp{Content: &api.ReadResp_Checkpoint_{Checkpoint: &api.ReadResp_Checkpoint{
-		CommitPosition: uint64(r.Pos), PreparePosition: uint64(r.Pos),
-	}}}
 }
 
 // eventResp converts a record as ResponseConverter.ConvertToReadEvent does:

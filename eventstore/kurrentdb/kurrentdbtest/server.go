@@ -30,9 +30,10 @@ const (
 	// about 80 bytes per entry for short stream names that is about 100,000
 	// entries.
 	DefaultIdempotencyCacheEntries = 100_000
-	// DefaultMaxAppendSize is KurrentDB's default MaxAppendSize (1 MiB): the
-	// most bytes of event types, data and metadata one append may carry.
-	DefaultMaxAppendSize = 1 << 20
+	// DefaultMaxAppendSize is the default MaxAppendSize of DefaultVersion
+	// (256 MiB, TFConsts.ChunkSize; see LimitsOf): the most bytes of event
+	// types, data and metadata one append may carry.
+	DefaultMaxAppendSize = chunkSize
 )
 
 // Options configure a Server. The zero value is usable.
@@ -48,8 +49,16 @@ type Options struct {
 	// idempotent appends with Any or StreamExists rely on (default
 	// DefaultIdempotencyCacheEntries).
 	IdempotencyCacheEntries int
-	// MaxAppendSize bounds one append (default DefaultMaxAppendSize).
+	// Version is the KurrentDB release the double imitates, e.g. "26.1.1"
+	// or "24.10" (default DefaultVersion): it sets the size limits (see
+	// LimitsOf) that MaxAppendSize and MaxAppendEventSize do not override.
+	Version string
+	// MaxAppendSize bounds one append, as the sum of its events' sizes
+	// (default: the Version's, see LimitsOf).
 	MaxAppendSize int
+	// MaxAppendEventSize bounds one event of an append (default: the
+	// Version's; none before 25.0).
+	MaxAppendEventSize int
 	// Now is the server clock: it stamps each event's "created" time and
 	// judges $maxAge (default time.Now).
 	Now func() time.Time
@@ -70,8 +79,9 @@ const (
 // fault injection. Create it with Start or NewTest. It is safe for
 // concurrent use.
 type Server struct {
-	opts Options
-	addr string
+	opts   Options
+	limits Limits
+	addr   string
 
 	mu       sync.Mutex
 	db       *db
@@ -100,11 +110,21 @@ var _ api.StreamsServer = (*streamsService)(nil)
 func Start(addr string, opts Options) (*Server, error) {
 	opts.WriteTimeout = orDefault(opts.WriteTimeout, DefaultWriteTimeout)
 	opts.IdempotencyCacheEntries = orDefault(opts.IdempotencyCacheEntries, DefaultIdempotencyCacheEntries)
-	opts.MaxAppendSize = orDefault(opts.MaxAppendSize, DefaultMaxAppendSize)
+	if opts.Version == "" {
+		opts.Version = DefaultVersion
+	}
+	limits, err := LimitsOf(opts.Version)
+	if err != nil {
+		return nil, err
+	}
+	opts.MaxAppendSize = orDefault(opts.MaxAppendSize, limits.MaxAppendSize)
+	if opts.MaxAppendEventSize <= 0 {
+		opts.MaxAppendEventSize = limits.MaxAppendEventSize
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{opts: opts, addr: addr, changed: make(chan struct{}), failures: map[Method][]error{}}
+	s := &Server{opts: opts, limits: limits, addr: addr, changed: make(chan struct{}), failures: map[Method][]error{}}
 	if err := s.Start(); err != nil {
 		return nil, err
 	}
@@ -190,6 +210,10 @@ func (s *Server) Start() error {
 		// The client pings every 10 s; KurrentDB accepts that.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 		grpc.StreamInterceptor(s.intercept),
+		// KurrentDB's Streams service receives at most
+		// TFConsts.EffectiveMaxLogRecordSize per message (grpc-go's own
+		// default, 4 MiB, would refuse events the server takes).
+		grpc.MaxRecvMsgSize(s.limits.MaxReceiveMessageSize),
 	)
 	api.RegisterStreamsServer(s.grpc, &streamsService{s: s})
 	s.stopped = make(chan struct{})
