@@ -142,6 +142,13 @@ type AppendResult struct {
 // events: it never existed, or it was truncated or expired.
 var ErrStreamNotFound = errors.New("eventstore: stream not found")
 
+// ErrAppendTooLarge is matched (errors.Is) by the error of an append the
+// store refuses for its size (an event or the whole batch over the store's
+// limit, e.g. KurrentDB's MaxAppendEventSize and MaxAppendSize): nothing was
+// written, and the same append will always be refused. It is never an
+// unknown outcome.
+var ErrAppendTooLarge = errors.New("eventstore: append too large")
+
 // ErrWrongExpectedRevision is the sentinel matched (errors.Is) by every
 // RevisionConflictError.
 var ErrWrongExpectedRevision = errors.New("eventstore: wrong expected revision")
