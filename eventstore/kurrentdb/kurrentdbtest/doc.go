@@ -65,12 +65,36 @@
 //   - Soft delete and tombstone (StorageWriterService WriteDelete), and the
 //     soft undelete that writing to a soft-deleted stream implies.
 //
+// # Clusters
+//
+// StartCluster (NewTestCluster) runs N nodes over one log, one of them the
+// leader, each a gRPC server of its own with Gossip.Read (so esdb://a,b,c
+// seed lists and esdb+discover:// work with the real client) and
+// ServerFeatures (the imitated version). As ClusterVNodeController routes
+// requests: the leader serves everything; a follower serves reads and
+// subscriptions from what has been replicated to it (Options.ReplicationLag
+// behind the leader), forwards writes to the leader (Aborted "Operation
+// timed out: Forwarding timeout" after Options.ForwardTimeout if it cannot
+// reach it), and answers a request carrying requires-leader: true with
+// NotLeader naming the leader (NotFound, trailers exception=not-leader,
+// leader-endpoint-host/-port); a node without a leader answers writes and
+// requires-leader requests Unavailable "Server Is Not Ready". Stopping the
+// leader (Stop) or cutting it off (Isolate) leaves the others without a
+// leader for Options.ElectionDelay, then the majority elects one, which
+// starts with an empty committed-events cache and writes an epoch record;
+// a node cut off keeps believing in its leader for the election delay (a
+// cut-off leader's writes time out, nothing written) and reads what it had.
+// Start and Heal bring a node back as a follower. Not modelled: the gossip
+// timeout before followers notice a lost leader, truncation of a deposed
+// leader's unreplicated records (it writes nothing while cut off), read-only
+// replicas, node priorities.
+//
 // # What it does not do
 //
 // No TLS, authentication or access control (every caller is admin), no
-// cluster or gossip, no persistent subscriptions, projections, scavenging,
-// ServerFeatures, BatchAppend or subscriptions to a single stream. The
-// committed-events cache is bounded by entries, not bytes.
+// persistent subscriptions, projections, scavenging, BatchAppend or
+// subscriptions to a single stream. The committed-events cache is bounded
+// by entries, not bytes.
 //
 // # Faults
 //

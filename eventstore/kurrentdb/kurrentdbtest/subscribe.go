@@ -1,6 +1,8 @@
 package kurrentdbtest
 
 import (
+	"time"
+
 	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
@@ -28,13 +30,13 @@ func at(r *record) tfPos { return tfPos{r.Pos, r.Pos} }
 // filtered one.
 const readBatchSize = 32
 
-// lastIndexedPosition is IndexCommitter.LastIndexedPosition: the log
-// position of the last indexed record, -1 if there is none.
-func (d *db) lastIndexedPosition() int64 {
-	if d.indexed == 0 {
+// lastIndexedPosition is IndexCommitter.LastIndexedPosition in view v: the
+// log position of the last record v sees, -1 if there is none.
+func (d *db) lastIndexedPosition(v view) int64 {
+	if v <= 0 {
 		return -1
 	}
-	return d.records[d.indexed-1].Pos
+	return d.records[v-1].Pos
 }
 
 // allPage is one forward $all read of a subscription's catch-up
@@ -56,16 +58,16 @@ type allPage struct {
 // log. The next read starts after the last considered record, with prepare
 // position 0 (nextPos = TFPos(post-position, 0)). A pos inside a record is
 // refused (ReadAllResult.InvalidPosition).
-func (d *db) readAllPage(pos tfPos, maxCount, window int, f *filter) (allPage, error) {
+func (d *db) readAllPage(v view, pos tfPos, maxCount, window int, f *filter) (allPage, error) {
 	if !d.validPosition(pos.commit) {
 		return allPage{}, errInvalidPosition
 	}
 	pg := allPage{current: pos, next: pos}
-	last := d.lastIndexedPosition()
+	last := d.lastIndexedPosition(v)
 	nextCommit := pos.commit
 	i := d.firstAtOrAfter(nextCommit, 0)
 	for len(pg.events) < maxCount && pg.considered < window {
-		if nextCommit > last || i >= d.indexed {
+		if nextCommit > last || i >= int(v) {
 			pg.end = true
 			break
 		}
@@ -114,10 +116,11 @@ type allSubscription struct {
 // multiplier × window events written while live; a checkpoint that would
 // not move forward is not sent.
 func (s *Server) subscribeAll(ss api.Streams_ReadServer, o *api.ReadReq_Options_AllOptions, f *filter, asString bool) error {
-	s.mu.Lock()
-	d := s.db
-	confirmed := d.indexed // records indexed later are live events
-	last := d.lastIndexedPosition()
+	s.c.mu.Lock()
+	d := s.c.db
+	v := s.viewLocked(time.Now())
+	confirmed := int(v) // records the node reads later are live events
+	last := d.lastIndexedPosition(v)
 	checkpoint := headOfTF
 	switch p := o.GetAllOption().(type) {
 	case *api.ReadReq_Options_AllOptions_Position:
@@ -125,7 +128,7 @@ func (s *Server) subscribeAll(ss api.Streams_ReadServer, o *api.ReadReq_Options_
 	case *api.ReadReq_Options_AllOptions_End:
 		checkpoint = tfPos{last, last}
 	}
-	s.mu.Unlock()
+	s.c.mu.Unlock()
 	if err := ss.Send(&api.ReadResp{Content: &api.ReadResp_Confirmation{Confirmation: &api.ReadResp_SubscriptionConfirmation{
 		SubscriptionId: uuid.NewString(),
 	}}}); err != nil {
@@ -156,13 +159,13 @@ func (sub *allSubscription) catchUp() error {
 	}
 	counter := 0
 	for {
-		sub.s.mu.Lock()
-		if sub.s.db != sub.d {
-			sub.s.mu.Unlock()
+		sub.s.c.mu.Lock()
+		if sub.s.c.db != sub.d {
+			sub.s.c.mu.Unlock()
 			return status.Error(codes.Unavailable, "server restarted")
 		}
-		pg, err := sub.d.readAllPage(pos, readBatchSize, window, sub.f)
-		sub.s.mu.Unlock()
+		pg, err := sub.d.readAllPage(sub.s.viewLocked(time.Now()), pos, readBatchSize, window, sub.f)
+		sub.s.c.mu.Unlock()
 		if err != nil {
 			return err
 		}
@@ -213,14 +216,17 @@ func (sub *allSubscription) live(from int) error {
 	}
 	next, counter := from, 0
 	for {
-		sub.s.mu.Lock()
-		if sub.s.db != sub.d { // restarted under us
-			sub.s.mu.Unlock()
+		sub.s.c.mu.Lock()
+		if sub.s.c.db != sub.d { // restarted under us
+			sub.s.c.mu.Unlock()
 			return status.Error(codes.Unavailable, "server restarted")
 		}
-		batch := append([]*record(nil), sub.d.records[min(next, sub.d.indexed):sub.d.indexed]...)
-		changed, stopped := sub.s.changed, sub.s.stopped
-		sub.s.mu.Unlock()
+		now := time.Now()
+		v := int(sub.s.viewLocked(now))
+		batch := append([]*record(nil), sub.d.records[min(next, v):v]...)
+		changed, stopped := sub.s.c.changed, sub.s.stopped
+		lag := sub.s.nextVisibleLocked(now)
+		sub.s.c.mu.Unlock()
 		for _, r := range batch {
 			next++
 			if r.NoData {
@@ -248,8 +254,13 @@ func (sub *allSubscription) live(from int) error {
 		if len(batch) > 0 {
 			continue
 		}
+		var replicated <-chan time.Time
+		if lag > 0 {
+			replicated = time.After(lag)
+		}
 		select {
 		case <-changed:
+		case <-replicated:
 		case <-stopped:
 			return status.Error(codes.Unavailable, "server stopped")
 		case <-sub.ss.Context().Done():

@@ -84,17 +84,25 @@ func LimitsOf(version string) (Limits, error) {
 
 // parseVersion reads "major.minor[.patch]" with an optional "v" prefix.
 func parseVersion(v string) (major, minor int, err error) {
+	major, minor, _, err = versionParts(v)
+	return major, minor, err
+}
+
+// versionParts reads "major.minor[.patch]" with an optional "v" prefix; a
+// missing patch is 0.
+func versionParts(v string) (major, minor, patch int, err error) {
 	parts := strings.Split(strings.TrimPrefix(v, "v"), ".")
 	if len(parts) < 2 || len(parts) > 3 {
-		return 0, 0, fmt.Errorf("kurrentdbtest: server version %q: want major.minor or major.minor.patch, e.g. %s", v, DefaultVersion)
+		return 0, 0, 0, fmt.Errorf("kurrentdbtest: server version %q: want major.minor or major.minor.patch, e.g. %s", v, DefaultVersion)
 	}
 	nums := make([]int, len(parts))
 	for i, p := range parts {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 0 {
-			return 0, 0, fmt.Errorf("kurrentdbtest: server version %q: %q is not a number", v, p)
+			return 0, 0, 0, fmt.Errorf("kurrentdbtest: server version %q: %q is not a number", v, p)
 		}
 		nums[i] = n
 	}
-	return nums[0], nums[1], nil
+	nums = append(nums, 0)
+	return nums[0], nums[1], nums[2], nil
 }
