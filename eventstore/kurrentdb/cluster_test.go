@@ -11,6 +11,7 @@ import (
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/kurrentdb"
 	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
+	"github.com/retrysafe/booking/eventstore/storetest"
 )
 
 // TestClusterReadsYourWritesThroughAFollower: a Store whose connection
@@ -181,4 +182,78 @@ func TestClusterSubscriptionOnAFollower(t *testing.T) {
 		acked = append(acked, ev)
 	}
 	checkOnce(t, "the follower's subscription", acked, sub.waitFor(t, ctx, len(acked)))
+}
+
+// TestClusterProcessElectionOnCommand: the double's command runs a
+// three-node cluster in a process of its own; its control endpoint stops the
+// leader (an election follows) and starts the node again as a follower; a
+// Store rides it out; a SIGKILL and a restart on the data file keep the log.
+func TestClusterProcessElectionOnCommand(t *testing.T) {
+	p := kurrentdbtest.StartProcessWith(t, doubleBin, kurrentdbtest.ProcessOptions{
+		DataFile: t.TempDir() + "/log", Nodes: 3, ElectionDelay: 300 * time.Millisecond,
+	})
+	s := newStore(t, p.URL())
+	ctx := testContext(t)
+	stream := "process-" + uuid.NewString()
+	if _, err := s.Append(ctx, stream, eventstore.NoStream(), newEvents(1)...); err != nil {
+		t.Fatal(err)
+	}
+	stopped, err := p.StopLeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, stream, eventstore.Exact(0), newEvents(1)...); err != nil {
+		t.Fatalf("Append through the election = %v", err)
+	}
+	st, err := p.Status()
+	if err != nil || st.Leader < 0 || st.Leader == stopped || st.Nodes[stopped].Running {
+		t.Fatalf("Status after the election = %+v, %v; want a new leader, node %d stopped", st, err, stopped)
+	}
+	if err := p.StartNode(stopped); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Status(); err != nil || !st.Nodes[stopped].Running || st.Nodes[stopped].Leader {
+		t.Fatalf("Status after the restart = %+v, %v; want node %d running as a follower", st, err, stopped)
+	}
+	p.Kill()
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Eventually(t, ctx, func() error {
+		got, err := s.ReadStream(ctx, stream, 0, 0)
+		if err != nil || len(got) != 2 {
+			return fmt.Errorf("ReadStream after the restart = %d events, %v; want 2", len(got), err)
+		}
+		return nil
+	})
+}
+
+// TestClusterReaderFollowsAnElection: a Store that only reads, connected to
+// the leader, goes on reading after the leader stops. Client v4 does not
+// reconnect after a read that fails to open (Client-Go#190), so the Store
+// replaces the client itself.
+func TestClusterReaderFollowsAnElection(t *testing.T) {
+	c := kurrentdbtest.NewTestCluster(t, 3, kurrentdbtest.Options{ElectionDelay: 300 * time.Millisecond})
+	writer := newStore(t, c.URL())
+	reader := newStore(t, c.URL())
+	ctx := testContext(t)
+	stream := "reader-" + uuid.NewString()
+	if _, err := writer.Append(ctx, stream, eventstore.NoStream(), newEvents(1)...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.ReadAll(ctx, eventstore.Position{}, 10); err != nil {
+		t.Fatal(err)
+	}
+	c.Leader().Stop()
+	if _, err := writer.Append(ctx, stream, eventstore.Exact(0), newEvents(1)...); err != nil {
+		t.Fatalf("Append through the election = %v", err)
+	}
+	for i := range 3 {
+		if got, err := reader.ReadStream(ctx, stream, 0, 0); err != nil || len(got) != 2 {
+			t.Fatalf("read %d after the leader stopped = %d events, %v; want 2", i, len(got), err)
+		}
+		if _, err := reader.ReadAll(ctx, eventstore.Position{}, 10); err != nil {
+			t.Fatalf("ReadAll %d after the leader stopped = %v", i, err)
+		}
+	}
 }

@@ -331,14 +331,20 @@ func grpcCode(err error) codes.Code {
 
 // brokenClient reports whether err shows that the client itself must be
 // replaced: it has given up (ConnectionClosed), the server is unreachable
-// (Unavailable, which covers a failed discovery), or it panicked.
+// (Unavailable, which covers a failed discovery, with or without the
+// client's wrapping), or it panicked.
 func brokenClient(err error) bool {
 	var p *clientPanicError
 	if errors.As(err, &p) {
 		return true
 	}
-	code, ok := esdbCode(err)
-	return ok && (code == esdb.ErrorCodeConnectionClosed || code == esdb.ErrorUnavailable)
+	if code, ok := esdbCode(err); ok {
+		return code == esdb.ErrorCodeConnectionClosed || code == esdb.ErrorUnavailable
+	}
+	// A read that failed to open returns gRPC's error as is, without the
+	// client's reconnect (Client-Go#190): a client whose node went away
+	// would keep dialing it.
+	return grpcCode(err) == codes.Unavailable
 }
 
 // transient reports whether err may go away on its own: the connection

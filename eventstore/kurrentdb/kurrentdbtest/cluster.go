@@ -448,3 +448,39 @@ var (
 	_ gossip.GossipServer           = (*gossipService)(nil)
 	_ features.ServerFeaturesServer = (*featuresService)(nil)
 )
+
+// Index returns the node's index in its cluster (0 for a single node).
+func (s *Server) Index() int { return s.id }
+
+// NodeStatus is one node as Cluster.Status reports it.
+type NodeStatus struct {
+	Addr    string `json:"addr"`
+	Running bool   `json:"running"`
+	Leader  bool   `json:"leader"`
+	CutOff  bool   `json:"cut_off"`
+}
+
+// Status is a cluster's state: its nodes, the index of its leader (-1 if
+// there is none) and the number of records in its log.
+type Status struct {
+	Nodes   []NodeStatus `json:"nodes"`
+	Leader  int          `json:"leader"`
+	Records int          `json:"records"`
+}
+
+// Status returns the cluster's state.
+func (c *Cluster) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := Status{Leader: -1}
+	if c.db != nil {
+		st.Records = len(c.db.records)
+	}
+	for i, s := range c.nodes {
+		st.Nodes = append(st.Nodes, NodeStatus{Addr: s.addr, Running: s.running, Leader: c.leader == s, CutOff: s.cut != nil})
+		if c.leader == s {
+			st.Leader = i
+		}
+	}
+	return st
+}
