@@ -227,7 +227,9 @@ type Snapshots struct {
 }
 
 // NewSnapshots returns the snapshot named name stored in pool's database.
-func NewSnapshots(pool *pgxpool.Pool, name string) *Snapshots { return &Snapshots{pool: pool, name: name} }
+func NewSnapshots(pool *pgxpool.Pool, name string) *Snapshots {
+	return &Snapshots{pool: pool, name: name}
+}
 
 // Load returns the saved snapshot, or nil if none was saved. Returns a
 // wrapped error if the query fails. Safe for concurrent use.
