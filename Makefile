@@ -240,6 +240,9 @@ test-alerts: ## Check deploy/prometheus and run the alert rules' unit tests (pro
 test-kurrentdb: ## Run the end-to-end scenarios with booking serve on KurrentDB (a three-node cluster double as its own process; its leader is stopped once mid-test)
 	BOOKING_TEST_BACKEND=kurrentdb BOOKING_TEST_KURRENTDB_NODES=3 BOOKING_TEST_KURRENTDB_ELECTION=1 $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) \
 		-run '$(KURRENTDB_TESTS)' $(TEST_ARGS) ./test/
+	@echo "==> make test-kurrentdb: the statement budget with the log on KurrentDB, alone (it counts idle polls)"
+	BOOKING_TEST_BACKEND=kurrentdb $(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) \
+		-run '^TestStatementBudget_WholeService$$' $(TEST_ARGS) ./test/
 # Redocly's CLI, pinned; fetched by npx from the npm registry on first use.
 #? make lint-openapi: the @redocly/cli version npx fetches
 REDOCLY_VERSION ?= 2.77.0
