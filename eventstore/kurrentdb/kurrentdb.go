@@ -274,7 +274,7 @@ func toEventData(stream string, expected eventstore.ExpectedRevision, events []e
 		if e.Type == "" {
 			return nil, nil, fmt.Errorf("kurrentdb: append to %q: event %d (%s): empty type", stream, i, id)
 		}
-		if isSystem(e.Type) {
+		if isSystem(e.Type) && e.Type != eventstore.PlaceholderType {
 			return nil, nil, fmt.Errorf("kurrentdb: append to %q: event %d (%s): event types starting with $ are KurrentDB's", stream, i, id)
 		}
 		out[i] = esdb.EventData{EventID: id, EventType: e.Type, ContentType: esdb.ContentTypeJson, Data: e.Data, Metadata: e.Metadata}
@@ -308,7 +308,8 @@ func toEventData(stream string, expected eventstore.ExpectedRevision, events []e
 // outcome is unknown and matches context.DeadlineExceeded when a deadline
 // passed. It returns a plain error, with nothing sent, for an empty or
 // system ($-prefixed) stream name, no events, an id that is not a UUID, an
-// id repeated in the batch, or an empty or system event type. Safe for
+// id repeated in the batch, or an empty or system event type (except
+// eventstore.PlaceholderType, which a copy of a log writes). Safe for
 // concurrent use.
 func (s *Store) Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) (eventstore.AppendResult, error) {
 	evs, exp, err := toEventData(stream, expected, events)
