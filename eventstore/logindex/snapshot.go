@@ -28,7 +28,7 @@ type snapshot struct {
 
 // Save saves the summary now (after reading the log up to its horizon), for
 // a graceful stop: the next start reads only the log after it. Without
-// WithSnapshots it does nothing. Returns a wrapped error if the log cannot
+// WithSnapshots, or before the Index's first call, it does nothing. Returns a wrapped error if the log cannot
 // be read or the snapshot cannot be saved.
 func (ix *Index) Save(ctx context.Context) error {
 	if ix.snapshots == nil {
@@ -36,6 +36,9 @@ func (ix *Index) Save(ctx context.Context) error {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	if !ix.loaded {
+		return nil // never used: nothing to save, and no reason to read the log now
+	}
 	if err := ix.catchUp(ctx); err != nil {
 		return err
 	}
