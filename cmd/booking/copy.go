@@ -44,8 +44,8 @@ type eventstoreCopyCmd struct {
 // marked for it with the relay resuming after its last message, and the
 // log index's snapshot dropped. The service must be stopped.
 func (c *eventstoreCopyCmd) Run(e *env) error {
-	if c.DatabaseURL == "" {
-		return configError("DATABASE_URL", "required (a postgres:// URL)")
+	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+		return err
 	}
 	from, err := copyBackend("--from", c.From)
 	if err != nil {
