@@ -33,7 +33,7 @@ const (
 // (BOOKING_TEST_BACKEND=kurrentdb): the statements PostgreSQL still gets
 // per booking (read models, checkpoints, leases, locks, the clock, the
 // relay's bookkeeping), with the appends and log reads gone to KurrentDB.
-// 3.1 per booking were counted on a quiet machine (two statements of the
+// 3.1 and 3.8 per booking were counted in two runs (two statements of the
 // order key store, the rest the read models' and checkpoints' batched
 // writes); the margin covers a busy one, where the background's
 // per-second statements weigh more.
