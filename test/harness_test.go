@@ -274,6 +274,10 @@ type Options struct {
 	// PGProxy routes booking serve's database connections through a
 	// pgProxy (server.pgProxy) that can cut the answer of a chosen append.
 	PGProxy bool
+	// KeepLeader keeps the KurrentDB double's leader for the whole test
+	// (no election mid-run): for tests that stop or replace the double
+	// themselves.
+	KeepLeader bool
 }
 
 // server is a running `booking serve` with its own database, ports and data

@@ -94,6 +94,7 @@ func TestUnreachableDatabaseIsNamed(t *testing.T) {
 		{"notifications", "tail", "--nats-url", "nats://127.0.0.1:1"},
 		{"intents", "explain", "--actor", "alice", "--key", "k"},
 		{"loadgen", "--target", "http://127.0.0.1:1"},
+		{"eventstore", "copy", "--from", "postgres", "--to", "esdb://127.0.0.1:1?tls=false"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), args, &stdout, &stderr)
@@ -122,6 +123,10 @@ func TestConfigurationErrorsExitTwo(t *testing.T) {
 		{[]string{"migrate"}, "invalid configuration: --database-url (DATABASE_URL): required"},
 		{[]string{"notifications", "tail"}, "invalid configuration: --database-url (DATABASE_URL): required"},
 		{[]string{"projections", "rebuild"}, "invalid configuration: --database-url (DATABASE_URL): required"},
+		{[]string{"eventstore", "copy", "--from", "postgres", "--to", "esdb://h:1"}, "invalid configuration: --database-url (DATABASE_URL): required"},
+		{[]string{"eventstore", "copy", "--database-url", "postgres://127.0.0.1:1/x", "--from", "bogus", "--to", "postgres"}, "invalid configuration: --from: must be postgres or a kurrentdb://"},
+		{[]string{"eventstore", "copy", "--database-url", "postgres://127.0.0.1:1/x", "--from", "postgres", "--to", "postgres"}, "invalid configuration: --to: is a postgres event store like --from"},
+		{[]string{"eventstore", "copy", "--database-url", "postgres://127.0.0.1:1/x", "--from", "postgres", "--to", "esdb://h:1", "--batch", "0"}, "invalid configuration: --batch"},
 		{[]string{"serve", "--database-url", "postgres://127.0.0.1:1/x", "--api-tokens", "a=t", "--intent-lease=-5s"},
 			"invalid configuration: --intent-lease (BOOKING_INTENT_LEASE): must be a positive duration"},
 		{[]string{"provider-sim", "--retention=-1s"}, "invalid configuration: --retention (BOOKING_PROVIDER_RETENTION): must be a positive duration"},
