@@ -1,3 +1,5 @@
+//go:build pendingadapter
+
 package commands
 
 import (

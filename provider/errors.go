@@ -100,6 +100,11 @@ type APIError struct {
 	// Charge is the failed charge of a decline (ErrDeclined); nil otherwise.
 	Charge *Charge
 
+	// Payment is the declined payment of a decline (ErrDeclined): a
+	// PaymentIntent in status requires_payment_method with its LastError;
+	// nil otherwise.
+	Payment *Payment
+
 	kind error
 }
 
