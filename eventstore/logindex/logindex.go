@@ -60,6 +60,19 @@ type order struct {
 	ended     bool
 	requested map[string]struct{} // charge ids of RefundRequested
 	settled   map[string]struct{} // charge ids of RefundSucceeded and RefundRefused
+	awaiting  map[string]struct{} // payment ids of PaymentActionRequired
+	resolved  map[string]struct{} // charge ids of PaymentSucceeded and PaymentFailed
+}
+
+// awaitsCancel reports whether a payment that required the customer's
+// action has no recorded final state.
+func (o *order) awaitsCancel() bool {
+	for id := range o.awaiting {
+		if _, ok := o.resolved[id]; !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // stamp is an intent event not yet known to be truncated: its revision and
@@ -111,6 +124,10 @@ func (ix *Index) apply(e eventstore.RecordedEvent) {
 			o.requested = addCharge(o.requested, e.Data)
 		case e.Type == "RefundSucceeded" || e.Type == "RefundRefused":
 			o.settled = addCharge(o.settled, e.Data)
+		case e.Type == "PaymentActionRequired":
+			o.awaiting = addMember(o.awaiting, e.Data, "payment_id")
+		case e.Type == "PaymentSucceeded" || e.Type == "PaymentFailed":
+			o.resolved = addCharge(o.resolved, e.Data)
 		}
 	case strings.HasPrefix(e.Stream, intentPrefix):
 		m, _ := eventstore.DecodeMetadata(e.Metadata)
@@ -125,7 +142,13 @@ const intentPrefix = "intent-"
 // SQL version counts distinct charge ids the same way (a missing member
 // counts as none).
 func addCharge(set map[string]struct{}, data []byte) map[string]struct{} {
-	id, ok := chargeID(data)
+	return addMember(set, data, "charge_id")
+}
+
+// addMember adds the string member name of an event's data to set (a
+// missing member or JSON null adds nothing).
+func addMember(set map[string]struct{}, data []byte, name string) map[string]struct{} {
+	id, ok := stringMember(data, name)
 	if !ok {
 		return set
 	}
@@ -141,7 +164,9 @@ func addCharge(set map[string]struct{}, data []byte) map[string]struct{} {
 // (order-{id}) that still need the payment reconciler: those with no ending
 // event (OrderConfirmed, OrderFailed, OrderCancelled, OrderNeedsReview), and
 // those with more distinct charge ids in RefundRequested than in
-// RefundSucceeded and RefundRefused. The same rule as
+// RefundSucceeded and RefundRefused, and those with a payment id of
+// PaymentActionRequired that no PaymentSucceeded or PaymentFailed names
+// (charge_id). The same rule as
 // pgstore.Store.PendingOrders; it implements commands.PendingOrders. It
 // reads the log up to its horizon first, so the answer is exact at the
 // moment of the call. Fewer than limit ids means the last page. Returns a
@@ -158,7 +183,7 @@ func (ix *Index) PendingOrders(ctx context.Context, after string, limit int) ([]
 	}
 	var streams []string
 	for name, o := range ix.orders {
-		if name > from && (!o.ended || len(o.requested) > len(o.settled)) {
+		if name > from && (!o.ended || len(o.requested) > len(o.settled) || o.awaitsCancel()) {
 			streams = append(streams, name)
 		}
 	}
