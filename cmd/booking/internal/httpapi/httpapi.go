@@ -46,8 +46,13 @@ type Service interface {
 	// each with its durable timeline (GET /v1/intents); empty when there
 	// are none.
 	ExplainIntents(ctx context.Context, actor, key string) ([]commands.IntentExplanation, error)
-	// ReceiveWebhook verifies and records a payment provider notification.
-	ReceiveWebhook(ctx context.Context, secret []byte, signature string, body []byte) error
+	// PaymentAction returns what the customer's client needs to finish
+	// o's payment while it requires the customer's action (nil otherwise);
+	// shown only to o's actor.
+	PaymentAction(ctx context.Context, o domain.Order) (*commands.PaymentAction, error)
+	// ReceiveWebhook verifies (the Stripe-Signature header over the raw
+	// body) and records a payment provider notification.
+	ReceiveWebhook(ctx context.Context, signature string, body []byte) error
 }
 
 // Reads is what the list endpoints need from the read models; it is
@@ -72,8 +77,6 @@ type Actor struct {
 type Config struct {
 	// Tokens maps a bearer token (RFC 6750) to its actor.
 	Tokens map[string]Actor
-	// WebhookSecret verifies Provider-Signature on POST /v1/provider/webhooks.
-	WebhookSecret []byte
 	// RetryBudgetRate and RetryBudgetBurst size the per-actor token bucket
 	// of POST requests: sustained requests per second, and burst size.
 	RetryBudgetRate  float64
@@ -105,7 +108,7 @@ type Config struct {
 func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
 	log = slog.New(logging.Handler(log.Handler()))
 	a := &api{svc: svc, tokens: cfg.Tokens, log: log, metrics: cfg.Metrics, ready: cfg.Ready, rateLimited: cfg.RateLimited,
-		webhookSecret: cfg.WebhookSecret, budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test,
+		budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test,
 		observe: cfg.ObserveRequest}
 	a.webhooks = newWebhookHandler(a, svc)
 	if reads != nil {
