@@ -640,7 +640,8 @@ func contractCases() []contractCase {
 
 		// Webhooks.
 		{name: "a webhook needs no bearer token and is 204", method: "POST", path: "/v1/provider/webhooks", token: "-", key: "-",
-			header: map[string]string{"Provider-Signature": "t=1,v1=00"}, body: `{"id":"evt_1","type":"charge.succeeded","data":{"object":{"id":"ch_1"}}}`, status: 204, calls: []string{"ReceiveWebhook"}},
+			header: map[string]string{"Stripe-Signature": "t=1,v1=00"}, body: `{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1"}}}`,
+			status: 204, calls: []string{"ReceiveWebhook"}},
 		{name: "a webhook with a bad signature is 400", method: "POST", path: "/v1/provider/webhooks", token: "-", key: "-",
 			body: `{"id":"evt_1"}`, setup: withErr(commands.ErrWebhookSignature), status: 400, code: "invalid-signature",
 			calls: []string{"ReceiveWebhook"}},
