@@ -21,14 +21,15 @@ import (
 	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
+	"github.com/retrysafe/booking/commands/webhookstore"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/fanout"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/projections"
 	"github.com/retrysafe/booking/projections/notify"
-	"github.com/retrysafe/booking/provider"
 	"github.com/retrysafe/booking/provider/providersim"
+	"github.com/retrysafe/booking/provider/stripe"
 )
 
 type serveCmd struct {
@@ -53,18 +54,18 @@ const (
 // the simulator, and the database pool.
 func (c *serveCmd) Run(e *env) error {
 	cfg := c.ServeConfig
-	if cfg.ProviderURL == "" && cfg.ProviderWebhookSecret == "" {
+	dev := cfg.devMode() // dev mode: the provider simulator in-process
+	if dev && cfg.ProviderWebhookSecret == "" {
 		cfg.ProviderWebhookSecret = devWebhookSecret
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	dev := cfg.ProviderURL == "" // dev mode: the provider simulator in-process
 	masterKeys, masterKeysFrom, err := cfg.Secrets.LoadMasterKeys(dev, cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	providerAPIKey, providerAPIKeyFrom, err := cfg.Secrets.LoadProviderAPIKey(dev)
+	providerAPIKey, providerAPIKeyFrom, err := cfg.Secrets.LoadProviderKey(dev)
 	if err != nil {
 		return err
 	}
@@ -162,11 +163,18 @@ func (c *serveCmd) Run(e *env) error {
 		defer sim.Close()
 		providerURL = sim.URL()
 	}
-	var providerOpts []provider.Option
-	if providerAPIKey != "" {
-		providerOpts = append(providerOpts, provider.WithAPIKey(providerAPIKey))
+	// Every payment goes through the Stripe adapter: to Stripe's API
+	// (providerURL empty), a proxy, or the simulator.
+	payments, err := stripe.New(stripe.Config{SecretKey: providerAPIKey, BaseURL: providerURL,
+		HTTPClient: &http.Client{Timeout: cfg.ProviderTimeout + time.Second}, WebhookSecrets: []string{cfg.ProviderWebhookSecret},
+		IgnoreAPIVersionMismatch: cfg.StripeIgnoreAPIVersion})
+	if err != nil {
+		ln.Close()
+		return configError("BOOKING_PROVIDER_URL", "%v", err)
 	}
-	payments := provider.New(providerURL, &http.Client{Timeout: cfg.ProviderTimeout + time.Second}, providerOpts...)
+	if providerURL == "" {
+		providerURL = "Stripe's API"
+	}
 
 	hcfg := commands.DefaultConfig()
 	hcfg.Executor = uuid.Must(uuid.NewV7()).String()
@@ -179,10 +187,11 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.SendMargin = sendMargin
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
 	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's idempotency window
+	hcfg.ClockSkew = cfg.ProviderClockSkew
 	hcfg.InUseWait = cfg.InUseWait
 	mx := metrics.New(e.version)
 	mx.MustRegister(metrics.NewPoolCollector(pool))
-	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys)}
+	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys), commands.WithProcessedEvents(webhookstore.New(pool))}
 	hooks, testAPI, err := faults.FromEnv(ctx, log)
 	if err != nil {
 		ln.Close()
@@ -248,7 +257,7 @@ func (c *serveCmd) Run(e *env) error {
 			locks.RunExclusive(wctx, log, projectorLock(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, followed) })
 		}()
 	}
-	srv.Handler = httpapi.New(httpapi.Config{Tokens: tokens, WebhookSecret: []byte(cfg.ProviderWebhookSecret),
+	srv.Handler = httpapi.New(httpapi.Config{Tokens: tokens,
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
 		Ready: ready(pool, elog), Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI,
 		ObserveRequest: mx.ObserveHTTP},
