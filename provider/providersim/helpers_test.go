@@ -212,12 +212,13 @@ func (s *sim) wantControl(tb testing.TB, method, path, body string, want int) {
 	}
 }
 
-// createForm is the form body of the service's create request.
+// createForm is the form body of the service's create request, the
+// parameters createParams sends.
 func createForm(orderID, attempt, pm string) url.Values {
 	return url.Values{
 		"amount": {"1500"}, "currency": {"eur"}, "payment_method": {pm}, "confirm": {"true"},
 		"automatic_payment_methods[enabled]": {"true"}, "automatic_payment_methods[allow_redirects]": {"never"},
-		"metadata[order_id]": {orderID}, "metadata[attempt]": {attempt},
+		"metadata[order_id]": {orderID}, "metadata[attempt]": {attempt}, "description": {"order " + orderID},
 	}
 }
 
@@ -229,6 +230,15 @@ func mustUnmarshal(tb testing.TB, data []byte, v any) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func mustAtoi(tb testing.TB, s string) int64 {
+	tb.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
 
 // collect gathers what a stripe-go iterator yields, stopping at an error.
 func collect[T any](seq stripe.Seq2[T, error]) ([]T, error) {
