@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
@@ -70,14 +71,7 @@ func parseParams(values url.Values, sp spec) (params, *apiError) {
 	p := params{scalar: map[string]string{}, hash: map[string]map[string]string{}, array: map[string][]string{}}
 	indexed := map[string]map[int]string{}
 	canon := url.Values{}
-	keys := slices.Sorted(func(yield func(string) bool) {
-		for k := range values {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	for _, key := range keys {
+	for _, key := range slices.Sorted(maps.Keys(values)) {
 		vals := values[key]
 		m := bracketKey.FindStringSubmatch(key)
 		if m == nil {
@@ -126,13 +120,7 @@ func parseParams(values url.Values, sp spec) (params, *apiError) {
 		}
 	}
 	for name, byIndex := range indexed {
-		for _, i := range slices.Sorted(func(yield func(int) bool) {
-			for i := range byIndex {
-				if !yield(i) {
-					return
-				}
-			}
-		}) {
+		for _, i := range slices.Sorted(maps.Keys(byIndex)) {
 			p.array[name] = append(p.array[name], byIndex[i])
 		}
 	}
