@@ -164,6 +164,7 @@ func (s *Server) finishAuthentication(id string, ok bool) (PaymentIntent, *apiEr
 		return PaymentIntent{}, serverError(http.StatusInternalServerError, "The change could not be saved: "+err.Error())
 	}
 	s.applyLocked(c)
+	s.logCommit(c, "POST /_sim/payment_intents/{id}/authenticate", "", http.StatusOK)
 	evs := s.newEventsLocked(c.events, "", "")
 	out := clonePI(&pi)
 	s.mu.Unlock()

@@ -1,7 +1,6 @@
 package providersim_test
 
 import (
-	"bytes"
 	"encoding/base64"
 	"log/slog"
 	"net/http"
@@ -18,7 +17,7 @@ import (
 // anything else is 401 before anything runs, and the key is never logged.
 func TestAPIKeyAsStripeTakesIt(t *testing.T) {
 	t.Parallel()
-	var logs bytes.Buffer
+	var logs syncBuffer
 	s := mustSim(t, providersim.Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	basic := func(user, pass string) string {
 		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))

@@ -49,8 +49,9 @@
 // Confirming follows Stripe's rule for automatic payment methods, on by
 // default: without return_url, a confirmation whose redirects are not
 // ruled out (automatic_payment_methods[allow_redirects]=never, or
-// payment_method_types[]=card) is refused with Stripe's 400 "A
-// `return_url` must be specified…". A confirmation without
+// payment_method_types[]=card, or automatic_payment_methods[enabled]=false,
+// which leaves cards only) is refused with Stripe's 400 "A `return_url`
+// must be specified…". A confirmation without
 // payment_method is 400 payment_intent_unexpected_state.
 //
 // Search (https://docs.stripe.com/search) serves terms field:'value'

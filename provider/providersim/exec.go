@@ -155,6 +155,7 @@ func (s *Server) commit(key, endpoint string, fp [32]byte, reqID string, op *ope
 	if entry != nil {
 		s.storeLocked(key, entry)
 	}
+	s.logCommit(c, endpoint, key, status)
 	return status, body, s.newEventsLocked(c.events, reqID, key), nil
 }
 
@@ -194,30 +195,20 @@ func (s *Server) applyLocked(c change) {
 		s.refunds = append(s.refunds, re)
 		s.refundByID[re.ID] = re
 	}
-	if c.intent != nil || c.refund != nil {
-		s.log.Info("provider simulator commit", "payment_intent", piID(c), "status", piStatus(c), "refund", refundID(c))
-	}
 }
 
-func piID(c change) string {
-	if c.intent == nil {
-		return ""
+// logCommit logs a committed change (never a payment method or a client
+// secret).
+func (s *Server) logCommit(c change, endpoint, key string, status int) {
+	attrs := []any{"endpoint", endpoint, "idempotency_key", key, "status_code", status}
+	if it := c.intent; it != nil {
+		attrs = append(attrs, "payment_intent", it.pi.ID, "status", it.pi.Status, "amount", it.pi.Amount,
+			"order_id", it.pi.Metadata["order_id"], "attempt", it.pi.Metadata["attempt"])
 	}
-	return c.intent.pi.ID
-}
-
-func piStatus(c change) string {
-	if c.intent == nil {
-		return ""
+	if re := c.refund; re != nil {
+		attrs = append(attrs, "refund", re.ID, "refunded", re.Amount, "payment_intent", re.PaymentIntent)
 	}
-	return c.intent.pi.Status
-}
-
-func refundID(c change) string {
-	if c.refund == nil {
-		return ""
-	}
-	return c.refund.ID
+	s.log.Info("provider simulator commit", attrs...)
 }
 
 // serveGet answers a GET: it reads the parameters against sp, waits the

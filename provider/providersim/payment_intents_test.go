@@ -1,7 +1,9 @@
 package providersim_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -490,3 +492,39 @@ func TestSearchPages(t *testing.T) {
 		t.Fatalf("a bad page token = %d, want 400", c.status)
 	}
 }
+
+// TestLogsHoldNoPaymentMethodOrClientSecret: the simulator logs its
+// commits, never what a customer's client needs or pays with.
+func TestLogsHoldNoPaymentMethodOrClientSecret(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	s := mustSim(t, providersim.Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	s.mustCreate(t, "k1", "o1", "1", providersim.TokenVisa)
+	pending := s.mustCreate(t, "k2", "o2", "1", providersim.PaymentMethodAuthenticationRequired)
+	if _, err := s.Authenticate(pending.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	got := logs.String()
+	if !strings.Contains(got, pending.ID) {
+		t.Fatalf("logs %q, want the commits logged", got)
+	}
+	for _, secret := range []string{providersim.TokenVisa, "pm_card", "_secret_", pending.PaymentMethod.ID} {
+		if strings.Contains(got, secret) {
+			t.Errorf("logs hold %q:\n%s", secret, got)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
