@@ -49,14 +49,25 @@ type PaymentRequest struct {
 	PaymentMethod string // a PaymentMethod id (pm_…) or a test alias (tok_…); secret
 	OrderID       string // sent as metadata[order_id]
 	Attempt       int    // 1-based; sent as metadata[attempt]
+	Deployment    string // sent as metadata[deployment] when not empty
 	Description   string // optional
 }
 
-// Metadata returns the metadata a payment of r carries: MetadataOrderID and
-// MetadataAttempt.
+// Metadata returns the metadata a payment of r carries: MetadataOrderID,
+// MetadataAttempt and, when r.Deployment is set, MetadataDeployment. A
+// webhook receiver ignores payments whose metadata names another
+// deployment (one Stripe account can serve several).
 func (r PaymentRequest) Metadata() map[string]string {
-	return map[string]string{MetadataOrderID: r.OrderID, MetadataAttempt: strconv.Itoa(r.Attempt)}
+	m := map[string]string{MetadataOrderID: r.OrderID, MetadataAttempt: strconv.Itoa(r.Attempt)}
+	if r.Deployment != "" {
+		m[MetadataDeployment] = r.Deployment
+	}
+	return m
 }
+
+// MetadataDeployment is the metadata key naming the deployment that made a
+// payment (its idempotency-key prefix); absent in dev.
+const MetadataDeployment = "deployment"
 
 // Validate reports whether r can be sent: a positive amount, a three-letter
 // currency, a payment method, an order id and a positive attempt. It
