@@ -51,13 +51,6 @@ type params struct {
 	canonical string
 }
 
-// has reports whether the scalar or hash name was given.
-func (p params) has(name string) bool {
-	_, ok := p.scalar[name]
-	_, hok := p.hash[name]
-	return ok || hok
-}
-
 // fingerprint is what an idempotency key's first request is compared
 // with: the endpoint and the canonical parameters.
 func (p params) fingerprint(endpoint string) [32]byte {

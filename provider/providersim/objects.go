@@ -167,7 +167,7 @@ func cloneRefund(re *Refund) Refund {
 	return out
 }
 
-// simCharge is the /_sim/charges view of it.
+// simChargeLocked returns the /_sim/charges view of it.
 func (s *Server) simChargeLocked(it *intent) SimCharge {
 	pi := it.pi
 	var refunded int64
@@ -185,19 +185,6 @@ func (s *Server) simChargeLocked(it *intent) SimCharge {
 		RefundedAmount: refunded,
 		Metadata:       maps.Clone(pi.Metadata),
 	}
-}
-
-// renderPILocked returns pi as an answer shows it: latest_charge expanded
-// to the charge object when expand asks for it.
-func (s *Server) renderPILocked(pi *PaymentIntent, expandCharge bool) *PaymentIntent {
-	out := *pi
-	if id, ok := pi.LatestCharge.(string); ok && expandCharge {
-		if ch := s.chargeByID[id]; ch != nil {
-			c := *ch
-			out.LatestCharge = &c
-		}
-	}
-	return &out
 }
 
 func strPtr(s string) *string { return &s }
