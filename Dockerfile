@@ -6,8 +6,8 @@
 #   docker build -t booking .
 #   docker run --rm booking serve --help     # the variables it reads
 #
-# deploy/compose.yaml runs it in the scale-out shape; the README's "Deploying past
-# one machine" says what was and was not run where this was written.
+# deploy/compose.yaml runs it in the scale-out shape; docs/operations.md says what
+# was and was not run where this was written.
 
 ARG GO_VERSION=1.26.8
 

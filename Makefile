@@ -20,6 +20,8 @@ LDFLAGS      := $(if $(REVISION),-X main.revision=$(REVISION))
 PG_SH        := test/scripts/pg.sh
 # Runs promtool, installing Debian's prometheus package (which ships it) if missing.
 PROMTOOL     := deploy/promtool.sh
+# Prints the path of stripe-mock, installing STRIPE_MOCK_VERSION with go install if missing.
+STRIPE_MOCK_SH := test/scripts/stripe-mock.sh
 
 # Tests and benchmarks. GOFLAGS from the environment or the command line is passed on.
 # ./test/ comes first: go test starts packages in the order given, and the
@@ -70,6 +72,12 @@ FUZZ_ONLY     ?=
 # staticcheck 2026.2.2 (module version v0.8.2); its go.mod requires Go 1.26.
 #? make lint: the staticcheck module version go run fetches
 STATICCHECK_VERSION ?= v0.8.2
+# stripe-mock, Stripe's official mock server, judges every request of the Stripe
+# adapter in provider/stripe's contract tests; test and test-short install this
+# version with go install when no stripe-mock of it is on PATH or in GOBIN, and
+# pass its path in BOOKING_TEST_STRIPE_MOCK.
+#? make test, test-short: the stripe-mock version go install fetches for provider/stripe's contract tests
+STRIPE_MOCK_VERSION ?= v0.203.0
 
 # Development server (`make run`, `make migrate`). DATABASE_URL, when set, is used
 # instead of the local PostgreSQL in $(PG_DATA).
@@ -101,6 +109,13 @@ else \
 	echo "using DATABASE_URL from the environment" >&2; \
 fi; \
 export DATABASE_URL
+endef
+
+# Shell snippet: export BOOKING_TEST_STRIPE_MOCK, installing stripe-mock if missing.
+# If that fails, the contract tests say so: skipped, or failed under CI=true.
+define use_stripe_mock
+BOOKING_TEST_STRIPE_MOCK="$$(GO='$(GO)' $(STRIPE_MOCK_SH) '$(STRIPE_MOCK_VERSION)')" || BOOKING_TEST_STRIPE_MOCK=; \
+export BOOKING_TEST_STRIPE_MOCK
 endef
 
 define RUN_BANNER
@@ -195,6 +210,7 @@ KURRENTDB_TESTS := ^(TestOrder_ConfirmedWithOneTicketPerSeat|TestOrder_RepeatRet
 test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command), then a short chaos run
 	@rc1=0; rc2=0; rc3=0; rc4=0; rc5=0; \
 	echo "==> make test: phase 1 of 5: all packages in parallel, $(EXCLUSIVE_TESTS) skipped"; \
+	$(use_stripe_mock); \
 	$(PG_SH) throwaway -- $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) -skip '$(EXCLUSIVE_TESTS)' $(TEST_ARGS) $(PKG) || rc1=$$?; \
 	if ((rc1 == 130 || rc1 == 143)); then echo "make test: interrupted (exit $$rc1)"; exit "$$rc1"; fi; \
 	echo "==> make test: phase 2 of 5: $(EXCLUSIVE_TESTS) alone (outages stop the PostgreSQL server; the statement budget counts idle polls)"; \
@@ -262,6 +278,7 @@ test-stress: ## Run `make test` STRESS_RUNS times while a CPU hog keeps every co
 
 .PHONY: test-short
 test-short: ## Like test, with -short (skips the slow end-to-end scenarios)
+	@$(use_stripe_mock); \
 	$(PG_SH) throwaway -- $(GO) test -race -short -count=1 -timeout $(TEST_TIMEOUT) $(TEST_ARGS) $(PKG)
 
 .PHONY: fuzz

@@ -2,7 +2,7 @@
 # make-env.sh — print a deploy/.env with fresh secrets for deploy/compose.yaml:
 #   deploy/make-env.sh > deploy/.env && chmod 600 deploy/.env
 # The master key wraps every order's data key: keep a copy (losing it makes pending
-# payment tokens unreadable), and rotate it as the README's "Secrets at rest" says.
+# payment tokens unreadable), and rotate it as docs/secrets.md, "Master keys", says.
 set -euo pipefail
 hex() { od -An -vtx1 -N"$1" /dev/urandom | tr -d ' \n'; }
 cat <<ENV

@@ -100,6 +100,12 @@ type APIError struct {
 	// Charge is the failed charge of a decline (ErrDeclined); nil otherwise.
 	Charge *Charge
 
+	// Payment is the PaymentIntent of a decline (ErrDeclined): status
+	// requires_payment_method with LastError set, as Stripe returns it in
+	// the error's payment_intent (https://docs.stripe.com/api/errors#errors-payment_intent);
+	// nil otherwise. Its ClientSecret and NextAction are secrets.
+	Payment *Payment
+
 	kind error
 }
 
@@ -122,6 +128,20 @@ func (e *APIError) Error() string {
 
 // Unwrap returns the sentinel that classifies e.
 func (e *APIError) Unwrap() error { return e.kind }
+
+// NewAPIError returns a copy of e classified by its Method, StatusCode and
+// Type, for adapters of a provider's API: 401 or 403 ErrUnauthorized (and
+// ErrUnavailable), 402 or card_error ErrDeclined, 409 ErrKeyInUse,
+// idempotency_error ErrIdempotency, 429 ErrUnavailable, 5xx to a POST
+// ErrOutcomeUnknown (a saved and replayed 500 too: the request may have
+// executed), 5xx to another method ErrUnavailable, 404 ErrNotFound, any
+// other status ErrInvalidRequest. These are Stripe's rules
+// (https://docs.stripe.com/api/errors, https://docs.stripe.com/api/idempotent_requests).
+// e.Message must hold no secret: it is part of Error.
+func NewAPIError(e APIError) *APIError {
+	e.kind = classify(e.Method, e.StatusCode, e.Type)
+	return &e
+}
 
 // errUnauthorized is the classification of a refused API key: both
 // ErrUnauthorized and ErrUnavailable.

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The bounded wait (README, The idempotency contract, "In flight"): a repeat
+// The bounded wait (docs/api.md, The idempotency contract, "In flight"): a repeat
 // that arrives while the first request with its key is before the commit
 // point waits up to BOOKING_IN_USE_WAIT, then answers 409
 // idempotency-key-in-use with Retry-After, or the outcome if the first

@@ -6,7 +6,7 @@ import (
 )
 
 // TestFuzzTargetsAreListedWithCorpora: every Go fuzz target of the module
-// is listed in the README and has its checked-in seed corpus
+// is listed in docs/tests.md and has its checked-in seed corpus
 // (test/scripts/fuzz.sh check; `make fuzz` runs them all).
 func TestFuzzTargetsAreListedWithCorpora(t *testing.T) {
 	t.Parallel()

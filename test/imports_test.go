@@ -33,7 +33,9 @@ type listedPackage struct {
 //     standard library only (their tests may use more);
 //   - nothing outside cmd/booking but the end-to-end suite (package test, which runs
 //     the load generator's audit) imports a package of cmd/booking: it is
-//     the top of the graph.
+//     the top of the graph;
+//   - only the Stripe adapter (provider/stripe) imports stripe-go outside
+//     tests.
 func TestImportRules(t *testing.T) {
 	t.Parallel()
 	pkgs := goListDeps(t, "./...")
@@ -77,6 +79,27 @@ func TestImportRules(t *testing.T) {
 				t.Errorf("%s depends on %s; it may use the standard library only", name, dep)
 			}
 		}
+	}
+
+	const stripeAdapter = module + "/provider/stripe"
+	importsStripe := 0
+	for _, p := range pkgs {
+		if !strings.HasPrefix(p.ImportPath, module) {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if !inTree(imp, "github.com/stripe/stripe-go/v84") {
+				continue
+			}
+			if p.ImportPath != stripeAdapter {
+				t.Errorf("%s imports %s; only %s may import stripe-go outside tests", p.ImportPath, imp, stripeAdapter)
+			} else {
+				importsStripe++
+			}
+		}
+	}
+	if importsStripe == 0 {
+		t.Errorf("%s does not import stripe-go; the rule checks nothing", stripeAdapter)
 	}
 
 	// The end-to-end suite (package test) is the one outside importer it

@@ -259,15 +259,15 @@ func TestMakeBuildStampsRevision(t *testing.T) {
 	}
 }
 
-// TestServeHelpVariablesInREADME: every environment variable that `booking
-// serve --help` lists is documented in the README.
-func TestServeHelpVariablesInREADME(t *testing.T) {
+// TestServeHelpVariablesInConfigurationDoc: every environment variable that
+// `booking serve --help` lists is documented in docs/configuration.md.
+func TestServeHelpVariablesInConfigurationDoc(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	if err := run(context.Background(), []string{"serve", "--help"}, &stdout, &stderr); err != nil {
 		t.Fatalf("serve --help: %v", err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,29 +275,29 @@ func TestServeHelpVariablesInREADME(t *testing.T) {
 	if len(vars) < 20 {
 		t.Fatalf("booking serve --help names %d variables, want the whole configuration:\n%s", len(vars), stdout.String())
 	}
-	// The README documents a secret's _FILE twin on the same line as
+	// The table documents a secret's _FILE twin on the same line as
 	// "`VAR`, `_FILE`".
 	for _, v := range vars {
 		name := v[1]
-		if strings.Contains(string(readme), "`"+name+"`") {
+		if strings.Contains(string(doc), "`"+name+"`") {
 			continue
 		}
-		if base, ok := strings.CutSuffix(name, "_FILE"); ok && strings.Contains(string(readme), "`"+base+"`, `_FILE`") {
+		if base, ok := strings.CutSuffix(name, "_FILE"); ok && strings.Contains(string(doc), "`"+base+"`, `_FILE`") {
 			continue
 		}
-		t.Errorf("booking serve --help lists %s, which README.md does not document", name)
+		t.Errorf("booking serve --help lists %s, which docs/configuration.md does not document", name)
 	}
 }
 
 // TestMakeRunWebhookSecret: the webhook secret `make run` uses is the dev
-// default the README documents and `booking serve` falls back to.
+// default docs/configuration.md documents and `booking serve` falls back to.
 func TestMakeRunWebhookSecret(t *testing.T) {
 	t.Parallel()
 	mk, err := os.ReadFile("../../Makefile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,9 +308,9 @@ func TestMakeRunWebhookSecret(t *testing.T) {
 	if got := string(m[1]); got != devWebhookSecret {
 		t.Errorf("make run's BOOKING_PROVIDER_WEBHOOK_SECRET = %q, want the dev default %q", got, devWebhookSecret)
 	}
-	row := regexp.MustCompile("(?m)^\\| `BOOKING_PROVIDER_WEBHOOK_SECRET` \\| `([^`]+)`").FindSubmatch(readme)
+	row := regexp.MustCompile("(?m)^\\| `BOOKING_PROVIDER_WEBHOOK_SECRET` \\| `([^`]+)`").FindSubmatch(doc)
 	if row == nil || !slices.Equal(row[1], m[1]) {
-		t.Errorf("README's default of BOOKING_PROVIDER_WEBHOOK_SECRET = %q, want make run's %q", row, m[1])
+		t.Errorf("docs/configuration.md's default of BOOKING_PROVIDER_WEBHOOK_SECRET = %q, want make run's %q", row, m[1])
 	}
 }
 

@@ -16,7 +16,7 @@
 //	test/scripts/pg.sh throwaway -- go run ./test/chaos --duration 2m
 //
 // (BOOKING_TEST_DATABASE_URL names the server, BOOKING_TEST_PG_CTL
-// controls it; `make chaos` does exactly this). See README.md, "Chaos run".
+// controls it; `make chaos` does exactly this). See docs/cli.md, "Chaos run".
 package main
 
 import (

@@ -7,7 +7,7 @@
 #       `func FuzzX(f *testing.F)` in a *_test.go file. This is the one list;
 #       nothing else needs to be kept in step with it.
 #   fuzz.sh check
-#       Fail unless README.md names every target (in backquotes) and every
+#       Fail unless docs/tests.md names every target (in backquotes) and every
 #       target has its seed corpus directory testdata/fuzz/TARGET beside it.
 #   fuzz.sh run FUZZTIME [GO-TEST-FLAGS...]
 #       `check`, then run each target for FUZZTIME (`go test -run '^$' -fuzz
@@ -34,8 +34,8 @@ list() {
 check() {
 	local status=0 dir target
 	while read -r dir target; do
-		if ! grep -q "\`$target\`" README.md; then
-			echo "fuzz.sh: README.md does not list the fuzz target \`$target\` ($dir)" >&2
+		if ! grep -q "\`$target\`" docs/tests.md; then
+			echo "fuzz.sh: docs/tests.md does not list the fuzz target \`$target\` ($dir)" >&2
 			status=1
 		fi
 		if ! compgen -G "$dir/testdata/fuzz/$target/*" >/dev/null; then

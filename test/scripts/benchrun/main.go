@@ -1,5 +1,5 @@
-// Command benchrun measures the performance table of the README's
-// "Benchmarks" section (rows P1–P7), each row against its baseline measured
+// Command benchrun measures the performance table of docs/benchmarks.md
+// (rows P1–P7), each row against its baseline measured
 // in the same run, and writes BENCHMARKS.md. `make bench` runs it inside a
 // throwaway PostgreSQL server (test/scripts/pg.sh throwaway, which exports
 // BOOKING_TEST_DATABASE_URL and BOOKING_TEST_PG_BINDIR) through

@@ -150,7 +150,7 @@ func (e *env) writeReport(took time.Duration) error {
 	}
 	w("# Benchmarks")
 	w("")
-	w("Written by `make bench` (test/scripts/benchrun; see the README's \"Benchmarks\" section). Do not edit by hand: run it again.")
+	w("Written by `make bench` (test/scripts/benchrun; see [docs/benchmarks.md](docs/benchmarks.md)). Do not edit by hand: run it again.")
 	w("")
 	w("- commit: %s", commit())
 	w("- date: %s; the whole run took %s", time.Now().UTC().Format(time.RFC3339), took.Round(time.Second))

@@ -1,0 +1,182 @@
+package stripe
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/retrysafe/booking/provider"
+	stripego "github.com/stripe/stripe-go/v84"
+	"github.com/stripe/stripe-go/v84/webhook"
+)
+
+// maxSignatureHeader bounds a Stripe-Signature header, so that verifying a
+// hostile one does bounded work.
+const maxSignatureHeader = 4096
+
+// ParseWebhook verifies a webhook delivery and decodes its event
+// (https://docs.stripe.com/webhooks#verify-official-libraries): the
+// Stripe-Signature header signatureHeader ("t=<unix seconds>,v1=<hex>,…")
+// must carry a v1 HMAC-SHA256 of "<t>.<body>" under one of the configured
+// webhook secrets, checked by stripe-go's webhook package over the raw body
+// as received; t must lie within the tolerance of now, either way (now is
+// the caller's clock, not the host's); the event must be rendered in
+// APIVersion's release train unless IgnoreAPIVersionMismatch is set.
+//
+// The event's PaymentID is data.object.id for a payment_intent object and
+// data.object.payment_intent for a charge or refund; Metadata is
+// data.object.metadata.
+//
+// Errors wrap ErrBadSignature (no secret configured; header missing,
+// malformed or too long; no signature matches), ErrStaleTimestamp (valid
+// signature, timestamp outside the tolerance) or ErrMalformedEvent (not an
+// event, another API version, no id or type, a payment_intent without id).
+// The signature is checked first, so an unauthenticated sender learns
+// nothing about the others. It is safe for concurrent use.
+func (c *Client) ParseWebhook(body []byte, signatureHeader string, now time.Time) (provider.WebhookEvent, error) {
+	switch {
+	case len(c.secrets) == 0:
+		return provider.WebhookEvent{}, fmt.Errorf("%w: no webhook secret configured", provider.ErrBadSignature)
+	case signatureHeader == "":
+		return provider.WebhookEvent{}, fmt.Errorf("%w: missing Stripe-Signature header", provider.ErrBadSignature)
+	case len(signatureHeader) > maxSignatureHeader:
+		return provider.WebhookEvent{}, fmt.Errorf("%w: Stripe-Signature header too long", provider.ErrBadSignature)
+	}
+	t, err := signatureTime(signatureHeader)
+	if err != nil {
+		return provider.WebhookEvent{}, err
+	}
+	secret, err := c.matchSecret(body, signatureHeader)
+	if err != nil {
+		return provider.WebhookEvent{}, err
+	}
+	if d := now.Sub(t); d > c.tolerance || d < -c.tolerance {
+		return provider.WebhookEvent{}, fmt.Errorf("%w: signed at %s, %s from now (tolerance %s)",
+			provider.ErrStaleTimestamp, t.UTC().Format(time.RFC3339), d.Round(time.Second), c.tolerance)
+	}
+	ev, err := webhook.ConstructEventWithOptions(body, signatureHeader, secret, webhook.ConstructEventOptions{
+		IgnoreTolerance:          true, // checked above against now
+		IgnoreAPIVersionMismatch: c.ignoreVersion,
+	})
+	if err != nil {
+		return provider.WebhookEvent{}, eventError(body)
+	}
+	return eventOf(ev)
+}
+
+// signatureTime returns the t of a Stripe-Signature header, or an error
+// wrapping ErrBadSignature if the header is malformed or has no single t.
+func signatureTime(header string) (time.Time, error) {
+	var ts string
+	for part := range strings.SplitSeq(header, ",") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return time.Time{}, fmt.Errorf("%w: malformed Stripe-Signature header", provider.ErrBadSignature)
+		}
+		if k == "t" {
+			if ts != "" {
+				return time.Time{}, fmt.Errorf("%w: more than one timestamp in Stripe-Signature header", provider.ErrBadSignature)
+			}
+			ts = v
+		}
+	}
+	unix, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: missing or malformed timestamp in Stripe-Signature header", provider.ErrBadSignature)
+	}
+	return time.Unix(unix, 0), nil
+}
+
+// matchSecret returns the configured secret whose signature the header
+// carries, checked by stripe-go, or an error wrapping ErrBadSignature.
+func (c *Client) matchSecret(body []byte, header string) (string, error) {
+	for _, s := range c.secrets {
+		err := webhook.ValidatePayloadIgnoringTolerance(body, header, s)
+		switch {
+		case err == nil:
+			return s, nil
+		case errors.Is(err, webhook.ErrNoValidSignature):
+			continue
+		default: // ErrInvalidHeader, ErrNotSigned
+			return "", fmt.Errorf("%w: malformed Stripe-Signature header", provider.ErrBadSignature)
+		}
+	}
+	return "", fmt.Errorf("%w: no signature matches", provider.ErrBadSignature)
+}
+
+// eventError says why stripe-go refused a correctly signed body, without
+// quoting it.
+func eventError(body []byte) error {
+	var head struct {
+		Object     string `json:"object"`
+		APIVersion string `json:"api_version"`
+	}
+	switch {
+	case json.Unmarshal(body, &head) != nil:
+		return fmt.Errorf("%w: body is not a JSON event", provider.ErrMalformedEvent)
+	case head.Object != "event":
+		return fmt.Errorf("%w: object is %q, not event", provider.ErrMalformedEvent, head.Object)
+	}
+	return fmt.Errorf("%w: event api_version %q, want %s's release train: pin the webhook endpoint to API version %s",
+		provider.ErrMalformedEvent, head.APIVersion, APIVersion, APIVersion)
+}
+
+// eventObject is the part of an event's data.object the adapter reads.
+type eventObject struct {
+	ID            string            `json:"id"`
+	Object        string            `json:"object"`
+	PaymentIntent json.RawMessage   `json:"payment_intent"` // an id, or an expanded object
+	Metadata      map[string]string `json:"metadata"`
+}
+
+// eventOf maps a verified event (https://docs.stripe.com/api/events/object).
+func eventOf(ev stripego.Event) (provider.WebhookEvent, error) {
+	switch {
+	case ev.ID == "":
+		return provider.WebhookEvent{}, fmt.Errorf("%w: missing id", provider.ErrMalformedEvent)
+	case ev.Type == "":
+		return provider.WebhookEvent{}, fmt.Errorf("%w: missing type", provider.ErrMalformedEvent)
+	case ev.Data == nil:
+		return provider.WebhookEvent{}, fmt.Errorf("%w: missing data.object", provider.ErrMalformedEvent)
+	}
+	var obj eventObject
+	if err := json.Unmarshal(ev.Data.Raw, &obj); err != nil {
+		return provider.WebhookEvent{}, fmt.Errorf("%w: data.object is not an object", provider.ErrMalformedEvent)
+	}
+	out := provider.WebhookEvent{
+		ID:         ev.ID,
+		Type:       string(ev.Type),
+		Created:    time.Unix(ev.Created, 0).UTC(),
+		APIVersion: ev.APIVersion,
+		Metadata:   obj.Metadata,
+	}
+	switch obj.Object {
+	case "payment_intent":
+		if obj.ID == "" {
+			return provider.WebhookEvent{}, fmt.Errorf("%w: %s event without a payment_intent id", provider.ErrMalformedEvent, ev.Type)
+		}
+		out.PaymentID = obj.ID
+	case "charge", "refund":
+		out.PaymentID = objectID(obj.PaymentIntent)
+	}
+	return out, nil
+}
+
+// objectID returns the id of an expandable field: the string itself, or
+// the expanded object's id; "" for null or anything else.
+func objectID(raw json.RawMessage) string {
+	var id string
+	if json.Unmarshal(raw, &id) == nil {
+		return id
+	}
+	var obj struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(raw, &obj) == nil {
+		return obj.ID
+	}
+	return ""
+}
