@@ -4,6 +4,7 @@ package commands
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -241,7 +242,7 @@ func (f *pgFix) wantCharges(t *testing.T, id string, net int64, n int) {
 
 func (f *pgFix) charges(orderID string) (net int64, succeeded int) {
 	for _, c := range f.sim.Charges() {
-		if c.Metadata[provider.MetadataOrderID] == orderID && c.Status == provider.StatusSucceeded {
+		if c.Metadata[provider.MetadataOrderID] == orderID && c.Status == provider.PaymentSucceeded {
 			net += c.Amount - c.RefundedAmount
 			succeeded++
 		}
@@ -431,7 +432,10 @@ func TestPGWebhooks(t *testing.T) {
 	}
 	// An older failure notice arriving out of order: its payload says failed,
 	// the provider's current state says succeeded.
-	stale := evs[0]
+	var stale provider.Event
+	if err := json.Unmarshal(evs[0].Body(), &stale); err != nil {
+		t.Fatal(err)
+	}
 	stale.ID, stale.Type = "evt_stale_failure", provider.EventChargeFailed
 	stale.Data.Object.Status, stale.Data.Object.FailureCode = provider.StatusFailed, provider.CodeCardDeclined
 	body := stale.Body()

@@ -40,8 +40,9 @@ type providerSimCmd struct {
 	WebhookSecret string        `name:"webhook-secret" env:"BOOKING_PROVIDER_WEBHOOK_SECRET" default:"whsec_dev" help:"HMAC secret of webhook signatures."`
 	Retention     time.Duration `name:"retention" env:"BOOKING_PROVIDER_RETENTION" default:"24h" help:"Idempotency-key retention window."`
 	SlowDelay     time.Duration `name:"slow-delay" env:"BOOKING_PROVIDER_SLOW_DELAY" default:"2s" help:"Delay of tok_slow."`
-	APIKey        string        `name:"api-key" env:"BOOKING_PROVIDER_SIM_API_KEY" help:"When set, /v1 requests must carry Authorization: Bearer <key> (401 otherwise); never logged."`
-	DataDir       string        `name:"data-dir" env:"BOOKING_DATA_DIR" help:"Keep charges, refunds and idempotency keys in DIR/provider-sim across restarts (empty: in memory only)."`
+	SearchLag     time.Duration `name:"search-lag" env:"BOOKING_PROVIDER_SIM_SEARCH_LAG" default:"3s" help:"How long a new PaymentIntent stays invisible to search (Stripe's search is eventually consistent); 0 for none."`
+	APIKey        string        `name:"api-key" env:"BOOKING_PROVIDER_SIM_API_KEY" help:"When set, /v1 requests must carry the key as Stripe takes it (Authorization: Bearer <key>, or Basic with it as user name; 401 otherwise); never logged."`
+	DataDir       string        `name:"data-dir" env:"BOOKING_DATA_DIR" help:"Keep PaymentIntents, refunds and idempotency keys in DIR/provider-sim across restarts (empty: in memory only)."`
 	LogConfig     `embed:""`
 }
 
@@ -55,6 +56,15 @@ func simDataDir(dataDir string) string {
 	return filepath.Join(dataDir, "provider-sim")
 }
 
+// searchLag is the simulator's Config.SearchLag for a configured lag,
+// where 0 means none (Config's zero means its default).
+func searchLag(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 // Run serves the provider simulator until the context is done.
 func (c *providerSimCmd) Run(e *env) error {
 	if err := checkListenAddr("BOOKING_PROVIDER_SIM_ADDR", c.Addr, ""); err != nil {
@@ -63,12 +73,15 @@ func (c *providerSimCmd) Run(e *env) error {
 	if c.Retention <= 0 {
 		return configError("BOOKING_PROVIDER_RETENTION", "must be a positive duration")
 	}
+	if c.SearchLag < 0 {
+		return configError("BOOKING_PROVIDER_SIM_SEARCH_LAG", "must not be negative")
+	}
 	log, err := c.LogConfig.Logger(e.stderr)
 	if err != nil {
 		return err
 	}
 	cfg := providersim.Config{Addr: c.Addr, WebhookURL: c.WebhookURL, WebhookSecret: c.WebhookSecret,
-		Retention: c.Retention, SlowDelay: c.SlowDelay, Logger: log,
+		Retention: c.Retention, SlowDelay: c.SlowDelay, SearchLag: searchLag(c.SearchLag), Logger: log,
 		DataDir: simDataDir(c.DataDir), APIKey: strings.TrimSpace(c.APIKey)}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("provider-sim: %w", err)
