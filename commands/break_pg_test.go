@@ -1,5 +1,3 @@
-//go:build pendingadapter
-
 package commands
 
 import (
