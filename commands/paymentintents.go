@@ -71,7 +71,9 @@ func (h *Handler) attemptRange(a domain.Attempt) (from, to time.Time) {
 // lookupPayments asks the provider for attempt a's payments without a
 // lookup by idempotency key (Stripe has none): it lists every payment
 // created in the attempt's range (attemptRange), paged to the end, and
-// keeps those whose metadata names the order and the attempt. A list is
+// keeps those whose metadata names the order, the attempt and the
+// attempt's deployment (another deployment's payments on a shared account
+// are not this order's). A list is
 // consistent (https://docs.stripe.com/search, "Data freshness": list APIs
 // have no availability delay), so once the attempt settled, an empty
 // result proves that it made no payment. When the list fails, search by
@@ -83,8 +85,9 @@ func (h *Handler) lookupPayments(ctx context.Context, o domain.Order, a domain.A
 	qctx, cancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
 	list, err := h.payments.ListPayments(qctx, from, to)
 	cancel()
+	deployment := attemptDeployment(o, a)
 	if err == nil {
-		return paymentsOfAttempt(list, o.ID, a.N), nil
+		return paymentsOfAttempt(list, o.ID, a.N, deployment), nil
 	}
 	h.metrics.Reconciliation("list_failed")
 	h.log.WarnContext(ctx, "the provider's list of payments failed; searching instead, which cannot prove a payment absent",
@@ -92,17 +95,18 @@ func (h *Handler) lookupPayments(ctx context.Context, o domain.Order, a domain.A
 	sctx, scancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
 	defer scancel()
 	if hits, serr := h.payments.SearchPayments(sctx, o.ID, a.N); serr == nil {
-		found = paymentsOfAttempt(hits, o.ID, a.N)
+		found = paymentsOfAttempt(hits, o.ID, a.N, deployment)
 	}
 	return found, fmt.Errorf("list of the payments created from %s to %s: %w", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), err)
 }
 
 // paymentsOfAttempt returns the payments of list whose metadata names order
-// orderID and attempt n, succeeded first, then failed, then the others.
-func paymentsOfAttempt(list []provider.Payment, orderID string, n int) []provider.Payment {
+// orderID, attempt n and deployment (absent for ""), succeeded first, then
+// failed, then the others.
+func paymentsOfAttempt(list []provider.Payment, orderID string, n int, deployment string) []provider.Payment {
 	var out []provider.Payment
 	for _, p := range list {
-		if p.OrderID() == orderID && p.Attempt() == n {
+		if p.OrderID() == orderID && p.Attempt() == n && p.Metadata[provider.MetadataDeployment] == deployment {
 			out = append(out, p)
 		}
 	}
@@ -335,16 +339,27 @@ func (h *Handler) legacyRequest(ctx context.Context, o domain.Order, a domain.At
 	if b.Token == "" {
 		b.Token = b.Source
 	}
-	deployment, _, _ := strings.Cut(a.ProviderKey, "-order-"+o.ID+"-"+strconv.Itoa(a.N))
-	if deployment == "order" || strings.HasPrefix(a.ProviderKey, "order-") {
-		deployment = ""
-	}
 	req := provider.PaymentRequest{Amount: b.Amount, Currency: b.Currency, PaymentMethod: b.Token, OrderID: o.ID, Attempt: a.N,
-		Deployment: deployment, Description: b.Description}
+		Deployment: attemptDeployment(o, a), Description: b.Description}
 	if err := req.Validate(); err != nil {
 		return provider.PaymentRequest{}, fmt.Errorf("order %s attempt %d: the stored charge request: %w", o.ID, a.N, err)
 	}
 	return req, nil
+}
+
+// attemptDeployment returns the deployment attempt a's payment carries as
+// metadata: its stored input, or for an attempt stored as request bytes
+// (schema versions 1 and 2) the prefix of its provider key
+// ("{deployment}-order-{id}-{n}"; none without a prefix).
+func attemptDeployment(o domain.Order, a domain.Attempt) string {
+	if !a.Legacy() {
+		return a.Deployment
+	}
+	deployment, found := strings.CutSuffix(a.ProviderKey, "-order-"+o.ID+"-"+strconv.Itoa(a.N))
+	if !found {
+		return ""
+	}
+	return deployment
 }
 
 // ActionAAD is the associated data that binds the sealed client secret and

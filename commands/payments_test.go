@@ -201,6 +201,7 @@ func TestDrivePayment(t *testing.T) {
 		wantPayments int      // payments at the provider, whatever their status (-1: not checked)
 		wantSends    []string // keys of the CreatePayment calls
 		wantMetric   string
+		foreignNet   int64 // of the provider's net, what another deployment's payments hold
 	}{
 		{name: "A payment that succeeds confirms the order with one PaymentIntent.",
 			want: []string{evStarted, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
@@ -249,6 +250,17 @@ func TestDrivePayment(t *testing.T) {
 			after:  time.Minute,
 			want:   []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
 			wantNet: payAmount.Amount, wantCharges: 1, wantPayments: 1, wantMetric: "found_succeeded"},
+		{name: "Another deployment's payment with the order's metadata is not the attempt's: the attempt is taken over and sent.",
+			given: []domain.Event{expiredLease}, after: time.Minute,
+			before: func(f *payFix) {
+				p := f.pay.addPayment(payOrder, 1, payAmount)
+				f.pay.mu.Lock()
+				f.pay.paymentLocked(p.ID).Metadata[provider.MetadataDeployment] = "staging"
+				f.pay.mu.Unlock()
+			},
+			want: []string{evStarted, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
+			wantNet: 2 * payAmount.Amount, foreignNet: payAmount.Amount, wantCharges: 2, wantPayments: 2, wantSends: []string{payKey(1)},
+			wantMetric: "lease_taken_over"},
 		{name: "An expired lease with nothing listed is taken over and sent with the same key inside the window.",
 			given: []domain.Event{expiredLease}, after: time.Minute,
 			want: []string{evStarted, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
@@ -343,8 +355,8 @@ func TestDrivePayment(t *testing.T) {
 			if n := f.pay.created(); n != tt.wantPayments {
 				t.Errorf("provider payments = %d, want %d", n, tt.wantPayments)
 			}
-			if o.NetCharged() != net {
-				t.Errorf("order NetCharged() = %d, provider net = %d", o.NetCharged(), net)
+			if o.NetCharged() != net-tt.foreignNet {
+				t.Errorf("order NetCharged() = %d, provider net = %d (%d of it another deployment's)", o.NetCharged(), net, tt.foreignNet)
 			}
 			var sends []string
 			for _, c := range f.pay.calls {

@@ -153,6 +153,13 @@ func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) err
 		return domain.ErrOrderNotFound.With("payment " + p.ID + " names an order this service does not know")
 	}
 	res := resultOf(p.Attempt(), p)
+	if p.Attempt() == 0 && res.Outcome != domain.OutcomeSucceeded {
+		// Every payment of an attempt names it; this one is no attempt's
+		// outcome (money that moved would still be recorded, and refunded).
+		h.log.WarnContext(ctx, "provider event ignored: a payment of the order that names no attempt", "event_id", ev.ID,
+			"order_id", orderID, "payment_id", p.ID)
+		return nil
+	}
 	if res.Outcome == domain.OutcomeRequiresAction {
 		res.SealedAction = h.sealAction(ctx, o, res.Attempt, p, nil)
 	}

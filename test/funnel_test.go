@@ -203,7 +203,7 @@ func TestMetrics_FunnelDeltas(t *testing.T) {
 	checkProblem(t, r3, http.StatusPaymentRequired, "payment-declined")
 	id3 := orderIDOf(t, r3)
 	before = s.samples(t)
-	late := s.simMakeCharge(t, "tok_visa", id3, 1, 2*priceAmount)
+	late := s.simMakePayment(t, "tok_visa", id3, 1, 2*priceAmount, nil)
 	s.simFaults(t, map[string]any{"error_before_commit": 1000000}) // every refund POST: 500, nothing done
 	s.simFaults(t, map[string]any{"webhooks_paused": false})       // the late charge's notice arrives
 	s.waitGauge(t, "booking_refunds_pending", "1 while the provider refuses the refund", func(v float64) bool { return v == 1 })
