@@ -60,9 +60,9 @@ var (
 // fixed bytes in the shape of an AES-256-GCM ciphertext (format byte 1, a
 // 12-byte nonce, the sealed bytes and a 16-byte tag) pin the encoding.
 var (
-	goldenSealedToken = mustHex("01" + "a3c1f0e2d4b6988a7c5e3f21" + "5be0c7d19a3f6e24b8d0c1a9e7f3" + "8d2b4f6a1c3e5d7f9b0a2c4e6f8d1b3a")
+	goldenSealedToken  = mustHex("01" + "a3c1f0e2d4b6988a7c5e3f21" + "5be0c7d19a3f6e24b8d0c1a9e7f3" + "8d2b4f6a1c3e5d7f9b0a2c4e6f8d1b3a")
 	goldenSealedAction = mustHex("01" + "5a7c9e1b3d5f7a9c1e3b5d7f" + "e2c4a6b8d0f2e4c6a8b0d2e4f6a8c0e2b4d6" + "a1c3e5f7b9d1a3c5e7f9b1d3f5a7c9e1")
-	goldenSealedBody  = mustHex("01" + "7e9c2a4b6d8f0e1c3a5b7d9f" + "c4e6a8b0d2f4e6a8c0b2d4f6a8c0e2b4d6f8a0c2e4b6d8f0a2c4e6b8d0f2" + "19f3b5d7e9a1c3e5f7b9d1a3c5e7f9b1")
+	goldenSealedBody   = mustHex("01" + "7e9c2a4b6d8f0e1c3a5b7d9f" + "c4e6a8b0d2f4e6a8c0b2d4f6a8c0e2b4d6f8a0c2e4b6d8f0a2c4e6b8d0f2" + "19f3b5d7e9a1c3e5f7b9d1a3c5e7f9b1")
 )
 
 func mustHex(s string) []byte {
