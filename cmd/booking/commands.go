@@ -125,7 +125,7 @@ type loadgenCmd struct {
 	CancelRate   float64       `name:"cancel-rate" default:"0.1" help:"Share of confirmed orders cancelled."`
 	LateRate     float64       `name:"late-rate" default:"0.02" help:"Share of orders sent at the hold's expires_at (when that is at most --late-wait away)."`
 	LateWait     time.Duration `name:"late-wait" default:"30s" help:"Longest wait for a late order's expires_at."`
-	Faults       []string      `name:"faults" help:"Simulator faults to toggle during the run: error-before-commit, drop-after-commit, webhook-duplicates, webhook-reorder, latency, or all."`
+	Faults       []string      `name:"faults" help:"Simulator faults to toggle during the run: error-before-commit, error-after-commit, drop-after-commit, webhook-duplicates, webhook-reorder, latency, or all."`
 	FaultRate    float64       `name:"fault-rate" default:"0.05" help:"Probability of each rate-based fault while faults are on."`
 	FaultPeriod  time.Duration `name:"fault-period" default:"15s" help:"Faults are on for one period, off for the next, and so on."`
 	FaultLatency time.Duration `name:"fault-latency" default:"50ms" help:"Provider latency added while the latency fault is on."`
