@@ -257,7 +257,9 @@ func (h *Handler) paymentStep(ctx context.Context, o domain.Order, s *stream, no
 	if len(found) > 0 {
 		return h.recordFound(ctx, o, *last, found)
 	}
-	h.metrics.Reconciliation("not_found")
+	if unproven == nil {
+		h.metrics.Reconciliation("not_found")
+	}
 	// The look-up took time: decide (and fence any send) on a fresh reading
 	// of the database clock. The order's state is as loaded: a lease append
 	// below is fenced by its revision, and a direct send needs our own lease
