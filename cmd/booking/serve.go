@@ -143,38 +143,12 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	defer stopPprof()
 
-	providerURL := cfg.ProviderURL
-	var sim *providersim.Server
-	if dev {
-		// The simulator keeps its charges in the data directory, so a restart
-		// of dev mode can still refund what it charged before.
-		sim, err = providersim.Open(providersim.Config{WebhookURL: apiURL + "/v1/provider/webhooks",
-			WebhookSecret: cfg.ProviderWebhookSecret, Retention: cfg.ProviderWindow, Logger: log.With("component", "provider-sim"),
-			DataDir: simDataDir(cfg.DataDir), APIKey: providerAPIKey})
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("provider simulator (BOOKING_DATA_DIR): %w", err)
-		}
-		if err := sim.Start(ctx, cfg.ProviderSimAddr); err != nil {
-			sim.Close()
-			ln.Close()
-			return listenError(cfg.ProviderSimAddr, "BOOKING_PROVIDER_SIM_ADDR", err)
-		}
-		defer sim.Close()
-		providerURL = sim.URL()
-	}
-	// Every payment goes through the Stripe adapter: to Stripe's API
-	// (providerURL empty), a proxy, or the simulator.
-	payments, err := stripe.New(stripe.Config{SecretKey: providerAPIKey, BaseURL: providerURL,
-		HTTPClient: &http.Client{Timeout: cfg.ProviderTimeout + time.Second}, WebhookSecrets: []string{cfg.ProviderWebhookSecret},
-		IgnoreAPIVersionMismatch: cfg.StripeIgnoreAPIVersion})
+	payments, providerURL, closeSim, err := startProvider(ctx, cfg, dev, apiURL, providerAPIKey, log)
 	if err != nil {
 		ln.Close()
-		return configError("BOOKING_PROVIDER_URL", "%v", err)
+		return err
 	}
-	if providerURL == "" {
-		providerURL = "Stripe's API"
-	}
+	defer closeSim()
 
 	hcfg := commands.DefaultConfig()
 	hcfg.Executor = uuid.Must(uuid.NewV7()).String()
@@ -433,3 +407,39 @@ func (e *listenErr) Error() string {
 }
 
 func (e *listenErr) Unwrap() error { return e.err }
+
+// startProvider returns the payment adapter the service uses and where it
+// sends (for the start log line): every payment goes through the Stripe
+// adapter, to Stripe's API (no BOOKING_PROVIDER_URL), a proxy, or the
+// simulator, which dev mode starts in-process first (its webhooks to
+// apiURL). closeSim stops that simulator (a no-op otherwise). Errors name
+// the variable at fault.
+func startProvider(ctx context.Context, cfg ServeConfig, dev bool, apiURL, key string, log *slog.Logger) (*stripe.Client, string, func(), error) {
+	providerURL, closeSim := cfg.ProviderURL, func() {}
+	if dev {
+		// The simulator keeps its PaymentIntents in the data directory, so a
+		// restart of dev mode can still refund what it charged before.
+		sim, err := providersim.Open(providersim.Config{WebhookURL: apiURL + "/v1/provider/webhooks",
+			WebhookSecret: cfg.ProviderWebhookSecret, Retention: cfg.ProviderWindow, Logger: log.With("component", "provider-sim"),
+			DataDir: simDataDir(cfg.DataDir), APIKey: key})
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("provider simulator (BOOKING_DATA_DIR): %w", err)
+		}
+		if err := sim.Start(ctx, cfg.ProviderSimAddr); err != nil {
+			sim.Close()
+			return nil, "", nil, listenError(cfg.ProviderSimAddr, "BOOKING_PROVIDER_SIM_ADDR", err)
+		}
+		providerURL, closeSim = sim.URL(), func() { sim.Close() }
+	}
+	payments, err := stripe.New(stripe.Config{SecretKey: key, BaseURL: providerURL,
+		HTTPClient: &http.Client{Timeout: cfg.ProviderTimeout + time.Second}, WebhookSecrets: []string{cfg.ProviderWebhookSecret},
+		IgnoreAPIVersionMismatch: cfg.StripeIgnoreAPIVersion})
+	if err != nil {
+		closeSim()
+		return nil, "", nil, configError("BOOKING_PROVIDER_URL", "%v", err)
+	}
+	if providerURL == "" {
+		providerURL = "Stripe's API"
+	}
+	return payments, providerURL, closeSim, nil
+}
