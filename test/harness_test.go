@@ -300,6 +300,9 @@ type server struct {
 	// auditOpen orders from its Settled rule (expectOpen).
 	auditSkip map[audit.Rule]string
 	auditOpen map[string]string
+	// auditToken is the bearer token the audit reads the API with; empty:
+	// the static admin token (a JWT when BOOKING_AUTH=jwt).
+	auditToken string
 
 	// pgProxy is the database proxy of Options.PGProxy, or nil.
 	pgProxy *pgProxy

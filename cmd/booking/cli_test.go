@@ -7,11 +7,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"reflect"
 	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/alecthomas/kong"
 )
 
 // TestCommandLine: --version prints the build's version and exits 0; a bare
@@ -357,5 +360,172 @@ func TestMakeHelpListsEveryVariable(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("make help printed:\n%s", out)
+	}
+}
+
+// leafCommands returns the command paths of the command line ("serve",
+// "projections rebuild", ...) with their nodes.
+func leafCommands(t *testing.T) map[string]*kong.Node {
+	t.Helper()
+	var c cli
+	parser, err := kong.New(&c, kong.Name("booking"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*kong.Node{}
+	var walk func(n *kong.Node)
+	walk = func(n *kong.Node) {
+		if n.Type == kong.CommandNode && len(n.Children) == 0 {
+			out[n.Path()] = n
+		}
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(parser.Model.Node)
+	return out
+}
+
+// TestEveryCommandExitsTwoNamingFlagAndVariable: every command of the
+// command line (walked from its model, so a new command is covered) exits
+// 2 with a message naming the flag and its variable for a DATABASE_URL that
+// is not a URL or names another database, for an unknown flag, and for a
+// variable whose value does not parse; nothing connects.
+func TestEveryCommandExitsTwoNamingFlagAndVariable(t *testing.T) {
+	t.Setenv("BOOKING_API_TOKENS", "a=x:admin,b=y")
+	t.Setenv("BOOKING_DATA_DIR", t.TempDir())
+	for _, v := range []string{"BOOKING_NATS_URL", "BOOKING_EVENT_STORE", "BOOKING_PROVIDER_URL"} {
+		t.Setenv(v, "")
+	}
+	cmds := leafCommands(t)
+	if len(cmds) < 7 {
+		t.Fatalf("found %d commands, want every one: %v", len(cmds), cmds)
+	}
+	withDatabase := 0
+	for path, n := range cmds {
+		args := strings.Fields(path)
+		var valued *kong.Flag // a flag with a variable whose value must parse (a number or a duration)
+		hasDatabase := false
+		for _, f := range n.Flags {
+			if f.Required {
+				args = append(args, "--"+f.Name+"=x")
+			}
+			if f.Name == "database-url" {
+				hasDatabase = true
+			}
+			if k := f.Target.Kind(); valued == nil && f.Tag != nil && len(f.Tag.Envs) > 0 && k >= reflect.Int && k <= reflect.Float64 {
+				valued = f
+			}
+		}
+		t.Logf("booking %s: args %q, database %v, valued %v", path, args, hasDatabase, valued != nil)
+		check := func(what string, args []string, want ...string) {
+			t.Helper()
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), args, &stdout, &stderr)
+			if err == nil || exitCode(err) != exitUsage {
+				t.Errorf("booking %s with %s = %v (exit %d), want exit %d", path, what, err, exitCode(err), exitUsage)
+				return
+			}
+			for _, w := range want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("booking %s with %s = %q, want it to name %s", path, what, err, w)
+				}
+			}
+		}
+		if hasDatabase {
+			withDatabase++
+			for _, bad := range []string{"not a url", "mysql://u:secret@db.example/booking", "postgres://u:secret@h:port/db"} {
+				t.Setenv("DATABASE_URL", bad)
+				check("DATABASE_URL="+bad, args, "--database-url (DATABASE_URL)", "postgres://")
+				var stdout, stderr bytes.Buffer
+				if err := run(context.Background(), args, &stdout, &stderr); err != nil && strings.Contains(err.Error(), "secret") {
+					t.Errorf("booking %s with DATABASE_URL=%s = %q: shows the password", path, bad, err)
+				}
+			}
+		}
+		t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/never-connected")
+		check("an unknown flag", append(slices.Clone(args), "--no-such-flag"), "--no-such-flag")
+		if valued != nil {
+			v := valued.Tag.Envs[0]
+			t.Setenv(v, "soon")
+			check(v+"=soon", args, "--"+valued.Name, v)
+			os.Unsetenv(v)
+		}
+	}
+	if withDatabase < 5 {
+		t.Errorf("%d commands have --database-url, want at least 5 (serve, migrate, projections rebuild, notifications tail, intents explain, loadgen)", withDatabase)
+	}
+}
+
+// TestUnknownVariablesAreReported: a BOOKING_* variable no command reads
+// is reported at start with the nearest known name (a warning: the
+// command still runs); BOOKING_TEST_* is the test build's and never is.
+func TestUnknownVariablesAreReported(t *testing.T) {
+	t.Setenv("BOOKING_API_TOKEN", "secret-value")
+	t.Setenv("BOOKING_TEST_ANYTHING", "1")
+	t.Setenv("DATABASE_URL", "")
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"migrate"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Fatalf("migrate = %v, want the missing DATABASE_URL", err)
+	}
+	want := "booking: warning: BOOKING_API_TOKEN is set but no booking command reads it; did you mean BOOKING_API_TOKENS?\n"
+	if got := stderr.String(); got != want {
+		t.Errorf("stderr = %q, want %q", got, want)
+	}
+	known := knownVariables(func() *kong.Node {
+		p, err := kong.New(&cli{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Model.Node
+	}())
+	for _, v := range []string{"BOOKING_AUTH", "BOOKING_JWKS_URL", "BOOKING_PROVIDER_SIM_API_KEY", "BOOKING_LOADGEN_URL", "DATABASE_URL"} {
+		if !slices.Contains(known, v) {
+			t.Errorf("knownVariables lacks %s: %v", v, known)
+		}
+	}
+	for _, tt := range []struct{ name, want string }{
+		{"BOOKING_JWT_ISUER", "BOOKING_JWT_ISSUER"}, {"BOOKING_PROVIDR_URL", "BOOKING_PROVIDER_URL"}, {"BOOKING_LOGLEVEL", "BOOKING_LOG_LEVEL"},
+	} {
+		got := unknownVariables([]string{tt.name + "=v"}, known)
+		if len(got) != 1 || !strings.HasSuffix(got[0], "did you mean "+tt.want+"?") {
+			t.Errorf("unknownVariables(%s) = %q, want the nearest %s", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestProviderKeysAndSecrets: booking serve with Stripe's secret key
+// (Stripe's API) and no webhook secret refuses to start (exit 2), naming
+// the variable and its flag; with it, it goes on; a simulator URL alone
+// (no key at all) goes on too.
+func TestProviderKeysAndSecrets(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/never-connected?connect_timeout=5")
+	t.Setenv("BOOKING_API_TOKENS", "a=x:admin")
+	t.Setenv("BOOKING_MASTER_KEYS", "k1:"+strings.Repeat("A", 43)+"=")
+	t.Setenv("BOOKING_NATS_URL", "")
+	t.Setenv("BOOKING_EVENT_STORE", "")
+	t.Setenv("BOOKING_DATA_DIR", t.TempDir())
+	for _, v := range []string{"BOOKING_PROVIDER_API_KEY", "BOOKING_PROVIDER_API_KEY_FILE", "BOOKING_STRIPE_SECRET_KEY_FILE",
+		"BOOKING_PROVIDER_URL", "BOOKING_PROVIDER_WEBHOOK_SECRET"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("BOOKING_STRIPE_SECRET_KEY", "sk_test_1")
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"serve"}, &stdout, &stderr)
+	want := "invalid configuration: --provider-webhook-secret (BOOKING_PROVIDER_WEBHOOK_SECRET): required"
+	if err == nil || !strings.Contains(err.Error(), want) || exitCode(err) != exitUsage || strings.Contains(err.Error(), "sk_test_1") {
+		t.Errorf("serve with Stripe's key and no webhook secret = %v (exit %d), want %q, exit %d", err, exitCode(err), want, exitUsage)
+	}
+	t.Setenv("BOOKING_PROVIDER_WEBHOOK_SECRET", "whsec_x")
+	err = run(context.Background(), []string{"serve"}, &stdout, &stderr)
+	if err == nil || !strings.HasPrefix(err.Error(), "DATABASE_URL: ") {
+		t.Errorf("serve with the key and the webhook secret = %v, want it to go on to the (unreachable) database", err)
+	}
+	t.Setenv("BOOKING_STRIPE_SECRET_KEY", "")
+	t.Setenv("BOOKING_PROVIDER_URL", "http://127.0.0.1:8090")
+	err = run(context.Background(), []string{"serve"}, &stdout, &stderr)
+	if err == nil || !strings.HasPrefix(err.Error(), "DATABASE_URL: ") {
+		t.Errorf("serve with a simulator URL and no key = %v, want it to go on to the (unreachable) database", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -135,6 +136,9 @@ type env struct {
 	stdout  io.Writer
 	stderr  io.Writer
 	version string
+	// warnings are reported once the command starts: on stderr, or
+	// through its logger (env.logger).
+	warnings []string
 }
 
 // errHelpShown is returned by run for a bare `booking`: the help went to
@@ -186,7 +190,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return &usageError{err}
 	}
-	return withFlagNamed(kctx, kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr, version: v}))
+	if err := checkRequirements(kctx); err != nil {
+		return withFlagNamed(kctx, err)
+	}
+	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, version: v,
+		warnings: unknownVariables(os.Environ(), knownVariables(parser.Model.Node))}
+	if !slices.ContainsFunc(kctx.Flags(), func(f *kong.Flag) bool { return f.Name == "log-format" }) {
+		for _, w := range e.warnings { // a command with a logger logs them (env.logger)
+			fmt.Fprintln(stderr, "booking: warning:", w)
+		}
+	}
+	return withFlagNamed(kctx, kctx.Run(e))
+}
+
+// logger returns the logger of c on stderr (LogConfig.Logger) after
+// logging the start's warnings with it.
+func (e *env) logger(c LogConfig) (*slog.Logger, error) {
+	log, err := c.Logger(e.stderr)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range e.warnings {
+		log.Warn(w)
+	}
+	return log, nil
 }
 
 // withFlagNamed returns err with the command's flag added to the

@@ -69,8 +69,7 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	tokens, _ := parseTokens(cfg.APITokens)
-	log, err := cfg.LogConfig.Logger(e.stderr)
+	log, auth, err := cfg.loggerAndAuth(e)
 	if err != nil {
 		return err
 	}
@@ -231,7 +230,7 @@ func (c *serveCmd) Run(e *env) error {
 			locks.RunExclusive(wctx, log, projectorLock(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, followed) })
 		}()
 	}
-	srv.Handler = httpapi.New(httpapi.Config{Tokens: tokens,
+	srv.Handler = httpapi.New(httpapi.Config{Authenticator: auth,
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
 		Ready: ready(pool, elog), Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI,
 		ObserveRequest: mx.ObserveHTTP},
