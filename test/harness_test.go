@@ -274,6 +274,10 @@ type Options struct {
 	// PGProxy routes booking serve's database connections through a
 	// pgProxy (server.pgProxy) that can cut the answer of a chosen append.
 	PGProxy bool
+	// KeepLeader keeps the KurrentDB double's leader for the whole test
+	// (no election mid-run): for tests that stop or replace the double
+	// themselves.
+	KeepLeader bool
 }
 
 // server is a running `booking serve` with its own database, ports and data
@@ -413,6 +417,10 @@ func (s *server) env() []string {
 		set["BOOKING_EVENT_STORE"] = s.eventStore
 	}
 	if s.opts.ExternalSim {
+		// With a URL the key goes by its name for Stripe (in dev mode that
+		// name would select Stripe's API; its older name does not).
+		delete(set, "BOOKING_PROVIDER_API_KEY")
+		set["BOOKING_STRIPE_SECRET_KEY"] = s.providerKey
 		set["BOOKING_PROVIDER_URL"] = s.SimURL
 		set["BOOKING_PROVIDER_WEBHOOK_SECRET"] = webhookSecret
 		set["BOOKING_MASTER_KEYS"] = s.masterKeys

@@ -201,7 +201,7 @@ func TestRequestID_EndToEnd(t *testing.T) {
 		t.Errorf("NATS: %d messages carry %s %s, want the %d public events the request caused (at least 5)",
 			withID, notify.HeaderRequestID, srv, len(caused))
 	}
-	s.resumeWebhooks(t, "charge.succeeded")
+	s.resumeWebhooks(t, "payment_intent.succeeded")
 
 	// Ids the service keeps or replaces.
 	long := strings.Repeat("x", 128)

@@ -136,6 +136,7 @@ type cli struct {
 	ProviderSim   providerSimCmd   `cmd:"" name:"provider-sim" help:"Run the payment provider simulator on its own."`
 	Loadgen       loadgenCmd       `cmd:"" help:"Realistic clients with retries, timeouts and faults; prints a report."`
 	Intents       intentsCmd       `cmd:"" help:"Operator views of intents (idempotency keys)."`
+	Eventstore    eventstoreCmd    `cmd:"" name:"eventstore" help:"Move the event log between backends."`
 }
 
 // env carries what every command needs besides its flags.

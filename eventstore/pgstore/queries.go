@@ -109,9 +109,11 @@ func (s *Store) PurgeStreams(ctx context.Context, prefix string, olderThan time.
 // pendingOrdersSQL groups the events of order streams by stream. It reads
 // every order event, which is fine at this service's scale; a partial index
 // on events (stream) WHERE type IN (…) or a small work table would bound it.
-// Refunds are counted by distinct charge id (only refund events are decoded),
-// since a refund the provider makes after refusing it adds a RefundSucceeded
-// to the RefundRefused of the same charge.
+// Refunds are counted by distinct charge id (only refund and payment events
+// are decoded), since a refund the provider makes after refusing it adds a
+// RefundSucceeded to the RefundRefused of the same charge. A payment that
+// required the customer's action is open until a PaymentSucceeded or
+// PaymentFailed names the same payment id (array containment).
 const pendingOrdersSQL = `
 SELECT stream
 FROM events
@@ -120,6 +122,9 @@ GROUP BY stream
 HAVING count(*) FILTER (WHERE type IN ('OrderConfirmed', 'OrderFailed', 'OrderCancelled', 'OrderNeedsReview')) = 0
     OR count(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id') FILTER (WHERE type = 'RefundRequested')
      > count(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id') FILTER (WHERE type IN ('RefundSucceeded', 'RefundRefused'))
+    OR NOT coalesce(array_agg(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'payment_id') FILTER (WHERE type = 'PaymentActionRequired'), '{}')
+        <@ coalesce(array_agg(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id')
+                    FILTER (WHERE type IN ('PaymentSucceeded', 'PaymentFailed') AND convert_from(data, 'UTF8')::jsonb ? 'charge_id'), '{}')
 ORDER BY stream
 LIMIT $2`
 
@@ -130,10 +135,13 @@ const orderPrefix = "order-"
 // PendingOrders returns up to limit order ids, ascending by stream name and
 // after the order id after ("" for the first page), of the order streams
 // (order-{id}) that still need the payment reconciler: those with no ending
-// event (OrderConfirmed, OrderFailed, OrderCancelled, OrderNeedsReview), and
+// event (OrderConfirmed, OrderFailed, OrderCancelled, OrderNeedsReview),
 // those with a charge whose RefundRequested has neither a RefundSucceeded
 // nor a RefundRefused (a refund the provider refused is parked with its
-// order in review, never sent again). It reads the log's tables directly,
+// order in review, never sent again), and those with a payment that
+// required the customer's action (PaymentActionRequired) whose final state
+// (PaymentSucceeded or PaymentFailed of the same payment id) is not
+// recorded: the reconciler cancels it. It reads the log's tables directly,
 // not a read model, so it is exact at the moment of the query. Fewer than
 // limit ids means the last page. Returns a wrapped error if the query
 // fails. Safe for concurrent use; it implements commands.PendingOrders.
@@ -159,4 +167,31 @@ func (s *Store) PendingOrders(ctx context.Context, after string, limit int) ([]s
 		return nil, fmt.Errorf("pgstore: pending orders: %w", err)
 	}
 	return ids, nil
+}
+
+// PurgedStreams returns the streams whose events were all truncated, with
+// the last revision each keeps (its row in streams), for a copy of the log
+// to another store (eventstore/logcopy): such a stream shows nothing in
+// ReadAll, yet a later append must expect its last revision. Returns a
+// wrapped error if the query fails.
+func (s *Store) PurgedStreams(ctx context.Context) (map[string]eventstore.Revision, error) {
+	rows, err := s.pool.Query(ctx, `SELECT s.name, s.last_revision FROM streams s
+		WHERE s.truncate_before > s.last_revision AND NOT EXISTS (SELECT 1 FROM events e WHERE e.stream = s.name)`)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: purged streams: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]eventstore.Revision{}
+	for rows.Next() {
+		var name string
+		var last int64
+		if err := rows.Scan(&name, &last); err != nil {
+			return nil, fmt.Errorf("pgstore: purged streams: %w", err)
+		}
+		out[name] = eventstore.Revision(last)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: purged streams: %w", err)
+	}
+	return out, nil
 }
