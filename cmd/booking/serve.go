@@ -135,12 +135,21 @@ func (c *serveCmd) Run(e *env) error {
 		return listenError(cfg.HTTPAddr, "BOOKING_HTTP_ADDR", err)
 	}
 	apiURL := "http://" + ln.Addr().String()
-	_, stopPprof, err := startPprof(cfg.PprofAddr, log)
+	apiLn := cfg.HTTPLimits.listener(ln)
+	mx := metrics.New(e.version)
+	mx.MustRegister(metrics.NewPoolCollector(pool), metrics.NewListenerCollector("api", apiLn))
+	admin, err := startAdmin(cfg.AdminAddr, mx.Handler(), cfg.HTTPReadHeaderTimeout, log)
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	defer stopPprof()
+	defer admin.stop()
+	if admin.Listener != nil {
+		mx.MustRegister(metrics.NewListenerCollector("admin", admin.Listener))
+	}
+	if v, set := os.LookupEnv("BOOKING_PPROF_ADDR"); set && v != "" {
+		log.Warn("BOOKING_PPROF_ADDR is no longer read: the profiler is served on the admin listener (BOOKING_ADMIN_ADDR)", "admin_addr", admin.Addr)
+	}
 
 	providerURL := cfg.ProviderURL
 	var sim *providersim.Server
@@ -180,8 +189,6 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
 	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's idempotency window
 	hcfg.InUseWait = cfg.InUseWait
-	mx := metrics.New(e.version)
-	mx.MustRegister(metrics.NewPoolCollector(pool))
 	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys)}
 	hooks, testAPI, err := faults.FromEnv(ctx, log)
 	if err != nil {
@@ -194,10 +201,9 @@ func (c *serveCmd) Run(e *env) error {
 	clock := pgcoord.NewClock(pool)
 	h := commands.New(hcfg, store, clock, payments, registry, log, opts...)
 
-	// A whole request, headers and body, must arrive within the read timeout
-	// (a trickled body is cut off: 408); the handler's own work is not
-	// bounded by it.
-	srv := &http.Server{ReadTimeout: cfg.HTTPReadTimeout, IdleTimeout: 2 * time.Minute}
+	// The API's server: its timeouts and header limit (HTTPLimits); its
+	// handler is set once the workers are wired.
+	srv := cfg.HTTPLimits.server(nil)
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var workers sync.WaitGroup
@@ -250,7 +256,7 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	srv.Handler = httpapi.New(httpapi.Config{Tokens: tokens, WebhookSecret: []byte(cfg.ProviderWebhookSecret),
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
-		Ready: ready(pool, elog), Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI,
+		Ready: ready(pool, elog), RateLimited: mx.RateLimited, Test: testAPI,
 		ObserveRequest: mx.ObserveHTTP},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(elog.lag, projections.NewReader(pool), clock, cfg.IntentRetention, log))
@@ -281,7 +287,7 @@ func (c *serveCmd) Run(e *env) error {
 	}()
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(apiLn) }()
 	log.Info("booking serve listening", "api", apiURL, "provider", providerURL, "executor", hcfg.Executor)
 	fmt.Fprintf(e.stdout, "booking: listening on %s\n", apiURL)
 	if f, ok := e.stdout.(*os.File); ok {

@@ -21,7 +21,6 @@ type api struct {
 	svc           Service
 	tokens        map[string]Actor
 	log           *slog.Logger
-	metrics       http.Handler
 	ready         func(ctx context.Context) error
 	rateLimited   func()
 	webhookSecret []byte
@@ -66,9 +65,6 @@ func (a *api) routes() http.Handler {
 	r.Use(lingerAfterBodyTimeout)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	r.Get("/readyz", a.readyz)
-	if a.metrics != nil {
-		r.Handle("/metrics", a.metrics)
-	}
 	r.Get("/openapi.yaml", serveOpenAPI)
 	if a.webhooks != nil {
 		r.Post("/v1/provider/webhooks", a.webhooks.ServeHTTP)
