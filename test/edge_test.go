@@ -77,3 +77,45 @@ func TestEdge_MetricsOnlyOnTheAdminListener(t *testing.T) {
 		t.Errorf("GET %s/debug/pprof/heap?debug=1 = %d %.100q, want a heap profile", s.AdminURL, res.StatusCode, b)
 	}
 }
+
+// TestRetryBudget_PerReplicaWithTwoReplicas: two booking serve replicas on
+// one database, each with a budget of 5 POSTs (and 1 more per 1000 s): one
+// actor's burst of 8 POSTs at each replica is answered 5 times and refused
+// 3 times by each, so the actor gets 2 × the burst from the two; each
+// replica's admin listener shows its share (rate and burst) and counts its
+// own refusals.
+func TestRetryBudget_PerReplicaWithTwoReplicas(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{ExternalSim: true, Env: map[string]string{
+		"BOOKING_RETRY_BUDGET_RATE": "0.001", "BOOKING_RETRY_BUDGET_BURST": "5"}})
+	p := s.startPeer(t)
+	for _, base := range []string{s.URL, p.URL} {
+		allowed, refused := 0, 0
+		for range 8 {
+			// No Idempotency-Key: 400 and nothing recorded, but counted
+			// against the budget, which comes first.
+			r := s.doCall(t, call{Method: "POST", Path: base + "/v1/reservations", Token: tokBob, Body: map[string]any{}})
+			switch r.Status {
+			case http.StatusBadRequest:
+				allowed++
+			case http.StatusTooManyRequests:
+				checkProblem(t, r, http.StatusTooManyRequests, "rate-limited")
+				refused++
+			default:
+				t.Fatalf("%s, want 400 (no key) or 429", r)
+			}
+		}
+		if allowed != 5 || refused != 3 {
+			t.Errorf("8 POSTs of one actor at %s: %d passed the budget, %d refused; want 5 and 3 (this replica's burst)", base, allowed, refused)
+		}
+	}
+	for _, base := range []string{s.URL, p.URL} {
+		admin := s.adminOf(t, base)
+		for line, want := range map[string]float64{"booking_retry_budget_rate": 0.001, "booking_retry_budget_burst": 5,
+			"booking_retry_budget_exceeded_total": 3} {
+			if got := s.metric(t, base, line); got != want {
+				t.Errorf("GET %s/metrics: %s = %v, want %v", admin, line, got, want)
+			}
+		}
+	}
+}

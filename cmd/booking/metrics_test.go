@@ -92,6 +92,7 @@ func TestMetricsFromStart(t *testing.T) {
 	}
 	defer pool.Close()
 	mx.MustRegister(metrics.NewPoolCollector(pool), metrics.NewStateCollector(nil, emptyReads{}, fixedClock{}, 24*time.Hour, discard))
+	mx.MustRegister(metrics.NewRetryBudgetGauges(20, 40)...)
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{ObserveRequest: mx.ObserveHTTP}, nil, nil, discard))
 	defer srv.Close()
 	admin, err := startAdmin("127.0.0.1:0", mx.Handler(), 5*time.Second, discard)
@@ -107,6 +108,8 @@ func TestMetricsFromStart(t *testing.T) {
 		`booking_show_contention_total`:                      0,
 		`booking_redundant_effects_total`:                    0,
 		`booking_retry_budget_exceeded_total`:                0,
+		`booking_retry_budget_rate`:                          20,
+		`booking_retry_budget_burst`:                         40,
 		`booking_intents_pending`:                            0,
 		`booking_intent_oldest_pending_age_seconds`:          0,
 		`booking_intents_unfinished_past_half_retention`:     0,
@@ -145,7 +148,7 @@ func TestMetricsFromStart(t *testing.T) {
 		}
 	}
 	for series, v := range got {
-		if strings.HasPrefix(series, "booking_") && !strings.HasPrefix(series, "booking_build_info") && v != 0 {
+		if strings.HasPrefix(series, "booking_") && !strings.HasPrefix(series, "booking_build_info") && !strings.HasPrefix(series, "booking_retry_budget_") && v != 0 {
 			t.Errorf("fresh /metrics: %s = %v, want 0", series, v)
 		}
 		if strings.HasPrefix(series, "http_") {

@@ -137,7 +137,8 @@ func (c *serveCmd) Run(e *env) error {
 	apiURL := "http://" + ln.Addr().String()
 	apiLn := cfg.HTTPLimits.listener(ln)
 	mx := metrics.New(e.version)
-	mx.MustRegister(metrics.NewPoolCollector(pool), metrics.NewListenerCollector("api", apiLn))
+	mx.MustRegister(append(metrics.NewRetryBudgetGauges(cfg.RetryBudgetRate, cfg.RetryBudgetBurst),
+		metrics.NewPoolCollector(pool), metrics.NewListenerCollector("api", apiLn))...)
 	admin, err := startAdmin(cfg.AdminAddr, mx.Handler(), cfg.HTTPReadHeaderTimeout, log)
 	if err != nil {
 		ln.Close()
