@@ -51,7 +51,10 @@ type holdResult struct {
 // writer's events took those revisions, having decided against a state the
 // stream never had; an expected revision cannot tell the two apart.
 type holdBatcher struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// queue and running are, per show, the requests waiting for its next
+	// batch and whether a batch of it is running. Bound: the requests in
+	// flight; eviction: a show leaves both once its queue is empty.
 	queue   map[string][]*holdReq
 	running map[string]bool
 	// own is, for a show this process appended a batch to, the show
