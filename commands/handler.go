@@ -278,8 +278,8 @@ func unavailable(err error) error {
 	if errors.As(err, &de) {
 		return err
 	}
-	if errors.Is(err, context.Canceled) {
-		return err
+	if errors.Is(err, context.Canceled) || errors.Is(err, eventstore.ErrAppendTooLarge) {
+		return err // not transient: a repeat would fail the same way
 	}
 	return fmt.Errorf("%w: %w", domain.ErrUnavailable, err)
 }
@@ -439,10 +439,12 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 }
 
 // outcomeUnknown reports whether a failed append (not a revision conflict)
-// is worth repeating to learn its outcome: not after its time bound, and
-// not when the caller is gone.
+// is worth repeating to learn its outcome: not after its time bound, not
+// when the caller is gone, and not when the store refused it for its size
+// (nothing was written).
 func outcomeUnknown(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+	return ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
+		!errors.Is(err, eventstore.ErrAppendTooLarge)
 }
 
 // applier is a domain state that evolves one event at a time (the aggregates'

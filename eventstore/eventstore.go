@@ -142,6 +142,22 @@ type AppendResult struct {
 // events: it never existed, or it was truncated or expired.
 var ErrStreamNotFound = errors.New("eventstore: stream not found")
 
+// PlaceholderType is the event type of the placeholders a copy of a log
+// writes below a stream's truncation point, so the stream keeps its
+// revisions on a store whose truncation removed the events
+// (eventstore/logcopy); they are truncated again at once. It is in
+// KurrentDB's system namespace, so KurrentDB's $all readers (ReadAll,
+// SubscribeAll, Head) skip the ones a scavenge has not removed yet. No
+// other code writes it.
+const PlaceholderType = "$purged"
+
+// ErrAppendTooLarge is matched (errors.Is) by the error of an append the
+// store refuses for its size (an event or the whole batch over the store's
+// limit, e.g. KurrentDB's MaxAppendEventSize and MaxAppendSize): nothing was
+// written, and the same append will always be refused. It is never an
+// unknown outcome.
+var ErrAppendTooLarge = errors.New("eventstore: append too large")
+
 // ErrWrongExpectedRevision is the sentinel matched (errors.Is) by every
 // RevisionConflictError.
 var ErrWrongExpectedRevision = errors.New("eventstore: wrong expected revision")

@@ -8,13 +8,18 @@ package test
 // at it, and the tests read the log through the kurrentdb store, so every
 // count of events is taken from the same log the service wrote. PostgreSQL
 // still holds read models, checkpoints, leases and the clock. `make
-// test-kurrentdb` runs the end-to-end scenarios listed there this way.
+// test-kurrentdb` runs the end-to-end scenarios listed there this way, on a
+// three-node cluster double (BOOKING_TEST_KURRENTDB_NODES=3, gossip seeds in
+// BOOKING_EVENT_STORE) whose leader the harness stops once during each test
+// (BOOKING_TEST_KURRENTDB_ELECTION=1, electMidRun): the scenario's own
+// checks and its final invariant audit hold through the election.
 
 import (
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -24,11 +29,24 @@ import (
 	"github.com/retrysafe/booking/eventstore/kurrentdb"
 	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
 	"github.com/retrysafe/booking/eventstore/pgstore"
+	"github.com/retrysafe/booking/internal/tick"
 )
 
 // backendEnv selects the suite's event store backend: "postgres" (empty)
 // or "kurrentdb".
 const backendEnv = "BOOKING_TEST_BACKEND"
+
+// nodesEnv sets the number of nodes of the KurrentDB double (default 1);
+// electionEnv, set to 1, makes the harness stop the leader once during each
+// test that does not keep it (Options.KeepLeader).
+const (
+	nodesEnv    = "BOOKING_TEST_KURRENTDB_NODES"
+	electionEnv = "BOOKING_TEST_KURRENTDB_ELECTION"
+)
+
+// electionDelay is how long the double's cluster goes without a leader
+// after the harness stops it (KurrentDB's LeaderElectionTimeoutMs).
+const electionDelay = time.Second
 
 // onKurrentDB reports whether the suite runs booking serve on KurrentDB.
 func onKurrentDB() bool { return os.Getenv(backendEnv) == "kurrentdb" }
@@ -62,9 +80,65 @@ func (s *server) startBackend(t *testing.T) {
 	if !onKurrentDB() {
 		return
 	}
-	s.kdb = kurrentdbtest.StartProcess(t, doubleBin, filepath.Join(t.TempDir(), "kurrentdb.log"))
+	nodes := 1
+	if v := os.Getenv(nodesEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a number of nodes, 1 or more", nodesEnv, v)
+		}
+		nodes = n
+	}
+	s.kdb = kurrentdbtest.StartProcessWith(t, doubleBin, kurrentdbtest.ProcessOptions{
+		DataFile: filepath.Join(t.TempDir(), "kurrentdb.log"), Nodes: nodes, ElectionDelay: electionDelay,
+	})
 	s.eventStore = s.kdb.URL()
-	t.Logf("booking serve runs on KurrentDB (the double at %s)", s.eventStore)
+	t.Logf("booking serve runs on KurrentDB (the double at %s, %d node(s))", s.eventStore, nodes)
+	if nodes > 1 && os.Getenv(electionEnv) == "1" && !s.opts.KeepLeader {
+		s.electMidRun(t)
+	}
+}
+
+// electMidRun stops the double's leader once, in the middle of the test:
+// when the service has written a few records, or 5 s after the start at
+// the latest; the others elect a new leader after the election delay, and
+// 2 s later the stopped node starts again and follows. It gives up quietly
+// if the double stops answering (a test that kills it) and ends with the
+// test.
+func (s *server) electMidRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		st, err := s.kdb.Status()
+		if err != nil {
+			return
+		}
+		base, deadline := st.Records, time.Now().Add(5*time.Second)
+		for {
+			if tick.Sleep(ctx, 100*time.Millisecond) != nil {
+				return
+			}
+			if st, err = s.kdb.Status(); err != nil {
+				return
+			}
+			if st.Records >= base+20 || time.Now().After(deadline) {
+				break
+			}
+		}
+		stopped, err := s.kdb.StopLeader()
+		if err != nil {
+			return
+		}
+		t.Logf("harness: stopped the KurrentDB leader (node %d) after %d records; an election follows", stopped, st.Records)
+		if tick.Sleep(ctx, electionDelay+2*time.Second) != nil {
+			return
+		}
+		if err := s.kdb.StartNode(stopped); err == nil {
+			st, _ := s.kdb.Status()
+			t.Logf("harness: node %d started again; the leader is node %d", stopped, st.Leader)
+		}
+	}()
 }
 
 // openLog returns the event log the service writes, read through

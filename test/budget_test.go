@@ -29,6 +29,16 @@ const (
 	budgetBookings     = 200
 )
 
+// kurrentDBBudget is the same budget with the log on KurrentDB
+// (BOOKING_TEST_BACKEND=kurrentdb): the statements PostgreSQL still gets
+// per booking (read models, checkpoints, leases, locks, the clock, the
+// relay's bookkeeping), with the appends and log reads gone to KurrentDB.
+// 3.1 and 3.8 per booking were counted in two runs (two statements of the
+// order key store, the rest the read models' and checkpoints' batched
+// writes); the margin covers a busy one, where the background's
+// per-second statements weigh more.
+const kurrentDBBudget = 6
+
 // sqlState is the answer of the faultinject build's /_test/sql.
 type sqlState struct {
 	Total  int    `json:"total"`
@@ -55,16 +65,21 @@ func (s *server) sqlCall(t testing.TB, method, query string) sqlState {
 // reservation expiry after the hold) has run, and fails if the service
 // sent more than wholeServiceBudget statements per booking, printing
 // every statement's count per booking.
+//
+// On KurrentDB (BOOKING_TEST_BACKEND=kurrentdb, make test-kurrentdb) it counts
+// the statements PostgreSQL still gets with the log on KurrentDB, against
+// kurrentDBBudget, with the double's leader kept (no election mid-run).
 func TestStatementBudget_WholeService(t *testing.T) {
+	budget, what := wholeServiceBudget, "whole service"
 	if onKurrentDB() {
-		t.Skip("the statement budget is PostgreSQL's: on KurrentDB the log is not read with SQL")
+		budget, what = kurrentDBBudget, "whole service on KurrentDB (PostgreSQL only)"
 	}
 	// The service runs as deployed (default intervals: the workers' passes
 	// and lease renewals are counted at their production rate), except
 	// that holds last 20 s, so reservation expiry's jobs run within the
 	// test and are counted too.
 	const hold = 20 * time.Second
-	s := mustStart(t, Options{Env: map[string]string{"BOOKING_TEST_COUNT_SQL": "1", "BOOKING_RESERVATION_HOLD": hold.String()}})
+	s := mustStart(t, Options{Env: map[string]string{"BOOKING_TEST_COUNT_SQL": "1", "BOOKING_RESERVATION_HOLD": hold.String()}, KeepLeader: true})
 	const shows, clients = 20, 8
 	showIDs := make([]string, shows)
 	for i := range showIDs {
@@ -102,11 +117,11 @@ func TestStatementBudget_WholeService(t *testing.T) {
 	st := s.sqlCall(t, "GET", "?per="+strconv.Itoa(budgetBookings))
 	per := float64(st.Total) / budgetBookings
 	// The line make bench reads for row P2s (test/scripts/benchrun).
-	t.Logf("statements per booking: whole service %.1f", per)
-	t.Logf("whole service: %d statements for %d bookings = %.1f per booking (bookings took %s, settled after %s)",
-		st.Total, budgetBookings, per, booked.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	if per > wholeServiceBudget {
-		t.Errorf("whole service: %.1f statements per booking, want <= %d; per booking:\n%s", per, wholeServiceBudget, st.Report)
+	t.Logf("statements per booking: %s %.1f", what, per)
+	t.Logf("%s: %d statements for %d bookings = %.1f per booking (bookings took %s, settled after %s)",
+		what, st.Total, budgetBookings, per, booked.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if per > float64(budget) {
+		t.Errorf("%s: %.1f statements per booking, want <= %d; per booking:\n%s", what, per, budget, st.Report)
 	} else {
 		t.Logf("per booking:\n%s", st.Report)
 	}
@@ -142,18 +157,32 @@ func (s *server) book(ctx context.Context, show string) error {
 func (s *server) settleAll(t testing.TB) {
 	t.Helper()
 	names := []string{commands.FollowUpsName, commands.RecoveryName, commands.ExpiryName}
-	const behind = `WITH head AS (SELECT tx::text::bigint AS tx, seq FROM events ORDER BY tx DESC, seq DESC LIMIT 1),
+	// behind counts the followers not at the log's head yet: PostgreSQL's
+	// events table, or on KurrentDB the head read through the store.
+	behind := func() int {
+		head := `SELECT tx::text::bigint AS tx, seq FROM events ORDER BY tx DESC, seq DESC LIMIT 1`
+		if s.eventStore != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			h, err := s.log.Head(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("log head: %v", err)
+			}
+			head = fmt.Sprintf(`SELECT %d::bigint AS tx, %d::bigint AS seq`, h.Commit, h.Prepare)
+		}
+		return s.queryInt(t, `WITH head AS (`+head+`),
 	cps AS (SELECT name, commit_tx, prepare FROM checkpoints WHERE name = ANY($1)
 		UNION ALL SELECT name, commit_tx, prepare FROM projection_checkpoints WHERE name = ANY($2)
 		UNION ALL SELECT name, commit_tx, prepare FROM notify_relays)
-	SELECT count(*) FROM head WHERE (SELECT count(*) FROM cps WHERE (cps.commit_tx, cps.prepare) >= (head.tx, head.seq)) < $3`
-	want := len(names) + len(projections.Names()) + 1
+	SELECT count(*) FROM head WHERE (SELECT count(*) FROM cps WHERE (cps.commit_tx, cps.prepare) >= (head.tx, head.seq)) < $3`,
+			names, projections.Names(), len(names)+len(projections.Names())+1)
+	}
 	deadline := time.Now().Add(3 * time.Minute)
 	n, caughtUp := s.totalEvents(t), false
 	var since time.Time
 	for {
 		if !caughtUp {
-			if caughtUp = s.queryInt(t, behind, names, projections.Names(), want) == 0; caughtUp {
+			if caughtUp = behind() == 0; caughtUp {
 				since = time.Now()
 			}
 		} else if time.Since(since) >= 500*time.Millisecond {

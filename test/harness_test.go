@@ -274,6 +274,10 @@ type Options struct {
 	// PGProxy routes booking serve's database connections through a
 	// pgProxy (server.pgProxy) that can cut the answer of a chosen append.
 	PGProxy bool
+	// KeepLeader keeps the KurrentDB double's leader for the whole test
+	// (no election mid-run): for tests that stop or replace the double
+	// themselves.
+	KeepLeader bool
 }
 
 // server is a running `booking serve` with its own database, ports and data
@@ -304,6 +308,9 @@ type server struct {
 	// auditOpen orders from its Settled rule (expectOpen).
 	auditSkip map[audit.Rule]string
 	auditOpen map[string]string
+	// auditToken is the bearer token the audit reads the API with; empty:
+	// the static admin token (a JWT when BOOKING_AUTH=jwt).
+	auditToken string
 
 	// pgProxy is the database proxy of Options.PGProxy, or nil.
 	pgProxy *pgProxy

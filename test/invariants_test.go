@@ -23,7 +23,11 @@ func (s *server) audit(t testing.TB) audit.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	return audit.Check(ctx, audit.Sources{Log: s.log, SimURL: s.SimURL, APIURL: s.URL, Token: tokAdmin, Client: s.client},
+	token := tokAdmin
+	if s.auditToken != "" {
+		token = s.auditToken
+	}
+	return audit.Check(ctx, audit.Sources{Log: s.log, SimURL: s.SimURL, APIURL: s.URL, Token: token, Client: s.client},
 		audit.Options{Skip: s.auditSkip, Open: s.auditOpen})
 }
 

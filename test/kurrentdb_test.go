@@ -84,7 +84,7 @@ func (s *server) connectJS(t *testing.T) jetstream.JetStream {
 func TestKurrentDB_RestartMidSubscriptionProjectsAndPublishesEveryEventOnce(t *testing.T) {
 	requireKurrentDB(t)
 	t.Parallel()
-	s, show, res := mustStartReserved(t, Options{Env: fastEnv()}, 2)
+	s, show, res := mustStartReserved(t, Options{Env: fastEnv(), KeepLeader: true}, 2)
 	js := s.connectJS(t)
 	first := orderIDOf(t, s.mustOrder(t, tokAlice, newKey(), res, "tok_visa"))
 	s.waitAllCaughtUp(t, js)
@@ -136,7 +136,7 @@ func TestKurrentDB_RestartMidSubscriptionProjectsAndPublishesEveryEventOnce(t *t
 func TestKurrentDB_NotUpAtStartIsReportedThenUsedOnceUp(t *testing.T) {
 	requireKurrentDB(t)
 	t.Parallel()
-	s := mustStart(t, Options{Env: fastEnv()})
+	s := mustStart(t, Options{Env: fastEnv(), KeepLeader: true})
 	js := s.connectJS(t)
 	s.Stop()
 	s.kdb.Kill()
@@ -202,7 +202,7 @@ func TestKurrentDB_NotUpAtStartIsReportedThenUsedOnceUp(t *testing.T) {
 func TestKurrentDB_AnotherBackendWithOldPositionsFailsAtStart(t *testing.T) {
 	requireKurrentDB(t)
 	t.Parallel()
-	s, _, res := mustStartReserved(t, Options{Env: fastEnv()}, 2)
+	s, _, res := mustStartReserved(t, Options{Env: fastEnv(), KeepLeader: true}, 2)
 	js := s.connectJS(t)
 	id := orderIDOf(t, s.mustOrder(t, tokAlice, newKey(), res, "tok_visa"))
 	s.waitAllCaughtUp(t, js)
@@ -256,7 +256,7 @@ func TestKurrentDB_AnotherBackendWithOldPositionsFailsAtStart(t *testing.T) {
 func TestKurrentDB_AnotherLogWithOldPositionsFailsAtStart(t *testing.T) {
 	requireKurrentDB(t)
 	t.Parallel()
-	s, _, res := mustStartReserved(t, Options{Env: fastEnv()}, 2)
+	s, _, res := mustStartReserved(t, Options{Env: fastEnv(), KeepLeader: true}, 2)
 	js := s.connectJS(t)
 	orderIDOf(t, s.mustOrder(t, tokAlice, newKey(), res, "tok_visa"))
 	s.waitAllCaughtUp(t, js)

@@ -7,11 +7,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"reflect"
 	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/alecthomas/kong"
 )
 
 // TestCommandLine: --version prints the build's version and exits 0; a bare
@@ -91,6 +94,7 @@ func TestUnreachableDatabaseIsNamed(t *testing.T) {
 		{"notifications", "tail", "--nats-url", "nats://127.0.0.1:1"},
 		{"intents", "explain", "--actor", "alice", "--key", "k"},
 		{"loadgen", "--target", "http://127.0.0.1:1"},
+		{"eventstore", "copy", "--from", "postgres", "--to", "esdb://127.0.0.1:1?tls=false"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), args, &stdout, &stderr)
@@ -119,6 +123,10 @@ func TestConfigurationErrorsExitTwo(t *testing.T) {
 		{[]string{"migrate"}, "invalid configuration: --database-url (DATABASE_URL): required"},
 		{[]string{"notifications", "tail"}, "invalid configuration: --database-url (DATABASE_URL): required"},
 		{[]string{"projections", "rebuild"}, "invalid configuration: --database-url (DATABASE_URL): required"},
+		{[]string{"eventstore", "copy", "--from", "postgres", "--to", "esdb://h:1"}, "invalid configuration: --database-url (DATABASE_URL): required"},
+		{[]string{"eventstore", "copy", "--database-url", "postgres://127.0.0.1:1/x", "--from", "bogus", "--to", "postgres"}, "invalid configuration: --from: must be postgres or a kurrentdb://"},
+		{[]string{"eventstore", "copy", "--database-url", "postgres://127.0.0.1:1/x", "--from", "postgres", "--to", "postgres"}, "invalid configuration: --to: is a postgres event store like --from"},
+		{[]string{"eventstore", "copy", "--database-url", "postgres://127.0.0.1:1/x", "--from", "postgres", "--to", "esdb://h:1", "--batch", "0"}, "invalid configuration: --batch"},
 		{[]string{"serve", "--database-url", "postgres://127.0.0.1:1/x", "--api-tokens", "a=t", "--intent-lease=-5s"},
 			"invalid configuration: --intent-lease (BOOKING_INTENT_LEASE): must be a positive duration"},
 		{[]string{"provider-sim", "--retention=-1s"}, "invalid configuration: --retention (BOOKING_PROVIDER_RETENTION): must be a positive duration"},
@@ -357,5 +365,169 @@ func TestMakeHelpListsEveryVariable(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("make help printed:\n%s", out)
+	}
+}
+
+// leafCommands returns the command paths of the command line ("serve",
+// "projections rebuild", ...) with their nodes.
+func leafCommands(t *testing.T) map[string]*kong.Node {
+	t.Helper()
+	var c cli
+	parser, err := kong.New(&c, kong.Name("booking"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*kong.Node{}
+	var walk func(n *kong.Node)
+	walk = func(n *kong.Node) {
+		if n.Type == kong.CommandNode && len(n.Children) == 0 {
+			out[n.Path()] = n
+		}
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(parser.Model.Node)
+	return out
+}
+
+// TestEveryCommandExitsTwoNamingFlagAndVariable: every command of the
+// command line (walked from its model, so a new command is covered) exits
+// 2 with a message naming the flag and its variable for a DATABASE_URL that
+// is not a URL or names another database, for an unknown flag, and for a
+// variable whose value does not parse; nothing connects.
+func TestEveryCommandExitsTwoNamingFlagAndVariable(t *testing.T) {
+	t.Setenv("BOOKING_API_TOKENS", "a=x:admin,b=y")
+	t.Setenv("BOOKING_DATA_DIR", t.TempDir())
+	for _, v := range []string{"BOOKING_NATS_URL", "BOOKING_EVENT_STORE", "BOOKING_PROVIDER_URL"} {
+		t.Setenv(v, "")
+	}
+	cmds := leafCommands(t)
+	if len(cmds) < 7 {
+		t.Fatalf("found %d commands, want every one: %v", len(cmds), cmds)
+	}
+	withDatabase := 0
+	for path, n := range cmds {
+		args := strings.Fields(path)
+		var valued *kong.Flag // a flag with a variable whose value must parse (a number or a duration)
+		hasDatabase := false
+		for _, f := range n.Flags {
+			if f.Required {
+				args = append(args, "--"+f.Name+"=x")
+			}
+			if f.Name == "database-url" {
+				hasDatabase = true
+			}
+			if k := f.Target.Kind(); valued == nil && f.Tag != nil && len(f.Tag.Envs) > 0 && k >= reflect.Int && k <= reflect.Float64 {
+				valued = f
+			}
+		}
+		t.Logf("booking %s: args %q, database %v, valued %v", path, args, hasDatabase, valued != nil)
+		check := func(what string, args []string, want ...string) {
+			t.Helper()
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), args, &stdout, &stderr)
+			if err == nil || exitCode(err) != exitUsage {
+				t.Errorf("booking %s with %s = %v (exit %d), want exit %d", path, what, err, exitCode(err), exitUsage)
+				return
+			}
+			for _, w := range want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("booking %s with %s = %q, want it to name %s", path, what, err, w)
+				}
+			}
+		}
+		if hasDatabase {
+			withDatabase++
+			for _, bad := range []string{"not a url", "mysql://u:secret@db.example/booking", "postgres://u:secret@h:port/db"} {
+				t.Setenv("DATABASE_URL", bad)
+				check("DATABASE_URL="+bad, args, "--database-url (DATABASE_URL)", "postgres://")
+				var stdout, stderr bytes.Buffer
+				if err := run(context.Background(), args, &stdout, &stderr); err != nil && strings.Contains(err.Error(), "secret") {
+					t.Errorf("booking %s with DATABASE_URL=%s = %q: shows the password", path, bad, err)
+				}
+			}
+		}
+		t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/never-connected")
+		check("an unknown flag", append(slices.Clone(args), "--no-such-flag"), "--no-such-flag")
+		if valued != nil {
+			v := valued.Tag.Envs[0]
+			t.Setenv(v, "soon")
+			check(v+"=soon", args, "--"+valued.Name, v)
+			os.Unsetenv(v)
+		}
+	}
+	if withDatabase < 5 {
+		t.Errorf("%d commands have --database-url, want at least 5 (serve, migrate, projections rebuild, notifications tail, intents explain, loadgen)", withDatabase)
+	}
+}
+
+// TestUnknownVariablesAreReported: a BOOKING_* variable no command reads
+// is reported at start with the nearest known name (a warning: the
+// command still runs); BOOKING_TEST_* is the test build's and never is.
+func TestUnknownVariablesAreReported(t *testing.T) {
+	t.Setenv("BOOKING_API_TOKEN", "secret-value")
+	t.Setenv("BOOKING_TEST_ANYTHING", "1")
+	t.Setenv("DATABASE_URL", "")
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"migrate"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Fatalf("migrate = %v, want the missing DATABASE_URL", err)
+	}
+	want := "booking: warning: BOOKING_API_TOKEN is set but no booking command reads it; did you mean BOOKING_API_TOKENS?\n"
+	if got := stderr.String(); got != want {
+		t.Errorf("stderr = %q, want %q", got, want)
+	}
+	known := knownVariables(func() *kong.Node {
+		p, err := kong.New(&cli{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Model.Node
+	}())
+	for _, v := range []string{"BOOKING_AUTH", "BOOKING_JWKS_URL", "BOOKING_PROVIDER_SIM_API_KEY", "BOOKING_LOADGEN_URL", "DATABASE_URL"} {
+		if !slices.Contains(known, v) {
+			t.Errorf("knownVariables lacks %s: %v", v, known)
+		}
+	}
+	for _, tt := range []struct{ name, want string }{
+		{"BOOKING_JWT_ISUER", "BOOKING_JWT_ISSUER"}, {"BOOKING_PROVIDR_URL", "BOOKING_PROVIDER_URL"}, {"BOOKING_LOGLEVEL", "BOOKING_LOG_LEVEL"},
+	} {
+		got := unknownVariables([]string{tt.name + "=v"}, known)
+		if len(got) != 1 || !strings.HasSuffix(got[0], "did you mean "+tt.want+"?") {
+			t.Errorf("unknownVariables(%s) = %q, want the nearest %s", tt.name, got, tt.want)
+		}
+	}
+	if got := unknownVariables([]string{"BOOKING_PPROF_ADDR=127.0.0.1:6060"}, known); len(got) != 1 ||
+		!strings.Contains(got[0], "replaced by BOOKING_ADMIN_ADDR") || strings.Contains(got[0], "6060") {
+		t.Errorf("unknownVariables(BOOKING_PPROF_ADDR) = %q, want it named replaced by BOOKING_ADMIN_ADDR, without its value", got)
+	}
+}
+
+// TestRealProviderNeedsItsKey: booking serve with a real provider
+// (BOOKING_PROVIDER_URL) and no API key refuses to start (exit 2), naming
+// the variable and its flag; with the key, or its _FILE twin, it goes on.
+func TestRealProviderNeedsItsKey(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/never-connected?connect_timeout=5")
+	t.Setenv("BOOKING_API_TOKENS", "a=x:admin")
+	t.Setenv("BOOKING_PROVIDER_URL", "https://provider.invalid")
+	t.Setenv("BOOKING_PROVIDER_WEBHOOK_SECRET", "whsec_x")
+	t.Setenv("BOOKING_MASTER_KEYS", "k1:"+strings.Repeat("A", 43)+"=")
+	t.Setenv("BOOKING_NATS_URL", "")
+	t.Setenv("BOOKING_EVENT_STORE", "")
+	t.Setenv("BOOKING_DATA_DIR", t.TempDir())
+	for _, v := range []string{"BOOKING_PROVIDER_API_KEY", "BOOKING_PROVIDER_API_KEY_FILE"} {
+		t.Setenv(v, "")
+	}
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"serve"}, &stdout, &stderr)
+	want := "invalid configuration: --provider-api-key (BOOKING_PROVIDER_API_KEY): required"
+	if err == nil || !strings.Contains(err.Error(), want) || exitCode(err) != exitUsage {
+		t.Errorf("serve with a real provider and no key = %v (exit %d), want %q, exit %d", err, exitCode(err), want, exitUsage)
+	}
+	t.Setenv("BOOKING_PROVIDER_API_KEY", "sk_test_1")
+	err = run(context.Background(), []string{"serve"}, &stdout, &stderr)
+	if err == nil || !strings.HasPrefix(err.Error(), "DATABASE_URL: ") {
+		t.Errorf("serve with the key = %v, want it to go on to the (unreachable) database", err)
 	}
 }

@@ -24,8 +24,8 @@ type migrateCmd struct {
 
 // Run applies the migrations; safe to run concurrently with another migrate or serve.
 func (c *migrateCmd) Run(e *env) error {
-	if c.DatabaseURL == "" {
-		return configError("DATABASE_URL", "required (a postgres:// URL)")
+	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+		return err
 	}
 	if err := migrations.Up(e.ctx, c.DatabaseURL); err != nil {
 		return databaseError(err)
@@ -63,7 +63,7 @@ func (c *providerSimCmd) Run(e *env) error {
 	if c.Retention <= 0 {
 		return configError("BOOKING_PROVIDER_RETENTION", "must be a positive duration")
 	}
-	log, err := c.LogConfig.Logger(e.stderr)
+	log, err := e.logger(c.LogConfig)
 	if err != nil {
 		return err
 	}
@@ -183,6 +183,9 @@ func (c *loadgenCmd) Run(e *env) error {
 		return err
 	}
 	if c.DatabaseURL != "" {
+		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+			return err
+		}
 		pool, err := pgxpool.New(e.ctx, c.DatabaseURL)
 		if err != nil {
 			return configError("DATABASE_URL", "%v", err)

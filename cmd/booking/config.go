@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -8,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
@@ -36,11 +39,15 @@ type ServeConfig struct {
 	ProviderURL           string        `name:"provider-url" env:"BOOKING_PROVIDER_URL" help:"Payment provider base URL; empty runs the simulator in-process (dev mode)."`
 	ProviderSimAddr       string        `name:"provider-sim-addr" env:"BOOKING_PROVIDER_SIM_ADDR" default:"127.0.0.1:8090" help:"Listen address of the in-process provider simulator."`
 	ProviderWebhookSecret string        `name:"provider-webhook-secret" env:"BOOKING_PROVIDER_WEBHOOK_SECRET" help:"Shared secret of provider webhook signatures (dev default: whsec_dev)."`
-	APITokens             string        `name:"api-tokens" env:"BOOKING_API_TOKENS" help:"Bearer tokens: name=token[:admin],..."`
+	APITokens             string        `name:"api-tokens" env:"BOOKING_API_TOKENS" help:"With --auth=tokens: the bearer tokens, name=token[:admin],... (the name is the actor id)."`
 	DataDir               string        `name:"data-dir" env:"BOOKING_DATA_DIR" default:".data" help:"Data directory (embedded NATS storage; in dev mode the provider simulator's state in provider-sim/ and the generated master key)."`
 	Deployment            string        `name:"deployment" env:"BOOKING_DEPLOYMENT" help:"Prefix of provider idempotency keys; empty in dev."`
 
 	LogConfig `embed:""`
+
+	// Auth chooses how callers authenticate (BOOKING_AUTH) and configures
+	// JWT verification.
+	Auth AuthConfig `embed:""`
 
 	// Secrets: each from its variable or from the file its _FILE variable
 	// names (never both); never logged.
@@ -92,11 +99,8 @@ func configError(variable, format string, args ...any) error {
 // Validate checks every field and the relations between windows that keep
 // retries safe. The error names the environment variable at fault.
 func (c *ServeConfig) Validate() error {
-	if c.DatabaseURL == "" {
-		return configError("DATABASE_URL", "required (a postgres:// URL)")
-	}
-	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return configError("DATABASE_URL", "must be a postgres:// URL")
+	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+		return err
 	}
 	if err := checkListenAddr("BOOKING_HTTP_ADDR", c.HTTPAddr, ""); err != nil {
 		return err
@@ -130,11 +134,8 @@ func (c *ServeConfig) Validate() error {
 	if _, err := c.LogConfig.Logger(io.Discard); err != nil {
 		return err
 	}
-	if c.APITokens == "" {
-		return configError("BOOKING_API_TOKENS", "required: name=token[:admin],...")
-	}
-	if _, err := parseTokens(c.APITokens); err != nil {
-		return configError("BOOKING_API_TOKENS", "%v", err)
+	if err := c.Auth.Validate(c.APITokens); err != nil {
+		return err
 	}
 	positive := []struct {
 		name string
@@ -178,6 +179,41 @@ func (c *ServeConfig) Validate() error {
 	}
 	if c.RetryBudgetBurst < 1 {
 		return configError("BOOKING_RETRY_BUDGET_BURST", "must be at least 1")
+	}
+	return nil
+}
+
+// databaseURLExample ends every refusal of DATABASE_URL.
+const databaseURLExample = "want a postgres:// URL such as postgres://user:password@host:5432/booking?sslmode=require"
+
+// checkDatabaseURL returns a configuration error naming DATABASE_URL unless
+// raw is a PostgreSQL URL pgx can read (scheme postgres or postgresql;
+// pgx's keyword=value form is not accepted) with parameters pgx knows. It
+// does not connect. The message never repeats the URL: it may hold a
+// password.
+func checkDatabaseURL(raw string) error {
+	if raw == "" {
+		return configError("DATABASE_URL", "required; %s", databaseURLExample)
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the reason without the URL
+		}
+		return configError("DATABASE_URL", "not a URL (%v); %s", err, databaseURLExample)
+	case u.Scheme == "" || !strings.HasPrefix(raw[len(u.Scheme):], "://"):
+		return configError("DATABASE_URL", "not a URL; %s", databaseURLExample)
+	case u.Scheme != "postgres" && u.Scheme != "postgresql":
+		return configError("DATABASE_URL", "the scheme %q is not PostgreSQL's; %s", u.Scheme, databaseURLExample)
+	}
+	if _, err := pgxpool.ParseConfig(raw); err != nil {
+		msg := err.Error() // "cannot parse `URL with the password masked`: reason"
+		if i := strings.LastIndex(msg, "`: "); i >= 0 {
+			msg = msg[i+3:]
+		}
+		return configError("DATABASE_URL", "pgx cannot read it: %s; %s", msg, databaseURLExample)
 	}
 	return nil
 }

@@ -20,7 +20,14 @@ func validServeConfig() ServeConfig {
 		IntentRetention: 24 * time.Hour, IntentLease: 5 * time.Second, ReservationHold: 10 * time.Minute,
 		PaymentLease: 30 * time.Second, ProviderTimeout: 10 * time.Second, ProviderWindow: 24 * time.Hour,
 		PaymentDeadline: 15 * time.Minute, RecoveryInterval: 30 * time.Second, InUseWait: 2 * time.Second,
-		NATSDuplicateWindow: 10 * time.Minute, RetryBudgetRate: 20, RetryBudgetBurst: 40, LogConfig: LogConfig{LogFormat: "text", LogLevel: "info"}}
+		NATSDuplicateWindow: 10 * time.Minute, RetryBudgetRate: 20, RetryBudgetBurst: 40, LogConfig: LogConfig{LogFormat: "text", LogLevel: "info"},
+		Auth: AuthConfig{Mode: authTokens, JWTAdminScope: "booking:admin"}}
+}
+
+// jwtAuth switches c to BOOKING_AUTH=jwt with valid settings.
+func jwtAuth(c *ServeConfig) {
+	c.Auth = AuthConfig{Mode: authJWT, JWTIssuer: "https://idp.example.com/", JWTAudience: "booking",
+		JWKSURL: "https://idp.example.com/.well-known/jwks.json", JWTAdminScope: "booking:admin"}
 }
 
 func TestServeConfigValidate(t *testing.T) {
@@ -61,6 +68,18 @@ func TestServeConfigValidate(t *testing.T) {
 		{"A connection limit below 1 is refused.", func(c *ServeConfig) { c.HTTPMaxConns = 0 }, "BOOKING_HTTP_MAX_CONNS"},
 		{"An embedded NATS address whose port does not parse is refused.", func(c *ServeConfig) { c.NATSAddr = "127.0.0.1:nats0" }, "BOOKING_NATS_ADDR"},
 		{"A dev-mode simulator address whose port does not parse is refused.", func(c *ServeConfig) { c.ProviderSimAddr = "127.0.0.1:-1" }, "BOOKING_PROVIDER_SIM_ADDR"},
+		{"An unknown BOOKING_AUTH is refused.", func(c *ServeConfig) { c.Auth.Mode = "oidc" }, "BOOKING_AUTH"},
+		{"Static tokens without BOOKING_API_TOKENS are refused.", func(c *ServeConfig) { c.APITokens = "" }, "BOOKING_API_TOKENS"},
+		{"JWT without an issuer is refused.", func(c *ServeConfig) { jwtAuth(c); c.Auth.JWTIssuer = "" }, "BOOKING_JWT_ISSUER"},
+		{"JWT with an issuer that is not a URI is refused.", func(c *ServeConfig) { jwtAuth(c); c.Auth.JWTIssuer = "my-idp" }, "BOOKING_JWT_ISSUER"},
+		{"JWT with an issuer with a fragment is refused.", func(c *ServeConfig) { jwtAuth(c); c.Auth.JWTIssuer = "https://idp/#x" }, "BOOKING_JWT_ISSUER"},
+		{"JWT without an audience is refused.", func(c *ServeConfig) { jwtAuth(c); c.Auth.JWTAudience = "" }, "BOOKING_JWT_AUDIENCE"},
+		{"JWT without a key set URL is refused.", func(c *ServeConfig) { jwtAuth(c); c.Auth.JWKSURL = "" }, "BOOKING_JWKS_URL"},
+		{"JWT with an http key set URL on another host is refused.", func(c *ServeConfig) {
+			jwtAuth(c)
+			c.Auth.JWKSURL = "http://idp.example.com/jwks.json"
+		}, "BOOKING_JWKS_URL"},
+		{"JWT with an admin scope of two words is refused.", func(c *ServeConfig) { jwtAuth(c); c.Auth.JWTAdminScope = "booking admin" }, "BOOKING_JWT_ADMIN_SCOPE"},
 		{"Both provider key variables are refused.", func(c *ServeConfig) {
 			c.Secrets.ProviderAPIKey, c.Secrets.ProviderAPIKeyFile = "sk_1", "/run/secrets/provider"
 		}, "BOOKING_PROVIDER_API_KEY"},
@@ -76,9 +95,18 @@ func TestServeConfigValidate(t *testing.T) {
 			}
 		})
 	}
+	// JWT needs no BOOKING_API_TOKENS, and an http key set URL on a
+	// loopback host is accepted.
+	c := validServeConfig()
+	jwtAuth(&c)
+	c.APITokens = ""
+	c.Auth.JWKSURL = "http://127.0.0.1:8081/jwks.json"
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate() with BOOKING_AUTH=jwt = %v, want nil", err)
+	}
 	// An address that is not used is not checked: the embedded NATS
 	// server's with an external one, the simulator's with a real provider.
-	c := validServeConfig()
+	c = validServeConfig()
 	c.NATSURL, c.NATSAddr = "nats://nats.internal:4222", "unused"
 	c.ProviderURL, c.ProviderWebhookSecret, c.ProviderSimAddr = "https://provider.invalid", "whsec", "unused"
 	c.Secrets.MasterKeysFile = "/run/secrets/master-keys" // read at start, not by Validate
@@ -296,5 +324,27 @@ func TestServeConfigEventStoreErrorListsEveryScheme(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() with BOOKING_EVENT_STORE=mysql://x = %v, want it to list %s", err, want)
 		}
+	}
+}
+
+// TestAuthIgnoredSettings: the settings the chosen mode does not read are
+// named in the start log's warning: BOOKING_API_TOKENS with jwt, the JWT
+// settings with tokens; the default admin scope is no such setting.
+func TestAuthIgnoredSettings(t *testing.T) {
+	t.Parallel()
+	c := validServeConfig()
+	if got := c.Auth.ignored(c.APITokens); got != "" {
+		t.Errorf("ignored() of the defaults = %q, want none", got)
+	}
+	jwtAuth(&c)
+	if got, want := c.Auth.ignored(c.APITokens), "BOOKING_API_TOKENS ignored with BOOKING_AUTH=jwt"; got != want {
+		t.Errorf("ignored() with jwt and tokens = %q, want %q", got, want)
+	}
+	if got := c.Auth.ignored(""); got != "" {
+		t.Errorf("ignored() with jwt alone = %q, want none", got)
+	}
+	c.Auth.Mode = authTokens
+	if got, want := c.Auth.ignored(c.APITokens), "BOOKING_JWT_ISSUER, BOOKING_JWT_AUDIENCE, BOOKING_JWKS_URL ignored with BOOKING_AUTH=tokens"; got != want {
+		t.Errorf("ignored() with tokens and JWT settings = %q, want %q", got, want)
 	}
 }

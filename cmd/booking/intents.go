@@ -34,8 +34,8 @@ func (c *intentsExplainCmd) Run(e *env) error {
 	if err != nil {
 		return configError("--key", "%v", err)
 	}
-	if c.DatabaseURL == "" {
-		return configError("DATABASE_URL", "required (a postgres:// URL)")
+	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+		return err
 	}
 	pool, err := pgxpool.New(e.ctx, c.DatabaseURL)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -127,6 +128,7 @@ type cli struct {
 	ProviderSim   providerSimCmd   `cmd:"" name:"provider-sim" help:"Run the payment provider simulator on its own."`
 	Loadgen       loadgenCmd       `cmd:"" help:"Realistic clients with retries, timeouts and faults; prints a report."`
 	Intents       intentsCmd       `cmd:"" help:"Operator views of intents (idempotency keys)."`
+	Eventstore    eventstoreCmd    `cmd:"" name:"eventstore" help:"Move the event log between backends."`
 }
 
 // env carries what every command needs besides its flags.
@@ -135,6 +137,9 @@ type env struct {
 	stdout  io.Writer
 	stderr  io.Writer
 	version string
+	// warnings are reported once the command starts: on stderr, or
+	// through its logger (env.logger).
+	warnings []string
 }
 
 // errHelpShown is returned by run for a bare `booking`: the help went to
@@ -186,7 +191,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return &usageError{err}
 	}
-	return withFlagNamed(kctx, kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr, version: v}))
+	if err := checkRequirements(kctx); err != nil {
+		return withFlagNamed(kctx, err)
+	}
+	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, version: v,
+		warnings: unknownVariables(os.Environ(), knownVariables(parser.Model.Node))}
+	if !slices.ContainsFunc(kctx.Flags(), func(f *kong.Flag) bool { return f.Name == "log-format" }) {
+		for _, w := range e.warnings { // a command with a logger logs them (env.logger)
+			fmt.Fprintln(stderr, "booking: warning:", w)
+		}
+	}
+	return withFlagNamed(kctx, kctx.Run(e))
+}
+
+// logger returns the logger of c on stderr (LogConfig.Logger) after
+// logging the start's warnings with it.
+func (e *env) logger(c LogConfig) (*slog.Logger, error) {
+	log, err := c.Logger(e.stderr)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range e.warnings {
+		log.Warn(w)
+	}
+	return log, nil
 }
 
 // withFlagNamed returns err with the command's flag added to the

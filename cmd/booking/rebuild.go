@@ -42,8 +42,8 @@ func rebuildGuard(name string) string { return "projection-rebuild:" + name }
 // it over when it sees the rebuild waiting), catches up and swaps; the live
 // projector then resumes from the swapped checkpoint.
 func (c *rebuildCmd) Run(e *env) error {
-	if c.DatabaseURL == "" {
-		return configError("DATABASE_URL", "required (a postgres:// URL)")
+	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+		return err
 	}
 	if c.IntentRetention <= 0 {
 		return configError("BOOKING_INTENT_RETENTION", "must be a positive duration such as 24h")

@@ -68,8 +68,7 @@ func (c *serveCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	tokens, _ := parseTokens(cfg.APITokens)
-	log, err := cfg.LogConfig.Logger(e.stderr)
+	log, auth, err := cfg.loggerAndAuth(e)
 	if err != nil {
 		return err
 	}
@@ -147,9 +146,6 @@ func (c *serveCmd) Run(e *env) error {
 	defer admin.stop()
 	if admin.Listener != nil {
 		mx.MustRegister(metrics.NewListenerCollector("admin", admin.Listener))
-	}
-	if v, set := os.LookupEnv("BOOKING_PPROF_ADDR"); set && v != "" {
-		log.Warn("BOOKING_PPROF_ADDR is no longer read: the profiler is served on the admin listener (BOOKING_ADMIN_ADDR)", "admin_addr", admin.Addr)
 	}
 
 	providerURL := cfg.ProviderURL
@@ -255,7 +251,7 @@ func (c *serveCmd) Run(e *env) error {
 			locks.RunExclusive(wctx, log, projectorLock(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, followed) })
 		}()
 	}
-	srv.Handler = httpapi.New(httpapi.Config{Tokens: tokens, WebhookSecret: []byte(cfg.ProviderWebhookSecret),
+	srv.Handler = httpapi.New(httpapi.Config{Authenticator: auth, WebhookSecret: []byte(cfg.ProviderWebhookSecret),
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
 		Ready: ready(pool, elog), RateLimited: mx.RateLimited, Test: testAPI,
 		ObserveRequest: mx.ObserveHTTP},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -92,9 +93,15 @@ func openEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger, opts ...pgs
 	if err != nil {
 		return nil, configError("BOOKING_EVENT_STORE", "%v", err)
 	}
-	ix := logindex.New(s, pgcoord.NewClock(pool))
+	ix := logindex.New(s, pgcoord.NewClock(pool), logindex.WithSnapshots(pgcoord.NewSnapshots(pool, "logindex"), 0))
 	return &eventLog{Store: s, backend: backend, pending: ix, purger: ix, counter: ix, distance: readDistance{s}, ping: s.Ping,
-		head: s.Head, close: func() { s.Close() }}, nil
+		head: s.Head, close: func() {
+			// The next start reads only the log after this snapshot.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = ix.Save(ctx) // best effort: a start without it reads more of the log
+			s.Close()
+		}}, nil
 }
 
 // poolConfig parses a DATABASE_URL into a pool configuration of at least

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net/url"
 	"strings"
 	"time"
 
@@ -33,11 +32,8 @@ type tailCmd struct {
 
 // validate checks the flags; errors name the variable or flag at fault.
 func (c *tailCmd) validate() error {
-	if c.DatabaseURL == "" {
-		return configError("DATABASE_URL", "required (a postgres:// URL)")
-	}
-	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return configError("DATABASE_URL", "must be a postgres:// URL")
+	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+		return err
 	}
 	if c.NATSURL == "" {
 		return configError("BOOKING_NATS_URL", "required")
@@ -65,7 +61,7 @@ func (c *tailCmd) Run(e *env) error {
 		return err
 	}
 	ctx := e.ctx
-	log, err := c.LogConfig.Logger(e.stderr)
+	log, err := e.logger(c.LogConfig)
 	if err != nil {
 		return err
 	}

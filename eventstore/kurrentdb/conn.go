@@ -14,6 +14,7 @@ import (
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -330,14 +331,20 @@ func grpcCode(err error) codes.Code {
 
 // brokenClient reports whether err shows that the client itself must be
 // replaced: it has given up (ConnectionClosed), the server is unreachable
-// (Unavailable, which covers a failed discovery), or it panicked.
+// (Unavailable, which covers a failed discovery, with or without the
+// client's wrapping), or it panicked.
 func brokenClient(err error) bool {
 	var p *clientPanicError
 	if errors.As(err, &p) {
 		return true
 	}
-	code, ok := esdbCode(err)
-	return ok && (code == esdb.ErrorCodeConnectionClosed || code == esdb.ErrorUnavailable)
+	if code, ok := esdbCode(err); ok {
+		return code == esdb.ErrorCodeConnectionClosed || code == esdb.ErrorUnavailable
+	}
+	// A read that failed to open returns gRPC's error as is, without the
+	// client's reconnect (Client-Go#190): a client whose node went away
+	// would keep dialing it.
+	return grpcCode(err) == codes.Unavailable
 }
 
 // transient reports whether err may go away on its own: the connection
@@ -368,6 +375,30 @@ func transient(err error) bool {
 		return true
 	}
 	return false
+}
+
+// failover reports whether err shows a cluster changing leader: the node
+// is not the leader (NotLeader: the client reconnects to the one it names),
+// or it has none ("Server Is Not Ready", answered while a node starts or
+// while the cluster elects a leader).
+func failover(err error) bool {
+	if code, ok := esdbCode(err); ok && code == esdb.ErrorCodeNotLeader {
+		return true
+	}
+	return grpcCode(err) == codes.Unavailable && strings.Contains(err.Error(), "Server Is Not Ready")
+}
+
+// leaderOnly marks a call as one only the leader may answer
+// (requires-leader: true, which KurrentDB honours on every node: a follower
+// answers NotLeader naming the leader, a node without one "Server Is Not
+// Ready"). Client v4 puts the header it means to send into the incoming
+// metadata of its context, so it never reaches the server; leaderOnly puts
+// it into the outgoing metadata, which gRPC sends. Appends and the reads
+// the service decides on use it, so after an election no call is answered
+// by a node that was demoted or has not caught up; subscriptions do not
+// (a follower may serve them).
+func leaderOnly(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "requires-leader", "true")
 }
 
 // describe adds a hint for errors a user can fix.

@@ -19,6 +19,17 @@
 // records are replicated to them, so reading from one could miss an append
 // just acknowledged. Errors never show the password.
 //
+// In a cluster, appends and reads (not subscriptions) carry the header
+// requires-leader: true, which client v4 means to send but never does (it
+// puts it in the incoming metadata of its context): a follower answers
+// NotLeader naming the leader, and the client moves there, so the service
+// reads its own writes even through a connection string that names a
+// follower, and never decides on what a demoted or lagging node holds.
+// While the cluster elects a leader (NotLeader, "Server Is Not Ready"),
+// appends and reads keep retrying past their attempts for the failover
+// window (WithFailoverWindow, 10 s), so an election costs requests time,
+// not errors. Subscriptions may be served by followers.
+//
 // In secure mode (the default of KurrentDB) the user needs to read $all,
 // which by default only admins may: ReadAll, SubscribeAll, Head and Ping
 // fail with "access denied" otherwise. Ping reads $all once, to check the

@@ -38,6 +38,11 @@ const (
 	// DefaultReconnectWindow is how long SubscribeAll keeps resubscribing
 	// while the server is unreachable (WithReconnectWindow).
 	DefaultReconnectWindow = time.Minute
+	// DefaultFailoverWindow is how long Append and the reads keep retrying,
+	// past their attempts, while a cluster changes leader
+	// (WithFailoverWindow): KurrentDB detects a lost leader within its gossip
+	// timeout (2.5 s) and elects one within its election timeout (1 s).
+	DefaultFailoverWindow = 10 * time.Second
 	// DefaultBackoffMin and DefaultBackoffMax bound the wait between retries
 	// and resubscriptions (WithBackoff); it doubles from min to max.
 	DefaultBackoffMin = 25 * time.Millisecond
@@ -56,6 +61,7 @@ type Store struct {
 	readAttempts    int
 	batchSize       int
 	reconnectWindow time.Duration
+	failoverWindow  time.Duration
 	backoffMin      time.Duration
 	backoffMax      time.Duration
 	logger          *slog.Logger
@@ -123,6 +129,19 @@ func WithReconnectWindow(d time.Duration) Option {
 	}
 }
 
+// WithFailoverWindow sets how long Append and the reads keep retrying,
+// past their attempts (WithAppendAttempts, WithReadAttempts), while the
+// cluster has no leader or answers from a node that is not the leader
+// (NotLeader, "Server Is Not Ready"): long enough for an election (default
+// 10 s). d <= 0 keeps the default.
+func WithFailoverWindow(d time.Duration) Option {
+	return func(s *Store) {
+		if d > 0 {
+			s.failoverWindow = d
+		}
+	}
+}
+
 // WithBackoff sets the wait between retries and resubscriptions: min at
 // first, doubling up to max (defaults 25 ms and 1 s). Values <= 0 keep the
 // defaults; max is raised to min if smaller.
@@ -174,6 +193,7 @@ func New(connString string, opts ...Option) (*Store, error) {
 		readAttempts:    DefaultReadAttempts,
 		batchSize:       DefaultBatchSize,
 		reconnectWindow: DefaultReconnectWindow,
+		failoverWindow:  DefaultFailoverWindow,
 		backoffMin:      DefaultBackoffMin,
 		backoffMax:      DefaultBackoffMax,
 		logger:          slog.New(slog.DiscardHandler),
@@ -254,7 +274,7 @@ func toEventData(stream string, expected eventstore.ExpectedRevision, events []e
 		if e.Type == "" {
 			return nil, nil, fmt.Errorf("kurrentdb: append to %q: event %d (%s): empty type", stream, i, id)
 		}
-		if isSystem(e.Type) {
+		if isSystem(e.Type) && e.Type != eventstore.PlaceholderType {
 			return nil, nil, fmt.Errorf("kurrentdb: append to %q: event %d (%s): event types starting with $ are KurrentDB's", stream, i, id)
 		}
 		out[i] = esdb.EventData{EventID: id, EventType: e.Type, ContentType: esdb.ContentTypeJson, Data: e.Data, Metadata: e.Metadata}
@@ -288,16 +308,21 @@ func toEventData(stream string, expected eventstore.ExpectedRevision, events []e
 // outcome is unknown and matches context.DeadlineExceeded when a deadline
 // passed. It returns a plain error, with nothing sent, for an empty or
 // system ($-prefixed) stream name, no events, an id that is not a UUID, an
-// id repeated in the batch, or an empty or system event type. Safe for
+// id repeated in the batch, or an empty or system event type (except
+// eventstore.PlaceholderType, which a copy of a log writes). Safe for
 // concurrent use.
 func (s *Store) Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) (eventstore.AppendResult, error) {
 	evs, exp, err := toEventData(stream, expected, events)
 	if err != nil {
 		return eventstore.AppendResult{}, err
 	}
+	if err := s.checkSize(ctx, stream, evs); err != nil {
+		return eventstore.AppendResult{}, err
+	}
 	var lastErr error
 	tried := 0 // attempts made, fewer than appendAttempts if the server is known unreachable
-	for attempt := 1; attempt <= s.appendAttempts; attempt++ {
+	started := time.Now()
+	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
 			if err := s.sleep(ctx, attempt-1); err != nil {
 				break
@@ -308,7 +333,7 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		actx, cancel := context.WithTimeout(ctx, s.appendTimeout)
 		err := s.conn.call(actx, func(ctx context.Context, c *esdb.Client) error {
 			var err error
-			res, err = c.AppendToStream(ctx, stream, esdb.AppendToStreamOptions{ExpectedRevision: exp, Deadline: &s.appendTimeout}, evs...)
+			res, err = c.AppendToStream(leaderOnly(ctx), stream, esdb.AppendToStreamOptions{ExpectedRevision: exp, Deadline: &s.appendTimeout}, evs...)
 			return err
 		})
 		cancel()
@@ -321,10 +346,13 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		if errors.Is(err, ErrClosed) {
 			return eventstore.AppendResult{}, err
 		}
+		if tooLarge(err) {
+			return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: %w (nothing written): %w", stream, eventstore.ErrAppendTooLarge, err)
+		}
 		if lastErr == nil || !errors.Is(err, ErrUnreachable) {
 			lastErr = err // a call not sent does not hide why an earlier one failed
 		}
-		if ctx.Err() != nil || !transient(err) || s.conn.unreachable() {
+		if !s.again(ctx, attempt, s.appendAttempts, started, err) {
 			// Known unreachable: the outcome stays unknown as after the
 			// last attempt, and the caller answers now (503) instead of
 			// after every attempt's connection timeout.
@@ -445,20 +473,32 @@ func (s *Store) sleep(ctx context.Context, n int) error {
 // the caller's deadline.
 func (s *Store) retryRead(ctx context.Context, read func(ctx context.Context) error) error {
 	var err error
-	for attempt := 1; attempt <= s.readAttempts; attempt++ {
+	started := time.Now()
+	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
 			if serr := s.sleep(ctx, attempt-1); serr != nil {
 				return fmt.Errorf("%w (after %v)", serr, err)
 			}
 		}
-		actx, cancel := context.WithTimeout(ctx, s.appendTimeout)
+		actx, cancel := context.WithTimeout(leaderOnly(ctx), s.appendTimeout)
 		err = read(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil || errors.Is(err, ErrClosed) || !transient(err) || s.conn.unreachable() {
+		if err == nil || errors.Is(err, ErrClosed) || !s.again(ctx, attempt, s.readAttempts, started, err) {
 			return err
 		}
 	}
-	return err
+}
+
+// again reports whether a call that failed with err on its attempt-th try
+// (of attempts, the first at started) is tried again: if the error may pass
+// (transient), ctx is alive and the server is not known to be unreachable,
+// within the attempts, and past them while a cluster changes leader
+// (failover), until the failover window has passed since the first try.
+func (s *Store) again(ctx context.Context, attempt, attempts int, started time.Time, err error) bool {
+	if ctx.Err() != nil || !transient(err) || s.conn.unreachable() {
+		return false
+	}
+	return attempt < attempts || (failover(err) && time.Since(started) < s.failoverWindow)
 }
 
 // readStream reads up to count events of a stream (client ReadStream,
@@ -776,7 +816,7 @@ func (s *Store) truncateOnce(ctx context.Context, stream string, before eventsto
 	actx, cancel := context.WithTimeout(ctx, s.appendTimeout)
 	defer cancel()
 	err = s.conn.call(actx, func(ctx context.Context, c *esdb.Client) error {
-		_, err := c.AppendToStream(ctx, metastream, esdb.AppendToStreamOptions{ExpectedRevision: expected, Deadline: &s.appendTimeout}, ev)
+		_, err := c.AppendToStream(leaderOnly(ctx), metastream, esdb.AppendToStreamOptions{ExpectedRevision: expected, Deadline: &s.appendTimeout}, ev)
 		return err
 	})
 	if code, ok := esdbCode(err); ok && code == esdb.ErrorCodeWrongExpectedVersion {

@@ -9,8 +9,36 @@
 //
 // An Index keeps a small summary of the log in memory and brings it up to
 // date with the log's readable horizon at every call, so each answer is
-// exact at the moment of the call, as the SQL is. After a restart it reads
-// the whole log once.
+// exact at the moment of the call, as the SQL is.
+//
+// # Bound and eviction
+//
+// The summary holds only what can still act:
+//
+//   - the order streams still pending (no ending event yet, or more
+//     refunds requested than settled), each with the charge ids of its
+//     refunds; an order is evicted as soon as it is neither;
+//   - the order streams that an event may have made pending again since
+//     they were evicted (a RefundRequested of an evicted order): checked
+//     against the whole stream (ReadStream) at the next call, then kept or
+//     evicted; so at most the events between two calls;
+//   - the intent streams not purged yet, with the revision and occurred_at
+//     of each live event: every intent, until PurgeStreams truncates it
+//     (after the retention period);
+//   - the count of events and the position read up to.
+//
+// So its size follows the orders in flight, the refunds owed and the
+// intents within retention, not the length of the log: an order that
+// ended with its refunds settled costs nothing.
+//
+// # Restarts
+//
+// With WithSnapshots the summary is saved (every few thousand events
+// applied, and by Save) and loaded at the first call after a restart,
+// which then reads only the log after the snapshot's position. A snapshot
+// is used only if the log still holds the event it was taken at, at the
+// same position (so a snapshot of another log is never used); otherwise,
+// and without snapshots, the first call reads the whole log once.
 package logindex
 
 import (
@@ -28,6 +56,10 @@ import (
 // readBatch is how many events one ReadAll of a catch-up asks for.
 const readBatch = 1000
 
+// DefaultSnapshotEvery is how many events an Index applies between two
+// snapshots (WithSnapshots).
+const DefaultSnapshotEvery = 10_000
+
 // orderPrefix is the stream name prefix of orders ("order-{orderID}", see
 // domain.OrderStream).
 const orderPrefix = "order-"
@@ -42,43 +74,91 @@ type Clock interface {
 	Now(ctx context.Context) (time.Time, error)
 }
 
+// Snapshots keeps an Index's summary across restarts (pgcoord.Snapshots
+// keeps it in PostgreSQL).
+type Snapshots interface {
+	// Load returns the last snapshot saved, or nil if there is none.
+	Load(ctx context.Context) ([]byte, error)
+	// Save replaces the saved snapshot with snapshot.
+	Save(ctx context.Context, snapshot []byte) error
+}
+
+// Option configures an Index in New.
+type Option func(*Index)
+
+// WithSnapshots saves the summary to snapshots after every n events
+// applied (DefaultSnapshotEvery if n <= 0) and loads it at the first call,
+// so a restart reads only the log after it. A failed save does not fail the
+// call that made it; the next call tries again.
+func WithSnapshots(snapshots Snapshots, n int) Option {
+	return func(ix *Index) {
+		ix.snapshots = snapshots
+		ix.snapshotEvery = n
+		if n <= 0 {
+			ix.snapshotEvery = DefaultSnapshotEvery
+		}
+	}
+}
+
 // Index is the in-memory summary of a log. Create it with New; its methods
 // are safe for concurrent use (they run one at a time).
 type Index struct {
-	log   eventstore.Store
-	clock Clock
+	log           eventstore.Store
+	clock         Clock
+	snapshots     Snapshots
+	snapshotEvery int
 
 	mu      sync.Mutex
+	loaded  bool // the snapshot, if any, was tried
 	pos     eventstore.Position
+	prev    eventstore.Position // the position of the event before pos's
+	lastID  string              // the id of the event at pos
 	count   int64
 	orders  map[string]*order
+	recheck map[string]bool // evicted orders a RefundRequested may have reopened
 	intents map[string][]stamp
+	unsaved int // events applied since the last snapshot
 }
 
-// order is what PendingOrders needs of an order stream.
+// order is what PendingOrders needs of a pending order stream.
 type order struct {
-	ended     bool
-	requested map[string]struct{} // charge ids of RefundRequested
-	settled   map[string]struct{} // charge ids of RefundSucceeded and RefundRefused
+	Ended     bool                `json:"ended,omitempty"`
+	Requested map[string]struct{} `json:"requested,omitempty"` // charge ids of RefundRequested
+	Settled   map[string]struct{} `json:"settled,omitempty"`   // charge ids of RefundSucceeded and RefundRefused
 }
+
+// pending is the reconciler's rule: no ending event, or more distinct
+// charge ids requested than settled.
+func (o *order) pending() bool { return !o.Ended || len(o.Requested) > len(o.Settled) }
 
 // stamp is an intent event not yet known to be truncated: its revision and
 // its metadata's occurred_at (the database clock at the time of the fact).
 type stamp struct {
-	rev eventstore.Revision
-	at  time.Time
+	Rev eventstore.Revision `json:"rev"`
+	At  time.Time           `json:"at"`
 }
 
 // New returns an Index of log whose retention decisions use clock.
-func New(log eventstore.Store, clock Clock) *Index {
-	return &Index{log: log, clock: clock, orders: map[string]*order{}, intents: map[string][]stamp{}}
+func New(log eventstore.Store, clock Clock, opts ...Option) *Index {
+	ix := &Index{log: log, clock: clock, orders: map[string]*order{}, recheck: map[string]bool{}, intents: map[string][]stamp{}}
+	for _, opt := range opts {
+		opt(ix)
+	}
+	return ix
 }
 
 // catchUp reads the log from the last position seen up to its readable
 // horizon: until a read returns nothing (a short page need not be the end:
 // a backend may return fewer events than asked, e.g. after skipping system
-// events). Callers hold ix.mu.
+// events). Then it checks the orders to recheck and saves a snapshot when
+// due. Callers hold ix.mu.
 func (ix *Index) catchUp(ctx context.Context) error {
+	if !ix.loaded {
+		ix.loaded = true
+		if err := ix.load(ctx); err != nil {
+			return err
+		}
+	}
 	for {
 		evs, err := ix.log.ReadAll(ctx, ix.pos, readBatch)
 		if err != nil {
@@ -86,12 +166,20 @@ func (ix *Index) catchUp(ctx context.Context) error {
 		}
 		for _, e := range evs {
 			ix.apply(e)
-			ix.pos = e.Position
+			ix.prev, ix.pos, ix.lastID = ix.pos, e.Position, e.ID
 		}
+		ix.unsaved += len(evs)
 		if len(evs) == 0 {
-			return nil
+			break
 		}
 	}
+	if err := ix.recheckOrders(ctx); err != nil {
+		return err
+	}
+	if ix.snapshots != nil && ix.unsaved >= ix.snapshotEvery {
+		_ = ix.save(ctx) // a failed save is tried again at the next call
+	}
+	return nil
 }
 
 // apply adds one event to the summary.
@@ -99,23 +187,72 @@ func (ix *Index) apply(e eventstore.RecordedEvent) {
 	ix.count++
 	switch {
 	case strings.HasPrefix(e.Stream, orderPrefix):
-		o := ix.orders[e.Stream]
-		if o == nil {
-			o = &order{}
-			ix.orders[e.Stream] = o
-		}
-		switch {
-		case endingTypes[e.Type]:
-			o.ended = true
-		case e.Type == "RefundRequested":
-			o.requested = addCharge(o.requested, e.Data)
-		case e.Type == "RefundSucceeded" || e.Type == "RefundRefused":
-			o.settled = addCharge(o.settled, e.Data)
-		}
+		ix.applyOrder(e)
 	case strings.HasPrefix(e.Stream, intentPrefix):
 		m, _ := eventstore.DecodeMetadata(e.Metadata)
-		ix.intents[e.Stream] = append(ix.intents[e.Stream], stamp{rev: e.Revision, at: m.OccurredAt})
+		ix.intents[e.Stream] = append(ix.intents[e.Stream], stamp{Rev: e.Revision, At: m.OccurredAt})
 	}
+}
+
+// applyOrder adds an event of an order stream. An order first seen at
+// revision 0 is tracked; one seen later was evicted (ended, refunds
+// settled), and only a RefundRequested can make it pending again: it is
+// rechecked at the end of the catch-up.
+func (ix *Index) applyOrder(e eventstore.RecordedEvent) {
+	o := ix.orders[e.Stream]
+	if o == nil {
+		if e.Revision > 0 {
+			if e.Type == "RefundRequested" {
+				ix.recheck[e.Stream] = true
+			}
+			return
+		}
+		o = &order{}
+		ix.orders[e.Stream] = o
+	}
+	o.add(e.Type, e.Data)
+	if !o.pending() {
+		delete(ix.orders, e.Stream)
+	}
+}
+
+// add applies one event of the order's stream.
+func (o *order) add(typ string, data []byte) {
+	switch {
+	case endingTypes[typ]:
+		o.Ended = true
+	case typ == "RefundRequested":
+		o.Requested = addCharge(o.Requested, data)
+	case typ == "RefundSucceeded" || typ == "RefundRefused":
+		o.Settled = addCharge(o.Settled, data)
+	}
+}
+
+// recheckOrders reads the whole stream of every evicted order a
+// RefundRequested touched and tracks it again if it is pending. Callers
+// hold ix.mu.
+func (ix *Index) recheckOrders(ctx context.Context) error {
+	for stream := range ix.recheck {
+		if ix.orders[stream] != nil {
+			delete(ix.recheck, stream)
+			continue
+		}
+		evs, err := ix.log.ReadStream(ctx, stream, 0, 0)
+		if err != nil && !errors.Is(err, eventstore.ErrStreamNotFound) {
+			return fmt.Errorf("logindex: recheck %s: %w", stream, err)
+		}
+		o := &order{}
+		for _, e := range evs {
+			if e.Position.Less(ix.pos) || e.Position == ix.pos {
+				o.add(e.Type, e.Data)
+			}
+		}
+		if len(evs) > 0 && o.pending() {
+			ix.orders[stream] = o
+		}
+		delete(ix.recheck, stream)
+	}
+	return nil
 }
 
 // intentPrefix is the stream name prefix PurgeStreams follows.
@@ -134,6 +271,19 @@ func addCharge(set map[string]struct{}, data []byte) map[string]struct{} {
 	}
 	set[id] = struct{}{}
 	return set
+}
+
+// Tracked returns the number of order streams and intent streams the
+// summary holds: what its memory grows with (see the package comment). It
+// reads the log up to its horizon first. Returns a wrapped error if the
+// log cannot be read.
+func (ix *Index) Tracked(ctx context.Context) (orders, intents int, err error) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if err := ix.catchUp(ctx); err != nil {
+		return 0, 0, err
+	}
+	return len(ix.orders), len(ix.intents), nil
 }
 
 // PendingOrders returns up to limit order ids, ascending by stream name and
@@ -157,8 +307,8 @@ func (ix *Index) PendingOrders(ctx context.Context, after string, limit int) ([]
 		from = orderPrefix + after
 	}
 	var streams []string
-	for name, o := range ix.orders {
-		if name > from && (!o.ended || len(o.requested) > len(o.settled)) {
+	for name := range ix.orders {
+		if name > from {
 			streams = append(streams, name)
 		}
 	}
@@ -201,7 +351,7 @@ func (ix *Index) PurgeStreams(ctx context.Context, prefix string, olderThan time
 	cutoff := now.Add(-olderThan)
 	var candidates []string
 	for name, st := range ix.intents {
-		if len(st) > 0 && old(st[0].at, cutoff) {
+		if len(st) > 0 && old(st[0].At, cutoff) {
 			candidates = append(candidates, name)
 		}
 	}
@@ -211,37 +361,48 @@ func (ix *Index) PurgeStreams(ctx context.Context, prefix string, olderThan time
 		if n >= limit {
 			break
 		}
-		// The summary may list events already truncated (after a restart
-		// the index reads them again from the log): the stream's live
-		// events decide.
-		live, err := ix.log.ReadStream(ctx, name, 0, 0)
-		if errors.Is(err, eventstore.ErrStreamNotFound) {
-			delete(ix.intents, name)
-			continue
-		}
+		done, err := ix.purge(ctx, name, cutoff)
 		if err != nil {
-			return n, fmt.Errorf("logindex: purge %s: %w", name, err)
+			return n, err
 		}
-		st := make([]stamp, len(live))
-		for i, e := range live {
-			m, _ := eventstore.DecodeMetadata(e.Metadata)
-			st[i] = stamp{rev: e.Revision, at: m.OccurredAt}
+		if done {
+			n++
 		}
-		ix.intents[name] = st
-		if !old(st[0].at, cutoff) {
-			continue
-		}
-		last := live[len(live)-1].Revision
-		if err := ix.log.Truncate(ctx, name, last+1); err != nil {
-			return n, fmt.Errorf("logindex: purge %s: %w", name, err)
-		}
-		ix.intents[name] = dropThrough(ix.intents[name], last)
-		if len(ix.intents[name]) == 0 {
-			delete(ix.intents, name)
-		}
-		n++
 	}
 	return n, nil
+}
+
+// purge truncates intent stream name if its first live event is older than
+// cutoff, and reports whether it did. The summary may list events already
+// truncated (after a restart the index reads them again from the log): the
+// stream's live events decide. Callers hold ix.mu.
+func (ix *Index) purge(ctx context.Context, name string, cutoff time.Time) (bool, error) {
+	live, err := ix.log.ReadStream(ctx, name, 0, 0)
+	if errors.Is(err, eventstore.ErrStreamNotFound) {
+		delete(ix.intents, name)
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("logindex: purge %s: %w", name, err)
+	}
+	st := make([]stamp, len(live))
+	for i, e := range live {
+		m, _ := eventstore.DecodeMetadata(e.Metadata)
+		st[i] = stamp{Rev: e.Revision, At: m.OccurredAt}
+	}
+	ix.intents[name] = st
+	if !old(st[0].At, cutoff) {
+		return false, nil
+	}
+	last := live[len(live)-1].Revision
+	if err := ix.log.Truncate(ctx, name, last+1); err != nil {
+		return false, fmt.Errorf("logindex: purge %s: %w", name, err)
+	}
+	ix.intents[name] = dropThrough(ix.intents[name], last)
+	if len(ix.intents[name]) == 0 {
+		delete(ix.intents, name)
+	}
+	return true, nil
 }
 
 // old reports whether an event that occurred at t is past cutoff; the zero
@@ -252,7 +413,7 @@ func old(t, cutoff time.Time) bool { return !t.IsZero() && t.Before(cutoff) }
 func dropThrough(st []stamp, last eventstore.Revision) []stamp {
 	out := st[:0]
 	for _, s := range st {
-		if s.rev > last {
+		if s.Rev > last {
 			out = append(out, s)
 		}
 	}

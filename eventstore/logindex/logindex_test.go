@@ -3,7 +3,9 @@ package logindex_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -195,5 +197,124 @@ func TestPurgeStreams(t *testing.T) {
 				t.Errorf("ReadStream(intent-old1) after the second purge = %v; want ErrStreamNotFound", err)
 			}
 		})
+	}
+}
+
+// memSnapshots keeps one snapshot in memory.
+type memSnapshots struct {
+	mu    sync.Mutex
+	b     []byte
+	saves int
+}
+
+func (m *memSnapshots) Load(context.Context) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.b, nil
+}
+
+func (m *memSnapshots) Save(_ context.Context, b []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.b, m.saves = append([]byte(nil), b...), m.saves+1
+	return nil
+}
+
+// countingStore counts the events ReadAll hands out.
+type countingStore struct {
+	eventstore.Store
+	mu   sync.Mutex
+	read int
+}
+
+func (c *countingStore) ReadAll(ctx context.Context, after eventstore.Position, limit int) ([]eventstore.RecordedEvent, error) {
+	evs, err := c.Store.ReadAll(ctx, after, limit)
+	c.mu.Lock()
+	c.read += len(evs)
+	c.mu.Unlock()
+	return evs, err
+}
+
+func (c *countingStore) events() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.read
+}
+
+// TestBoundedPast100kOrders: over a log of 120,000 orders, of which 120
+// stay open and 120 end with a refund owed, the index tracks exactly those
+// 240 and answers them; the rest, ended with nothing owed, cost nothing.
+// After a restart it answers from its snapshot, reading only the events
+// written since; a refund requested later for an evicted order brings it
+// back.
+func TestBoundedPast100kOrders(t *testing.T) {
+	const orders = 120_000
+	ctx := context.Background()
+	s := memstore.New()
+	money := domain.Money{Amount: 100, Currency: "EUR"}
+	var want []string
+	at := time.Now()
+	for i := range orders {
+		id := fmt.Sprintf("00000000-0000-7000-8000-%012d", i)
+		evs := []domain.Event{domain.OrderPlaced{OrderID: id, Amount: money, PaymentDeadline: at}}
+		switch {
+		case i%1000 == 0: // open
+			want = append(want, id)
+		case i%1000 == 500: // ended, refund owed
+			evs = append(evs, domain.OrderFailed{}, domain.RefundRequested{ChargeID: "ch-" + id})
+			want = append(want, id)
+		case i%2 == 0:
+			evs = append(evs, domain.OrderConfirmed{})
+		default:
+			evs = append(evs, domain.OrderCancelled{}, domain.RefundRequested{ChargeID: "ch"}, domain.RefundSucceeded{ChargeID: "ch"})
+		}
+		appendEvents(t, s, domain.OrderStream(id), at, evs...)
+	}
+	snaps := &memSnapshots{}
+	ix := logindex.New(s, &clock{now: at}, logindex.WithSnapshots(snaps, 0))
+	all := func(ix *logindex.Index) []string {
+		t.Helper()
+		got, err := ix.PendingOrders(ctx, "", orders)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := all(ix); !cmp.Equal(want, got) {
+		t.Fatalf("PendingOrders = %d ids, want the %d open or owed (diff %s)", len(got), len(want), cmp.Diff(want, got))
+	}
+	if n, _, err := ix.Tracked(ctx); err != nil || n != len(want) {
+		t.Fatalf("Tracked() = %d orders, %v; want %d (only the pending ones)", n, err, len(want))
+	}
+	if snaps.saves == 0 {
+		t.Fatalf("no snapshot saved after %d orders", orders)
+	}
+	if err := ix.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restart: a new index on the same log and snapshots. Meanwhile an
+	// open order ends and an evicted one gets a refund requested.
+	appendEvents(t, s, domain.OrderStream(want[0]), at, domain.OrderConfirmed{})
+	evicted := fmt.Sprintf("00000000-0000-7000-8000-%012d", 2)
+	appendEvents(t, s, domain.OrderStream(evicted), at, domain.RefundRequested{ChargeID: "late"})
+	counting := &countingStore{Store: s}
+	restarted := logindex.New(counting, &clock{now: at}, logindex.WithSnapshots(snaps, 0))
+	wantAfter := append([]string{evicted}, want[1:]...)
+	sort.Strings(wantAfter)
+	if got := all(restarted); !cmp.Equal(wantAfter, got) {
+		t.Errorf("PendingOrders after the restart (-want +got):\n%s", cmp.Diff(wantAfter, got))
+	}
+	if n := counting.events(); n > 10 {
+		t.Errorf("the restarted index read %d events of the log, want only the 3 after its snapshot (and the check of one)", n)
+	}
+	if n, err := restarted.EventCount(ctx); err != nil || n < 2*orders {
+		t.Errorf("EventCount() after the restart = %d, %v; want the whole log's", n, err)
+	}
+	// A snapshot of another log is not used.
+	other := memstore.New()
+	appendEvents(t, other, domain.OrderStream(want[1]), at, domain.OrderPlaced{OrderID: want[1], Amount: money, PaymentDeadline: at})
+	if got := all(logindex.New(other, &clock{now: at}, logindex.WithSnapshots(snaps, 0))); !cmp.Equal([]string{want[1]}, got) {
+		t.Errorf("PendingOrders on another log with this snapshot = %d ids, want only its own order", len(got))
 	}
 }

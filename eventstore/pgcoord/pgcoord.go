@@ -216,3 +216,42 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Snapshots stores one named snapshot of the log index (table
+// logindex_snapshots, migration 00009): an opaque document the index saves
+// now and then and loads at start (logindex.Snapshots). Create it with
+// NewSnapshots.
+type Snapshots struct {
+	pool *pgxpool.Pool
+	name string
+}
+
+// NewSnapshots returns the snapshot named name stored in pool's database.
+func NewSnapshots(pool *pgxpool.Pool, name string) *Snapshots {
+	return &Snapshots{pool: pool, name: name}
+}
+
+// Load returns the saved snapshot, or nil if none was saved. Returns a
+// wrapped error if the query fails. Safe for concurrent use.
+func (s *Snapshots) Load(ctx context.Context) ([]byte, error) {
+	var b []byte
+	err := s.pool.QueryRow(ctx, "SELECT snapshot FROM logindex_snapshots WHERE name = $1", s.name).Scan(&b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgcoord: load snapshot %q: %w", s.name, err)
+	}
+	return b, nil
+}
+
+// Save replaces the saved snapshot with b. Returns a wrapped error if the
+// statement fails. Safe for concurrent use.
+func (s *Snapshots) Save(ctx context.Context, b []byte) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO logindex_snapshots (name, snapshot) VALUES ($1, $2)
+		ON CONFLICT (name) DO UPDATE SET snapshot = excluded.snapshot, saved_at = now()`, s.name, b)
+	if err != nil {
+		return fmt.Errorf("pgcoord: save snapshot %q: %w", s.name, err)
+	}
+	return nil
+}

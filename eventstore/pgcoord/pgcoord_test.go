@@ -71,6 +71,29 @@ func TestCheckpointsRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSnapshotsRoundTrip: nothing before the first save, the last save
+// after it, names independent.
+func TestSnapshotsRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newTestPool(t)
+	snaps := NewSnapshots(pool, "logindex")
+	if b, err := snaps.Load(ctx); err != nil || b != nil {
+		t.Fatalf("Load before any save = %q, %v; want nil", b, err)
+	}
+	for _, want := range []string{`{"version":1}`, `{"version":1,"count":2}`} {
+		if err := snaps.Save(ctx, []byte(want)); err != nil {
+			t.Fatalf("Save(%s) = %v", want, err)
+		}
+		if got, err := snaps.Load(ctx); err != nil || string(got) != want {
+			t.Fatalf("Load after Save(%s) = %q, %v", want, got, err)
+		}
+	}
+	if b, err := NewSnapshots(pool, "other").Load(ctx); err != nil || b != nil {
+		t.Errorf("Load(other) = %q, %v; want nil", b, err)
+	}
+}
+
 // TestLocksTwoHolders: one holder at a time; a second TryAcquire fails with
 // ErrLockHeld, a waiting Acquire shows in Waiting and gets the lock when the
 // first is released; other names are independent.

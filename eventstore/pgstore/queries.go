@@ -160,3 +160,30 @@ func (s *Store) PendingOrders(ctx context.Context, after string, limit int) ([]s
 	}
 	return ids, nil
 }
+
+// PurgedStreams returns the streams whose events were all truncated, with
+// the last revision each keeps (its row in streams), for a copy of the log
+// to another store (eventstore/logcopy): such a stream shows nothing in
+// ReadAll, yet a later append must expect its last revision. Returns a
+// wrapped error if the query fails.
+func (s *Store) PurgedStreams(ctx context.Context) (map[string]eventstore.Revision, error) {
+	rows, err := s.pool.Query(ctx, `SELECT s.name, s.last_revision FROM streams s
+		WHERE s.truncate_before > s.last_revision AND NOT EXISTS (SELECT 1 FROM events e WHERE e.stream = s.name)`)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: purged streams: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]eventstore.Revision{}
+	for rows.Next() {
+		var name string
+		var last int64
+		if err := rows.Scan(&name, &last); err != nil {
+			return nil, fmt.Errorf("pgstore: purged streams: %w", err)
+		}
+		out[name] = eventstore.Revision(last)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: purged streams: %w", err)
+	}
+	return out, nil
+}

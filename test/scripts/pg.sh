@@ -96,9 +96,19 @@ find_bindir() {
 	return 0
 }
 
-# install_postgres installs the distribution's PostgreSQL server with apt-get.
-# A policy-rc.d (when none exists) keeps the package from starting its own
-# cluster; if it starts anyway that is harmless, we use our own directory and port.
+# enabled_units prints the systemd units enabled on this machine, one a line,
+# sorted (nothing where systemctl is missing); it reads the unit files, so it
+# works without a running systemd.
+enabled_units() {
+	command -v systemctl >/dev/null 2>&1 || return 0
+	systemctl list-unit-files --state=enabled --no-legend 2>/dev/null | awk '{print $1}' | sort
+}
+
+# install_postgres installs the distribution's PostgreSQL server with apt-get
+# and leaves no service running or enabled: a policy-rc.d (when none exists)
+# keeps the package from starting its cluster, and the units the install
+# enabled (postgresql.service) are disabled again. The tests run their own
+# servers in their own directories and ports.
 install_postgres() {
 	command -v apt-get >/dev/null 2>&1 || die "PostgreSQL server binaries not found and apt-get is unavailable; install PostgreSQL or set PG_BINDIR"
 	log "PostgreSQL server binaries not found; installing with apt-get (this takes a minute)"
@@ -108,6 +118,8 @@ install_postgres() {
 		chmod 755 "$policy"
 		created_policy=1
 	fi
+	local before
+	before="$(enabled_units)"
 	{
 		export DEBIAN_FRONTEND=noninteractive
 		apt-get update -q &&
@@ -115,6 +127,12 @@ install_postgres() {
 	} >&2 || rc=$?
 	((created_policy)) && rm -f "$policy"
 	((rc == 0)) || die "apt-get install postgresql failed (exit $rc)"
+	local unit
+	while IFS= read -r unit; do
+		[[ -n "$unit" ]] || continue
+		log "disabling $unit, which the install enabled (make test starts its own servers)"
+		systemctl disable --quiet "$unit" >&2 || die "systemctl disable $unit failed"
+	done < <(comm -13 <(printf '%s\n' "$before") <(enabled_units))
 }
 
 # need_bindir sets BINDIR, installing PostgreSQL when running as root.

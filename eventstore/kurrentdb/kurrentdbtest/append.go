@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
@@ -67,7 +68,9 @@ func (d *db) checkCommit(stream string, expected int64, ids []uuid.UUID) commitC
 	}
 	if expected == evStreamExists {
 		if d.softDeleted(stream, writerView) {
-			return fail
+			// RequestManagerBase.Handle(ConsistencyChecksFailed) answers
+			// StreamDeleted for this one (IsSoftDeleted with StreamExists).
+			return commitCheck{decision: decFailed, cur: cur, softDeleted: true}
 		}
 		if cur < 0 && d.lastNumber(metastreamPrefix+stream, writerView) < 0 {
 			return fail
@@ -97,7 +100,7 @@ func (d *db) checkCommit(stream string, expected int64, ids []uuid.UUID) commitC
 			if info, found := d.cache.get(id); found && info.stream == stream && info.number == n {
 				continue
 			}
-			if r := d.eventAt(stream, n, readerView); r != nil && r.ID == id {
+			if r := d.eventAt(stream, n, d.committed()); r != nil && r.ID == id {
 				continue
 			}
 			if i > 0 {
@@ -122,11 +125,18 @@ func (d *db) checkCommit(stream string, expected int64, ids []uuid.UUID) commitC
 	return ok(d.softDeleted(stream, writerView))
 }
 
+// deleted reports whether a failed check is answered StreamDeleted rather
+// than WrongExpectedVersion (RequestManagerBase.Handle(ConsistencyChecksFailed)):
+// the stream is tombstoned, or soft-deleted and expected to exist.
+func (cc commitCheck) deleted(expected int64) bool {
+	return cc.decision == decFailed && (cc.cur == deletedStream || (expected == evStreamExists && cc.softDeleted))
+}
+
 // repeat classifies a write whose events are all written already, the last
 // at event number end: Idempotent once the index has it, IdempotentNotReady
 // before.
 func (d *db) repeat(stream string, cur, end int64) commitCheck {
-	if d.lastNumber(stream, readerView) >= end {
+	if d.lastNumber(stream, d.committed()) >= end {
 		return commitCheck{decision: decIdempotent, cur: cur, end: end}
 	}
 	return commitCheck{decision: decNotReady, cur: cur, end: end}
@@ -185,10 +195,17 @@ func (svc *streamsService) Append(ss api.Streams_AppendServer) error {
 		if err != nil {
 			return status.Errorf(codes.InvalidArgument, "invalid event id: %v", err)
 		}
-		size += 2*len(typ) + len(pm.GetData()) + len(pm.GetCustomMetadata())
-		if size > svc.s.opts.MaxAppendSize {
-			ss.SetTrailer(metadata.Pairs("exception", "maximum-append-size-exceeded", "maximum-append-size", strconv.Itoa(svc.s.opts.MaxAppendSize)))
-			return status.Errorf(codes.InvalidArgument, "Maximum Append Size of %d Exceeded.", svc.s.opts.MaxAppendSize)
+		// Event.SizeOnDisk: data, metadata and the type as UTF-16.
+		eventSize := 2*utf16Len(typ) + len(pm.GetData()) + len(pm.GetCustomMetadata())
+		if limit := svc.s.c.opts.MaxAppendEventSize; limit > 0 && eventSize > limit {
+			ss.SetTrailer(metadata.Pairs("exception", "maximum-append-event-size-exceeded", "maximum-append-event-size", strconv.Itoa(limit),
+				"event-id", id.String(), "proposed-append-event-size", strconv.Itoa(eventSize)))
+			return status.Errorf(codes.InvalidArgument, "Event with Id: %s, Size: %d, exceeds Maximum Append Event Size of %d.", id, eventSize, limit)
+		}
+		size += eventSize
+		if size > svc.s.c.opts.MaxAppendSize {
+			ss.SetTrailer(metadata.Pairs("exception", "maximum-append-size-exceeded", "maximum-append-size", strconv.Itoa(svc.s.c.opts.MaxAppendSize)))
+			return status.Errorf(codes.InvalidArgument, "Maximum Append Size of %d Exceeded.", svc.s.c.opts.MaxAppendSize)
 		}
 		events = append(events, proposed{
 			id: id, typ: typ, json: contentType == "application/json",
@@ -197,6 +214,9 @@ func (svc *streamsService) Append(ss api.Streams_AppendServer) error {
 	}
 	if stream == "" {
 		return status.Error(codes.InvalidArgument, "'streamName' is a required argument")
+	}
+	if err := svc.s.admitWrite(ss.Context(), ss.SetTrailer); err != nil {
+		return err
 	}
 	resp, err := svc.s.write(ss.Context(), stream, expected, events, ss.SetTrailer)
 	if err != nil {
@@ -238,38 +258,38 @@ func (s *Server) write(ctx context.Context, stream string, expected int64, event
 	for i, e := range events {
 		ids[i] = e.id
 	}
-	s.mu.Lock()
-	now := s.opts.Now()
-	cc := s.db.checkCommit(stream, expected, ids)
+	s.c.mu.Lock()
+	now := s.c.opts.Now()
+	cc := s.c.db.checkCommit(stream, expected, ids)
 	switch cc.decision {
 	case decFailed, decCorrupted:
-		s.mu.Unlock()
-		if cc.decision == decFailed && cc.cur == deletedStream {
+		s.c.mu.Unlock()
+		if cc.deleted(expected) {
 			return nil, streamDeletedError(setTrailer, stream)
 		}
 		return wrongExpectedVersion(expected, cc.cur), nil
 	case decIdempotent:
-		resp := success(cc.end, s.db.readEvent(stream, cc.end, now))
-		s.mu.Unlock()
+		resp := success(cc.end, s.c.db.readEvent(stream, cc.end, s.c.db.committed(), now))
+		s.c.mu.Unlock()
 		return resp, nil
 	case decNotReady:
 		// The original write is not replicated yet: drop this one and let
 		// the client time out and retry.
-		if h := s.hold; h != nil {
+		if h := s.c.hold; h != nil {
 			h.dropped++
 			if h.releaseAfterDropped > 0 && h.dropped >= h.releaseAfterDropped {
-				s.releaseLocked()
+				s.c.releaseLocked()
 			}
 		}
-		s.mu.Unlock()
+		s.c.mu.Unlock()
 		return nil, s.dropWrite(ctx)
 	}
 	last, lastIdx, err := s.commitLocked(stream, cc, events, now)
 	if err != nil {
-		s.mu.Unlock()
+		s.c.mu.Unlock()
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	s.mu.Unlock()
+	s.c.mu.Unlock()
 	if err := s.waitIndexed(ctx, lastIdx); err != nil {
 		return nil, err
 	}
@@ -289,8 +309,8 @@ func (s *Server) write(ctx context.Context, stream string, expected int64, event
 // (StorageWriterService.SoftUndeleteStream, SoftUndeleteMetastream). It
 // returns the last record written for the events and its log index.
 func (s *Server) commitLocked(stream string, cc commitCheck, events []proposed, now time.Time) (*record, int, error) {
-	d := s.db
-	index := s.hold == nil
+	d := s.c.db
+	index := s.c.hold == nil
 	created := ticks(now)
 	metaOfSoftDeleted := strings.HasPrefix(stream, metastreamPrefix) &&
 		d.softDeleted(strings.TrimPrefix(stream, metastreamPrefix), writerView)
@@ -330,7 +350,7 @@ func (s *Server) commitLocked(stream string, cc commitCheck, events []proposed, 
 		}
 	}
 	if index {
-		s.notifyLocked()
+		s.c.notifyLocked()
 	}
 	return last, lastIdx, nil
 }
@@ -339,7 +359,7 @@ func (s *Server) commitLocked(stream string, cc commitCheck, events []proposed, 
 // from, keeping its other keys (StorageWriterService.SoftUndeleteRawMeta);
 // metadata that is not a JSON object is left alone.
 func (s *Server) softUndeleteLocked(stream string, from int64, now time.Time) error {
-	d := s.db
+	d := s.c.db
 	meta := metastreamPrefix + stream
 	metaLast := d.lastNumber(meta, writerView)
 	var raw map[string]json.RawMessage
@@ -359,7 +379,7 @@ func (s *Server) softUndeleteLocked(stream string, from int64, now time.Time) er
 		Stream: meta, Number: metaLast + 1, ID: uuid.New(), Type: typeStreamMetadata, JSON: true,
 		Data: data, Created: ticks(now),
 	}
-	if _, err := d.add(r, s.hold == nil); err != nil {
+	if _, err := d.add(r, s.c.hold == nil); err != nil {
 		return err
 	}
 	d.cache.put(r.ID, idInfo{stream: meta, number: r.Number})
@@ -476,18 +496,21 @@ func (s *Server) delete(ctx context.Context, stream string, expected int64, hard
 	if hard {
 		op = "Tombstone"
 	}
+	if err := s.admitWrite(ctx, setTrailer); err != nil {
+		return nil, err
+	}
 	wev := func(cur int64) error {
 		setTrailer(metadata.Pairs("exception", "wrong-expected-version", "stream-name", stream,
 			"expected-version", strconv.FormatInt(expected, 10), "actual-version", strconv.FormatInt(cur, 10)))
 		return status.Errorf(codes.FailedPrecondition, "%s failed due to WrongExpectedVersion. Stream: %s, Expected version: %d, Actual version: %d", op, stream, expected, cur)
 	}
-	s.mu.Lock()
-	d := s.db
-	now := s.opts.Now()
+	s.c.mu.Lock()
+	d := s.c.db
+	now := s.c.opts.Now()
 	cc := d.checkCommit(stream, expected, []uuid.UUID{uuid.New()})
 	if cc.decision != decOK {
-		s.mu.Unlock()
-		if cc.cur == deletedStream {
+		s.c.mu.Unlock()
+		if cc.deleted(expected) {
 			return nil, streamDeletedError(setTrailer, stream)
 		}
 		return nil, wev(cc.cur)
@@ -497,7 +520,7 @@ func (s *Server) delete(ctx context.Context, stream string, expected int64, hard
 		meta := metastreamPrefix + stream
 		metaLast := d.lastNumber(meta, writerView)
 		if d.lastNumber(stream, writerView) < 0 && metaLast < 0 {
-			s.mu.Unlock()
+			s.c.mu.Unlock()
 			return nil, wev(evNoStream)
 		}
 		r = &record{
@@ -505,15 +528,15 @@ func (s *Server) delete(ctx context.Context, stream string, expected int64, hard
 			Data: fmt.Appendf(nil, `{"$tb":%d}`, deletedStream), Created: ticks(now),
 		}
 	}
-	idx, err := d.add(r, s.hold == nil)
+	idx, err := d.add(r, s.c.hold == nil)
 	if err != nil {
-		s.mu.Unlock()
+		s.c.mu.Unlock()
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	if s.hold == nil {
-		s.notifyLocked()
+	if s.c.hold == nil {
+		s.c.notifyLocked()
 	}
-	s.mu.Unlock()
+	s.c.mu.Unlock()
 	if err := s.waitIndexed(ctx, idx); err != nil {
 		return nil, err
 	}
@@ -543,4 +566,14 @@ func uuidToProto(id uuid.UUID, asString bool) *shared.UUID {
 		MostSignificantBits:  int64(binary.BigEndian.Uint64(id[:8])),
 		LeastSignificantBits: int64(binary.BigEndian.Uint64(id[8:])),
 	}}}
+}
+
+// utf16Len returns the length of s in UTF-16 code units, as .NET's
+// string.Length counts it.
+func utf16Len(s string) int {
+	n := 0
+	for _, r := range s {
+		n += utf16.RuneLen(r)
+	}
+	return n
 }

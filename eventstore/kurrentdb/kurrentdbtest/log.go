@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -154,33 +155,57 @@ func (c *idCache) put(id uuid.UUID, info idInfo) {
 }
 
 // view selects what a lookup sees: the writer sees every written record
-// (KurrentDB's pre-committed stream versions), a reader only the indexed
-// (committed and replicated) ones.
+// (KurrentDB's pre-committed stream versions, writerView); a reader sees the
+// first n records of the log (view(n)): on the leader the indexed
+// (committed and replicated) ones, on a follower those replicated to it.
 type view int
 
-const (
-	writerView view = iota
-	readerView
-)
+// writerView sees every record written.
+const writerView view = -1
 
 // db is the log: records in transaction-file order, the stream index and the
-// writer's caches. Records below indexed are readable. It is guarded by the
-// Server's mutex.
+// writer's caches. Records below indexed are readable on the leader;
+// indexedAt holds when each was indexed, which a follower's replication lag
+// is measured from. It is guarded by the Cluster's mutex.
 type db struct {
-	records []*record
-	streams map[string]*streamIndex
-	indexed int
-	end     int64 // the writer checkpoint: position of the next record
-	cache   *idCache
-	file    *os.File
+	records   []*record
+	streams   map[string]*streamIndex
+	indexed   int
+	indexedAt []time.Time
+	end       int64 // the writer checkpoint: position of the next record
+	cache     *idCache
+	file      *os.File
 }
 
 func newDB(cacheLimit int) *db {
 	return &db{streams: map[string]*streamIndex{}, cache: newIDCache(cacheLimit)}
 }
 
+// committed is the leader's reader view: every indexed record.
+func (d *db) committed() view { return view(d.indexed) }
+
+// indexTo marks the first n records indexed at t (records indexed already
+// keep their time).
+func (d *db) indexTo(n int, t time.Time) {
+	for len(d.indexedAt) < n {
+		d.indexedAt = append(d.indexedAt, t)
+	}
+	d.indexed = n
+}
+
+// replicatedBy returns the view of a follower that receives each record
+// lag after the leader indexed it, at now: the indexed records indexed at or
+// before now − lag.
+func (d *db) replicatedBy(now time.Time, lag time.Duration) view {
+	if lag <= 0 {
+		return d.committed()
+	}
+	cut := now.Add(-lag)
+	return view(sort.Search(d.indexed, func(i int) bool { return d.indexedAt[i].After(cut) }))
+}
+
 // visible reports whether the record at log index i can be read in v.
-func (d *db) visible(i int, v view) bool { return v == writerView || i < d.indexed }
+func (d *db) visible(i int, v view) bool { return v < 0 || i < int(v) }
 
 // lastNumber returns a stream's last event number in v: evNoStream if it has
 // none, deletedStream if it is tombstoned.
@@ -248,16 +273,16 @@ func expired(m streamMeta, r *record, now time.Time) bool {
 
 // readEvent returns the record of event n of stream as a reader sees it,
 // honouring deletion and metadata (IndexReader.ReadEvent), or nil.
-func (d *db) readEvent(stream string, n int64, now time.Time) *record {
-	last := d.lastNumber(stream, readerView)
-	m := d.metadataOf(stream, readerView)
+func (d *db) readEvent(stream string, n int64, v view, now time.Time) *record {
+	last := d.lastNumber(stream, v)
+	m := d.metadataOf(stream, v)
 	if last == deletedStream || last == evNoStream || (m.tb != nil && *m.tb == deletedStream) {
 		return nil
 	}
 	if n < minNumber(m, last) || n > last {
 		return nil
 	}
-	r := d.eventAt(stream, n, readerView)
+	r := d.eventAt(stream, n, v)
 	if r == nil || expired(m, r, now) {
 		return nil
 	}
@@ -286,7 +311,7 @@ func (d *db) add(r *record, index bool) (int, error) {
 	}
 	d.place(r)
 	if index && d.indexed == len(d.records)-1 {
-		d.indexed = len(d.records)
+		d.indexTo(len(d.records), time.Now())
 	}
 	return len(d.records) - 1, nil
 }
@@ -338,7 +363,7 @@ func (d *db) load(f *os.File) error {
 		d.place(&rec)
 		good += int64(len(line))
 	}
-	d.indexed = len(d.records)
+	d.indexTo(len(d.records), time.Time{})
 	if _, err := f.Seek(good, io.SeekStart); err != nil {
 		return fmt.Errorf("kurrentdbtest: seek data file: %w", err)
 	}

@@ -5,10 +5,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
-	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -107,6 +107,9 @@ func (svc *streamsService) Read(req *api.ReadReq, ss api.Streams_ReadServer) err
 	if o.GetUuidOption() == nil {
 		return status.Error(codes.InvalidArgument, "'uuidOption' is a required argument of type UUIDOption")
 	}
+	if err := svc.s.admitRead(ss.Context(), ss.SetTrailer); err != nil {
+		return err
+	}
 	asString := o.GetUuidOption().GetString_() != nil
 	var f *filter
 	if fo, ok := o.GetFilterOption().(*api.ReadReq_Options_Filter); ok {
@@ -152,17 +155,18 @@ func (s *Server) readStream(ss api.Streams_ReadServer, o *api.ReadReq_Options_St
 		// Ensure.Positive(maxCount) throws in the reader.
 		return status.Error(codes.Unknown, "Unexpected ReadStreamResult: Error")
 	}
-	s.mu.Lock()
-	d := s.db
-	now := s.opts.Now()
-	last := d.lastNumber(stream, readerView)
-	m := d.metadataOf(stream, readerView)
+	s.c.mu.Lock()
+	d := s.c.db
+	now := s.c.opts.Now()
+	v := s.viewLocked(time.Now())
+	last := d.lastNumber(stream, v)
+	m := d.metadataOf(stream, v)
 	if last == deletedStream {
-		s.mu.Unlock()
+		s.c.mu.Unlock()
 		return streamDeletedError(ss.SetTrailer, stream)
 	}
 	if last == evNoStream || (m.tb != nil && *m.tb == deletedStream) {
-		s.mu.Unlock()
+		s.c.mu.Unlock()
 		return ss.Send(&api.ReadResp{Content: &api.ReadResp_StreamNotFound_{StreamNotFound: &api.ReadResp_StreamNotFound{
 			StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(stream)},
 		}}})
@@ -175,7 +179,7 @@ func (s *Server) readStream(ss api.Streams_ReadServer, o *api.ReadReq_Options_St
 			from = min(int64(min(r.Revision, uint64(deletedStream))), last)
 		}
 		for n := from; n >= low && uint64(len(out)) < count; n-- {
-			if r := d.eventAt(stream, n, readerView); r != nil && !expired(m, r, now) {
+			if r := d.eventAt(stream, n, v); r != nil && !expired(m, r, now) {
 				out = append(out, r)
 			}
 		}
@@ -188,12 +192,12 @@ func (s *Server) readStream(ss api.Streams_ReadServer, o *api.ReadReq_Options_St
 			from = last + 1
 		}
 		for n := max(from, low); n <= last && uint64(len(out)) < count; n++ {
-			if r := d.eventAt(stream, n, readerView); r != nil && !expired(m, r, now) {
+			if r := d.eventAt(stream, n, v); r != nil && !expired(m, r, now) {
 				out = append(out, r)
 			}
 		}
 	}
-	s.mu.Unlock()
+	s.c.mu.Unlock()
 	for _, r := range out {
 		if err := ss.Send(eventResp(r, asString)); err != nil {
 			return err
@@ -209,33 +213,34 @@ func (s *Server) readAll(ss api.Streams_ReadServer, o *api.ReadReq_Options_AllOp
 	if count == 0 {
 		return status.Error(codes.Unknown, "Unexpected ReadAllResult: Error")
 	}
-	s.mu.Lock()
-	d := s.db
+	s.c.mu.Lock()
+	d := s.c.db
+	v := s.viewLocked(time.Now())
 	var out []*record
 	switch p := o.GetAllOption().(type) {
 	case *api.ReadReq_Options_AllOptions_Position:
 		commit, prepare := int64(p.Position.GetCommitPosition()), int64(p.Position.GetPreparePosition())
 		if !d.validPosition(commit) {
-			s.mu.Unlock()
+			s.c.mu.Unlock()
 			return errInvalidPosition
 		}
 		if backwards {
-			out = d.scanBackwards(d.firstAtOrAfter(commit, prepare)+1, commit, prepare, count, f)
+			out = d.scanBackwards(v, d.firstAtOrAfter(commit, prepare)+1, commit, prepare, count, f)
 		} else {
-			out = d.scanForwards(d.firstAtOrAfter(commit, prepare), count, f)
+			out = d.scanForwards(v, d.firstAtOrAfter(commit, prepare), count, f)
 		}
 	case *api.ReadReq_Options_AllOptions_End:
 		if !backwards {
 			break
 		}
-		out = d.scanBackwards(d.indexed, d.end, d.end, count, f)
+		out = d.scanBackwards(v, int(v), d.end, d.end, count, f)
 	default: // Start
 		if backwards {
 			break
 		}
-		out = d.scanForwards(0, count, f)
+		out = d.scanForwards(v, 0, count, f)
 	}
-	s.mu.Unlock()
+	s.c.mu.Unlock()
 	for _, r := range out {
 		if err := ss.Send(eventResp(r, asString)); err != nil {
 			return err
@@ -246,11 +251,11 @@ func (s *Server) readAll(ss api.Streams_ReadServer, o *api.ReadReq_Options_AllOp
 
 var errInvalidPosition = status.Error(codes.InvalidArgument, "Trying to read from an invalid position.")
 
-// scanForwards returns up to count indexed records from log index i on that
-// f allows.
-func (d *db) scanForwards(i int, count uint64, f *filter) []*record {
+// scanForwards returns up to count records of v from log index i on that f
+// allows.
+func (d *db) scanForwards(v view, i int, count uint64, f *filter) []*record {
 	var out []*record
-	for ; i < d.indexed && uint64(len(out)) < count; i++ {
+	for ; i < int(v) && uint64(len(out)) < count; i++ {
 		if r := d.records[i]; f.allowed(r) {
 			out = append(out, r)
 		}
@@ -258,12 +263,12 @@ func (d *db) scanForwards(i int, count uint64, f *filter) []*record {
 	return out
 }
 
-// scanBackwards returns up to count indexed records below log index i, in
+// scanBackwards returns up to count records of v below log index i, in
 // descending order, whose post-position is at or before (commit, prepare),
 // that f allows.
-func (d *db) scanBackwards(i int, commit, prepare int64, count uint64, f *filter) []*record {
+func (d *db) scanBackwards(v view, i int, commit, prepare int64, count uint64, f *filter) []*record {
 	var out []*record
-	for i = min(i, d.indexed) - 1; i >= 0 && uint64(len(out)) < count; i-- {
+	for i = min(i, int(v)) - 1; i >= 0 && uint64(len(out)) < count; i-- {
 		r := d.records[i]
 		if tfLess(commit, prepare, r.end(), r.end()) {
 			continue
@@ -273,100 +278,6 @@ func (d *db) scanBackwards(i int, commit, prepare int64, count uint64, f *filter
 		}
 	}
 	return out
-}
-
-// subscribeAll serves a catch-up subscription to $all
-// (Enumerator.AllSubscription, AllSubscriptionFiltered): a confirmation,
-// then every allowed indexed record after the start position (exclusive) in
-// log order, a checkpoint every checkpointEvery considered records for a
-// filtered subscription, caught_up once it reaches the end of the log, and
-// live records as they are indexed, until the call ends.
-func (s *Server) subscribeAll(ss api.Streams_ReadServer, o *api.ReadReq_Options_AllOptions, f *filter, asString bool) error {
-	s.mu.Lock()
-	d := s.db
-	var next int
-	switch p := o.GetAllOption().(type) {
-	case *api.ReadReq_Options_AllOptions_Position:
-		commit, prepare := int64(p.Position.GetCommitPosition()), int64(p.Position.GetPreparePosition())
-		if !d.validPosition(commit) {
-			s.mu.Unlock()
-			return errInvalidPosition
-		}
-		next = d.firstAtOrAfter(commit, prepare)
-		for next < len(d.records) && !tfLess(commit, prepare, d.records[next].Pos, d.records[next].Pos) {
-			next++ // skip the record at the position itself
-		}
-	case *api.ReadReq_Options_AllOptions_End:
-		next = d.indexed
-	}
-	s.mu.Unlock()
-	if err := ss.Send(&api.ReadResp{Content: &api.ReadResp_Confirmation{Confirmation: &api.ReadResp_SubscriptionConfirmation{
-		SubscriptionId: uuid.NewString(),
-	}}}); err != nil {
-		return err
-	}
-	var (
-		considered int
-		last       *record
-		caughtUp   bool
-	)
-	for {
-		s.mu.Lock()
-		if s.db != d { // restarted under us
-			s.mu.Unlock()
-			return status.Error(codes.Unavailable, "server restarted")
-		}
-		batch := append([]*record(nil), d.records[min(next, d.indexed):d.indexed]...)
-		changed, stopped := s.changed, s.stopped
-		s.mu.Unlock()
-		for _, r := range batch {
-			next++
-			if r.NoData {
-				continue
-			}
-			considered++
-			last = r
-			if f.allowed(r) {
-				if err := ss.Send(eventResp(r, asString)); err != nil {
-					return err
-				}
-			}
-			if f != nil && considered%f.checkpointEvery == 0 {
-				if err := ss.Send(checkpointResp(r)); err != nil {
-					return err
-				}
-			}
-		}
-		if len(batch) > 0 {
-			continue
-		}
-		if !caughtUp {
-			if f != nil && last != nil {
-				// A checkpoint when going live, so one comes within every
-				// checkpoint interval.
-				if err := ss.Send(checkpointResp(last)); err != nil {
-					return err
-				}
-			}
-			if err := ss.Send(&api.ReadResp{Content: &api.ReadResp_CaughtUp_{CaughtUp: &api.ReadResp_CaughtUp{}}}); err != nil {
-				return err
-			}
-			caughtUp = true
-		}
-		select {
-		case <-changed:
-		case <-stopped:
-			return status.Error(codes.Unavailable, "server stopped")
-		case <-ss.Context().Done():
-			return status.FromContextError(ss.Context().Err()).Err()
-		}
-	}
-}
-
-func checkpointResp(r *record) *api.ReadResp {
-	return &api.ReadResp{Content: &api.ReadResp_Checkpoint_{Checkpoint: &api.ReadResp_Checkpoint{
-		CommitPosition: uint64(r.Pos), PreparePosition: uint64(r.Pos),
-	}}}
 }
 
 // eventResp converts a record as ResponseConverter.ConvertToReadEvent does:

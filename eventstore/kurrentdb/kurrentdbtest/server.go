@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	gossip "github.com/EventStore/EventStore-Client-Go/v4/protos/gossip"
+	features "github.com/EventStore/EventStore-Client-Go/v4/protos/serverfeatures"
 	api "github.com/EventStore/EventStore-Client-Go/v4/protos/streams"
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
@@ -30,12 +32,21 @@ const (
 	// about 80 bytes per entry for short stream names that is about 100,000
 	// entries.
 	DefaultIdempotencyCacheEntries = 100_000
-	// DefaultMaxAppendSize is KurrentDB's default MaxAppendSize (1 MiB): the
-	// most bytes of event types, data and metadata one append may carry.
-	DefaultMaxAppendSize = 1 << 20
+	// DefaultMaxAppendSize is the default MaxAppendSize of DefaultVersion
+	// (256 MiB, TFConsts.ChunkSize; see LimitsOf): the most bytes of event
+	// types, data and metadata one append may carry.
+	DefaultMaxAppendSize = chunkSize
+	// DefaultElectionDelay is how long a cluster has no leader after losing
+	// it (KurrentDB's LeaderElectionTimeoutMs, 1 s; the gossip timeout
+	// that detects the loss first is not modelled).
+	DefaultElectionDelay = time.Second
+	// DefaultForwardTimeout is how long a follower waits for a forwarded
+	// write (ClusterVNodeController: PrepareTimeoutMs + CommitTimeoutMs +
+	// 300 ms = 4.3 s).
+	DefaultForwardTimeout = 4300 * time.Millisecond
 )
 
-// Options configure a Server. The zero value is usable.
+// Options configure a Server or a Cluster. The zero value is usable.
 type Options struct {
 	// DataFile, when set, is where the log is kept (JSON lines, appended to
 	// before an append is answered), so that it survives Restart and a
@@ -48,8 +59,29 @@ type Options struct {
 	// idempotent appends with Any or StreamExists rely on (default
 	// DefaultIdempotencyCacheEntries).
 	IdempotencyCacheEntries int
-	// MaxAppendSize bounds one append (default DefaultMaxAppendSize).
+	// Version is the KurrentDB release the double imitates, e.g. "26.1.1"
+	// or "24.10" (default DefaultVersion): it sets the size limits (see
+	// LimitsOf) that MaxAppendSize and MaxAppendEventSize do not override.
+	Version string
+	// MaxAppendSize bounds one append, as the sum of its events' sizes
+	// (default: the Version's, see LimitsOf).
 	MaxAppendSize int
+	// MaxAppendEventSize bounds one event of an append (default: the
+	// Version's; none before 25.0).
+	MaxAppendEventSize int
+	// ReplicationLag is how long after the leader indexes a record a
+	// follower can read it (default 0: at once). Appends are acknowledged by
+	// the leader as before; follower reads and subscriptions lag.
+	ReplicationLag time.Duration
+	// ElectionDelay is how long a cluster of several nodes has no leader
+	// after its leader is stopped or cut off (default DefaultElectionDelay),
+	// and how long a node cut off from the others keeps believing in the
+	// leader it had.
+	ElectionDelay time.Duration
+	// ForwardTimeout is how long a follower waits for the leader to answer
+	// a write it forwards before answering Aborted "Operation timed out:
+	// Forwarding timeout" (default DefaultForwardTimeout).
+	ForwardTimeout time.Duration
 	// Now is the server clock: it stamps each event's "created" time and
 	// judges $maxAge (default time.Now).
 	Now func() time.Time
@@ -65,24 +97,45 @@ const (
 )
 
 // Server is the KurrentDB server double: an in-process gRPC server with the
-// Streams service of KurrentDB (Append, Read, Delete, Tombstone) over a log
-// that reproduces the server's semantics (see the package comment), plus
-// fault injection. Create it with Start or NewTest. It is safe for
+// Streams service of KurrentDB (Append, Read, Delete, Tombstone), Gossip
+// (Read) and ServerFeatures (GetSupportedMethods) over a log that reproduces
+// the server's semantics (see the package comment), plus fault injection.
+// A Server made by Start or NewTest is a single node, always the leader; one
+// made by StartCluster is one node of a Cluster. Its methods are safe for
 // concurrent use.
 type Server struct {
-	opts Options
-	addr string
+	c        *Cluster
+	id       int // the node's index in the cluster
+	instance uuid.UUID
 
-	mu       sync.Mutex
-	db       *db
-	changed  chan struct{} // closed and replaced whenever the readable log grows
+	// Guarded by c.mu.
+	addr     string
 	grpc     *grpc.Server
 	lis      *trackingListener
 	running  bool
 	failures map[Method][]error
-	odd      int // reads still to answer with an unexpected message first
-	hold     *indexHold
+	odd      int           // reads still to answer with an unexpected message first
 	stopped  chan struct{} // closed by Stop, replaced by start
+	cut      *cutOff       // set while the node is cut off from the others
+}
+
+// Cluster is a KurrentDB cluster double: nodes (Servers) over one log, one
+// of them the leader. It is safe for concurrent use.
+type Cluster struct {
+	opts   Options
+	limits Limits
+
+	mu       sync.Mutex
+	db       *db
+	changed  chan struct{} // closed and replaced whenever the readable log grows
+	hold     *indexHold
+	nodes    []*Server
+	leader   *Server     // nil while there is none
+	election *time.Timer // pending election, if any
+	// lastLeader is the last node elected; term counts elections (the
+	// epoch number of the leader's epoch record).
+	lastLeader *Server
+	term       int
 }
 
 // indexHold is an active HoldIndex: records written while it lasts are not
@@ -94,17 +147,46 @@ type indexHold struct {
 
 var _ api.StreamsServer = (*streamsService)(nil)
 
-// Start starts a Server listening on addr (host:port; port 0 picks a free
-// one) and returns it once it accepts connections. Returns an error if the
-// data file cannot be loaded or the address cannot be listened on.
-func Start(addr string, opts Options) (*Server, error) {
+// newCluster applies the defaults of opts and returns an empty Cluster.
+func newCluster(opts Options) (*Cluster, error) {
 	opts.WriteTimeout = orDefault(opts.WriteTimeout, DefaultWriteTimeout)
 	opts.IdempotencyCacheEntries = orDefault(opts.IdempotencyCacheEntries, DefaultIdempotencyCacheEntries)
-	opts.MaxAppendSize = orDefault(opts.MaxAppendSize, DefaultMaxAppendSize)
+	opts.ElectionDelay = orDefault(opts.ElectionDelay, DefaultElectionDelay)
+	opts.ForwardTimeout = orDefault(opts.ForwardTimeout, DefaultForwardTimeout)
+	if opts.Version == "" {
+		opts.Version = DefaultVersion
+	}
+	limits, err := LimitsOf(opts.Version)
+	if err != nil {
+		return nil, err
+	}
+	opts.MaxAppendSize = orDefault(opts.MaxAppendSize, limits.MaxAppendSize)
+	if opts.MaxAppendEventSize <= 0 {
+		opts.MaxAppendEventSize = limits.MaxAppendEventSize
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{opts: opts, addr: addr, changed: make(chan struct{}), failures: map[Method][]error{}}
+	return &Cluster{opts: opts, limits: limits, changed: make(chan struct{})}, nil
+}
+
+// addNode adds a stopped node that will listen on addr.
+func (c *Cluster) addNode(addr string) *Server {
+	s := &Server{c: c, id: len(c.nodes), instance: uuid.New(), addr: addr, failures: map[Method][]error{}}
+	c.nodes = append(c.nodes, s)
+	return s
+}
+
+// Start starts a single-node Server listening on addr (host:port; port 0
+// picks a free one) and returns it once it accepts connections. Returns an
+// error if an option is invalid, the data file cannot be loaded or the
+// address cannot be listened on.
+func Start(addr string, opts Options) (*Server, error) {
+	c, err := newCluster(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := c.addNode(addr)
 	if err := s.Start(); err != nil {
 		return nil, err
 	}
@@ -126,30 +208,75 @@ func NewTest(tb testing.TB, opts Options) *Server {
 // Addr returns the host:port the server listens on (the same across
 // restarts).
 func (s *Server) Addr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
 	return s.addr
 }
 
-// URL returns an insecure connection string for the server,
+// URL returns an insecure connection string for this node alone,
 // esdb://host:port?tls=false.
 func (s *Server) URL() string { return "esdb://" + s.Addr() + "?tls=false" }
 
-// Start starts a stopped server on its address again. It reloads the log
-// from the data file if there is one (otherwise the in-memory log is kept),
-// indexes every record, and starts with an empty committed-events cache, as
-// KurrentDB does after a restart. Returns an error if it is running or the
-// address cannot be listened on.
+// Cluster returns the cluster the node belongs to (a cluster of one for a
+// Server made by Start).
+func (s *Server) Cluster() *Cluster { return s.c }
+
+// Start starts a stopped node on its address again. When no other node of
+// its cluster runs, it reloads the log from the data file if there is one
+// (otherwise the in-memory log is kept), indexes every record, and starts
+// with an empty committed-events cache, as KurrentDB does after a restart.
+// A single node is the leader at once; a node of a cluster joins as a
+// follower, or takes part in the next election if there is no leader.
+// Returns an error if it is running or the address cannot be listened on.
 func (s *Server) Start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if s.running {
 		return errors.New("kurrentdbtest: server already running")
 	}
-	fresh := s.db == nil
-	d := newDB(s.opts.IdempotencyCacheEntries)
-	if s.opts.DataFile != "" {
-		f, err := os.OpenFile(s.opts.DataFile, os.O_RDWR|os.O_CREATE, 0o644)
+	if c.runningLocked() == 0 {
+		if err := c.reloadLocked(); err != nil {
+			return err
+		}
+	}
+	lis, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		if c.runningLocked() == 0 && c.db.file != nil {
+			c.db.file.Close()
+		}
+		return fmt.Errorf("kurrentdbtest: listen on %s: %w", s.addr, err)
+	}
+	s.addr = lis.Addr().String()
+	s.lis = &trackingListener{Listener: lis, conns: map[net.Conn]struct{}{}}
+	s.grpc = grpc.NewServer(
+		// The client pings every 10 s; KurrentDB accepts that.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.StreamInterceptor(s.intercept),
+		grpc.UnaryInterceptor(s.interceptUnary),
+		// KurrentDB's Streams service receives at most
+		// TFConsts.EffectiveMaxLogRecordSize per message (grpc-go's own
+		// default, 4 MiB, would refuse events the server takes).
+		grpc.MaxRecvMsgSize(c.limits.MaxReceiveMessageSize),
+	)
+	api.RegisterStreamsServer(s.grpc, &streamsService{s: s})
+	gossip.RegisterGossipServer(s.grpc, &gossipService{s: s})
+	features.RegisterServerFeaturesServer(s.grpc, &featuresService{s: s})
+	s.stopped = make(chan struct{})
+	s.running = true
+	s.cut = nil
+	c.joinedLocked(s)
+	go s.grpc.Serve(s.lis) //nolint:errcheck // Serve returns when Stop closes it
+	return nil
+}
+
+// reloadLocked loads the log again as a start of the first node does: from
+// the data file, or from memory.
+func (c *Cluster) reloadLocked() error {
+	fresh := c.db == nil
+	d := newDB(c.opts.IdempotencyCacheEntries)
+	if c.opts.DataFile != "" {
+		f, err := os.OpenFile(c.opts.DataFile, os.O_RDWR|os.O_CREATE, 0o644)
 		if err != nil {
 			return fmt.Errorf("kurrentdbtest: open data file: %w", err)
 		}
@@ -159,58 +286,63 @@ func (s *Server) Start() error {
 		}
 		d.file = f
 		fresh = len(d.records) == 0
-	} else if s.db != nil {
-		for _, r := range s.db.records {
+	} else if c.db != nil {
+		for _, r := range c.db.records {
 			d.place(r)
 		}
-		d.indexed = len(d.records)
+		d.indexTo(len(d.records), time.Time{})
 	}
 	if fresh {
 		// A new database starts with its epoch record, which the default
 		// $all filter hides, so the first user event is never at 0.
 		if _, err := d.add(&record{
 			Stream: epochInformation, Number: d.lastNumber(epochInformation, writerView) + 1, ID: uuid.New(), Type: typeEpochInformation,
-			JSON: true, Data: []byte(`{"epochNumber":0}`), Created: ticks(s.opts.Now()),
+			JSON: true, Data: []byte(`{"epochNumber":0}`), Created: ticks(c.opts.Now()),
 		}, true); err != nil {
 			return err
 		}
 	}
-	lis, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		if d.file != nil {
-			d.file.Close()
-		}
-		return fmt.Errorf("kurrentdbtest: listen on %s: %w", s.addr, err)
-	}
-	s.addr = lis.Addr().String()
-	s.db = d
-	s.hold = nil
-	s.lis = &trackingListener{Listener: lis, conns: map[net.Conn]struct{}{}}
-	s.grpc = grpc.NewServer(
-		// The client pings every 10 s; KurrentDB accepts that.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
-		grpc.StreamInterceptor(s.intercept),
-	)
-	api.RegisterStreamsServer(s.grpc, &streamsService{s: s})
-	s.stopped = make(chan struct{})
-	s.running = true
-	go s.grpc.Serve(s.lis) //nolint:errcheck // Serve returns when Stop closes it
+	c.db = d
+	c.hold = nil
 	return nil
 }
 
-// Stop stops the server at once, as a crash would: the listener and every
+// runningLocked returns the number of running nodes.
+func (c *Cluster) runningLocked() int {
+	n := 0
+	for _, s := range c.nodes {
+		if s.running {
+			n++
+		}
+	}
+	return n
+}
+
+// Stop stops the node at once, as a crash would: the listener and every
 // connection close, in-flight calls fail, subscriptions drop. The log is
-// kept (in the data file if there is one) for Start. Stop is idempotent.
+// kept (in the data file if there is one) for Start. If the node was the
+// leader of a cluster, the others elect a new one after the election delay.
+// Stop is idempotent.
 func (s *Server) Stop() {
-	s.mu.Lock()
+	c := s.c
+	c.mu.Lock()
 	if !s.running {
-		s.mu.Unlock()
+		c.mu.Unlock()
 		return
 	}
 	s.running = false
-	g, f, lis := s.grpc, s.db.file, s.lis
+	g, lis := s.grpc, s.lis
 	close(s.stopped)
-	s.mu.Unlock()
+	var f *os.File
+	if c.runningLocked() == 0 {
+		f = c.db.file
+		if c.election != nil {
+			c.election.Stop()
+			c.election = nil
+		}
+	}
+	c.leftLocked(s)
+	c.mu.Unlock()
 	g.Stop()
 	// Stop closes what Serve has taken over; close the rest in case Serve
 	// has not started yet.
@@ -232,9 +364,9 @@ func (s *Server) Restart() error {
 // network failure would: in-flight calls fail with Unavailable and
 // subscriptions drop; clients reconnect.
 func (s *Server) DropConnections() {
-	s.mu.Lock()
+	s.c.mu.Lock()
 	lis := s.lis
-	s.mu.Unlock()
+	s.c.mu.Unlock()
 	if lis != nil {
 		lis.dropAll()
 	}
@@ -244,8 +376,8 @@ func (s *Server) DropConnections() {
 // they reach the service, e.g. Unavailable "Server Is Not Ready" as
 // KurrentDB answers while starting (RpcExceptions.ServerNotReady).
 func (s *Server) FailNext(method Method, n int, code codes.Code, msg string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
 	for range n {
 		s.failures[method] = append(s.failures[method], status.Error(code, msg))
 	}
@@ -255,16 +387,16 @@ func (s *Server) FailNext(method Method, n int, code codes.Code, msg string) {
 // a message a read does not expect (a checkpoint), as a server newer than
 // the client could send. Client v4 panics on it ("unreachable code").
 func (s *Server) SendUnexpectedReply(n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
 	s.odd += n
 }
 
 // takeUnexpected reports whether this read must begin with an unexpected
 // message.
 func (s *Server) takeUnexpected() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
 	if s.odd == 0 {
 		return false
 	}
@@ -275,9 +407,9 @@ func (s *Server) takeUnexpected() bool {
 // Unindexed returns the number of records written while indexing is held
 // and not yet indexed.
 func (s *Server) Unindexed() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.db.records) - s.db.indexed
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return len(s.c.db.records) - s.c.db.indexed
 }
 
 // HoldIndex stops indexing: records written from now on are in the log but
@@ -286,26 +418,26 @@ func (s *Server) Unindexed() int {
 // answered Aborted; a repeat of it that arrives meanwhile is dropped and
 // answered Aborted too (IndexWriter's IdempotentNotReady). Indexing resumes
 // with ReleaseIndex, or by itself once releaseAfterDropped repeats have been
-// dropped (never when it is 0).
+// dropped (never when it is 0). It holds the whole cluster.
 func (s *Server) HoldIndex(releaseAfterDropped int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.hold = &indexHold{releaseAfterDropped: releaseAfterDropped}
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	s.c.hold = &indexHold{releaseAfterDropped: releaseAfterDropped}
 }
 
 // ReleaseIndex indexes every record written while indexing was held, wakes
 // their waiting appends and subscriptions, and ends the hold.
 func (s *Server) ReleaseIndex() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.releaseLocked()
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	s.c.releaseLocked()
 }
 
-func (s *Server) releaseLocked() {
-	s.hold = nil
-	if s.db.indexed < len(s.db.records) {
-		s.db.indexed = len(s.db.records)
-		s.notifyLocked()
+func (c *Cluster) releaseLocked() {
+	c.hold = nil
+	if c.db.indexed < len(c.db.records) {
+		c.db.indexTo(len(c.db.records), time.Now())
+		c.notifyLocked()
 	}
 }
 
@@ -317,49 +449,66 @@ func (s *Server) AppendSystemEvent(stream, typ string, data []byte) (int64, erro
 	if !strings.HasPrefix(stream, "$") {
 		return 0, fmt.Errorf("kurrentdbtest: %q is not a system stream", stream)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	r := &record{
-		Stream: stream, Number: s.db.lastNumber(stream, writerView) + 1, ID: uuid.New(), Type: typ,
-		JSON: true, Data: data, Created: ticks(s.opts.Now()),
+		Stream: stream, Number: c.db.lastNumber(stream, writerView) + 1, ID: uuid.New(), Type: typ,
+		JSON: true, Data: data, Created: ticks(c.opts.Now()),
 	}
-	if _, err := s.db.add(r, s.hold == nil); err != nil {
+	if _, err := c.db.add(r, c.hold == nil); err != nil {
 		return 0, err
 	}
-	s.notifyLocked()
+	c.notifyLocked()
 	return r.Pos, nil
 }
 
 // notifyLocked wakes everything waiting for the readable log to change.
-func (s *Server) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
+func (c *Cluster) notifyLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// takeFailure returns the failure FailNext queued for method, if any.
+func (s *Server) takeFailure(method string) error {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	q := s.failures[Method(method)]
+	if len(q) == 0 {
+		return nil
+	}
+	s.failures[Method(method)] = q[1:]
+	return q[0]
 }
 
 // intercept fails a call when FailNext queued a failure for its method.
 func (s *Server) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	s.mu.Lock()
-	var err error
-	if q := s.failures[Method(info.FullMethod)]; len(q) > 0 {
-		err, s.failures[Method(info.FullMethod)] = q[0], q[1:]
-	}
-	s.mu.Unlock()
-	if err != nil {
+	if err := s.takeFailure(info.FullMethod); err != nil {
 		return err
 	}
 	return handler(srv, ss)
+}
+
+// interceptUnary fails a unary call (gossip, server features) when FailNext
+// queued a failure for its method.
+func (s *Server) interceptUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := s.takeFailure(info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
 }
 
 // waitIndexed waits until the record at log index i is indexed, the write
 // timeout passes (Aborted "Operation timed out", as RequestManagerBase
 // answers), the call ends or the server stops.
 func (s *Server) waitIndexed(ctx context.Context, i int) error {
-	timeout := time.NewTimer(s.opts.WriteTimeout)
+	c := s.c
+	timeout := time.NewTimer(c.opts.WriteTimeout)
 	defer timeout.Stop()
 	for {
-		s.mu.Lock()
-		done, changed, stopped := s.db.indexed > i, s.changed, s.stopped
-		s.mu.Unlock()
+		c.mu.Lock()
+		done, changed, stopped := c.db.indexed > i, c.changed, s.stopped
+		c.mu.Unlock()
 		if done {
 			return nil
 		}
@@ -392,12 +541,25 @@ var errTimedOut = status.Error(codes.Aborted, "Operation timed out: Commit phase
 // dropWrite answers a write that KurrentDB drops without reply (a repeat of
 // an append not yet indexed): Aborted once the write timeout passes.
 func (s *Server) dropWrite(ctx context.Context) error {
-	timeout := time.NewTimer(s.opts.WriteTimeout)
+	return s.waitOut(ctx, s.c.opts.WriteTimeout, errTimedOut)
+}
+
+// waitOut waits d, then returns err; or ctx's status if it ends first, or
+// Unavailable if the node stops.
+func (s *Server) waitOut(ctx context.Context, d time.Duration, err error) error {
+	timeout := time.NewTimer(d)
 	defer timeout.Stop()
-	s.mu.Lock()
+	s.c.mu.Lock()
 	stopped := s.stopped
-	s.mu.Unlock()
-	return await(ctx, nil, timeout.C, stopped)
+	s.c.mu.Unlock()
+	select {
+	case <-timeout.C:
+		return err
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-stopped:
+		return status.Error(codes.Unavailable, "server stopped")
+	}
 }
 
 // trackingListener remembers accepted connections so DropConnections can

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
+	"github.com/retrysafe/booking/cmd/booking/internal/identity"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
@@ -281,6 +282,18 @@ func contractCases() []contractCase {
 			body: orderBody, status: 401, code: "unauthorized"},
 		{name: "a non-admin creating a show is 403 forbidden", method: "POST", path: "/v1/shows", body: showBody(""),
 			status: 403, code: "forbidden"},
+		{name: "an authenticator's refusal is 401 with its reason", method: "GET", path: "/v1/orders", token: "eyJ.x.y",
+			cfg: func(c *httpapi.Config) {
+				c.Authenticator = fakeAuthenticator{err: &identity.Refusal{Reason: "it has expired (exp)"}}
+			},
+			status: 401, code: "unauthorized", want: map[string]string{"WWW-Authenticate": `Bearer realm="booking", error="invalid_token"`},
+			check: member("detail", "the bearer token is not valid: it has expired (exp)")},
+		{name: "an authenticator's actor is the intent's actor, admin from the authenticator", method: "POST", path: "/v1/shows",
+			token: "eyJ.x.y", key: "show-1", body: showBody(""), status: 201, calls: []string{"ScheduleShow"},
+			cfg: func(c *httpapi.Config) {
+				c.Authenticator = fakeAuthenticator{actor: httpapi.Actor{ID: "https://idp.example/#alice", Admin: true}}
+			},
+			check: requested(commands.Request{Actor: "https://idp.example/#alice", Operation: commands.OpScheduleShow, Key: "show-1"})},
 
 		// POST /v1/shows.
 		{name: "POST /v1/shows is 201 with Location", method: "POST", path: "/v1/shows", token: tokAdmin, key: "show-1",
@@ -614,6 +627,16 @@ func contractCases() []contractCase {
 	}
 }
 
+// fakeAuthenticator answers every token with actor, or err when set.
+type fakeAuthenticator struct {
+	actor httpapi.Actor
+	err   error
+}
+
+func (f fakeAuthenticator) Authenticate(context.Context, string) (httpapi.Actor, error) {
+	return f.actor, f.err
+}
+
 func TestHTTPContract(t *testing.T) {
 	t.Parallel()
 	for _, tc := range contractCases() {
@@ -780,8 +803,8 @@ func contractChecker(t testing.TB) *apicontract.Checker {
 }
 
 // TestOpenAPIDocumentIsValid checks openapi.yaml against the OpenAPI 3.1
-// meta-schema with libopenapi-validator (the offline lint; `make test` also
-// runs Redocly's linter, `make lint-openapi`).
+// meta-schema with libopenapi-validator (part of `make lint-openapi`, with
+// TestOpenAPILint).
 func TestOpenAPIDocumentIsValid(t *testing.T) {
 	if problems := contractChecker(t).ValidateDocument(); len(problems) > 0 {
 		t.Errorf("openapi.yaml is not a valid OpenAPI 3.1 document:\n  %s", strings.Join(problems, "\n  "))

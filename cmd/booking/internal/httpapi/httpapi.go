@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/identity"
 	"github.com/retrysafe/booking/cmd/booking/internal/logging"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
@@ -60,18 +61,19 @@ type Reads interface {
 	Orders(ctx context.Context, actor string, after *projections.OrderKey, limit int) (projections.OrderPage, error)
 }
 
-// Actor is an authenticated caller: a stable id (the token's name, never
-// the token) and whether it is an admin.
-type Actor struct {
-	ID    string
-	Admin bool
-}
+// Actor is an authenticated caller: a stable id (never the token) and
+// whether it is an admin (see package identity for the id's format).
+type Actor = identity.Actor
 
 // Config is the HTTP adapter's configuration. The zero value of every
 // optional field leaves its feature out.
 type Config struct {
-	// Tokens maps a bearer token (RFC 6750) to its actor.
+	// Tokens maps a bearer token (RFC 6750) to its actor; used when
+	// Authenticator is nil.
 	Tokens map[string]Actor
+	// Authenticator maps a bearer token to its actor (a JWT verifier);
+	// nil: the static Tokens.
+	Authenticator identity.Authenticator
 	// WebhookSecret verifies Provider-Signature on POST /v1/provider/webhooks.
 	WebhookSecret []byte
 	// RetryBudgetRate and RetryBudgetBurst size the per-actor token bucket
@@ -103,7 +105,11 @@ type Config struct {
 // for concurrent use.
 func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
 	log = slog.New(logging.Handler(log.Handler()))
-	a := &api{svc: svc, tokens: cfg.Tokens, log: log, ready: cfg.Ready, rateLimited: cfg.RateLimited,
+	auth := cfg.Authenticator
+	if auth == nil {
+		auth = identity.Tokens(cfg.Tokens)
+	}
+	a := &api{svc: svc, auth: auth, log: log, ready: cfg.Ready, rateLimited: cfg.RateLimited,
 		webhookSecret: cfg.WebhookSecret, budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test,
 		observe: cfg.ObserveRequest}
 	a.webhooks = newWebhookHandler(a, svc)

@@ -11,13 +11,14 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/identity"
 	"github.com/retrysafe/booking/domain"
 )
 
 // api is the HTTP API of the README's "HTTP API (v1)". It is safe for concurrent use.
 type api struct {
 	svc           Service
-	tokens        map[string]Actor
+	auth          identity.Authenticator
 	log           *slog.Logger
 	ready         func(ctx context.Context) error
 	rateLimited   func()
@@ -124,7 +125,8 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]string{"status": "ready"})
 }
 
-// authenticate maps the bearer token to a stable actor; missing or unknown → 401.
+// authenticate maps the bearer token to a stable actor; a missing token or
+// one the authenticator refuses → 401 with the refusal's reason as detail.
 func (a *api) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Get("Authorization")
@@ -134,10 +136,17 @@ func (a *api) authenticate(next http.Handler) http.Handler {
 			a.writeError(w, r, httpError(domain.Unauthorized, codeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)"))
 			return
 		}
-		act, ok := a.tokens[strings.TrimSpace(tok)]
-		if !ok {
+		act, err := a.auth.Authenticate(r.Context(), strings.TrimSpace(tok))
+		if err != nil {
+			detail := "the bearer token is not valid"
+			var refused *identity.Refusal
+			if errors.As(err, &refused) {
+				detail = refused.Error()
+			} else {
+				a.log.WarnContext(r.Context(), "bearer token not verified", "err", err)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="booking", error="invalid_token"`)
-			a.writeError(w, r, httpError(domain.Unauthorized, codeUnauthorized, "the bearer token is not valid"))
+			a.writeError(w, r, httpError(domain.Unauthorized, codeUnauthorized, detail))
 			return
 		}
 		if ri := info(r.Context()); ri != nil {

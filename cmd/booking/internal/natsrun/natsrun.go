@@ -301,3 +301,42 @@ func (l logger) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(forma
 func (l logger) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
 func (l logger) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
 func (l logger) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+
+// CutOver connects to the NATS server the service uses (cfg.URL, or the
+// embedded one on cfg.DataDir, started here on a free port) and prepares
+// stream BOOKING for a log copied to backend (notify.CutOver). It returns
+// the event the stream's last message names, ok false if there is none,
+// and used false if there is no NATS to look at (no URL and no
+// DataDir/nats). The service must be stopped: the embedded server uses the
+// same files.
+func CutOver(ctx context.Context, cfg Config, backend string, log *slog.Logger) (last notify.Notified, ok, used bool, err error) {
+	var nc *nats.Conn
+	if cfg.URL == "" {
+		if cfg.DataDir == "" {
+			return notify.Notified{}, false, false, nil
+		}
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, "nats")); errors.Is(err, os.ErrNotExist) {
+			return notify.Notified{}, false, false, nil
+		}
+		cfg.Addr = "127.0.0.1:0"
+		srv, err := startEmbedded(cfg, log)
+		if err != nil {
+			return notify.Notified{}, false, false, err
+		}
+		defer srv.Shutdown()
+		if nc, err = nats.Connect(srv.ClientURL(), nats.Name("booking eventstore copy"), nats.InProcessServer(srv), nats.Timeout(StartTimeout)); err != nil {
+			return notify.Notified{}, false, false, fmt.Errorf("nats: connect to the embedded server: %w", err)
+		}
+	} else if nc, err = Connect(cfg.URL, "booking eventstore copy"); err != nil {
+		return notify.Notified{}, false, false, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return notify.Notified{}, false, false, fmt.Errorf("nats: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, StartTimeout)
+	defer cancel()
+	last, ok, err = notify.CutOver(cctx, js, notify.StreamName, backend)
+	return last, ok, true, err
+}

@@ -209,8 +209,9 @@ func devMasterKeys(dir string) (string, Source, error) {
 // BOOKING_PROVIDER_API_KEY or BOOKING_PROVIDER_API_KEY_FILE. In dev mode
 // (dev true) without one it generates a random "sk_test_dev_" key, which
 // the in-process simulator then requires. A key must be printable ASCII
-// without spaces (it travels in the Authorization header, RFC 6750). Empty
-// outside dev mode means no Authorization header.
+// without spaces (it travels in the Authorization header, RFC 6750).
+// Outside dev mode it returns "" when neither variable is set (booking
+// serve has refused to start without one by then: its requirements).
 func (c *Config) LoadProviderAPIKey(dev bool) (string, Source, error) {
 	key, ok, src, err := readSecret(c.ProviderAPIKey, "BOOKING_PROVIDER_API_KEY", c.ProviderAPIKeyFile, "BOOKING_PROVIDER_API_KEY_FILE")
 	if err != nil {

@@ -1,0 +1,162 @@
+package logcopy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/kurrentdb"
+	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
+	"github.com/retrysafe/booking/eventstore/logcopy"
+	"github.com/retrysafe/booking/eventstore/pgstore"
+	"github.com/retrysafe/booking/migrations/pgtest"
+)
+
+func events(typ string, n int) []eventstore.EventData {
+	out := make([]eventstore.EventData, n)
+	for i := range out {
+		out[i] = eventstore.EventData{ID: uuid.NewString(), Type: typ, Data: fmt.Appendf(nil, `{"i":%d}`, i),
+			Metadata: []byte(`{"occurred_at":"2027-01-01T12:00:00Z"}`)}
+	}
+	return out
+}
+
+func mustAppend(t *testing.T, s eventstore.Store, stream string, exp eventstore.ExpectedRevision, evs ...eventstore.EventData) eventstore.AppendResult {
+	t.Helper()
+	res, err := s.Append(context.Background(), stream, exp, evs...)
+	if err != nil {
+		t.Fatalf("Append(%s) = %v", stream, err)
+	}
+	return res
+}
+
+// copyAll copies src to dst, mirrors the truncations and verifies them,
+// failing t on any difference.
+func copyAll(t *testing.T, ctx context.Context, src, dst eventstore.Store) logcopy.Result {
+	t.Helper()
+	res, err := logcopy.Copy(ctx, src, dst, logcopy.Options{Batch: 3})
+	if err != nil {
+		t.Fatalf("Copy = %v", err)
+	}
+	if _, err := logcopy.MirrorTruncations(ctx, src, dst, res.Streams); err != nil {
+		t.Fatalf("MirrorTruncations = %v", err)
+	}
+	rep, err := logcopy.Verify(ctx, src, dst, res.Streams)
+	if err != nil || len(rep.Differ) > 0 || rep.SourceEvents != rep.TargetEvents {
+		t.Fatalf("Verify = %+v, %v; want no difference", rep, err)
+	}
+	return res
+}
+
+// TestCopyPostgresToKurrentDBAndBack: a PostgreSQL log with interleaved
+// streams, a purged intent and one purged up to its last event is copied to
+// KurrentDB: the first copy is cut short (as a SIGKILL would) and run again;
+// every stream shows the same events with the same digests, the purged
+// stream keeps its revisions (placeholders below its truncation), and a
+// checkpoint maps to the same event. New events written on KurrentDB are
+// copied back into the same PostgreSQL log, where the events copied before
+// are recognised, not written twice.
+func TestCopyPostgresToKurrentDBAndBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pg := pgstore.New(pgtest.NewPool(t, pgtest.NewDatabase(t)))
+	srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
+	kdb, err := kurrentdb.New(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kdb.Close() })
+
+	mustAppend(t, pg, "show-1", eventstore.NoStream(), events("ShowScheduled", 1)...)
+	mustAppend(t, pg, "intent-a", eventstore.NoStream(), events("IntentRecorded", 2)...)
+	order := mustAppend(t, pg, "order-1", eventstore.NoStream(), events("OrderPlaced", 2)...)
+	mustAppend(t, pg, "intent-b", eventstore.NoStream(), events("IntentRecorded", 3)...)
+	mustAppend(t, pg, "show-1", eventstore.Exact(0), events("SeatsHeld", 2)...)
+	mustAppend(t, pg, "order-1", eventstore.Exact(1), events("OrderConfirmed", 2)...)
+	head := mustAppend(t, pg, "intent-c", eventstore.NoStream(), events("IntentRecorded", 1)...)
+	for stream, before := range map[string]eventstore.Revision{"intent-a": 2, "intent-b": 2} {
+		if err := pg.Truncate(ctx, stream, before); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A copy cut short after two batches, then run again to the end.
+	cut, stop := context.WithCancel(ctx)
+	batches := 0
+	_, err = logcopy.Copy(cut, pg, kdb, logcopy.Options{Batch: 3, Progress: func(logcopy.Result) {
+		if batches++; batches == 2 {
+			stop()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Copy cut short = %v, want context.Canceled", err)
+	}
+	res := copyAll(t, ctx, pg, kdb)
+	// intent-b's placeholders were written by the first run (a repeat now);
+	// intent-a, purged whole, gets its own after the log.
+	if res.Read != 9 || res.Placeholders != 2 || len(res.Streams) != 5 {
+		t.Errorf("Copy after the cut = %+v, want 9 events read, intent-a's 2 placeholders, 5 streams", res)
+	}
+	// The purged stream kept its revisions: its next append is at 2.
+	if got, err := kdb.ReadStream(ctx, "intent-b", 0, 0); err != nil || len(got) != 1 || got[0].Revision != 2 {
+		t.Fatalf("KurrentDB intent-b = %v, %v; want only revision 2", got, err)
+	}
+	if _, err := kdb.ReadStream(ctx, "intent-a", 0, 0); !errors.Is(err, eventstore.ErrStreamNotFound) {
+		t.Errorf("KurrentDB intent-a = %v, want not found (purged whole)", err)
+	}
+	mustAppend(t, kdb, "intent-a", eventstore.Exact(1), events("IntentRecorded", 1)...)
+
+	// Checkpoints map to the same event.
+	m, err := logcopy.MapPositions(ctx, pg, kdb, []eventstore.Position{{}, order.Position, head.Position})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, rev := range map[eventstore.Position]struct {
+		stream string
+		rev    eventstore.Revision
+	}{order.Position: {"order-1", 1}, head.Position: {"intent-c", 0}} {
+		got, err := kdb.ReadStream(ctx, rev.stream, rev.rev, 1)
+		if err != nil || len(got) != 1 || got[0].Position != m[p] {
+			t.Errorf("MapPositions(%s) = %s, want %s@%d's position in KurrentDB (%v, %v)", p, m[p], rev.stream, rev.rev, got, err)
+		}
+	}
+	if !m[eventstore.Position{}].IsZero() {
+		t.Errorf("MapPositions(zero) = %s, want zero", m[eventstore.Position{}])
+	}
+
+	// New events on KurrentDB, then the copy back into the same PostgreSQL
+	// log: the old events are recognised, the new ones written once.
+	mustAppend(t, kdb, "order-1", eventstore.Exact(3), events("RefundRequested", 1)...)
+	mustAppend(t, kdb, "show-2", eventstore.NoStream(), events("ShowScheduled", 1)...)
+	before := countAll(t, ctx, pg)
+	back := copyAll(t, ctx, kdb, pg)
+	if back.Placeholders != 0 {
+		t.Errorf("copy back wrote %d placeholders, want 0", back.Placeholders)
+	}
+	if after := countAll(t, ctx, pg); after != before+3 {
+		t.Errorf("PostgreSQL log holds %d events after the copy back, want %d (the 3 written on KurrentDB)", after, before+3)
+	}
+}
+
+// countAll counts the events s.ReadAll hands out.
+func countAll(t *testing.T, ctx context.Context, s eventstore.Store) int {
+	t.Helper()
+	var n int
+	var after eventstore.Position
+	for {
+		page, err := s.ReadAll(ctx, after, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			return n
+		}
+		n += len(page)
+		after = page[len(page)-1].Position
+	}
+}
