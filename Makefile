@@ -206,12 +206,13 @@ EXCLUSIVE_TESTS := ^(TestOutage_|TestStatementBudget_)
 # The end-to-end scenarios `make test-kurrentdb` runs with booking serve on
 # KurrentDB (the server double as its own process per test, see
 # test/backend_test.go): order flow, repeats and 20 concurrent duplicates,
-# 422, 409, decline, SIGKILL recovery, payments with webhooks, intent
-# retention, rebuild equals live with the relay publishing once per event,
-# and the KurrentDB faults (restart, server not up at start). The double runs
-# three nodes and the harness stops its leader once during each scenario that
-# does not stop the double itself (test/backend_test.go, electMidRun).
-KURRENTDB_TESTS := ^(TestOrder_ConfirmedWithOneTicketPerSeat|TestOrder_RepeatReturnsSameOrder|TestOrder_TwentyConcurrentIdenticalRequestsMakeOneOrder|TestOrder_SameKeyDifferentBodyIsRefused|TestOrder_NewKeyForOrderedReservationIsConflict|TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats|TestOrder_KilledAfterClaimIsFinishedWithoutRepeat|TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce|TestRetention_KeyAfterExpiryIsNewIntentStillRefusedSecondOrder|TestRebuild_EqualsLiveTwiceAndTouchesNoProviderOrNATS|TestKurrentDB_.*)$$
+# 422, 409, decline, SIGKILL recovery, payments with webhooks, an abandoned
+# requires_action cancelled at the deadline, intent retention, rebuild equals
+# live with the relay publishing once per event, and the KurrentDB faults
+# (restart, server not up at start). The double runs three nodes and the
+# harness stops its leader once during each scenario that does not stop the
+# double itself (test/backend_test.go, electMidRun).
+KURRENTDB_TESTS := ^(TestOrder_ConfirmedWithOneTicketPerSeat|TestOrder_RepeatReturnsSameOrder|TestOrder_TwentyConcurrentIdenticalRequestsMakeOneOrder|TestOrder_SameKeyDifferentBodyIsRefused|TestOrder_NewKeyForOrderedReservationIsConflict|TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats|TestOrder_KilledAfterClaimIsFinishedWithoutRepeat|TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce|TestPayment_RequiresActionAbandonedIsCancelledAtTheDeadline|TestRetention_KeyAfterExpiryIsNewIntentStillRefusedSecondOrder|TestRebuild_EqualsLiveTwiceAndTouchesNoProviderOrNATS|TestKurrentDB_.*)$$
 
 test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command), then a short chaos run
 	@rc1=0; rc2=0; rc3=0; rc4=0; rc5=0; t_all=$$SECONDS; \

@@ -18,8 +18,8 @@ import (
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations/pgtest"
-	"github.com/retrysafe/booking/provider"
 	"github.com/retrysafe/booking/provider/providersim"
+	"github.com/retrysafe/booking/provider/stripe"
 )
 
 // benchClients is the number of concurrent clients of the booking benchmark.
@@ -41,7 +41,10 @@ func BenchmarkBooking(b *testing.B) {
 	sim := providersim.New(providersim.Config{})
 	simSrv := httptest.NewServer(sim.Handler())
 	b.Cleanup(func() { sim.Close(); simSrv.Close() })
-	client := provider.New(simSrv.URL, &http.Client{Timeout: 10 * time.Second})
+	client, err := stripe.New(stripe.Config{BaseURL: simSrv.URL, HTTPClient: &http.Client{Timeout: 10 * time.Second}})
+	if err != nil {
+		b.Fatal(err)
+	}
 	cfg := DefaultConfig()
 	cfg.Executor = "bench"
 	h := New(cfg, pgstore.New(pool), &pgClock{pool: pool}, client, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/internal/sqlcount"
 	"github.com/retrysafe/booking/migrations/pgtest"
-	"github.com/retrysafe/booking/provider"
 	"github.com/retrysafe/booking/provider/providersim"
 )
 
@@ -65,7 +63,7 @@ func TestPGRequestPathStatementBudget(t *testing.T) {
 	t.Cleanup(func() { sim.Close(); simSrv.Close() })
 	hcfg := DefaultConfig()
 	hcfg.Executor = "budget"
-	h := New(hcfg, pgstore.New(pool), &pgClock{pool: pool}, provider.New(simSrv.URL, &http.Client{Timeout: 10 * time.Second}),
+	h := New(hcfg, pgstore.New(pool), &pgClock{pool: pool}, simClient(t, simSrv.URL),
 		newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithKeys(keystore.New(pool, testKeyring(t))))
 
 	seq := 0

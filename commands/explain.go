@@ -116,8 +116,9 @@ type TimelineEntry struct {
 }
 
 // PaymentAttemptView is one payment attempt of an order: its provider
-// idempotency key, its outcome ("succeeded", "failed", "unknown", or
-// "pending" without a fact yet), the charge, how many times its lease was
+// idempotency key, its outcome ("succeeded", "failed", "unknown",
+// "requires_action", or "pending" without a fact yet), the payment
+// (ChargeID, a PaymentIntent id), how many times its lease was
 // renewed or taken over, and its reconciliations: each provider fact about
 // the attempt learned by looking it up (ObservedBy "reconciliation") or
 // from a webhook, in log order.
@@ -353,6 +354,8 @@ func describeEvent(te *TimelineEntry, e domain.Event, attempts map[int]bool) {
 		te.Attempt, te.ChargeID, te.Code, te.Reason = e.Attempt, e.ChargeID, e.Code, e.Reason
 	case domain.PaymentOutcomeUnknown:
 		te.Attempt, te.Reason = e.Attempt, e.Reason
+	case domain.PaymentActionRequired:
+		te.Attempt, te.ChargeID = e.Attempt, e.PaymentID
 	case domain.OrderFailed:
 		te.Reason = e.Reason
 	case domain.OrderNeedsReview:
@@ -426,11 +429,14 @@ func paymentsOf(o *domain.Order, entries []TimelineEntry) []PaymentAttemptView {
 			switch te.Event {
 			case "PaymentOutcomeUnknown":
 				v.Unknown++
-			case "PaymentSucceeded", "PaymentFailed":
+			case "PaymentSucceeded", "PaymentFailed", "PaymentActionRequired":
 				if te.ObservedBy == ObservedByReconciliation || te.ObservedBy == ObservedByWebhook {
 					outcome := domain.OutcomeSucceeded
-					if te.Event == "PaymentFailed" {
+					switch te.Event {
+					case "PaymentFailed":
 						outcome = domain.OutcomeFailed
+					case "PaymentActionRequired":
+						outcome = domain.OutcomeRequiresAction
 					}
 					v.Reconciliations = append(v.Reconciliations, Reconciliation{Outcome: outcome, ChargeID: te.ChargeID,
 						ObservedBy: te.ObservedBy, At: te.At, Position: te.Position})

@@ -2,12 +2,17 @@ package commands
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,46 +78,69 @@ func (c *fakeClock) reads() int {
 
 // fakeCall is one recorded provider call.
 type fakeCall struct {
-	Op  string // "charge", "charge_by_key", "search", "get", "refund", "list_refunds"
-	Key string // idempotency key (charge, refund, charge_by_key) or charge id
+	Op  string // "create", "get", "list", "search", "cancel", "refund", "list_refunds"
+	Key string // idempotency key (create, cancel, refund) or payment id
 }
 
-// chargeFault scripts the answer to one CreateChargeRaw call.
-type chargeFault int
+// payFault scripts the answer to one CreatePayment call.
+type payFault int
 
 const (
-	faultNone          chargeFault = iota
-	faultInUse                     // 409 idempotency_key_in_use, nothing executed
-	faultUnknownCommit             // the charge commits, the answer is lost
-	faultUnknownBefore             // no answer, nothing committed (5xx before commit)
-	faultUnavailable               // never sent
-	faultIdempotency               // 400 idempotency_error
-	faultInvalid                   // 400 invalid_request_error (an unusable token)
-	faultDecline                   // 402: a failed charge is recorded
+	faultNone         payFault = iota
+	faultInUse                 // 409 idempotency_key_in_use: nothing executed, nothing saved
+	faultErrorBefore           // 500 before executing: nothing saved, a repeat executes
+	faultErrorAfter            // executes (the payment succeeds), answers 500, which is saved: a repeat replays the 500
+	faultTimeoutAfter          // executes (the payment succeeds), the answer is lost; a repeat replays the success
+	faultUnavailable           // never sent
+	faultIdempotency           // 400 idempotency_error
+	faultInvalid               // 400 invalid_request_error (an unusable payment method): nothing executed, nothing saved
+	faultDecline               // 402: the payment is declined (requires_payment_method), saved and replayed
+	faultAction                // 200: the payment requires the customer's action
+	faultProcessing            // 200: the payment is processing
 )
 
-// fakePayments is a recording provider with Stripe-like idempotency. Each
-// CreateChargeRaw takes the next scripted fault (faultNone when none is
-// left). Keys can be forgotten (the provider's window passing) while charges
-// stay searchable by metadata.
-type fakePayments struct {
-	mu      sync.Mutex
-	calls   []fakeCall
-	faults  []chargeFault
-	charges []*provider.Charge
-	byKey   map[string]string // charge key → charge id (forgotten by forgetKeys)
-	refunds []provider.Refund
-	refKeys map[string]string // refund key → refund id
-	// refund404 answers the next n refunds 404 resource_missing whether
-	// the charge exists or not (a wrong route, say).
-	refund404 int
-	// onCharge, when set, runs (without the lock) at the start of every
-	// CreateChargeRaw; tests use it to pause or interleave.
-	onCharge func(key string)
+// fakeAnswer is what the fake saved for an idempotency key: the digest of
+// the first request's parameters, and its answer (a payment's state at the
+// time, or a saved 500).
+type fakeAnswer struct {
+	params  string
+	payment provider.Payment
+	err500  bool
 }
 
-func newFakePayments(faults ...chargeFault) *fakePayments {
-	return &fakePayments{faults: faults, byKey: map[string]string{}, refKeys: map[string]string{}}
+// fakePayments is a recording payment provider with Stripe's idempotency
+// (https://docs.stripe.com/api/idempotent_requests): the first answer of a
+// key that began executing is saved and replayed for the same key and
+// parameters, a 500 included; other parameters under the key are an
+// idempotency error; a request that failed validation or met a
+// concurrent one is not saved. Each CreatePayment takes the next scripted
+// fault (faultNone when none is left). Keys can be forgotten (the window
+// passing) while payments stay listed by their creation time (the
+// provider's clock, clock), forever. Safe for concurrent use.
+type fakePayments struct {
+	mu       sync.Mutex
+	clock    *fakeClock
+	calls    []fakeCall
+	reqs     []provider.PaymentRequest // of the CreatePayment calls, in order
+	faults   []payFault
+	payments []*provider.Payment
+	keys     map[string]*fakeAnswer // idempotency key → saved answer (forgotten by forgetKeys)
+	refunds  []provider.PaymentRefund
+	refKeys  map[string]string // refund key → refund id
+	// listErr, when set, fails every ListPayments; searchBlind makes
+	// SearchPayments find nothing (its lag).
+	listErr     error
+	searchBlind bool
+	// refund404 answers the next n refunds 404 resource_missing whether
+	// the payment exists or not (a wrong route, say).
+	refund404 int
+	// onCreate, when set, runs (without the lock) at the start of every
+	// CreatePayment; tests use it to pause or interleave.
+	onCreate func(key string)
+}
+
+func newFakePayments(faults ...payFault) *fakePayments {
+	return &fakePayments{faults: faults, keys: map[string]*fakeAnswer{}, refKeys: map[string]string{}, clock: newFakeClock(payT0)}
 }
 
 func (p *fakePayments) record(op, key string) {
@@ -123,130 +151,196 @@ func fakeID(prefix string) string { return prefix + rand.Text()[:12] }
 
 func apiError(sentinel error, e provider.APIError) error { return fmt.Errorf("%w: %w", sentinel, &e) }
 
-// CreateChargeRaw implements Payments.
-func (p *fakePayments) CreateChargeRaw(ctx context.Context, key string, body []byte) (provider.Charge, error) {
-	if hook := p.onCharge; hook != nil {
+// now is the provider's clock.
+func (p *fakePayments) now() time.Time {
+	t, _ := p.clock.Now(context.Background())
+	return t
+}
+
+// CreatePayment implements Payments.
+func (p *fakePayments) CreatePayment(ctx context.Context, key string, req provider.PaymentRequest) (provider.Payment, error) {
+	if hook := p.onCreate; hook != nil {
 		hook(key)
 	}
 	if err := ctx.Err(); err != nil {
-		return provider.Charge{}, fmt.Errorf("%w: %w", provider.ErrUnavailable, err)
+		return provider.Payment{}, fmt.Errorf("%w: %w", provider.ErrUnavailable, err)
 	}
-	req, err := provider.ParseChargeRequest(body)
-	if err != nil {
-		return provider.Charge{}, err
+	if err := req.Validate(); err != nil {
+		return provider.Payment{}, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.record("charge", key)
+	p.record("create", key)
+	p.reqs = append(p.reqs, req)
 	fault := faultNone
 	if len(p.faults) > 0 {
 		fault, p.faults = p.faults[0], p.faults[1:]
 	}
 	switch fault {
 	case faultInUse:
-		return provider.Charge{}, apiError(provider.ErrKeyInUse, provider.APIError{StatusCode: 409, Type: provider.TypeIdempotencyKeyInUse})
-	case faultUnknownBefore:
-		return provider.Charge{}, fmt.Errorf("%w: 500", provider.ErrOutcomeUnknown)
+		return provider.Payment{}, apiError(provider.ErrKeyInUse, provider.APIError{StatusCode: 409, Type: provider.TypeIdempotencyKeyInUse})
+	case faultErrorBefore:
+		return provider.Payment{}, apiError(provider.ErrOutcomeUnknown, provider.APIError{StatusCode: 500, Type: provider.TypeAPIError})
 	case faultUnavailable:
-		return provider.Charge{}, fmt.Errorf("%w: connection refused", provider.ErrUnavailable)
+		return provider.Payment{}, fmt.Errorf("%w: connection refused", provider.ErrUnavailable)
 	case faultIdempotency:
-		return provider.Charge{}, apiError(provider.ErrIdempotency, provider.APIError{StatusCode: 400, Type: provider.TypeIdempotencyError})
+		return provider.Payment{}, apiError(provider.ErrIdempotency, provider.APIError{StatusCode: 400, Type: provider.TypeIdempotencyError})
 	case faultInvalid:
-		return provider.Charge{}, apiError(provider.ErrInvalidRequest, provider.APIError{StatusCode: 400, Type: provider.TypeInvalidRequestError,
-			Code: provider.CodeResourceMissing, Param: "token"})
+		return provider.Payment{}, apiError(provider.ErrInvalidRequest, provider.APIError{StatusCode: 400, Type: provider.TypeInvalidRequestError,
+			Code: provider.CodeResourceMissing, Param: "payment_method"})
 	}
-	if id, ok := p.byKey[key]; ok { // replay
-		ch := p.chargeLocked(id)
-		if ch.Status == provider.StatusFailed {
-			return provider.Charge{}, apiError(provider.ErrDeclined, provider.APIError{StatusCode: 402, Charge: &ch})
+	params := attemptDigest(req)
+	if saved, ok := p.keys[key]; ok {
+		if saved.params != params {
+			return provider.Payment{}, apiError(provider.ErrIdempotency, provider.APIError{StatusCode: 400, Type: provider.TypeIdempotencyError})
 		}
-		ch.Replayed = true
-		return ch, nil
+		return answer(saved, true)
 	}
-	ch := &provider.Charge{ID: fakeID("ch_"), Object: "charge", Amount: req.Amount, Currency: req.Currency, Status: provider.StatusSucceeded,
-		IdempotencyKey: key, Metadata: req.Metadata}
-	if fault == faultDecline {
-		ch.Status, ch.FailureCode, ch.FailureMessage = provider.StatusFailed, provider.CodeCardDeclined, "declined"
+	pay := &provider.Payment{ID: fakeID("pi_"), Amount: req.Amount, Currency: strings.ToUpper(req.Currency), Status: provider.PaymentSucceeded,
+		Metadata: req.Metadata(), Created: p.now().Truncate(time.Second)}
+	switch fault {
+	case faultDecline:
+		pay.Status = provider.PaymentRequiresPaymentMethod
+		pay.LastError = &provider.PaymentError{Type: provider.TypeCardError, Code: provider.CodeCardDeclined, DeclineCode: "generic_decline"}
+	case faultAction:
+		pay.Status, pay.ClientSecret = provider.PaymentRequiresAction, pay.ID+"_secret_"+rand.Text()[:8]
+		pay.NextAction = []byte(`{"type":"use_stripe_sdk","use_stripe_sdk":{"type":"three_d_secure_redirect"}}`)
+	case faultProcessing:
+		pay.Status = provider.PaymentProcessing
 	}
-	p.charges = append(p.charges, ch)
-	p.byKey[key] = ch.ID
-	switch {
-	case fault == faultUnknownCommit:
-		return provider.Charge{}, fmt.Errorf("%w: connection reset", provider.ErrOutcomeUnknown)
-	case ch.Status == provider.StatusFailed:
-		c := *ch
-		return provider.Charge{}, apiError(provider.ErrDeclined, provider.APIError{StatusCode: 402, Type: provider.TypeCardError, Charge: &c})
+	p.payments = append(p.payments, pay)
+	saved := &fakeAnswer{params: params, payment: *pay, err500: fault == faultErrorAfter}
+	p.keys[key] = saved
+	if fault == faultTimeoutAfter {
+		return provider.Payment{}, fmt.Errorf("%w: connection reset", provider.ErrOutcomeUnknown)
 	}
-	return *ch, nil
+	return answer(saved, false)
 }
 
-func (p *fakePayments) chargeLocked(id string) provider.Charge {
-	for _, c := range p.charges {
+// answer returns a saved answer, the first time or replayed.
+func answer(saved *fakeAnswer, replayed bool) (provider.Payment, error) {
+	if saved.err500 {
+		return provider.Payment{}, apiError(provider.ErrOutcomeUnknown, provider.APIError{StatusCode: 500, Type: provider.TypeAPIError, Replayed: replayed})
+	}
+	pay := saved.payment
+	pay.Replayed = replayed
+	if pay.Declined() {
+		return provider.Payment{}, apiError(provider.ErrDeclined, provider.APIError{StatusCode: 402, Type: provider.TypeCardError,
+			Code: provider.CodeCardDeclined, DeclineCode: "generic_decline", Payment: &pay, Replayed: replayed})
+	}
+	return pay, nil
+}
+
+func (p *fakePayments) paymentLocked(id string) *provider.Payment {
+	for _, c := range p.payments {
 		if c.ID == id {
-			return *c
+			return c
 		}
 	}
-	return provider.Charge{}
+	return nil
 }
 
-// addCharge records a charge made outside the service's sends (a stray
-// charge of order orderID, attempt n) and returns it.
-func (p *fakePayments) addCharge(orderID string, n int, amount domain.Money) provider.Charge {
+// addPayment records a payment made outside the service's sends (a stray
+// payment of order orderID, attempt n), succeeded, and returns it.
+func (p *fakePayments) addPayment(orderID string, n int, amount domain.Money) provider.Payment {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ch := &provider.Charge{ID: fakeID("ch_"), Object: "charge", Amount: amount.Amount, Currency: amount.Currency, Status: provider.StatusSucceeded,
-		IdempotencyKey: fakeID("stray-"), Metadata: map[string]string{provider.MetadataOrderID: orderID, provider.MetadataAttempt: strconv.Itoa(n)}}
-	p.charges = append(p.charges, ch)
-	return *ch
+	pay := &provider.Payment{ID: fakeID("pi_"), Amount: amount.Amount, Currency: amount.Currency, Status: provider.PaymentSucceeded,
+		Metadata: map[string]string{provider.MetadataOrderID: orderID, provider.MetadataAttempt: strconv.Itoa(n)}, Created: p.now().Truncate(time.Second)}
+	p.payments = append(p.payments, pay)
+	return *pay
 }
 
-// ChargeByKey implements Payments.
-func (p *fakePayments) ChargeByKey(_ context.Context, key string) (provider.Charge, bool, error) {
+// setStatus moves payment id to status (the customer authenticated, or
+// failed to): succeeded, or requires_payment_method with a decline.
+func (p *fakePayments) setStatus(id string, status provider.PaymentStatus) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.record("charge_by_key", key)
-	id, ok := p.byKey[key]
-	if !ok {
-		return provider.Charge{}, false, nil
+	pay := p.paymentLocked(id)
+	pay.Status, pay.ClientSecret, pay.NextAction = status, "", nil
+	if status == provider.PaymentRequiresPaymentMethod {
+		pay.LastError = &provider.PaymentError{Type: provider.TypeCardError, Code: "payment_intent_authentication_failure"}
 	}
-	return p.chargeLocked(id), true, nil
 }
 
-// SearchCharges implements Payments.
-func (p *fakePayments) SearchCharges(_ context.Context, orderID string, attempt int) ([]provider.Charge, error) {
+// GetPayment implements Payments.
+func (p *fakePayments) GetPayment(_ context.Context, id string) (provider.Payment, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.record("search", orderID+"/"+strconv.Itoa(attempt))
-	var out []provider.Charge
-	for _, c := range p.charges {
-		if c.Metadata[provider.MetadataOrderID] == orderID && (attempt == 0 || c.Attempt() == attempt) {
+	p.record("get", id)
+	pay := p.paymentLocked(id)
+	if pay == nil {
+		return provider.Payment{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404, Type: provider.TypeInvalidRequestError,
+			Code: provider.CodeResourceMissing})
+	}
+	return *pay, nil
+}
+
+// ListPayments implements Payments: every payment created in [from, to].
+func (p *fakePayments) ListPayments(_ context.Context, from, to time.Time) ([]provider.Payment, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.record("list", from.Format(time.RFC3339)+"/"+to.Format(time.RFC3339))
+	if p.listErr != nil {
+		return nil, p.listErr
+	}
+	var out []provider.Payment
+	for _, c := range p.payments {
+		if !c.Created.Before(from.Truncate(time.Second)) && !c.Created.After(to) {
 			out = append(out, *c)
 		}
 	}
 	return out, nil
 }
 
-// GetCharge implements Payments.
-func (p *fakePayments) GetCharge(_ context.Context, id string) (provider.Charge, error) {
+// SearchPayments implements Payments.
+func (p *fakePayments) SearchPayments(_ context.Context, orderID string, attempt int) ([]provider.Payment, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.record("get", id)
-	ch := p.chargeLocked(id)
-	if ch.ID == "" {
-		return provider.Charge{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404, Code: provider.CodeResourceMissing})
+	p.record("search", orderID+"/"+strconv.Itoa(attempt))
+	if p.searchBlind {
+		return nil, nil
 	}
-	return ch, nil
+	var out []provider.Payment
+	for _, c := range p.payments {
+		if c.OrderID() == orderID && (attempt == 0 || c.Attempt() == attempt) {
+			out = append(out, *c)
+		}
+	}
+	return out, nil
 }
 
-// Refund implements Payments: idempotent by key; a charge with nothing left
-// to refund is refused with charge_already_refunded.
-func (p *fakePayments) Refund(_ context.Context, key, chargeID string, amount int64) (provider.Refund, error) {
+// CancelPayment implements Payments: a payment that succeeded or was
+// canceled cannot be; the first answer of a key is replayed.
+func (p *fakePayments) CancelPayment(_ context.Context, key, id string) (provider.Payment, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.record("cancel", key)
+	if saved, ok := p.keys[key]; ok {
+		return answer(saved, true)
+	}
+	pay := p.paymentLocked(id)
+	switch {
+	case pay == nil:
+		return provider.Payment{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404, Code: provider.CodeResourceMissing})
+	case pay.Status == provider.PaymentSucceeded || pay.Status == provider.PaymentCanceled:
+		return provider.Payment{}, apiError(provider.ErrInvalidRequest, provider.APIError{StatusCode: 400, Type: provider.TypeInvalidRequestError,
+			Code: provider.CodePaymentIntentUnexpectedState})
+	}
+	pay.Status, pay.ClientSecret, pay.NextAction = provider.PaymentCanceled, "", nil
+	p.keys[key] = &fakeAnswer{payment: *pay}
+	return *pay, nil
+}
+
+// Refund implements Payments: idempotent by key; a payment with nothing
+// left to refund is refused with charge_already_refunded.
+func (p *fakePayments) Refund(_ context.Context, key string, req provider.PaymentRefundRequest) (provider.PaymentRefund, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.record("refund", key)
 	if p.refund404 > 0 {
 		p.refund404--
-		return provider.Refund{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404, Code: provider.CodeResourceMissing})
+		return provider.PaymentRefund{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404, Code: provider.CodeResourceMissing})
 	}
 	if id, ok := p.refKeys[key]; ok {
 		for _, r := range p.refunds {
@@ -256,77 +350,123 @@ func (p *fakePayments) Refund(_ context.Context, key, chargeID string, amount in
 			}
 		}
 	}
-	var ch *provider.Charge
-	for _, c := range p.charges {
-		if c.ID == chargeID {
-			ch = c
-		}
+	pay := p.paymentLocked(req.PaymentID)
+	if pay == nil {
+		return provider.PaymentRefund{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404, Code: provider.CodeResourceMissing,
+			Message: "No such payment_intent."})
 	}
-	if ch == nil {
-		return provider.Refund{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404, Code: provider.CodeResourceMissing,
-			Message: "No such charge."})
-	}
-	left := ch.Amount - ch.RefundedAmount
+	left, amount := pay.Amount-pay.AmountRefunded, req.Amount
 	if amount == 0 {
 		amount = left
 	}
 	if left == 0 {
-		return provider.Refund{}, apiError(provider.ErrInvalidRequest, provider.APIError{StatusCode: 400, Code: provider.CodeChargeAlreadyRefunded})
+		return provider.PaymentRefund{}, apiError(provider.ErrInvalidRequest, provider.APIError{StatusCode: 400, Code: provider.CodeChargeAlreadyRefunded})
 	}
-	ch.RefundedAmount += amount
-	ch.Refunded = ch.RefundedAmount == ch.Amount
-	r := provider.Refund{ID: fakeID("re_"), Object: "refund", Amount: amount, Currency: ch.Currency, Charge: chargeID,
-		Status: provider.StatusSucceeded, IdempotencyKey: key}
+	pay.AmountRefunded += amount
+	r := provider.PaymentRefund{ID: fakeID("re_"), PaymentID: req.PaymentID, Amount: amount, Currency: pay.Currency, Status: "succeeded",
+		Metadata: req.Metadata, Created: p.now()}
 	p.refunds = append(p.refunds, r)
 	p.refKeys[key] = r.ID
 	return r, nil
 }
 
 // ListRefunds implements Payments.
-func (p *fakePayments) ListRefunds(_ context.Context, chargeID string) ([]provider.Refund, error) {
+func (p *fakePayments) ListRefunds(_ context.Context, paymentID string) ([]provider.PaymentRefund, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.record("list_refunds", chargeID)
-	var out []provider.Refund
+	p.record("list_refunds", paymentID)
+	var out []provider.PaymentRefund
 	for _, r := range p.refunds {
-		if r.Charge == chargeID {
+		if r.PaymentID == paymentID {
 			out = append(out, r)
 		}
 	}
 	return out, nil
 }
 
+// fakeWebhookSecret signs the fake's webhooks.
+const fakeWebhookSecret = "whsec_test"
+
+// fakeSign signs body at t as the fake verifies it: "t=<unix>,v1=<hex
+// HMAC-SHA256 of "<t>.<body>">", Stripe's scheme.
+func fakeSign(body []byte, t time.Time, secret string) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(ts + "." + string(body)))
+	return "t=" + ts + ",v1=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// fakeEvent is the body of a fake webhook: provider.WebhookEvent's fields.
+type fakeEvent struct {
+	ID        string            `json:"id"`
+	Type      string            `json:"type"`
+	PaymentID string            `json:"payment_id"`
+	Metadata  map[string]string `json:"metadata"`
+}
+
+// ParseWebhook implements Payments: fakeSign's signature under
+// fakeWebhookSecret within five minutes of now, over a fakeEvent body.
+func (p *fakePayments) ParseWebhook(body []byte, header string, now time.Time) (provider.WebhookEvent, error) {
+	ts, _, ok := strings.Cut(strings.TrimPrefix(header, "t="), ",")
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if !ok || err != nil || fakeSign(body, time.Unix(sec, 0), fakeWebhookSecret) != header {
+		return provider.WebhookEvent{}, provider.ErrBadSignature
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > 5*time.Minute || d < -5*time.Minute {
+		return provider.WebhookEvent{}, provider.ErrStaleTimestamp
+	}
+	var ev fakeEvent
+	if err := json.Unmarshal(body, &ev); err != nil || ev.ID == "" || ev.Type == "" {
+		return provider.WebhookEvent{}, provider.ErrMalformedEvent
+	}
+	return provider.WebhookEvent{ID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID, Metadata: ev.Metadata, Created: now}, nil
+}
+
 // forgetKeys forgets every idempotency key, as the provider does once its
-// window has passed; charges stay searchable by metadata.
+// window has passed; payments stay listed.
 func (p *fakePayments) forgetKeys() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.byKey, p.refKeys = map[string]string{}, map[string]string{}
+	p.keys, p.refKeys = map[string]*fakeAnswer{}, map[string]string{}
 }
 
-// forgetCharges forgets every charge and refund, as a provider that lost
+// forgetPayments forgets every payment and refund, as a provider that lost
 // its state would.
-func (p *fakePayments) forgetCharges() {
+func (p *fakePayments) forgetPayments() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.charges, p.refunds = nil, nil
-	p.byKey, p.refKeys = map[string]string{}, map[string]string{}
+	p.payments, p.refunds = nil, nil
+	p.keys, p.refKeys = map[string]*fakeAnswer{}, map[string]string{}
 }
 
-// net returns the minor units charged (succeeded charges) net of refunds,
-// and the number of succeeded charges.
+// net returns the minor units charged (succeeded payments) net of
+// refunds, and the number of succeeded payments.
 func (p *fakePayments) net() (int64, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var n int64
 	var count int
-	for _, c := range p.charges {
-		if c.Status == provider.StatusSucceeded {
-			n += c.Amount - c.RefundedAmount
+	for _, c := range p.payments {
+		if c.Status == provider.PaymentSucceeded {
+			n += c.Amount - c.AmountRefunded
 			count++
 		}
 	}
 	return n, count
+}
+
+// created returns how many payments were created.
+func (p *fakePayments) created() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.payments)
+}
+
+// requests returns the requests of the CreatePayment calls, in order.
+func (p *fakePayments) requests() []provider.PaymentRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.reqs)
 }
 
 // ops returns the recorded calls' operations, in order.
@@ -569,6 +709,7 @@ type processes struct {
 func newProcesses() *processes {
 	p := &processes{mem: newMemStore(), clock: newFakeClock(payT0), keys: newMemKeys(), pay: newFakePayments()}
 	p.mem.SetClock(p.clock)
+	p.pay.clock = p.clock
 	return p
 }
 

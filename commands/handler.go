@@ -9,7 +9,7 @@
 //
 // commands talks to the outside only through the small interfaces declared
 // here; cmd/booking wires the PostgreSQL event store, the database clock and
-// the payment provider client into them.
+// the payment provider's adapter (package provider/stripe) into them.
 package commands
 
 import (
@@ -38,14 +38,54 @@ type Clock interface {
 	Now(ctx context.Context) (time.Time, error)
 }
 
-// Payments is the payment provider as handlers see it (provider.Client).
+// Payments is the payment provider as the use cases see it: the port an
+// adapter implements (package provider/stripe for Stripe's PaymentIntents,
+// https://docs.stripe.com/api/payment_intents). Errors wrap the sentinels
+// of package provider (errors.Is), with a *provider.APIError in the chain
+// for an error answer; no error or value is ever formatted with a secret
+// (payment method, client secret, API key). Implementations are safe for
+// concurrent use and never retry on their own: the fenced, recorded
+// retries of this package are the only ones.
 type Payments interface {
-	CreateChargeRaw(ctx context.Context, key string, body []byte) (provider.Charge, error)
-	ChargeByKey(ctx context.Context, key string) (provider.Charge, bool, error)
-	SearchCharges(ctx context.Context, orderID string, attempt int) ([]provider.Charge, error)
-	GetCharge(ctx context.Context, id string) (provider.Charge, error)
-	Refund(ctx context.Context, key, chargeID string, amount int64) (provider.Refund, error)
-	ListRefunds(ctx context.Context, chargeID string) ([]provider.Refund, error)
+	// CreatePayment creates and confirms attempt req.Attempt's payment
+	// under the idempotency key key, with req's parameters (amount,
+	// currency, payment method, description, metadata order_id, attempt
+	// and deployment; no redirects). It returns the payment (status
+	// succeeded, processing or requires_action) or: provider.ErrDeclined
+	// (the APIError's Payment is the declined payment), ErrOutcomeUnknown
+	// (sent and may have executed: a timeout, a dropped connection, a 5xx —
+	// also a 500 the provider replays for the key), ErrKeyInUse (409),
+	// ErrIdempotency (the key was used with other parameters),
+	// ErrUnavailable (nothing sent, or 429), ErrInvalidRequest (refused,
+	// nothing executed), ErrUnauthorized.
+	CreatePayment(ctx context.Context, key string, req provider.PaymentRequest) (provider.Payment, error)
+	// GetPayment returns the payment id. ErrNotFound, ErrUnavailable.
+	GetPayment(ctx context.Context, id string) (provider.Payment, error)
+	// ListPayments returns every payment created in [from, to] by the
+	// provider's clock, paged to the end. Lists are consistent: a payment
+	// appears as soon as it is created (https://docs.stripe.com/search,
+	// "Data freshness"). ErrUnavailable.
+	ListPayments(ctx context.Context, from, to time.Time) ([]provider.Payment, error)
+	// SearchPayments returns payments whose metadata names orderID and
+	// attempt (0: any attempt). Eventually consistent: a hit is a fact, a
+	// miss proves nothing. ErrUnavailable.
+	SearchPayments(ctx context.Context, orderID string, attempt int) ([]provider.Payment, error)
+	// CancelPayment cancels payment id under key (reason abandoned). It
+	// fails with ErrInvalidRequest, code
+	// provider.CodePaymentIntentUnexpectedState, when the payment's status
+	// forbids it (it succeeded, say).
+	CancelPayment(ctx context.Context, key, id string) (provider.Payment, error)
+	// Refund refunds req.PaymentID under key (Amount 0: what remains).
+	// Errors as CreatePayment, plus ErrNotFound; ErrInvalidRequest with
+	// code charge_already_refunded or amount_too_large.
+	Refund(ctx context.Context, key string, req provider.PaymentRefundRequest) (provider.PaymentRefund, error)
+	// ListRefunds returns every refund of payment paymentID.
+	ListRefunds(ctx context.Context, paymentID string) ([]provider.PaymentRefund, error)
+	// ParseWebhook verifies a webhook's signature header over the raw body
+	// (the provider's scheme, with a tolerance around now and several
+	// secrets during rotation) and decodes the event. ErrBadSignature,
+	// ErrStaleTimestamp, ErrMalformedEvent.
+	ParseWebhook(body []byte, signatureHeader string, now time.Time) (provider.WebhookEvent, error)
 }
 
 // Config holds the windows and limits of the handlers. Durations are wall
@@ -54,7 +94,9 @@ type Config struct {
 	// Executor identifies this process as the holder of intent and payment
 	// leases (a UUID per process start).
 	Executor string
-	// Deployment prefixes provider idempotency keys ("{deployment}-order-…"); empty in dev.
+	// Deployment prefixes provider idempotency keys ("{deployment}-order-…")
+	// and is sent as metadata[deployment] on every payment; empty in dev.
+	// Webhooks about payments of another deployment are ignored.
 	Deployment string
 	// IntentRetention is how long intents are kept (BOOKING_INTENT_RETENTION, default 24h).
 	IntentRetention time.Duration
@@ -81,6 +123,10 @@ type Config struct {
 	// may still be executing at the provider; a new attempt, and giving up
 	// on an uncharged one, wait for it.
 	SettleMargin time.Duration
+	// ClockSkew bounds the difference between the database clock and the
+	// provider's (BOOKING_PROVIDER_CLOCK_SKEW): the time range in which an
+	// attempt's payment was created is padded by it on both sides.
+	ClockSkew time.Duration
 	// InUseWait bounds how long a repeat waits for an in-flight first request.
 	InUseWait time.Duration
 	// ConflictAttempts bounds the tries of every load-decide-append that
@@ -101,6 +147,7 @@ func DefaultConfig() Config {
 		PaymentDeadline:  15 * time.Minute,
 		ProviderWindow:   24 * time.Hour,
 		SettleMargin:     5 * time.Second,
+		ClockSkew:        2 * time.Minute,
 		InUseWait:        2 * time.Second,
 		ConflictAttempts: 20,
 	}
@@ -113,12 +160,14 @@ type Handler struct {
 	clock    Clock
 	payments Payments
 	keys     Keys
-	registry *eventstore.Registry
-	log      *slog.Logger
-	hooks    Hooks
-	metrics  Metrics
-	shows    *keyedMutex
-	sends    *keyedMutex
+	// processed remembers the webhook events processed; see webhooks.go.
+	processed ProcessedEvents
+	registry  *eventstore.Registry
+	log       *slog.Logger
+	hooks     Hooks
+	metrics   Metrics
+	shows     *keyedMutex
+	sends     *keyedMutex
 	// showCache holds per-show snapshots; see showcache.go.
 	showCache showCache
 	// holds batches concurrent seat holds per show; see holdbatch.go.
@@ -213,7 +262,7 @@ func New(cfg Config, store EventStore, clock Clock, payments Payments, registry 
 		log = slog.Default()
 	}
 	h := &Handler{cfg: cfg, store: store, clock: clock, payments: payments, registry: registry, log: log,
-		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}, keys: noKeys{}}
+		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}, keys: noKeys{}, processed: noProcessedEvents{}}
 	h.keptOrders.limit, h.keptIntents.limit = maxKeptStreams, maxKeptStreams
 	h.abandoned, h.abandon = context.WithCancel(context.Background())
 	for _, o := range opts {

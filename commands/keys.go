@@ -14,9 +14,10 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// Secrets at rest (crypto-shredding). An order's payment token and its
-// provider request bytes never enter an intent stream and never sit in the
-// log in clear:
+// Secrets at rest (crypto-shredding). An order's payment token (the
+// payment method) and the client secret of a payment that requires the
+// customer's action never enter an intent stream and never sit in the log
+// in clear:
 //
 //   - PlaceOrder makes a fresh data key for the order id it is about to
 //     record, seals the token under it and writes both to the key table
@@ -28,8 +29,13 @@ import (
 //     due at the payment deadline (Keys.Placed; the placing request drops
 //     it only if the order has not ended, and so shredded its key, by the
 //     time it answers).
-//   - Starting an attempt opens the token and seals the request bytes into
-//     PaymentAttemptStarted; every send of the attempt opens those bytes.
+//   - Starting an attempt stores its inputs and the digest of its request
+//     (PaymentAttemptStarted); every send of the attempt opens the token
+//     and rebuilds the request. Attempts stored before held the request
+//     bytes, sealed (or, in schema version 1, clear).
+//   - A payment that requires the customer's action is recorded with its
+//     client secret and next action sealed (PaymentActionRequired), opened
+//     only to show them to the order's actor.
 //   - The key is deleted once the order can send no more (Keys.Shred): by
 //     the request and the process manager after OrderConfirmed, OrderFailed,
 //     OrderCancelRequested, OrderCancelled or OrderNeedsReview, and after a
@@ -106,7 +112,7 @@ func (noKeys) ShredDue(context.Context, time.Time) (int64, error) { return 0, ni
 func TokenAAD(orderID string) []byte { return []byte("booking/order/" + orderID + "/payment_token") }
 
 // RequestAAD is the associated data that binds the sealed request bytes of
-// attempt n (1-based) to the order and the attempt.
+// a schema-version-2 attempt n (1-based) to the order and the attempt.
 func RequestAAD(orderID string, n int) []byte {
 	return []byte("booking/order/" + orderID + "/attempt/" + strconv.Itoa(n) + "/request_body")
 }
@@ -189,14 +195,12 @@ func (h *Handler) orderKey(ctx context.Context, o domain.Order, create bool) (*e
 	return nil, fmt.Errorf("order %s: %w", o.ID, errKeyGone)
 }
 
-// requestBody returns the exact request bytes of attempt a of o: opened
-// under the order's data key (or as a version-1 event stored them) and
-// checked against the attempt's RequestSHA256. Returns errKeyGone (wrapped)
-// when the key is gone.
-//
-// held, when not nil, is the order's data key as the request that placed the
-// order holds it (heldSecrets): the key table is not read.
-func (h *Handler) requestBody(ctx context.Context, o domain.Order, a domain.Attempt, held *envelope.DataKey) ([]byte, error) {
+// legacyBody returns the request bytes of attempt a of o, stored by a
+// schema-version-1 (clear) or -2 (sealed under the order's data key; held,
+// when not nil, is that key as the placing request holds it) event, checked
+// against the attempt's RequestSHA256. Returns errKeyGone (wrapped) when
+// the key is gone.
+func (h *Handler) legacyBody(ctx context.Context, o domain.Order, a domain.Attempt, held *envelope.DataKey) ([]byte, error) {
 	body := []byte(a.RequestBody)
 	if a.RequestBody == "" {
 		dk, err := held, error(nil)
@@ -208,6 +212,8 @@ func (h *Handler) requestBody(ctx context.Context, o domain.Order, a domain.Atte
 		if body, err = dk.Open(a.SealedRequestBody, RequestAAD(o.ID, a.N)); err != nil {
 			return nil, fmt.Errorf("order %s attempt %d: request bytes: %w", o.ID, a.N, err)
 		}
+	} else if _, err := h.orderKey(ctx, o, false); err != nil {
+		return nil, err // the key's deletion ends the sends, as for sealed bytes
 	}
 	if sum := sha256.Sum256(body); hex.EncodeToString(sum[:]) != a.RequestSHA256 {
 		return nil, fmt.Errorf("order %s attempt %d: the request bytes do not match request_sha256", o.ID, a.N)

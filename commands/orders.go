@@ -602,7 +602,7 @@ func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Dura
 	} else {
 		o, _, err = h.LoadOrder(ctx, orderID)
 	}
-	for err == nil && o.FirstOutcome == "" && time.Now().Before(deadline) {
+	for err == nil && o.FirstOutcome == "" && !awaitingAction(o) && time.Now().Before(deadline) {
 		// Another executor (a repeat, or another replica) is paying: poll.
 		select {
 		case <-ctx.Done():
@@ -629,4 +629,12 @@ func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Dura
 		h.awaitReleased(ctx, o.ReservationID, deadline)
 	}
 	return OrderResult{Order: o, Final: o.FirstOutcome != "", Outcome: out}, nil
+}
+
+// awaitingAction reports whether o's payment waits for the customer's
+// action: nothing changes before the customer acts, so an answer need not
+// wait for it.
+func awaitingAction(o domain.Order) bool {
+	a := o.LastAttempt()
+	return o.Status == domain.OrderStatusPending && a != nil && a.Outcome == domain.OutcomeRequiresAction
 }

@@ -16,16 +16,24 @@ import (
 	"github.com/retrysafe/booking/provider"
 )
 
-// Payments. An order's payment is a sequence of attempts; attempt
-// n is sent under the provider idempotency key ProviderKey(order, n) with the
-// exact bytes stored in its PaymentAttemptStarted. Only the holder of the
+// Payments. An order's payment is a sequence of attempts; attempt n creates
+// at most one payment (a Stripe PaymentIntent), sent under the provider
+// idempotency key ProviderKey(order, n) with parameters rebuilt from the
+// inputs stored in its PaymentAttemptStarted. Only the holder of the
 // attempt's lease sends, and only while database time + ProviderTimeout +
 // SendMargin is before the lease's end (Order.CanSend). Starting, renewing or
 // taking over a lease is an append at the expected revision the order was
 // loaded at: the revision is the fencing token, so of two executors that
 // decided on the same state only one appends. Provider outcomes are facts,
 // recorded by whoever observes them (sender, reconciler, webhook) with
-// deterministic event ids derived from the charge id, never fenced.
+// deterministic event ids derived from the payment id, never fenced.
+//
+// One payment per attempt is safe only because attempt n+1 starts when
+// attempt n is proven to have made none (lookupPayments: a consistent list
+// of the payments created in the attempt's time range). Do not "simplify"
+// it into a new attempt on an unknown outcome, nor into a search: Stripe's
+// search lags and may only find, never prove absence
+// (ARCHITECTURE.md, "Reconciliation with Stripe").
 
 // maxDriveSteps bounds the steps one DrivePayment call takes (load, decide,
 // act); the reconciler calls it again on its next pass.
@@ -63,18 +71,22 @@ const (
 	stepLater             // reload and decide again after a backoff
 )
 
-// DrivePayment pushes an order's payment as far as it can go now: it starts attempt 1 when there is none; sends while this process
-// holds the attempt's lease (the fence); reconciles an attempt whose outcome
-// is unknown or whose lease this process may take over by querying the
-// provider (by key, then by metadata) before any send; retries inside the
-// provider's window only with the same attempt, key and bytes; starts attempt
-// n+1 only outside the window, once attempt n settled and nothing was found;
-// fails the order past its payment deadline and finishes a cancelling order
-// once its payment resolved, in both cases only when the payment settled
-// uncharged. It is a no-op for a final order, and while another executor
-// holds a live lease. It returns nil when it made what progress it could
-// (the reconciler calls it again), or an error wrapping domain.ErrUnavailable
-// for a dependency failure. Safe for concurrent use and repeatable: one call
+// DrivePayment pushes an order's payment as far as it can go now: it starts
+// attempt 1 when there is none; sends while this process holds the
+// attempt's lease (the fence); reconciles an attempt whose outcome is
+// unknown or whose lease this process may take over by listing the
+// payments created in the attempt's time range (lookupPayments) before any
+// send; retries inside the provider's window only with the same attempt,
+// key and inputs; starts attempt n+1 only outside the window, once attempt
+// n settled and the list proved it made no payment (an attempt that cannot
+// be proved so puts the order in review); fetches a payment waiting for
+// the customer's action and cancels it when the order is cancelled or its
+// deadline passed; fails the order past its payment deadline and finishes
+// a cancelling order once its payment resolved, in both cases only when
+// the payment settled uncharged. It is a no-op for a final order, and
+// while another executor holds a live lease. It returns nil when it made
+// what progress it could (the reconciler calls it again), or an error
+// wrapping domain.ErrUnavailable for a dependency failure. Safe for concurrent use and repeatable: one call
 // per order runs at a time in this process (others return at once), and
 // leases fence other processes.
 func (h *Handler) DrivePayment(ctx context.Context, orderID string) error {
@@ -231,6 +243,8 @@ func (h *Handler) paymentStep(ctx context.Context, o domain.Order, s *stream, no
 		return stepAgain, h.startAttempt(ctx, o, s, 1, now, st)
 	case last.Outcome == domain.OutcomeSucceeded || last.Outcome == domain.OutcomeFailed:
 		return stepDone, nil // the order's status follows from the recorded fact
+	case last.Outcome == domain.OutcomeRequiresAction:
+		return h.awaitAction(ctx, o, s, *last, now)
 	case last.Outcome == domain.OutcomeNone && o.CanSend(last.N, me, now, budget):
 		return h.send(ctx, o, s, *last, now, st)
 	case now.Before(last.LeaseUntil) && last.Owner != me:
@@ -239,47 +253,51 @@ func (h *Handler) paymentStep(ctx context.Context, o domain.Order, s *stream, no
 
 	// The outcome is unknown, or the lease expired (or is ours but too short
 	// to send) without an outcome: ask the provider before anything else.
-	charges, err := h.lookupCharges(ctx, o, *last)
-	if err != nil {
-		return stepDone, err
+	found, unproven := h.lookupPayments(ctx, o, *last)
+	if len(found) > 0 {
+		return h.recordFound(ctx, o, *last, found)
 	}
-	if len(charges) > 0 {
-		for _, ch := range charges {
-			h.metrics.Reconciliation("found_" + string(ch.Status))
-			if err := h.recordPayment(ctx, o.ID, resultOf(last.N, ch), ObservedByReconciliation); err != nil {
-				return stepDone, err
-			}
-		}
-		return stepAgain, nil
+	if unproven == nil {
+		h.metrics.Reconciliation("not_found")
 	}
-	h.metrics.Reconciliation("not_found")
 	// The look-up took time: decide (and fence any send) on a fresh reading
 	// of the database clock. The order's state is as loaded: a lease append
 	// below is fenced by its revision, and a direct send needs our own lease
 	// with ProviderTimeout + SendMargin left, which no one can take over.
-	if now, err = h.now(ctx); err != nil {
+	now, err := h.now(ctx)
+	if err != nil {
 		return stepDone, err
 	}
 	settled := o.Settled(now, h.cfg.SettleMargin)
+	unsent := st.unsent == last.N && last.Owner == me
 	switch {
 	case o.Status == domain.OrderStatusCancelling:
 		// No new sends while cancelling: wait until the last send settled,
 		// unless this call started the lease and never sent under it.
-		unsent := st.unsent == last.N && last.Owner == me
+		if unproven != nil && !unsent {
+			return stepDone, h.unproven(ctx, o, s, *last, unproven)
+		}
 		return stepDone, h.endOrder(ctx, o, s, o.FinishCancel(now, h.cfg.SettleMargin, true, unsent), "cancelled; the payment settled uncharged")
 	case !now.Before(o.PaymentDeadline):
+		if unproven != nil {
+			return stepDone, h.unproven(ctx, o, s, *last, unproven)
+		}
 		if settled {
 			h.metrics.Reconciliation("deadline_failed")
 		}
 		return stepDone, h.endOrder(ctx, o, s, o.FailPastDeadline(now, h.cfg.SettleMargin, true), "payment deadline passed; the payment settled uncharged")
 	case h.insideWindow(*last, now):
-		// Inside the provider's window the only retry is the same attempt.
+		// Inside the provider's window the only retry is the same attempt:
+		// the same key with the same parameters, which the provider answers
+		// from the first request's result if it executed.
 		if o.CanSend(last.N, me, now, budget) {
 			return h.send(ctx, o, s, *last, now, st)
 		}
 		return stepAgain, h.takeOverAttempt(ctx, o, s, *last, now, st)
 	case !settled:
 		return stepDone, nil // outside the window a new attempt waits for the last send to settle
+	case unproven != nil:
+		return stepDone, h.unproven(ctx, o, s, *last, unproven)
 	case !o.HasPaymentToken():
 		return stepDone, h.endOrder(ctx, o, s, []domain.Event{domain.OrderFailed{OrderID: o.ID, Reason: domain.FailNoAttempt}},
 			"a new attempt is impossible: the payment token is gone")
@@ -304,9 +322,9 @@ func (h *Handler) insideWindow(a domain.Attempt, now time.Time) bool {
 // as the lease owner, at the revision o was loaded at. errRetry on a lost
 // race or a refusal (the caller reloads and decides again).
 //
-// The token is opened under the order's data key and the request bytes are
-// sealed under it; with the key gone (or no token) the order fails, as no
-// attempt can start.
+// The attempt's inputs are stored, and the digest of its request (the
+// token opened under the order's data key) with them; with the key gone
+// (or no token) the order fails, as no attempt can start.
 func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n int, now time.Time, st *driveState) error {
 	noToken := func(why string) error {
 		return h.endOrder(ctx, o, s, []domain.Event{domain.OrderFailed{OrderID: o.ID, Reason: domain.FailNoAttempt}}, why)
@@ -324,20 +342,14 @@ func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n
 	if err != nil {
 		return err
 	}
-	token := o.PaymentToken
-	if token == "" {
-		pt, err := dk.Open(o.SealedPaymentToken, TokenAAD(o.ID))
-		if err != nil {
-			h.log.ErrorContext(ctx, "an order's sealed payment token does not open under its data key", "order_id", o.ID, "err", err)
-			return fmt.Errorf("order %s: payment token: %w", o.ID, err)
-		}
-		token = string(pt)
+	token, err := h.paymentMethod(ctx, o, dk)
+	if err != nil {
+		return err
 	}
-	req := provider.NewChargeRequest(o.Amount.Amount, o.Amount.Currency, token, o.ID, n)
-	req.Description = fmt.Sprintf("%d ticket(s), order %s", o.Quantity, o.ID)
-	body := req.Body()
+	req := provider.PaymentRequest{Amount: o.Amount.Amount, Currency: o.Amount.Currency, PaymentMethod: token, OrderID: o.ID, Attempt: n,
+		Deployment: h.cfg.Deployment, Description: fmt.Sprintf("%d ticket(s), order %s", o.Quantity, o.ID)}
 	evs, err := o.Start(domain.StartAttempt{N: n, ProviderKey: h.ProviderKey(o.ID, n), Owner: h.cfg.Executor,
-		LeaseUntil: now.Add(h.cfg.PaymentLease), RequestSHA256: sha256Hex(body), SealedRequestBody: dk.Seal(body, RequestAAD(o.ID, n)),
+		LeaseUntil: now.Add(h.cfg.PaymentLease), RequestSHA256: attemptDigest(req), Description: req.Description, Deployment: req.Deployment,
 		Settle: h.cfg.SettleMargin}, now)
 	if err != nil {
 		h.log.DebugContext(ctx, "payment attempt not started", "order_id", o.ID, "attempt", n, "why", err)
@@ -351,7 +363,7 @@ func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n
 }
 
 // takeOverAttempt renews or takes over the lease of attempt a (same key, same
-// bytes), fenced by the revision o was loaded at. errRetry on a lost race.
+// inputs), fenced by the revision o was loaded at. errRetry on a lost race.
 func (h *Handler) takeOverAttempt(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time, st *driveState) error {
 	evs, err := o.Start(domain.StartAttempt{N: a.N, Owner: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.PaymentLease)}, now)
 	if err != nil {
@@ -389,68 +401,13 @@ func (h *Handler) appendLease(ctx context.Context, o domain.Order, s *stream, e 
 	return err
 }
 
-// lookupCharges asks the provider for the charges of attempt a: by its key,
-// and when the key finds none (never committed, or forgotten after the
-// window) by metadata {order_id, attempt}, which finds charges forever.
-// Charges of other orders (a key collision) are ignored and alerted.
-// Succeeded charges come first.
-func (h *Handler) lookupCharges(ctx context.Context, o domain.Order, a domain.Attempt) ([]provider.Charge, error) {
-	qctx, cancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
-	defer cancel()
-	ch, found, err := h.payments.ChargeByKey(qctx, a.ProviderKey)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	if found && h.ownCharge(ctx, o.ID, ch) {
-		return []provider.Charge{ch}, nil
-	}
-	list, err := h.payments.SearchCharges(qctx, o.ID, a.N)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	var out, failed []provider.Charge
-	for _, c := range list {
-		switch {
-		case !h.ownCharge(ctx, o.ID, c):
-		case c.Status == provider.StatusSucceeded:
-			out = append(out, c)
-		case c.IdempotencyKey == a.ProviderKey:
-			failed = append(failed, c)
-		default:
-			// A decline of some other request that carries this order's
-			// metadata says nothing about this attempt: never fail on it.
-		}
-	}
-	return append(out, failed...), nil
-}
-
-// declineOfAttempt reports whether a failed charge is the definitive answer to
-// one of the order's own attempts: its idempotency key is that attempt's key
-// (charges keep their key after the provider's window). A decline of any other
-// request that merely carries the order's metadata must not fail the order.
-func (h *Handler) declineOfAttempt(o domain.Order, ch provider.Charge) bool {
-	n := ch.Attempt()
-	return n > 0 && ch.IdempotencyKey == h.ProviderKey(o.ID, n)
-}
-
-// ownCharge reports whether ch belongs to the order, by its metadata.
-func (h *Handler) ownCharge(ctx context.Context, orderID string, ch provider.Charge) bool {
-	if ch.Metadata[provider.MetadataOrderID] == orderID {
-		return true
-	}
-	h.metrics.Reconciliation("foreign_charge")
-	h.log.ErrorContext(ctx, "the provider answered with another order's charge: idempotency key collision?",
-		"order_id", orderID, "charge_id", ch.ID, "charge_order_id", ch.Metadata[provider.MetadataOrderID])
-	return false
-}
-
 // send makes the provider call of attempt a on a context detached from the
 // request, bounded by the provider timeout and by the fence (the lease's end
 // minus the send margin, held on the local monotonic clock from the database
 // time just read, so a process paused past its lease cannot start the call),
 // then records the outcome as a fact.
 func (h *Handler) send(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time, st *driveState) (step, error) {
-	body, err := h.requestBody(ctx, o, a, st.dk)
+	req, err := h.attemptRequest(ctx, o, a, st.dk)
 	if errors.Is(err, errKeyGone) {
 		// A key is deleted once the order can send no more (a cancel came
 		// first, or the deadline passed): nothing is sent, and this call
@@ -460,7 +417,7 @@ func (h *Handler) send(ctx context.Context, o domain.Order, s *stream, a domain.
 		return stepLater, nil
 	}
 	if err != nil {
-		h.log.WarnContext(ctx, "payment attempt not sent: its request bytes cannot be read", "order_id", o.ID, "attempt", a.N, "err", err)
+		h.log.WarnContext(ctx, "payment attempt not sent: its inputs cannot be read", "order_id", o.ID, "attempt", a.N, "err", err)
 		return stepDone, err
 	}
 	st.unsent = 0
@@ -471,37 +428,74 @@ func (h *Handler) send(ctx context.Context, o domain.Order, s *stream, a domain.
 	}
 	sctx, cancel := context.WithDeadline(h.detach(ctx), deadline)
 	h.step(ctx, "payment.fenced")
-	ch, err := h.payments.CreateChargeRaw(sctx, a.ProviderKey, body)
+	p, err := h.payments.CreatePayment(sctx, a.ProviderKey, req)
 	cancel()
 	h.step(ctx, "payment.sent")
+	res, next, err := h.sendOutcome(ctx, o, a, p, err)
+	if res == nil {
+		return next, err
+	}
+	// What the provider did is recorded even if the caller is going away:
+	// otherwise only a later reconciliation would learn it. Only a
+	// shutdown past its grace period (Handler.Abandon) cuts the record
+	// short, and then the reconciler learns the outcome from the list.
+	rctx, rcancel := context.WithTimeout(h.detach(ctx), recordTimeout)
+	defer rcancel()
+	if res.Outcome == domain.OutcomeRequiresAction {
+		res.SealedAction = h.sealAction(rctx, o, a.N, p, st.dk)
+	}
+	if err := h.recordPaymentFrom(rctx, o.ID, s, *res, ObservedBySend, st); err != nil {
+		return stepDone, err
+	}
+	switch res.Outcome {
+	case domain.OutcomeUnknown:
+		return stepLater, nil
+	case domain.OutcomeRequiresAction:
+		return stepDone, nil // the customer acts; the webhook or a fetch settles it
+	}
+	return stepAgain, nil
+}
+
+// sendOutcome classifies the answer to attempt a's CreatePayment: the fact
+// to record, or (nil) what the drive does next and its error. A 409 is
+// "in progress" and an idempotency error an alert: neither is a decline.
+func (h *Handler) sendOutcome(ctx context.Context, o domain.Order, a domain.Attempt, p provider.Payment, err error) (*domain.PaymentResult, step, error) {
 	var apiErr *provider.APIError
 	var res domain.PaymentResult
 	switch {
 	case err == nil:
-		if !h.ownCharge(ctx, o.ID, ch) {
-			return stepDone, fmt.Errorf("order %s attempt %d: the provider answered with another order's charge", o.ID, a.N)
+		if p.OrderID() != o.ID {
+			h.metrics.Reconciliation("foreign_payment")
+			return nil, stepDone, fmt.Errorf("order %s attempt %d: the provider answered with payment %s of order %q", o.ID, a.N, p.ID, p.OrderID())
 		}
-		res = resultOf(a.N, ch)
+		res = resultOf(a.N, p)
 	case errors.Is(err, provider.ErrDeclined):
 		res = domain.PaymentResult{Attempt: a.N, Outcome: domain.OutcomeFailed, Code: provider.CodeCardDeclined, Reason: "the payment was declined"}
-		if errors.As(err, &apiErr) && apiErr.Charge != nil {
-			res = resultOf(a.N, *apiErr.Charge)
+		if errors.As(err, &apiErr) && apiErr.Payment != nil {
+			res = resultOf(a.N, *apiErr.Payment)
 		}
 	case errors.Is(err, provider.ErrKeyInUse):
 		// In progress at the provider: never a decline. Repeat the same
 		// request after a backoff while the fence allows, then reconcile.
 		h.metrics.Reconciliation("provider_in_use")
-		return stepLater, nil
+		return nil, stepLater, nil
 	case errors.Is(err, provider.ErrIdempotency):
 		// The key was used with other parameters: a bug or a key collision to
-		// alert on, never a decline. Reconciliation by key and metadata goes on.
+		// alert on, never a decline. Reconciliation by the list goes on.
 		h.metrics.Reconciliation("idempotency_error")
 		h.log.ErrorContext(ctx, "provider refused the attempt's key as reused with other parameters; needs attention",
 			"order_id", o.ID, "attempt", a.N, "err", err)
-		return stepDone, nil
+		return nil, stepDone, nil
+	case errors.Is(err, provider.ErrUnauthorized):
+		// The provider refused our API key before executing anything: a
+		// configuration fault to alert on, never a decline. The reconciler
+		// retries once it is fixed.
+		h.metrics.Reconciliation("provider_unauthorized")
+		h.log.ErrorContext(ctx, "the provider refused the API key; nothing was charged", "order_id", o.ID, "attempt", a.N, "err", err)
+		return nil, stepDone, unavailable(err)
 	case errors.Is(err, provider.ErrInvalidRequest):
 		// A definitive refusal that executed nothing (for example an unusable
-		// token): this attempt cannot succeed, and neither can a new one.
+		// payment method): this attempt cannot succeed, and neither can a new one.
 		h.metrics.Reconciliation("provider_refused")
 		h.log.WarnContext(ctx, "provider refused the payment request", "order_id", o.ID, "attempt", a.N, "err", err)
 		res = domain.PaymentResult{Attempt: a.N, Outcome: domain.OutcomeFailed, Code: "invalid_request", Reason: domain.ReasonProviderRefused,
@@ -512,61 +506,30 @@ func (h *Handler) send(ctx context.Context, o domain.Order, s *stream, a domain.
 		if a.N > 1 {
 			res.FailReason = domain.FailNoAttempt
 		}
-	case errors.Is(err, provider.ErrUnauthorized):
-		// The provider refused our API key before executing anything: a
-		// configuration fault to alert on, never a decline. The reconciler
-		// retries once it is fixed.
-		h.metrics.Reconciliation("provider_unauthorized")
-		h.log.ErrorContext(ctx, "the provider refused the API key; nothing was charged", "order_id", o.ID, "attempt", a.N, "err", err)
-		return stepDone, unavailable(err)
 	case errors.Is(err, provider.ErrUnavailable):
 		// Nothing was sent (also when the fence ran out before the call):
 		// the reconciler retries.
-		return stepDone, unavailable(err)
-	default: // ErrOutcomeUnknown and anything unexpected: the charge may exist
+		return nil, stepDone, unavailable(err)
+	default:
+		// ErrOutcomeUnknown — a timeout, a dropped connection, a 5xx, and a
+		// 500 the provider replays for the key as well — and anything
+		// unexpected: the payment may exist. Never a failure.
 		res = domain.PaymentResult{Attempt: a.N, Outcome: domain.OutcomeUnknown, Reason: "no definitive answer from the provider"}
-	}
-	// What the provider did is recorded even if the caller is going away:
-	// otherwise only a later reconciliation would learn it. Only a
-	// shutdown past its grace period (Handler.Abandon) cuts the record
-	// short, and then the reconciler learns the outcome by the key.
-	rctx, rcancel := context.WithTimeout(h.detach(ctx), recordTimeout)
-	defer rcancel()
-	if err := h.recordPaymentFrom(rctx, o.ID, s, res, ObservedBySend, st); err != nil {
-		return stepDone, err
-	}
-	if res.Outcome == domain.OutcomeUnknown {
-		return stepLater, nil
-	}
-	return stepAgain, nil
-}
-
-// resultOf returns the fact a provider charge states. The attempt comes from
-// the charge's metadata when it has one.
-func resultOf(attempt int, ch provider.Charge) domain.PaymentResult {
-	if n := ch.Attempt(); n > 0 {
-		attempt = n
-	}
-	r := domain.PaymentResult{Attempt: attempt, ChargeID: ch.ID, Amount: domain.Money{Amount: ch.Amount, Currency: ch.Currency}}
-	if ch.Status == provider.StatusSucceeded {
-		r.Outcome = domain.OutcomeSucceeded
-	} else {
-		r.Outcome, r.Code, r.Reason = domain.OutcomeFailed, ch.FailureCode, ch.FailureMessage
-		if r.Code == "" {
-			r.Code = provider.CodeCardDeclined
+		if errors.As(err, &apiErr) && apiErr.Replayed {
+			res.Reason = "the provider replays a server error for the attempt's key"
 		}
 	}
-	return r
+	return &res, stepAgain, nil
 }
 
 // Who observed a provider fact (eventstore.Metadata.ObservedBy).
 const (
 	ObservedBySend           = "send"           // the answer to the service's own provider call
 	ObservedByReconciliation = "reconciliation" // a look-up of the attempt at the provider
-	ObservedByWebhook        = "webhook"        // a provider notification (the charge fetched)
+	ObservedByWebhook        = "webhook"        // a provider notification (the payment fetched)
 )
 
-// recordPayment folds a provider fact into the order (deduplicated by charge
+// recordPayment folds a provider fact into the order (deduplicated by payment
 // id through Order.Record and deterministic event ids; never fenced) and
 // runs the follow-ups of what it appended. via (ObservedBy…) is kept in the
 // events' metadata, so the order's timeline says how the fact was learned.
@@ -658,12 +621,14 @@ func (h *Handler) endOrder(ctx context.Context, o domain.Order, s *stream, evs [
 		return err
 	}
 	h.log.InfoContext(ctx, "order ended", "order_id", o.ID, "why", why)
+	h.observe(ctx, o.ID, evs)
 	return h.afterOrderEvents(ctx, o.ID, evs)
 }
 
 // afterOrderEvents runs the follow-ups of events just appended to an order:
 // seats released after a failure or cancel, refunds sent after they were
-// requested. The process manager and the reconciler repeat them if this
+// requested, payments waiting for the customer's action cancelled once the
+// order ended. The process manager and the reconciler repeat them if this
 // process dies first.
 func (h *Handler) afterOrderEvents(ctx context.Context, orderID string, evs []domain.Event) error {
 	return h.afterOrderEventsOf(ctx, nil, orderID, evs)
@@ -706,128 +671,20 @@ func (h *Handler) afterOrderEventsOf(ctx context.Context, known *domain.Order, o
 				h.log.WarnContext(ctx, "refund not sent yet; the reconciler retries", "order_id", orderID, "charge_id", e.ChargeID, "err", err)
 			}
 		}
+		if endsOrder(e) || isReview(e) {
+			// A payment still waiting for the customer's action is
+			// cancelled once the order can no longer use it.
+			if err := h.cancelPayments(ctx, o); err != nil {
+				h.log.WarnContext(ctx, "payment not cancelled yet; the reconciler retries", "order_id", orderID, "err", err)
+			}
+		}
 	}
 	return nil
 }
 
-// sendRefund calls the provider's refund with key refund-{chargeID} (the
-// RefundRequested event was recorded before) and records RefundSucceeded. A
-// refund the provider already made (its answer lost, or its key forgotten)
-// is found by listing the charge's refunds. A provider that does not know
-// the charge (404 resource_missing, confirmed by reading the charge) ends the
-// refund: RefundRefused and the order in review (Order.RefuseRefund), never
-// retried. Returns the provider's or the store's error; the reconciler
-// retries until RefundSucceeded or RefundRefused is recorded. Within a
-// process, sends of one charge's refund (the request inline, the process
-// manager, the reconciler) take turns, and one whose refund was recorded
-// meanwhile calls nothing.
-func (h *Handler) sendRefund(ctx context.Context, orderID string, r domain.RefundRequested) error {
-	unlock := h.sends.Lock("refund/" + r.ChargeID)
-	defer unlock()
-	if o, _, err := h.LoadOrder(ctx, orderID); err == nil {
-		if done, ok := o.Refunds[r.ChargeID]; ok && (done.Succeeded || done.Refused) {
-			return nil
-		}
-	}
-	rctx, cancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
-	defer cancel()
-	ref, err := h.payments.Refund(rctx, r.Key, r.ChargeID, r.Amount.Amount)
-	var apiErr *provider.APIError
-	if errors.Is(err, provider.ErrInvalidRequest) && errors.As(err, &apiErr) &&
-		(apiErr.Code == provider.CodeChargeAlreadyRefunded || apiErr.Code == provider.CodeAmountTooLarge) {
-		ref, err = h.findRefund(rctx, r)
-	}
-	if refusal, ok := unknownCharge(err); ok {
-		// A 404 to the refund alone could come from a wrong route or a proxy:
-		// only a read of the charge that says the same makes it definitive.
-		if _, gerr := h.payments.GetCharge(rctx, r.ChargeID); isUnknownCharge(gerr) {
-			return h.refuseRefund(ctx, orderID, r.ChargeID, refusal)
-		} else if gerr == nil {
-			err = fmt.Errorf("%w (yet the provider shows charge %s)", err, r.ChargeID)
-		}
-	}
-	if err != nil {
-		h.metrics.Reconciliation("refund_pending")
-		return err
-	}
-	if err := h.recordRefund(ctx, orderID, r.ChargeID, ref.ID, domain.Money{Amount: ref.Amount, Currency: r.Amount.Currency}); err != nil {
-		return err
-	}
-	h.metrics.Reconciliation("refund_recorded")
-	return nil
-}
-
-// findRefund returns the refunds the provider made of r's charge: the one
-// under r's key if there is one, and the total refunded.
-func (h *Handler) findRefund(ctx context.Context, r domain.RefundRequested) (provider.Refund, error) {
-	list, err := h.payments.ListRefunds(ctx, r.ChargeID)
-	if err != nil {
-		return provider.Refund{}, err
-	}
-	var out provider.Refund
-	for _, re := range list {
-		out.Amount += re.Amount
-		if out.ID == "" || re.IdempotencyKey == r.Key {
-			out.ID = re.ID
-		}
-	}
-	if out.ID == "" {
-		return provider.Refund{}, fmt.Errorf("charge %s: the provider refuses a refund but lists none", r.ChargeID)
-	}
-	return out, nil
-}
-
-// unknownCharge reports whether err is the provider's "no such charge"
-// (404 resource_missing), and returns its details.
-func unknownCharge(err error) (*provider.APIError, bool) {
-	var apiErr *provider.APIError
-	if errors.Is(err, provider.ErrNotFound) && errors.As(err, &apiErr) && apiErr.Code == provider.CodeResourceMissing {
-		return apiErr, true
-	}
-	return nil, false
-}
-
-func isUnknownCharge(err error) bool {
-	_, ok := unknownCharge(err)
+func isReview(e domain.Event) bool {
+	_, ok := e.(domain.OrderNeedsReview)
 	return ok
-}
-
-// refuseRefund folds the provider's refusal of the refund of chargeID into
-// the order (RefundRefused, OrderNeedsReview), once.
-func (h *Handler) refuseRefund(ctx context.Context, orderID, chargeID string, refusal *provider.APIError) error {
-	c, err := h.update(ctx, domain.OrderStream(orderID), func(s *stream) (change, error) {
-		o := fold[domain.Order](s.events)
-		return change{events: derived(orderID+"/"+chargeID, o.RefuseRefund(chargeID, refusal.Code, refusal.Message)),
-			meta: eventstore.Metadata{Actor: o.Actor, Intent: o.Intent}}, nil
-	})
-	if err != nil || len(c.events) == 0 {
-		return err
-	}
-	h.metrics.Reconciliation("refund_refused")
-	h.log.ErrorContext(ctx, "the provider does not know a charge whose refund was requested; the refund is not retried", "order_id", orderID,
-		"charge_id", chargeID, "code", refusal.Code)
-	h.observe(ctx, orderID, c.domainEvents())
-	return nil
-}
-
-// recordRefund folds a refund the provider made into the order.
-func (h *Handler) recordRefund(ctx context.Context, orderID, chargeID, refundID string, amount domain.Money) error {
-	c, err := h.update(ctx, domain.OrderStream(orderID), func(s *stream) (change, error) {
-		o := fold[domain.Order](s.events)
-		amt := amount
-		if amt.Currency == "" {
-			amt.Currency = o.Amount.Currency
-		}
-		evs := o.RecordRefund(chargeID, refundID, amt)
-		if len(evs) > 1 {
-			evs = evs[:1]
-		}
-		return change{events: derived(orderID+"/"+chargeID, evs), meta: eventstore.Metadata{Actor: o.Actor, Intent: o.Intent}}, nil
-	})
-	if err == nil && len(c.events) > 0 {
-		h.observe(ctx, orderID, c.domainEvents())
-	}
-	return err
 }
 
 // backoff is a capped exponential backoff with full jitter (AWS

@@ -2,6 +2,10 @@ package commands
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +32,7 @@ import (
 	"github.com/retrysafe/booking/migrations/pgtest"
 	"github.com/retrysafe/booking/provider"
 	"github.com/retrysafe/booking/provider/providersim"
+	"github.com/retrysafe/booking/provider/stripe"
 )
 
 // Integration tests of payments: real PostgreSQL (BOOKING_TEST_DATABASE_URL,
@@ -36,6 +42,30 @@ import (
 // net of refunds, and the events of the order stream.
 
 const pgSecret = "whsec_pgtest"
+
+// simClient returns the Stripe adapter pointed at the simulator at url,
+// verifying webhooks under pgSecret. Without keep-alive: a dropped
+// connection is never silently resent by the transport, so the tests see
+// the outcome-unknown path every time.
+func simClient(tb testing.TB, url string) *stripe.Client {
+	tb.Helper()
+	c, err := stripe.New(stripe.Config{BaseURL: url, WebhookSecrets: []string{pgSecret},
+		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// signWebhook returns the Stripe-Signature of body at t under secret:
+// t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">
+// (https://docs.stripe.com/webhooks#verify-manually).
+func signWebhook(body []byte, t time.Time, secret string) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(ts + "." + string(body)))
+	return "t=" + ts + ",v1=" + hex.EncodeToString(m.Sum(nil))
+}
 
 // pgClock is the database clock (now()) plus an offset tests move forward.
 type pgClock struct {
@@ -85,7 +115,7 @@ type pgFix struct {
 	keys   *keystore.Store
 	clock  *pgClock
 	sim    *providersim.Server
-	client *provider.Client
+	client *stripe.Client
 	recv   atomic.Pointer[Handler] // the webhook receiver's handler
 	show   string
 	seq    atomic.Int64
@@ -110,9 +140,7 @@ func newPGFix(t *testing.T, simCfg providersim.Config) *pgFix {
 	f.sim = providersim.New(simCfg)
 	simSrv := httptest.NewServer(f.sim.Handler())
 	t.Cleanup(func() { f.sim.Close(); simSrv.Close() })
-	// No keep-alive: a dropped connection is never silently resent by the
-	// transport, so the tests see the outcome-unknown path every time.
-	f.client = provider.New(simSrv.URL, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second})
+	f.client = simClient(t, simSrv.URL)
 	return f
 }
 
@@ -134,7 +162,7 @@ func (f *pgFix) receive(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
-	err = h.ReceiveWebhook(r.Context(), []byte(pgSecret), r.Header.Get(provider.HeaderSignature), body)
+	err = h.ReceiveWebhook(r.Context(), r.Header.Get("Stripe-Signature"), body)
 	w.WriteHeader(webhookStatus(err))
 }
 
@@ -217,8 +245,6 @@ func (f *pgFix) types(orderID string) []string {
 	return out
 }
 
-// charges returns the order's charges at the simulator: net of refunds, and
-// how many succeeded.
 // wantEvents fails t unless the event types of order id's stream are want;
 // what names the moment in the failure message.
 func (f *pgFix) wantEvents(t *testing.T, id, what string, want []string) {
@@ -237,9 +263,11 @@ func (f *pgFix) wantCharges(t *testing.T, id string, net int64, n int) {
 	}
 }
 
+// charges returns the order's PaymentIntents at the simulator: net of
+// refunds, and how many succeeded.
 func (f *pgFix) charges(orderID string) (net int64, succeeded int) {
 	for _, c := range f.sim.Charges() {
-		if c.Metadata[provider.MetadataOrderID] == orderID && c.Status == provider.StatusSucceeded {
+		if c.Metadata[provider.MetadataOrderID] == orderID && c.Status == provider.PaymentSucceeded {
 			net += c.Amount - c.RefundedAmount
 			succeeded++
 		}
@@ -299,7 +327,8 @@ var (
 )
 
 // TestPGDroppedConnectionIsReconciled: the provider commits, then drops the
-// connection → outcome unknown → reconciled by key to succeeded, 1 charge.
+// connection → outcome unknown → the list of PaymentIntents finds it
+// succeeded, 1 PaymentIntent.
 func TestPGDroppedConnectionIsReconciled(t *testing.T) {
 	t.Parallel()
 	f := newPGFix(t, providersim.Config{})
@@ -408,8 +437,8 @@ func TestPGWebhooks(t *testing.T) {
 	}
 
 	evs := f.sim.Events()
-	if len(evs) != 1 || evs[0].Type != provider.EventChargeSucceeded {
-		t.Fatalf("simulator events = %v, want one charge.succeeded", evs)
+	if len(evs) != 1 || evs[0].Type != provider.EventPaymentIntentSucceeded {
+		t.Fatalf("simulator events = %v, want one payment_intent.succeeded", evs)
 	}
 	var wg sync.WaitGroup
 	for range 2 { // twice at once
@@ -429,11 +458,17 @@ func TestPGWebhooks(t *testing.T) {
 	}
 	// An older failure notice arriving out of order: its payload says failed,
 	// the provider's current state says succeeded.
-	stale := evs[0]
-	stale.ID, stale.Type = "evt_stale_failure", provider.EventChargeFailed
-	stale.Data.Object.Status, stale.Data.Object.FailureCode = provider.StatusFailed, provider.CodeCardDeclined
-	body := stale.Body()
-	if err := h.ReceiveWebhook(context.Background(), []byte(pgSecret), provider.Sign(body, time.Now(), []byte(pgSecret)), body); err != nil {
+	var stale map[string]any
+	if err := json.Unmarshal(evs[0].Body(), &stale); err != nil {
+		t.Fatal(err)
+	}
+	stale["id"], stale["type"] = "evt_stale_failure", provider.EventPaymentIntentPaymentFailed
+	stale["data"].(map[string]any)["object"].(map[string]any)["status"] = string(provider.PaymentRequiresPaymentMethod)
+	body, err := json.Marshal(stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ReceiveWebhook(context.Background(), signWebhook(body, time.Now(), pgSecret), body); err != nil {
 		t.Fatalf("stale failure notice: %v", err)
 	}
 	for _, d := range f.sim.Deliveries() {
@@ -454,17 +489,17 @@ func TestPGWebhookSignature(t *testing.T) {
 	h := f.handler("pg-a", nil)
 	res := f.placeOrder(h, providersim.TokenTimeoutAfterCommit, 0)
 	id := res.Order.ID
-	f.eventually(60*time.Second, "the charge", func() bool { _, n := f.charges(id); return n == 1 })
+	f.eventually(60*time.Second, "the PaymentIntent", func() bool { _, n := f.charges(id); return n == 1 })
 	f.eventually(60*time.Second, "the sender to finish", func() bool { return h.sends.TryLock(id) != nil })
 	before := f.types(id)
 	ev := f.sim.Events()[0]
 	body := ev.Body()
 	for name, sig := range map[string]string{
-		"another secret":  provider.Sign(body, time.Now(), []byte("whsec_other")),
+		"another secret":  signWebhook(body, time.Now(), "whsec_other"),
 		"no signature":    "",
-		"stale timestamp": provider.Sign(body, time.Now().Add(-6*time.Minute), []byte(pgSecret)),
+		"stale timestamp": signWebhook(body, time.Now().Add(-6*time.Minute), pgSecret),
 	} {
-		err := h.ReceiveWebhook(context.Background(), []byte(pgSecret), sig, body)
+		err := h.ReceiveWebhook(context.Background(), sig, body)
 		if got := webhookStatus(err); got != http.StatusBadRequest {
 			t.Errorf("%s: status %d (%v), want 400", name, got, err)
 		}
@@ -541,9 +576,9 @@ func TestPGChargeAfterFailureIsRefunded(t *testing.T) {
 	if res.Order.Status != domain.OrderStatusFailed {
 		t.Fatalf("order %s, want failed", res.Order.Status)
 	}
-	// A stray charge for the order (a stale sender, another system).
-	stray := provider.NewChargeRequest(1500, "EUR", providersim.TokenVisa, id, 1)
-	if _, err := f.client.CreateCharge(context.Background(), "stray-"+id, stray); err != nil {
+	// A stray PaymentIntent for the order (a stale sender, another system).
+	stray := provider.PaymentRequest{Amount: 1500, Currency: "EUR", PaymentMethod: providersim.TokenVisa, OrderID: id, Attempt: 1}
+	if _, err := f.client.CreatePayment(context.Background(), "stray-"+id, stray); err != nil {
 		t.Fatal(err)
 	}
 	f.eventually(60*time.Second, "the redundant charge to be refunded", func() bool {
@@ -618,11 +653,12 @@ func TestPGCancelRacesPayment(t *testing.T) {
 
 // TestPGProviderWindowPassed: an attempt's outcome stays unknown (its owner
 // died after the provider charged) until the provider's window passed, so
-// its key is forgotten; reconciliation (by metadata) records the charge
-// before any new attempt: never two charges.
+// its key is forgotten; reconciliation (the list of PaymentIntents created
+// in the attempt's range) records it before any new attempt, with search
+// blind: never two PaymentIntents.
 func TestPGProviderWindowPassed(t *testing.T) {
 	t.Parallel()
-	f := newPGFix(t, providersim.Config{})
+	f := newPGFix(t, providersim.Config{SearchLag: 100 * time.Hour})
 	f.pauseWebhooks(true)
 	window := func(c *Config) { c.ProviderWindow = time.Hour; c.PaymentDeadline = 3 * time.Hour }
 	hooks, reached, release := blockAt("payment.sent")

@@ -2,11 +2,13 @@ package commands
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,7 +59,7 @@ func payConfig() Config {
 
 // newPayFix places the order (token tok) on a scheduled show with a held,
 // ordered reservation, then appends given to the order stream.
-func newPayFix(t *testing.T, cfg Config, token string, faults []chargeFault, given ...domain.Event) *payFix {
+func newPayFix(t *testing.T, cfg Config, token string, faults []payFault, given ...domain.Event) *payFix {
 	t.Helper()
 	keys := newMemKeys()
 	// The order's data key, as PlaceOrder and its follow-up leave it.
@@ -75,10 +77,11 @@ func newPayFix(t *testing.T, cfg Config, token string, faults []chargeFault, giv
 }
 
 // newPayFixPlaced is newPayFix with the order's first event and key table given.
-func newPayFixPlaced(t *testing.T, cfg Config, keys *memKeys, placed domain.OrderPlaced, faults []chargeFault, given ...domain.Event) *payFix {
+func newPayFixPlaced(t *testing.T, cfg Config, keys *memKeys, placed domain.OrderPlaced, faults []payFault, given ...domain.Event) *payFix {
 	t.Helper()
 	f := &payFix{t: t, store: newMemStore(), clock: newFakeClock(payT0), pay: newFakePayments(faults...), metrics: newRecordingMetrics(), cfg: cfg}
 	f.store.SetClock(f.clock)
+	f.pay.clock = f.clock // the provider's clock agrees with the database's
 	f.keys = keys
 	f.h = f.handler(cfg)
 	mustAppend(t, f.store, domain.ShowStream(payShow),
@@ -119,7 +122,7 @@ func (f *payFix) wantAppended(t *testing.T, what string, want []string) {
 }
 
 // wantCalls fails t unless the payment fake received want calls of op
-// ("charge", "refund", "get").
+// ("create", "refund", "get", "cancel", "list", "search").
 func (f *payFix) wantCalls(t *testing.T, op string, want int) {
 	t.Helper()
 	if n := f.pay.count(op); n != want {
@@ -139,17 +142,21 @@ func (f *payFix) order() domain.Order {
 // payKey is the provider key of attempt n.
 func payKey(n int) string { return fmt.Sprintf("order-%s-%d", payOrder, n) }
 
+// payRequest is attempt n's request with payment method tok_visa.
+func payRequest(n int) provider.PaymentRequest {
+	return provider.PaymentRequest{Amount: payAmount.Amount, Currency: payAmount.Currency, PaymentMethod: "tok_visa", OrderID: payOrder,
+		Attempt: n, Description: fmt.Sprintf("2 ticket(s), order %s", payOrder)}
+}
+
 // payStarted is attempt n's lease by owner: first started at first, lease until until.
 func payStarted(n int, owner string, first, until time.Time) domain.PaymentAttemptStarted {
-	req := provider.NewChargeRequest(payAmount.Amount, payAmount.Currency, "tok_visa", payOrder, n)
-	req.Description = fmt.Sprintf("2 ticket(s), order %s", payOrder)
-	body := req.Body()
+	req := payRequest(n)
 	return domain.PaymentAttemptStarted{OrderID: payOrder, Attempt: n, ProviderKey: payKey(n), Owner: owner, LeaseUntil: until,
-		Amount: payAmount, StartedAt: first, RequestSHA256: sha256Hex(body),
-		Private: &domain.AttemptPrivate{SealedRequestBody: testDataKey(payOrder).Seal(body, RequestAAD(payOrder, n))}}
+		Amount: payAmount, StartedAt: first, RequestSHA256: attemptDigest(req), Description: req.Description}
 }
 
 var (
+	evAction    = "PaymentActionRequired"
 	evStarted   = "PaymentAttemptStarted"
 	evSucceeded = "PaymentSucceeded"
 	evFailed    = "PaymentFailed"
@@ -175,97 +182,143 @@ func TestDrivePayment(t *testing.T) {
 		c.PaymentDeadline = 3 * time.Hour
 		return c
 	}
+	listDown := fmt.Errorf("%w: connection refused", provider.ErrUnavailable)
+	listRefused := apiError(provider.ErrInvalidRequest, provider.APIError{StatusCode: 400, Type: provider.TypeInvalidRequestError, Code: "parameter_invalid_integer"})
 	tests := []struct {
 		name   string
 		cfg    func() Config
 		token  string
-		faults []chargeFault
+		faults []payFault
 		given  []domain.Event
-		// before runs on the fakes before the when (stray charges, forgotten keys).
+		// before runs on the fakes before the when (stray payments, forgotten keys).
 		before func(f *payFix)
 		after  time.Duration // clock advance from payT0 before the when
 		// then
-		want        []string
-		wantStatus  string
-		wantNet     int64
-		wantCharges int      // succeeded charges at the provider
-		wantSends   []string // keys of the CreateChargeRaw calls
-		wantMetric  string
+		want         []string
+		wantStatus   string
+		wantNet      int64
+		wantCharges  int      // succeeded payments at the provider
+		wantPayments int      // payments at the provider, whatever their status (-1: not checked)
+		wantSends    []string // keys of the CreatePayment calls
+		wantMetric   string
+		foreignNet   int64 // of the provider's net, what another deployment's payments hold
 	}{
-		{name: "A payment that succeeds confirms the order with one charge.",
+		{name: "A payment that succeeds confirms the order with one PaymentIntent.",
 			want: []string{evStarted, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
-			wantNet: payAmount.Amount, wantCharges: 1, wantSends: []string{payKey(1)}},
+			wantNet: payAmount.Amount, wantCharges: 1, wantPayments: 1, wantSends: []string{payKey(1)}},
 		{name: "A decline fails the order; no money moves.",
-			faults: []chargeFault{faultDecline},
-			want:   []string{evStarted, evFailed, evOrderFail}, wantStatus: domain.OrderStatusFailed, wantSends: []string{payKey(1)}},
+			faults: []payFault{faultDecline},
+			want:   []string{evStarted, evFailed, evOrderFail}, wantStatus: domain.OrderStatusFailed, wantPayments: 1, wantSends: []string{payKey(1)}},
 		{name: "A provider 409 is in progress, never a decline: the same key is repeated and the order confirmed.",
-			faults: []chargeFault{faultInUse, faultInUse},
+			faults: []payFault{faultInUse, faultInUse},
 			want:   []string{evStarted, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
-			wantNet: payAmount.Amount, wantCharges: 1, wantSends: []string{payKey(1), payKey(1), payKey(1)}, wantMetric: "provider_in_use"},
-		{name: "A connection dropped after the commit is reconciled by key, without a second charge.",
-			faults: []chargeFault{faultUnknownCommit},
+			wantNet: payAmount.Amount, wantCharges: 1, wantPayments: 1, wantSends: []string{payKey(1), payKey(1), payKey(1)}, wantMetric: "provider_in_use"},
+		{name: "A connection dropped after the commit is unknown; the list finds the payment: no second one.",
+			faults: []payFault{faultTimeoutAfter},
 			want:   []string{evStarted, evUnknown, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
-			wantNet: payAmount.Amount, wantCharges: 1, wantSends: []string{payKey(1)}, wantMetric: "found_succeeded"},
-		{name: "An error before the commit is retried inside the window with the same attempt and key.",
-			faults: []chargeFault{faultUnknownBefore},
+			wantNet: payAmount.Amount, wantCharges: 1, wantPayments: 1, wantSends: []string{payKey(1)}, wantMetric: "found_succeeded"},
+		{name: "A 500 saved after the payment executed is unknown, never a failure; the list finds the payment.",
+			faults: []payFault{faultErrorAfter},
 			want:   []string{evStarted, evUnknown, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
-			wantNet: payAmount.Amount, wantCharges: 1, wantSends: []string{payKey(1), payKey(1)}, wantMetric: "not_found"},
+			wantNet: payAmount.Amount, wantCharges: 1, wantPayments: 1, wantSends: []string{payKey(1)}, wantMetric: "found_succeeded"},
+		{name: "A 500 before executing is retried inside the window with the same key and parameters.",
+			faults: []payFault{faultErrorBefore},
+			want:   []string{evStarted, evUnknown, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
+			wantNet: payAmount.Amount, wantCharges: 1, wantPayments: 1, wantSends: []string{payKey(1), payKey(1)}, wantMetric: "not_found"},
 		{name: "An idempotency error is an alert, never a decline; the order stays pending.",
-			faults: []chargeFault{faultIdempotency},
+			faults: []payFault{faultIdempotency},
 			want:   []string{evStarted}, wantStatus: domain.OrderStatusPending, wantSends: []string{payKey(1)}, wantMetric: "idempotency_error"},
-		{name: "A token the provider refuses fails the order; nothing was charged.",
-			faults: []chargeFault{faultInvalid},
+		{name: "A payment method the provider refuses fails the order; nothing was charged.",
+			faults: []payFault{faultInvalid},
 			want:   []string{evStarted, evFailed, evOrderFail}, wantStatus: domain.OrderStatusFailed, wantSends: []string{payKey(1)}},
 		{name: "A provider that cannot be reached sends nothing and keeps the lease for a retry.",
-			faults: []chargeFault{faultUnavailable},
+			faults: []payFault{faultUnavailable},
 			want:   []string{evStarted}, wantStatus: domain.OrderStatusPending, wantSends: []string{payKey(1)}},
+		{name: "A payment that requires the customer's action is recorded; the order stays pending and nothing more is sent.",
+			faults: []payFault{faultAction},
+			want:   []string{evStarted, evAction}, wantStatus: domain.OrderStatusPending, wantPayments: 1, wantSends: []string{payKey(1)}},
+		{name: "A payment still processing is recorded unknown and waited for; no second send.",
+			faults: []payFault{faultProcessing},
+			want:   []string{evStarted, evUnknown}, wantStatus: domain.OrderStatusPending, wantPayments: 1, wantSends: []string{payKey(1)},
+			wantMetric: "found_unknown"},
 		{name: "Another executor's live lease is left alone: no provider call.",
 			given: []domain.Event{liveLeaseB}, after: time.Minute,
 			wantStatus: domain.OrderStatusPending},
-		{name: "An expired lease is reconciled by key first: the owner's charge is recorded, none is sent.",
+		{name: "An expired lease is reconciled by the list first: the owner's payment is recorded, none is sent.",
 			given:  []domain.Event{expiredLease},
-			before: func(f *payFix) { f.pay.byKey[payKey(1)] = f.pay.addCharge(payOrder, 1, payAmount).ID },
+			before: func(f *payFix) { f.pay.addPayment(payOrder, 1, payAmount) },
 			after:  time.Minute,
 			want:   []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
-			wantNet: payAmount.Amount, wantCharges: 1, wantMetric: "found_succeeded"},
-		{name: "An expired lease with nothing at the provider is taken over and sent with the same key inside the window.",
+			wantNet: payAmount.Amount, wantCharges: 1, wantPayments: 1, wantMetric: "found_succeeded"},
+		{name: "Another deployment's payment with the order's metadata is not the attempt's: the attempt is taken over and sent.",
+			given: []domain.Event{expiredLease}, after: time.Minute,
+			before: func(f *payFix) {
+				p := f.pay.addPayment(payOrder, 1, payAmount)
+				f.pay.mu.Lock()
+				f.pay.paymentLocked(p.ID).Metadata[provider.MetadataDeployment] = "staging"
+				f.pay.mu.Unlock()
+			},
+			want: []string{evStarted, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
+			wantNet: 2 * payAmount.Amount, foreignNet: payAmount.Amount, wantCharges: 2, wantPayments: 2, wantSends: []string{payKey(1)},
+			wantMetric: "lease_taken_over"},
+		{name: "An expired lease with nothing listed is taken over and sent with the same key inside the window.",
 			given: []domain.Event{expiredLease}, after: time.Minute,
 			want: []string{evStarted, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
-			wantNet: payAmount.Amount, wantCharges: 1, wantSends: []string{payKey(1)}, wantMetric: "lease_taken_over"},
-		{name: "Outside the window a charge found by metadata is recorded and no new attempt starts.",
+			wantNet: payAmount.Amount, wantCharges: 1, wantPayments: 1, wantSends: []string{payKey(1)}, wantMetric: "lease_taken_over"},
+		{name: "Outside the window a payment found by the list is recorded and no new attempt starts.",
 			cfg: narrowWindow, given: []domain.Event{expiredLease},
-			before: func(f *payFix) { f.pay.addCharge(payOrder, 1, payAmount) }, after: 2 * time.Hour,
+			before: func(f *payFix) {
+				f.pay.addPayment(payOrder, 1, payAmount)
+				f.pay.forgetKeys()
+				f.pay.searchBlind = true
+			}, after: 2 * time.Hour,
 			want: []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
-			wantNet: payAmount.Amount, wantCharges: 1},
-		{name: "Outside the window, with nothing found by key or metadata, attempt 2 starts with its own key.",
+			wantNet: payAmount.Amount, wantCharges: 1, wantPayments: 1},
+		{name: "Outside the window, with nothing listed, attempt 2 starts with its own key.",
 			cfg: narrowWindow, given: []domain.Event{expiredLease}, after: 2 * time.Hour,
 			want: []string{evStarted, evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
-			wantNet: payAmount.Amount, wantCharges: 1, wantSends: []string{payKey(2)}, wantMetric: "new_attempt"},
+			wantNet: payAmount.Amount, wantCharges: 1, wantPayments: 1, wantSends: []string{payKey(2)}, wantMetric: "new_attempt"},
 		{name: "Outside the window a new attempt waits until the last send settled.",
 			cfg:   narrowWindow,
 			given: []domain.Event{expiredLease, payStarted(1, execB, payT0, payT0.Add(2*time.Hour))}, after: 2*time.Hour + time.Second,
 			wantStatus: domain.OrderStatusPending},
+		{name: "Outside the window, while the list fails and search finds nothing, no new attempt starts.",
+			cfg: narrowWindow, given: []domain.Event{expiredLease}, after: 2 * time.Hour,
+			before:     func(f *payFix) { f.pay.listErr, f.pay.searchBlind = listDown, true },
+			wantStatus: domain.OrderStatusPending, wantMetric: "list_failed"},
+		{name: "Outside the window, while the list fails, a payment found by search is recorded.",
+			cfg: narrowWindow, given: []domain.Event{expiredLease}, after: 2 * time.Hour,
+			before: func(f *payFix) { f.pay.addPayment(payOrder, 1, payAmount); f.pay.listErr = listDown },
+			want:   []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed,
+			wantNet: payAmount.Amount, wantCharges: 1, wantPayments: 1, wantMetric: "list_failed"},
+		{name: "Outside the window, a list the provider refuses cannot prove the attempt made no payment: the order goes to review.",
+			cfg: narrowWindow, given: []domain.Event{expiredLease}, after: 2 * time.Hour,
+			before: func(f *payFix) { f.pay.listErr, f.pay.searchBlind = listRefused, true },
+			want:   []string{evReview}, wantStatus: domain.OrderStatusNeedsReview, wantMetric: "needs_review"},
 		{name: "Outside the window a payment token that is gone makes a new attempt impossible: the order fails.",
 			cfg: narrowWindow, token: "-", given: []domain.Event{expiredLease}, after: 2 * time.Hour,
 			want: []string{evOrderFail}, wantStatus: domain.OrderStatusFailed},
 		{name: "Past the deadline without an attempt the order fails.",
 			after: 16 * time.Minute,
 			want:  []string{evOrderFail}, wantStatus: domain.OrderStatusFailed},
-		{name: "Past the deadline a settled, uncharged payment fails the order.",
+		{name: "Past the deadline a settled payment the list proves absent fails the order.",
 			given: []domain.Event{expiredLease, domain.PaymentOutcomeUnknown{OrderID: payOrder, Attempt: 1}}, after: 16 * time.Minute,
 			want: []string{evOrderFail}, wantStatus: domain.OrderStatusFailed, wantMetric: "deadline_failed"},
-		{name: "Past the deadline a charge found at the provider still confirms the order.",
+		{name: "Past the deadline, while the list fails, the order waits: nothing proves the payment absent.",
+			given: []domain.Event{expiredLease, domain.PaymentOutcomeUnknown{OrderID: payOrder, Attempt: 1}}, after: 16 * time.Minute,
+			before: func(f *payFix) { f.pay.listErr, f.pay.searchBlind = listDown, true }, wantStatus: domain.OrderStatusPending},
+		{name: "Past the deadline a payment found at the provider still confirms the order.",
 			given:  []domain.Event{expiredLease, domain.PaymentOutcomeUnknown{OrderID: payOrder, Attempt: 1}},
-			before: func(f *payFix) { f.pay.addCharge(payOrder, 1, payAmount) }, after: 16 * time.Minute,
-			want: []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed, wantNet: payAmount.Amount, wantCharges: 1},
+			before: func(f *payFix) { f.pay.addPayment(payOrder, 1, payAmount) }, after: 16 * time.Minute,
+			want: []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed, wantNet: payAmount.Amount, wantCharges: 1, wantPayments: 1},
 		{name: "A cancelling order never sends; once its payment settled uncharged it ends cancelled.",
 			given: []domain.Event{expiredLease, domain.OrderCancelRequested{OrderID: payOrder, Actor: payActor}}, after: time.Minute,
 			want: []string{evCancelled}, wantStatus: domain.OrderStatusCancelled},
-		{name: "A cancelling order whose charge is found is refunded and cancelled: net charge 0.",
+		{name: "A cancelling order whose payment is found is refunded and cancelled: net charge 0.",
 			given:  []domain.Event{expiredLease, domain.OrderCancelRequested{OrderID: payOrder, Actor: payActor}},
-			before: func(f *payFix) { f.pay.addCharge(payOrder, 1, payAmount) }, after: time.Minute,
+			before: func(f *payFix) { f.pay.addPayment(payOrder, 1, payAmount) }, after: time.Minute,
 			want:       []string{evSucceeded, evRefundReq, evCancelled, evRefunded},
-			wantStatus: domain.OrderStatusCancelled, wantCharges: 1},
+			wantStatus: domain.OrderStatusCancelled, wantCharges: 1, wantPayments: 1},
 		{name: "A cancelling order whose own lease is live waits for it to settle.",
 			given: []domain.Event{payStarted(1, execA, payT0, payT0.Add(lease)), domain.OrderCancelRequested{OrderID: payOrder, Actor: payActor}},
 			after: time.Second, wantStatus: domain.OrderStatusCancelling},
@@ -297,19 +350,22 @@ func TestDrivePayment(t *testing.T) {
 			}
 			net, charges := f.pay.net()
 			if net != tt.wantNet || charges != tt.wantCharges {
-				t.Errorf("provider net = %d over %d charges, want %d over %d", net, charges, tt.wantNet, tt.wantCharges)
+				t.Errorf("provider net = %d over %d succeeded payments, want %d over %d", net, charges, tt.wantNet, tt.wantCharges)
 			}
-			if o.NetCharged() != net {
-				t.Errorf("order NetCharged() = %d, provider net = %d", o.NetCharged(), net)
+			if n := f.pay.created(); n != tt.wantPayments {
+				t.Errorf("provider payments = %d, want %d", n, tt.wantPayments)
+			}
+			if o.NetCharged() != net-tt.foreignNet {
+				t.Errorf("order NetCharged() = %d, provider net = %d (%d of it another deployment's)", o.NetCharged(), net, tt.foreignNet)
 			}
 			var sends []string
 			for _, c := range f.pay.calls {
-				if c.Op == "charge" {
+				if c.Op == "create" {
 					sends = append(sends, c.Key)
 				}
 			}
 			if diff := cmp.Diff(tt.wantSends, sends); diff != "" {
-				t.Errorf("charge sends (-want +got):\n%s", diff)
+				t.Errorf("CreatePayment sends (-want +got):\n%s", diff)
 			}
 			if tt.wantMetric != "" && f.metrics.get(tt.wantMetric) == 0 {
 				t.Errorf("metric %q not counted; got %v", tt.wantMetric, f.metrics.results)
@@ -319,6 +375,34 @@ func TestDrivePayment(t *testing.T) {
 				t.Errorf("seats released = %v with the order %s", released, o.Status)
 			}
 		})
+	}
+}
+
+// TestAttemptListRange: reconciliation lists the payments created from the
+// attempt's first start to its last lease's end plus the settling margin,
+// padded by the clock skew on both sides; a payment created just outside
+// that range is not the attempt's.
+func TestAttemptListRange(t *testing.T) {
+	t.Parallel()
+	cfg := payConfig()
+	cfg.ClockSkew = 30 * time.Second
+	first, until := payT0, payT0.Add(cfg.PaymentLease)
+	renewed := payStarted(1, execB, first, until.Add(time.Minute))
+	renewed.Description = ""
+	f := newPayFix(t, cfg, "tok_visa", nil, payStarted(1, execB, first, until), renewed)
+	f.clock.Advance(5 * time.Minute)
+	if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
+		t.Fatalf("DrivePayment() = %v", err)
+	}
+	var lists []string
+	for _, c := range f.pay.calls {
+		if c.Op == "list" {
+			lists = append(lists, c.Key)
+		}
+	}
+	want := first.Add(-30*time.Second).Format(time.RFC3339) + "/" + until.Add(time.Minute+cfg.SettleMargin+30*time.Second).Format(time.RFC3339)
+	if len(lists) == 0 || lists[0] != want {
+		t.Errorf("ListPayments ranges = %v, want first %s", lists, want)
 	}
 }
 
@@ -339,7 +423,7 @@ func TestCancelBeforeTheFirstSendFinishesAtOnce(t *testing.T) {
 		t.Fatalf("DrivePayment() = %v", err)
 	}
 	f.wantAppended(t, "appended", []string{evStarted, evCancelReq, evCancelled})
-	f.wantCalls(t, "charge", 0)
+	f.wantCalls(t, "create", 0)
 }
 
 // TestStaleOwnerIsFenced shows the lease's fencing token at work: two
@@ -373,7 +457,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 		t.Fatalf("A DrivePayment() after the takeover = %v", err)
 	}
 	f.wantAppended(t, "order events", []string{evStarted, evSucceeded, evConfirmed})
-	f.wantCalls(t, "charge", 1) // B's only
+	f.wantCalls(t, "create", 1) // B's only
 }
 
 // TestConcurrentExecutorsStartOneAttempt races two executors on a placed order.
@@ -396,8 +480,8 @@ func TestConcurrentExecutorsStartOneAttempt(t *testing.T) {
 		if diff := cmp.Diff([]string{evStarted, evSucceeded, evConfirmed}, f.appended()); diff != "" {
 			t.Fatalf("run %d: order events (-want +got):\n%s", i, diff)
 		}
-		if n := f.pay.count("charge"); n != 1 {
-			t.Fatalf("run %d: charge sends = %d, want 1", i, n)
+		if n := f.pay.count("create"); n != 1 {
+			t.Fatalf("run %d: CreatePayment sends = %d, want 1", i, n)
 		}
 	}
 }
@@ -414,7 +498,7 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 	t.Run("A requested refund is sent with its key and recorded.", func(t *testing.T) {
 		t.Parallel()
 		pay := newFakePayments()
-		ch := pay.addCharge(payOrder, 1, payAmount)
+		ch := pay.addPayment(payOrder, 1, payAmount)
 		f := newPayFix(t, payConfig(), "tok_visa", nil, cancelledPaid(ch.ID)...)
 		f.pay = pay
 		f.h = f.handler(f.cfg)
@@ -431,11 +515,12 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 			t.Errorf("refund calls = %d, want 1", n)
 		}
 	})
-	t.Run("A refund made before its key was forgotten is found by listing the charge's refunds.", func(t *testing.T) {
+	t.Run("A refund made before its key was forgotten is found by listing the payment's refunds.", func(t *testing.T) {
 		t.Parallel()
 		pay := newFakePayments()
-		ch := pay.addCharge(payOrder, 1, payAmount)
-		if _, err := pay.Refund(context.Background(), domain.RefundKey(ch.ID), ch.ID, payAmount.Amount); err != nil {
+		ch := pay.addPayment(payOrder, 1, payAmount)
+		if _, err := pay.Refund(context.Background(), domain.RefundKey(ch.ID), provider.PaymentRefundRequest{PaymentID: ch.ID, Amount: payAmount.Amount,
+			Metadata: map[string]string{refundMetaKey: domain.RefundKey(ch.ID)}}); err != nil {
 			t.Fatal(err)
 		}
 		pay.forgetKeys()
@@ -450,9 +535,9 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 			t.Errorf("provider net = %d, want 0 (one refund)", net)
 		}
 	})
-	t.Run("A refund of a charge the provider does not know puts the order in review and is not sent again.", func(t *testing.T) {
+	t.Run("A refund of a payment the provider does not know puts the order in review and is not sent again.", func(t *testing.T) {
 		t.Parallel()
-		f := newPayFix(t, payConfig(), "tok_visa", nil, cancelledPaid("ch_forgotten")...)
+		f := newPayFix(t, payConfig(), "tok_visa", nil, cancelledPaid("pi_forgotten")...)
 		for range 3 {
 			if err := f.h.ReconcileOrder(context.Background(), payOrder); err != nil {
 				t.Fatalf("ReconcileOrder() = %v", err)
@@ -463,16 +548,16 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 			t.Errorf("order is %s with pending refunds %v, want needs_review with none", o.Status, o.PendingRefunds())
 		}
 		if n, g := f.pay.count("refund"), f.pay.count("get"); n != 1 || g != 1 {
-			t.Errorf("refund calls = %d, charge reads = %d; want 1 and 1 (three passes, no retry)", n, g)
+			t.Errorf("refund calls = %d, payment reads = %d; want 1 and 1 (three passes, no retry)", n, g)
 		}
 		if r, nr := f.metrics.get("refund_refused"), f.metrics.get("needs_review"); r != 1 || nr != 1 {
 			t.Errorf("metrics: refund_refused %d, needs_review %d; want 1, 1", r, nr)
 		}
 	})
-	t.Run("A 404 to the refund that a read of the charge contradicts is retried, not refused.", func(t *testing.T) {
+	t.Run("A 404 to the refund that a read of the payment contradicts is retried, not refused.", func(t *testing.T) {
 		t.Parallel()
 		pay := newFakePayments()
-		ch := pay.addCharge(payOrder, 1, payAmount)
+		ch := pay.addPayment(payOrder, 1, payAmount)
 		pay.refund404 = 1
 		f := newPayFix(t, payConfig(), "tok_visa", nil, cancelledPaid(ch.ID)...)
 		f.pay = pay
@@ -493,38 +578,113 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 	})
 }
 
+// memProcessed is an in-memory ProcessedEvents.
+type memProcessed struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func (m *memProcessed) Processed(_ context.Context, id string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.seen[id]
+	return ok, nil
+}
+
+func (m *memProcessed) MarkProcessed(_ context.Context, id string, at time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.seen == nil {
+		m.seen = map[string]time.Time{}
+	}
+	if _, ok := m.seen[id]; !ok {
+		m.seen[id] = at
+	}
+	return nil
+}
+
+func (m *memProcessed) PruneProcessed(_ context.Context, before time.Time) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for id, at := range m.seen {
+		if at.Before(before) {
+			delete(m.seen, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// payEvent is a webhook event about payment p: its metadata as a
+// payment_intent.* event carries it (none for charge.*).
+func payEvent(id, typ string, p provider.Payment) provider.WebhookEvent {
+	ev := provider.WebhookEvent{ID: id, Type: typ, PaymentID: p.ID}
+	if strings.HasPrefix(typ, "payment_intent.") {
+		ev.Metadata = p.Metadata
+	}
+	return ev
+}
+
 func TestHandleProviderEvent(t *testing.T) {
 	t.Parallel()
 	live := payStarted(1, execA, payT0, payT0.Add(30*time.Second))
-	failed := []domain.Event{live, domain.PaymentFailed{OrderID: payOrder, Attempt: 1, ChargeID: "ch_declined", Code: "card_declined"},
+	failed := []domain.Event{live, domain.PaymentFailed{OrderID: payOrder, Attempt: 1, ChargeID: "pi_declined", Code: "card_declined"},
 		domain.OrderFailed{OrderID: payOrder, Reason: domain.FailPaymentDeclined}}
 	tests := []struct {
 		name       string
 		given      []domain.Event
 		evType     string
-		stale      provider.Status // the event's (stale) charge status; the fetched one is succeeded
+		status     provider.PaymentStatus // the payment's status at the provider (default succeeded)
+		meta       map[string]string      // the payment's metadata (default the order's, attempt 1)
 		want       []string
 		wantStatus string
 		wantNet    int64
+		wantGets   int
 	}{
 		{name: "A notice before the sender's answer confirms the order.",
-			given: []domain.Event{live}, evType: provider.EventChargeSucceeded,
-			want: []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed, wantNet: payAmount.Amount},
-		{name: "A stale failure notice of a succeeded charge is folded as the charge's current state.",
-			given: []domain.Event{live}, evType: provider.EventChargeFailed, stale: provider.StatusFailed,
-			want: []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed, wantNet: payAmount.Amount},
-		{name: "A charge notice after the order failed is a redundant effect, refunded: net charge 0.",
-			given: failed, evType: provider.EventChargeSucceeded,
-			want: []string{evSucceeded, evRefundReq, evRefunded}, wantStatus: domain.OrderStatusFailed},
+			given: []domain.Event{live}, evType: provider.EventPaymentIntentSucceeded,
+			want: []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed, wantNet: payAmount.Amount, wantGets: 1},
+		{name: "A stale failure notice of a succeeded payment is folded as the payment's current state.",
+			given: []domain.Event{live}, evType: provider.EventPaymentIntentPaymentFailed,
+			want: []string{evSucceeded, evConfirmed}, wantStatus: domain.OrderStatusConfirmed, wantNet: payAmount.Amount, wantGets: 1},
+		{name: "A payment notice after the order failed is a redundant effect, refunded: net charge 0.",
+			given: failed, evType: provider.EventPaymentIntentSucceeded,
+			want: []string{evSucceeded, evRefundReq, evRefunded}, wantStatus: domain.OrderStatusFailed, wantGets: 1},
+		{name: "A notice that the payment requires the customer's action records it; the order stays pending.",
+			given: []domain.Event{live}, evType: provider.EventPaymentIntentRequiresAction, status: provider.PaymentRequiresAction,
+			want: []string{evAction}, wantStatus: domain.OrderStatusPending, wantGets: 1},
+		{name: "A notice about a payment of another deployment is acknowledged and ignored without a fetch.",
+			given: []domain.Event{live}, evType: provider.EventPaymentIntentSucceeded,
+			meta:       map[string]string{provider.MetadataOrderID: payOrder, provider.MetadataAttempt: "1", provider.MetadataDeployment: "staging"},
+			wantStatus: domain.OrderStatusPending, wantNet: payAmount.Amount},
+		{name: "A notice about a payment without an order is acknowledged and ignored without a fetch.",
+			given: []domain.Event{live}, evType: provider.EventPaymentIntentSucceeded, meta: map[string]string{"cart": "42"},
+			wantStatus: domain.OrderStatusPending, wantNet: payAmount.Amount},
+		{name: "A charge notice about a payment of another deployment is ignored after the fetch.",
+			given: []domain.Event{live}, evType: provider.EventChargeRefunded,
+			meta:       map[string]string{provider.MetadataOrderID: payOrder, provider.MetadataAttempt: "1", provider.MetadataDeployment: "staging"},
+			wantStatus: domain.OrderStatusPending, wantNet: payAmount.Amount, wantGets: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			f := newPayFix(t, payConfig(), "tok_visa", nil, tt.given...)
-			ch := f.pay.addCharge(payOrder, 1, payAmount)
-			ev := provider.Event{ID: "evt_1", Type: tt.evType, Data: provider.EventData{Object: ch}}
-			ev.Data.Object.Status = tt.stale
-			for range 3 { // duplicates change nothing
+			processed := &memProcessed{}
+			f.h = New(f.cfg, f.store, f.clock, f.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithMetrics(f.metrics),
+				WithKeys(f.keys), WithProcessedEvents(processed))
+			p := f.pay.addPayment(payOrder, 1, payAmount)
+			if tt.status != "" {
+				f.pay.setStatus(p.ID, tt.status)
+			}
+			if tt.meta != nil {
+				f.pay.mu.Lock()
+				f.pay.paymentLocked(p.ID).Metadata = tt.meta
+				f.pay.mu.Unlock()
+			}
+			p, _ = f.pay.GetPayment(context.Background(), p.ID)
+			ev := payEvent("evt_1", tt.evType, p)
+			for range 3 { // redeliveries change nothing, and are not fetched again
 				if err := f.h.HandleProviderEvent(context.Background(), ev); err != nil {
 					t.Fatalf("HandleProviderEvent() = %v", err)
 				}
@@ -536,47 +696,71 @@ func TestHandleProviderEvent(t *testing.T) {
 			if net, _ := f.pay.net(); net != tt.wantNet {
 				t.Errorf("provider net = %d, want %d", net, tt.wantNet)
 			}
+			if g := f.pay.count("get") - 1; g != tt.wantGets { // less the test's own read
+				t.Errorf("payment fetches = %d, want %d (once, then deduplicated by event id)", g, tt.wantGets)
+			}
 		})
 	}
-	t.Run("A charge of an order the event store does not know is refused, so the provider redelivers.", func(t *testing.T) {
+	t.Run("A payment of an order the event store does not know is refused, so the provider redelivers.", func(t *testing.T) {
 		t.Parallel()
 		f := newPayFix(t, payConfig(), "tok_visa", nil)
-		ch := f.pay.addCharge("0197c000-0000-7000-8000-0000000000ff", 1, payAmount)
-		err := f.h.HandleProviderEvent(context.Background(), provider.Event{ID: "evt_2", Type: provider.EventChargeSucceeded, Data: provider.EventData{Object: ch}})
+		p := f.pay.addPayment("0197c000-0000-7000-8000-0000000000ff", 1, payAmount)
+		err := f.h.HandleProviderEvent(context.Background(), payEvent("evt_2", provider.EventPaymentIntentSucceeded, p))
 		if !errors.Is(err, domain.ErrOrderNotFound) {
 			t.Errorf("HandleProviderEvent() = %v, want ErrOrderNotFound", err)
 		}
+	})
+	t.Run("A refund notice records the refund of a cancelled order.", func(t *testing.T) {
+		t.Parallel()
+		pay := newFakePayments()
+		p := pay.addPayment(payOrder, 1, payAmount)
+		f := newPayFix(t, payConfig(), "tok_visa", nil, live, domain.PaymentSucceeded{OrderID: payOrder, Attempt: 1, ChargeID: p.ID, Amount: payAmount},
+			domain.OrderConfirmed{OrderID: payOrder, Tickets: []domain.Ticket{{ID: "t1"}, {ID: "t2"}}},
+			domain.RefundRequested{OrderID: payOrder, ChargeID: p.ID, Amount: payAmount, Key: domain.RefundKey(p.ID), Reason: domain.RefundCancelled},
+			domain.OrderCancelled{OrderID: payOrder, VoidedTickets: []string{"t1", "t2"}})
+		f.pay = pay
+		f.h = f.handler(f.cfg)
+		if _, err := pay.Refund(context.Background(), domain.RefundKey(p.ID), provider.PaymentRefundRequest{PaymentID: p.ID,
+			Metadata: map[string]string{refundMetaKey: domain.RefundKey(p.ID)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.h.HandleProviderEvent(context.Background(), payEvent("evt_3", provider.EventChargeRefunded, p)); err != nil {
+			t.Fatalf("HandleProviderEvent() = %v", err)
+		}
+		f.wantAppended(t, "appended", []string{evRefunded})
 	})
 }
 
 func TestReceiveWebhookVerifiesBeforeRecording(t *testing.T) {
 	t.Parallel()
-	secret := []byte("whsec_test")
 	f := newPayFix(t, payConfig(), "tok_visa", nil, payStarted(1, execA, payT0, payT0.Add(30*time.Second)))
-	ch := f.pay.addCharge(payOrder, 1, payAmount)
-	body := provider.Event{ID: "evt_1", Object: "event", Type: provider.EventChargeSucceeded, Data: provider.EventData{Object: ch}}.Body()
+	p := f.pay.addPayment(payOrder, 1, payAmount)
+	body, err := json.Marshal(fakeEvent{ID: "evt_1", Type: provider.EventPaymentIntentSucceeded, PaymentID: p.ID, Metadata: p.Metadata})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		sig     string
 		body    []byte
 		wantErr error
 	}{
-		{name: "A signature under another secret is refused.", sig: provider.Sign(body, payT0, []byte("whsec_other")), body: body, wantErr: ErrWebhookSignature},
+		{name: "A signature under another secret is refused.", sig: fakeSign(body, payT0, "whsec_other"), body: body, wantErr: ErrWebhookSignature},
 		{name: "A missing signature is refused.", sig: "", body: body, wantErr: ErrWebhookSignature},
-		{name: "A signature of other bytes is refused.", sig: provider.Sign(append(body, ' '), payT0, secret), body: body, wantErr: ErrWebhookSignature},
-		{name: "A timestamp older than five minutes is refused.", sig: provider.Sign(body, payT0.Add(-6*time.Minute), secret), body: body, wantErr: ErrWebhookStale},
-		{name: "A timestamp five minutes in the future is refused.", sig: provider.Sign(body, payT0.Add(6*time.Minute), secret), body: body, wantErr: ErrWebhookStale},
-		{name: "A signed body that is not an event is refused.", sig: provider.Sign([]byte(`{}`), payT0, secret), body: []byte(`{}`), wantErr: ErrWebhookMalformed},
+		{name: "A signature of other bytes is refused.", sig: fakeSign(append(body, ' '), payT0, fakeWebhookSecret), body: body, wantErr: ErrWebhookSignature},
+		{name: "A timestamp older than five minutes (by the database clock) is refused.", sig: fakeSign(body, payT0.Add(-6*time.Minute), fakeWebhookSecret), body: body, wantErr: ErrWebhookStale},
+		{name: "A timestamp five minutes in the future is refused.", sig: fakeSign(body, payT0.Add(6*time.Minute), fakeWebhookSecret), body: body, wantErr: ErrWebhookStale},
+		{name: "A signed body that is not an event is refused.", sig: fakeSign([]byte(`{}`), payT0, fakeWebhookSecret), body: []byte(`{}`), wantErr: ErrWebhookMalformed},
 	}
 	for _, tt := range tests {
-		if err := f.h.ReceiveWebhook(context.Background(), secret, tt.sig, tt.body); !errors.Is(err, tt.wantErr) {
+		if err := f.h.ReceiveWebhook(context.Background(), tt.sig, tt.body); !errors.Is(err, tt.wantErr) {
 			t.Errorf("%s ReceiveWebhook() = %v, want %v", tt.name, err, tt.wantErr)
 		}
 	}
 	if got := f.appended(); len(got) != 0 || f.pay.count("get") != 0 {
-		t.Fatalf("refused webhooks recorded %v and fetched %d charges, want nothing", got, f.pay.count("get"))
+		t.Fatalf("refused webhooks recorded %v and fetched %d payments, want nothing", got, f.pay.count("get"))
 	}
-	if err := f.h.ReceiveWebhook(context.Background(), secret, provider.Sign(body, payT0.Add(-4*time.Minute), secret), body); err != nil {
+	if err := f.h.ReceiveWebhook(context.Background(), fakeSign(body, payT0.Add(-4*time.Minute), fakeWebhookSecret), body); err != nil {
 		t.Fatalf("ReceiveWebhook(valid) = %v", err)
 	}
 	f.wantAppended(t, "appended", []string{evSucceeded, evConfirmed})
@@ -610,7 +794,7 @@ func TestCancelOrder(t *testing.T) {
 		t.Parallel()
 		f := newPayFix(t, payConfig(), "tok_visa", nil)
 		inFlight, release := make(chan struct{}), make(chan struct{})
-		f.pay.onCharge = func(string) { close(inFlight); <-release }
+		f.pay.onCreate = func(string) { close(inFlight); <-release }
 		done := make(chan error, 1)
 		go func() { done <- f.h.DrivePayment(context.Background(), payOrder) }()
 		<-inFlight
@@ -630,20 +814,20 @@ func TestCancelOrder(t *testing.T) {
 			t.Errorf("order %s with net %d, want cancelled with 0", o.Status, o.NetCharged())
 		}
 		if net, charges := f.pay.net(); net != 0 || charges != 1 {
-			t.Errorf("provider net = %d over %d charges, want 0 over 1", net, charges)
+			t.Errorf("provider net = %d over %d payments, want 0 over 1", net, charges)
 		}
 		res, err = f.h.CancelOrder(context.Background(), req("c2"), payOrder)
 		if err != nil || !res.Final || !res.Replayed {
 			t.Errorf("repeat CancelOrder() = final %v replayed %v, %v; want a final replay", res.Final, res.Replayed, err)
 		}
 	})
-	t.Run("A cancel whose charge the provider no longer knows is final and leaves the order in review; repeats answer the same.", func(t *testing.T) {
+	t.Run("A cancel whose payment the provider no longer knows is final and leaves the order in review; repeats answer the same.", func(t *testing.T) {
 		t.Parallel()
 		f := newPayFix(t, payConfig(), "tok_visa", nil)
 		if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
 			t.Fatal(err)
 		}
-		f.pay.forgetCharges()
+		f.pay.forgetPayments()
 		f.base = len(f.store.Types(domain.OrderStream(payOrder)))
 		res, err := f.h.CancelOrder(context.Background(), req("c5"), payOrder)
 		if err != nil || !res.Final || res.Order.Status != domain.OrderStatusNeedsReview {
@@ -663,7 +847,7 @@ func TestCancelOrder(t *testing.T) {
 	})
 	t.Run("A cancel of a failed order is refused with 409 and changes nothing.", func(t *testing.T) {
 		t.Parallel()
-		f := newPayFix(t, payConfig(), "tok_visa", []chargeFault{faultDecline})
+		f := newPayFix(t, payConfig(), "tok_visa", []payFault{faultDecline})
 		if err := f.h.DrivePayment(context.Background(), payOrder); err != nil {
 			t.Fatal(err)
 		}
@@ -726,4 +910,166 @@ func TestMemStoreSubscribeAll(t *testing.T) {
 	if diff := cmp.Diff([]string{"a", "b", "b"}, got); diff != "" {
 		t.Errorf("streams in log order (-want +got):\n%s", diff)
 	}
+}
+
+// TestPaymentActionRequired: a payment that requires the customer's action
+// (Strong Customer Authentication) keeps the order pending with its client
+// secret sealed; the reconciler's fetch settles it once the customer acted;
+// a cancel cancels it; at the deadline the order fails, its seats are
+// released and the payment is cancelled, and a success that meets that
+// cancel is recorded and refunded.
+func TestPaymentActionRequired(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// waiting drives the order into requires_action and returns its payment id.
+	waiting := func(t *testing.T) (*payFix, string) {
+		t.Helper()
+		f := newPayFix(t, payConfig(), "tok_visa", []payFault{faultAction})
+		if err := f.h.DrivePayment(ctx, payOrder); err != nil {
+			t.Fatalf("DrivePayment() = %v", err)
+		}
+		f.wantAppended(t, "appended", []string{evStarted, evAction})
+		o := f.order()
+		return f, o.LastAttempt().ChargeID
+	}
+	t.Run("The customer's client gets the client secret and next action; they are sealed in the log.", func(t *testing.T) {
+		t.Parallel()
+		f, id := waiting(t)
+		p, _ := f.pay.GetPayment(ctx, id)
+		a, err := f.h.PaymentAction(ctx, f.order())
+		if err != nil || a == nil || a.ClientSecret != p.ClientSecret || string(a.NextAction) != string(p.NextAction) {
+			t.Fatalf("PaymentAction() = %v, %v; want the payment's client secret and next action", a, err)
+		}
+		for _, raw := range rawData(t, f.store, domain.OrderStream(payOrder)) {
+			if strings.Contains(string(raw), "_secret_") || strings.Contains(string(raw), "tok_visa") {
+				t.Errorf("an order event holds a secret in clear: %s", raw)
+			}
+		}
+		if s := fmt.Sprintf("%v %+v %#v", a, a, *a); strings.Contains(s, "_secret_") {
+			t.Errorf("a formatted PaymentAction shows the client secret: %s", s)
+		}
+		if err := f.keys.Shred(ctx, payOrder); err != nil {
+			t.Fatal(err)
+		}
+		if a, err := f.h.PaymentAction(ctx, f.order()); a != nil || err != nil {
+			t.Errorf("PaymentAction() after the key was shredded = %v, %v; want nothing", a, err)
+		}
+	})
+	t.Run("Once the customer authenticated, the reconciler's fetch confirms the order.", func(t *testing.T) {
+		t.Parallel()
+		f, id := waiting(t)
+		f.pay.setStatus(id, provider.PaymentSucceeded)
+		if err := f.h.ReconcileOrder(ctx, payOrder); err != nil {
+			t.Fatalf("ReconcileOrder() = %v", err)
+		}
+		f.wantAppended(t, "appended", []string{evStarted, evAction, evSucceeded, evConfirmed})
+		f.wantCalls(t, "create", 1)
+		if a, _ := f.h.PaymentAction(ctx, f.order()); a != nil {
+			t.Errorf("PaymentAction() of a confirmed order = %v, want nothing", a)
+		}
+	})
+	t.Run("A failed authentication fails the order and releases its seats.", func(t *testing.T) {
+		t.Parallel()
+		f, id := waiting(t)
+		f.pay.setStatus(id, provider.PaymentRequiresPaymentMethod)
+		if err := f.h.ReconcileOrder(ctx, payOrder); err != nil {
+			t.Fatalf("ReconcileOrder() = %v", err)
+		}
+		f.wantAppended(t, "appended", []string{evStarted, evAction, evFailed, evOrderFail})
+		if !slices.Contains(f.store.Types(domain.ShowStream(payShow)), "SeatsReleased") {
+			t.Errorf("seats not released")
+		}
+	})
+	t.Run("Before the deadline an abandoned payment waits; at the deadline the order fails and the payment is cancelled.", func(t *testing.T) {
+		t.Parallel()
+		f, id := waiting(t)
+		f.clock.Advance(14 * time.Minute)
+		if err := f.h.ReconcileOrder(ctx, payOrder); err != nil {
+			t.Fatalf("ReconcileOrder() = %v", err)
+		}
+		f.wantAppended(t, "appended before the deadline", []string{evStarted, evAction})
+		f.clock.Advance(time.Minute)
+		for range 2 {
+			if err := f.h.ReconcileOrder(ctx, payOrder); err != nil {
+				t.Fatalf("ReconcileOrder() = %v", err)
+			}
+		}
+		f.wantAppended(t, "appended", []string{evStarted, evAction, evOrderFail, evFailed})
+		if p, _ := f.pay.GetPayment(ctx, id); p.Status != provider.PaymentCanceled {
+			t.Errorf("payment %s is %s, want canceled", id, p.Status)
+		}
+		f.wantCalls(t, "cancel", 1)
+		if o := f.order(); o.FailReason != domain.FailPaymentDeadline || len(o.PaymentsToCancel()) != 0 {
+			t.Errorf("order failed with %q, payments to cancel %v; want payment_deadline, none", o.FailReason, o.PaymentsToCancel())
+		}
+		if !slices.Contains(f.store.Types(domain.ShowStream(payShow)), "SeatsReleased") {
+			t.Errorf("seats not released")
+		}
+		if net, _ := f.pay.net(); net != 0 {
+			t.Errorf("provider net = %d, want 0", net)
+		}
+	})
+	t.Run("A success that meets the deadline's cancel is recorded and refunded as a redundant effect.", func(t *testing.T) {
+		t.Parallel()
+		f, id := waiting(t)
+		var once sync.Once
+		f.store.SetAfterAppend(func(stream string, types []string) {
+			if stream == domain.OrderStream(payOrder) && slices.Contains(types, evOrderFail) {
+				once.Do(func() { f.pay.setStatus(id, provider.PaymentSucceeded) }) // the customer authenticated just then
+			}
+		})
+		f.clock.Advance(16 * time.Minute)
+		if err := f.h.ReconcileOrder(ctx, payOrder); err != nil {
+			t.Fatalf("ReconcileOrder() = %v", err)
+		}
+		f.wantAppended(t, "appended", []string{evStarted, evAction, evOrderFail, evSucceeded, evRefundReq, evRefunded})
+		if net, charges := f.pay.net(); net != 0 || charges != 1 {
+			t.Errorf("provider net = %d over %d payments, want 0 over 1", net, charges)
+		}
+		if o := f.order(); o.Status != domain.OrderStatusFailed {
+			t.Errorf("order %s, want failed", o.Status)
+		}
+	})
+	t.Run("A cancel cancels the payment; the order ends cancelled with nothing charged.", func(t *testing.T) {
+		t.Parallel()
+		f, id := waiting(t)
+		res, err := f.h.CancelOrder(ctx, Request{Actor: payActor, Operation: OpCancelOrder, Key: "c"}, payOrder)
+		if err != nil {
+			t.Fatalf("CancelOrder() = %v", err)
+		}
+		if res.Order.Status != domain.OrderStatusCancelling && res.Order.Status != domain.OrderStatusCancelled {
+			t.Fatalf("CancelOrder() answered %s, want cancelling or cancelled", res.Order.Status)
+		}
+		for deadline := time.Now().Add(30 * time.Second); f.order().Status != domain.OrderStatusCancelled; {
+			if time.Now().After(deadline) {
+				t.Fatalf("order %s 30 s after the cancel, want cancelled (appended %v)", f.order().Status, f.appended())
+			}
+			_ = f.h.ReconcileOrder(ctx, payOrder)
+			time.Sleep(10 * time.Millisecond) // polling for a state, with a deadline
+		}
+		f.wantAppended(t, "appended", []string{evStarted, evAction, evCancelReq, evFailed, evCancelled})
+		if p, _ := f.pay.GetPayment(ctx, id); p.Status != provider.PaymentCanceled {
+			t.Errorf("payment %s is %s, want canceled", id, p.Status)
+		}
+	})
+	t.Run("A failed order's payment still waiting is cancelled by the reconciler, once.", func(t *testing.T) {
+		t.Parallel()
+		pay := newFakePayments(faultAction)
+		p, err := pay.CreatePayment(ctx, payKey(1), payRequest(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := newPayFix(t, payConfig(), "tok_visa", nil, payStarted(1, execA, payT0, payT0.Add(30*time.Second)),
+			domain.PaymentActionRequired{OrderID: payOrder, Attempt: 1, PaymentID: p.ID},
+			domain.OrderFailed{OrderID: payOrder, Reason: domain.FailPaymentDeadline})
+		f.pay = pay
+		f.h = f.handler(f.cfg)
+		for range 3 {
+			if err := f.h.ReconcileOrder(ctx, payOrder); err != nil {
+				t.Fatalf("ReconcileOrder() = %v", err)
+			}
+		}
+		f.wantAppended(t, "appended", []string{evFailed})
+		f.wantCalls(t, "cancel", 1)
+	})
 }

@@ -20,8 +20,11 @@ const (
 
 // PendingOrders finds the orders that may need payment work, straight from
 // the event log (never from a read model): orders placed and not ended
-// (pending or cancelling: unknown outcomes, expired leases, deadlines), and
-// orders with a refund requested and not recorded as succeeded.
+// (pending or cancelling: unknown outcomes, expired leases, deadlines),
+// orders with a refund requested and not recorded as succeeded, and orders
+// with a payment that required the customer's action whose final state is
+// not recorded (PaymentActionRequired without a PaymentSucceeded or
+// PaymentFailed of the same payment id: it is to be cancelled).
 type PendingOrders interface {
 	// PendingOrders returns up to limit such order ids greater than after
 	// (in byte order), ascending; "" starts at the beginning. It may return
@@ -58,9 +61,12 @@ func (h *Handler) RunReconciler(ctx context.Context, pending PendingOrders, inte
 //
 // The pass first deletes the order keys that are due (ShredDue): keys of
 // orders whose payment deadline passed, and keys held for orders never
-// placed within the intent retention. A failure there is logged.
+// placed within the intent retention; and forgets the webhook events
+// processed more than ProcessedEventsRetention ago. A failure there is
+// logged.
 func (h *Handler) ReconcilePass(ctx context.Context, pending PendingOrders) (int, error) {
 	h.shredDue(ctx)
+	h.pruneProcessed(ctx)
 	sem := make(chan struct{}, reconcileWorkers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -94,11 +100,13 @@ func (h *Handler) ReconcilePass(ctx context.Context, pending PendingOrders) (int
 
 // ReconcileOrder finishes what an order's payment still needs: it sends the
 // refunds requested and not yet recorded (same key refund-{chargeID} every
-// time), then drives the payment (DrivePayment: reconcile unknown outcomes
-// and expired leases with the provider, retry the same attempt inside the
-// window, start a new attempt only outside it, fail past the deadline,
-// finish a cancel). It returns the first error; safe to call concurrently
-// and repeatedly.
+// time), cancels the payments waiting for the customer's action of an
+// order that can no longer use them (same key cancel-{paymentID}), then
+// drives the payment (DrivePayment: reconcile unknown outcomes and expired
+// leases with the provider, retry the same attempt inside the window,
+// start a new attempt only outside it, settle a payment waiting for the
+// customer's action, fail past the deadline, finish a cancel). It returns
+// the first error; safe to call concurrently and repeatedly.
 func (h *Handler) ReconcileOrder(ctx context.Context, orderID string) error {
 	o, s, err := h.LoadOrder(ctx, orderID)
 	if err != nil || !o.Exists() {
@@ -111,6 +119,9 @@ func (h *Handler) ReconcileOrder(ctx context.Context, orderID string) error {
 		if err := h.sendRefund(ctx, o.ID, req); err != nil && firstErr == nil {
 			firstErr = err
 		}
+	}
+	if err := h.cancelPayments(ctx, o); err != nil && firstErr == nil {
+		firstErr = err
 	}
 	if err := h.DrivePayment(ctx, orderID); err != nil && firstErr == nil {
 		firstErr = err
@@ -130,5 +141,18 @@ func (h *Handler) shredDue(ctx context.Context) {
 	}
 	if err != nil && ctx.Err() == nil {
 		h.log.WarnContext(ctx, "due order keys not deleted yet; next pass retries", "err", err)
+	}
+}
+
+// pruneProcessed forgets the webhook events processed more than
+// ProcessedEventsRetention ago (database clock); a failure is logged and
+// the next pass retries.
+func (h *Handler) pruneProcessed(ctx context.Context) {
+	now, err := h.now(ctx)
+	if err == nil {
+		_, err = h.processed.PruneProcessed(ctx, now.Add(-ProcessedEventsRetention))
+	}
+	if err != nil && ctx.Err() == nil {
+		h.log.WarnContext(ctx, "processed webhook events not pruned yet; next pass retries", "err", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,9 +96,11 @@ func (f *pgFix) keyRows() int {
 }
 
 // TestPGPaymentSecretsAtRest: confirmed, declined and cancelled orders with
-// distinct tokens. The token is held in the key table before each intent is
-// recorded; no event holds a token in clear (data or metadata); the changed
-// events are written at schema version 2; every key is deleted once its
+// distinct tokens, and one whose payment requires the customer's action
+// (its client secret shown to the customer, then cancelled). The token is
+// held in the key table before each intent is recorded; no event holds a
+// token or a client secret in clear (data or metadata); the changed events
+// are written at their schema versions; every key is deleted once its
 // order ended; and every order still replays and loads after that.
 func TestPGPaymentSecretsAtRest(t *testing.T) {
 	t.Parallel()
@@ -111,6 +114,7 @@ func TestPGPaymentSecretsAtRest(t *testing.T) {
 	ctx := context.Background()
 
 	visa, decline, cancelled := distinctToken(providersim.TokenVisa), distinctToken(providersim.TokenDecline), distinctToken(providersim.TokenVisa)
+	action := distinctToken(providersim.TokenAuthenticationRequired)
 	type placed struct {
 		req    Request
 		cmd    PlaceOrderCommand
@@ -118,7 +122,7 @@ func TestPGPaymentSecretsAtRest(t *testing.T) {
 		status string
 	}
 	var orders []placed
-	for _, tok := range []string{visa, decline, cancelled} {
+	for _, tok := range []string{visa, decline, cancelled, action} {
 		res, _, err := h.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: f.mustShow(h), Quantity: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -127,10 +131,26 @@ func TestPGPaymentSecretsAtRest(t *testing.T) {
 		req.Wait = 10 * time.Second
 		cmd := PlaceOrderCommand{ReservationID: res.ID, PaymentToken: tok}
 		out, err := h.PlaceOrder(ctx, req, cmd)
-		if err != nil || !out.Final {
+		if err != nil || out.Final != (tok != action) {
 			t.Fatalf("PlaceOrder(%s) = final %v, %v", tok, out.Final, err)
 		}
 		orders = append(orders, placed{req: req, cmd: cmd, res: out})
+	}
+	// The order whose payment requires action shows its client secret
+	// (opened from the sealed event) until it is cancelled.
+	waiting := orders[3].res.Order
+	pa, err := h.PaymentAction(ctx, waiting)
+	if err != nil || pa == nil || !strings.Contains(pa.ClientSecret, "_secret_") {
+		t.Fatalf("PaymentAction(%s) = %v, %v; want the client secret", waiting.Status, pa, err)
+	}
+	secret := pa.ClientSecret
+	if c, err := h.CancelOrder(ctx, f.req(OpCancelOrder), waiting.ID); err != nil {
+		t.Fatalf("CancelOrder(requires_action) = %v", err)
+	} else {
+		f.eventually(30*time.Second, "the cancelled payment", func() bool {
+			_ = h.ReconcileOrder(ctx, c.Order.ID)
+			return f.order(h, c.Order.ID).Status == domain.OrderStatusCancelled
+		})
 	}
 	if got := orders[0].res.Order.Status; got != domain.OrderStatusConfirmed {
 		t.Errorf("tok_visa order is %s, want confirmed", got)
@@ -146,13 +166,15 @@ func TestPGPaymentSecretsAtRest(t *testing.T) {
 		o := f.order(h, orders[2].res.Order.ID)
 		return len(o.PendingRefunds()) == 0
 	})
-	orders[0].status, orders[1].status, orders[2].status = domain.OrderStatusConfirmed, domain.OrderStatusFailed, domain.OrderStatusCancelled
-	if n := store.checked.Load(); n != 3 {
-		t.Errorf("%d order intents checked at append, want 3", n)
+	orders[0].status, orders[1].status, orders[2].status, orders[3].status = domain.OrderStatusConfirmed, domain.OrderStatusFailed,
+		domain.OrderStatusCancelled, domain.OrderStatusCancelled
+	if n := store.checked.Load(); n != 4 {
+		t.Errorf("%d order intents checked at append, want 4", n)
 	}
 
-	// Counts at the simulator: one charge kept, one declined, one refunded.
-	wantNet := []int64{1500, 0, 0}
+	// Counts at the simulator: one charge kept, one declined, one refunded,
+	// one cancelled.
+	wantNet := []int64{1500, 0, 0, 0}
 	for i, o := range orders {
 		if net, _ := f.charges(o.res.Order.ID); net != wantNet[i] {
 			t.Errorf("order %d: net charged %d, want %d", i, net, wantNet[i])
@@ -163,9 +185,9 @@ func TestPGPaymentSecretsAtRest(t *testing.T) {
 	evs := f.rawEvents()
 	versions := map[string]int{}
 	for _, e := range evs {
-		for _, tok := range []string{visa, decline, cancelled} {
+		for _, tok := range []string{visa, decline, cancelled, action, secret, "_secret_"} {
 			if bytes.Contains(e.Data, []byte(tok)) || bytes.Contains(e.Metadata, []byte(tok)) {
-				t.Errorf("%s %s holds the payment token %s in clear", e.Stream, e.Type, tok)
+				t.Errorf("%s %s holds the secret %s in clear", e.Stream, e.Type, tok)
 			}
 		}
 		md, err := eventstore.DecodeMetadata(e.Metadata)
@@ -174,7 +196,8 @@ func TestPGPaymentSecretsAtRest(t *testing.T) {
 		}
 		versions[e.Type] = md.SchemaVersion
 	}
-	for typ, want := range map[string]int{"IntentRecorded": 2, "OrderPlaced": 2, "PaymentAttemptStarted": 2, "OrderConfirmed": 1, "SeatsHeld": 1} {
+	for typ, want := range map[string]int{"IntentRecorded": 2, "OrderPlaced": 2, "PaymentAttemptStarted": 3, "PaymentActionRequired": 1,
+		"OrderConfirmed": 1, "SeatsHeld": 1} {
 		if versions[typ] != want {
 			t.Errorf("%s written at schema version %d, want %d", typ, versions[typ], want)
 		}
@@ -189,8 +212,14 @@ func TestPGPaymentSecretsAtRest(t *testing.T) {
 		if len(got.SealedPaymentToken) == 0 || got.PaymentToken != "" {
 			t.Errorf("order %d: sealed token %d bytes, clear %q; want sealed only", i, len(got.SealedPaymentToken), got.PaymentToken)
 		}
-		if a == nil || len(a.SealedRequestBody) == 0 || a.RequestBody != "" {
-			t.Errorf("order %d: last attempt %+v; want sealed request bytes only", i, a)
+		if a == nil || a.Legacy() || a.RequestSHA256 == "" {
+			t.Errorf("order %d: last attempt %+v; want its inputs and their digest, no request bytes", i, a)
+		}
+		if i == 3 && (len(a.SealedAction) == 0 || a.Outcome != domain.OutcomeFailed) {
+			t.Errorf("order 3: last attempt %s with %d sealed action bytes; want failed (cancelled) with the sealed secret kept", a.Outcome, len(a.SealedAction))
+		}
+		if pa, err := h.PaymentAction(ctx, got); pa != nil || err != nil {
+			t.Errorf("order %d: PaymentAction after the end = %v, %v; want nothing", i, pa, err)
 		}
 		if _, ok, err := f.keys.Key(ctx, o.res.Order.ID); ok || err != nil {
 			t.Errorf("order %d: key still readable (ok %v, %v)", i, ok, err)
@@ -323,15 +352,15 @@ func (f *pgFix) claimedOrder() string {
 	return id
 }
 
-// blockedPayments holds every charge until release is closed.
+// blockedPayments holds every payment until release is closed.
 type blockedPayments struct {
 	Payments
 	release chan struct{}
 }
 
-func (p blockedPayments) CreateChargeRaw(ctx context.Context, key string, body []byte) (provider.Charge, error) {
+func (p blockedPayments) CreatePayment(ctx context.Context, key string, req provider.PaymentRequest) (provider.Payment, error) {
 	<-p.release
-	return p.Payments.CreateChargeRaw(ctx, key, body)
+	return p.Payments.CreatePayment(ctx, key, req)
 }
 
 // TestPGConcurrentFirstRequestsLeaveOneKey: ten identical first requests

@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/provider"
 )
 
 // Events written before secrets were sealed (schema version 1) keep working:
-// an order whose token is in clear still pays (its new attempts are sealed
-// under a key made for it), and an intent whose token is in clear still
-// places its order (sealed).
+// an order whose token is in clear still pays (its new attempts hold no
+// secret, and send only while a key made for it exists), and an intent
+// whose token is in clear still places its order (sealed). Attempts stored
+// as request bytes (versions 1 and 2) are upcast into inputs.
 
 func rawData(t *testing.T, s *memStore, stream string) [][]byte {
 	t.Helper()
@@ -48,8 +50,8 @@ func TestLegacyOrderPaysWithSealedAttempt(t *testing.T) {
 		t.Errorf("provider: net %d over %d charges, want %d over 1", net, n, payAmount.Amount)
 	}
 	a := o.LastAttempt()
-	if a.RequestBody != "" || len(a.SealedRequestBody) == 0 {
-		t.Errorf("the new attempt holds clear %q, sealed %d bytes; want sealed only", a.RequestBody, len(a.SealedRequestBody))
+	if a.Legacy() || a.RequestSHA256 == "" || a.Description == "" {
+		t.Errorf("the new attempt is legacy %v with digest %q, description %q; want the inputs", a.Legacy(), a.RequestSHA256, a.Description)
 	}
 	for i, raw := range rawData(t, f.store, domain.OrderStream(payOrder))[1:] {
 		if bytes.Contains(raw, []byte(token)) {
@@ -105,14 +107,16 @@ func TestLegacyIntentTokenIsSealedAtPlacement(t *testing.T) {
 	}
 }
 
-// TestSealedBytesAreBoundToTheirOrder: the sealed token and request bytes
-// of one order do not open as another order's, or as another field.
+// TestSealedBytesAreBoundToTheirOrder: the sealed token, request bytes and
+// payment action of one order do not open as another order's, or as
+// another field.
 func TestSealedBytesAreBoundToTheirOrder(t *testing.T) {
 	t.Parallel()
 	other := "0197c000-0000-7000-8000-0000000000ff"
 	dk := testDataKey(payOrder)
 	tok := dk.Seal([]byte("tok_visa"), TokenAAD(payOrder))
 	body := dk.Seal([]byte(`{"token":"tok_visa"}`), RequestAAD(payOrder, 1))
+	action := dk.Seal([]byte(`{"client_secret":"pi_1_secret_x"}`), ActionAAD(payOrder, 1))
 	for _, c := range []struct {
 		name string
 		ct   []byte
@@ -122,6 +126,9 @@ func TestSealedBytesAreBoundToTheirOrder(t *testing.T) {
 		{"the token as the request bytes", tok, RequestAAD(payOrder, 1)},
 		{"attempt 1's bytes as attempt 2's", body, RequestAAD(payOrder, 2)},
 		{"attempt 1's bytes as another order's", body, RequestAAD(other, 1)},
+		{"attempt 1's action as attempt 2's", action, ActionAAD(payOrder, 2)},
+		{"attempt 1's action as another order's", action, ActionAAD(other, 1)},
+		{"the action as the request bytes", action, RequestAAD(payOrder, 1)},
 	} {
 		if _, err := dk.Open(c.ct, c.aad); err == nil {
 			t.Errorf("%s: opens, want an error", c.name)
@@ -129,5 +136,98 @@ func TestSealedBytesAreBoundToTheirOrder(t *testing.T) {
 	}
 	if !strings.Contains(string(TokenAAD(payOrder)), payOrder) {
 		t.Errorf("TokenAAD does not name the order")
+	}
+}
+
+// TestLegacyAttemptIsUpcast: an attempt stored as the bytes of a charge
+// request — sealed (schema version 2) or in clear (version 1) — is sent as
+// the same inputs parsed from those bytes, under its own key: amount,
+// currency, payment method and description from the bytes, the deployment
+// from the key; bytes that do not match the attempt's digest are never
+// sent.
+func TestLegacyAttemptIsUpcast(t *testing.T) {
+	t.Parallel()
+	body := `{"amount":3000,"currency":"EUR","token":"tok_visa","metadata":{"attempt":"1","order_id":"` + payOrder +
+		`"},"description":"2 ticket(s), order ` + payOrder + `"}`
+	legacy := func(private domain.AttemptPrivate, key, digest string) domain.PaymentAttemptStarted {
+		return domain.PaymentAttemptStarted{OrderID: payOrder, Attempt: 1, ProviderKey: key, Owner: execB, LeaseUntil: payT0.Add(30 * time.Second),
+			Amount: payAmount, StartedAt: payT0, RequestSHA256: digest, Private: &private}
+	}
+	sealed := domain.AttemptPrivate{SealedRequestBody: testDataKey(payOrder).Seal([]byte(body), RequestAAD(payOrder, 1))}
+	want := provider.PaymentRequest{Amount: 3000, Currency: "EUR", PaymentMethod: "tok_visa", OrderID: payOrder, Attempt: 1,
+		Description: "2 ticket(s), order " + payOrder}
+	tests := []struct {
+		name       string
+		started    domain.PaymentAttemptStarted
+		want       *provider.PaymentRequest
+		deployment string
+	}{
+		{name: "A version-2 attempt's sealed bytes are opened and parsed into its inputs.",
+			started: legacy(sealed, payKey(1), sha256Hex([]byte(body))), want: &want},
+		{name: "A version-1 attempt's clear bytes are parsed into its inputs.",
+			started: legacy(domain.AttemptPrivate{RequestBody: body}, payKey(1), sha256Hex([]byte(body))), want: &want},
+		{name: "A deployment's key prefix is sent as its metadata.",
+			started: legacy(sealed, "prod-"+payKey(1), sha256Hex([]byte(body))), want: &want, deployment: "prod"},
+		{name: "Bytes that do not match the attempt's digest are not sent.",
+			started: legacy(sealed, payKey(1), sha256Hex([]byte(body+" "))), want: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newPayFix(t, payConfig(), "tok_visa", nil, tt.started)
+			f.clock.Advance(time.Minute) // the lease expired: taken over inside the window, same key
+			_ = f.h.DrivePayment(context.Background(), payOrder)
+			for _, c := range f.pay.calls {
+				if c.Op == "create" && c.Key != tt.started.ProviderKey {
+					t.Errorf("sent under key %s, want the attempt's %s", c.Key, tt.started.ProviderKey)
+				}
+			}
+			sent := f.pay.requests()
+			if tt.want == nil {
+				if len(sent) != 0 {
+					t.Fatalf("sent %v, want nothing", sent)
+				}
+				return
+			}
+			w := *tt.want
+			w.Deployment = tt.deployment
+			if len(sent) != 1 || sent[0] != w {
+				t.Fatalf("sent %v, want once %v", sent, w)
+			}
+			if sent[0].PaymentMethod != "tok_visa" {
+				t.Errorf("payment method = %q, want tok_visa", sent[0].PaymentMethod)
+			}
+			if o := f.order(); o.Status != domain.OrderStatusConfirmed {
+				t.Errorf("order %s, want confirmed (appended %v)", o.Status, f.appended())
+			}
+		})
+	}
+}
+
+// TestAttemptDigestIsPinned: the digest of an attempt's inputs (schema
+// version 3's request_sha256) never changes for the same inputs; the
+// golden PaymentAttemptStarted.v3.json holds this value.
+func TestAttemptDigestIsPinned(t *testing.T) {
+	t.Parallel()
+	const order = "0190f5a1-5d20-7a66-b3c4-9e8d7c6b5a41"
+	got := attemptDigest(provider.PaymentRequest{Amount: 8500, Currency: "EUR", PaymentMethod: "tok_test_visa_4242", OrderID: order, Attempt: 1,
+		Deployment: "prod", Description: "2 ticket(s), order " + order})
+	if want := "86dadbb3d885ab5cc01d0e26dd269b8a7fde4528526b936dcb811d1f135aa9ec"; got != want {
+		t.Errorf("attemptDigest() = %s, want %s", got, want)
+	}
+	base := payRequest(1)
+	for _, change := range []func(*provider.PaymentRequest){
+		func(r *provider.PaymentRequest) { r.Amount++ },
+		func(r *provider.PaymentRequest) { r.Currency = "USD" },
+		func(r *provider.PaymentRequest) { r.PaymentMethod = "tok_decline" },
+		func(r *provider.PaymentRequest) { r.Attempt = 2 },
+		func(r *provider.PaymentRequest) { r.Deployment = "prod" },
+		func(r *provider.PaymentRequest) { r.Description += "." },
+	} {
+		r := base
+		change(&r)
+		if attemptDigest(r) == attemptDigest(base) {
+			t.Errorf("attemptDigest(%v) equals the digest of %v", r, base)
+		}
 	}
 }

@@ -122,7 +122,7 @@ func TestKeptStreamsUnderConcurrentReplays(t *testing.T) {
 	if err != nil || r.Order.Status != domain.OrderStatusCancelled {
 		t.Fatalf("replay after the cancel = %+v, %v; want cancelled", r.Order.Status, err)
 	}
-	if pay.count("charge") != 1 || pay.count("refund") != 1 {
-		t.Errorf("provider: %d charges, %d refunds; want 1 and 1", pay.count("charge"), pay.count("refund"))
+	if pay.count("create") != 1 || pay.count("refund") != 1 {
+		t.Errorf("provider: %d charges, %d refunds; want 1 and 1", pay.count("create"), pay.count("refund"))
 	}
 }

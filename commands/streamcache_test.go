@@ -115,7 +115,7 @@ func TestKeptStreamsReadTailsAndSeeOtherProcesses(t *testing.T) {
 	if _, out, err := a.ReserveSeats(ctx, req, cmd); err == nil || out.Replayed {
 		t.Fatalf("the first body under the reused key on A = %+v, %v; want the key-reused error", out, err)
 	}
-	if pay.count("charge") != 1 {
-		t.Errorf("provider: %d charges, want 1", pay.count("charge"))
+	if pay.count("create") != 1 {
+		t.Errorf("provider: %d charges, want 1", pay.count("create"))
 	}
 }

@@ -135,7 +135,7 @@ func (f *lostFix) checkOneOrder(t *testing.T, out OrderResult) {
 		"IntentRecorded": f.count("intent-", "IntentRecorded"), "OrderClaimed": f.count("reservation-order-", "OrderClaimed"),
 		"OrderPlaced": f.count("order-", "OrderPlaced"), "PaymentSucceeded": f.count("order-", "PaymentSucceeded"),
 		"OrderConfirmed": f.count("order-", "OrderConfirmed"), "IntentRejected": f.count("intent-", "IntentRejected"),
-		"charges": f.pay.count("charge"),
+		"charges": f.pay.count("create"),
 	}
 	want := map[string]int{"IntentRecorded": 3, "OrderClaimed": 1, "OrderPlaced": 1, "PaymentSucceeded": 1, "OrderConfirmed": 1,
 		"IntentRejected": 0, "charges": 1}

@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,109 +12,179 @@ import (
 	"github.com/retrysafe/booking/provider"
 )
 
-// WebhookTolerance is the largest accepted difference between a webhook's
-// signature timestamp and the database clock.
-const WebhookTolerance = 5 * time.Minute
-
 // Webhook refusals (400): nothing is recorded.
 var (
 	ErrWebhookSignature = &domain.Error{Kind: domain.Invalid, Code: "invalid-signature",
-		Msg: "the Provider-Signature header is missing or does not match the body"}
+		Msg: "the Stripe-Signature header is missing or does not match the body"}
 	ErrWebhookStale = &domain.Error{Kind: domain.Invalid, Code: "stale-signature",
 		Msg: "the webhook's signature timestamp is outside the tolerance"}
 	ErrWebhookMalformed = &domain.Error{Kind: domain.Invalid, Code: "malformed-event",
 		Msg: "the webhook body is not a provider event"}
 )
 
+// ProcessedEventsRetention is how long a processed webhook event's id is
+// remembered: longer than Stripe retries a delivery (up to three days,
+// https://docs.stripe.com/webhooks#automatic-retries).
+const ProcessedEventsRetention = 7 * 24 * time.Hour
+
+// ProcessedEvents remembers the provider's webhook events this service
+// processed, by event id (PostgreSQL table provider_events, implemented by
+// package commands/webhookstore). It only saves work: facts are
+// deduplicated by payment id in the order streams whatever it says.
+// Implementations are safe for concurrent use.
+type ProcessedEvents interface {
+	// Processed reports whether event id was processed.
+	Processed(ctx context.Context, id string) (bool, error)
+	// MarkProcessed records that event id was processed at at; idempotent.
+	MarkProcessed(ctx context.Context, id string, at time.Time) error
+	// PruneProcessed forgets the events processed before before and
+	// returns how many.
+	PruneProcessed(ctx context.Context, before time.Time) (int64, error)
+}
+
+// WithProcessedEvents installs the table of processed webhook events. A
+// Handler without one processes every delivery (harmlessly: facts are
+// deduplicated by payment id).
+func WithProcessedEvents(p ProcessedEvents) Option { return func(h *Handler) { h.processed = p } }
+
+// noProcessedEvents remembers nothing.
+type noProcessedEvents struct{}
+
+func (noProcessedEvents) Processed(context.Context, string) (bool, error)          { return false, nil }
+func (noProcessedEvents) MarkProcessed(context.Context, string, time.Time) error   { return nil }
+func (noProcessedEvents) PruneProcessed(context.Context, time.Time) (int64, error) { return 0, nil }
+
 // ReceiveWebhook handles one provider notification (provider outcomes are
-// facts recorded by whoever sees them, see ARCHITECTURE.md, The rules of the
-// idempotency contract): it verifies the Provider-Signature header on the
-// raw body bytes under secret, with a WebhookTolerance window on the database
-// clock, parses the event and folds it into its order (HandleProviderEvent).
+// facts recorded by whoever sees them, see ARCHITECTURE.md, The rules of
+// the idempotency contract): the adapter verifies the signature header on
+// the raw body bytes (Stripe-Signature, with a tolerance around the
+// database clock's now, https://docs.stripe.com/webhooks#verify-events)
+// and decodes the event, which HandleProviderEvent folds into its order.
 //
 // Returns ErrWebhookSignature or ErrWebhookStale (nothing recorded),
-// ErrWebhookMalformed, domain.ErrOrderNotFound when no order of the event
-// store owns the charge (answer non-2xx so the provider redelivers), or an
-// error wrapping domain.ErrUnavailable. Safe for concurrent use; repeats and
-// concurrent duplicates record nothing twice.
-func (h *Handler) ReceiveWebhook(ctx context.Context, secret []byte, signature string, body []byte) error {
+// ErrWebhookMalformed, domain.ErrOrderNotFound when the event's payment
+// names an order of this deployment that the event store does not know
+// (answer non-2xx so the provider redelivers), or an error wrapping
+// domain.ErrUnavailable. Safe for concurrent use; repeats and concurrent
+// duplicates record nothing twice.
+func (h *Handler) ReceiveWebhook(ctx context.Context, signature string, body []byte) error {
 	now, err := h.now(ctx)
 	if err != nil {
 		return err
 	}
-	if err := provider.VerifySignature(signature, body, secret, now, WebhookTolerance); err != nil {
-		if errors.Is(err, provider.ErrStaleTimestamp) {
-			return ErrWebhookStale
-		}
+	ev, err := h.payments.ParseWebhook(body, signature, now)
+	switch {
+	case err == nil:
+	case errors.Is(err, provider.ErrStaleTimestamp):
+		return ErrWebhookStale
+	case errors.Is(err, provider.ErrMalformedEvent):
+		return ErrWebhookMalformed
+	default:
 		return ErrWebhookSignature
-	}
-	ev, err := provider.ParseEvent(body)
-	if err != nil {
-		return ErrWebhookMalformed.With(err.Error())
 	}
 	return h.HandleProviderEvent(ctx, ev)
 }
 
-// HandleProviderEvent folds a verified provider event into its order. The
-// event's own payload is not trusted for state (it may be stale, duplicated
-// or reordered): the charge is fetched from the provider and its
-// authoritative state recorded as a fact (Order.Record), found through the
-// charge's metadata order_id in the event store. A refunded charge also
-// records the refund (Order.RecordRefund). Deduplication is by charge id
-// (the facts' deterministic event ids), which covers every delivery of the
-// same provider event id; a charge the order does not need (another charge
-// id than the one that paid it, or one after a failure or cancel) becomes a
-// redundant effect, refunded. Events of other types are ignored.
+// HandleProviderEvent folds a verified provider event into its order. A
+// Stripe endpoint receives every event of the account, so events that are
+// not ours are acknowledged and ignored: another kind of object, a payment
+// whose metadata names no order, or names another deployment. The event's
+// own payload is not trusted for state (it may be stale, duplicated or
+// reordered): the payment is fetched and its state recorded as a fact
+// (Order.Record), the order found by the payment's metadata in the event
+// store; a payment that requires the customer's action is recorded with
+// its client secret sealed; a refunded payment also records the refund
+// (charge.refunded; Order.RecordRefund). An event processed before (by id,
+// ProcessedEvents) is acknowledged without a fetch; facts are
+// deduplicated by payment id in any case, and a payment the order does not
+// need becomes a redundant effect, refunded.
 //
-// Returns domain.ErrOrderNotFound for a charge without a known order, or an
-// error wrapping domain.ErrUnavailable.
-func (h *Handler) HandleProviderEvent(ctx context.Context, ev provider.Event) error {
-	switch ev.Type {
-	case provider.EventChargeSucceeded, provider.EventChargeFailed, provider.EventChargeRefunded:
-	default:
-		h.log.DebugContext(ctx, "provider event ignored", "event_id", ev.ID, "type", ev.Type)
+// Returns domain.ErrOrderNotFound for a payment of this deployment whose
+// order the event store does not know (yet), or an error wrapping
+// domain.ErrUnavailable.
+func (h *Handler) HandleProviderEvent(ctx context.Context, ev provider.WebhookEvent) error {
+	if seen, err := h.processed.Processed(ctx, ev.ID); err != nil {
+		return unavailable(err)
+	} else if seen {
+		h.metrics.Reconciliation("webhook_duplicate")
+		return nil
+	}
+	if err := h.handleEvent(ctx, ev); err != nil {
+		return err
+	}
+	now, err := h.now(ctx)
+	if err == nil {
+		err = h.processed.MarkProcessed(ctx, ev.ID, now)
+	}
+	if err != nil {
+		h.log.WarnContext(ctx, "a processed webhook event was not remembered; a redelivery is processed again", "event_id", ev.ID, "err", err)
+	}
+	return nil
+}
+
+// handleEvent is HandleProviderEvent without the deduplication by event id.
+func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) error {
+	// A payment_intent.* event carries the payment's metadata: one that is
+	// not ours needs no fetch. A charge.* event carries none.
+	if !ev.IsPaymentEvent() || (strings.HasPrefix(ev.Type, "payment_intent.") && !h.ours(ev.Metadata)) {
+		h.log.DebugContext(ctx, "provider event ignored: not about a payment of this deployment", "event_id", ev.ID, "type", ev.Type)
 		return nil
 	}
 	qctx, cancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
 	defer cancel()
-	ch, err := h.payments.GetCharge(qctx, ev.Data.Object.ID)
+	p, err := h.payments.GetPayment(qctx, ev.PaymentID)
 	if errors.Is(err, provider.ErrNotFound) {
-		return domain.ErrOrderNotFound.With("the provider knows no charge " + ev.Data.Object.ID)
+		h.log.WarnContext(ctx, "provider event ignored: the provider knows no such payment", "event_id", ev.ID, "payment_id", ev.PaymentID)
+		return nil
 	}
 	if err != nil {
 		return unavailable(err)
 	}
-	orderID := ch.Metadata[provider.MetadataOrderID]
-	if u, err := uuid.Parse(orderID); err != nil || u.String() != orderID {
-		return domain.ErrOrderNotFound.With("charge " + ch.ID + " names no order")
+	if !h.ours(p.Metadata) {
+		h.log.DebugContext(ctx, "provider event ignored: the payment is not of this deployment", "event_id", ev.ID, "payment_id", p.ID)
+		return nil
 	}
+	orderID := p.OrderID()
 	o, _, err := h.LoadOrder(ctx, orderID)
 	if err != nil {
 		return err
 	}
 	if !o.Exists() {
-		return domain.ErrOrderNotFound.With("charge " + ch.ID + " names an order this service does not know")
+		return domain.ErrOrderNotFound.With("payment " + p.ID + " names an order this service does not know")
 	}
-	if ch.Status != provider.StatusSucceeded && !h.declineOfAttempt(o, ch) {
-		h.log.WarnContext(ctx, "decline of a request that is not one of the order's attempts; ignored",
-			"order_id", orderID, "charge_id", ch.ID)
-	} else if err := h.recordPayment(ctx, orderID, resultOf(ch.Attempt(), ch), ObservedByWebhook); err != nil {
+	res := resultOf(p.Attempt(), p)
+	if p.Attempt() == 0 && res.Outcome != domain.OutcomeSucceeded {
+		// Every payment of an attempt names it; this one is no attempt's
+		// outcome (money that moved would still be recorded, and refunded).
+		h.log.WarnContext(ctx, "provider event ignored: a payment of the order that names no attempt", "event_id", ev.ID,
+			"order_id", orderID, "payment_id", p.ID)
+		return nil
+	}
+	if res.Outcome == domain.OutcomeRequiresAction {
+		res.SealedAction = h.sealAction(ctx, o, res.Attempt, p, nil)
+	}
+	if err := h.recordPayment(ctx, orderID, res, ObservedByWebhook); err != nil {
 		return err
 	}
-	if ch.RefundedAmount > 0 {
-		refunds, err := h.payments.ListRefunds(qctx, ch.ID)
+	if p.AmountRefunded > 0 {
+		refunds, err := h.payments.ListRefunds(qctx, p.ID)
 		if err != nil {
 			return unavailable(err)
 		}
-		refundID := ""
-		for _, re := range refunds {
-			if refundID == "" || re.IdempotencyKey == domain.RefundKey(ch.ID) {
-				refundID = re.ID
-			}
-		}
-		if refundID != "" {
-			return h.recordRefund(ctx, orderID, ch.ID, refundID, domain.Money{Amount: ch.RefundedAmount, Currency: ch.Currency})
+		if ref := refundTotal(refunds, domain.RefundKey(p.ID)); ref.ID != "" {
+			return h.recordRefund(ctx, orderID, p.ID, ref.ID, domain.Money{Amount: ref.Amount, Currency: o.Amount.Currency})
 		}
 	}
 	return nil
+}
+
+// ours reports whether payment metadata names an order (a UUID, as this
+// service writes it) of this deployment: metadata[deployment] is this
+// deployment's, or absent for a deployment without a name (dev).
+func (h *Handler) ours(meta map[string]string) bool {
+	orderID := meta[provider.MetadataOrderID]
+	if u, err := uuid.Parse(orderID); err != nil || u.String() != orderID {
+		return false
+	}
+	return meta[provider.MetadataDeployment] == h.cfg.Deployment
 }

@@ -17,9 +17,13 @@ const SchemaVersion = 1
 
 // SchemaVersionOf returns the schema version written with e today:
 //
-//   - 2 for OrderPlaced and PaymentAttemptStarted, whose private part holds
-//     the payment token and the provider request bytes only sealed under
-//     the order's data key (version 1 held them in clear);
+//   - 3 for PaymentAttemptStarted, whose first start stores the attempt's
+//     inputs (amount, currency, description, deployment; the payment
+//     method is the order's sealed token) instead of request bytes:
+//     version 1 held the bytes of a charge request in clear, version 2
+//     sealed under the order's data key;
+//   - 2 for OrderPlaced, whose private part holds the payment token only
+//     sealed under the order's data key (version 1 held it in clear);
 //   - 2 for IntentRecorded, which no longer has a private part: the payment
 //     token is held sealed in the key table until the order carries it
 //     (version 1 held it in clear);
@@ -27,13 +31,15 @@ const SchemaVersion = 1
 //     only (version 1 also stored the HTTP status it was answered with);
 //   - SchemaVersion for every other type.
 //
-// Version 1 events decode into the same Go types: their clear fields
-// (OrderPrivate.PaymentToken, AttemptPrivate.RequestBody,
-// IntentRecorded.Private, IntentRejected.Status) are read but never written
-// again.
+// Older versions decode into the same Go types: their fields
+// (OrderPrivate.PaymentToken, AttemptPrivate.RequestBody and
+// SealedRequestBody, IntentRecorded.Private, IntentRejected.Status) are
+// read but never written again.
 func SchemaVersionOf(e Event) int {
 	switch e.(type) {
-	case OrderPlaced, PaymentAttemptStarted, IntentRecorded, IntentRejected:
+	case PaymentAttemptStarted:
+		return 3
+	case OrderPlaced, IntentRecorded, IntentRejected:
 		return 2
 	}
 	return SchemaVersion
@@ -176,11 +182,22 @@ type OrderPrivate struct {
 // Owner holds the attempt's lease until LeaseUntil; the stream revision of
 // this event is the lease's fencing token. StartedAt is when the attempt was
 // first started (a takeover keeps it): the provider's idempotency window for
-// ProviderKey is measured from it. RequestSHA256 is the hex SHA-256 of
-// the exact request body; the first start of an attempt holds those bytes in
-// Private (sealed since schema version 2) so every send of the attempt is
-// byte-identical, even across deploys. Renewals and takeovers carry no
-// Private: they keep the first start's bytes.
+// ProviderKey, and the time range in which the attempt's payment was
+// created, are measured from it.
+//
+// The first start of an attempt holds its inputs, so every send of the
+// attempt carries identical parameters, even across deploys (Stripe
+// compares a repeat's parameters with the first request's under one key,
+// https://docs.stripe.com/api/idempotent_requests): Amount, Description,
+// Deployment (sent as metadata[deployment]; empty in dev), OrderID and
+// Attempt (metadata[order_id], metadata[attempt]); the payment method is
+// the order's sealed token (OrderPlaced.Private). RequestSHA256 is the hex
+// SHA-256 of those inputs, checked before every send. Versions 1 and 2
+// held the bytes of a charge request instead (RequestSHA256 their digest),
+// in clear (Private.RequestBody) or sealed under the order's data key
+// (Private.SealedRequestBody); such attempts are read by parsing those
+// bytes into the same inputs. Renewals and takeovers carry neither inputs
+// nor Private: they keep the first start's.
 type PaymentAttemptStarted struct {
 	OrderID       string          `json:"order_id"`
 	Attempt       int             `json:"attempt"`
@@ -190,19 +207,27 @@ type PaymentAttemptStarted struct {
 	Amount        Money           `json:"amount"`
 	StartedAt     time.Time       `json:"started_at"`
 	RequestSHA256 string          `json:"request_sha256"`
+	Description   string          `json:"description,omitempty"`
+	Deployment    string          `json:"deployment,omitempty"`
 	Private       *AttemptPrivate `json:"private,omitempty"`
 }
 
-// AttemptPrivate is the secret part of PaymentAttemptStarted. Version 2
-// holds SealedRequestBody: the request bytes sealed under the order's data
-// key (see OrderPrivate). Version 1 held RequestBody in clear; it is still
-// decoded, never written.
+// AttemptPrivate is the secret part of a PaymentAttemptStarted of schema
+// version 1 or 2, still decoded and never written: version 2 held
+// SealedRequestBody, the charge request's bytes sealed under the order's
+// data key (see OrderPrivate); version 1 held RequestBody in clear.
 type AttemptPrivate struct {
 	RequestBody       string `json:"request_body,omitempty"`
 	SealedRequestBody []byte `json:"sealed_request_body,omitempty"`
 }
 
-// PaymentSucceeded records that the provider charged ChargeID for Attempt.
+// ChargeID in the payment facts below names the provider's payment: a
+// Stripe PaymentIntent id ("pi_…"). Events stored before the service took
+// payments through PaymentIntents hold the id of a charge ("ch_…") there;
+// the JSON name stays, as stored events never change.
+
+// PaymentSucceeded records that the provider's payment ChargeID (a
+// PaymentIntent id) of Attempt succeeded: the money moved.
 type PaymentSucceeded struct {
 	OrderID  string `json:"order_id"`
 	Attempt  int    `json:"attempt"`
@@ -233,11 +258,37 @@ const (
 )
 
 // PaymentOutcomeUnknown records that a send of Attempt ended without a
-// definitive answer (timeout, 5xx, connection loss); reconciliation follows.
+// definitive answer (timeout, 5xx — also one the provider replays for the
+// key —, connection loss), or with a payment still processing at the
+// provider; reconciliation follows.
 type PaymentOutcomeUnknown struct {
 	OrderID string `json:"order_id"`
 	Attempt int    `json:"attempt"`
 	Reason  string `json:"reason"`
+}
+
+// PaymentActionRequired records that the payment PaymentID (a PaymentIntent
+// id) of Attempt needs the customer to authenticate (Strong Customer
+// Authentication; status requires_action,
+// https://docs.stripe.com/payments/paymentintents/lifecycle). The order
+// stays pending: the customer's client finishes the payment with the
+// client secret and next action, and the webhook, a fetch by the
+// reconciler or the payment deadline (which cancels the PaymentIntent)
+// settles it. Private holds both sealed under the order's data key, is
+// shown only to the order's actor and is never projected, published or
+// logged; it is absent when the key was gone.
+type PaymentActionRequired struct {
+	OrderID   string         `json:"order_id"`
+	Attempt   int            `json:"attempt"`
+	PaymentID string         `json:"payment_id"`
+	Private   *ActionPrivate `json:"private,omitempty"`
+}
+
+// ActionPrivate is the secret part of PaymentActionRequired: SealedAction
+// is the JSON object {"client_secret", "next_action"} sealed (AES-256-GCM)
+// under the order's data key; once the key is deleted it is unreadable.
+type ActionPrivate struct {
+	SealedAction []byte `json:"sealed_action"`
 }
 
 // Ticket is one admission issued for a confirmed order.
@@ -279,8 +330,8 @@ type OrderCancelled struct {
 }
 
 // RefundRequested is recorded before a refund call with provider
-// idempotency key Key ("refund-{chargeID}"). Reason is "cancelled" or
-// "redundant_effect".
+// idempotency key Key ("refund-{chargeID}"; ChargeID the PaymentIntent to
+// refund). Reason is "cancelled" or "redundant_effect".
 type RefundRequested struct {
 	OrderID  string `json:"order_id"`
 	ChargeID string `json:"charge_id"`
@@ -403,6 +454,9 @@ func (PaymentFailed) EventType() string { return "PaymentFailed" }
 // EventType returns "PaymentOutcomeUnknown", the stable type name.
 func (PaymentOutcomeUnknown) EventType() string { return "PaymentOutcomeUnknown" }
 
+// EventType returns "PaymentActionRequired", the stable type name.
+func (PaymentActionRequired) EventType() string { return "PaymentActionRequired" }
+
 // EventType returns "OrderConfirmed", the stable type name.
 func (OrderConfirmed) EventType() string { return "OrderConfirmed" }
 
@@ -445,7 +499,7 @@ func EventTypes() []Event {
 		ReservationHeld{}, ReservationOrdered{}, ReservationExpired{}, ReservationReleased{},
 		OrderClaimed{}, ExpiryClaimed{},
 		OrderPlaced{}, PaymentAttemptStarted{}, PaymentSucceeded{}, PaymentFailed{}, PaymentOutcomeUnknown{},
-		OrderConfirmed{}, OrderFailed{}, OrderCancelRequested{}, OrderCancelled{},
+		PaymentActionRequired{}, OrderConfirmed{}, OrderFailed{}, OrderCancelRequested{}, OrderCancelled{},
 		RefundRequested{}, RefundSucceeded{}, RefundRefused{}, OrderNeedsReview{},
 		IntentRecorded{}, IntentResumed{}, IntentRejected{},
 	}

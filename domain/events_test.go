@@ -35,6 +35,7 @@ const (
 	goldenIntent    = "intent-9c1d6e0a4f2b8375e6d1c0b9a8f7e6d5c4b3a29181706f5e4d3c2b1a09f8e7d6"
 	goldenChargeID  = "ch_01J2X8Q4ZK3V7M9N5P6R"
 	goldenChargeID2 = "ch_01J2X8R7TT0W1X2Y3Z4A"
+	goldenPaymentID = "pi_3PqZ8eKJ2vX9w1aB0c4D5e6F"
 	goldenRefundID  = "re_01J2X9A1B2C3D4E5F6G7"
 	goldenTicket1   = "6b4f5e0c-1d2a-5b3c-9e8f-7a6b5c4d3e21"
 	goldenTicket2   = "0d7e8f9a-2b3c-5d4e-8f6a-1b2c3d4e5f62"
@@ -59,8 +60,9 @@ var (
 // fixed bytes in the shape of an AES-256-GCM ciphertext (format byte 1, a
 // 12-byte nonce, the sealed bytes and a 16-byte tag) pin the encoding.
 var (
-	goldenSealedToken = mustHex("01" + "a3c1f0e2d4b6988a7c5e3f21" + "5be0c7d19a3f6e24b8d0c1a9e7f3" + "8d2b4f6a1c3e5d7f9b0a2c4e6f8d1b3a")
-	goldenSealedBody  = mustHex("01" + "7e9c2a4b6d8f0e1c3a5b7d9f" + "c4e6a8b0d2f4e6a8c0b2d4f6a8c0e2b4d6f8a0c2e4b6d8f0a2c4e6b8d0f2" + "19f3b5d7e9a1c3e5f7b9d1a3c5e7f9b1")
+	goldenSealedToken  = mustHex("01" + "a3c1f0e2d4b6988a7c5e3f21" + "5be0c7d19a3f6e24b8d0c1a9e7f3" + "8d2b4f6a1c3e5d7f9b0a2c4e6f8d1b3a")
+	goldenSealedAction = mustHex("01" + "5a7c9e1b3d5f7a9c1e3b5d7f" + "e2c4a6b8d0f2e4c6a8b0d2e4f6a8c0e2b4d6" + "a1c3e5f7b9d1a3c5e7f9b1d3f5a7c9e1")
+	goldenSealedBody   = mustHex("01" + "7e9c2a4b6d8f0e1c3a5b7d9f" + "c4e6a8b0d2f4e6a8c0b2d4f6a8c0e2b4d6f8a0c2e4b6d8f0a2c4e6b8d0f2" + "19f3b5d7e9a1c3e5f7b9d1a3c5e7f9b1")
 )
 
 func mustHex(s string) []byte {
@@ -101,9 +103,12 @@ func goldenEvents() map[string][]golden {
 	started := domain.PaymentAttemptStarted{OrderID: goldenOrderID, Attempt: 1, ProviderKey: goldenProviderID, Owner: goldenExecutor,
 		LeaseUntil: goldenOrderedAt.Add(30 * time.Second), Amount: goldenAmount, StartedAt: goldenOrderedAt,
 		RequestSHA256: sha256Hex(goldenReqBody)}
-	startedV1, startedV2 := started, started
+	startedV1, startedV2, startedV3 := started, started, started
 	startedV1.Private = &domain.AttemptPrivate{RequestBody: goldenReqBody}
 	startedV2.Private = &domain.AttemptPrivate{SealedRequestBody: goldenSealedBody}
+	// Version 3: the digest of the attempt's inputs (pinned by commands.TestAttemptDigestIsPinned).
+	startedV3.RequestSHA256 = "86dadbb3d885ab5cc01d0e26dd269b8a7fde4528526b936dcb811d1f135aa9ec"
+	startedV3.Description, startedV3.Deployment = "2 ticket(s), order "+goldenOrderID, "prod"
 	intent := domain.IntentRecorded{Actor: goldenActor, Operation: "POST /v1/orders", KeySHA256: sha256Hex(goldenKey),
 		// commands.Fingerprint(1, "POST /v1/orders", Command).
 		Fingerprint: "8713878d06a46fe654938adf997e41c1c0ee02f1f7309358655e65046ca6f289", CanonicalVersion: 1,
@@ -131,11 +136,15 @@ func goldenEvents() map[string][]golden {
 		// holds them sealed under the order's data key.
 		v1(placedV1, "OrderPlaced.Private.SealedPaymentToken"),
 		v2(placedV2, "OrderPlaced.Private.PaymentToken"),
-		v1(startedV1, "PaymentAttemptStarted.Private.SealedRequestBody"),
-		v2(startedV2, "PaymentAttemptStarted.Private.RequestBody"),
+		// Version 3 holds the attempt's inputs instead of request bytes.
+		v1(startedV1, "PaymentAttemptStarted.Private.SealedRequestBody", "PaymentAttemptStarted.Description", "PaymentAttemptStarted.Deployment"),
+		v2(startedV2, "PaymentAttemptStarted.Private.RequestBody", "PaymentAttemptStarted.Description", "PaymentAttemptStarted.Deployment"),
+		{version: 3, e: startedV3, absent: []string{"PaymentAttemptStarted.Private"}},
 		v1(domain.PaymentSucceeded{OrderID: goldenOrderID, Attempt: 1, ChargeID: goldenChargeID, Amount: goldenAmount}),
 		v1(domain.PaymentFailed{OrderID: goldenOrderID, Attempt: 2, ChargeID: goldenChargeID2, Code: "card_declined", Reason: "the payment was declined"}),
 		v1(domain.PaymentOutcomeUnknown{OrderID: goldenOrderID, Attempt: 1, Reason: "no definitive answer from the provider"}),
+		v1(domain.PaymentActionRequired{OrderID: goldenOrderID, Attempt: 1, PaymentID: goldenPaymentID,
+			Private: &domain.ActionPrivate{SealedAction: goldenSealedAction}}),
 		v1(domain.OrderConfirmed{OrderID: goldenOrderID, Tickets: []domain.Ticket{{ID: goldenTicket1}, {ID: goldenTicket2}}}),
 		v1(domain.OrderFailed{OrderID: goldenOrderID, Reason: domain.FailPaymentDeclined}),
 		v1(domain.OrderCancelRequested{OrderID: goldenOrderID, Actor: goldenActor}),
@@ -374,7 +383,7 @@ func TestEventTypes(t *testing.T) {
 	if domain.SchemaVersion != 1 {
 		t.Errorf("SchemaVersion = %d, want 1: it names the version of the types that never changed", domain.SchemaVersion)
 	}
-	want := map[string]int{"OrderPlaced": 2, "PaymentAttemptStarted": 2, "IntentRecorded": 2, "IntentRejected": 2}
+	want := map[string]int{"OrderPlaced": 2, "PaymentAttemptStarted": 3, "IntentRecorded": 2, "IntentRejected": 2}
 	for _, e := range domain.EventTypes() {
 		v, ok := want[e.EventType()]
 		if !ok {

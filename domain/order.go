@@ -16,12 +16,15 @@ const (
 	OrderStatusNeedsReview = "needs_review" // contradictory facts; terminal until an operator acts
 )
 
-// Payment outcomes of an attempt.
+// Payment outcomes of an attempt. OutcomeRequiresAction is a durable
+// pending outcome: the attempt's payment exists and waits for the
+// customer's authentication (PaymentActionRequired).
 const (
-	OutcomeNone      = ""
-	OutcomeSucceeded = "succeeded"
-	OutcomeFailed    = "failed"
-	OutcomeUnknown   = "unknown"
+	OutcomeNone           = ""
+	OutcomeSucceeded      = "succeeded"
+	OutcomeFailed         = "failed"
+	OutcomeUnknown        = "unknown"
+	OutcomeRequiresAction = "requires_action"
 )
 
 // Refund reasons (RefundRequested.Reason).
@@ -38,12 +41,24 @@ type Attempt struct {
 	LeaseUntil    time.Time
 	StartedAt     time.Time
 	RequestSHA256 string
-	// SealedRequestBody is the request sealed under the order's data key
-	// (schema version 2); RequestBody the clear bytes of a version-1 event.
+	// Amount, Description and Deployment are the attempt's inputs (schema
+	// version 3; the payment method is the order's token).
+	Amount      Money
+	Description string
+	Deployment  string
+	// SealedRequestBody is the charge request of a version-2 attempt,
+	// sealed under the order's data key; RequestBody the clear bytes of a
+	// version-1 one. Both are empty for a version-3 attempt (see Legacy).
 	SealedRequestBody []byte
 	RequestBody       string
 	Outcome           string
-	ChargeID          string
+	// ChargeID is the provider's payment of the attempt once an outcome
+	// names one (a PaymentIntent id).
+	ChargeID string
+	// SealedAction is the client secret and next action of the attempt's
+	// payment while it requires the customer's action (sealed under the
+	// order's data key; nil when the key was gone).
+	SealedAction []byte
 	// Takeovers counts the lease starts of the attempt after the first
 	// (renewals by the owner and takeovers by another executor).
 	Takeovers int
@@ -52,7 +67,12 @@ type Attempt struct {
 	FailureCode, FailureReason string
 }
 
-// Refund is the state of one refund, keyed by charge id.
+// Legacy reports whether the attempt was stored as a charge request's bytes
+// (schema versions 1 and 2) rather than as its inputs.
+func (a *Attempt) Legacy() bool { return a.RequestBody != "" || len(a.SealedRequestBody) > 0 }
+
+// Refund is the state of one refund, keyed by charge id (the refunded
+// PaymentIntent's id).
 type Refund struct {
 	ChargeID  string
 	Amount    Money // requested
@@ -66,7 +86,8 @@ type Refund struct {
 	Refused bool
 }
 
-// ChargeFact is what the order knows about one provider charge.
+// ChargeFact is what the order knows about one provider payment (a
+// PaymentIntent), succeeded or failed.
 type ChargeFact struct {
 	Attempt int
 	Outcome string // OutcomeSucceeded or OutcomeFailed
@@ -196,7 +217,7 @@ func (o *Order) Apply(e Event) {
 			return
 		}
 		a := Attempt{N: e.Attempt, ProviderKey: e.ProviderKey, Owner: e.Owner, LeaseUntil: e.LeaseUntil,
-			StartedAt: e.StartedAt, RequestSHA256: e.RequestSHA256}
+			StartedAt: e.StartedAt, RequestSHA256: e.RequestSHA256, Amount: e.Amount, Description: e.Description, Deployment: e.Deployment}
 		if e.Private != nil {
 			a.RequestBody, a.SealedRequestBody = e.Private.RequestBody, e.Private.SealedRequestBody
 		}
@@ -224,6 +245,13 @@ func (o *Order) Apply(e Event) {
 	case PaymentOutcomeUnknown:
 		if a := o.attempt(e.Attempt); a != nil && a.Outcome == OutcomeNone {
 			a.Outcome = OutcomeUnknown
+		}
+	case PaymentActionRequired:
+		if a := o.attempt(e.Attempt); a != nil && (a.Outcome == OutcomeNone || a.Outcome == OutcomeUnknown) {
+			a.Outcome, a.ChargeID = OutcomeRequiresAction, e.PaymentID
+			if e.Private != nil {
+				a.SealedAction = e.Private.SealedAction
+			}
 		}
 	case OrderConfirmed:
 		o.Status, o.Tickets = OrderStatusConfirmed, e.Tickets
@@ -282,16 +310,17 @@ func (o *Order) attempt(n int) *Attempt {
 }
 
 // StartAttempt is the command to start payment attempt N, or to renew or
-// take over its lease when N is the current attempt.
+// take over its lease when N is the current attempt. ProviderKey,
+// RequestSHA256 (the digest of the attempt's inputs), Description and
+// Deployment are a new attempt's; a renewal or takeover ignores them.
 type StartAttempt struct {
 	N             int
 	ProviderKey   string
 	Owner         string
 	LeaseUntil    time.Time
 	RequestSHA256 string
-	// SealedRequestBody is the new attempt's request, sealed by the caller
-	// under the order's data key; ignored for a renewal or takeover.
-	SealedRequestBody []byte
+	Description   string
+	Deployment    string
 	// Settle is the settling margin: a new attempt starts only when the
 	// previous attempt's lease ended at least Settle ago, so that its last
 	// send (begun at least ProviderTimeout + SendMargin before the lease's
@@ -310,13 +339,15 @@ var ErrAttemptNotAllowed = &Error{Kind: Conflict, Code: "attempt-not-allowed", M
 // the lease's fencing token), or ErrAttemptNotAllowed.
 //
 //   - The first attempt (N = 1) needs a pending order before its deadline.
-//   - A renewal or takeover (N = last) needs the attempt without an outcome,
-//     and its lease expired or held by cmd.Owner; it keeps the attempt's key,
-//     request bytes and StartedAt, so every send of the attempt is the same.
-//   - A new attempt (N = last+1) needs the previous one without an outcome
-//     and settled (its lease ended at least cmd.Settle before now); the
-//     caller must have found no charge of it at the provider, by key and by
-//     metadata.
+//   - A renewal or takeover (N = last) needs the attempt without a final or
+//     pending outcome (none or unknown), and its lease expired or held by
+//     cmd.Owner; it keeps the attempt's key, inputs and StartedAt, so every
+//     send of the attempt is the same.
+//   - A new attempt (N = last+1) needs the previous one without a final or
+//     pending outcome and settled (its lease ended at least cmd.Settle
+//     before now); the caller must have proved that the previous attempt
+//     made no payment at the provider (a list of the payments created in
+//     its time range).
 func (o *Order) Start(cmd StartAttempt, now time.Time) ([]Event, error) {
 	if o.Status != OrderStatusPending {
 		return nil, ErrAttemptNotAllowed.With("order is " + o.Status)
@@ -326,21 +357,22 @@ func (o *Order) Start(cmd StartAttempt, now time.Time) ([]Event, error) {
 	}
 	ev := PaymentAttemptStarted{OrderID: o.ID, Attempt: cmd.N, ProviderKey: cmd.ProviderKey, Owner: cmd.Owner,
 		LeaseUntil: cmd.LeaseUntil.UTC(), Amount: o.Amount, StartedAt: now.UTC(), RequestSHA256: cmd.RequestSHA256,
-		Private: &AttemptPrivate{SealedRequestBody: cmd.SealedRequestBody}}
+		Description: cmd.Description, Deployment: cmd.Deployment}
 	last := o.LastAttempt()
 	switch {
 	case last == nil && cmd.N == 1:
 	case last != nil && cmd.N == last.N:
-		if last.Outcome == OutcomeSucceeded || last.Outcome == OutcomeFailed {
+		if last.resolved() {
 			return nil, ErrAttemptNotAllowed.With("attempt already has an outcome")
 		}
 		if last.Owner != cmd.Owner && now.Before(last.LeaseUntil) {
 			return nil, ErrAttemptNotAllowed.With("lease held by another owner")
 		}
+		// The first start holds the key, the inputs and the start time.
 		ev.ProviderKey, ev.RequestSHA256, ev.StartedAt = last.ProviderKey, last.RequestSHA256, last.StartedAt
-		ev.Private = nil // the first start holds the bytes
+		ev.Description, ev.Deployment = "", ""
 	case last != nil && cmd.N == last.N+1:
-		if last.Outcome == OutcomeSucceeded || last.Outcome == OutcomeFailed {
+		if last.resolved() {
 			return nil, ErrAttemptNotAllowed.With("previous attempt has an outcome")
 		}
 		if now.Before(last.LeaseUntil.Add(cmd.Settle)) {
@@ -355,14 +387,21 @@ func (o *Order) Start(cmd StartAttempt, now time.Time) ([]Event, error) {
 	return []Event{ev}, nil
 }
 
+// resolved reports whether the attempt's payment is known: succeeded,
+// failed, or waiting for the customer's action. Such an attempt is never
+// sent again, and no new attempt follows it.
+func (a *Attempt) resolved() bool {
+	return a.Outcome == OutcomeSucceeded || a.Outcome == OutcomeFailed || a.Outcome == OutcomeRequiresAction
+}
+
 // CanSend reports whether owner may send attempt n at now: n is the current
-// attempt and has no outcome, the order is pending and before its payment
+// attempt and its outcome is none or unknown, the order is pending and before its payment
 // deadline, owner holds the lease, and now+budget (provider timeout plus the
 // send margin) is before the lease's end. This is the fence on external
 // effects.
 func (o *Order) CanSend(n int, owner string, now time.Time, budget time.Duration) bool {
 	a := o.LastAttempt()
-	return a != nil && a.N == n && a.Owner == owner && a.Outcome != OutcomeSucceeded && a.Outcome != OutcomeFailed &&
+	return a != nil && a.N == n && a.Owner == owner && !a.resolved() &&
 		o.Status == OrderStatusPending && now.Before(o.PaymentDeadline) && now.Add(budget).Before(a.LeaseUntil)
 }
 
@@ -374,21 +413,31 @@ func (o *Order) Settled(now time.Time, settle time.Duration) bool {
 	return last == nil || !now.Before(last.LeaseUntil.Add(settle))
 }
 
-// PaymentResult is a provider fact about one charge of attempt Attempt.
+// PaymentResult is a provider fact about one payment (PaymentIntent) of
+// attempt Attempt.
 type PaymentResult struct {
 	Attempt  int
-	Outcome  string // OutcomeSucceeded, OutcomeFailed or OutcomeUnknown
-	ChargeID string // empty for an unknown outcome or a refusal that recorded no charge
+	Outcome  string // OutcomeSucceeded, OutcomeFailed, OutcomeUnknown or OutcomeRequiresAction
+	ChargeID string // the PaymentIntent id; empty for an unknown outcome or a refusal that made no payment
 	Amount   Money  // of the charge; zero means the order's amount
 	Code     string // decline or refusal code
 	Reason   string
 	// FailReason is the OrderFailed reason of a failure of the current
 	// attempt while pending; empty means FailPaymentDeclined.
 	FailReason string
+	// SealedAction is, for OutcomeRequiresAction, the client secret and
+	// next action sealed under the order's data key (nil when the key is
+	// gone).
+	SealedAction []byte
 }
 
-// RefundKey is the provider idempotency key of a charge's refund.
+// RefundKey is the provider idempotency key of the refund of a payment
+// (chargeID, a PaymentIntent id).
 func RefundKey(chargeID string) string { return "refund-" + chargeID }
+
+// CancelKey is the provider idempotency key of the cancel of a payment
+// (a PaymentIntent id) that waits for the customer's action.
+func CancelKey(paymentID string) string { return "cancel-" + paymentID }
 
 // Record folds a provider fact into the order. Facts are never refused and
 // never fenced: whoever observed them appends them. It returns the events
@@ -405,7 +454,12 @@ func RefundKey(chargeID string) string { return "refund-" + chargeID }
 //     a failure reported for the charge that paid a confirmed order is a
 //     contradiction (needs_review);
 //   - an unknown outcome is recorded once per attempt while pending or
-//     cancelling.
+//     cancelling;
+//   - a payment that requires the customer's action is recorded once
+//     (PaymentActionRequired) for an attempt whose outcome is none or
+//     unknown, whatever the order's status: a pending order waits for it,
+//     and an order that can no longer use it has it cancelled
+//     (PaymentsToCancel).
 func (o *Order) Record(r PaymentResult, ticketIDs []string) []Event {
 	if !o.Exists() {
 		return nil
@@ -421,8 +475,41 @@ func (o *Order) Record(r PaymentResult, ticketIDs []string) []Event {
 			return nil
 		}
 		return []Event{PaymentOutcomeUnknown{OrderID: o.ID, Attempt: r.Attempt, Reason: r.Reason}}
+	case OutcomeRequiresAction:
+		a := o.attempt(r.Attempt)
+		if a == nil || r.ChargeID == "" || (a.Outcome != OutcomeNone && a.Outcome != OutcomeUnknown) {
+			return nil
+		}
+		if _, seen := o.Charges[r.ChargeID]; seen {
+			return nil
+		}
+		e := PaymentActionRequired{OrderID: o.ID, Attempt: r.Attempt, PaymentID: r.ChargeID}
+		if len(r.SealedAction) > 0 {
+			e.Private = &ActionPrivate{SealedAction: r.SealedAction}
+		}
+		return []Event{e}
 	}
 	return nil
+}
+
+// PaymentsToCancel returns the payments (PaymentIntent ids) that wait for
+// the customer's action while the order can no longer use them: it failed
+// (the payment deadline passed), was cancelled or is in review. Each is to
+// be cancelled at the provider under CancelKey until its final state is
+// recorded (PaymentFailed once cancelled, or PaymentSucceeded for a late
+// success, then refunded). A pending or cancelling order's payment is the
+// payment driver's. Ordered by attempt.
+func (o *Order) PaymentsToCancel() []string {
+	if !o.Final() {
+		return nil
+	}
+	var out []string
+	for _, a := range o.Attempts {
+		if a.Outcome == OutcomeRequiresAction && a.ChargeID != "" {
+			out = append(out, a.ChargeID)
+		}
+	}
+	return out
 }
 
 func (o *Order) recordSuccess(r PaymentResult, ticketIDs []string) []Event {
@@ -575,13 +662,23 @@ func (o *Order) Cancel(actor string, now, showStartsAt time.Time) ([]Event, erro
 // FailPastDeadline decides the payment deadline at now: a pending order past
 // its deadline whose payment is settled (see Settled) and uncharged fails
 // (reason payment_deadline; seats released). uncharged is the caller's
-// finding: the provider, queried by the last attempt's key and by metadata,
-// knows no charge of it (trivially true without an attempt).
+// finding: the provider's list of the payments created in the last
+// attempt's time range holds none of the attempt that succeeded
+// (trivially true without an attempt), or the attempt's payment still
+// waits for the customer's action: that one needs no settling, and is
+// cancelled once the order failed (PaymentsToCancel).
 func (o *Order) FailPastDeadline(now time.Time, settle time.Duration, uncharged bool) []Event {
-	if o.Status != OrderStatusPending || now.Before(o.PaymentDeadline) || !uncharged || !o.Settled(now, settle) {
+	if o.Status != OrderStatusPending || now.Before(o.PaymentDeadline) || !uncharged {
 		return nil
 	}
-	if last := o.LastAttempt(); last != nil && (last.Outcome == OutcomeSucceeded || last.Outcome == OutcomeFailed) {
+	switch last := o.LastAttempt(); {
+	case last == nil:
+	case last.Outcome == OutcomeSucceeded || last.Outcome == OutcomeFailed:
+		return nil
+	case last.Outcome == OutcomeRequiresAction:
+		// Its payment is known and no send of it can be in flight: no
+		// settling to wait for.
+	case !o.Settled(now, settle):
 		return nil
 	}
 	return []Event{OrderFailed{OrderID: o.ID, Reason: FailPaymentDeadline}}

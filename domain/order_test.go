@@ -18,7 +18,13 @@ func ordPlaced() domain.OrderPlaced {
 // ordStarted is attempt n started at at by owner, with a lease of ordLease.
 func ordStarted(n int, owner string, at time.Time) domain.PaymentAttemptStarted {
 	return domain.PaymentAttemptStarted{OrderID: ordID, Attempt: n, ProviderKey: ordKey(n), Owner: owner, LeaseUntil: at.Add(ordLease),
-		Amount: ordAmount, StartedAt: at, RequestSHA256: "sha-" + ordKey(n), Private: &domain.AttemptPrivate{SealedRequestBody: []byte("sealed body-" + ordKey(n))}}
+		Amount: ordAmount, StartedAt: at, RequestSHA256: "sha-" + ordKey(n), Description: "2 ticket(s)", Deployment: "prod"}
+}
+
+// ordAction is attempt n's payment requiring the customer's action.
+func ordAction(n int, payment string) domain.PaymentActionRequired {
+	return domain.PaymentActionRequired{OrderID: ordID, Attempt: n, PaymentID: payment,
+		Private: &domain.ActionPrivate{SealedAction: []byte("sealed action-" + payment)}}
 }
 
 func ordKey(n int) string { return "order-" + ordID + "-" + string(rune('0'+n)) }
@@ -43,7 +49,7 @@ func TestOrderStart(t *testing.T) {
 	t.Parallel()
 	start := func(n int, owner string, at time.Time) domain.StartAttempt {
 		return domain.StartAttempt{N: n, ProviderKey: ordKey(n), Owner: owner, LeaseUntil: at.Add(ordLease),
-			RequestSHA256: "sha-" + ordKey(n), SealedRequestBody: []byte("sealed body-" + ordKey(n)), Settle: ordSettle}
+			RequestSHA256: "sha-" + ordKey(n), Description: "2 ticket(s)", Deployment: "prod", Settle: ordSettle}
 	}
 	expired := ordNow.Add(ordLease)
 	tests := []decideCase[domain.StartAttempt]{
@@ -52,9 +58,9 @@ func TestOrderStart(t *testing.T) {
 			want: []domain.Event{ordStarted(1, ordOwnerA, ordNow)}},
 		{name: "No attempt starts at or after the payment deadline.",
 			given: []domain.Event{ordPlaced()}, when: start(1, ordOwnerA, ordDeadline), now: ordDeadline, wantErr: domain.ErrAttemptNotAllowed},
-		{name: "A takeover after the lease expired keeps the key, the request hash and the first start; the first start keeps the bytes.",
+		{name: "A takeover after the lease expired keeps the key, the inputs' hash and the first start; the first start keeps the inputs.",
 			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow)},
-			when:  domain.StartAttempt{N: 1, Owner: ordOwnerB, LeaseUntil: expired.Add(ordLease), SealedRequestBody: []byte("ignored")}, now: expired,
+			when:  domain.StartAttempt{N: 1, Owner: ordOwnerB, LeaseUntil: expired.Add(ordLease), Description: "ignored", Deployment: "ignored"}, now: expired,
 			want: []domain.Event{domain.PaymentAttemptStarted{OrderID: ordID, Attempt: 1, ProviderKey: ordKey(1), Owner: ordOwnerB,
 				LeaseUntil: expired.Add(ordLease), Amount: ordAmount, StartedAt: ordNow, RequestSHA256: "sha-" + ordKey(1)}}},
 		{name: "A takeover one nanosecond before the lease's end is refused.",
@@ -82,6 +88,12 @@ func TestOrderStart(t *testing.T) {
 			when:  start(2, ordOwnerA, expired.Add(time.Minute)), now: expired.Add(time.Minute), wantErr: domain.ErrAttemptNotAllowed},
 		{name: "No attempt starts on a confirmed order.",
 			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordSucceeded(1, ordCharge1), ordConfirmed()},
+			when:  domain.StartAttempt{N: 1, Owner: ordOwnerB, LeaseUntil: expired.Add(ordLease)}, now: expired, wantErr: domain.ErrAttemptNotAllowed},
+		{name: "No new attempt follows one whose payment waits for the customer's action.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordAction(1, ordCharge1)},
+			when:  start(2, ordOwnerB, expired.Add(ordSettle)), now: expired.Add(ordSettle), wantErr: domain.ErrAttemptNotAllowed},
+		{name: "An attempt whose payment waits for the customer's action is not taken over.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordAction(1, ordCharge1)},
 			when:  domain.StartAttempt{N: 1, Owner: ordOwnerB, LeaseUntil: expired.Add(ordLease)}, now: expired, wantErr: domain.ErrAttemptNotAllowed},
 		{name: "An attempt out of sequence is refused.",
 			given: []domain.Event{ordPlaced()}, when: start(2, ordOwnerA, ordNow), now: ordNow, wantErr: domain.ErrAttemptNotAllowed},
@@ -118,6 +130,9 @@ func TestOrderCanSend(t *testing.T) {
 			n:     1, owner: ordOwnerA, now: ordNow},
 		{name: "Nothing is sent past the payment deadline.",
 			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordDeadline.Add(-time.Second))}, n: 1, owner: ordOwnerA, now: ordDeadline},
+		{name: "A payment waiting for the customer's action is never sent again.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordAction(1, ordCharge1)},
+			n:     1, owner: ordOwnerA, now: ordNow},
 		{name: "A superseded attempt is never sent again.",
 			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordStarted(2, ordOwnerA, ordNow.Add(time.Minute))},
 			n:     1, owner: ordOwnerA, now: ordNow.Add(time.Minute)},
@@ -147,6 +162,9 @@ func TestOrderRecord(t *testing.T) {
 		return domain.PaymentFailed{OrderID: ordID, Attempt: n, ChargeID: charge, Code: "card_declined", Reason: "declined"}
 	}
 	unknown := domain.PaymentResult{Attempt: 1, Outcome: domain.OutcomeUnknown, Reason: "timeout"}
+	action := func(n int, payment string) domain.PaymentResult {
+		return domain.PaymentResult{Attempt: n, Outcome: domain.OutcomeRequiresAction, ChargeID: payment, SealedAction: []byte("sealed action-" + payment)}
+	}
 	tests := []struct {
 		name  string
 		given []domain.Event
@@ -210,6 +228,29 @@ func TestOrderRecord(t *testing.T) {
 			given: confirmed, when: unknown},
 		{name: "A fact for an order that does not exist records nothing.",
 			when: success(1, ordCharge1)},
+		{name: "A payment that requires the customer's action is recorded once, with its sealed secrets; the order stays pending.",
+			given: append(pendingWithAttempt[:2:2], domain.PaymentOutcomeUnknown{OrderID: ordID, Attempt: 1}), when: action(1, ordCharge1),
+			want: []domain.Event{ordAction(1, ordCharge1)}},
+		{name: "The same action again records nothing.",
+			given: append(pendingWithAttempt[:2:2], ordAction(1, ordCharge1)), when: action(1, ordCharge1)},
+		{name: "An action found after the key was gone is recorded without secrets.",
+			given: pendingWithAttempt, when: domain.PaymentResult{Attempt: 1, Outcome: domain.OutcomeRequiresAction, ChargeID: ordCharge1},
+			want: []domain.Event{domain.PaymentActionRequired{OrderID: ordID, Attempt: 1, PaymentID: ordCharge1}}},
+		{name: "An action found for an order that failed is recorded, so its payment is cancelled.",
+			given: append(pendingWithAttempt[:2:2], domain.OrderFailed{OrderID: ordID, Reason: domain.FailPaymentDeadline}), when: action(1, ordCharge1),
+			want: []domain.Event{ordAction(1, ordCharge1)}},
+		{name: "The success of a payment that required action confirms the order.",
+			given: append(pendingWithAttempt[:2:2], ordAction(1, ordCharge1)), when: success(1, ordCharge1),
+			want: []domain.Event{ordSucceeded(1, ordCharge1), ordConfirmed()}},
+		{name: "A payment that required action and was cancelled fails the order.",
+			given: append(pendingWithAttempt[:2:2], ordAction(1, ordCharge1)),
+			when:  domain.PaymentResult{Attempt: 1, Outcome: domain.OutcomeFailed, ChargeID: ordCharge1, Code: "canceled", Reason: "declined", FailReason: domain.FailPaymentDeadline},
+			want: []domain.Event{domain.PaymentFailed{OrderID: ordID, Attempt: 1, ChargeID: ordCharge1, Code: "canceled", Reason: "declined"},
+				domain.OrderFailed{OrderID: ordID, Reason: domain.FailPaymentDeadline}}},
+		{name: "A late success of a payment whose order failed at its deadline is refunded.",
+			given: append(pendingWithAttempt[:2:2], ordAction(1, ordCharge1), domain.OrderFailed{OrderID: ordID, Reason: domain.FailPaymentDeadline}),
+			when:  success(1, ordCharge1),
+			want:  []domain.Event{ordSucceeded(1, ordCharge1), ordRefund(ordCharge1, domain.RefundRedundantEffect)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -217,6 +258,40 @@ func TestOrderRecord(t *testing.T) {
 			o := orderFrom(tt.given...)
 			checkEvents(t, fmt.Sprintf("Record(%+v)", tt.when), o.Record(tt.when, ordTickets), tt.want)
 		})
+	}
+}
+
+// TestOrderPaymentsToCancel: a payment waiting for the customer's action
+// is cancelled once its order can no longer use it, until its final state
+// is recorded.
+func TestOrderPaymentsToCancel(t *testing.T) {
+	t.Parallel()
+	waiting := []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordAction(1, ordCharge1)}
+	failedAt := domain.OrderFailed{OrderID: ordID, Reason: domain.FailPaymentDeadline}
+	tests := []struct {
+		name  string
+		given []domain.Event
+		want  []string
+	}{
+		{name: "A pending order's payment is the driver's, not cancelled here.", given: waiting},
+		{name: "A payment of an order that failed at its deadline is to be cancelled.",
+			given: append(waiting[:3:3], failedAt), want: []string{ordCharge1}},
+		{name: "Once cancelled (a recorded failure) it is not cancelled again.",
+			given: append(waiting[:3:3], failedAt, domain.PaymentFailed{OrderID: ordID, Attempt: 1, ChargeID: ordCharge1, Code: "canceled"})},
+		{name: "A late success ends it too (refunded as a redundant effect).",
+			given: append(waiting[:3:3], failedAt, ordSucceeded(1, ordCharge1), ordRefund(ordCharge1, domain.RefundRedundantEffect))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := orderFrom(tt.given...)
+			if diff := cmp.Diff(tt.want, o.PaymentsToCancel()); diff != "" {
+				t.Errorf("PaymentsToCancel() (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if got := domain.CancelKey("pi_1"); got != "cancel-pi_1" {
+		t.Errorf("CancelKey(pi_1) = %q, want cancel-pi_1", got)
 	}
 }
 
@@ -381,6 +456,8 @@ func TestOrderEndsUncharged(t *testing.T) {
 			given: cancelling, now: settledAt.Add(-time.Nanosecond), uncharged: true},
 		{name: "A cancel of a lease its starter never sent under finishes at once.",
 			given: cancelling, now: lateStart, uncharged: true, unsent: true, wantEnd: cancelled},
+		{name: "A payment waiting for the customer's action fails at the deadline, its lease live or not.",
+			given: append(withAttempt[:2:2], ordAction(1, ordCharge1)), now: ordDeadline, uncharged: true, wantFail: failedDeadline},
 		{name: "A confirmed order neither fails nor finishes a cancel.",
 			given: append(withAttempt[:2:2], ordSucceeded(1, ordCharge1), ordConfirmed()), now: settledAt, uncharged: true},
 	}
@@ -417,18 +494,23 @@ func TestOrderNetCharged(t *testing.T) {
 	}
 }
 
-// TestOrderSecrets: the order keeps the sealed token and the first start's
-// sealed request bytes (schema version 2), and still reads the clear ones
-// of version-1 events; renewals and takeovers keep the first start's bytes.
+// TestOrderSecrets: the order keeps the sealed token, the first start's
+// inputs (schema version 3) and the sealed secrets of a payment that
+// requires action; it still reads the request bytes of version-1 (clear)
+// and version-2 (sealed) attempts, which are Legacy; renewals and
+// takeovers keep the first start's inputs or bytes.
 func TestOrderSecrets(t *testing.T) {
 	t.Parallel()
 	claim := domain.OrderClaimed{ReservationID: ordResID, OrderID: ordID, ShowID: ordShowID, Actor: ordActor, Intent: ordIntent, Quantity: 2, Amount: ordAmount}
 	v1Placed := ordPlaced()
 	v1Placed.Private = &domain.OrderPrivate{PaymentToken: "tok_visa_v1"}
 	v1Started := ordStarted(1, ordOwnerA, ordNow)
+	v1Started.Description, v1Started.Deployment = "", ""
 	v1Started.Private = &domain.AttemptPrivate{RequestBody: `{"token":"tok_visa_v1"}`}
+	v2Started := v1Started
+	v2Started.Private = &domain.AttemptPrivate{SealedRequestBody: []byte("sealed body")}
 	takeover := ordStarted(1, ordOwnerB, ordNow.Add(time.Minute))
-	takeover.Private = nil
+	takeover.Description, takeover.Deployment = "", ""
 	tests := []struct {
 		name       string
 		given      []domain.Event
@@ -437,6 +519,9 @@ func TestOrderSecrets(t *testing.T) {
 		sealed     string
 		body       string
 		sealedBody string
+		legacy     bool
+		inputs     string // the attempt's description and deployment
+		action     string
 	}{
 		{name: "An order placed with a sealed token carries it sealed.",
 			given: []domain.Event{domain.PlacedFrom(claim, ordDeadline, []byte("sealed-1"))}, hasToken: true, sealed: "sealed-1"},
@@ -444,11 +529,18 @@ func TestOrderSecrets(t *testing.T) {
 			given: []domain.Event{domain.PlacedFrom(claim, ordDeadline, nil)}},
 		{name: "A version-1 order still has its clear token.",
 			given: []domain.Event{v1Placed}, hasToken: true, token: "tok_visa_v1"},
-		{name: "A takeover keeps the first start's sealed bytes.",
+		{name: "A takeover keeps the first start's inputs.",
 			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), takeover}, hasToken: true, sealed: "sealed tok_visa",
-			sealedBody: "sealed body-" + ordKey(1)},
-		{name: "A version-2 takeover of a version-1 attempt keeps the clear bytes.",
-			given: []domain.Event{v1Placed, v1Started, takeover}, hasToken: true, token: "tok_visa_v1", body: `{"token":"tok_visa_v1"}`},
+			inputs: "2 ticket(s)/prod"},
+		{name: "A takeover of a version-2 attempt keeps its sealed bytes; the attempt is legacy.",
+			given: []domain.Event{ordPlaced(), v2Started, takeover}, hasToken: true, sealed: "sealed tok_visa",
+			sealedBody: "sealed body", legacy: true, inputs: "/"},
+		{name: "A version-3 takeover of a version-1 attempt keeps the clear bytes; the attempt is legacy.",
+			given: []domain.Event{v1Placed, v1Started, takeover}, hasToken: true, token: "tok_visa_v1", body: `{"token":"tok_visa_v1"}`,
+			legacy: true, inputs: "/"},
+		{name: "A payment that requires action keeps its sealed secrets on the attempt.",
+			given: []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordAction(1, ordCharge1)}, hasToken: true, sealed: "sealed tok_visa",
+			inputs: "2 ticket(s)/prod", action: "sealed action-" + ordCharge1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -458,8 +550,19 @@ func TestOrderSecrets(t *testing.T) {
 				t.Errorf("order token = has %v, clear %q, sealed %q; want %v, %q, %q", o.HasPaymentToken(), o.PaymentToken, o.SealedPaymentToken,
 					tt.hasToken, tt.token, tt.sealed)
 			}
-			if a := o.LastAttempt(); a != nil && (a.RequestBody != tt.body || string(a.SealedRequestBody) != tt.sealedBody) {
-				t.Errorf("attempt bytes = clear %q, sealed %q; want %q, %q", a.RequestBody, a.SealedRequestBody, tt.body, tt.sealedBody)
+			a := o.LastAttempt()
+			if a == nil {
+				return
+			}
+			if a.RequestBody != tt.body || string(a.SealedRequestBody) != tt.sealedBody || a.Legacy() != tt.legacy {
+				t.Errorf("attempt bytes = clear %q, sealed %q, legacy %v; want %q, %q, %v", a.RequestBody, a.SealedRequestBody, a.Legacy(),
+					tt.body, tt.sealedBody, tt.legacy)
+			}
+			if got := a.Description + "/" + a.Deployment; got != tt.inputs || a.Amount != ordAmount {
+				t.Errorf("attempt inputs = %q, %v; want %q, %v", got, a.Amount, tt.inputs, ordAmount)
+			}
+			if string(a.SealedAction) != tt.action {
+				t.Errorf("attempt sealed action = %q, want %q", a.SealedAction, tt.action)
 			}
 		})
 	}

@@ -167,7 +167,7 @@ type orderPlaced struct {
 	PaymentDeadline time.Time `json:"payment_deadline"`
 }
 
-type paymentFact struct { // PaymentAttemptStarted, PaymentSucceeded, PaymentFailed, PaymentOutcomeUnknown, Refund*
+type paymentFact struct { // PaymentAttemptStarted, PaymentSucceeded, PaymentFailed, PaymentOutcomeUnknown, PaymentActionRequired, Refund*
 	Attempt  int    `json:"attempt"`
 	ChargeID string `json:"charge_id"`
 }

@@ -219,8 +219,15 @@ func (w workload) show(ctx context.Context, a *appender, rng *rand.Rand) {
 		case r < 87: // unknown, a second attempt declined, then cancel requested
 			a.add(ctx, order, start(1), domain.PaymentOutcomeUnknown{OrderID: orderID, Attempt: 1, Reason: "timeout"}, start(2))
 			a.add(ctx, order, domain.OrderCancelRequested{OrderID: orderID, Actor: actor})
-		case r < 92: // still unknown
+		case r < 90: // still unknown
 			a.add(ctx, order, start(1), domain.PaymentOutcomeUnknown{OrderID: orderID, Attempt: 1, Reason: "connection reset"})
+		case r < 92: // unknown, then waiting for the customer's action (half of them then authenticated and paid)
+			a.add(ctx, order, start(1), domain.PaymentOutcomeUnknown{OrderID: orderID, Attempt: 1, Reason: "timeout"},
+				domain.PaymentActionRequired{OrderID: orderID, Attempt: 1, PaymentID: charge, Private: &domain.ActionPrivate{SealedAction: []byte("sealed")}})
+			if rng.IntN(2) == 0 {
+				a.add(ctx, order, domain.PaymentSucceeded{OrderID: orderID, Attempt: 1, ChargeID: charge, Amount: amount},
+					domain.OrderConfirmed{OrderID: orderID, Tickets: tickets})
+			}
 		case r < 97: // paid, then cancelled and refunded (or, 1 in 3, the provider no longer knows the charge: in review)
 			a.add(ctx, order, start(1), domain.PaymentSucceeded{OrderID: orderID, Attempt: 1, ChargeID: charge, Amount: amount},
 				domain.OrderConfirmed{OrderID: orderID, Tickets: tickets})

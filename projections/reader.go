@@ -129,7 +129,8 @@ func cutPage[T, K any](items []T, limit int, next func(last T) *K) ([]T, *K) {
 // Order is a row of the orders read model. Amount is in minor units.
 // TicketIDs are the tickets issued; they are valid only while Status is
 // confirmed. PaymentStatus is pending, succeeded, failed, unknown,
-// refund_pending or refunded. UnknownSince is when the current attempt's
+// requires_action (the customer must authenticate), refund_pending or
+// refunded. UnknownSince is when the current attempt's
 // outcome became unknown (event time), nil otherwise.
 type Order struct {
 	ID              string

@@ -160,7 +160,7 @@ func Orders() *Projection {
 type ordersFold struct{ orders *rowSet[orderRow] }
 
 var orderEvents = map[string]bool{"OrderPlaced": true, "PaymentAttemptStarted": true, "PaymentSucceeded": true,
-	"PaymentFailed": true, "PaymentOutcomeUnknown": true, "OrderConfirmed": true, "OrderFailed": true,
+	"PaymentFailed": true, "PaymentOutcomeUnknown": true, "PaymentActionRequired": true, "OrderConfirmed": true, "OrderFailed": true,
 	"OrderCancelRequested": true, "OrderCancelled": true, "RefundRequested": true, "RefundSucceeded": true, "RefundRefused": true,
 	"OrderNeedsReview": true}
 
@@ -201,8 +201,8 @@ func (f *ordersFold) apply(e *envelope) error {
 		return nil
 	}
 	switch e.typ {
-	case "PaymentAttemptStarted", "PaymentSucceeded", "PaymentFailed", "PaymentOutcomeUnknown", "RefundRequested", "RefundSucceeded",
-		"RefundRefused":
+	case "PaymentAttemptStarted", "PaymentSucceeded", "PaymentFailed", "PaymentOutcomeUnknown", "PaymentActionRequired", "RefundRequested",
+		"RefundSucceeded", "RefundRefused":
 		var p paymentFact
 		if err := e.decode(&p); err != nil {
 			return err
@@ -228,6 +228,10 @@ func (f *ordersFold) apply(e *envelope) error {
 			if n == r.Attempts && r.LastOutcome == "" {
 				at := e.at
 				r.LastOutcome, r.UnknownSince = "unknown", &at
+			}
+		case "PaymentActionRequired": // waits for the customer: a known, pending outcome
+			if n == r.Attempts && (r.LastOutcome == "" || r.LastOutcome == "unknown") {
+				r.LastOutcome, r.UnknownSince = "requires_action", nil
 			}
 		case "RefundRequested":
 			if _, ok := r.Refunds[p.ChargeID]; !ok {

@@ -1,68 +1,48 @@
-// Package provider is the payment provider's HTTP client and webhook
-// verification. It imports only the standard library; the simulator lives in
-// provider/providersim.
+// Package provider is the payment port of the booking service: the
+// provider-neutral types an adapter of a payment provider's API returns
+// (Payment, PaymentRequest, PaymentRefund, WebhookEvent), its sentinel
+// errors and *APIError. It imports only the standard library. The use cases
+// of package commands declare the port itself (commands.Payments); the
+// adapter for Stripe's PaymentIntents API is package provider/stripe, and
+// package provider/providersim simulates Stripe's wire for dev mode and
+// tests.
 //
-// # Provider API
+// # What an adapter supplies
 //
-// The provider's API is modelled on Stripe's charges and refunds:
+// An adapter of another provider implements commands.Payments with these
+// guarantees, on which the service's promise of one charge per order rests:
 //
-//	POST /v1/charges   Idempotency-Key: K   {"amount":1500,"currency":"EUR","token":"tok_visa","metadata":{"attempt":"1","order_id":"…"}}
-//	GET  /v1/charges?idempotency_key=K
-//	GET  /v1/charges?order_id=O&attempt=N
-//	GET  /v1/charges/{id}
-//	POST /v1/refunds   Idempotency-Key: K   {"charge":"ch_…","amount":500}
-//	GET  /v1/refunds?idempotency_key=K | ?charge=ch_…
-//	GET  /v1/refunds/{id}
-//
-// Errors are {"error":{"type","code","decline_code","message","param","charge"}}
-// as in Stripe's API (https://docs.stripe.com/api/errors). A decline (402
-// card_error) also carries the failed charge object at the top level, beside
-// "error", so a caller never needs a second request to record it.
-//
-// # Idempotency
-//
-// Every POST carries an Idempotency-Key (draft-ietf-httpapi-idempotency-key-header,
-// https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/;
-// Stripe, https://docs.stripe.com/api/idempotent_requests). The provider keeps a
-// key for its retention window (24 hours at Stripe, https://docs.stripe.com/api/idempotent_requests):
-// repeating the request with the same key and parameters replays the first
-// response (header Idempotent-Replayed: true); the same key with other
-// parameters is a 400 idempotency_error; a repeat while the first request is
-// still executing is a 409 idempotency_key_in_use. After the window the key is
-// forgotten, so a repeat would charge again: callers reconcile with ChargeByKey
-// inside the window, and with SearchCharges by metadata after it.
+//   - Idempotency keys with Stripe's semantics
+//     (https://docs.stripe.com/api/idempotent_requests): the first answer
+//     of a key whose request began executing is saved and replayed for the
+//     same key and parameters; other parameters are ErrIdempotency; a
+//     request with the key still executing is ErrKeyInUse; the window is
+//     known (BOOKING_PROVIDER_RETENTION). CreatePayment confirms at once:
+//     one payment per request.
+//   - A consistent list of the payments created in a time range
+//     (ListPayments), with the metadata the request set (MetadataOrderID,
+//     MetadataAttempt, MetadataDeployment): a payment is listed as soon as
+//     it exists. Reconciliation proves an attempt made no payment with it;
+//     a search (SearchPayments) may lag and is only a fallback.
+//   - Errors classified as below, without retrying on its own: the service's
+//     fenced, recorded retries are the only ones.
+//   - Webhooks verified on the raw body with a signature, a timestamp
+//     tolerance and several secrets (ParseWebhook), and events that name the
+//     payment, which the service then fetches (GetPayment).
+//   - Cancel (for a payment that waits for the customer's action) and
+//     refunds under idempotency keys, refunds listed per payment.
 //
 // # Which errors may have charged
 //
 // Only ErrOutcomeUnknown (a timeout, a lost connection, or a 5xx after the
-// request was sent) and ErrKeyInUse (another request with the key is still
-// executing) leave the outcome open; resolve them with ChargeByKey, or by
-// repeating the same request with the same key. ErrDeclined records a failed
-// charge (no money moved). ErrUnavailable (nothing was sent, or 429),
-// ErrInvalidRequest, ErrNotFound, ErrIdempotency and ErrUnauthorized (a 401
-// or 403: the API key was refused) never charged.
+// request was sent — also a 500 the provider saved and replays) and
+// ErrKeyInUse (another request with the key is still executing) leave the
+// outcome open: repeat the same request with the same key inside the
+// window, and list the payments to learn what happened. ErrDeclined records
+// a declined payment (no money moved). ErrUnavailable (nothing was sent, or
+// 429), ErrInvalidRequest, ErrNotFound, ErrIdempotency and ErrUnauthorized
+// (the API key was refused; it also matches ErrUnavailable) never charged.
 //
-// # Authentication
-//
-// With WithAPIKey every request carries "Authorization: Bearer <key>", as
-// Stripe's API expects (https://docs.stripe.com/api/authentication). A
-// refused key is ErrUnauthorized, which also matches ErrUnavailable: retry
-// after fixing the configuration; it is never a decline.
-//
-// # Webhooks
-//
-// Events are signed with the header
-//
-//	Provider-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">
-//
-// following Stripe's scheme (https://docs.stripe.com/webhooks#verify-manually):
-// the HMAC is computed over the raw body bytes, compared in constant time, any
-// of several v1 signatures may match (secret rotation), and the timestamp must
-// be within a tolerance (default 5 minutes) of the receiver's clock to limit
-// replays. Delivery is at least once and may be duplicated or reordered
-// (https://docs.stripe.com/webhooks#handle-duplicate-events), so receivers
-// dedupe by event id and fetch the charge's current state.
-//
-// Payment tokens are secrets: this package never logs them and never puts them
-// in an error.
+// Payment methods, client secrets and API keys are secrets: the types here
+// redact them when formatted, and no error holds one.
 package provider

@@ -7,13 +7,13 @@ import (
 	"strings"
 )
 
-// Sentinel errors. Every error returned by this package that has one of these
+// Sentinel errors. Every error an adapter returns that has one of these
 // meanings wraps it; check with errors.Is. The package doc says which of them
 // may have charged.
 var (
-	// ErrDeclined is a definitive decline (402 card_error): the provider
-	// recorded a failed charge and moved no money. The *APIError in the chain
-	// carries the failed charge. Retrying with the same key replays the decline.
+	// ErrDeclined is a definitive decline (402 card_error): the payment
+	// failed and no money moved. The *APIError in the chain carries the
+	// declined payment. Retrying with the same key replays the decline.
 	ErrDeclined = errors.New("provider: payment declined")
 
 	// ErrKeyInUse is a 409 idempotency_key_in_use: another request with the
@@ -28,8 +28,9 @@ var (
 
 	// ErrOutcomeUnknown means the request was sent and may have been
 	// executed: a timeout, a lost connection, an unreadable answer or a 5xx to
-	// a POST. The cause is wrapped as well. Resolve it by querying the key
-	// (Client.ChargeByKey) or repeating the same request with the same key.
+	// a POST (a 500 the provider replays for the key too). The cause is
+	// wrapped as well. Resolve it by listing the payments created meanwhile,
+	// or by repeating the same request with the same key.
 	ErrOutcomeUnknown = errors.New("provider: outcome unknown")
 
 	// ErrUnavailable means the provider could not be used and nothing was
@@ -41,7 +42,7 @@ var (
 	// request refused before sending. Nothing was executed.
 	ErrInvalidRequest = errors.New("provider: invalid request")
 
-	// ErrNotFound is a 404: the charge or refund does not exist.
+	// ErrNotFound is a 404: the payment or refund does not exist.
 	ErrNotFound = errors.New("provider: not found")
 
 	// ErrUnauthorized is a 401 or 403: the provider refused the API key
@@ -50,8 +51,8 @@ var (
 	// alert on and retry after, never a decline.
 	ErrUnauthorized = errors.New("provider: API key refused")
 
-	// ErrBadSignature means a webhook's Provider-Signature header is missing,
-	// malformed, or matches no expected signature of the body.
+	// ErrBadSignature means a webhook's signature header (Stripe-Signature)
+	// is missing, malformed, or matches no expected signature of the body.
 	ErrBadSignature = errors.New("provider: bad webhook signature")
 
 	// ErrStaleTimestamp means a webhook's signature is valid but its timestamp
@@ -74,8 +75,8 @@ const (
 
 // Error codes of the provider API (Stripe, https://docs.stripe.com/error-codes).
 const (
-	CodeCardDeclined          = "card_declined"           // the charge was declined
-	CodeResourceMissing       = "resource_missing"        // no such charge, refund or token
+	CodeCardDeclined          = "card_declined"           // the payment was declined
+	CodeResourceMissing       = "resource_missing"        // no such payment, refund or payment method
 	CodeChargeAlreadyRefunded = "charge_already_refunded" // nothing is left to refund
 	CodeAmountTooLarge        = "amount_too_large"        // the refund exceeds what is left
 	CodeChargeNotRefundable   = "charge_not_refundable"   // the charge did not succeed
@@ -87,18 +88,15 @@ const (
 // with ErrUnavailable), so errors.Is works on it, and errors.As retrieves the
 // details.
 type APIError struct {
-	Method, Path string // the request, e.g. "POST", "/v1/charges"
+	Method, Path string // the request, e.g. "POST", "/v1/payment_intents"
 	StatusCode   int    // HTTP status
 	Type         string // e.g. TypeCardError
 	Code         string // e.g. CodeCardDeclined
 	DeclineCode  string // for declines, e.g. "generic_decline"
-	Message      string // human-readable; never contains the payment token
+	Message      string // human-readable; never contains a payment method or secret
 	Param        string // the offending parameter, if any
 	RequestID    string // the provider's Request-Id header
 	Replayed     bool   // the answer was an idempotent replay
-
-	// Charge is the failed charge of a decline (ErrDeclined); nil otherwise.
-	Charge *Charge
 
 	// Payment is the PaymentIntent of a decline (ErrDeclined): status
 	// requires_payment_method with LastError set, as Stripe returns it in

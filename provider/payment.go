@@ -65,9 +65,15 @@ func (r PaymentRequest) Metadata() map[string]string {
 	return m
 }
 
-// MetadataDeployment is the metadata key naming the deployment that made a
-// payment (its idempotency-key prefix); absent in dev.
-const MetadataDeployment = "deployment"
+// Metadata keys the booking service sets on every payment
+// (https://docs.stripe.com/api/metadata): the order and the 1-based attempt,
+// by which reconciliation recognizes an attempt's payment in a list, and
+// the deployment that made it (its idempotency-key prefix; absent in dev).
+const (
+	MetadataOrderID    = "order_id"
+	MetadataAttempt    = "attempt" // decimal, 1-based
+	MetadataDeployment = "deployment"
+)
 
 // Validate reports whether r can be sent: a positive amount, a three-letter
 // currency, a payment method, an order id and a positive attempt. It
@@ -182,8 +188,9 @@ type PaymentRefund struct {
 }
 
 // Webhook event types the service acts on (https://docs.stripe.com/api/events/types);
-// EventChargeRefunded (its object is a charge, PaymentID its payment_intent) too.
+// EventChargeRefunded's object is a charge, PaymentID its payment_intent.
 const (
+	EventChargeRefunded              = "charge.refunded"
 	EventPaymentIntentSucceeded      = "payment_intent.succeeded"
 	EventPaymentIntentPaymentFailed  = "payment_intent.payment_failed"
 	EventPaymentIntentRequiresAction = "payment_intent.requires_action"

@@ -157,6 +157,6 @@ func TestExplain_UnknownPaymentOutcomeThenReconciledShowsEachStep(t *testing.T) 
 	if it.Outcome.State != "succeeded" || it.Outcome.Status != 201 {
 		t.Errorf("outcome = %+v, want succeeded 201", it.Outcome)
 	}
-	s.resumeWebhooks(t, "charge.succeeded")
+	s.resumeWebhooks(t, "payment_intent.succeeded")
 	s.settle(t)
 }

@@ -425,6 +425,10 @@ func (s *server) env() []string {
 		set["BOOKING_EVENT_STORE"] = s.eventStore
 	}
 	if s.opts.ExternalSim {
+		// With a URL the key goes by its name for Stripe (in dev mode that
+		// name would select Stripe's API; its older name does not).
+		delete(set, "BOOKING_PROVIDER_API_KEY")
+		set["BOOKING_STRIPE_SECRET_KEY"] = s.providerKey
 		set["BOOKING_PROVIDER_URL"] = s.SimURL
 		set["BOOKING_PROVIDER_WEBHOOK_SECRET"] = webhookSecret
 		set["BOOKING_MASTER_KEYS"] = s.masterKeys

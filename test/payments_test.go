@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,7 +21,6 @@ import (
 	"time"
 
 	"github.com/retrysafe/booking/eventstore"
-	"github.com/retrysafe/booking/provider"
 )
 
 // ---------------------------------------------------------------------------
@@ -142,9 +142,10 @@ func wantNoSecondAttempt(t testing.TB, id string, evs []orderEvent) {
 }
 
 // checkRefundsRecordedFirst checks that every refund the simulator made has
-// its RefundRequested (key refund-{chargeID}) in some order stream, recorded
-// no later than the refund was created (the simulator's clock, converted to
-// the base clock with offset, at its 1 s resolution).
+// its RefundRequested (key refund-{paymentID}, sent as the refund's
+// metadata[refund_key]) in some order stream, recorded no later than the
+// refund was created (the simulator's clock, converted to the base clock
+// with offset, at its 1 s resolution).
 func (s *server) checkRefundsRecordedFirst(t testing.TB, offset time.Duration) {
 	t.Helper()
 	rows := s.queryRows(t, `SELECT convert_from(data,'UTF8')::jsonb->>'key', stream,
@@ -159,10 +160,11 @@ func (s *server) checkRefundsRecordedFirst(t testing.TB, offset time.Duration) {
 		requested[r[0]] = at
 	}
 	for _, re := range s.simRefunds(t) {
-		at, ok := requested[re.IdempotencyKey]
+		key := re.Metadata["refund_key"]
+		at, ok := requested[key]
 		if !ok {
-			t.Errorf("the simulator made refund %s of charge %s under key %q, but no RefundRequested records that key (requested: %v)",
-				re.ID, re.Charge, re.IdempotencyKey, requested)
+			t.Errorf("the simulator made refund %s of payment %s under key %q, but no RefundRequested records that key (requested: %v)",
+				re.ID, re.PaymentIntent, key, requested)
 			continue
 		}
 		created := time.Unix(re.Created, 0)
@@ -170,8 +172,8 @@ func (s *server) checkRefundsRecordedFirst(t testing.TB, offset time.Duration) {
 			created = created.Add(-offset)
 		}
 		if at.Truncate(time.Second).After(created) {
-			t.Errorf("refund %s of charge %s was created at %s, before its RefundRequested was recorded (%s)",
-				re.ID, re.Charge, created.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339Nano))
+			t.Errorf("refund %s of payment %s was created at %s, before its RefundRequested was recorded (%s)",
+				re.ID, re.PaymentIntent, created.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339Nano))
 		}
 	}
 }
@@ -300,7 +302,7 @@ func TestPayment_KilledAfterChargeBeforeRecordIsReconciled(t *testing.T) {
 	}
 
 	// Webhooks delivered now change nothing.
-	s.resumeWebhooks(t, "charge.succeeded")
+	s.resumeWebhooks(t, "payment_intent.succeeded")
 	s.settle(t)
 	evs = s.orderEvents(t, id)
 	wantOneAttempt(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0,
@@ -419,10 +421,11 @@ func TestPayment_ProviderSlowerThanLeaseIsTakenOver(t *testing.T) {
 // 3. Connection dropped after commit.
 
 // TestPayment_TimeoutAfterCommitIsReconciledWithoutSecondCharge:
-// tok_timeout_after_commit charges, then drops the connection: the outcome
-// is recorded unknown, then reconciled by key to succeeded; one charge, no
-// second attempt. Webhooks are paused so only the reconciliation can learn
-// the charge, and their later delivery changes nothing.
+// tok_timeout_after_commit makes the PaymentIntent succeed, then drops the
+// connection: the outcome is recorded unknown, then reconciled by the list
+// of PaymentIntents created in the attempt's range to succeeded; one
+// PaymentIntent, no second attempt. Webhooks are paused so only the
+// reconciliation can learn it, and their later delivery changes nothing.
 func TestPayment_TimeoutAfterCommitIsReconciledWithoutSecondCharge(t *testing.T) {
 	t.Parallel()
 	s, _, res := mustStartReserved(t, Options{Env: fastEnv()}, 2)
@@ -438,7 +441,7 @@ func TestPayment_TimeoutAfterCommitIsReconciledWithoutSecondCharge(t *testing.T)
 	if len(unknown) != 1 || len(succ) != 1 || unknown[0].Revision > succ[0].Revision {
 		t.Errorf("order-%s: stream %v, want exactly one PaymentOutcomeUnknown followed by one PaymentSucceeded", id, typesOf(evs))
 	}
-	s.resumeWebhooks(t, "charge.succeeded")
+	s.resumeWebhooks(t, "payment_intent.succeeded")
 	s.settle(t)
 	evs = s.orderEvents(t, id)
 	wantOneAttempt(t, id, evs, map[string]int{"PaymentOutcomeUnknown": 1, "PaymentSucceeded": 1, "OrderConfirmed": 1,
@@ -461,7 +464,7 @@ func (s *server) postWebhook(t testing.TB, body []byte, sig string) *resp {
 	t.Helper()
 	c := call{Method: "POST", Path: "/v1/provider/webhooks", Body: body}
 	if sig != "" {
-		c.Header = map[string]string{provider.HeaderSignature: sig}
+		c.Header = map[string]string{"Stripe-Signature": sig}
 	}
 	return s.doCall(t, c)
 }
@@ -489,12 +492,12 @@ func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T
 	s.armHold(t, "payment.fenced")
 	id := s.mustPlaceOrder(t, newKey(), res, "tok_slow", 0, http.StatusAccepted)
 	s.waitHeld(t, "payment.fenced", 1)
-	// An older failure notice about this order: a declined charge with its
-	// order_id (no attempt: it is not the outcome of the order's attempt,
-	// see TestPayment_ForeignDeclineOfAttemptDoesNotFailOrder), made before
-	// the slow charge is sent. It is the first new event, so it is held back
-	// until the success notice overtakes it.
-	failedCharge := s.simMakeCharge(t, "tok_decline", id, 0, 2*priceAmount)
+	// An older failure notice about this order: a declined PaymentIntent
+	// with its order_id but no attempt (not the outcome of any attempt of
+	// the order: ignored), made before the slow one is sent. It is the
+	// first new event, so it is held back until the success notice
+	// overtakes it.
+	failedCharge := s.simMakePayment(t, "tok_decline", id, 0, 2*priceAmount, nil)
 	s.releaseHold(t, "payment.fenced")
 
 	g := s.waitStatus(t, id, recoveryBound, "confirmed", "failed", "needs_review", "cancelled")
@@ -511,8 +514,8 @@ func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T
 	if m.Succeeded != 1 || m.Failed != 1 || okCharge == "" {
 		t.Fatalf("simulator: order %s charges %+v, want 1 succeeded and the 1 declined", id, m)
 	}
-	succEv := s.simEventOf(t, "charge.succeeded", okCharge)
-	failEv := s.simEventOf(t, "charge.failed", failedCharge)
+	succEv := s.simEventOf(t, "payment_intent.succeeded", okCharge)
+	failEv := s.simEventOf(t, "payment_intent.payment_failed", failedCharge)
 	if failEv.Created > succEv.Created {
 		t.Errorf("the failure notice (created %d) is not older than the success notice (%d)", failEv.Created, succEv.Created)
 	}
@@ -558,7 +561,7 @@ func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T
 	body := []byte(succEv.raw)
 	postNotice := func() *resp { // the success notice, signed at the time of sending
 		a, _ := s.send(context.Background(), call{Method: "POST", Path: "/v1/provider/webhooks", Body: body,
-			Header: map[string]string{provider.HeaderSignature: provider.Sign(body, time.Now(), []byte(webhookSecret))}})
+			Header: map[string]string{"Stripe-Signature": signWebhook(body, time.Now(), []byte(webhookSecret))}})
 		return a
 	}
 	var wg sync.WaitGroup
@@ -571,9 +574,10 @@ func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T
 		}()
 	}
 	wg.Wait()
-	// A notice is answered 204, or 503 when the provider did not answer
-	// the charge's fetch within its 1 s timeout (a busy machine): then it
-	// is delivered again, as the provider would, until it is 204.
+	// A notice is answered 204 (processed, or a duplicate of a processed
+	// event id), or 503 when the provider did not answer the payment's
+	// fetch within its 1 s timeout (a busy machine): then it is delivered
+	// again, as the provider would, until it is 204.
 	for i, a := range answers {
 		if a != nil && a.Status == http.StatusServiceUnavailable {
 			eventually(60*time.Second, func() bool {
@@ -606,9 +610,9 @@ func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T
 		t.Errorf("event store: %d events after the duplicate and late notices, want %d (unchanged)", after, before)
 	}
 	evs = s.orderEvents(t, id)
-	// The older failure notice is a decline of a request that is not one of
-	// the order's attempts (another idempotency key): it is not the attempt's
-	// outcome, so it is not folded into the order at all.
+	// The older failure notice is a decline of a payment that names no
+	// attempt of the order: it is not an attempt's outcome, so it is not
+	// folded into the order at all.
 	wantCounts(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0, "OrderFailed": 0,
 		"RefundRequested": 0, "OrderNeedsReview": 0, "OrderCancelled": 0})
 	_ = failedCharge
@@ -625,39 +629,43 @@ func TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce(t *testing.T
 	}
 }
 
-// TestPayment_ForeignDeclineOfAttemptDoesNotFailOrder: while the order's
-// attempt 1 (tok_slow, key order-{id}-1) is in flight at the provider, a
-// declined charge carrying the same metadata {order_id, attempt 1} but made
-// under another idempotency key appears (another client of the provider).
-// It is not the outcome of the attempt's request: the attempt's own charge
-// succeeds, so the order must end confirmed with one successful charge (net
-// = price), not failed and refunded.
-func TestPayment_ForeignDeclineOfAttemptDoesNotFailOrder(t *testing.T) {
+// TestPayment_OtherPaymentsOfTheAccountAreIgnored: a Stripe webhook
+// endpoint receives every event of the account. While the order's attempt
+// 1 (tok_slow) is at the provider, a declined PaymentIntent carrying the
+// same order_id and attempt but another deployment's metadata appears, and
+// a succeeded one of no order at all: their notices are answered 204 and
+// ignored (not folded, nothing refunded); the order ends confirmed with its
+// own PaymentIntent.
+func TestPayment_OtherPaymentsOfTheAccountAreIgnored(t *testing.T) {
 	t.Parallel()
 	s, _, res := mustStartReserved(t, Options{ExternalSim: true, Env: fastEnv(
 		"BOOKING_PROVIDER_TIMEOUT", "1s", "BOOKING_PAYMENT_LEASE", "3500ms", "BOOKING_PROVIDER_SLOW_DELAY", "2500ms")}, 1)
 	id := s.mustPlaceOrder(t, newKey(), res, "tok_slow", 0, http.StatusAccepted)
-	foreign := s.simMakeCharge(t, "tok_decline", id, 1, priceAmount)
+	foreign := s.simMakePayment(t, "tok_decline", id, 1, priceAmount, map[string]string{"deployment": "staging"})
+	stray := s.simMakePayment(t, "tok_visa", "", 0, priceAmount, map[string]string{"cart": "42"})
 	g := s.waitStatus(t, id, recoveryBound, "confirmed", "failed", "needs_review", "cancelled")
-	// The slow charge commits (the simulator shows both charges), then its
-	// notices land.
 	var m chargeSummary
 	if !eventually(60*time.Second, func() bool { m = s.orderMoney(t, id); return m.Succeeded+m.Failed == 2 }) {
-		t.Fatalf("simulator: order %s charges %+v, want the foreign decline and attempt 1's charge", id, m)
+		t.Fatalf("simulator: order %s PaymentIntents %+v, want the other deployment's decline and attempt 1's", id, m)
 	}
 	s.waitWebhooksDelivered(t)
+	for _, d := range s.simDeliveries(t) {
+		if d.Delivered && d.StatusCode != http.StatusNoContent {
+			t.Errorf("delivery %+v answered %d, want 204", d, d.StatusCode)
+		}
+	}
 	evs := s.orderEvents(t, id)
 	m = s.orderMoney(t, id)
 	if g.str("status") != "confirmed" {
-		t.Errorf("%s, want confirmed: the decline of charge %s (another key) was taken as attempt 1's outcome (stream %v, charges %+v)",
+		t.Errorf("%s, want confirmed: the decline of %s (another deployment) was taken as attempt 1's outcome (stream %v, payments %+v)",
 			g, foreign, typesOf(evs), m.All)
 	}
-	wantOneAttempt(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "OrderFailed": 0, "RefundRequested": 0})
+	wantOneAttempt(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0, "OrderFailed": 0, "RefundRequested": 0})
 	if m.Succeeded != 1 || m.Failed != 1 || m.Net != priceAmount {
-		t.Errorf("simulator: order %s charges %+v, want the foreign decline and 1 succeeded, net %d", id, m, priceAmount)
+		t.Errorf("simulator: order %s PaymentIntents %+v, want the foreign decline and 1 succeeded, net %d", id, m, priceAmount)
 	}
-	if st := s.orderStatus(t, tokAlice, id); st != "confirmed" {
-		t.Errorf("GET /v1/orders/%s: status %q, want confirmed", id, st)
+	if n := s.countType(t, "order-", "RefundRequested"); n != 0 {
+		t.Errorf("event store: %d RefundRequested, want 0 (the stray PaymentIntent %s is no order's)", n, stray)
 	}
 }
 
@@ -672,8 +680,8 @@ func TestPayment_ForgedOrStaleWebhookIsRefusedAndRecordsNothing(t *testing.T) {
 	s, _, res := mustStartReserved(t, Options{ExternalSim: true, Env: fastEnv()}, 1)
 	id := s.mustPlaceOrder(t, newKey(), res, "tok_visa", -1, http.StatusCreated)
 	s.pauseWebhooks(t)
-	extra := s.simMakeCharge(t, "tok_visa", id, 1, priceAmount)
-	ev := s.simEventOf(t, "charge.succeeded", extra)
+	extra := s.simMakePayment(t, "tok_visa", id, 1, priceAmount, nil)
+	ev := s.simEventOf(t, "payment_intent.succeeded", extra)
 	body := []byte(ev.raw)
 	before := s.settle(t)
 	secret := []byte(webhookSecret)
@@ -685,10 +693,10 @@ func TestPayment_ForgedOrStaleWebhookIsRefusedAndRecordsNothing(t *testing.T) {
 		sig  string
 		code string
 	}{
-		{"wrong secret", body, provider.Sign(body, now, []byte("whsec_wrong")), "invalid-signature"},
-		{"tampered body", tampered, provider.Sign(body, now, secret), "invalid-signature"},
-		{"stale timestamp", body, provider.Sign(body, now.Add(-10*time.Minute), secret), "stale-signature"},
-		{"future timestamp", body, provider.Sign(body, now.Add(10*time.Minute), secret), "stale-signature"},
+		{"wrong secret", body, signWebhook(body, now, []byte("whsec_wrong")), "invalid-signature"},
+		{"tampered body", tampered, signWebhook(body, now, secret), "invalid-signature"},
+		{"stale timestamp", body, signWebhook(body, now.Add(-10*time.Minute), secret), "stale-signature"},
+		{"future timestamp", body, signWebhook(body, now.Add(10*time.Minute), secret), "stale-signature"},
 		{"malformed header", body, "v1=abc", "invalid-signature"},
 		{"no header", body, "", "invalid-signature"},
 	}
@@ -711,7 +719,7 @@ func TestPayment_ForgedOrStaleWebhookIsRefusedAndRecordsNothing(t *testing.T) {
 	}
 
 	// The control: the same bytes, correctly signed, are recorded.
-	a := s.postWebhook(t, body, provider.Sign(body, time.Now(), secret))
+	a := s.postWebhook(t, body, signWebhook(body, time.Now(), secret))
 	wantStatus(t, a, http.StatusNoContent)
 	if !eventually(30*time.Second, func() bool { return s.orderMoney(t, id).Net == priceAmount }) {
 		t.Errorf("simulator: order %s charges %+v, want the extra charge refunded (net %d)", id, s.orderMoney(t, id), priceAmount)
@@ -825,7 +833,7 @@ func TestPayment_ChargeAfterFailureIsRefunded(t *testing.T) {
 	r := s.placeOrderWait(t, newKey(), res, "tok_decline", -1)
 	checkProblem(t, r, http.StatusPaymentRequired, "payment-declined")
 	id := orderIDOf(t, r)
-	late := s.simMakeCharge(t, "tok_visa", id, 1, 2*priceAmount)
+	late := s.simMakePayment(t, "tok_visa", id, 1, 2*priceAmount, nil)
 
 	var m chargeSummary
 	if !eventually(30*time.Second, func() bool {
@@ -853,7 +861,7 @@ func TestPayment_ChargeAfterFailureIsRefunded(t *testing.T) {
 	if m := s.orderMoney(t, id); m.Succeeded != 1 || m.Failed != 1 || m.Net != 0 {
 		t.Errorf("simulator: order %s charges %+v, want the declined one and the refunded late one, net 0", id, m)
 	}
-	if refs := s.simRefunds(t); len(refs) != 1 || refs[0].Charge != late || refs[0].Amount != 2*priceAmount {
+	if refs := s.simRefunds(t); len(refs) != 1 || refs[0].PaymentIntent != late || refs[0].Amount != 2*priceAmount {
 		t.Errorf("simulator: refunds %+v, want exactly one of %d for %s", refs, 2*priceAmount, late)
 	}
 	s.checkRefundsRecordedFirst(t, 0)
@@ -1020,9 +1028,11 @@ func TestPayment_CancelRacingPaymentEndsInExactlyOneOutcome(t *testing.T) {
 // TestPayment_WindowPassedUnknownAttemptIsReconciledFirst: booking serve is
 // killed after the provider charged and before the outcome was recorded;
 // webhooks are paused; the provider's clock moves 25 h ahead, past its key
-// window (it forgets the key: a resend with it would charge again). After
-// the restart, the reconciler finds the charge by metadata before any new
-// send or attempt: one charge, order confirmed, no attempt 2.
+// window (it forgets the key: a resend with it would charge again), and its
+// search lags far behind (a search finds nothing). After the restart, the
+// reconciler finds the PaymentIntent in the list of those created in the
+// attempt's range before any new send or attempt: one PaymentIntent, order
+// confirmed, no attempt 2.
 func TestPayment_WindowPassedUnknownAttemptIsReconciledFirst(t *testing.T) {
 	t.Parallel()
 	s, _, res := mustStartReserved(t, Options{CrashAt: []string{"payment.sent"}, Env: fastEnv(), ExternalSim: true}, 1)
@@ -1031,10 +1041,12 @@ func TestPayment_WindowPassedUnknownAttemptIsReconciledFirst(t *testing.T) {
 	if m := s.orderMoney(t, id); m.Succeeded != 1 {
 		t.Fatalf("simulator: %+v, want the charge committed", m)
 	}
-	key := s.orderMoney(t, id).All[0].IdempotencyKey
 	s.simAdvance(t, "25h")
-	if r := s.simDo(t, "GET", "/v1/charges?idempotency_key="+key, nil, nil); r.Status != http.StatusOK || r.get("data") == nil || len(r.get("data").([]any)) != 0 {
-		t.Fatalf("%s: want the key forgotten after 25 h", r)
+	s.simFaults(t, map[string]any{"search_lag_ms": int64(1000 * time.Hour / time.Millisecond)})
+	q := url.QueryEscape("metadata['order_id']:'" + id + "'")
+	if r := s.simDo(t, "GET", "/v1/payment_intents/search?query="+q, nil, nil); r.Status != http.StatusOK || r.get("data") == nil ||
+		len(r.get("data").([]any)) != 0 {
+		t.Fatalf("%s: want search blind to the PaymentIntent (search_lag_ms)", r)
 	}
 
 	s.Restart(withoutCrash)
@@ -1047,8 +1059,8 @@ func TestPayment_WindowPassedUnknownAttemptIsReconciledFirst(t *testing.T) {
 	evs := s.orderEvents(t, id)
 	wantOneAttempt(t, id, evs, map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0, "RefundRequested": 0,
 		"OrderNeedsReview": 0})
-	if m := s.orderMoney(t, id); m.Succeeded != 1 || m.Net != priceAmount {
-		t.Errorf("simulator: order %s charges %+v, want exactly 1 succeeded, net %d (never two charges)", id, m, priceAmount)
+	if m := s.orderMoney(t, id); m.Succeeded != 1 || m.Net != priceAmount || len(m.All) != 1 {
+		t.Errorf("simulator: order %s PaymentIntents %+v, want exactly 1, succeeded, net %d (never two)", id, m, priceAmount)
 	}
 	s.checkCharges(t, 1, 0)
 }
@@ -1203,4 +1215,202 @@ func TestPayment_PausedOwnerResumedAfterTakeoverAndWindow(t *testing.T) {
 	}
 	s.checkRefundsRecordedFirst(t, 25*time.Hour)
 	t.Logf("executors: %v", executorsIn(s.logs.String()))
+}
+
+// ---------------------------------------------------------------------------
+// 11. Stripe's rules: a lost outcome, a replayed 500, customer authentication.
+
+// TestPayment_LostOutcomeIsLearnedByRepeatingTheSameKey: the provider is
+// slower than the service's timeout (tok_slow 2.5 s, timeout 1 s), so the
+// first send's outcome is lost and the PaymentIntent is created only after
+// it; the list finds nothing yet, and inside the window the only retry is
+// the same request under the same key: Stripe answers 409 while the first
+// executes, then replays its saved answer. One PaymentIntent, under the
+// attempt's key; the outcome recorded unknown first, then succeeded from a
+// send; no second attempt.
+func TestPayment_LostOutcomeIsLearnedByRepeatingTheSameKey(t *testing.T) {
+	t.Parallel()
+	s, _, res := mustStartReserved(t, Options{ExternalSim: true, Env: fastEnv(
+		"BOOKING_PROVIDER_TIMEOUT", "1s", "BOOKING_PAYMENT_LEASE", "3500ms", "BOOKING_PROVIDER_SLOW_DELAY", "2500ms")}, 1)
+	s.pauseWebhooks(t) // only the sends (and the list) learn the outcome
+	id := s.mustPlaceOrder(t, newKey(), res, "tok_slow", 0, http.StatusAccepted)
+	g := s.waitStatus(t, id, recoveryBound, "confirmed", "failed", "needs_review", "cancelled")
+	if g.str("status") != "confirmed" {
+		t.Fatalf("%s, want confirmed", g)
+	}
+	evs := s.orderEvents(t, id)
+	wantOneAttempt(t, id, evs, map[string]int{"PaymentOutcomeUnknown": 1, "PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0})
+	key := ofType(evs, "PaymentAttemptStarted")[0].str("provider_key")
+	m := s.orderMoney(t, id)
+	if len(m.All) != 1 || m.Succeeded != 1 || m.All[0].IdempotencyKey != key {
+		t.Errorf("simulator: order %s PaymentIntents %+v, want exactly one, succeeded, created under the attempt's key %s", id, m.All, key)
+	}
+	s.simFaults(t, map[string]any{"webhooks_paused": false})
+	s.waitWebhooksDelivered(t)
+	wantCounts(t, id, s.orderEvents(t, id), map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1})
+	s.checkCharges(t, 1, 0)
+}
+
+// TestPayment_ReplayedServerErrorIsNotAFailure: tok_error_after_commit makes
+// the PaymentIntent succeed, then answers 500, which Stripe saves and
+// replays for the key: the outcome is unknown, never a failure, and the
+// order settles from the list of PaymentIntents (webhooks paused). One
+// PaymentIntent, no PaymentFailed, no second attempt.
+func TestPayment_ReplayedServerErrorIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	s, _, res := mustStartReserved(t, Options{ExternalSim: true, Env: fastEnv()}, 2)
+	s.pauseWebhooks(t)
+	id := s.mustPlaceOrder(t, newKey(), res, "tok_error_after_commit", 10, http.StatusCreated, http.StatusAccepted)
+	g := s.waitStatus(t, id, recoveryBound, "confirmed", "failed", "needs_review", "cancelled")
+	if g.str("status") != "confirmed" {
+		t.Fatalf("%s, want confirmed (a saved 500 is not a failure)", g)
+	}
+	evs := s.orderEvents(t, id)
+	wantOneAttempt(t, id, evs, map[string]int{"PaymentOutcomeUnknown": 1, "PaymentSucceeded": 1, "OrderConfirmed": 1,
+		"PaymentFailed": 0, "OrderFailed": 0, "RefundRequested": 0})
+	if u := ofType(evs, "PaymentOutcomeUnknown"); len(u) == 1 && !strings.Contains(u[0].str("reason"), "replays") && !strings.Contains(u[0].str("reason"), "definitive") {
+		t.Errorf("order-%s: PaymentOutcomeUnknown %v, want the reason of a server error", id, u[0].Data)
+	}
+	if m := s.orderMoney(t, id); len(m.All) != 1 || m.Succeeded != 1 || m.Net != 2*priceAmount {
+		t.Errorf("simulator: order %s PaymentIntents %+v, want exactly one, succeeded, net %d", id, m.All, 2*priceAmount)
+	}
+	s.simFaults(t, map[string]any{"webhooks_paused": false})
+	s.waitWebhooksDelivered(t)
+	wantCounts(t, id, s.orderEvents(t, id), map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1})
+	s.checkCharges(t, 1, 0)
+}
+
+// orderPaymentID returns the id of order id's only PaymentIntent at the
+// simulator, waiting up to 30 s for it.
+func (s *server) orderPaymentID(t testing.TB, id string) string {
+	t.Helper()
+	var m chargeSummary
+	if !eventually(30*time.Second, func() bool { m = s.orderMoney(t, id); return len(m.All) == 1 }) {
+		t.Fatalf("simulator: order %s PaymentIntents %+v, want one", id, m.All)
+	}
+	return m.All[0].ID
+}
+
+// TestPayment_RequiresActionIsConfirmedAfterAuthentication: a payment that
+// needs Strong Customer Authentication (pm_card_authenticationRequired) is
+// answered 202 at once with payment.status requires_action, the client
+// secret and the next action — to the order's owner only, on the POST, its
+// replay and GET; another actor gets 404. Once the customer authenticates
+// (the simulator's /_sim/payment_intents/{id}/authenticate), the webhook
+// confirms the order; the client secret is shown no more. One PaymentIntent.
+func TestPayment_RequiresActionIsConfirmedAfterAuthentication(t *testing.T) {
+	t.Parallel()
+	s, _, res := mustStartReserved(t, Options{Env: fastEnv()}, 2)
+	key := newKey()
+	began := time.Now()
+	r := s.placeOrderWait(t, key, res, "pm_card_authenticationRequired", 10)
+	wantStatus(t, r, http.StatusAccepted)
+	id := orderIDOf(t, r)
+	secret := r.str("payment.client_secret")
+	if r.str("status") != "pending" || r.str("payment.status") != "requires_action" || !strings.Contains(secret, "_secret_") ||
+		r.str("payment.next_action.type") != "use_stripe_sdk" {
+		t.Fatalf("%s, want pending with payment.status requires_action, a client secret and next_action use_stripe_sdk", r)
+	}
+	if d := time.Since(began); d > 9*time.Second {
+		t.Errorf("the 202 took %s: it waited for an outcome that only the customer can bring (Prefer: wait=10)", d)
+	}
+	again := s.placeOrderWait(t, key, res, "pm_card_authenticationRequired", 0)
+	if again.Status != http.StatusAccepted || !again.replayed() || again.str("payment.client_secret") != secret {
+		t.Errorf("%s, want the 202 replayed with the same client secret", again)
+	}
+	if g := s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil); g.str("payment.client_secret") != secret {
+		t.Errorf("%s, want the owner shown the client secret", g)
+	}
+	if g := s.do(t, "GET", "/v1/orders/"+id, tokBob, "", nil); g.Status != http.StatusNotFound || strings.Contains(string(g.Body), secret) {
+		t.Errorf("%s, want 404 to another actor, without the secret", g)
+	}
+	pi := s.orderPaymentID(t, id)
+	if !strings.HasPrefix(secret, pi) {
+		t.Errorf("client secret %q is not PaymentIntent %s's", secret, pi)
+	}
+	s.authenticate(t, pi, true)
+	g := s.waitStatus(t, id, recoveryBound, "confirmed", "failed", "needs_review", "cancelled")
+	if g.str("status") != "confirmed" || g.str("payment.charge_id") != pi || g.str("payment.client_secret") != "" {
+		t.Fatalf("%s, want confirmed by %s without a client secret", g, pi)
+	}
+	s.waitWebhooksDelivered(t)
+	if !slices.ContainsFunc(s.simDeliveries(t), func(d simDelivery) bool {
+		return d.Type == "payment_intent.succeeded" && d.Delivered && d.StatusCode == http.StatusNoContent
+	}) {
+		t.Errorf("GET /_sim/webhooks: no payment_intent.succeeded acknowledged 204: %+v", s.simDeliveries(t))
+	}
+	evs := s.orderEvents(t, id)
+	wantOneAttempt(t, id, evs, map[string]int{"PaymentActionRequired": 1, "PaymentSucceeded": 1, "OrderConfirmed": 1, "PaymentFailed": 0})
+	if a := ofType(evs, "PaymentActionRequired"); len(a) == 1 && (a[0].str("payment_id") != pi || a[0].Data["private"] == nil) {
+		t.Errorf("order-%s: PaymentActionRequired %v, want payment %s with a sealed private part", id, a[0].Data, pi)
+	}
+	if tickets, _ := g.get("tickets").([]any); len(tickets) != 2 {
+		t.Errorf("%s: want 2 tickets", g)
+	}
+	s.checkCharges(t, 1, 0)
+}
+
+// TestPayment_RequiresActionAbandonedIsCancelledAtTheDeadline: the customer
+// never authenticates. At the payment deadline (20 s here) the order fails
+// (payment_deadline, 402 payment-failed to a repeat), its seats are
+// released, and the PaymentIntent is cancelled at the provider; nothing
+// moved. Its client secret is shown no more.
+func TestPayment_RequiresActionAbandonedIsCancelledAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	s, show, res := mustStartReserved(t, Options{Env: fastEnv("BOOKING_PAYMENT_DEADLINE", "20s")}, 3)
+	key := newKey()
+	r := s.placeOrderWait(t, key, res, "tok_authentication_required", 5)
+	wantStatus(t, r, http.StatusAccepted)
+	id := orderIDOf(t, r)
+	if r.str("payment.status") != "requires_action" {
+		t.Fatalf("%s, want payment.status requires_action", r)
+	}
+	pi := s.orderPaymentID(t, id)
+	s.wantAvailable(t, show, 7, "while the payment waits for the customer")
+	g := s.waitStatus(t, id, 90*time.Second, "failed", "confirmed", "cancelled", "needs_review")
+	if g.str("status") != "failed" || g.str("failure_reason") != "payment_deadline" || g.str("payment.client_secret") != "" {
+		t.Fatalf("%s, want failed with payment_deadline and no client secret", g)
+	}
+	if !eventually(60*time.Second, func() bool {
+		m := s.orderMoney(t, id)
+		return len(m.All) == 1 && m.All[0].Status == "canceled"
+	}) {
+		t.Errorf("simulator: PaymentIntent %s of order %s is %+v, want canceled", pi, id, s.orderMoney(t, id).All)
+	}
+	if !eventually(30*time.Second, func() bool { return s.available(t, show) == 10 }) {
+		t.Errorf("GET /v1/shows/%s: available = %d after the deadline, want 10", show, s.available(t, show))
+	}
+	checkProblem(t, s.placeOrderWait(t, key, res, "tok_authentication_required", 0), http.StatusPaymentRequired, "payment-failed")
+	s.settle(t)
+	evs := s.orderEvents(t, id)
+	wantOneAttempt(t, id, evs, map[string]int{"PaymentActionRequired": 1, "OrderFailed": 1, "PaymentFailed": 1, "PaymentSucceeded": 0,
+		"RefundRequested": 0})
+	if f := ofType(evs, "PaymentFailed"); len(f) == 1 && (f[0].str("charge_id") != pi || f[0].str("code") != "canceled") {
+		t.Errorf("order-%s: PaymentFailed %v, want payment %s canceled", id, f[0].Data, pi)
+	}
+	s.checkCharges(t, 0, 1)
+}
+
+// TestPayment_CancelOfAConfirmedOrderIsRefunded: a confirmed order is
+// cancelled (200): its PaymentIntent is refunded by payment_intent under
+// refund-{paymentID}, recorded before it was sent; net 0, seats back.
+func TestPayment_CancelOfAConfirmedOrderIsRefunded(t *testing.T) {
+	t.Parallel()
+	s, show, res := mustStartReserved(t, Options{Env: fastEnv()}, 2)
+	id := s.mustPlaceOrder(t, newKey(), res, "pm_card_visa", -1, http.StatusCreated)
+	pi := s.orderPaymentID(t, id)
+	if c := s.rbCancel(t, tokAlice, id); c.Status != http.StatusOK || c.str("status") != "cancelled" {
+		t.Fatalf("%s, want 200 cancelled", c)
+	}
+	if !eventually(60*time.Second, func() bool { return s.orderMoney(t, id).Net == 0 }) {
+		t.Fatalf("simulator: order %s PaymentIntents %+v, want refunded (net 0)", id, s.orderMoney(t, id).All)
+	}
+	if refs := s.simRefunds(t); len(refs) != 1 || refs[0].PaymentIntent != pi || refs[0].Metadata["refund_key"] != "refund-"+pi {
+		t.Errorf("simulator: refunds %+v, want one of %s with metadata refund_key refund-%s", refs, pi, pi)
+	}
+	s.waitWebhooksDelivered(t)
+	wantCounts(t, id, s.orderEvents(t, id), map[string]int{"PaymentSucceeded": 1, "OrderConfirmed": 1, "RefundRequested": 1,
+		"RefundSucceeded": 1, "OrderCancelled": 1})
+	s.checkRefundsRecordedFirst(t, 0)
+	s.wantAvailable(t, show, 10, "after the cancel")
 }

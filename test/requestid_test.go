@@ -177,7 +177,7 @@ func TestRequestID_EndToEnd(t *testing.T) {
 		t.Errorf("NATS: %d messages carry %s %s, want the %d public events the request caused (at least 5)",
 			withID, notify.HeaderRequestID, rid, len(caused))
 	}
-	s.resumeWebhooks(t, "charge.succeeded")
+	s.resumeWebhooks(t, "payment_intent.succeeded")
 
 	// Ids the service makes or refuses.
 	long := strings.Repeat("x", 128)

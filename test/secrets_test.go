@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -74,13 +75,16 @@ func natsMessages(t testing.TB, js jetstream.JetStream) [][]byte {
 // mixed workload pays with its own token. One request is SIGKILLed right
 // after its order claim; after the restart the process manager places and
 // pays it with the token held sealed in the key table. Then: confirmed,
-// declined, cancelled (confirmed then refunded), cancelling (tok_slow) and
-// a pending order (the provider fails every call). Afterwards no token
-// appears in clear in the events' data or metadata, the read models, the
-// NATS stream or the output of booking serve and the simulator; the keys of
-// ended orders are gone and only the pending order's remains; the ended
-// orders still replay (same status, Idempotent-Replayed) and a projections
-// rebuild gives their rows back unchanged.
+// declined, cancelled (confirmed then refunded), cancelling (tok_slow), one
+// whose payment requires the customer's action (its client secret shown in
+// the 202, then cancelled) and a pending order (the provider fails every
+// call). Afterwards no token, no client secret (nothing with "_secret_")
+// and no payment method id (pm_…) appears in clear in the events' data or
+// metadata, the read models, the NATS stream or the output of booking serve
+// and the simulator; the keys of ended orders are gone and only the pending
+// order's remains; the ended orders still replay (same status,
+// Idempotent-Replayed) and a projections rebuild gives their rows back
+// unchanged.
 func TestSecrets_NoTokenInClearAfterMixedWorkloadAndCrash(t *testing.T) {
 	t.Parallel()
 	s := mustStart(t, Options{CrashAt: []string{"order.claimed"}, Env: fastEnv(), ExternalSim: true})
@@ -148,10 +152,20 @@ func TestSecrets_NoTokenInClearAfterMixedWorkloadAndCrash(t *testing.T) {
 	if c := s.rbCancel(t, tokBob, cancelling.id); c.Status != http.StatusAccepted || c.str("status") != "cancelling" {
 		t.Errorf("%s, want 202 cancelling", c)
 	}
+	action := place(tokBob, "tok_authentication_required", "", http.StatusAccepted)
+	action.final = "cancelled"
+	g := s.do(t, "GET", "/v1/orders/"+action.id, tokBob, "", nil)
+	clientSecret := g.str("payment.client_secret")
+	if g.str("payment.status") != "requires_action" || !strings.Contains(clientSecret, "_secret_") {
+		t.Fatalf("%s, want payment.status requires_action with a client secret", g)
+	}
+	if c := s.rbCancel(t, tokBob, action.id); c.Status != http.StatusAccepted && c.Status != http.StatusOK {
+		t.Errorf("%s, want 202 cancelling (or 200 cancelled)", c)
+	}
 	pending := place(tokAlice, "tok_error_before_commit", "0", http.StatusAccepted)
 	s.expectOpen(pending.id, "the provider fails every call: the order stays pending")
-	ended := []placedOrder{confirmed, declined, refunded, cancelling}
-	owner := map[string]string{confirmed.id: tokAlice, declined.id: tokBob, refunded.id: tokAlice, cancelling.id: tokBob}
+	ended := []placedOrder{confirmed, declined, refunded, cancelling, action}
+	owner := map[string]string{confirmed.id: tokAlice, declined.id: tokBob, refunded.id: tokAlice, cancelling.id: tokBob, action.id: tokBob}
 
 	if !eventually(60*time.Second, func() bool {
 		for _, o := range ended {
@@ -167,14 +181,15 @@ func TestSecrets_NoTokenInClearAfterMixedWorkloadAndCrash(t *testing.T) {
 	if st := s.orderStatus(t, tokAlice, pending.id); st != "pending" {
 		t.Errorf("order %s (provider failing) is %q, want pending", pending.id, st)
 	}
-	// Counts: 6 orders; at the simulator tok_visa charged twice net (the
+	// Counts: 7 orders; at the simulator tok_visa charged twice net (the
 	// crashed order and the confirmed one), the refunded and the
-	// cancelling one net 0, one decline, nothing for the pending one.
-	if n := s.orders(t); n != 6 {
-		t.Errorf("event store: %d orders, want 6", n)
+	// cancelling one net 0, one decline, one canceled PaymentIntent (the
+	// action never taken), nothing for the pending one.
+	if n := s.orders(t); n != 7 {
+		t.Errorf("event store: %d orders, want 7", n)
 	}
-	if !eventually(30*time.Second, func() bool { c := s.charges(t); return c.Net == 2*priceAmount && c.Failed == 1 }) {
-		t.Errorf("GET /_sim/charges: %s, want net %d and 1 failed", s.charges(t), 2*priceAmount)
+	if !eventually(30*time.Second, func() bool { c := s.charges(t); return c.Net == 2*priceAmount && c.Failed == 2 && c.Waiting == 0 }) {
+		t.Errorf("GET /_sim/charges: %s, want net %d, 2 failed (a decline, a cancel), none waiting", s.charges(t), 2*priceAmount)
 	}
 
 	// ---- the key table: only the pending order's key, holding no token.
@@ -220,9 +235,9 @@ func TestSecrets_NoTokenInClearAfterMixedWorkloadAndCrash(t *testing.T) {
 		t.Errorf("NATS: %d messages, want at least the %d events published so far", rbNATSMsgs(t, js), published)
 	}
 	if !eventually(30*time.Second, func() bool {
-		return s.queryInt(t, `SELECT count(*) FROM rm_orders WHERE status IN ('confirmed', 'failed', 'cancelled')`) == 5
+		return s.queryInt(t, `SELECT count(*) FROM rm_orders WHERE status IN ('confirmed', 'failed', 'cancelled')`) == 6
 	}) {
-		t.Errorf("rm_orders: the 5 ended orders are not all projected")
+		t.Errorf("rm_orders: the 6 ended orders are not all projected")
 	}
 	var readModels []byte
 	for table, rows := range s.rbSnapshot(t) {
@@ -243,12 +258,18 @@ func TestSecrets_NoTokenInClearAfterMixedWorkloadAndCrash(t *testing.T) {
 		t.Fatalf("too little to search: %d events, %d NATS messages", len(places["the events table"]), len(places["the NATS stream BOOKING"]))
 	}
 	for where, blobs := range places {
-		for _, tok := range tokens {
+		for _, tok := range append(tokens, clientSecret, "_secret_") {
 			for _, b := range blobs {
 				if bytes.Contains(b, []byte(tok)) {
-					t.Errorf("%s holds the payment token %s in clear", where, tok)
+					t.Errorf("%s holds the secret %s in clear", where, tok)
 					break
 				}
+			}
+		}
+		for _, b := range blobs {
+			if m := paymentMethodID.Find(b); m != nil {
+				t.Errorf("%s holds a payment method id in clear: %s", where, m)
+				break
 			}
 		}
 	}
@@ -292,9 +313,13 @@ func TestSecrets_NoTokenInClearAfterMixedWorkloadAndCrash(t *testing.T) {
 	}
 }
 
+// paymentMethodID matches a Stripe PaymentMethod id or a test token, as
+// the simulator's PaymentIntents carry them (pm_…, tok_…).
+var paymentMethodID = regexp.MustCompile(`\b(pm|tok)_[A-Za-z0-9]{6,}`)
+
 // TestProviderAPIKey_ReachesSimulatorAndIsNeverLogged: the external
 // simulator requires an API key (BOOKING_PROVIDER_SIM_API_KEY). booking
-// serve sends BOOKING_PROVIDER_API_KEY and its orders are charged; the
+// serve sends BOOKING_STRIPE_SECRET_KEY and its orders are charged; the
 // simulator answers 401 with a Stripe-like body to a request without it or
 // with another key, and a booking serve with the wrong key charges nothing
 // and fails nothing (202 pending, not a decline) until it is restarted with
@@ -311,13 +336,12 @@ func TestProviderAPIKey_ReachesSimulatorAndIsNeverLogged(t *testing.T) {
 		t.Fatalf("%s, want confirmed", r)
 	}
 
-	body := map[string]any{"amount": 100, "currency": priceCurrency, "token": "tok_visa", "metadata": map[string]string{"order_id": "x"}}
 	for _, auth := range []string{"", "sk_test_not_the_key"} {
-		c := call{Method: "POST", Path: s.SimURL + "/v1/charges", Token: auth, Body: body, Header: map[string]string{"Idempotency-Key": newKey()}}
+		c := call{Method: "GET", Path: s.SimURL + "/v1/payment_intents?limit=1", Token: auth}
 		r := s.doCall(t, c)
 		if r.Status != http.StatusUnauthorized || r.str("error.type") != "invalid_request_error" || r.str("error.message") == "" ||
 			!strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Bearer") {
-			t.Errorf("POST /v1/charges with key %q: %s (WWW-Authenticate %q), want 401 invalid_request_error with a Bearer challenge",
+			t.Errorf("GET /v1/payment_intents with key %q: %s (WWW-Authenticate %q), want 401 invalid_request_error with a Bearer challenge",
 				auth, r, r.Header.Get("WWW-Authenticate"))
 		}
 	}
@@ -329,7 +353,7 @@ func TestProviderAPIKey_ReachesSimulatorAndIsNeverLogged(t *testing.T) {
 	wrong := "sk_test_wrong_" + hex.EncodeToString(randomBytes(6))
 	s.Restart(func(o *Options) {
 		o.Env = fastEnv()
-		o.Env["BOOKING_PROVIDER_API_KEY"] = wrong
+		o.Env["BOOKING_STRIPE_SECRET_KEY"] = wrong
 	})
 	r = s.do(t, "POST", "/v1/orders", tokBob, newKey(), orderBody(s.mustReserve(t, tokBob, show, 1), "tok_visa"))
 	wantStatus(t, r, http.StatusAccepted)

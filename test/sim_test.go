@@ -4,9 +4,13 @@ package test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,7 +18,6 @@ import (
 	"time"
 
 	"github.com/retrysafe/booking/cmd/booking/loadgen/audit"
-	"github.com/retrysafe/booking/provider"
 )
 
 // simGet reads GET {SimURL}path into v and fails the test unless it
@@ -31,18 +34,20 @@ func (s *server) simGet(t testing.TB, path string, v any) {
 // simCharge is an entry of GET /_sim/charges.
 type simCharge = audit.Charge
 
-// chargeSummary counts the simulator's charges.
+// chargeSummary counts the simulator's PaymentIntents (GET /_sim/charges):
+// succeeded ones, failed ones (declined: requires_payment_method, or
+// canceled), and the rest (requires_action, processing).
 type chargeSummary struct {
-	Succeeded, Failed int
-	Net               int64 // succeeded amounts net of refunds
-	All               []simCharge
+	Succeeded, Failed, Waiting int
+	Net                        int64 // succeeded amounts net of refunds
+	All                        []simCharge
 }
 
 func (c chargeSummary) String() string {
-	return fmt.Sprintf("%d succeeded, %d failed, net %d", c.Succeeded, c.Failed, c.Net)
+	return fmt.Sprintf("%d succeeded, %d failed, %d waiting, net %d", c.Succeeded, c.Failed, c.Waiting, c.Net)
 }
 
-// charges returns the simulator's charges (GET /_sim/charges).
+// charges returns the simulator's PaymentIntents (GET /_sim/charges).
 func (s *server) charges(t testing.TB) chargeSummary {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -54,7 +59,7 @@ func (s *server) charges(t testing.TB) chargeSummary {
 	return summarize(all)
 }
 
-// summarize counts charges.
+// summarize counts PaymentIntents.
 func summarize(charges []simCharge) chargeSummary {
 	sum := chargeSummary{All: charges}
 	for _, c := range charges {
@@ -62,8 +67,10 @@ func summarize(charges []simCharge) chargeSummary {
 		case "succeeded":
 			sum.Succeeded++
 			sum.Net += c.Amount - c.RefundedAmount
-		case "failed":
+		case "requires_payment_method", "canceled":
 			sum.Failed++
+		default:
+			sum.Waiting++
 		}
 	}
 	return sum
@@ -92,7 +99,8 @@ func (s *server) simAdvance(t testing.TB, d string) {
 	wantStatus(t, s.simDo(t, "POST", "/_sim/clock", map[string]any{"advance": d}, nil), http.StatusOK)
 }
 
-// simEvent is an entry of GET /_sim/events.
+// simEvent is an entry of GET /_sim/events: a Stripe event, whose
+// data.object is a PaymentIntent (or, for charge.refunded, a charge).
 type simEvent struct {
 	ID      string `json:"id"`
 	Type    string `json:"type"`
@@ -125,7 +133,8 @@ func (s *server) simEvents(t testing.TB) []simEvent {
 	return evs
 }
 
-// simEventOf returns the simulator's event of type typ about charge chargeID.
+// simEventOf returns the simulator's event of type typ about object
+// chargeID (a PaymentIntent's id).
 func (s *server) simEventOf(t testing.TB, typ, chargeID string) simEvent {
 	t.Helper()
 	var found *simEvent
@@ -138,7 +147,7 @@ func (s *server) simEventOf(t testing.TB, typ, chargeID string) simEvent {
 		}
 		return false
 	}) {
-		t.Fatalf("GET /_sim/events: no %s event for charge %s", typ, chargeID)
+		t.Fatalf("GET /_sim/events: no %s event for %s", typ, chargeID)
 	}
 	return *found
 }
@@ -229,38 +238,98 @@ func (s *server) simDeliveries(t testing.TB) []simDelivery {
 	return out.Deliveries
 }
 
+// simRefund is an entry of GET /_sim/refunds: a Stripe refund object.
+type simRefund struct {
+	ID            string            `json:"id"`
+	Amount        int64             `json:"amount"`
+	PaymentIntent string            `json:"payment_intent"`
+	Status        string            `json:"status"`
+	Created       int64             `json:"created"`
+	Metadata      map[string]string `json:"metadata"`
+}
+
 // simRefunds returns the simulator's refunds (GET /_sim/refunds).
-func (s *server) simRefunds(t testing.TB) []provider.Refund {
+func (s *server) simRefunds(t testing.TB) []simRefund {
 	t.Helper()
 	var out struct {
-		Refunds []provider.Refund `json:"refunds"`
+		Refunds []simRefund `json:"refunds"`
 	}
 	s.simGet(t, "/_sim/refunds", &out)
 	return out.Refunds
 }
 
-// simMakeCharge makes a charge at the simulator directly (as another client of
-// the provider would) under a fresh key, with metadata order_id and, when
-// attempt > 0, attempt, and returns its id.
-func (s *server) simMakeCharge(t testing.TB, token, orderID string, attempt int, amount int64) string {
+// simMakePayment creates and confirms a PaymentIntent at the simulator
+// directly, on Stripe's wire (as another client of the account would),
+// under a fresh key, with metadata order_id (when not empty), attempt (when
+// attempt > 0) and the extra metadata meta, and returns its id (200, or the declined
+// one of a 402).
+func (s *server) simMakePayment(t testing.TB, token, orderID string, attempt int, amount int64, meta map[string]string) string {
 	t.Helper()
-	meta := map[string]string{"order_id": orderID}
+	form := url.Values{"amount": {strconv.FormatInt(amount, 10)}, "currency": {strings.ToLower(priceCurrency)},
+		"payment_method": {token}, "confirm": {"true"}, "automatic_payment_methods[enabled]": {"true"},
+		"automatic_payment_methods[allow_redirects]": {"never"}}
+	if orderID != "" {
+		form.Set("metadata[order_id]", orderID)
+	}
 	if attempt > 0 {
-		meta["attempt"] = strconv.Itoa(attempt)
+		form.Set("metadata[attempt]", strconv.Itoa(attempt))
 	}
-	body := map[string]any{"amount": amount, "currency": priceCurrency, "token": token, "metadata": meta}
-	r := s.simDo(t, "POST", "/v1/charges", body, map[string]string{"Idempotency-Key": "e2e-foreign-" + newKey()})
-	if r.Status != http.StatusOK && r.Status != http.StatusPaymentRequired {
-		t.Fatalf("%s, want 200 or 402", r)
+	for k, v := range meta {
+		form.Set("metadata["+k+"]", v)
 	}
-	id := r.str("id")
+	req, err := http.NewRequest("POST", s.SimURL+"/v1/payment_intents", strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+s.providerKey)
+	req.Header.Set("Idempotency-Key", "e2e-foreign-"+newKey())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		ID    string `json:"id"`
+		Error struct {
+			PaymentIntent struct {
+				ID string `json:"id"`
+			} `json:"payment_intent"`
+		} `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("POST /v1/payment_intents: %v", err)
+	}
+	id := out.ID
 	if id == "" {
-		id = r.str("charge.id")
+		id = out.Error.PaymentIntent.ID
 	}
-	if id == "" {
-		t.Fatalf("%s: no charge id", r)
+	if (resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusPaymentRequired) || id == "" {
+		t.Fatalf("POST /v1/payment_intents: %d, id %q; want 200 or 402 with a PaymentIntent", resp.StatusCode, id)
 	}
 	return id
+}
+
+// signWebhook returns the Stripe-Signature of body at t under secret:
+// t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">
+// (https://docs.stripe.com/webhooks#verify-manually).
+func signWebhook(body []byte, t time.Time, secret []byte) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(ts + "." + string(body)))
+	return "t=" + ts + ",v1=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// authenticate finishes payment id's customer authentication at the
+// simulator (POST /_sim/payment_intents/{id}/authenticate): succeed, or
+// fail.
+func (s *server) authenticate(t testing.TB, id string, succeed bool) {
+	t.Helper()
+	outcome := "fail"
+	if succeed {
+		outcome = "succeed"
+	}
+	wantStatus(t, s.simDo(t, "POST", "/_sim/payment_intents/"+id+"/authenticate", map[string]any{"outcome": outcome}, nil), http.StatusOK)
 }
 
 // orderMoney counts the simulator's charges of one order (by metadata).

@@ -504,30 +504,37 @@ func TestUnknownVariablesAreReported(t *testing.T) {
 	}
 }
 
-// TestRealProviderNeedsItsKey: booking serve with a real provider
-// (BOOKING_PROVIDER_URL) and no API key refuses to start (exit 2), naming
-// the variable and its flag; with the key, or its _FILE twin, it goes on.
-func TestRealProviderNeedsItsKey(t *testing.T) {
+// TestProviderKeysAndSecrets: booking serve with Stripe's secret key
+// (Stripe's API) and no webhook secret refuses to start (exit 2), naming
+// the variable and its flag; with it, it goes on; a simulator URL alone
+// (no key at all) goes on too.
+func TestProviderKeysAndSecrets(t *testing.T) {
 	t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/never-connected?connect_timeout=5")
 	t.Setenv("BOOKING_API_TOKENS", "a=x:admin")
-	t.Setenv("BOOKING_PROVIDER_URL", "https://provider.invalid")
-	t.Setenv("BOOKING_PROVIDER_WEBHOOK_SECRET", "whsec_x")
 	t.Setenv("BOOKING_MASTER_KEYS", "k1:"+strings.Repeat("A", 43)+"=")
 	t.Setenv("BOOKING_NATS_URL", "")
 	t.Setenv("BOOKING_EVENT_STORE", "")
 	t.Setenv("BOOKING_DATA_DIR", t.TempDir())
-	for _, v := range []string{"BOOKING_PROVIDER_API_KEY", "BOOKING_PROVIDER_API_KEY_FILE"} {
+	for _, v := range []string{"BOOKING_PROVIDER_API_KEY", "BOOKING_PROVIDER_API_KEY_FILE", "BOOKING_STRIPE_SECRET_KEY_FILE",
+		"BOOKING_PROVIDER_URL", "BOOKING_PROVIDER_WEBHOOK_SECRET"} {
 		t.Setenv(v, "")
 	}
+	t.Setenv("BOOKING_STRIPE_SECRET_KEY", "sk_test_1")
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), []string{"serve"}, &stdout, &stderr)
-	want := "invalid configuration: --provider-api-key (BOOKING_PROVIDER_API_KEY): required"
-	if err == nil || !strings.Contains(err.Error(), want) || exitCode(err) != exitUsage {
-		t.Errorf("serve with a real provider and no key = %v (exit %d), want %q, exit %d", err, exitCode(err), want, exitUsage)
+	want := "invalid configuration: --provider-webhook-secret (BOOKING_PROVIDER_WEBHOOK_SECRET): required"
+	if err == nil || !strings.Contains(err.Error(), want) || exitCode(err) != exitUsage || strings.Contains(err.Error(), "sk_test_1") {
+		t.Errorf("serve with Stripe's key and no webhook secret = %v (exit %d), want %q, exit %d", err, exitCode(err), want, exitUsage)
 	}
-	t.Setenv("BOOKING_PROVIDER_API_KEY", "sk_test_1")
+	t.Setenv("BOOKING_PROVIDER_WEBHOOK_SECRET", "whsec_x")
 	err = run(context.Background(), []string{"serve"}, &stdout, &stderr)
 	if err == nil || !strings.HasPrefix(err.Error(), "DATABASE_URL: ") {
-		t.Errorf("serve with the key = %v, want it to go on to the (unreachable) database", err)
+		t.Errorf("serve with the key and the webhook secret = %v, want it to go on to the (unreachable) database", err)
+	}
+	t.Setenv("BOOKING_STRIPE_SECRET_KEY", "")
+	t.Setenv("BOOKING_PROVIDER_URL", "http://127.0.0.1:8090")
+	err = run(context.Background(), []string{"serve"}, &stdout, &stderr)
+	if err == nil || !strings.HasPrefix(err.Error(), "DATABASE_URL: ") {
+		t.Errorf("serve with a simulator URL and no key = %v, want it to go on to the (unreachable) database", err)
 	}
 }

@@ -40,8 +40,9 @@ type providerSimCmd struct {
 	WebhookSecret string        `name:"webhook-secret" env:"BOOKING_PROVIDER_WEBHOOK_SECRET" default:"whsec_dev" help:"HMAC secret of webhook signatures."`
 	Retention     time.Duration `name:"retention" env:"BOOKING_PROVIDER_RETENTION" default:"24h" help:"Idempotency-key retention window."`
 	SlowDelay     time.Duration `name:"slow-delay" env:"BOOKING_PROVIDER_SLOW_DELAY" default:"2s" help:"Delay of tok_slow."`
-	APIKey        string        `name:"api-key" env:"BOOKING_PROVIDER_SIM_API_KEY" help:"When set, /v1 requests must carry Authorization: Bearer <key> (401 otherwise); never logged."`
-	DataDir       string        `name:"data-dir" env:"BOOKING_DATA_DIR" help:"Keep charges, refunds and idempotency keys in DIR/provider-sim across restarts (empty: in memory only)."`
+	SearchLag     time.Duration `name:"search-lag" env:"BOOKING_PROVIDER_SIM_SEARCH_LAG" default:"3s" help:"How long a new PaymentIntent stays invisible to search (Stripe's search is eventually consistent); 0 for none."`
+	APIKey        string        `name:"api-key" env:"BOOKING_PROVIDER_SIM_API_KEY" help:"When set, /v1 requests must carry the key as Stripe takes it (Authorization: Bearer <key>, or Basic with it as user name; 401 otherwise); never logged."`
+	DataDir       string        `name:"data-dir" env:"BOOKING_DATA_DIR" help:"Keep PaymentIntents, refunds and idempotency keys in DIR/provider-sim across restarts (empty: in memory only)."`
 	LogConfig     `embed:""`
 }
 
@@ -55,6 +56,15 @@ func simDataDir(dataDir string) string {
 	return filepath.Join(dataDir, "provider-sim")
 }
 
+// searchLag is the simulator's Config.SearchLag for a configured lag,
+// where 0 means none (Config's zero means its default).
+func searchLag(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 // Run serves the provider simulator until the context is done.
 func (c *providerSimCmd) Run(e *env) error {
 	if err := checkListenAddr("BOOKING_PROVIDER_SIM_ADDR", c.Addr, ""); err != nil {
@@ -63,12 +73,15 @@ func (c *providerSimCmd) Run(e *env) error {
 	if c.Retention <= 0 {
 		return configError("BOOKING_PROVIDER_RETENTION", "must be a positive duration")
 	}
+	if c.SearchLag < 0 {
+		return configError("BOOKING_PROVIDER_SIM_SEARCH_LAG", "must not be negative")
+	}
 	log, err := e.logger(c.LogConfig)
 	if err != nil {
 		return err
 	}
 	cfg := providersim.Config{Addr: c.Addr, WebhookURL: c.WebhookURL, WebhookSecret: c.WebhookSecret,
-		Retention: c.Retention, SlowDelay: c.SlowDelay, Logger: log,
+		Retention: c.Retention, SlowDelay: c.SlowDelay, SearchLag: searchLag(c.SearchLag), Logger: log,
 		DataDir: simDataDir(c.DataDir), APIKey: strings.TrimSpace(c.APIKey)}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("provider-sim: %w", err)
@@ -112,7 +125,7 @@ type loadgenCmd struct {
 	CancelRate   float64       `name:"cancel-rate" default:"0.1" help:"Share of confirmed orders cancelled."`
 	LateRate     float64       `name:"late-rate" default:"0.02" help:"Share of orders sent at the hold's expires_at (when that is at most --late-wait away)."`
 	LateWait     time.Duration `name:"late-wait" default:"30s" help:"Longest wait for a late order's expires_at."`
-	Faults       []string      `name:"faults" help:"Simulator faults to toggle during the run: error-before-commit, drop-after-commit, webhook-duplicates, webhook-reorder, latency, or all."`
+	Faults       []string      `name:"faults" help:"Simulator faults to toggle during the run: error-before-commit, error-after-commit, drop-after-commit, webhook-duplicates, webhook-reorder, latency, or all."`
 	FaultRate    float64       `name:"fault-rate" default:"0.05" help:"Probability of each rate-based fault while faults are on."`
 	FaultPeriod  time.Duration `name:"fault-period" default:"15s" help:"Faults are on for one period, off for the next, and so on."`
 	FaultLatency time.Duration `name:"fault-latency" default:"50ms" help:"Provider latency added while the latency fault is on."`

@@ -36,12 +36,15 @@ type ServeConfig struct {
 	NATSURL               string        `name:"nats-url" env:"BOOKING_NATS_URL" help:"External NATS server URL; empty starts an embedded server."`
 	NATSAddr              string        `name:"nats-addr" env:"BOOKING_NATS_ADDR" default:"127.0.0.1:4222" help:"Listen address of the embedded NATS server."`
 	NATSDuplicateWindow   time.Duration `name:"nats-duplicate-window" env:"BOOKING_NATS_DUPLICATE_WINDOW" default:"10m" help:"JetStream duplicate window of stream BOOKING."`
-	ProviderURL           string        `name:"provider-url" env:"BOOKING_PROVIDER_URL" help:"Payment provider base URL; empty runs the simulator in-process (dev mode)."`
+	ProviderURL           string        `name:"provider-url" env:"BOOKING_PROVIDER_URL" help:"Base URL of the simulator, or of a proxy in front of Stripe; empty: Stripe's API with BOOKING_STRIPE_SECRET_KEY, else the simulator in-process (dev mode)."`
 	ProviderSimAddr       string        `name:"provider-sim-addr" env:"BOOKING_PROVIDER_SIM_ADDR" default:"127.0.0.1:8090" help:"Listen address of the in-process provider simulator."`
-	ProviderWebhookSecret string        `name:"provider-webhook-secret" env:"BOOKING_PROVIDER_WEBHOOK_SECRET" help:"Shared secret of provider webhook signatures (dev default: whsec_dev)."`
-	APITokens             string        `name:"api-tokens" env:"BOOKING_API_TOKENS" help:"With --auth=tokens: the bearer tokens, name=token[:admin],... (the name is the actor id)."`
-	DataDir               string        `name:"data-dir" env:"BOOKING_DATA_DIR" default:".data" help:"Data directory (embedded NATS storage; in dev mode the provider simulator's state in provider-sim/ and the generated master key)."`
-	Deployment            string        `name:"deployment" env:"BOOKING_DEPLOYMENT" help:"Prefix of provider idempotency keys; empty in dev."`
+	ProviderWebhookSecret string        `name:"provider-webhook-secret" env:"BOOKING_PROVIDER_WEBHOOK_SECRET" help:"Signing secret of the provider's webhooks (Stripe's whsec_…; any string is used as the HMAC key as is; dev default: whsec_dev)."`
+	// StripeIgnoreAPIVersion accepts webhook events rendered in another API
+	// version than the adapter's (stripe.APIVersion).
+	StripeIgnoreAPIVersion bool   `name:"stripe-ignore-api-version" env:"BOOKING_STRIPE_IGNORE_API_VERSION" help:"Accept webhook events of another Stripe API version than the pinned one (only while moving the endpoint to it)."`
+	APITokens              string `name:"api-tokens" env:"BOOKING_API_TOKENS" help:"With --auth=tokens: the bearer tokens, name=token[:admin],... (the name is the actor id)."`
+	DataDir                string `name:"data-dir" env:"BOOKING_DATA_DIR" default:".data" help:"Data directory (embedded NATS storage; in dev mode the provider simulator's state in provider-sim/ and the generated master key)."`
+	Deployment             string `name:"deployment" env:"BOOKING_DEPLOYMENT" help:"Prefix of provider idempotency keys; empty in dev."`
 
 	LogConfig `embed:""`
 
@@ -53,16 +56,19 @@ type ServeConfig struct {
 	// names (never both); never logged.
 	Secrets secrets.Config `embed:""`
 
-	IntentRetention  time.Duration `name:"intent-retention" env:"BOOKING_INTENT_RETENTION" default:"24h" help:"How long intents (idempotency keys) are kept."`
-	IntentLease      time.Duration `name:"intent-lease" env:"BOOKING_INTENT_LEASE" default:"5s" help:"How long a request owns its intent before the commit point."`
-	ReservationHold  time.Duration `name:"reservation-hold" env:"BOOKING_RESERVATION_HOLD" default:"10m" help:"How long a reservation holds its seats."`
-	PaymentLease     time.Duration `name:"payment-lease" env:"BOOKING_PAYMENT_LEASE" default:"30s" help:"Lease of a payment attempt's sender."`
-	ProviderTimeout  time.Duration `name:"provider-timeout" env:"BOOKING_PROVIDER_TIMEOUT" default:"10s" help:"Timeout of one provider call."`
-	ProviderWindow   time.Duration `name:"provider-retention" env:"BOOKING_PROVIDER_RETENTION" default:"24h" help:"The provider's idempotency-key retention window."`
-	PaymentDeadline  time.Duration `name:"payment-deadline" env:"BOOKING_PAYMENT_DEADLINE" default:"15m" help:"How long an order may still be paid, counted from its claim (the commit point of POST /v1/orders)."`
-	RecoveryInterval time.Duration `name:"recovery-interval" env:"BOOKING_RECOVERY_INTERVAL" default:"30s" help:"Bound on the delay before background jobs finish interrupted work."`
-	InUseWait        time.Duration `name:"in-use-wait" env:"BOOKING_IN_USE_WAIT" default:"2s" help:"How long a repeat waits for an in-flight first request before 409."`
-	ShutdownTimeout  time.Duration `name:"shutdown-timeout" env:"BOOKING_SHUTDOWN_TIMEOUT" default:"15s" help:"Grace period for in-flight requests and background payment steps at shutdown (the waiting key deletes then get up to 5s more)."`
+	IntentRetention time.Duration `name:"intent-retention" env:"BOOKING_INTENT_RETENTION" default:"24h" help:"How long intents (idempotency keys) are kept."`
+	IntentLease     time.Duration `name:"intent-lease" env:"BOOKING_INTENT_LEASE" default:"5s" help:"How long a request owns its intent before the commit point."`
+	ReservationHold time.Duration `name:"reservation-hold" env:"BOOKING_RESERVATION_HOLD" default:"10m" help:"How long a reservation holds its seats."`
+	PaymentLease    time.Duration `name:"payment-lease" env:"BOOKING_PAYMENT_LEASE" default:"30s" help:"Lease of a payment attempt's sender."`
+	ProviderTimeout time.Duration `name:"provider-timeout" env:"BOOKING_PROVIDER_TIMEOUT" default:"10s" help:"Timeout of one provider call."`
+	ProviderWindow  time.Duration `name:"provider-retention" env:"BOOKING_PROVIDER_RETENTION" default:"24h" help:"The provider's idempotency-key retention window."`
+	// ProviderClockSkew pads the time range in which an attempt's payment
+	// is looked for in the provider's list of payments.
+	ProviderClockSkew time.Duration `name:"provider-clock-skew" env:"BOOKING_PROVIDER_CLOCK_SKEW" default:"2m" help:"Bound on the difference between the database clock and the provider's; pads the range of an attempt's payments in reconciliation."`
+	PaymentDeadline   time.Duration `name:"payment-deadline" env:"BOOKING_PAYMENT_DEADLINE" default:"15m" help:"How long an order may still be paid, counted from its claim (the commit point of POST /v1/orders)."`
+	RecoveryInterval  time.Duration `name:"recovery-interval" env:"BOOKING_RECOVERY_INTERVAL" default:"30s" help:"Bound on the delay before background jobs finish interrupted work."`
+	InUseWait         time.Duration `name:"in-use-wait" env:"BOOKING_IN_USE_WAIT" default:"2s" help:"How long a repeat waits for an in-flight first request before 409."`
+	ShutdownTimeout   time.Duration `name:"shutdown-timeout" env:"BOOKING_SHUTDOWN_TIMEOUT" default:"15s" help:"Grace period for in-flight requests and background payment steps at shutdown (the waiting key deletes then get up to 5s more)."`
 
 	RetryBudgetRate  float64 `name:"retry-budget-rate" env:"BOOKING_RETRY_BUDGET_RATE" default:"20" help:"Per-actor request budget: sustained requests per second."`
 	RetryBudgetBurst int     `name:"retry-budget-burst" env:"BOOKING_RETRY_BUDGET_BURST" default:"40" help:"Per-actor request budget: burst size."`
@@ -118,17 +124,7 @@ func (c *ServeConfig) Validate() error {
 	if err := checkEventStore(c.EventStore); err != nil {
 		return err
 	}
-	if c.ProviderURL != "" {
-		if u, err := url.Parse(c.ProviderURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return configError("BOOKING_PROVIDER_URL", "must be an http(s) URL")
-		}
-		if c.ProviderWebhookSecret == "" {
-			return configError("BOOKING_PROVIDER_WEBHOOK_SECRET", "required when BOOKING_PROVIDER_URL is set")
-		}
-	} else if err := checkListenAddr("BOOKING_PROVIDER_SIM_ADDR", c.ProviderSimAddr, ""); err != nil {
-		return err
-	}
-	if err := c.Secrets.Check(c.ProviderURL == ""); err != nil {
+	if err := c.validateProvider(); err != nil {
 		return err
 	}
 	if _, err := c.LogConfig.Logger(io.Discard); err != nil {
@@ -158,6 +154,9 @@ func (c *ServeConfig) Validate() error {
 	if err := c.HTTPLimits.validate(c.InUseWait); err != nil {
 		return err
 	}
+	if c.ProviderClockSkew < 0 {
+		return configError("BOOKING_PROVIDER_CLOCK_SKEW", "must not be negative")
+	}
 	if c.IntentRetention < 10*c.RecoveryInterval {
 		return configError("BOOKING_INTENT_RETENTION", "%s must be at least 10 × BOOKING_RECOVERY_INTERVAL (%s) so recovery finishes intents long before they expire",
 			c.IntentRetention, c.RecoveryInterval)
@@ -179,6 +178,42 @@ func (c *ServeConfig) Validate() error {
 	}
 	if c.RetryBudgetBurst < 1 {
 		return configError("BOOKING_RETRY_BUDGET_BURST", "must be at least 1")
+	}
+	return nil
+}
+
+// devMode reports whether the provider simulator runs in-process: neither
+// BOOKING_PROVIDER_URL nor a Stripe secret key is set.
+func (c *ServeConfig) devMode() bool { return c.ProviderURL == "" && !c.Secrets.StripeKeySet() }
+
+// stripeAPI is Stripe's API host: a BOOKING_PROVIDER_URL naming it needs a
+// secret key like Stripe's API itself.
+const stripeAPI = "api.stripe.com"
+
+// validateProvider checks how the service reaches its payment provider:
+// Stripe's API (a Stripe secret key, no URL), BOOKING_PROVIDER_URL (the
+// simulator or a proxy; a key is optional, except for Stripe's own host),
+// or dev mode (the simulator in-process); a webhook secret outside dev
+// mode; and the secrets (secrets.Config.Check).
+func (c *ServeConfig) validateProvider() error {
+	dev := c.devMode()
+	if c.ProviderURL != "" {
+		u, err := url.Parse(c.ProviderURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return configError("BOOKING_PROVIDER_URL", "must be an http(s) URL")
+		}
+		if u.Hostname() == stripeAPI && !c.Secrets.ProviderKeySet() {
+			return configError("BOOKING_STRIPE_SECRET_KEY", "required for Stripe's API (BOOKING_PROVIDER_URL names %s)", stripeAPI)
+		}
+	}
+	if err := c.Secrets.Check(dev); err != nil {
+		return err
+	}
+	if dev {
+		return checkListenAddr("BOOKING_PROVIDER_SIM_ADDR", c.ProviderSimAddr, "")
+	}
+	if c.ProviderWebhookSecret == "" {
+		return configError("BOOKING_PROVIDER_WEBHOOK_SECRET", "required with Stripe's API or BOOKING_PROVIDER_URL: the webhook endpoint's signing secret (whsec_…)")
 	}
 	return nil
 }

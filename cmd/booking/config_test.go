@@ -83,6 +83,19 @@ func TestServeConfigValidate(t *testing.T) {
 		{"Both provider key variables are refused.", func(c *ServeConfig) {
 			c.Secrets.ProviderAPIKey, c.Secrets.ProviderAPIKeyFile = "sk_1", "/run/secrets/provider"
 		}, "BOOKING_PROVIDER_API_KEY"},
+		{"Stripe's API (a Stripe key, no URL) without a webhook secret is refused.", func(c *ServeConfig) {
+			c.Secrets.StripeSecretKey, c.Secrets.MasterKeysFile = "sk_test_1", "/run/secrets/master-keys"
+		}, "BOOKING_PROVIDER_WEBHOOK_SECRET"},
+		{"Stripe's API without master keys is refused.", func(c *ServeConfig) {
+			c.Secrets.StripeSecretKey, c.ProviderWebhookSecret = "sk_test_1", "whsec_1"
+		}, "BOOKING_MASTER_KEYS"},
+		{"Stripe's API host as BOOKING_PROVIDER_URL without a key is refused.", func(c *ServeConfig) {
+			c.ProviderURL, c.ProviderWebhookSecret, c.Secrets.MasterKeysFile = "https://api.stripe.com", "whsec_1", "/run/secrets/master-keys"
+		}, "BOOKING_STRIPE_SECRET_KEY"},
+		{"A Stripe key and its older name together are refused.", func(c *ServeConfig) {
+			c.Secrets.StripeSecretKey, c.Secrets.ProviderAPIKey = "sk_1", "sk_1"
+		}, "BOOKING_STRIPE_SECRET_KEY"},
+		{"A negative clock skew is refused.", func(c *ServeConfig) { c.ProviderClockSkew = -time.Second }, "BOOKING_PROVIDER_CLOCK_SKEW"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,6 +125,24 @@ func TestServeConfigValidate(t *testing.T) {
 	c.Secrets.MasterKeysFile = "/run/secrets/master-keys" // read at start, not by Validate
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate() with external NATS and provider and their unused addresses invalid = %v, want nil", err)
+	}
+	// A simulator URL alone starts without a key; a Stripe key alone
+	// selects Stripe's API (no simulator address is checked).
+	c = validServeConfig()
+	c.ProviderURL, c.ProviderWebhookSecret, c.Secrets.MasterKeysFile = "http://127.0.0.1:8090", "any secret", "/run/secrets/master-keys"
+	if err := c.Validate(); err != nil || c.devMode() {
+		t.Errorf("Validate() with a simulator URL and no key = %v (dev %v), want nil, not dev", err, c.devMode())
+	}
+	c = validServeConfig()
+	c.Secrets.StripeSecretKey, c.ProviderWebhookSecret, c.Secrets.MasterKeysFile = "sk_test_1", "whsec_1", "/run/secrets/master-keys"
+	c.ProviderSimAddr = "unused"
+	if err := c.Validate(); err != nil || c.devMode() {
+		t.Errorf("Validate() with a Stripe key = %v (dev %v), want nil, not dev", err, c.devMode())
+	}
+	c = validServeConfig()
+	c.Secrets.ProviderAPIKey = "sk_test_alias"
+	if err := c.Validate(); err != nil || !c.devMode() {
+		t.Errorf("Validate() with BOOKING_PROVIDER_API_KEY alone = %v (dev %v), want nil, dev mode", err, c.devMode())
 	}
 }
 

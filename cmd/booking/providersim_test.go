@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/retrysafe/booking/provider"
+	"github.com/stripe/stripe-go/v84"
 )
 
 // urlWriter is the stdout of `booking provider-sim`: it passes on the URL
@@ -60,29 +60,45 @@ func startProviderSim(t *testing.T, dir string) (url string, stop func()) {
 	}
 }
 
+// simClient is stripe-go's client for the simulator at url, without
+// retries of its own or logging.
+func simClient(url string) *stripe.Client {
+	return stripe.NewClient("sk_test_unchecked", stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
+		URL: stripe.String(url), MaxNetworkRetries: stripe.Int64(0), LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull}})))
+}
+
+func createParams() *stripe.PaymentIntentCreateParams {
+	p := &stripe.PaymentIntentCreateParams{Amount: stripe.Int64(1500), Currency: stripe.String("eur"),
+		PaymentMethod: stripe.String("tok_visa"), Confirm: stripe.Bool(true), PaymentMethodTypes: []*string{stripe.String("card")}}
+	p.AddMetadata("order_id", "o1")
+	p.SetIdempotencyKey("order-o1-1")
+	return p
+}
+
 // TestProviderSimCmd_DataDir: `booking provider-sim --data-dir` keeps its
-// charges across a restart in DIR/provider-sim, and refuses to start on a
-// corrupt state file with a message naming the variable and the file.
+// PaymentIntents and idempotency keys across a restart in
+// DIR/provider-sim, and refuses to start on a corrupt state file with a
+// message naming the variable and the file.
 func TestProviderSimCmd_DataDir(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	url, stop := startProviderSim(t, dir)
 	t.Cleanup(stop)
 	ctx := context.Background()
-	first, err := provider.New(url, nil).CreateCharge(ctx, "order-o1-1", provider.NewChargeRequest(1500, "EUR", "tok_visa", "o1", 1))
+	first, err := simClient(url).V1PaymentIntents.Create(ctx, createParams())
 	if err != nil {
-		t.Fatalf("CreateCharge() = %v", err)
+		t.Fatalf("Create() = %v", err)
 	}
 	stop()
 
 	url, stop = startProviderSim(t, dir)
-	client := provider.New(url, nil)
-	if got, err := client.GetCharge(ctx, first.ID); err != nil || got.Amount != 1500 {
-		t.Fatalf("GetCharge(%s) after a restart = %+v, %v; want the charge", first.ID, got, err)
+	client := simClient(url)
+	if got, err := client.V1PaymentIntents.Retrieve(ctx, first.ID, nil); err != nil || got.Amount != 1500 || got.Status != stripe.PaymentIntentStatusSucceeded {
+		t.Fatalf("Retrieve(%s) after a restart = %+v, %v; want the PaymentIntent", first.ID, got, err)
 	}
-	again, err := client.CreateCharge(ctx, "order-o1-1", provider.NewChargeRequest(1500, "EUR", "tok_visa", "o1", 1))
-	if err != nil || again.ID != first.ID || !again.Replayed {
-		t.Fatalf("CreateCharge() repeat after a restart = %s (replayed %v), %v; want a replay of %s", again.ID, again.Replayed, err, first.ID)
+	again, err := client.V1PaymentIntents.Create(ctx, createParams())
+	if err != nil || again.ID != first.ID {
+		t.Fatalf("Create() repeat after a restart = %v, %v; want a replay of %s", again, err, first.ID)
 	}
 	stop()
 
@@ -93,5 +109,9 @@ func TestProviderSimCmd_DataDir(t *testing.T) {
 	err = run(ctx, []string{"provider-sim", "--addr", "127.0.0.1:0", "--data-dir", dir}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "BOOKING_DATA_DIR") || !strings.Contains(err.Error(), state) {
 		t.Fatalf("provider-sim on a corrupt state file = %v, want an error naming BOOKING_DATA_DIR and %s", err, state)
+	}
+	if err := run(ctx, []string{"provider-sim", "--search-lag=-1s"}, io.Discard, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "BOOKING_PROVIDER_SIM_SEARCH_LAG") {
+		t.Fatalf("provider-sim --search-lag -1s = %v, want an error naming BOOKING_PROVIDER_SIM_SEARCH_LAG", err)
 	}
 }

@@ -21,14 +21,15 @@ import (
 	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
+	"github.com/retrysafe/booking/commands/webhookstore"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/fanout"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/projections"
 	"github.com/retrysafe/booking/projections/notify"
-	"github.com/retrysafe/booking/provider"
 	"github.com/retrysafe/booking/provider/providersim"
+	"github.com/retrysafe/booking/provider/stripe"
 )
 
 type serveCmd struct {
@@ -53,18 +54,18 @@ const (
 // the simulator, and the database pool.
 func (c *serveCmd) Run(e *env) error {
 	cfg := c.ServeConfig
-	if cfg.ProviderURL == "" && cfg.ProviderWebhookSecret == "" {
+	dev := cfg.devMode() // dev mode: the provider simulator in-process
+	if dev && cfg.ProviderWebhookSecret == "" {
 		cfg.ProviderWebhookSecret = devWebhookSecret
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	dev := cfg.ProviderURL == "" // dev mode: the provider simulator in-process
 	masterKeys, masterKeysFrom, err := cfg.Secrets.LoadMasterKeys(dev, cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	providerAPIKey, providerAPIKeyFrom, err := cfg.Secrets.LoadProviderAPIKey(dev)
+	providerAPIKey, providerAPIKeyFrom, err := cfg.Secrets.LoadProviderKey(dev)
 	if err != nil {
 		return err
 	}
@@ -148,31 +149,12 @@ func (c *serveCmd) Run(e *env) error {
 		mx.MustRegister(metrics.NewListenerCollector("admin", admin.Listener))
 	}
 
-	providerURL := cfg.ProviderURL
-	var sim *providersim.Server
-	if dev {
-		// The simulator keeps its charges in the data directory, so a restart
-		// of dev mode can still refund what it charged before.
-		sim, err = providersim.Open(providersim.Config{WebhookURL: apiURL + "/v1/provider/webhooks",
-			WebhookSecret: cfg.ProviderWebhookSecret, Retention: cfg.ProviderWindow, Logger: log.With("component", "provider-sim"),
-			DataDir: simDataDir(cfg.DataDir), APIKey: providerAPIKey})
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("provider simulator (BOOKING_DATA_DIR): %w", err)
-		}
-		if err := sim.Start(ctx, cfg.ProviderSimAddr); err != nil {
-			sim.Close()
-			ln.Close()
-			return listenError(cfg.ProviderSimAddr, "BOOKING_PROVIDER_SIM_ADDR", err)
-		}
-		defer sim.Close()
-		providerURL = sim.URL()
+	payments, providerURL, closeSim, err := startProvider(ctx, cfg, dev, apiURL, providerAPIKey, log)
+	if err != nil {
+		ln.Close()
+		return err
 	}
-	var providerOpts []provider.Option
-	if providerAPIKey != "" {
-		providerOpts = append(providerOpts, provider.WithAPIKey(providerAPIKey))
-	}
-	payments := provider.New(providerURL, &http.Client{Timeout: cfg.ProviderTimeout + time.Second}, providerOpts...)
+	defer closeSim()
 
 	hcfg := commands.DefaultConfig()
 	hcfg.Executor = uuid.Must(uuid.NewV7()).String()
@@ -185,8 +167,9 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.SendMargin = sendMargin
 	hcfg.PaymentDeadline = cfg.PaymentDeadline
 	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's idempotency window
+	hcfg.ClockSkew = cfg.ProviderClockSkew
 	hcfg.InUseWait = cfg.InUseWait
-	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys)}
+	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys), commands.WithProcessedEvents(webhookstore.New(pool))}
 	hooks, testAPI, err := faults.FromEnv(ctx, log)
 	if err != nil {
 		ln.Close()
@@ -251,7 +234,7 @@ func (c *serveCmd) Run(e *env) error {
 			locks.RunExclusive(wctx, log, projectorLock(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, followed) })
 		}()
 	}
-	srv.Handler = httpapi.New(httpapi.Config{Authenticator: auth, WebhookSecret: []byte(cfg.ProviderWebhookSecret),
+	srv.Handler = httpapi.New(httpapi.Config{Authenticator: auth,
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
 		Ready: ready(pool, elog), RateLimited: mx.RateLimited, Test: testAPI,
 		ObserveRequest: mx.ObserveHTTP},
@@ -427,3 +410,39 @@ func (e *listenErr) Error() string {
 }
 
 func (e *listenErr) Unwrap() error { return e.err }
+
+// startProvider returns the payment adapter the service uses and where it
+// sends (for the start log line): every payment goes through the Stripe
+// adapter, to Stripe's API (no BOOKING_PROVIDER_URL), a proxy, or the
+// simulator, which dev mode starts in-process first (its webhooks to
+// apiURL). closeSim stops that simulator (a no-op otherwise). Errors name
+// the variable at fault.
+func startProvider(ctx context.Context, cfg ServeConfig, dev bool, apiURL, key string, log *slog.Logger) (*stripe.Client, string, func(), error) {
+	providerURL, closeSim := cfg.ProviderURL, func() {}
+	if dev {
+		// The simulator keeps its PaymentIntents in the data directory, so a
+		// restart of dev mode can still refund what it charged before.
+		sim, err := providersim.Open(providersim.Config{WebhookURL: apiURL + "/v1/provider/webhooks",
+			WebhookSecret: cfg.ProviderWebhookSecret, Retention: cfg.ProviderWindow, Logger: log.With("component", "provider-sim"),
+			DataDir: simDataDir(cfg.DataDir), APIKey: key})
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("provider simulator (BOOKING_DATA_DIR): %w", err)
+		}
+		if err := sim.Start(ctx, cfg.ProviderSimAddr); err != nil {
+			sim.Close()
+			return nil, "", nil, listenError(cfg.ProviderSimAddr, "BOOKING_PROVIDER_SIM_ADDR", err)
+		}
+		providerURL, closeSim = sim.URL(), func() { sim.Close() }
+	}
+	payments, err := stripe.New(stripe.Config{SecretKey: key, BaseURL: providerURL,
+		HTTPClient: &http.Client{Timeout: cfg.ProviderTimeout + time.Second}, WebhookSecrets: []string{cfg.ProviderWebhookSecret},
+		IgnoreAPIVersionMismatch: cfg.StripeIgnoreAPIVersion})
+	if err != nil {
+		closeSim()
+		return nil, "", nil, configError("BOOKING_PROVIDER_URL", "%v", err)
+	}
+	if providerURL == "" {
+		providerURL = "Stripe's API"
+	}
+	return payments, providerURL, closeSim, nil
+}

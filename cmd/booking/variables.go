@@ -30,8 +30,8 @@ type requirement struct {
 // requirements are the settings other settings make required; a new rule
 // is one line. Each applies to the commands that have both flags.
 var requirements = []requirement{
-	{when: "BOOKING_PROVIDER_URL", need: []string{"BOOKING_PROVIDER_API_KEY", "BOOKING_PROVIDER_API_KEY_FILE"},
-		why: "a real payment provider (BOOKING_PROVIDER_URL) is called with its API key"},
+	{when: "BOOKING_STRIPE_SECRET_KEY", need: []string{"BOOKING_PROVIDER_WEBHOOK_SECRET"},
+		why: "Stripe's webhooks are verified with the endpoint's signing secret (whsec_…)"},
 }
 
 // replacedVariables are variables no command reads any more, each with

@@ -2,15 +2,17 @@ package logindex
 
 import "encoding/json"
 
-// chargeID returns the charge_id member of a refund event's JSON data, if
-// it is a string (as PostgreSQL's data ->> 'charge_id' counts it: a missing
-// member or JSON null is no charge).
-func chargeID(data []byte) (string, bool) {
-	var v struct {
-		ChargeID *string `json:"charge_id"`
-	}
-	if err := json.Unmarshal(data, &v); err != nil || v.ChargeID == nil {
+// stringMember returns the member name of an event's JSON data, if it is a
+// string (as PostgreSQL's data ->> name counts it: a missing member or JSON
+// null is none).
+func stringMember(data []byte, name string) (string, bool) {
+	var v map[string]json.RawMessage
+	if err := json.Unmarshal(data, &v); err != nil {
 		return "", false
 	}
-	return *v.ChargeID, true
+	var s *string
+	if raw, ok := v[name]; !ok || json.Unmarshal(raw, &s) != nil || s == nil {
+		return "", false
+	}
+	return *s, true
 }

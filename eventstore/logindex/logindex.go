@@ -125,11 +125,27 @@ type order struct {
 	Ended     bool                `json:"ended,omitempty"`
 	Requested map[string]struct{} `json:"requested,omitempty"` // charge ids of RefundRequested
 	Settled   map[string]struct{} `json:"settled,omitempty"`   // charge ids of RefundSucceeded and RefundRefused
+	Awaiting  map[string]struct{} `json:"awaiting,omitempty"`  // payment ids of PaymentActionRequired
+	Resolved  map[string]struct{} `json:"resolved,omitempty"`  // charge ids of PaymentSucceeded and PaymentFailed
 }
 
-// pending is the reconciler's rule: no ending event, or more distinct
-// charge ids requested than settled.
-func (o *order) pending() bool { return !o.Ended || len(o.Requested) > len(o.Settled) }
+// awaitsCancel reports whether a payment that required the customer's
+// action has no recorded final state.
+func (o *order) awaitsCancel() bool {
+	for id := range o.Awaiting {
+		if _, ok := o.Resolved[id]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// pending is the reconciler's rule: no ending event, more distinct charge
+// ids requested than settled, or a payment that required the customer's
+// action still to cancel.
+func (o *order) pending() bool {
+	return !o.Ended || len(o.Requested) > len(o.Settled) || o.awaitsCancel()
+}
 
 // stamp is an intent event not yet known to be truncated: its revision and
 // its metadata's occurred_at (the database clock at the time of the fact).
@@ -225,6 +241,10 @@ func (o *order) add(typ string, data []byte) {
 		o.Requested = addCharge(o.Requested, data)
 	case typ == "RefundSucceeded" || typ == "RefundRefused":
 		o.Settled = addCharge(o.Settled, data)
+	case typ == "PaymentActionRequired":
+		o.Awaiting = addMember(o.Awaiting, data, "payment_id")
+	case typ == "PaymentSucceeded" || typ == "PaymentFailed":
+		o.Resolved = addCharge(o.Resolved, data)
 	}
 }
 
@@ -262,7 +282,13 @@ const intentPrefix = "intent-"
 // SQL version counts distinct charge ids the same way (a missing member
 // counts as none).
 func addCharge(set map[string]struct{}, data []byte) map[string]struct{} {
-	id, ok := chargeID(data)
+	return addMember(set, data, "charge_id")
+}
+
+// addMember adds the string member name of an event's data to set (a
+// missing member or JSON null adds nothing).
+func addMember(set map[string]struct{}, data []byte, name string) map[string]struct{} {
+	id, ok := stringMember(data, name)
 	if !ok {
 		return set
 	}
@@ -291,7 +317,9 @@ func (ix *Index) Tracked(ctx context.Context) (orders, intents int, err error) {
 // (order-{id}) that still need the payment reconciler: those with no ending
 // event (OrderConfirmed, OrderFailed, OrderCancelled, OrderNeedsReview), and
 // those with more distinct charge ids in RefundRequested than in
-// RefundSucceeded and RefundRefused. The same rule as
+// RefundSucceeded and RefundRefused, and those with a payment id of
+// PaymentActionRequired that no PaymentSucceeded or PaymentFailed names
+// (charge_id). The same rule as
 // pgstore.Store.PendingOrders; it implements commands.PendingOrders. It
 // reads the log up to its horizon first, so the answer is exact at the
 // moment of the call. Fewer than limit ids means the last page. Returns a

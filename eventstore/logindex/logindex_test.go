@@ -93,6 +93,11 @@ func TestPendingOrders(t *testing.T) {
 				"00000000-0000-7000-8000-000000000008": {placed("8"), domain.OrderCancelled{}, domain.RefundRequested{ChargeID: "ch1"},
 					domain.RefundRefused{ChargeID: "ch1"}, domain.OrderNeedsReview{}, domain.RefundSucceeded{ChargeID: "ch1"},
 					domain.RefundRequested{ChargeID: "ch2"}},
+				"00000000-0000-7000-8000-00000000000a": {placed("a"), domain.PaymentActionRequired{PaymentID: "pi1"}, domain.OrderFailed{}},
+				"00000000-0000-7000-8000-00000000000b": {placed("b"), domain.PaymentActionRequired{PaymentID: "pi1"}, domain.OrderFailed{},
+					domain.PaymentFailed{ChargeID: "pi1"}},
+				"00000000-0000-7000-8000-00000000000c": {placed("c"), domain.PaymentActionRequired{PaymentID: "pi1"}, domain.PaymentSucceeded{ChargeID: "pi1"},
+					domain.OrderConfirmed{}, domain.PaymentFailed{}},
 			}
 			for id, evs := range orders {
 				appendEvents(t, s, domain.OrderStream(id), time.Now(), evs...)
@@ -115,7 +120,7 @@ func TestPendingOrders(t *testing.T) {
 				}
 			}
 			want := []string{"00000000-0000-7000-8000-000000000001", "00000000-0000-7000-8000-000000000003",
-				"00000000-0000-7000-8000-000000000004", "00000000-0000-7000-8000-000000000008"}
+				"00000000-0000-7000-8000-000000000004", "00000000-0000-7000-8000-000000000008", "00000000-0000-7000-8000-00000000000a"}
 			if got := pages(); !cmp.Equal(want, got) || !slices.IsSorted(got) {
 				t.Errorf("PendingOrders pages (-want +got):\n%s", cmp.Diff(want, got))
 			}
@@ -123,7 +128,7 @@ func TestPendingOrders(t *testing.T) {
 			appendEvents(t, s, domain.OrderStream("00000000-0000-7000-8000-000000000001"), time.Now(), domain.OrderConfirmed{})
 			appendEvents(t, s, domain.OrderStream("00000000-0000-7000-8000-000000000000"), time.Now(), placed("0"))
 			want = []string{"00000000-0000-7000-8000-000000000000", "00000000-0000-7000-8000-000000000003",
-				"00000000-0000-7000-8000-000000000004", "00000000-0000-7000-8000-000000000008"}
+				"00000000-0000-7000-8000-000000000004", "00000000-0000-7000-8000-000000000008", "00000000-0000-7000-8000-00000000000a"}
 			if got := pages(); !cmp.Equal(want, got) {
 				t.Errorf("PendingOrders after more appends (-want +got):\n%s", cmp.Diff(want, got))
 			}

@@ -109,9 +109,11 @@ func (s *Store) PurgeStreams(ctx context.Context, prefix string, olderThan time.
 // pendingOrdersSQL groups the events of order streams by stream. It reads
 // every order event, which is fine at this service's scale; a partial index
 // on events (stream) WHERE type IN (…) or a small work table would bound it.
-// Refunds are counted by distinct charge id (only refund events are decoded),
-// since a refund the provider makes after refusing it adds a RefundSucceeded
-// to the RefundRefused of the same charge.
+// Refunds are counted by distinct charge id (only refund and payment events
+// are decoded), since a refund the provider makes after refusing it adds a
+// RefundSucceeded to the RefundRefused of the same charge. A payment that
+// required the customer's action is open until a PaymentSucceeded or
+// PaymentFailed names the same payment id (array containment).
 const pendingOrdersSQL = `
 SELECT stream
 FROM events
@@ -120,6 +122,9 @@ GROUP BY stream
 HAVING count(*) FILTER (WHERE type IN ('OrderConfirmed', 'OrderFailed', 'OrderCancelled', 'OrderNeedsReview')) = 0
     OR count(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id') FILTER (WHERE type = 'RefundRequested')
      > count(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id') FILTER (WHERE type IN ('RefundSucceeded', 'RefundRefused'))
+    OR NOT coalesce(array_agg(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'payment_id') FILTER (WHERE type = 'PaymentActionRequired'), '{}')
+        <@ coalesce(array_agg(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id')
+                    FILTER (WHERE type IN ('PaymentSucceeded', 'PaymentFailed') AND convert_from(data, 'UTF8')::jsonb ? 'charge_id'), '{}')
 ORDER BY stream
 LIMIT $2`
 
@@ -130,10 +135,13 @@ const orderPrefix = "order-"
 // PendingOrders returns up to limit order ids, ascending by stream name and
 // after the order id after ("" for the first page), of the order streams
 // (order-{id}) that still need the payment reconciler: those with no ending
-// event (OrderConfirmed, OrderFailed, OrderCancelled, OrderNeedsReview), and
+// event (OrderConfirmed, OrderFailed, OrderCancelled, OrderNeedsReview),
 // those with a charge whose RefundRequested has neither a RefundSucceeded
 // nor a RefundRefused (a refund the provider refused is parked with its
-// order in review, never sent again). It reads the log's tables directly,
+// order in review, never sent again), and those with a payment that
+// required the customer's action (PaymentActionRequired) whose final state
+// (PaymentSucceeded or PaymentFailed of the same payment id) is not
+// recorded: the reconciler cancels it. It reads the log's tables directly,
 // not a read model, so it is exact at the moment of the query. Fewer than
 // limit ids means the last page. Returns a wrapped error if the query
 // fails. Safe for concurrent use; it implements commands.PendingOrders.

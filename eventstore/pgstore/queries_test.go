@@ -16,7 +16,8 @@ import (
 )
 
 // TestPendingOrders pages through the order streams the reconciler must
-// visit: orders without an ending event and refunds still due.
+// visit: orders without an ending event, refunds still due and payments
+// waiting for the customer's action to cancel.
 func TestPendingOrders(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, pgtest.NewDatabase(t))
@@ -40,6 +41,13 @@ func TestPendingOrders(t *testing.T) {
 		"00000000-0000-7000-8000-000000000008": {placed("8"), domain.OrderCancelled{}, domain.RefundRequested{ChargeID: "ch1"},
 			domain.RefundRefused{ChargeID: "ch1"}, domain.OrderNeedsReview{}, domain.RefundSucceeded{ChargeID: "ch1"},
 			domain.RefundRequested{ChargeID: "ch2"}},
+		// A payment that required the customer's action is cancelled once
+		// its order failed, until its final state is recorded.
+		"00000000-0000-7000-8000-00000000000a": {placed("a"), domain.PaymentActionRequired{PaymentID: "pi1"}, domain.OrderFailed{}},
+		"00000000-0000-7000-8000-00000000000b": {placed("b"), domain.PaymentActionRequired{PaymentID: "pi1"}, domain.OrderFailed{},
+			domain.PaymentFailed{ChargeID: "pi1"}},
+		"00000000-0000-7000-8000-00000000000c": {placed("c"), domain.PaymentActionRequired{PaymentID: "pi1"}, domain.PaymentSucceeded{ChargeID: "pi1"},
+			domain.OrderConfirmed{}, domain.PaymentFailed{}},
 	}
 	for id, evs := range orders {
 		data := make([]eventstore.EventData, len(evs))
@@ -73,7 +81,7 @@ func TestPendingOrders(t *testing.T) {
 		after = page[len(page)-1]
 	}
 	want := []string{"00000000-0000-7000-8000-000000000001", "00000000-0000-7000-8000-000000000003", "00000000-0000-7000-8000-000000000004",
-		"00000000-0000-7000-8000-000000000008"}
+		"00000000-0000-7000-8000-000000000008", "00000000-0000-7000-8000-00000000000a"}
 	if diff := cmp.Diff(want, got); diff != "" || !slices.IsSorted(got) {
 		t.Errorf("PendingOrders pages (-want +got):\n%s", diff)
 	}

@@ -27,6 +27,7 @@ func TestSubject(t *testing.T) {
 		{"show-ab", "SeatsHeld", "booking.v1.show.ab.seats_held", true},
 		{"reservation-r1", "ReservationHeld", "booking.v1.reservation.r1.reservation_held", true},
 		{"order-o1", "PaymentOutcomeUnknown", "booking.v1.order.o1.payment_outcome_unknown", true},
+		{"order-o1", "PaymentActionRequired", "booking.v1.order.o1.payment_action_required", true},
 		{"reservation-order-r1", "OrderClaimed", "", false},
 		{"intent-abc", "IntentRecorded", "", false},
 		{"order-", "OrderPlaced", "", false},
@@ -56,6 +57,12 @@ func TestPublicData(t *testing.T) {
 	got, err := PublicData([]byte(`{"order_id":"o","private":{"payment_token":"tok"},"amount":{"amount":1}}`))
 	if err != nil || bytes.Contains(got, []byte("tok")) || !bytes.Contains(got, []byte(`"order_id":"o"`)) {
 		t.Errorf("PublicData = %s, %v; want order_id kept and private removed", got, err)
+	}
+	// A payment waiting for the customer's action is published without its
+	// sealed client secret and next action.
+	got, err = PublicData([]byte(`{"order_id":"o","attempt":1,"payment_id":"pi_1","private":{"sealed_action":"AVp8"}}`))
+	if err != nil || bytes.Contains(got, []byte("sealed_action")) || !bytes.Contains(got, []byte(`"payment_id":"pi_1"`)) {
+		t.Errorf("PublicData(PaymentActionRequired) = %s, %v; want payment_id kept and private removed", got, err)
 	}
 	in := []byte(`{"order_id":"o"}`)
 	if got, err := PublicData(in); err != nil || !bytes.Equal(got, in) {

@@ -4,38 +4,43 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-
-	"github.com/retrysafe/booking/provider"
 )
 
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusNotFound, errBody{Type: provider.TypeInvalidRequestError, Code: "unrecognized_url", Message: "Unrecognized request URL."})
-	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusMethodNotAllowed, errBody{Type: provider.TypeInvalidRequestError, Code: "method_not_allowed", Message: "Method not allowed."})
-	})
+	unrecognized := func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{status: http.StatusNotFound, obj: ErrorObject{Type: typeInvalidRequest,
+			Message: "Unrecognized request URL (" + r.Method + ": " + r.URL.Path + ")."}})
+	}
+	r.NotFound(unrecognized)
+	r.MethodNotAllowed(unrecognized)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(requestID)
 		r.Use(s.authenticate)
-		r.Post("/charges", s.createCharge)
-		r.Get("/charges", s.listCharges)
-		r.Get("/charges/{id}", s.getCharge)
+		r.NotFound(unrecognized)
+		r.MethodNotAllowed(unrecognized)
+		r.Post("/payment_intents", s.createPaymentIntent)
+		r.Get("/payment_intents", s.listPaymentIntents)
+		r.Get("/payment_intents/search", s.searchPaymentIntents)
+		r.Get("/payment_intents/{id}", s.getPaymentIntent)
+		r.Post("/payment_intents/{id}/cancel", s.cancelPaymentIntent)
 		r.Post("/refunds", s.createRefund)
 		r.Get("/refunds", s.listRefunds)
 		r.Get("/refunds/{id}", s.getRefund)
 	})
 	r.Route("/_sim", func(r chi.Router) {
 		r.Get("/charges", s.simCharges)
+		r.Post("/payment_intents/{id}/authenticate", s.simAuthenticate)
 		r.Get("/in-flight", s.simInFlight)
 		r.Get("/refunds", s.simRefunds)
 		r.Get("/events", s.simEvents)
@@ -52,60 +57,129 @@ func (s *Server) routes() http.Handler {
 	return r
 }
 
-// requestID sets a Request-Id header on every answer, and echoes the
-// Idempotency-Key, as Stripe does. It does not wrap the ResponseWriter, so
-// handlers can still hijack the connection.
+// requestID sets a Request-Id header on every answer, Stripe-Version, and
+// echoes the Idempotency-Key, as Stripe does
+// (https://docs.stripe.com/api/request_ids). It does not wrap the
+// ResponseWriter, so handlers can still hijack the connection.
 func requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(provider.HeaderRequestID, newID("req_"))
-		if key := r.Header.Get(provider.HeaderIdempotencyKey); key != "" {
-			w.Header().Set(provider.HeaderIdempotencyKey, key)
+		w.Header().Set(headerRequestID, newID("req_"))
+		w.Header().Set("Stripe-Version", APIVersion)
+		if key := r.Header.Get(headerIdempotencyKey); key != "" && r.Method == http.MethodPost {
+			w.Header().Set(headerIdempotencyKey, key)
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// SimCharge is an entry of GET /_sim/charges.
-type SimCharge struct {
-	ID             string            `json:"id"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	Amount         int64             `json:"amount"`
-	Currency       string            `json:"currency"`
-	Status         provider.Status   `json:"status"`
-	RefundedAmount int64             `json:"refunded_amount"`
-	Metadata       map[string]string `json:"metadata"`
-}
-
+// simCharges answers GET /_sim/charges: {"charges":[SimCharge…]}, one per
+// PaymentIntent in creation order.
 func (s *Server) simCharges(w http.ResponseWriter, _ *http.Request) {
-	charges := s.Charges()
-	out := make([]SimCharge, len(charges))
-	for i, c := range charges {
-		out[i] = SimCharge{
-			ID:             c.ID,
-			IdempotencyKey: c.IdempotencyKey,
-			Amount:         c.Amount,
-			Currency:       c.Currency,
-			Status:         c.Status,
-			RefundedAmount: c.RefundedAmount,
-			Metadata:       c.Metadata,
-		}
-	}
 	writeJSON(w, http.StatusOK, struct {
 		Charges []SimCharge `json:"charges"`
-	}{out})
+	}{s.Charges()})
 }
 
-// simInFlight answers GET /_sim/in-flight: {"idempotency_keys": [...]}, the
-// keys of charge and refund requests received and not yet answered, sorted,
-// so a test can wait until a request is at the provider.
+// Charges returns the /_sim/charges view of every PaymentIntent, in
+// creation order. PaymentIntents are kept forever; only idempotency keys
+// expire.
+func (s *Server) Charges() []SimCharge {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return cloneAll(s.intents, s.simChargeLocked)
+}
+
+// PaymentIntents returns a copy of every PaymentIntent in creation order,
+// latest_charge not expanded.
+func (s *Server) PaymentIntents() []PaymentIntent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return cloneAll(s.intents, func(it *intent) PaymentIntent { return clonePI(it.pi) })
+}
+
+// authenticateBody is the body of POST /_sim/payment_intents/{id}/authenticate.
+type authenticateBody struct {
+	Outcome string `json:"outcome"` // "succeed" or "fail"
+}
+
+// simAuthenticate answers POST /_sim/payment_intents/{id}/authenticate
+// {"outcome":"succeed"|"fail"}: 200 with the PaymentIntent, 404 when it
+// does not exist, 400 for another outcome or a PaymentIntent not in
+// requires_action (payment_intent_unexpected_state).
+func (s *Server) simAuthenticate(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var b authenticateBody
+	if err := decodeStrict(body, &b); err != nil || b.Outcome != "succeed" && b.Outcome != "fail" {
+		writeError(w, invalidParam("outcome", "", `authenticate: send {"outcome":"succeed"} or {"outcome":"fail"}`))
+		return
+	}
+	pi, e := s.finishAuthentication(chi.URLParam(r, "id"), b.Outcome == "succeed")
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, pi)
+}
+
+// Authenticate finishes the customer authentication of a PaymentIntent in
+// requires_action, as the customer's client would: succeed moves it to
+// succeeded (its charge captured), otherwise to requires_payment_method
+// with last_payment_error payment_intent_authentication_failure; either
+// sends its webhook event. It returns the PaymentIntent, or an error when
+// it does not exist or is not in requires_action.
+func (s *Server) Authenticate(id string, succeed bool) (PaymentIntent, error) {
+	pi, e := s.finishAuthentication(id, succeed)
+	if e != nil {
+		return PaymentIntent{}, fmt.Errorf("providersim: %s", e.obj.Message)
+	}
+	return pi, nil
+}
+
+func (s *Server) finishAuthentication(id string, ok bool) (PaymentIntent, *apiError) {
+	s.mu.Lock()
+	it := s.intentByID[id]
+	if it == nil {
+		s.mu.Unlock()
+		return PaymentIntent{}, notFound("intent", "payment_intent", id)
+	}
+	if it.pi.Status != statusRequiresAction {
+		s.mu.Unlock()
+		return PaymentIntent{}, invalidParam("", codeUnexpectedState, "The PaymentIntent has a status of "+it.pi.Status+", not requires_action.")
+	}
+	pi := *it.pi
+	c := change{intent: &intent{pi: &pi, key: it.key, createdAt: it.createdAt}}
+	if ok {
+		c.charge = succeed(&pi, s.cfg.Now().Unix())
+		c.events = []pendingEvent{{eventSucceeded, &pi}}
+	} else {
+		pi.Status, pi.NextAction, pi.PaymentMethod = statusRequiresPaymentMethod, nil, nil
+		pi.LastPaymentError = &ErrorObject{Type: typeInvalidRequest, Code: codeAuthenticationFailure, Message: authenticationFailureMessage}
+		c.events = []pendingEvent{{eventPaymentFailed, &pi}}
+	}
+	if err := s.persistLocked(c.record()); err != nil {
+		s.mu.Unlock()
+		return PaymentIntent{}, serverError(http.StatusInternalServerError, "The change could not be saved: "+err.Error())
+	}
+	s.applyLocked(c)
+	s.logCommit(c, "POST /_sim/payment_intents/{id}/authenticate", "", http.StatusOK)
+	evs := s.newEventsLocked(c.events, "", "")
+	out := clonePI(&pi)
+	s.mu.Unlock()
+	s.dispatch(evs...)
+	return out, nil
+}
+
 func (s *Server) simInFlight(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		IdempotencyKeys []string `json:"idempotency_keys"`
 	}{s.InFlight()})
 }
 
-// InFlight returns the idempotency keys of the charge and refund requests
-// received and not yet answered, sorted. It is safe for concurrent use.
+// InFlight returns the idempotency keys of the POSTs received and not yet
+// answered, sorted. It is safe for concurrent use.
 func (s *Server) InFlight() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,21 +193,37 @@ func (s *Server) InFlight() []string {
 	return out
 }
 
+// simRefunds answers GET /_sim/refunds: {"refunds":[refund…]}, Stripe's
+// refund objects in creation order.
 func (s *Server) simRefunds(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
-		Refunds []provider.Refund `json:"refunds"`
+		Refunds []Refund `json:"refunds"`
 	}{s.Refunds()})
 }
 
+// Refunds returns a copy of every refund in creation order.
+func (s *Server) Refunds() []Refund {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return cloneAll(s.refunds, cloneRefund)
+}
+
+// simEvents answers GET /_sim/events: {"events":[event…]}, each event the
+// exact bytes its deliveries send.
 func (s *Server) simEvents(w http.ResponseWriter, _ *http.Request) {
+	evs := s.Events()
+	raw := make([]json.RawMessage, len(evs))
+	for i, ev := range evs {
+		raw[i] = ev.body
+	}
 	writeJSON(w, http.StatusOK, struct {
-		Events []provider.Event `json:"events"`
-	}{s.Events()})
+		Events []json.RawMessage `json:"events"`
+	}{raw})
 }
 
 func (s *Server) simResend(w http.ResponseWriter, r *http.Request) {
 	if err := s.Resend(chi.URLParam(r, "id")); err != nil {
-		writeError(w, http.StatusNotFound, errBody{Type: provider.TypeInvalidRequestError, Code: provider.CodeResourceMissing, Message: err.Error()})
+		writeError(w, &apiError{status: http.StatusNotFound, obj: ErrorObject{Type: typeInvalidRequest, Code: codeResourceMissing, Message: err.Error()}})
 		return
 	}
 	w.WriteHeader(http.StatusAccepted)
@@ -158,7 +248,7 @@ func (s *Server) simPostFaults(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := s.mergeFaults(body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, errBody{Type: provider.TypeInvalidRequestError, Message: "faults: " + err.Error()})
+		writeError(w, invalidParam("", "", "faults: "+err.Error()))
 		return
 	}
 	writeJSON(w, http.StatusOK, f)
@@ -169,8 +259,7 @@ func (s *Server) simPostFaults(w http.ResponseWriter, r *http.Request) {
 func (s *Server) mergeFaults(body []byte) (Faults, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := s.faults
-	f.DeclineTokens = slices.Clone(f.DeclineTokens)
+	f := s.faults.clone()
 	if err := decodeStrict(body, &f); err != nil {
 		return Faults{}, err
 	}
@@ -178,8 +267,7 @@ func (s *Server) mergeFaults(body []byte) (Faults, error) {
 		return Faults{}, err
 	}
 	s.setFaultsLocked(f)
-	f.DeclineTokens = slices.Clone(f.DeclineTokens)
-	return f, nil
+	return f.clone(), nil
 }
 
 func (s *Server) simDeleteFaults(w http.ResponseWriter, _ *http.Request) {
@@ -211,7 +299,7 @@ func (s *Server) simPostClock(w http.ResponseWriter, r *http.Request) {
 	}
 	var c clockBody
 	if err := decodeStrict(body, &c); err != nil || c.Offset != "" || (c.Now == "" && c.Advance == "") {
-		writeError(w, http.StatusBadRequest, errBody{Type: provider.TypeInvalidRequestError, Message: `clock: send {"advance":"<Go duration>"} or {"now":"<RFC 3339>"}`})
+		writeError(w, invalidParam("", "", `clock: send {"advance":"<Go duration>"} or {"now":"<RFC 3339>"}`))
 		return
 	}
 	var at time.Time
@@ -219,13 +307,13 @@ func (s *Server) simPostClock(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if c.Now != "" {
 		if at, err = time.Parse(time.RFC3339Nano, c.Now); err != nil {
-			writeError(w, http.StatusBadRequest, errBody{Type: provider.TypeInvalidRequestError, Message: "clock: now must be an RFC 3339 time", Param: "now"})
+			writeError(w, invalidParam("now", "", "clock: now must be an RFC 3339 time"))
 			return
 		}
 	}
 	if c.Advance != "" {
 		if by, err = time.ParseDuration(c.Advance); err != nil {
-			writeError(w, http.StatusBadRequest, errBody{Type: provider.TypeInvalidRequestError, Message: "clock: advance must be a Go duration such as 25h", Param: "advance"})
+			writeError(w, invalidParam("advance", "", "clock: advance must be a Go duration such as 25h"))
 			return
 		}
 	}
@@ -261,7 +349,17 @@ func (s *Server) simReset(w http.ResponseWriter, _ *http.Request) {
 // writeStateError answers a change of the control API that could not be
 // saved in the state file (and was not made).
 func writeStateError(w http.ResponseWriter, err error) {
-	writeError(w, http.StatusInternalServerError, errBody{Type: provider.TypeAPIError, Message: "The change could not be saved: " + err.Error()})
+	writeError(w, serverError(http.StatusInternalServerError, "The change could not be saved: "+err.Error()))
+}
+
+// readBody reads a control request's body (at most 1 MiB), or answers 400.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		writeError(w, invalidParam("", "", "The request body could not be read."))
+		return nil, false
+	}
+	return body, true
 }
 
 // decodeStrict decodes one JSON object, refusing unknown fields.

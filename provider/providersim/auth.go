@@ -3,43 +3,62 @@ package providersim
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"net/http"
 	"strings"
-
-	"github.com/retrysafe/booking/provider"
 )
 
 // Messages of a refused API key, as Stripe words them (without ever
 // echoing the key that was sent).
 const (
-	missingKeyMessage = "You did not provide an API key. Provide your API key in the Authorization header, using Bearer auth (Authorization: Bearer YOUR_SECRET_KEY)."
+	missingKeyMessage = "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."
 	invalidKeyMessage = "Invalid API Key provided."
 )
 
-// authenticate refuses a /v1 request without "Authorization: Bearer
-// <Config.APIKey>" when the simulator has a key: 401 with a Stripe-like
-// invalid_request_error body and WWW-Authenticate (RFC 6750 §3), before
-// anything runs (no key is used up, nothing is charged). Keys are compared
-// in constant time, as SHA-256 digests so their lengths do not leak either.
+// authenticate refuses a /v1 request that does not carry Config.APIKey as
+// Stripe's API takes it (https://docs.stripe.com/api/authentication):
+// "Authorization: Bearer <key>", or HTTP Basic with the key as the user
+// name (the password is ignored; Stripe's examples send none). Refused
+// requests get 401 with an invalid_request_error body and
+// WWW-Authenticate, before anything runs: nothing executes, no key is
+// used up. Keys are compared in constant time, as SHA-256 digests so their
+// lengths do not leak either. Without Config.APIKey every request passes.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	if s.cfg.APIKey == "" {
 		return next
 	}
 	want := sha256.Sum256([]byte(s.cfg.APIKey))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		auth := r.Header.Get("Authorization")
-		scheme, key, _ := strings.Cut(auth, " ")
-		if auth == "" || !strings.EqualFold(scheme, "Bearer") {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="provider-sim"`)
-			writeError(w, http.StatusUnauthorized, errBody{Type: provider.TypeInvalidRequestError, Message: missingKeyMessage})
+		key, ok := apiKey(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="Stripe"`)
+			writeError(w, &apiError{status: http.StatusUnauthorized, obj: ErrorObject{Type: typeInvalidRequest, Message: missingKeyMessage}})
 			return
 		}
-		got := sha256.Sum256([]byte(strings.TrimSpace(key)))
+		got := sha256.Sum256([]byte(key))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="provider-sim", error="invalid_token"`)
-			writeError(w, http.StatusUnauthorized, errBody{Type: provider.TypeInvalidRequestError, Message: invalidKeyMessage})
+			w.Header().Set("WWW-Authenticate", `Bearer realm="Stripe", error="invalid_token"`)
+			writeError(w, &apiError{status: http.StatusUnauthorized, obj: ErrorObject{Type: typeInvalidRequest, Message: invalidKeyMessage}})
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// apiKey returns the key of a Bearer or Basic Authorization header.
+func apiKey(r *http.Request) (string, bool) {
+	scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	cred = strings.TrimSpace(cred)
+	switch {
+	case strings.EqualFold(scheme, "Bearer") && cred != "":
+		return cred, true
+	case strings.EqualFold(scheme, "Basic"):
+		raw, err := base64.StdEncoding.DecodeString(cred)
+		if err != nil {
+			return "", false
+		}
+		user, _, _ := strings.Cut(string(raw), ":")
+		return user, user != ""
+	}
+	return "", false
 }

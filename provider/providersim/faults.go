@@ -3,6 +3,7 @@ package providersim
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 )
@@ -13,9 +14,10 @@ import (
 //
 // Counts are consumed: each matching request decrements its count, and
 // GET /_sim/faults shows what remains. Rates are probabilities in [0,1] drawn
-// from the seeded random source (Config.Seed). Request faults apply to both
-// POST /v1/charges and POST /v1/refunds, and only to requests that execute
-// (not to replays), except InUse409, which answers before the key is looked at.
+// from the seeded random source (Config.Seed). Request faults apply to every
+// POST of the API (create, cancel, refund), and only to requests that
+// execute (not to replays or refusals of validation), except InUse409,
+// which answers before the key is looked at.
 // Webhook fields add to Config.Webhooks: a non-zero delay or hold replaces the
 // configured one, duplicates add up, Reorder turns reordering on.
 type Faults struct {
@@ -23,11 +25,18 @@ type Faults struct {
 	// that executes, the delay is processing time: the key is in use during
 	// it, and the charge commits even if the client gave up meanwhile.
 	LatencyMS int `json:"latency_ms"`
-	// ErrorBeforeCommit answers the next n executing POSTs with a 500
-	// api_error, without effect and without using up the key.
+	// ErrorBeforeCommit answers the next n POSTs with a 500 api_error
+	// before they execute: nothing happens and nothing is saved under the
+	// key, so a repeat executes.
 	ErrorBeforeCommit int `json:"error_before_commit"`
-	// ErrorBeforeCommitRate does the same to each executing POST with this probability.
+	// ErrorBeforeCommitRate does the same to each POST with this probability.
 	ErrorBeforeCommitRate float64 `json:"error_before_commit_rate"`
+	// ErrorAfterCommit executes the next n POSTs, then answers 500
+	// api_error, and saves that 500 under the key: a repeat replays it, as
+	// Stripe replays a 500 of an endpoint that began executing.
+	ErrorAfterCommit int `json:"error_after_commit"`
+	// ErrorAfterCommitRate does the same to each executing POST with this probability.
+	ErrorAfterCommitRate float64 `json:"error_after_commit_rate"`
 	// DropAfterCommit commits the next n executing POSTs, then closes their
 	// connections without an answer. A repeat with the key replays the outcome.
 	DropAfterCommit int `json:"drop_after_commit"`
@@ -36,9 +45,13 @@ type Faults struct {
 	// InUse409 answers the next n POSTs with 409 idempotency_key_in_use,
 	// without effect, as if another request with the key were executing.
 	InUse409 int `json:"in_use_409"`
-	// DeclineTokens are payment tokens declined (402 card_declined) whatever
-	// their fixed meaning.
+	// DeclineTokens are payment methods declined (402 card_declined)
+	// whatever their fixed meaning, even ones the table does not know.
 	DeclineTokens []string `json:"decline_tokens"`
+	// SearchLagMS, when not nil, replaces Config.SearchLag: a
+	// PaymentIntent is searchable only once the simulator's clock has
+	// passed its creation plus this many milliseconds (0: at once).
+	SearchLagMS *int `json:"search_lag_ms"`
 	// WebhookDelayMS delays the first attempt of every new event's delivery.
 	WebhookDelayMS int `json:"webhook_delay_ms"`
 	// WebhookDuplicates sends this many extra copies of every new event (same
@@ -59,12 +72,17 @@ type Faults struct {
 
 // Validate reports negative counts or durations and rates outside [0,1].
 func (f Faults) Validate() error {
-	for _, n := range []int{f.LatencyMS, f.ErrorBeforeCommit, f.DropAfterCommit, f.InUse409, f.WebhookDelayMS, f.WebhookDuplicates, f.WebhookReorderHoldMS} {
+	lag := 0
+	if f.SearchLagMS != nil {
+		lag = *f.SearchLagMS
+	}
+	for _, n := range []int{f.LatencyMS, f.ErrorBeforeCommit, f.ErrorAfterCommit, f.DropAfterCommit, f.InUse409, f.WebhookDelayMS,
+		f.WebhookDuplicates, f.WebhookReorderHoldMS, lag} {
 		if n < 0 {
 			return errors.New("counts and milliseconds must not be negative")
 		}
 	}
-	for _, r := range []float64{f.ErrorBeforeCommitRate, f.DropAfterCommitRate, f.WebhookDuplicateRate} {
+	for _, r := range []float64{f.ErrorBeforeCommitRate, f.ErrorAfterCommitRate, f.DropAfterCommitRate, f.WebhookDuplicateRate} {
 		if r < 0 || r > 1 {
 			return errors.New("rates must be in [0,1]")
 		}
@@ -95,13 +113,21 @@ func (s *Server) ResetFaults() {
 func (s *Server) Faults() Faults {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := s.faults
+	return s.faults.clone()
+}
+
+// clone returns f with its own copies of reference members.
+func (f Faults) clone() Faults {
 	f.DeclineTokens = slices.Clone(f.DeclineTokens)
+	if f.SearchLagMS != nil {
+		lag := *f.SearchLagMS
+		f.SearchLagMS = &lag
+	}
 	return f
 }
 
 func (s *Server) setFaultsLocked(f Faults) {
-	f.DeclineTokens = slices.Clone(f.DeclineTokens)
+	f = f.clone()
 	wasPaused := s.faults.WebhooksPaused
 	s.faults = f
 	switch {
@@ -115,8 +141,9 @@ func (s *Server) setFaultsLocked(f Faults) {
 // plan is what an executing POST will do, decided (and fault counts
 // consumed) before it runs.
 type plan struct {
-	errorBeforeCommit bool
-	dropAfterCommit   bool
+	errorBeforeCommit bool // 500, nothing executed or saved
+	errorAfterCommit  bool // executed; 500 saved and answered
+	dropAfterCommit   bool // executed; connection dropped
 	latency           time.Duration
 }
 
@@ -124,22 +151,22 @@ func (s *Server) planLocked() plan {
 	f := &s.faults
 	var p plan
 	p.latency = s.latencyLocked()
-	if f.ErrorBeforeCommit > 0 {
-		f.ErrorBeforeCommit--
-		p.errorBeforeCommit = true
-	} else if f.ErrorBeforeCommitRate > 0 && s.rng.Float64() < f.ErrorBeforeCommitRate {
-		p.errorBeforeCommit = true
-	}
-	if p.errorBeforeCommit {
+	if p.errorBeforeCommit = take(&f.ErrorBeforeCommit, f.ErrorBeforeCommitRate, s.rng); p.errorBeforeCommit {
 		return p
 	}
-	if f.DropAfterCommit > 0 {
-		f.DropAfterCommit--
-		p.dropAfterCommit = true
-	} else if f.DropAfterCommitRate > 0 && s.rng.Float64() < f.DropAfterCommitRate {
-		p.dropAfterCommit = true
-	}
+	p.errorAfterCommit = take(&f.ErrorAfterCommit, f.ErrorAfterCommitRate, s.rng)
+	p.dropAfterCommit = take(&f.DropAfterCommit, f.DropAfterCommitRate, s.rng)
 	return p
+}
+
+// take consumes one of *count, or draws rate: it reports whether the
+// fault applies.
+func take(count *int, rate float64, rng *rand.Rand) bool {
+	if *count > 0 {
+		*count--
+		return true
+	}
+	return rate > 0 && rng.Float64() < rate
 }
 
 func (s *Server) latencyLocked() time.Duration {

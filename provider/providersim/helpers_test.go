@@ -1,38 +1,52 @@
 package providersim_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/retrysafe/booking/provider"
+	"github.com/stripe/stripe-go/v84"
+	"github.com/stripe/stripe-go/v84/webhook"
+
 	"github.com/retrysafe/booking/provider/providersim"
 )
 
-const testSecret = "whsec_test"
+const (
+	testSecret = "whsec_test"
+	testKey    = "sk_test_sim"
+)
 
-// sim is a simulator served over loopback with a client for it.
+// sim is a simulator served over loopback, with stripe-go's client for it.
 type sim struct {
 	*providersim.Server
-	url    string
-	client *provider.Client
+	url string
+	sc  *stripe.Client
 }
 
-// mustSim starts a simulator with fast test timings; cfg's zero fields take
-// them. Cleanup closes it.
+// mustSim starts a simulator with fast test timings and the API key
+// testKey; cfg's zero fields take them. Cleanup closes it.
 func mustSim(tb testing.TB, cfg providersim.Config) *sim {
 	tb.Helper()
 	if cfg.WebhookSecret == "" {
 		cfg.WebhookSecret = testSecret
 	}
+	if cfg.APIKey == "" {
+		cfg.APIKey = testKey
+	}
 	if cfg.SlowDelay == 0 {
 		cfg.SlowDelay = 300 * time.Millisecond
+	}
+	if cfg.SearchLag == 0 {
+		cfg.SearchLag = -1 // searchable at once unless a test says otherwise
 	}
 	if cfg.Webhooks.InitialBackoff == 0 {
 		cfg.Webhooks.InitialBackoff = 10 * time.Millisecond
@@ -50,29 +64,126 @@ func mustSim(tb testing.TB, cfg providersim.Config) *sim {
 	ts := httptest.NewServer(s.Handler())
 	tb.Cleanup(ts.Close)
 	tb.Cleanup(func() { s.Close() }) // runs before ts.Close: aborts sleeping handlers
-	return &sim{Server: s, url: ts.URL, client: provider.New(ts.URL, ts.Client())}
+	return &sim{Server: s, url: ts.URL, sc: stripeClient(ts.URL, ts.Client())}
 }
 
-// freshClient returns a client whose connections are never reused, so that a
-// dropped connection reaches the caller instead of being retried by
-// net/http's transport on a new connection.
-func (s *sim) freshClient() *provider.Client {
-	return provider.New(s.url, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}})
+// stripeClient is stripe-go's client for the API at url, with the test
+// key, no retries of its own and no logging.
+func stripeClient(url string, hc *http.Client) *stripe.Client {
+	backends := stripe.NewBackendsWithConfig(&stripe.BackendConfig{
+		URL:               stripe.String(url),
+		HTTPClient:        hc,
+		MaxNetworkRetries: stripe.Int64(0),
+		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
+	})
+	return stripe.NewClient(testKey, stripe.WithBackends(backends))
 }
 
-// mustDo sends a request to the simulator and decodes a JSON answer into out
-// (if not nil); it returns the status.
-func (s *sim) mustDo(tb testing.TB, method, path string, body any, out any) int {
-	tb.Helper()
-	var rdr io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		rdr = bytes.NewReader(b)
+// freshClient returns a stripe-go client whose connections are never
+// reused, so that a dropped connection reaches the caller.
+func (s *sim) freshClient() *stripe.Client {
+	return stripeClient(s.url, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}})
+}
+
+// createParams are the parameters the service sends for attempt attempt of
+// order orderID, paying with pm.
+func createParams(key, orderID, attempt, pm string) *stripe.PaymentIntentCreateParams {
+	p := &stripe.PaymentIntentCreateParams{
+		Amount:        stripe.Int64(1500),
+		Currency:      stripe.String("eur"),
+		PaymentMethod: stripe.String(pm),
+		Confirm:       stripe.Bool(true),
+		AutomaticPaymentMethods: &stripe.PaymentIntentCreateAutomaticPaymentMethodsParams{
+			Enabled: stripe.Bool(true), AllowRedirects: stripe.String("never"),
+		},
+		Description: stripe.String("order " + orderID),
 	}
-	req, err := http.NewRequest(method, s.url+path, rdr)
+	p.AddMetadata("order_id", orderID)
+	p.AddMetadata("attempt", attempt)
+	if key != "" {
+		p.SetIdempotencyKey(key)
+	}
+	return p
+}
+
+// mustCreate creates and confirms a PaymentIntent, failing tb on an error.
+func (s *sim) mustCreate(tb testing.TB, key, orderID, attempt, pm string) *stripe.PaymentIntent {
+	tb.Helper()
+	pi, err := s.sc.V1PaymentIntents.Create(ctxT(tb), createParams(key, orderID, attempt, pm))
+	if err != nil {
+		tb.Fatalf("Create(%s) = %v", key, err)
+	}
+	return pi
+}
+
+// stripeErr returns err's *stripe.Error, failing tb if it has none.
+func stripeErr(tb testing.TB, err error) *stripe.Error {
+	tb.Helper()
+	var se *stripe.Error
+	if !errors.As(err, &se) {
+		tb.Fatalf("error %v (%T), want a *stripe.Error", err, err)
+	}
+	return se
+}
+
+// answer is a raw answer read in full.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// errorObject decodes the answer's {"error":{…}}.
+func (a answer) errorObject(tb testing.TB) providersim.ErrorObject {
+	tb.Helper()
+	var out struct {
+		Error providersim.ErrorObject `json:"error"`
+	}
+	if err := json.Unmarshal(a.body, &out); err != nil {
+		tb.Fatalf("decode error body %s: %v", a.body, err)
+	}
+	return out.Error
+}
+
+// do sends a raw request to the simulator: form is the body of a POST (a
+// GET puts it in the query string), header adds headers; the test key
+// is sent as Bearer unless header sets Authorization.
+func (s *sim) do(tb testing.TB, method, path string, form url.Values, header map[string]string) answer {
+	tb.Helper()
+	target, body := s.url+path, io.Reader(nil)
+	if method == http.MethodGet && len(form) > 0 {
+		target += "?" + form.Encode()
+	} else if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequestWithContext(ctxT(tb), method, target, body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return answer{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// control sends a JSON request to the control API and decodes a JSON
+// answer into out (if not nil); it returns the status.
+func (s *sim) control(tb testing.TB, method, path, body string, out any) int {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(ctxT(tb), method, s.url+path, strings.NewReader(body))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -93,34 +204,52 @@ func (s *sim) mustDo(tb testing.TB, method, path string, body any, out any) int 
 	return resp.StatusCode
 }
 
-// mustCharge creates a charge with key and req, failing tb on an error.
-func (s *sim) mustCharge(tb testing.TB, ctx context.Context, key string, req provider.ChargeRequest) provider.Charge {
+// wantControl sends a control request and fails tb unless it answers want.
+func (s *sim) wantControl(tb testing.TB, method, path, body string, want int) {
 	tb.Helper()
-	ch, err := s.client.CreateCharge(ctx, key, req)
+	if got := s.control(tb, method, path, body, nil); got != want {
+		tb.Fatalf("%s %s = %d, want %d", method, path, got, want)
+	}
+}
+
+// createForm is the form body of the service's create request, the
+// parameters createParams sends.
+func createForm(orderID, attempt, pm string) url.Values {
+	return url.Values{
+		"amount": {"1500"}, "currency": {"eur"}, "payment_method": {pm}, "confirm": {"true"},
+		"automatic_payment_methods[enabled]": {"true"}, "automatic_payment_methods[allow_redirects]": {"never"},
+		"metadata[order_id]": {orderID}, "metadata[attempt]": {attempt}, "description": {"order " + orderID},
+	}
+}
+
+func mustUnmarshal(tb testing.TB, data []byte, v any) {
+	tb.Helper()
+	if err := json.Unmarshal(data, v); err != nil {
+		tb.Fatalf("decode %s: %v", data, err)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func mustAtoi(tb testing.TB, s string) int64 {
+	tb.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		tb.Fatalf("CreateCharge(%s) = %v", key, err)
+		tb.Fatal(err)
 	}
-	return ch
+	return n
 }
 
-// wantStatus does the request (as mustDo, discarding the body) and fails tb
-// unless it answers want.
-func (s *sim) wantStatus(tb testing.TB, method, path string, body any, want int) {
-	tb.Helper()
-	if status := s.mustDo(tb, method, path, body, nil); status != want {
-		tb.Fatalf("%s %s = %d, want %d", method, path, status, want)
+// collect gathers what a stripe-go iterator yields, stopping at an error.
+func collect[T any](seq stripe.Seq2[T, error]) ([]T, error) {
+	var out []T
+	for v, err := range seq {
+		if err != nil {
+			return out, err
+		}
+		out = append(out, v)
 	}
-}
-
-// mustSimCtx starts a simulator with cfg (mustSim) and returns it with a
-// context for the test (ctxT).
-func mustSimCtx(tb testing.TB, cfg providersim.Config) (*sim, context.Context) {
-	tb.Helper()
-	return mustSim(tb, cfg), ctxT(tb)
-}
-
-func charge(orderID string, attempt int, token string) provider.ChargeRequest {
-	return provider.NewChargeRequest(1500, "EUR", token, orderID, attempt)
+	return out, nil
 }
 
 func ctxT(tb testing.TB) context.Context {
@@ -130,13 +259,14 @@ func ctxT(tb testing.TB) context.Context {
 	return ctx
 }
 
-// receiver is a webhook endpoint that verifies signatures with
-// provider.VerifySignature and records the events it accepted.
+// receiver is a webhook endpoint that verifies deliveries with stripe-go's
+// webhook.ConstructEvent (signature, tolerance, API version) and records
+// the events it accepted.
 type receiver struct {
 	mu       sync.Mutex
 	failures int // answer 500 to this many requests first
 	calls    int
-	accepted []provider.Event
+	accepted []stripe.Event
 	refused  []error
 	srv      *httptest.Server
 }
@@ -158,7 +288,8 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls++
-	if err := provider.VerifySignature(req.Header.Get(provider.HeaderSignature), body, []byte(testSecret), time.Now(), 0); err != nil {
+	ev, err := webhook.ConstructEvent(body, req.Header.Get("Stripe-Signature"), testSecret)
+	if err != nil {
 		r.refused = append(r.refused, err)
 		w.WriteHeader(http.StatusBadRequest)
 		return
@@ -168,20 +299,14 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusInternalServerError)
 		return
 	}
-	ev, err := provider.ParseEvent(body)
-	if err != nil {
-		r.refused = append(r.refused, err)
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
 	r.accepted = append(r.accepted, ev)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (r *receiver) events() []provider.Event {
+func (r *receiver) events() []stripe.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]provider.Event(nil), r.accepted...)
+	return append([]stripe.Event(nil), r.accepted...)
 }
 
 func (r *receiver) stats() (calls int, refused []error) {
@@ -190,10 +315,9 @@ func (r *receiver) stats() (calls int, refused []error) {
 	return r.calls, append([]error(nil), r.refused...)
 }
 
-// mustWaitWebhooks waits until the simulator has no pending delivery.
-// wantDelivered waits until s has no webhook delivery pending
-// (mustWaitWebhooks) and fails tb unless r received want deliveries;
-// format, given the count, says what was expected.
+// wantDelivered waits until s has no webhook delivery pending and fails
+// tb unless r accepted want deliveries; format, given the count, says what
+// was expected.
 func (r *receiver) wantDelivered(tb testing.TB, s *sim, want int, format string) {
 	tb.Helper()
 	mustWaitWebhooks(tb, s)
@@ -207,4 +331,12 @@ func mustWaitWebhooks(tb testing.TB, s *sim) {
 	if err := s.WaitWebhooks(ctxT(tb)); err != nil {
 		tb.Fatalf("WaitWebhooks() = %v", err)
 	}
+}
+
+func eventTypes(evs []stripe.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = string(e.Type)
+	}
+	return out
 }

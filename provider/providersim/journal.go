@@ -13,46 +13,54 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/retrysafe/booking/provider"
 )
 
 // The state file. With Config.DataDir set, everything a restart must not
 // forget is kept in DataDir/StateFile, an append-only journal:
 //
-//	line 1:  <crc> {"format":"booking-provider-sim","version":1}
+//	line 1:  <crc> {"format":"booking-provider-sim","version":2}
 //	line n:  <crc> {record}
 //
 // where <crc> is the CRC-32C (Castagnoli) of the JSON that follows it, as 8
 // lowercase hex digits, and each line ends with "\n". A record is a JSON
 // object whose members are upserts, applied in this order:
 //
-//	"charge": a charge object as GET /v1/charges/{id} shows it; it replaces
-//	          the charge with that id, or adds it at the end
-//	"refund": a refund object; replaces or adds likewise
-//	"key":    an idempotency record {"key","fingerprint" (hex SHA-256 of the
-//	          endpoint and the canonical request),"status","body" (base64 of
-//	          the stored answer, replayed byte for byte),"committed","expires"
-//	          (RFC 3339, simulator clock),"charge_id"|"refund_id"}
+//	"charge":         a charge object as Stripe shows it; it replaces the
+//	                  charge with that id, or adds it
+//	"payment_intent": a PaymentIntent object as GET /v1/payment_intents/{id}
+//	                  shows it (latest_charge not expanded), plus
+//	                  "sim_idempotency_key" and "sim_created_ns" (its
+//	                  creation on the base clock, for the search lag); it
+//	                  replaces the PaymentIntent with that id, or adds it at
+//	                  the end
+//	"refund":         a refund object; added at the end
+//	"key":            an idempotency record {"key","endpoint","fingerprint"
+//	                  (hex SHA-256 of the endpoint and the canonical
+//	                  parameters),"status","body" (base64 of the saved
+//	                  answer, replayed byte for byte),"request_id",
+//	                  "committed","expires" (RFC 3339, simulator clock)}
 //	"clock_offset_ns": the simulator clock's offset from the base clock
 //
-// A committed charge appends {"charge","key"}; a committed refund appends
-// {"refund","charge" (its new refunded amount),"key"}; a clock change appends
-// {"clock_offset_ns"}. Each line is written and fsynced before the request is
-// answered, so nothing the simulator ever answered is lost by a crash. A
-// write that fails is cut off again and the request answers 500; if even that
-// fails, every later commit answers 500 until a restart.
+// A commit appends one record with what it changed and the key's saved
+// answer; a clock change appends {"clock_offset_ns"}. Each line is written
+// and fsynced before the request is answered, so nothing the simulator
+// ever answered is lost by a crash. A write that fails is cut off again
+// and the request answers 500 (saving nothing); if even that fails, every
+// later commit answers 500 until a restart.
 //
-// At start the journal is read and then compacted: the current state (every
-// charge and refund, the idempotency records still inside their retention,
-// the clock offset) is written to a temporary file, fsynced, and renamed over
-// the journal, and the directory is fsynced. POST /_sim/reset compacts to an
-// empty state the same way. A last line without its "\n" is a write that a
-// crash cut short, never acknowledged: it is dropped. Anything else that does
-// not read back (a bad checksum, bad JSON, an unknown member, a refund of an
-// unknown charge, a missing header) stops the start with an error that names
-// the file and the line. A lock file (DataDir/LockFile, flock) keeps a second
-// process from using the same directory.
+// At start the journal is read and then compacted: the current state
+// (every PaymentIntent with its charge, every refund, the idempotency
+// records still inside their retention, the clock offset) is written to a
+// temporary file, fsynced, and renamed over the journal, and the directory
+// is fsynced. POST /_sim/reset compacts to an empty state the same way. A
+// last line without its "\n" is a write that a crash cut short, never
+// acknowledged: it is dropped. A version 1 file (the simulator's earlier
+// charges API) is moved aside to StateFile+".v1" with a warning, and the
+// simulator starts empty. Anything else that does not read back (a bad
+// checksum, bad JSON, an unknown member, a reference to an unknown object,
+// a missing header) stops the start with an error that names the file and
+// the line. A lock file (DataDir/LockFile, flock) keeps a second process
+// from using the same directory.
 //
 // Not kept: webhook events and their deliveries (a delivery pending at a
 // restart is not resumed; the service finds outcomes by querying), faults,
@@ -64,36 +72,54 @@ const (
 	LockFile = "state.lock"
 
 	journalFormat  = "booking-provider-sim"
-	journalVersion = 1
+	journalVersion = 2
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // record is one line of the journal.
 type record struct {
-	Format  string           `json:"format,omitempty"`
-	Version int              `json:"version,omitempty"`
-	Charge  *provider.Charge `json:"charge,omitempty"`
-	Refund  *provider.Refund `json:"refund,omitempty"`
-	Key     *keyRecord       `json:"key,omitempty"`
-	Offset  *int64           `json:"clock_offset_ns,omitempty"`
+	Format  string        `json:"format,omitempty"`
+	Version int           `json:"version,omitempty"`
+	Charge  *Charge       `json:"charge,omitempty"`
+	Intent  *intentRecord `json:"payment_intent,omitempty"`
+	Refund  *Refund       `json:"refund,omitempty"`
+	Key     *keyRecord    `json:"key,omitempty"`
+	Offset  *int64        `json:"clock_offset_ns,omitempty"`
 }
 
-// keyRecord is a committed idempotency key as stored.
+// empty reports whether r changes nothing.
+func (r record) empty() bool {
+	return r.Charge == nil && r.Intent == nil && r.Refund == nil && r.Key == nil && r.Offset == nil
+}
+
+// intentRecord is a PaymentIntent as stored, with what only the
+// simulator knows of it.
+type intentRecord struct {
+	PaymentIntent
+	SimIdempotencyKey string `json:"sim_idempotency_key,omitempty"`
+	SimCreatedNS      int64  `json:"sim_created_ns"`
+}
+
+func newIntentRecord(it *intent) *intentRecord {
+	return &intentRecord{PaymentIntent: *it.pi, SimIdempotencyKey: it.key, SimCreatedNS: it.createdAt.UnixNano()}
+}
+
+// keyRecord is a saved idempotency key as stored.
 type keyRecord struct {
 	Key         string    `json:"key"`
+	Endpoint    string    `json:"endpoint"`
 	Fingerprint string    `json:"fingerprint"`
 	Status      int       `json:"status"`
 	Body        []byte    `json:"body"`
+	RequestID   string    `json:"request_id"`
 	Committed   time.Time `json:"committed"`
 	Expires     time.Time `json:"expires"`
-	ChargeID    string    `json:"charge_id,omitempty"`
-	RefundID    string    `json:"refund_id,omitempty"`
 }
 
 func newKeyRecord(key string, e *keyEntry) *keyRecord {
-	return &keyRecord{Key: key, Fingerprint: hex.EncodeToString(e.fingerprint[:]), Status: e.status, Body: e.body,
-		Committed: e.committed.UTC(), Expires: e.expires.UTC(), ChargeID: e.chargeID, RefundID: e.refundID}
+	return &keyRecord{Key: key, Endpoint: e.endpoint, Fingerprint: hex.EncodeToString(e.fingerprint[:]), Status: e.status,
+		Body: e.body, RequestID: e.requestID, Committed: e.committed.UTC(), Expires: e.expires.UTC()}
 }
 
 // journal is the open state file. Not safe for concurrent use: the Server
@@ -105,6 +131,8 @@ type journal struct {
 	unlock    func() error
 	broken    error // sticky: a failed write that could not be cut off
 	closed    bool
+	// movedAside names where a version 1 file was moved at open, or "".
+	movedAside string
 }
 
 // CorruptError reports a state file that does not read back. Path names the
@@ -121,7 +149,7 @@ func (e *CorruptError) Error() string {
 	if e.Line > 0 {
 		where += ":" + strconv.Itoa(e.Line)
 	}
-	return fmt.Sprintf("providersim: state file %s is corrupt: %s (move the file away to start with no charges)", where, e.Reason)
+	return fmt.Sprintf("providersim: state file %s is corrupt: %s (move the file away to start with no payments)", where, e.Reason)
 }
 
 // openJournal locks dir (creating it) and reads its journal, returning the
@@ -146,12 +174,25 @@ func openJournal(dir string) (*journal, []record, int, error) {
 		return nil, nil, 0, fmt.Errorf("providersim: read state file: %w", err)
 	}
 	recs, torn, err := parseJournal(j.path, data)
+	var old *oldVersionError
+	if errors.As(err, &old) {
+		// The earlier charges API's state cannot become PaymentIntents.
+		if err = os.Rename(j.path, j.path+".v1"); err == nil {
+			j.movedAside = j.path + ".v1"
+			return j, nil, 0, nil
+		}
+	}
 	if err != nil {
 		j.close()
 		return nil, nil, 0, err
 	}
 	return j, recs, torn, nil
 }
+
+// oldVersionError is a journal of version 1, the earlier charges API.
+type oldVersionError struct{}
+
+func (*oldVersionError) Error() string { return "providersim: state file of version 1" }
 
 // parseJournal checks and decodes a journal's bytes.
 func parseJournal(path string, data []byte) ([]record, int, error) {
@@ -190,6 +231,9 @@ func parseJournal(path string, data []byte) ([]record, int, error) {
 		if n == 1 {
 			if r.Format != journalFormat {
 				return corrupt(n, "header names format %q, want %q", r.Format, journalFormat)
+			}
+			if r.Version == 1 {
+				return nil, 0, &oldVersionError{}
 			}
 			if r.Version != journalVersion {
 				return corrupt(n, "format version %d, this build reads %d", r.Version, journalVersion)
@@ -318,54 +362,19 @@ func (j *journal) close() {
 // that every reference resolves, then forgets the keys already expired.
 func (s *Server) restoreLocked(path string, recs []record) error {
 	for i, r := range recs {
-		line := i + 2
 		bad := func(format string, args ...any) error {
-			return &CorruptError{Path: path, Line: line, Reason: fmt.Sprintf(format, args...)}
+			return &CorruptError{Path: path, Line: i + 2, Reason: fmt.Sprintf(format, args...)}
 		}
-		if r.Charge != nil {
-			ch := *r.Charge
-			if !strings.HasPrefix(ch.ID, "ch_") {
-				return bad("charge id %q", ch.ID)
-			}
-			if ch.Metadata == nil {
-				ch.Metadata = map[string]string{}
-			}
-			if old, ok := s.chargeByID[ch.ID]; ok {
-				*old = ch
-			} else {
-				c := &ch
-				s.charges = append(s.charges, c)
-				s.chargeByID[c.ID] = c
-			}
-		}
-		if r.Refund != nil {
-			re := *r.Refund
-			if !strings.HasPrefix(re.ID, "re_") {
-				return bad("refund id %q", re.ID)
-			}
-			if _, ok := s.chargeByID[re.Charge]; !ok {
-				return bad("refund %s of unknown charge %q", re.ID, re.Charge)
-			}
-			if old, ok := s.refundByID[re.ID]; ok {
-				*old = re
-			} else {
-				p := &re
-				s.refunds = append(s.refunds, p)
-				s.refundByID[p.ID] = p
-			}
+		if err := s.restoreObjectsLocked(r, bad); err != nil {
+			return err
 		}
 		if k := r.Key; k != nil {
 			fp, err := hex.DecodeString(k.Fingerprint)
 			if err != nil || len(fp) != 32 {
 				return bad("key %q: fingerprint %q", k.Key, k.Fingerprint)
 			}
-			if _, ok := s.chargeByID[k.ChargeID]; k.ChargeID != "" && !ok {
-				return bad("key %q of unknown charge %q", k.Key, k.ChargeID)
-			}
-			if _, ok := s.refundByID[k.RefundID]; k.RefundID != "" && !ok {
-				return bad("key %q of unknown refund %q", k.Key, k.RefundID)
-			}
-			e := &keyEntry{status: k.Status, body: k.Body, committed: k.Committed, expires: k.Expires, chargeID: k.ChargeID, refundID: k.RefundID}
+			e := &keyEntry{endpoint: k.Endpoint, status: k.Status, body: k.Body, requestID: k.RequestID,
+				committed: k.Committed, expires: k.Expires}
 			copy(e.fingerprint[:], fp)
 			s.keys[k.Key] = e
 		}
@@ -382,17 +391,62 @@ func (s *Server) restoreLocked(path string, recs []record) error {
 	return nil
 }
 
-// snapshotLocked returns the records of the current state: charges and
-// refunds in creation order, the live keys (by key), the clock offset.
+// restoreObjectsLocked applies r's charge, PaymentIntent and refund, then
+// checks that their references resolve.
+func (s *Server) restoreObjectsLocked(r record, bad func(string, ...any) error) error {
+	if r.Charge != nil {
+		ch := cloneCharge(r.Charge)
+		if !strings.HasPrefix(ch.ID, "ch_") {
+			return bad("charge id %q", ch.ID)
+		}
+		s.chargeByID[ch.ID] = &ch
+	}
+	if r.Intent != nil {
+		pi := clonePI(&r.Intent.PaymentIntent)
+		if !strings.HasPrefix(pi.ID, "pi_") {
+			return bad("payment intent id %q", pi.ID)
+		}
+		switch id := pi.LatestCharge.(type) {
+		case nil:
+		case string:
+			if s.chargeByID[id] == nil {
+				return bad("payment intent %s: latest_charge %q unknown", pi.ID, id)
+			}
+		default:
+			return bad("payment intent %s: latest_charge is not an id", pi.ID)
+		}
+		s.applyLocked(change{intent: &intent{pi: &pi, key: r.Intent.SimIdempotencyKey, createdAt: time.Unix(0, r.Intent.SimCreatedNS)}})
+	}
+	if r.Charge != nil && s.intentByID[r.Charge.PaymentIntent] == nil {
+		return bad("charge %s of unknown payment intent %q", r.Charge.ID, r.Charge.PaymentIntent)
+	}
+	if r.Refund != nil {
+		re := cloneRefund(r.Refund)
+		if !strings.HasPrefix(re.ID, "re_") || s.refundByID[re.ID] != nil {
+			return bad("refund id %q", re.ID)
+		}
+		if s.chargeByID[re.Charge] == nil || s.intentByID[re.PaymentIntent] == nil {
+			return bad("refund %s of unknown charge %q or payment intent %q", re.ID, re.Charge, re.PaymentIntent)
+		}
+		s.applyLocked(change{refund: &re})
+	}
+	return nil
+}
+
+// snapshotLocked returns the records of the current state: each
+// PaymentIntent with its charge, in creation order, the refunds in
+// creation order, the live keys (by key), the clock offset.
 func (s *Server) snapshotLocked() []record {
-	recs := make([]record, 0, len(s.charges)+len(s.refunds)+len(s.keys)+1)
-	for _, c := range s.charges {
-		ch := cloneCharge(c)
-		recs = append(recs, record{Charge: &ch})
+	recs := make([]record, 0, len(s.intents)+len(s.refunds)+len(s.keys)+1)
+	for _, it := range s.intents {
+		r := record{Intent: newIntentRecord(it)}
+		if id, ok := it.pi.LatestCharge.(string); ok {
+			r.Charge = s.chargeByID[id]
+		}
+		recs = append(recs, r)
 	}
 	for _, re := range s.refunds {
-		r := *re
-		recs = append(recs, record{Refund: &r})
+		recs = append(recs, record{Refund: re})
 	}
 	now := s.nowLocked()
 	keys := make([]string, 0, len(s.keys))
@@ -414,7 +468,7 @@ func (s *Server) snapshotLocked() []record {
 
 // persistLocked appends r to the journal, if the simulator has one.
 func (s *Server) persistLocked(r record) error {
-	if s.journal == nil {
+	if s.journal == nil || r.empty() {
 		return nil
 	}
 	return s.journal.append(r)

@@ -1,19 +1,18 @@
 package providersim
 
 import (
-	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
-
-	"github.com/retrysafe/booking/provider"
 )
 
 // TestCommitThatCannotBeSavedAnswers500AndRecordsNothing: when the state
 // file cannot be written (here /dev/full: ENOSPC, and the write cannot be
-// cut off either), the charge is not made, the key is not used up, every
+// cut off either), no PaymentIntent is made, the key is not used up, every
 // later commit is refused too, and a restart reads a file without it.
 func TestCommitThatCannotBeSavedAnswers500AndRecordsNothing(t *testing.T) {
 	t.Parallel()
@@ -32,21 +31,23 @@ func TestCommitThatCannotBeSavedAnswers500AndRecordsNothing(t *testing.T) {
 	s.journal.f = full
 	s.mu.Unlock()
 
+	form := url.Values{"amount": {"1500"}, "currency": {"eur"}, "payment_method": {TokenVisa}, "confirm": {"true"},
+		"payment_method_types[]": {"card"}}
 	post := func() int {
-		req := httptest.NewRequest(http.MethodPost, "/v1/charges",
-			bytes.NewReader(provider.NewChargeRequest(1500, "EUR", TokenVisa, "o1", 1).Body()))
-		req.Header.Set(provider.HeaderIdempotencyKey, "order-o1-1")
+		req := httptest.NewRequest(http.MethodPost, "/v1/payment_intents", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set(headerIdempotencyKey, "order-o1-1")
 		w := httptest.NewRecorder()
 		s.Handler().ServeHTTP(w, req)
 		return w.Code
 	}
 	for i := range 2 {
 		if code := post(); code != http.StatusInternalServerError {
-			t.Fatalf("POST /v1/charges #%d with an unwritable state file = %d, want 500", i+1, code)
+			t.Fatalf("POST /v1/payment_intents #%d with an unwritable state file = %d, want 500", i+1, code)
 		}
 	}
 	if n := len(s.Charges()); n != 0 {
-		t.Fatalf("%d charges after failed saves, want 0", n)
+		t.Fatalf("%d PaymentIntents after failed saves, want 0", n)
 	}
 	s.mu.Lock()
 	_, used := s.keys["order-o1-1"]
@@ -62,7 +63,7 @@ func TestCommitThatCannotBeSavedAnswers500AndRecordsNothing(t *testing.T) {
 	}
 	defer s.Close()
 	if n := len(s.Charges()); n != 0 {
-		t.Fatalf("%d charges after a restart, want 0", n)
+		t.Fatalf("%d PaymentIntents after a restart, want 0", n)
 	}
 	if _, err := os.Stat(filepath.Join(dir, StateFile)); err != nil {
 		t.Fatal(err)

@@ -13,8 +13,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/retrysafe/booking/provider"
 )
 
 // Defaults of Config.
@@ -27,6 +25,7 @@ const (
 	DefaultMaxBackoff     = time.Minute
 	DefaultWebhookTimeout = 10 * time.Second
 	DefaultReorderHold    = time.Second
+	DefaultSearchLag      = 3 * time.Second
 )
 
 // Config configures a Server. The zero value is usable: every zero field
@@ -37,39 +36,50 @@ type Config struct {
 	// WebhookURL receives the events. Empty means events are recorded (see
 	// Server.Events) but not delivered; SetWebhookURL can set it later.
 	WebhookURL string
-	// WebhookSecret is the shared HMAC secret of Provider-Signature. Empty
-	// means events are sent unsigned (and receivers will refuse them).
+	// WebhookSecret is the endpoint secret of Stripe-Signature, used
+	// whole as the HMAC key as Stripe uses its "whsec_…" secrets; any
+	// string works. Empty means events are sent unsigned (and receivers
+	// will refuse them).
 	WebhookSecret string
 	// Retention is how long an idempotency key is remembered, on the
 	// simulator's clock; default 24h (Stripe's window).
 	Retention time.Duration
 	// SlowDelay is how long tok_slow takes; default 2 s.
 	SlowDelay time.Duration
+	// SearchLag is how long after its creation a PaymentIntent stays
+	// invisible to search, on the simulator's clock; default
+	// DefaultSearchLag (3 s), negative for none. The fault search_lag_ms
+	// overrides it.
+	SearchLag time.Duration
 	// Webhooks are the delivery defaults; faults (SetFaults) can add to them.
 	Webhooks WebhookConfig
 	// Seed seeds the random source of probabilistic faults (rates). 0 picks a
-	// random seed. Object ids (ch_, re_, evt_) always come from crypto/rand,
-	// so they never repeat across restarts.
+	// random seed. Object ids (pi_, ch_, re_, evt_) always come from
+	// crypto/rand, so they never repeat across restarts.
 	Seed uint64
-	// Now is the base clock; default time.Now. The simulator's clock is Now
-	// plus an offset moved by SetClock and AdvanceClock.
+	// Now is the base clock; default time.Now. Objects' created times and
+	// webhook signatures use it. The simulator's clock is Now plus an
+	// offset moved by SetClock and AdvanceClock; it drives only key
+	// pruning and the search lag.
 	Now func() time.Time
-	// Logger receives a line per committed charge or refund and per webhook
-	// attempt; default discards. Payment tokens are never logged.
+	// Logger receives a line per commit and per webhook attempt; default
+	// discards. Payment methods and client secrets are never logged.
 	Logger *slog.Logger
 	// HTTPClient sends webhooks; default a new client. Each attempt is also
 	// bounded by Webhooks.Timeout.
 	HTTPClient *http.Client
 	// DataDir, when set, is the directory of the state file (StateFile) that
-	// keeps charges, refunds, idempotency records and the clock offset across
-	// restarts, and of its lock file (LockFile); Open creates it (mode 0700)
-	// and loads it. Empty keeps everything in memory, lost at exit.
+	// keeps PaymentIntents, charges, refunds, idempotency records and the
+	// clock offset across restarts, and of its lock file (LockFile); Open
+	// creates it (mode 0700) and loads it. Empty keeps everything in
+	// memory, lost at exit.
 	DataDir string
 	// APIKey, when not empty, is the secret key every /v1 request must
-	// carry as "Authorization: Bearer <APIKey>" (Stripe's scheme); others
-	// are refused with 401 before anything runs. Empty accepts every
-	// request. The control API (/_sim) and /healthz never need it. The key
-	// is never logged or echoed.
+	// carry as Stripe's API takes it: "Authorization: Bearer <APIKey>", or
+	// Basic with APIKey as the user name; others are refused with 401
+	// before anything runs. Empty accepts every request. The control API
+	// (/_sim) and /healthz never need it. The key is never logged or
+	// echoed.
 	APIKey string
 }
 
@@ -112,6 +122,9 @@ func (c *Config) setDefaults() {
 	}
 	c.Retention = orDefault(c.Retention, DefaultRetention)
 	c.SlowDelay = orDefault(c.SlowDelay, DefaultSlowDelay)
+	if c.SearchLag == 0 {
+		c.SearchLag = DefaultSearchLag
+	}
 	w := &c.Webhooks
 	w.Delay = max(w.Delay, 0)
 	w.Duplicates = max(w.Duplicates, 0)
@@ -152,14 +165,15 @@ type Server struct {
 	faults     Faults
 	rng        *rand.Rand
 	webhookURL string
-	charges    []*provider.Charge
-	chargeByID map[string]*provider.Charge
-	refunds    []*provider.Refund
-	refundByID map[string]*provider.Refund
+	intents    []*intent // in creation order
+	intentByID map[string]*intent
+	chargeByID map[string]*Charge
+	refunds    []*Refund // in creation order
+	refundByID map[string]*Refund
 	keys       map[string]*keyEntry
 	inserts    int      // key inserts since the last sweep of expired keys
 	journal    *journal // the state file; nil in memory
-	events     []*event
+	events     []*Event
 	deliveries []Delivery
 	held       *heldEvent    // an event held back for reordering
 	resume     chan struct{} // closed while webhooks are not paused
@@ -188,8 +202,9 @@ func New(cfg Config) *Server {
 
 // Open is New, plus the state file when cfg.DataDir is set: it creates the
 // directory, locks it, loads the state file (see StateFile for the format
-// and what is kept), drops the idempotency records whose retention has
-// passed on the restored clock, and compacts the file. Close or Shutdown
+// and what is kept; a version 1 file is moved aside), drops the
+// idempotency records whose retention has passed on the restored clock,
+// and compacts the file. Close or Shutdown
 // releases the lock. It returns a *CorruptError, naming the file and line,
 // if the file does not read back, and an error naming the lock file if
 // another process uses the directory.
@@ -212,12 +227,16 @@ func Open(cfg Config) (*Server, error) {
 		s.log.Warn("provider simulator: dropped an incomplete last line of the state file (a write cut short by a crash, never answered)",
 			"file", j.path, "bytes", torn)
 	}
+	if j.movedAside != "" {
+		s.log.Warn("provider simulator: the state file holds the earlier charges API's state, which PaymentIntents cannot take up; moved it aside and started empty",
+			"file", j.path, "moved_to", j.movedAside)
+	}
 	if err := j.rewrite(s.snapshotLocked()); err != nil {
 		j.close()
 		return nil, err
 	}
 	s.journal = j
-	s.log.Info("provider simulator state loaded", "file", j.path, "charges", len(s.charges), "refunds", len(s.refunds),
+	s.log.Info("provider simulator state loaded", "file", j.path, "payment_intents", len(s.intents), "refunds", len(s.refunds),
 		"keys", len(s.keys), "clock_offset", s.offset.String())
 	return s, nil
 }
@@ -230,8 +249,9 @@ func newServer(cfg Config) *Server {
 		secret:     []byte(cfg.WebhookSecret),
 		rng:        rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		webhookURL: cfg.WebhookURL,
-		chargeByID: map[string]*provider.Charge{},
-		refundByID: map[string]*provider.Refund{},
+		intentByID: map[string]*intent{},
+		chargeByID: map[string]*Charge{},
+		refundByID: map[string]*Refund{},
 		keys:       map[string]*keyEntry{},
 		resume:     closedChan(),
 		idle:       closedChan(),
@@ -391,9 +411,10 @@ func (s *Server) sleep(d time.Duration) bool {
 }
 
 // Now returns the simulator's clock: the base clock plus the offset set by
-// SetClock and AdvanceClock. It governs idempotency retention and the created
-// times of objects. Webhook signatures use the base clock, so receivers'
-// tolerance checks keep working after the clock was advanced.
+// SetClock and AdvanceClock. It governs idempotency-key pruning and the
+// search lag only. Objects' created times and webhook signatures use the
+// base clock, so a caller's list ranges and signature tolerance keep
+// working after the clock was advanced.
 func (s *Server) Now() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -411,7 +432,8 @@ func (s *Server) SetClock(t time.Time) {
 
 // AdvanceClock moves the simulator's clock by d (which may be negative) and
 // returns the new time. Advancing past Config.Retention forgets the keys
-// committed before, as the real window would. Saved as SetClock.
+// saved before, as Stripe's pruning would; advancing past the search lag
+// makes PaymentIntents searchable. Saved as SetClock.
 func (s *Server) AdvanceClock(d time.Duration) time.Time {
 	s.logErr(s.moveClock(func(off time.Duration) time.Duration { return off + d }))
 	return s.Now()
@@ -450,23 +472,8 @@ func (s *Server) SetWebhookURL(url string) {
 	s.webhookURL = url
 }
 
-// Charges returns a copy of every charge, succeeded and failed, in creation
-// order. Charges are kept forever; only idempotency keys expire.
-func (s *Server) Charges() []provider.Charge {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return cloneAll(s.charges, cloneCharge)
-}
-
-// Refunds returns a copy of every refund in creation order.
-func (s *Server) Refunds() []provider.Refund {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return cloneAll(s.refunds, cloneRefund)
-}
-
-// Reset forgets every charge, refund, key, event and delivery record, and
-// resets the faults and the clock. Deliveries already running continue. With
+// Reset forgets every PaymentIntent, charge, refund, key, event and
+// delivery record, and resets the faults and the clock. Deliveries already running continue. With
 // a state file it is emptied too (a failure is logged and leaves the state
 // as it was; the control API answers it as a 500).
 func (s *Server) Reset() { s.logErr(s.reset()) }
@@ -479,9 +486,10 @@ func (s *Server) reset() error {
 			return err
 		}
 	}
-	s.charges, s.refunds, s.events, s.deliveries = nil, nil, nil, nil
-	s.chargeByID = map[string]*provider.Charge{}
-	s.refundByID = map[string]*provider.Refund{}
+	s.intents, s.refunds, s.events, s.deliveries = nil, nil, nil, nil
+	s.intentByID = map[string]*intent{}
+	s.chargeByID = map[string]*Charge{}
+	s.refundByID = map[string]*Refund{}
 	s.keys = map[string]*keyEntry{}
 	s.offset = 0
 	s.setFaultsLocked(Faults{})
@@ -493,15 +501,6 @@ func cloneAll[T, U any](items []T, clone func(T) U) []U {
 	out := make([]U, len(items))
 	for i, it := range items {
 		out[i] = clone(it)
-	}
-	return out
-}
-
-func cloneCharge(c *provider.Charge) provider.Charge {
-	out := *c
-	out.Metadata = make(map[string]string, len(c.Metadata))
-	for k, v := range c.Metadata {
-		out.Metadata[k] = v
 	}
 	return out
 }

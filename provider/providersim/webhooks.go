@@ -3,21 +3,16 @@ package providersim
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
-
-	"github.com/retrysafe/booking/provider"
 )
-
-// event is an emitted webhook event with its encoded body, which every
-// delivery of it sends unchanged.
-type event struct {
-	provider.Event
-	body []byte
-}
 
 // heldEvent is an event held back so that the next one overtakes it.
 type heldEvent struct {
@@ -37,32 +32,80 @@ type Delivery struct {
 	At         time.Time `json:"at"`                  // base clock
 	Delivered  bool      `json:"delivered"`           // the receiver answered 2xx
 	URL        string    `json:"url,omitempty"`       // where it was sent
-	Signature  string    `json:"signature,omitempty"` // the Provider-Signature header sent
+	Signature  string    `json:"signature,omitempty"` // the Stripe-Signature header sent
 }
 
-// newEventLocked records a new event about the charge's current state.
-func (s *Server) newEventLocked(typ string, ch *provider.Charge) *event {
-	e := provider.Event{
-		ID:      newID("evt_"),
-		Object:  "event",
-		Type:    typ,
-		Created: s.nowLocked().Unix(),
-		Data:    provider.EventData{Object: cloneCharge(ch)},
+// Event is a webhook event the simulator emitted: Stripe's event object
+// (https://docs.stripe.com/api/events/object), kept with the exact bytes
+// every delivery of it sends.
+type Event struct {
+	ID       string    // "evt_…"; the same for every delivery
+	Type     string    // e.g. "payment_intent.succeeded"
+	Created  time.Time // base clock, whole seconds
+	ObjectID string    // the id of data.object: a pi_… or, for charge.refunded, a ch_…
+	body     []byte
+}
+
+// Body returns the event's JSON, byte for byte what its deliveries send:
+//
+//	{"id":"evt_…","object":"event","api_version":"2026-02-25.clover","created":…,
+//	 "data":{"object":{…}},"livemode":false,"pending_webhooks":1,
+//	 "request":{"id":"req_…"|null,"idempotency_key":"K"|null},"type":"…"}
+func (e Event) Body() []byte { return bytes.Clone(e.body) }
+
+// eventBody is the JSON shape of an event.
+type eventBody struct {
+	ID              string       `json:"id"`
+	Object          string       `json:"object"`
+	APIVersion      string       `json:"api_version"`
+	Created         int64        `json:"created"`
+	Data            eventData    `json:"data"`
+	Livemode        bool         `json:"livemode"`
+	PendingWebhooks int          `json:"pending_webhooks"`
+	Request         eventRequest `json:"request"`
+	Type            string       `json:"type"`
+}
+
+type eventData struct {
+	Object any `json:"object"`
+}
+
+// eventRequest names the API request that caused the event; both are
+// null for an event no API request caused (an authentication finished
+// through the control API).
+type eventRequest struct {
+	ID             *string `json:"id"`
+	IdempotencyKey *string `json:"idempotency_key"`
+}
+
+// newEventsLocked records the events of a commit by request reqID under
+// key ("" for none).
+func (s *Server) newEventsLocked(pending []pendingEvent, reqID, key string) []*Event {
+	out := make([]*Event, 0, len(pending))
+	now := s.cfg.Now()
+	for _, p := range pending {
+		ev := &Event{ID: newID("evt_"), Type: p.typ, Created: now.Truncate(time.Second)}
+		switch o := p.object.(type) {
+		case *PaymentIntent:
+			ev.ObjectID = o.ID
+		case *Charge:
+			ev.ObjectID = o.ID
+		}
+		ev.body = encodeJSON(eventBody{ID: ev.ID, Object: "event", APIVersion: APIVersion, Created: now.Unix(),
+			Data: eventData{Object: p.object}, PendingWebhooks: 1,
+			Request: eventRequest{ID: optStr(reqID), IdempotencyKey: optStr(key)}, Type: p.typ})
+		s.events = trim(append(s.events, ev))
+		out = append(out, ev)
 	}
-	ev := &event{Event: e, body: e.Body()}
-	s.events = trim(append(s.events, ev))
-	return ev
+	return out
 }
 
-// Events returns every event emitted, in commit order (at least the last 10 000, at most 12 500).
-func (s *Server) Events() []provider.Event {
+// Events returns every event emitted, in commit order (at least the last
+// 10 000, at most 12 500).
+func (s *Server) Events() []Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return cloneAll(s.events, func(ev *event) provider.Event {
-		e := ev.Event
-		e.Data.Object = cloneCharge(&ev.Data.Object)
-		return e
-	})
+	return cloneAll(s.events, func(ev *Event) Event { return *ev })
 }
 
 // Deliveries returns every delivery attempt so far, in the order they ended
@@ -136,12 +179,15 @@ func (s *Server) goLocked(f func()) bool {
 	return true
 }
 
-// dispatch starts delivering a committed event in the background, with the
-// configured delay, duplicates and reordering. A nil event is ignored.
-func (s *Server) dispatch(ev *event) {
-	if ev == nil {
-		return
+// dispatch starts delivering committed events in the background, in
+// order, with the configured delay, duplicates and reordering.
+func (s *Server) dispatch(evs ...*Event) {
+	for _, ev := range evs {
+		s.dispatchOne(ev)
 	}
+}
+
+func (s *Server) dispatchOne(ev *Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.webhookURL == "" {
@@ -191,7 +237,7 @@ func (s *Server) dispatch(ev *event) {
 // deliverCopies waits the delay, then delivers the original and each
 // duplicate in turn. firstDone, if not nil, is closed after the original's
 // first attempt (or when giving up).
-func (s *Server) deliverCopies(ev *event, ws webhookSettings, firstDone chan struct{}) {
+func (s *Server) deliverCopies(ev *Event, ws webhookSettings, firstDone chan struct{}) {
 	if fd := firstDone; fd != nil {
 		defer func() {
 			select {
@@ -214,7 +260,7 @@ func (s *Server) deliverCopies(ev *event, ws webhookSettings, firstDone chan str
 
 // deliverCopy delivers one copy of the event until the receiver answers 2xx,
 // for at most MaxAttempts attempts. It reports false when the server closed.
-func (s *Server) deliverCopy(ev *event, copyNo int, firstDone chan struct{}) bool {
+func (s *Server) deliverCopy(ev *Event, copyNo int, firstDone chan struct{}) bool {
 	backoff := s.cfg.Webhooks.InitialBackoff
 	for attempt := 1; attempt <= s.cfg.Webhooks.MaxAttempts; attempt++ {
 		if !s.waitUnpaused() {
@@ -253,7 +299,7 @@ func (s *Server) waitUnpaused() bool {
 }
 
 // attempt makes one delivery attempt and records it.
-func (s *Server) attempt(ev *event, copyNo, n int) Delivery {
+func (s *Server) attempt(ev *Event, copyNo, n int) Delivery {
 	s.mu.Lock()
 	url := s.webhookURL
 	s.mu.Unlock()
@@ -283,11 +329,11 @@ func (s *Server) post(url string, body []byte) (int, string, string) {
 	}
 	var sig string
 	if len(s.secret) > 0 {
-		sig = provider.Sign(body, s.cfg.Now(), s.secret)
-		req.Header.Set(provider.HeaderSignature, sig)
+		sig = sign(body, s.cfg.Now(), s.secret)
+		req.Header.Set(headerSignature, sig)
 	}
-	req.Header.Set(headerContentType, contentTypeJSON)
-	req.Header.Set("User-Agent", "retrysafe-providersim")
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	req.Header.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks; retrysafe-providersim)")
 	resp, err := s.cfg.HTTPClient.Do(req)
 	if err != nil {
 		return 0, sig, err.Error()
@@ -295,6 +341,22 @@ func (s *Server) post(url string, body []byte) (int, string, string) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	return resp.StatusCode, sig, ""
+}
+
+// headerSignature is the header of a webhook's signature.
+const headerSignature = "Stripe-Signature"
+
+// sign returns the Stripe-Signature header of body sent at t, as Stripe
+// signs webhooks (https://docs.stripe.com/webhooks#verify-manually):
+// t=<Unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">, keyed with the
+// whole endpoint secret (a "whsec_…" string is used as it is).
+func sign(body []byte, t time.Time, secret []byte) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(ts))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))
 }
 
 // lifetime is a context.Context that is done when the server closes; it is

@@ -46,8 +46,9 @@ import (
 // Fault names accepted in Config.Faults, each a fault of the provider
 // simulator's POST /_sim/faults; FaultAll turns on all of them.
 const (
-	FaultErrorBeforeCommit = "error-before-commit" // error_before_commit_rate = FaultRate
-	FaultDropAfterCommit   = "drop-after-commit"   // drop_after_commit_rate = FaultRate
+	FaultErrorBeforeCommit = "error-before-commit" // error_before_commit_rate = FaultRate: a 500 Stripe does not save
+	FaultErrorAfterCommit  = "error-after-commit"  // error_after_commit_rate = FaultRate: executed, then a 500 Stripe saves and replays
+	FaultDropAfterCommit   = "drop-after-commit"   // drop_after_commit_rate = FaultRate: executed, then the connection dropped
 	FaultWebhookDuplicates = "webhook-duplicates"  // webhook_duplicate_rate = min(1, 4 × FaultRate)
 	FaultWebhookReorder    = "webhook-reorder"     // webhook_reorder = true
 	FaultLatency           = "latency"             // latency_ms = FaultLatency
@@ -60,7 +61,7 @@ const (
 const SetupTimeout = 30 * time.Second
 
 // FaultNames lists the fault names of Config.Faults (without FaultAll).
-var FaultNames = []string{FaultErrorBeforeCommit, FaultDropAfterCommit, FaultWebhookDuplicates, FaultWebhookReorder, FaultLatency}
+var FaultNames = []string{FaultErrorBeforeCommit, FaultErrorAfterCommit, FaultDropAfterCommit, FaultWebhookDuplicates, FaultWebhookReorder, FaultLatency}
 
 // Config is one run of the load generator. Targets (or URL, when Targets
 // is empty) and SimURL are base URLs (scheme, host and port, no trailing
@@ -777,6 +778,9 @@ func (c *Config) faultBody() map[string]any {
 	f := map[string]any{}
 	if on(FaultErrorBeforeCommit) {
 		f["error_before_commit_rate"] = c.FaultRate
+	}
+	if on(FaultErrorAfterCommit) {
+		f["error_after_commit_rate"] = c.FaultRate
 	}
 	if on(FaultDropAfterCommit) {
 		f["drop_after_commit_rate"] = c.FaultRate

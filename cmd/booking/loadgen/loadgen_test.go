@@ -20,6 +20,7 @@ func TestFaultBody(t *testing.T) {
 	c := Config{FaultRate: 0.1, FaultLatency: 40 * time.Millisecond}
 	cases := map[string]map[string]any{
 		FaultErrorBeforeCommit: {"error_before_commit_rate": 0.1},
+		FaultErrorAfterCommit:  {"error_after_commit_rate": 0.1},
 		FaultDropAfterCommit:   {"drop_after_commit_rate": 0.1},
 		FaultWebhookDuplicates: {"webhook_duplicate_rate": 0.4},
 		FaultWebhookReorder:    {"webhook_reorder": true},

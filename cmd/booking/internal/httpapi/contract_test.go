@@ -49,6 +49,14 @@ var (
 		Amount: domain.Money{Amount: 9000, Currency: "EUR"}}
 )
 
+// actionOrder is a pending order whose payment pi_1 requires the
+// customer's action.
+func actionOrder() domain.Order {
+	o := order(domain.OrderStatusPending, "")
+	o.Attempts = []domain.Attempt{{N: 1, Outcome: domain.OutcomeRequiresAction, ChargeID: "pi_1"}}
+	return o
+}
+
 func order(status, firstOutcome string) domain.Order {
 	o := domain.Order{ID: orderID, ReservationID: resID, ShowID: showID, Quantity: 2, Amount: aRes.Amount,
 		Status: status, FirstOutcome: firstOutcome}
@@ -76,6 +84,8 @@ type fakeService struct {
 	readErr error
 	// explained is the answer of ExplainIntents.
 	explained []commands.IntentExplanation
+	// action is the answer of PaymentAction for a pending order.
+	action *commands.PaymentAction
 }
 
 func (f *fakeService) record(call string, req commands.Request, id string) {
@@ -127,7 +137,14 @@ func (f *fakeService) ExplainIntents(_ context.Context, actor, key string) ([]co
 	return f.explained, f.err
 }
 
-func (f *fakeService) ReceiveWebhook(_ context.Context, _ []byte, _ string, _ []byte) error {
+func (f *fakeService) PaymentAction(_ context.Context, o domain.Order) (*commands.PaymentAction, error) {
+	if o.Status != domain.OrderStatusPending {
+		return nil, nil
+	}
+	return f.action, nil
+}
+
+func (f *fakeService) ReceiveWebhook(_ context.Context, _ string, _ []byte) error {
 	f.record("ReceiveWebhook", commands.Request{}, "")
 	return f.err
 }
@@ -458,6 +475,15 @@ func contractCases() []contractCase {
 		{name: "a pending order is 202 with Location and Retry-After", method: "POST", path: "/v1/orders", body: orderBody,
 			setup: orderResult(order(domain.OrderStatusPending, ""), false, false), status: 202, calls: []string{"PlaceOrder"},
 			want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": "1"}, check: member("status", "pending")},
+		{name: "an order whose payment requires the customer's action is 202 with the client secret and next action", method: "POST",
+			path: "/v1/orders", body: orderBody, status: 202, calls: []string{"PlaceOrder"},
+			setup: func(f *fakeService) {
+				orderResult(actionOrder(), false, false)(f)
+				f.action = &commands.PaymentAction{ClientSecret: "pi_1_secret_abc", NextAction: json.RawMessage(`{"type":"use_stripe_sdk"}`)}
+			},
+			want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": "1"},
+			check: member("payment", map[string]any{"status": "requires_action", "attempts": float64(1),
+				"client_secret": "pi_1_secret_abc", "next_action": map[string]any{"type": "use_stripe_sdk"}})},
 		{name: "Prefer: wait=5 waits 5 s and says so", method: "POST", path: "/v1/orders", body: orderBody,
 			header: map[string]string{"Prefer": "wait=5"},
 			setup:  orderResult(order(domain.OrderStatusPending, ""), false, false), status: 202, calls: []string{"PlaceOrder"},
@@ -529,6 +555,14 @@ func contractCases() []contractCase {
 		{name: "a pending order is 200 with a Retry-After poll hint", method: "GET", path: "/v1/orders/" + orderID,
 			setup: func(f *fakeService) { f.order = order(domain.OrderStatusPending, "") }, status: 200, calls: []string{"GetOrder"},
 			want: map[string]string{"Retry-After": "1"}},
+		{name: "an order whose payment requires the customer's action shows its owner the client secret", method: "GET", path: "/v1/orders/" + orderID,
+			setup: func(f *fakeService) {
+				f.order = actionOrder()
+				f.action = &commands.PaymentAction{ClientSecret: "pi_1_secret_abc", NextAction: json.RawMessage(`{"type":"use_stripe_sdk"}`)}
+			},
+			status: 200, calls: []string{"GetOrder"}, want: map[string]string{"Retry-After": "1"},
+			check: member("payment", map[string]any{"status": "requires_action", "attempts": float64(1),
+				"client_secret": "pi_1_secret_abc", "next_action": map[string]any{"type": "use_stripe_sdk"}})},
 		{name: "a cancelling order is 200 with a Retry-After poll hint", method: "GET", path: "/v1/orders/" + orderID,
 			setup: func(f *fakeService) { f.order = order(domain.OrderStatusCancelling, "") }, status: 200, calls: []string{"GetOrder"},
 			want: map[string]string{"Retry-After": "1"}},
@@ -618,7 +652,8 @@ func contractCases() []contractCase {
 
 		// Webhooks.
 		{name: "a webhook needs no bearer token and is 204", method: "POST", path: "/v1/provider/webhooks", token: "-", key: "-",
-			header: map[string]string{"Provider-Signature": "t=1,v1=00"}, body: `{"id":"evt_1","type":"charge.succeeded","data":{"object":{"id":"ch_1"}}}`, status: 204, calls: []string{"ReceiveWebhook"}},
+			header: map[string]string{"Stripe-Signature": "t=1,v1=00"}, body: `{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1"}}}`,
+			status: 204, calls: []string{"ReceiveWebhook"}},
 		{name: "a webhook with a bad signature is 400", method: "POST", path: "/v1/provider/webhooks", token: "-", key: "-",
 			body: `{"id":"evt_1"}`, setup: withErr(commands.ErrWebhookSignature), status: 400, code: "invalid-signature",
 			calls: []string{"ReceiveWebhook"}},
@@ -648,7 +683,6 @@ func TestHTTPContract(t *testing.T) {
 			}
 			cfg := httpapi.Config{
 				Tokens:           map[string]httpapi.Actor{tokAlice: {ID: "alice"}, tokAdmin: {ID: "admin", Admin: true}},
-				WebhookSecret:    []byte("whsec_test"),
 				RetryBudgetRate:  1000,
 				RetryBudgetBurst: 1000,
 				Ready:            func(context.Context) error { return nil },

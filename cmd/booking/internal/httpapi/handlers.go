@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -46,11 +47,18 @@ func viewReservation(r domain.Reservation) reservationView {
 		ExpiresAt: r.ExpiresAt.UTC(), Amount: r.Amount, OrderID: r.OrderID}
 }
 
+// paymentView is an order's payment. ChargeID is the provider's payment
+// (a Stripe PaymentIntent id). ClientSecret and NextAction are set only
+// while the payment requires the customer's action, and only in answers
+// to the order's actor (withAction): the customer's client finishes the
+// payment with them (Stripe.js handleNextAction).
 type paymentView struct {
-	Status   string `json:"status"`
-	Attempts int    `json:"attempts"`
-	ChargeID string `json:"charge_id,omitempty"`
-	Refunded bool   `json:"refunded,omitempty"`
+	Status       string          `json:"status"`
+	Attempts     int             `json:"attempts"`
+	ChargeID     string          `json:"charge_id,omitempty"`
+	Refunded     bool            `json:"refunded,omitempty"`
+	ClientSecret string          `json:"client_secret,omitempty"`
+	NextAction   json.RawMessage `json:"next_action,omitempty"`
 }
 
 type orderView struct {
@@ -87,6 +95,20 @@ func viewOrder(o domain.Order) orderView {
 	}
 	return orderView{ID: o.ID, ReservationID: o.ReservationID, ShowID: o.ShowID, Status: o.Status, Quantity: o.Quantity,
 		Amount: o.Amount, Tickets: tickets, Payment: p, FailReason: o.FailReason}
+}
+
+// withAction returns o's view with what its customer's client needs to
+// finish a payment that requires the customer's action, while it does
+// (Service.PaymentAction). Only the order's actor is ever answered with
+// it: the callers hold an order the actor's request found or placed.
+func (a *api) withAction(ctx context.Context, o domain.Order) (orderView, error) {
+	v := viewOrder(o)
+	act, err := a.svc.PaymentAction(ctx, o)
+	if err != nil || act == nil {
+		return v, err
+	}
+	v.Payment.ClientSecret, v.Payment.NextAction = act.ClientSecret, act.NextAction
+	return v, nil
 }
 
 // writeCreated answers 201 with the created (or replayed) resource at location.
@@ -295,8 +317,13 @@ func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res comma
 	o := res.Order
 	w.Header().Set("Location", "/v1/orders/"+o.ID)
 	if !res.Final {
+		v, err := a.withAction(r.Context(), o)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
 		setRetryAfter(w, time.Second)
-		writeJSON(w, http.StatusAccepted, viewOrder(o))
+		writeJSON(w, http.StatusAccepted, v)
 		return
 	}
 	switch o.FirstOutcome {
@@ -333,10 +360,15 @@ func (a *api) getOrder(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	v, err := a.withAction(r.Context(), o)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
 	if o.Status == domain.OrderStatusPending || o.Status == domain.OrderStatusCancelling {
 		setRetryAfter(w, time.Second) // a poll hint while the outcome is not final
 	}
-	writeJSON(w, http.StatusOK, viewOrder(o))
+	writeJSON(w, http.StatusOK, v)
 }
 
 func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {

@@ -47,8 +47,13 @@ type Service interface {
 	// each with its durable timeline (GET /v1/intents); empty when there
 	// are none.
 	ExplainIntents(ctx context.Context, actor, key string) ([]commands.IntentExplanation, error)
-	// ReceiveWebhook verifies and records a payment provider notification.
-	ReceiveWebhook(ctx context.Context, secret []byte, signature string, body []byte) error
+	// PaymentAction returns what the customer's client needs to finish
+	// o's payment while it requires the customer's action (nil otherwise);
+	// shown only to o's actor.
+	PaymentAction(ctx context.Context, o domain.Order) (*commands.PaymentAction, error)
+	// ReceiveWebhook verifies (the Stripe-Signature header over the raw
+	// body) and records a payment provider notification.
+	ReceiveWebhook(ctx context.Context, signature string, body []byte) error
 }
 
 // Reads is what the list endpoints need from the read models; it is
@@ -74,8 +79,6 @@ type Config struct {
 	// Authenticator maps a bearer token to its actor (a JWT verifier);
 	// nil: the static Tokens.
 	Authenticator identity.Authenticator
-	// WebhookSecret verifies Provider-Signature on POST /v1/provider/webhooks.
-	WebhookSecret []byte
 	// RetryBudgetRate and RetryBudgetBurst size the per-actor token bucket
 	// of POST requests: sustained requests per second, and burst size.
 	RetryBudgetRate  float64
@@ -110,7 +113,7 @@ func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
 		auth = identity.Tokens(cfg.Tokens)
 	}
 	a := &api{svc: svc, auth: auth, log: log, ready: cfg.Ready, rateLimited: cfg.RateLimited,
-		webhookSecret: cfg.WebhookSecret, budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test,
+		budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test,
 		observe: cfg.ObserveRequest}
 	a.webhooks = newWebhookHandler(a, svc)
 	if reads != nil {

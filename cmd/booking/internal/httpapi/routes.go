@@ -17,15 +17,14 @@ import (
 
 // api is the HTTP API of the README's "HTTP API (v1)". It is safe for concurrent use.
 type api struct {
-	svc           Service
-	auth          identity.Authenticator
-	log           *slog.Logger
-	ready         func(ctx context.Context) error
-	rateLimited   func()
-	webhookSecret []byte
-	budget        *budget
-	webhooks      http.Handler
-	lists         listReader
+	svc         Service
+	auth        identity.Authenticator
+	log         *slog.Logger
+	ready       func(ctx context.Context) error
+	rateLimited func()
+	budget      *budget
+	webhooks    http.Handler
+	lists       listReader
 	// observe receives each answered request (the HTTP metrics); nil: none.
 	observe func(route, method string, code int, elapsed time.Duration)
 	// testAPI serves /_test (fault-injection control); nil in the

@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/retrysafe/booking/domain"
-	"github.com/retrysafe/booking/provider"
 )
+
+// headerSignature is the header of a webhook's signature
+// (https://docs.stripe.com/webhooks#verify-events).
+const headerSignature = "Stripe-Signature"
 
 // maxWebhookBytes bounds a webhook body.
 const maxWebhookBytes = 1 << 20
@@ -21,16 +24,18 @@ const webhookTimeout = 30 * time.Second
 
 // webhookReceiver is the part of commands.Handler that takes notifications.
 type webhookReceiver interface {
-	ReceiveWebhook(ctx context.Context, secret []byte, signature string, body []byte) error
+	ReceiveWebhook(ctx context.Context, signature string, body []byte) error
 }
 
-// newWebhookHandler returns POST /v1/provider/webhooks (README, Webhooks): the
-// raw body and its Provider-Signature go to r, which verifies them against
-// a.webhookSecret before anything is parsed or recorded. Answers: 204 when
-// the fact is recorded (or already was); 400 for a bad signature, a stale
-// timestamp or a malformed event, with nothing recorded; 408 for a body
-// that did not arrive within the read timeout; 404 for a charge
-// of no known order, so the provider redelivers; 503 while a dependency is
+// newWebhookHandler returns POST /v1/provider/webhooks (docs/payments.md):
+// the raw body and its Stripe-Signature header go to r, which verifies
+// them against the webhook secrets before anything is parsed or recorded.
+// Answers: 204 when the fact is recorded (or already was), and for an
+// event that is not about a payment of this deployment (ignored); 400 for
+// a bad signature, a stale timestamp or a malformed event, with nothing
+// recorded; 408 for a body that did not arrive within the read timeout;
+// 404 for a payment of this deployment whose order the event store does
+// not know (yet), so the provider redelivers; 503 while a dependency is
 // down.
 func newWebhookHandler(a *api, r webhookReceiver) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -46,7 +51,7 @@ func newWebhookHandler(a *api, r webhookReceiver) http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), webhookTimeout)
 		defer cancel()
-		if err := r.ReceiveWebhook(ctx, a.webhookSecret, req.Header.Get(provider.HeaderSignature), body); err != nil {
+		if err := r.ReceiveWebhook(ctx, req.Header.Get(headerSignature), body); err != nil {
 			if domain.KindOf(err) == domain.Invalid {
 				a.log.WarnContext(req.Context(), "provider webhook refused", "err", err)
 			}

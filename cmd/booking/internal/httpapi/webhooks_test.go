@@ -12,27 +12,25 @@ import (
 
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
-	"github.com/retrysafe/booking/provider"
 )
 
 // fakeReceiver records what the webhook route hands to the commands layer.
 type fakeReceiver struct {
 	err       error
-	secret    []byte
 	signature string
 	body      []byte
 	calls     int
 }
 
-func (f *fakeReceiver) ReceiveWebhook(_ context.Context, secret []byte, signature string, body []byte) error {
+func (f *fakeReceiver) ReceiveWebhook(_ context.Context, signature string, body []byte) error {
 	f.calls++
-	f.secret, f.signature, f.body = secret, signature, body
+	f.signature, f.body = signature, body
 	return f.err
 }
 
 func TestWebhookRoute(t *testing.T) {
 	t.Parallel()
-	body := []byte(`{"id":"evt_1", "type":"charge.succeeded" ,"data":{"object":{"id":"ch_1"}}}` + "\n")
+	body := []byte(`{"id":"evt_1", "type":"payment_intent.succeeded" ,"data":{"object":{"id":"pi_1"}}}` + "\n")
 	tests := []struct {
 		name       string
 		err        error
@@ -43,19 +41,19 @@ func TestWebhookRoute(t *testing.T) {
 		{name: "A bad signature is answered 400.", err: commands.ErrWebhookSignature, wantStatus: http.StatusBadRequest, wantCode: "invalid-signature"},
 		{name: "A stale timestamp is answered 400.", err: commands.ErrWebhookStale, wantStatus: http.StatusBadRequest, wantCode: "stale-signature"},
 		{name: "A malformed event is answered 400.", err: commands.ErrWebhookMalformed, wantStatus: http.StatusBadRequest, wantCode: "malformed-event"},
-		{name: "An unknown order is answered 404, so the provider redelivers.", err: domain.ErrOrderNotFound, wantStatus: http.StatusNotFound, wantCode: "order-not-found"},
+		{name: "A payment of an order not known yet is answered 404, so the provider redelivers.", err: domain.ErrOrderNotFound, wantStatus: http.StatusNotFound, wantCode: "order-not-found"},
 		{name: "A provider that cannot be reached is answered 503.", err: domain.ErrUnavailable, wantStatus: http.StatusServiceUnavailable, wantCode: "unavailable"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			a := &api{log: slog.New(slog.NewTextHandler(io.Discard, nil)), webhookSecret: []byte("whsec_x")}
+			a := &api{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			recv := &fakeReceiver{err: tt.err}
 			a.webhooks = newWebhookHandler(a, recv)
 			srv := httptest.NewServer(a.routes())
 			defer srv.Close()
 			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/provider/webhooks", bytes.NewReader(body))
-			req.Header.Set(provider.HeaderSignature, "t=1,v1=ab")
+			req.Header.Set("Stripe-Signature", "t=1,v1=ab")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -68,7 +66,7 @@ func TestWebhookRoute(t *testing.T) {
 			if tt.wantCode != "" && !strings.Contains(string(got), `"code":"`+tt.wantCode+`"`) {
 				t.Errorf("problem %s, want code %s", got, tt.wantCode)
 			}
-			if recv.calls != 1 || !bytes.Equal(recv.body, body) || recv.signature != "t=1,v1=ab" || string(recv.secret) != "whsec_x" {
+			if recv.calls != 1 || !bytes.Equal(recv.body, body) || recv.signature != "t=1,v1=ab" {
 				t.Errorf("receiver got %d calls, body %q, signature %q; want the raw bytes and header once", recv.calls, recv.body, recv.signature)
 			}
 		})

@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/projections"
-	"github.com/retrysafe/booking/provider"
 )
 
 // Metrics are the service's Prometheus counters, in a registry of their own
@@ -46,12 +46,14 @@ var Operations = []string{commands.OpScheduleShow, commands.OpReserveSeats, comm
 
 // ReconciliationResults are the values of the result label of
 // booking_payment_reconciliations_total that the commands layer reports
-// ("found_" followed by a provider charge status, then the others); a test
+// ("found_" followed by a payment's outcome, then the others); a test
 // reads them out of the commands source so that none is left out.
 var ReconciliationResults = []string{
-	"found_" + string(provider.StatusSucceeded), "found_" + string(provider.StatusFailed), "not_found", "new_attempt",
-	"deadline_failed", "lease_renewed", "lease_taken_over", "lease_fenced", "foreign_charge", "provider_in_use",
+	"found_" + domain.OutcomeSucceeded, "found_" + domain.OutcomeFailed, "found_" + domain.OutcomeRequiresAction,
+	"found_" + domain.OutcomeUnknown, "not_found", "list_failed", "new_attempt",
+	"deadline_failed", "lease_renewed", "lease_taken_over", "lease_fenced", "foreign_payment", "provider_in_use",
 	"idempotency_error", "provider_refused", "provider_unauthorized", "needs_review",
+	"action_abandoned", "payment_cancelled", "webhook_duplicate",
 	"refund_pending", "refund_recorded", "refund_refused",
 }
 

@@ -1,15 +1,16 @@
 // Package secrets loads the secrets of `booking serve`: the master keys that
 // wrap the per-order data keys (BOOKING_MASTER_KEYS or
-// BOOKING_MASTER_KEYS_FILE) and the payment provider's API key
-// (BOOKING_PROVIDER_API_KEY or BOOKING_PROVIDER_API_KEY_FILE).
+// BOOKING_MASTER_KEYS_FILE) and the payment provider's secret API key
+// (BOOKING_STRIPE_SECRET_KEY or BOOKING_STRIPE_SECRET_KEY_FILE, or their
+// older names BOOKING_PROVIDER_API_KEY and BOOKING_PROVIDER_API_KEY_FILE).
 //
 // Each secret comes either from its variable or from the file its _FILE
 // variable names, never both; surrounding white space is trimmed. In dev
-// mode (no BOOKING_PROVIDER_URL: the provider simulator runs in-process)
-// missing secrets are made up: a master key generated once into the data
-// directory, and a fresh random provider API key that the simulator then
-// requires. Values are never logged or echoed in errors; every error is a
-// *configerr.Error naming the variable at fault.
+// mode (neither BOOKING_PROVIDER_URL nor a Stripe secret key: the provider
+// simulator runs in-process) missing secrets are made up: a master key
+// generated once into the data directory, and a fresh random API key that
+// the simulator then requires. Values are never logged or echoed in errors;
+// every error is a *configerr.Error naming the variable at fault.
 package secrets
 
 import (
@@ -29,10 +30,12 @@ import (
 // Config holds the secret settings as given, from the environment or flags
 // (the struct tags are the command line's, for kong). Never log it.
 type Config struct {
-	ProviderAPIKey     string `name:"provider-api-key" env:"BOOKING_PROVIDER_API_KEY" help:"Secret API key sent to the provider as Authorization: Bearer; dev mode generates one the in-process simulator requires. Prefer the _FILE variable."`
-	ProviderAPIKeyFile string `name:"provider-api-key-file" env:"BOOKING_PROVIDER_API_KEY_FILE" help:"File holding the provider API key (instead of BOOKING_PROVIDER_API_KEY)."`
-	MasterKeys         string `name:"master-keys" env:"BOOKING_MASTER_KEYS" help:"Master keys wrapping the per-order data keys: id:base64(32 bytes)[,id:base64...]; the first wraps, all unwrap. Required with BOOKING_PROVIDER_URL; dev mode generates one in BOOKING_DATA_DIR. Prefer the _FILE variable."`
-	MasterKeysFile     string `name:"master-keys-file" env:"BOOKING_MASTER_KEYS_FILE" help:"File holding the master keys, one id:base64 a line (instead of BOOKING_MASTER_KEYS)."`
+	StripeSecretKey     string `name:"stripe-secret-key" env:"BOOKING_STRIPE_SECRET_KEY" help:"Stripe secret API key (sk_live_…, sk_test_… or a restricted rk_… key), sent to the provider as Authorization: Bearer (the simulator too); without BOOKING_PROVIDER_URL it selects Stripe's API. Prefer the _FILE variable."`
+	StripeSecretKeyFile string `name:"stripe-secret-key-file" env:"BOOKING_STRIPE_SECRET_KEY_FILE" help:"File holding the Stripe secret key (instead of BOOKING_STRIPE_SECRET_KEY)."`
+	ProviderAPIKey      string `name:"provider-api-key" env:"BOOKING_PROVIDER_API_KEY" help:"Older name of the provider's secret API key: sent like BOOKING_STRIPE_SECRET_KEY, but never selects Stripe's API by itself (dev mode then gives it to the in-process simulator, which generates one otherwise)."`
+	ProviderAPIKeyFile  string `name:"provider-api-key-file" env:"BOOKING_PROVIDER_API_KEY_FILE" help:"File holding the provider API key (instead of BOOKING_PROVIDER_API_KEY)."`
+	MasterKeys          string `name:"master-keys" env:"BOOKING_MASTER_KEYS" help:"Master keys wrapping the per-order data keys: id:base64(32 bytes)[,id:base64...]; the first wraps, all unwrap. Required with BOOKING_PROVIDER_URL; dev mode generates one in BOOKING_DATA_DIR. Prefer the _FILE variable."`
+	MasterKeysFile      string `name:"master-keys-file" env:"BOOKING_MASTER_KEYS_FILE" help:"File holding the master keys, one id:base64 a line (instead of BOOKING_MASTER_KEYS)."`
 }
 
 // DevMasterKeyFile is the name of the master key file dev mode generates in
@@ -64,15 +67,36 @@ func (s Source) String() string {
 
 // errMasterKeysRequired refuses a real provider without master keys.
 func errMasterKeysRequired() error {
-	return configerr.New("BOOKING_MASTER_KEYS", "required with a real provider (BOOKING_PROVIDER_URL): "+
+	return configerr.New("BOOKING_MASTER_KEYS", "required with a real provider (Stripe's API or BOOKING_PROVIDER_URL): "+
 		"id:base64[,id:base64...] of 32-byte keys, or BOOKING_MASTER_KEYS_FILE naming a file of them")
 }
 
+// StripeKeySet reports whether a Stripe secret key is configured
+// (BOOKING_STRIPE_SECRET_KEY or its _FILE variable): without
+// BOOKING_PROVIDER_URL it selects Stripe's API.
+func (c *Config) StripeKeySet() bool { return c.StripeSecretKey != "" || c.StripeSecretKeyFile != "" }
+
+// ProviderKeySet reports whether the provider's API key is configured
+// under any of its names.
+func (c *Config) ProviderKeySet() bool {
+	return c.StripeKeySet() || c.ProviderAPIKey != "" || c.ProviderAPIKeyFile != ""
+}
+
 // Check validates what can be checked without reading files: not both a
-// variable and its _FILE variable, a well-formed BOOKING_MASTER_KEYS, and
-// master keys configured unless dev is true (dev mode: no
-// BOOKING_PROVIDER_URL).
+// variable and its _FILE variable, one name of the provider's API key at a
+// time, a well-formed BOOKING_MASTER_KEYS, and master keys configured
+// unless dev is true (dev mode: the simulator in-process).
 func (c *Config) Check(dev bool) error {
+	if c.StripeSecretKey != "" && c.StripeSecretKeyFile != "" {
+		return configerr.New("BOOKING_STRIPE_SECRET_KEY", "set either BOOKING_STRIPE_SECRET_KEY or BOOKING_STRIPE_SECRET_KEY_FILE, not both")
+	}
+	if c.StripeKeySet() && (c.ProviderAPIKey != "" || c.ProviderAPIKeyFile != "") {
+		return configerr.New("BOOKING_STRIPE_SECRET_KEY", "set either BOOKING_STRIPE_SECRET_KEY (or _FILE) or its older name "+
+			"BOOKING_PROVIDER_API_KEY (or _FILE), not both")
+	}
+	if c.ProviderAPIKey != "" && c.ProviderAPIKeyFile != "" {
+		return configerr.New("BOOKING_PROVIDER_API_KEY", "set either BOOKING_PROVIDER_API_KEY or BOOKING_PROVIDER_API_KEY_FILE, not both")
+	}
 	if c.MasterKeys != "" && c.MasterKeysFile != "" {
 		return configerr.New("BOOKING_MASTER_KEYS", "set either BOOKING_MASTER_KEYS or BOOKING_MASTER_KEYS_FILE, not both")
 	}
@@ -82,9 +106,6 @@ func (c *Config) Check(dev bool) error {
 		}
 	} else if c.MasterKeysFile == "" && !dev {
 		return errMasterKeysRequired()
-	}
-	if c.ProviderAPIKey != "" && c.ProviderAPIKeyFile != "" {
-		return configerr.New("BOOKING_PROVIDER_API_KEY", "set either BOOKING_PROVIDER_API_KEY or BOOKING_PROVIDER_API_KEY_FILE, not both")
 	}
 	return nil
 }
@@ -205,15 +226,20 @@ func devMasterKeys(dir string) (string, Source, error) {
 	return string(b), FromGenerated, nil
 }
 
-// LoadProviderAPIKey returns the provider's API key from
-// BOOKING_PROVIDER_API_KEY or BOOKING_PROVIDER_API_KEY_FILE. In dev mode
-// (dev true) without one it generates a random "sk_test_dev_" key, which
-// the in-process simulator then requires. A key must be printable ASCII
-// without spaces (it travels in the Authorization header, RFC 6750).
-// Outside dev mode it returns "" when neither variable is set (booking
-// serve has refused to start without one by then: its requirements).
-func (c *Config) LoadProviderAPIKey(dev bool) (string, Source, error) {
-	key, ok, src, err := readSecret(c.ProviderAPIKey, "BOOKING_PROVIDER_API_KEY", c.ProviderAPIKeyFile, "BOOKING_PROVIDER_API_KEY_FILE")
+// LoadProviderKey returns the provider's secret API key from
+// BOOKING_STRIPE_SECRET_KEY or BOOKING_STRIPE_SECRET_KEY_FILE, or from
+// their older names BOOKING_PROVIDER_API_KEY and _FILE (Check refuses
+// both). In dev mode (dev true) without one it generates a random
+// "sk_test_dev_" key, which the in-process simulator then requires. A key
+// must be printable ASCII without spaces (it travels in the Authorization
+// header, RFC 6750). Empty outside dev mode means no Authorization header
+// (a simulator or proxy that needs none).
+func (c *Config) LoadProviderKey(dev bool) (string, Source, error) {
+	value, valueVar, file, fileVar := c.StripeSecretKey, "BOOKING_STRIPE_SECRET_KEY", c.StripeSecretKeyFile, "BOOKING_STRIPE_SECRET_KEY_FILE"
+	if !c.StripeKeySet() {
+		value, valueVar, file, fileVar = c.ProviderAPIKey, "BOOKING_PROVIDER_API_KEY", c.ProviderAPIKeyFile, "BOOKING_PROVIDER_API_KEY_FILE"
+	}
+	key, ok, src, err := readSecret(value, valueVar, file, fileVar)
 	if err != nil {
 		return "", "", err
 	}
@@ -223,9 +249,9 @@ func (c *Config) LoadProviderAPIKey(dev bool) (string, Source, error) {
 		}
 		return "sk_test_dev_" + randomHex(16), FromGenerated, nil
 	}
-	variable := "BOOKING_PROVIDER_API_KEY"
+	variable := valueVar
 	if src == FromFile {
-		variable = "BOOKING_PROVIDER_API_KEY_FILE"
+		variable = fileVar
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] <= ' ' || key[i] > '~' {

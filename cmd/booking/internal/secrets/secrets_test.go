@@ -54,6 +54,17 @@ func TestMasterKeysConfig(t *testing.T) {
 		{"A provider key with a space is refused.", func(s *setup) { s.ProviderAPIKey = "sk test" }, "BOOKING_PROVIDER_API_KEY"},
 		{"A provider key file with a control character is refused.", func(s *setup) { s.ProviderAPIKeyFile = writeFile(t, "sk_\x01x") }, "BOOKING_PROVIDER_API_KEY_FILE"},
 		{"A missing provider key file is refused.", func(s *setup) { s.ProviderAPIKeyFile = filepath.Join(t.TempDir(), "none") }, "BOOKING_PROVIDER_API_KEY_FILE"},
+		{"Both Stripe key variables are refused.", func(s *setup) {
+			s.StripeSecretKey, s.StripeSecretKeyFile = "sk_1", writeFile(t, "sk_2")
+		}, "BOOKING_STRIPE_SECRET_KEY"},
+		{"A Stripe key and its older name together are refused.", func(s *setup) {
+			s.StripeSecretKey, s.ProviderAPIKey = "sk_1", "sk_1"
+		}, "BOOKING_STRIPE_SECRET_KEY"},
+		{"A Stripe key with a space is refused.", func(s *setup) { s.StripeSecretKey = "sk test" }, "BOOKING_STRIPE_SECRET_KEY"},
+		{"A missing Stripe key file is refused.", func(s *setup) { s.StripeSecretKeyFile = filepath.Join(t.TempDir(), "none") }, "BOOKING_STRIPE_SECRET_KEY_FILE"},
+		{"A Stripe key file starts.", func(s *setup) {
+			s.dev, s.MasterKeys, s.StripeSecretKeyFile = false, envelopetest.MasterKey(t, "k1"), writeFile(t, "sk_test_1\n")
+		}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,7 +76,7 @@ func TestMasterKeysConfig(t *testing.T) {
 				_, _, err = s.LoadMasterKeys(s.dev, t.TempDir())
 			}
 			if err == nil {
-				_, _, err = s.LoadProviderAPIKey(s.dev)
+				_, _, err = s.LoadProviderKey(s.dev)
 			}
 			if tt.wantErr == "" {
 				if err != nil {
@@ -126,19 +137,27 @@ func TestDevMasterKey(t *testing.T) {
 func TestProviderAPIKey(t *testing.T) {
 	t.Parallel()
 	var c Config
-	k1, src, err := c.LoadProviderAPIKey(true)
+	k1, src, err := c.LoadProviderKey(true)
 	if err != nil || src != FromGenerated || !strings.HasPrefix(k1, "sk_test_dev_") {
 		t.Fatalf("dev mode without a key = %q, %v, %v; want a generated sk_test_dev_ key", k1, src, err)
 	}
-	if k2, _, _ := c.LoadProviderAPIKey(true); k2 == k1 {
+	if k2, _, _ := c.LoadProviderKey(true); k2 == k1 {
 		t.Errorf("two generated keys are equal")
 	}
 	c.ProviderAPIKeyFile = writeFile(t, "  sk_live_from_file\n")
-	if k, src, err := c.LoadProviderAPIKey(true); err != nil || k != "sk_live_from_file" || src != FromFile {
+	if k, src, err := c.LoadProviderKey(true); err != nil || k != "sk_live_from_file" || src != FromFile {
 		t.Errorf("key from file = %q, %v, %v; want sk_live_from_file (trimmed)", k, src, err)
 	}
 	c.ProviderAPIKeyFile = ""
-	if k, src, err := c.LoadProviderAPIKey(false); err != nil || k != "" || src != "" || src.String() != "none" {
+	if k, src, err := c.LoadProviderKey(false); err != nil || k != "" || src != "" || src.String() != "none" {
 		t.Errorf("a real provider without a key = %q, %v, %v; want none", k, src, err)
+	}
+	c.StripeSecretKey = "sk_test_stripe"
+	if k, src, err := c.LoadProviderKey(false); err != nil || k != "sk_test_stripe" || src != FromVariable || !c.StripeKeySet() || !c.ProviderKeySet() {
+		t.Errorf("BOOKING_STRIPE_SECRET_KEY = %q, %v, %v; want sk_test_stripe from the variable", k, src, err)
+	}
+	c = Config{ProviderAPIKey: "sk_test_alias"}
+	if k, _, err := c.LoadProviderKey(true); err != nil || k != "sk_test_alias" || c.StripeKeySet() || !c.ProviderKeySet() {
+		t.Errorf("BOOKING_PROVIDER_API_KEY in dev mode = %q, %v; want the alias's key, which selects no Stripe API", k, err)
 	}
 }

@@ -34,7 +34,10 @@ const (
 	OrdersPerReservation Rule = "orders per reservation <= 1"
 	// NetCharge: per order, the simulator's succeeded charges minus their
 	// refunds equal the order's amount if it is confirmed and 0 otherwise
-	// (failed or cancelled); a charge naming no order of the log must net 0.
+	// (failed or cancelled); a charge naming an order that is not in the log
+	// must net 0 (one that names no order is another payment of the
+	// account); no PaymentIntent of an order that ended still waits for the
+	// customer's action (it is cancelled).
 	NetCharge Rule = "net charge per order"
 	// Seats: per show, capacity = available (API) + held + ordered, held
 	// and ordered counted from the reservation streams.
@@ -215,9 +218,11 @@ func (r Report) WriteTable(w io.Writer, limit int) {
 	}
 }
 
-// Charge is an entry of the simulator's GET /_sim/charges: Amount and
-// RefundedAmount in minor units; Status "succeeded" or "failed";
-// Metadata["order_id"] names the order it pays.
+// Charge is an entry of the simulator's GET /_sim/charges, one per
+// PaymentIntent: Amount and RefundedAmount in minor units; Status the
+// PaymentIntent's ("succeeded" once the money moved,
+// "requires_payment_method" after a decline, "requires_action",
+// "canceled", …); Metadata["order_id"] names the order it pays.
 type Charge struct {
 	ID             string            `json:"id"`
 	IdempotencyKey string            `json:"idempotency_key"`
@@ -510,9 +515,13 @@ func checkCharges(ctx context.Context, client *http.Client, simURL string, st *s
 	}
 	rep.Charges = len(charges)
 	net := map[string]int64{}
+	var waiting []string
 	for _, c := range charges {
-		if c.Status != "succeeded" {
-			continue
+		if c.Status == "requires_action" || c.Status == "processing" {
+			waiting = append(waiting, c.ID+" of order "+c.Metadata["order_id"])
+		}
+		if c.Status != "succeeded" || c.Metadata["order_id"] == "" {
+			continue // not paid, or another payment of the account (no order)
 		}
 		rep.SucceededCharges++
 		rep.Refunded += c.RefundedAmount
@@ -545,6 +554,21 @@ func checkCharges(ctx context.Context, client *http.Client, simURL string, st *s
 	sort.Strings(stray)
 	for _, s := range stray {
 		violate(NetCharge, "%s", s)
+	}
+	checkWaiting(st, waiting, row, violate)
+}
+
+// checkWaiting reports the PaymentIntents (waiting: "pi_… of order O")
+// still waiting for the customer's action or processing at the provider
+// whose order ended: an order that ended cancels its payment (or refunds a
+// late success), so none may be left waiting.
+func checkWaiting(st *state, waiting []string, row *Row, violate func(Rule, string, ...any)) {
+	for _, w := range waiting {
+		_, id, _ := strings.Cut(w, " of order ")
+		if o, ok := st.orders[id]; ok && o.Final() {
+			row.Checked++
+			violate(NetCharge, "PaymentIntent %s (%s) still waits at the provider: not cancelled", w, o.Status)
+		}
 	}
 }
 
