@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/connlimit"
+	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 )
 
 // defaultAdminAddr is BOOKING_ADMIN_ADDR's default: loopback, so that the
@@ -34,7 +35,7 @@ type adminServer struct {
 // on a listener and mux of their own, never the API's; an empty addr serves
 // nothing. It serves
 //
-//	GET /metrics          metrics, the Prometheus exposition format
+//	GET /metrics          mx, the Prometheus exposition format
 //	GET /debug/pprof/...  the Go runtime's profiles (net/http/pprof:
 //	                      heap, goroutine, allocs, CPU profile, trace, ...)
 //
@@ -43,8 +44,10 @@ type adminServer struct {
 // arguments): bind it to a loopback or otherwise private address. Headers
 // must arrive within readHeaderTimeout; there is no write timeout, so a CPU
 // profile may run as long as asked (?seconds=N). A listen error names
-// BOOKING_ADMIN_ADDR (see listenError). Stop it with stop.
-func startAdmin(addr string, metrics http.Handler, readHeaderTimeout time.Duration, log *slog.Logger) (*adminServer, error) {
+// BOOKING_ADMIN_ADDR (see listenError). The admin listener's connections
+// are added to mx (metrics.ListenerCollector, listener "admin"). Stop it
+// with stop.
+func startAdmin(addr string, mx *metrics.Metrics, readHeaderTimeout time.Duration, log *slog.Logger) (*adminServer, error) {
 	a := &adminServer{done: make(chan struct{})}
 	if addr == "" {
 		close(a.done)
@@ -55,7 +58,7 @@ func startAdmin(addr string, metrics http.Handler, readHeaderTimeout time.Durati
 		return nil, listenError(addr, "BOOKING_ADMIN_ADDR", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", metrics)
+	mux.Handle("GET /metrics", mx.Handler())
 	mux.HandleFunc("/debug/pprof/", pprof.Index) // also every named profile: heap, goroutine, allocs, ...
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -63,6 +66,7 @@ func startAdmin(addr string, metrics http.Handler, readHeaderTimeout time.Durati
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	a.Addr = ln.Addr().String()
 	a.Listener = connlimit.New(ln, adminMaxConns)
+	mx.MustRegister(metrics.NewListenerCollector("admin", a.Listener))
 	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10}
 	go func() {
 		defer close(a.done)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 )
 
 // TestAdminListener: BOOKING_ADMIN_ADDR defaults to a loopback address;
@@ -33,19 +35,19 @@ func TestAdminListener(t *testing.T) {
 		t.Errorf("serve --help still lists BOOKING_PPROF_ADDR, folded into BOOKING_ADMIN_ADDR:\n%s", help)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "booking_up 1\n") })
-	a, err := startAdmin("", metrics, time.Second, log)
+	a, err := startAdmin("", metrics.New("v-test"), time.Second, log)
 	if err != nil || a.Addr != "" || a.Listener != nil {
 		t.Errorf(`startAdmin("") = %+v, %v; want no listener`, a, err)
 	}
 	a.stop()
 
-	a, err = startAdmin("127.0.0.1:0", metrics, time.Second, log)
+	a, err = startAdmin("127.0.0.1:0", metrics.New("v-test"), time.Second, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.stop()
-	for path, want := range map[string]string{"/metrics": "booking_up 1", "/debug/pprof/": "heap", "/debug/pprof/heap?debug=1": "heap profile:"} {
+	for path, want := range map[string]string{"/metrics": `booking_http_connections_max{listener="admin"} 32`,
+		"/debug/pprof/": "heap", "/debug/pprof/heap?debug=1": "heap profile:"} {
 		res, err := http.Get("http://" + a.Addr + path)
 		if err != nil {
 			t.Fatal(err)
@@ -73,7 +75,7 @@ func TestAdminListener(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate() with BOOKING_ADMIN_ADDR empty (off) = %v, want nil", err)
 	}
-	_, err = startAdmin(a.Addr, metrics, time.Second, log)
+	_, err = startAdmin(a.Addr, metrics.New("v-test"), time.Second, log)
 	var busy *net.OpError
 	if err == nil || !strings.Contains(err.Error(), "(BOOKING_ADMIN_ADDR)") || !errors.As(err, &busy) {
 		t.Errorf("startAdmin on a busy address = %v, want a listen error naming BOOKING_ADMIN_ADDR", err)

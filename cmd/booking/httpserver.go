@@ -90,3 +90,13 @@ func (l HTTPLimits) server(h http.Handler) *http.Server {
 func (l HTTPLimits) listener(ln net.Listener) *connlimit.Listener {
 	return connlimit.New(ln, l.HTTPMaxConns)
 }
+
+// listen listens on addr (BOOKING_HTTP_ADDR) with the connection bound; a
+// listen error names the variable (listenError).
+func (l HTTPLimits) listen(addr string) (*connlimit.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, listenError(addr, "BOOKING_HTTP_ADDR", err)
+	}
+	return l.listener(ln), nil
+}

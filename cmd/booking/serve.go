@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/connlimit"
 	"github.com/retrysafe/booking/cmd/booking/internal/faults"
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
@@ -130,24 +130,18 @@ func (c *serveCmd) Run(e *env) error {
 		"provider_api_key_from", providerAPIKeyFrom.String())
 
 	// The HTTP listener comes first so the simulator knows where to send webhooks.
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	ln, err := cfg.HTTPLimits.listen(cfg.HTTPAddr)
 	if err != nil {
-		return listenError(cfg.HTTPAddr, "BOOKING_HTTP_ADDR", err)
+		return err
 	}
 	apiURL := "http://" + ln.Addr().String()
-	apiLn := cfg.HTTPLimits.listener(ln)
-	mx := metrics.New(e.version)
-	mx.MustRegister(append(metrics.NewRetryBudgetGauges(cfg.RetryBudgetRate, cfg.RetryBudgetBurst),
-		metrics.NewPoolCollector(pool), metrics.NewListenerCollector("api", apiLn))...)
-	admin, err := startAdmin(cfg.AdminAddr, mx.Handler(), cfg.HTTPReadHeaderTimeout, log)
+	mx := serveMetrics(e.version, cfg, pool, ln)
+	admin, err := startAdmin(cfg.AdminAddr, mx, cfg.HTTPReadHeaderTimeout, log)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	defer admin.stop()
-	if admin.Listener != nil {
-		mx.MustRegister(metrics.NewListenerCollector("admin", admin.Listener))
-	}
 
 	payments, providerURL, closeSim, err := startProvider(ctx, cfg, dev, apiURL, providerAPIKey, log)
 	if err != nil {
@@ -267,7 +261,7 @@ func (c *serveCmd) Run(e *env) error {
 	}()
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(apiLn) }()
+	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("booking serve listening", "api", apiURL, "provider", providerURL, "executor", hcfg.Executor)
 	fmt.Fprintf(e.stdout, "booking: listening on %s\n", apiURL)
 	if f, ok := e.stdout.(*os.File); ok {
@@ -445,4 +439,14 @@ func startProvider(ctx context.Context, cfg ServeConfig, dev bool, apiURL, key s
 		providerURL = "Stripe's API"
 	}
 	return payments, providerURL, closeSim, nil
+}
+
+// serveMetrics returns the service's metrics for version, with the
+// collectors of the database pool, of this replica's share of the retry
+// budget and of the API listener ln.
+func serveMetrics(version string, cfg ServeConfig, pool *pgxpool.Pool, ln *connlimit.Listener) *metrics.Metrics {
+	mx := metrics.New(version)
+	mx.MustRegister(append(metrics.NewRetryBudgetGauges(cfg.RetryBudgetRate, cfg.RetryBudgetBurst),
+		metrics.NewPoolCollector(pool), metrics.NewListenerCollector("api", ln))...)
+	return mx
 }
