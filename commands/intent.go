@@ -408,7 +408,8 @@ func (h *Handler) loadIntent(ctx context.Context, name string) (time.Time, *stre
 // not seen their intent (another replica, a restart, an evicted hint): one
 // failed append, and for an order the key-table row its prepare made,
 // deleted again within shredDelay. A repeat on the process that recorded or
-// read the intent reads first, as before (ARCHITECTURE.md, "Performance").
+// read the intent reads it first (ARCHITECTURE.md, "Performance", "Record
+// first, read on conflict").
 func (h *Handler) recordFirst(ctx context.Context, req Request, stream, fp string, command map[string]any, targetID string,
 	validate, prepare func(now time.Time) error) (*intentRun, *eventstore.RevisionConflictError, error) {
 	leaseFrom := time.Now()

@@ -311,7 +311,8 @@ func (c *serveCmd) Run(e *env) error {
 const abandonTimeout = 5 * time.Second
 
 // shredFlushTimeout bounds the key deletes booking serve sends as it stops,
-// after the shutdown timeout's grace period (README, Configuration).
+// after the shutdown timeout's grace period (docs/configuration.md,
+// BOOKING_SHUTDOWN_TIMEOUT).
 const shredFlushTimeout = 5 * time.Second
 
 // waitWithin waits for wg until ctx ends; it reports whether wg finished

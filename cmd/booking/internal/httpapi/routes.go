@@ -15,7 +15,8 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// api is the HTTP API of the README's "HTTP API (v1)". It is safe for concurrent use.
+// api is the HTTP API of docs/api.md, "HTTP API (v1) and the idempotency
+// contract". It is safe for concurrent use.
 type api struct {
 	svc         Service
 	auth        identity.Authenticator
