@@ -43,7 +43,7 @@ const (
 // RunFollowUps is the process manager: it follows the log from its
 // checkpoint and finishes every follow-up step with the same deterministic
 // ids and expected revisions as the inline path, so a crash between steps
-// leaves nothing unfinished (see ARCHITECTURE.md, The promise: deterministic
+// leaves nothing unfinished (see ARCHITECTURE.md, The promise: derived
 // identities). Payments of placed orders are
 // driven asynchronously (they wait on leases and the provider). It blocks
 // until ctx is done; the caller holds the lock that makes it the only

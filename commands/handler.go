@@ -135,7 +135,7 @@ type Config struct {
 	ConflictAttempts int
 }
 
-// DefaultConfig returns the defaults documented in the README.
+// DefaultConfig returns the defaults documented in docs/configuration.md.
 func DefaultConfig() Config {
 	return Config{
 		IntentRetention:  24 * time.Hour,

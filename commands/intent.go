@@ -445,7 +445,8 @@ func (h *Handler) loadIntent(ctx context.Context, name string) (time.Time, *stre
 // not seen their intent (another replica, a restart, an evicted hint): one
 // failed append, and for an order the key-table row its prepare made,
 // deleted again within shredDelay. A repeat on the process that recorded or
-// read the intent reads first, as before (ARCHITECTURE.md, "Performance").
+// read the intent reads it first (ARCHITECTURE.md, "Performance", "Record
+// first, read on conflict").
 func (h *Handler) recordFirst(ctx context.Context, req Request, stream, fp string, command map[string]any, targetID string,
 	validate, prepare func(now time.Time) error) (*intentRun, *eventstore.RevisionConflictError, error) {
 	leaseFrom := time.Now()
@@ -483,8 +484,8 @@ const intentHintCap = 1 << 16
 // trying to record (recordFirst). A hint only: a miss (never seen here,
 // evicted) or a false hit (a hash collision) chooses the other order of
 // the same two steps, both correct. Bound: intentHintCap hashes (about
-// 2 MB); eviction: first in, first out. Safe for concurrent use; the zero
-// value is ready.
+// 3 MB, measured); eviction: first in, first out. Safe for concurrent use;
+// the zero value is ready.
 type intentHints struct {
 	mu     sync.Mutex
 	hashes *fifoMap[uint64, struct{}]

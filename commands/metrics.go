@@ -1,7 +1,7 @@
 package commands
 
 // Metrics receives the handlers' observations (the booking_idempotency_* and
-// other counters the README lists under How it works). cmd/booking
+// other counters docs/operations.md lists under Metrics). cmd/booking
 // implements it with Prometheus; the zero implementation discards them.
 type Metrics interface {
 	// FingerprintConflict counts a repeat refused with 422, by operation.

@@ -334,13 +334,13 @@ type orderState struct {
 // it. Dropping the held token from the key table (Keys.Placed) is left to
 // payAndWait: once the order has ended its key is deleted instead.
 //
-// Keys.Placing stays a statement of its own even though this request holds
-// the token it stored: the key must be due at the payment deadline before
+// Keys.Placing makes the key due at the payment deadline before
 // OrderPlaced commits, so that a process stopped right after it (nothing
 // left to drop the token or end the order) still has the key deleted at
-// the deadline; it cannot be due earlier at Keys.Create, since an order
-// placed late (recovery after a crash, a repeat after the lease) must keep
-// its key until its own deadline (ARCHITECTURE.md, "Performance").
+// the deadline; Keys.Create makes it due only at the intent's retention,
+// since an order placed late (recovery after a crash, a repeat after the
+// lease) keeps its key until its own deadline (ARCHITECTURE.md,
+// "Performance", "The key table on the request path").
 func (h *Handler) placeClaimed(ctx context.Context, c domain.OrderClaimed, claimID string, claimedAt time.Time, sec *heldSecrets) (*orderState, error) {
 	deadline := claimedAt.Add(h.cfg.PaymentDeadline)
 	held, exists, err := h.keys.Placing(ctx, c.OrderID, deadline)

@@ -56,7 +56,7 @@ func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, ret
 // order claim — or the intent's recorded refusal, for the intent whose
 // deterministic ids derive from cause (intentRun.cause) and operation op
 // ("" when unknown). Recovery then has nothing to do and skips its reads
-// (Handler.written is a hint: a miss reads the intent as before). The
+// (Handler.written is a hint: a miss reads the intent). The
 // position is a second guard: only an append after the intent's record
 // counts.
 func (h *Handler) finishedHere(cause, op string, after eventstore.Position) bool {

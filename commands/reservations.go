@@ -47,8 +47,7 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 		if err != nil {
 			return heldRecord{}, false, err
 		}
-		held, ok := e.held[resID]
-		return held, ok, nil
+		return h.findHold(ctx, cmd.ShowID, e, resID)
 	}
 	var res domain.Reservation
 	// opened reads the reservation: errRetry until its stream exists.
@@ -89,7 +88,7 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 		trusted := alone
 		alone = false
 		h.step(ctx, "reservation.holding")
-		held, decided, err := h.holdSeats(ctx, run, cmd, resID)
+		held, decided, err := h.holdSeats(ctx, run, cmd, resID, trusted)
 		if err != nil {
 			return err
 		}

@@ -13,14 +13,12 @@ import (
 	"github.com/google/uuid"
 )
 
-// samples returns every sample of GET /metrics by series, as exposed
-// (`name{label="value",...}`).
+// samples returns every sample of GET /metrics (the admin listener's) by
+// series, as exposed (`name{label="value",...}`).
 func (s *server) samples(t testing.TB) map[string]float64 {
 	t.Helper()
-	r := s.doCall(t, call{Method: "GET", Path: "/metrics"})
-	wantStatus(t, r, http.StatusOK)
 	out := map[string]float64{}
-	for _, l := range strings.Split(string(r.Body), "\n") {
+	for _, l := range strings.Split(s.scrape(t, s.AdminURL), "\n") {
 		if l == "" || strings.HasPrefix(l, "#") {
 			continue
 		}

@@ -1,6 +1,6 @@
 // Command booking is the event-sourced ticket booking service whose promise
-// is that retries are safe. See the README for the commands and their
-// configuration.
+// is that retries are safe. See docs/cli.md for the commands and
+// docs/configuration.md for their configuration.
 package main
 
 import (

@@ -105,32 +105,43 @@ func TestMetricsFromStart(t *testing.T) {
 	}
 	defer pool.Close()
 	mx.MustRegister(metrics.NewPoolCollector(pool), metrics.NewStateCollector(nil, emptyReads{}, fixedClock{}, 24*time.Hour, discard))
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Metrics: mx.Handler(), ObserveRequest: mx.ObserveHTTP}, nil, nil, discard))
+	mx.MustRegister(metrics.NewRetryBudgetGauges(20, 40)...)
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{ObserveRequest: mx.ObserveHTTP}, nil, nil, discard))
 	defer srv.Close()
+	admin, err := startAdmin("127.0.0.1:0", mx, 5*time.Second, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.stop()
+	metricsURL := "http://" + admin.Addr + "/metrics"
 
-	got := scrape(t, srv.URL+"/metrics")
+	got := scrape(t, metricsURL)
 	want := map[string]float64{
 		fmt.Sprintf(`booking_build_info{goversion=%q,version="v1.2.3-test"}`, runtime.Version()): 1,
-		`booking_show_contention_total`:                      0,
-		`booking_redundant_effects_total`:                    0,
-		`booking_retry_budget_exceeded_total`:                0,
-		`booking_intents_pending`:                            0,
-		`booking_intent_oldest_pending_age_seconds`:          0,
-		`booking_intents_unfinished_past_half_retention`:     0,
-		`booking_payment_unknown_outcomes`:                   0,
-		`booking_payment_oldest_unknown_outcome_age_seconds`: 0,
-		`booking_refunds_pending`:                            0,
-		`booking_refund_oldest_pending_age_seconds`:          0,
-		`booking_refunds_in_review`:                          0,
-		`booking_orders_needs_review`:                        0,
-		`pgxpool_acquired_conns`:                             0,
-		`pgxpool_idle_conns`:                                 0,
-		`pgxpool_total_conns`:                                0,
-		`pgxpool_acquires_total`:                             0,
-		`pgxpool_acquire_wait_seconds_total`:                 0,
-		`pgxpool_empty_acquires_total`:                       0,
-		`pgxpool_new_conns_total`:                            0,
-		`pgxpool_max_conns`:                                  float64(pool.Config().MaxConns),
+		`booking_show_contention_total`:                            0,
+		`booking_redundant_effects_total`:                          0,
+		`booking_retry_budget_exceeded_total`:                      0,
+		`booking_retry_budget_rate`:                                20,
+		`booking_retry_budget_burst`:                               40,
+		`booking_http_connections_max{listener="admin"}`:           adminMaxConns,
+		`booking_http_connections_refused_total{listener="admin"}`: 0,
+		`booking_intents_pending`:                                  0,
+		`booking_intent_oldest_pending_age_seconds`:                0,
+		`booking_intents_unfinished_past_half_retention`:           0,
+		`booking_payment_unknown_outcomes`:                         0,
+		`booking_payment_oldest_unknown_outcome_age_seconds`:       0,
+		`booking_refunds_pending`:                                  0,
+		`booking_refund_oldest_pending_age_seconds`:                0,
+		`booking_refunds_in_review`:                                0,
+		`booking_orders_needs_review`:                              0,
+		`pgxpool_acquired_conns`:                                   0,
+		`pgxpool_idle_conns`:                                       0,
+		`pgxpool_total_conns`:                                      0,
+		`pgxpool_acquires_total`:                                   0,
+		`pgxpool_acquire_wait_seconds_total`:                       0,
+		`pgxpool_empty_acquires_total`:                             0,
+		`pgxpool_new_conns_total`:                                  0,
+		`pgxpool_max_conns`:                                        float64(pool.Config().MaxConns),
 	}
 	for _, op := range metrics.Operations {
 		for _, name := range []string{"booking_idempotency_fingerprint_conflicts_total", "booking_idempotency_replays_total", "booking_idempotency_in_use_total"} {
@@ -167,7 +178,8 @@ func TestMetricsFromStart(t *testing.T) {
 		}
 	}
 	for series, v := range got {
-		if strings.HasPrefix(series, "booking_") && !strings.HasPrefix(series, "booking_build_info") && v != 0 {
+		if strings.HasPrefix(series, "booking_") && !strings.HasPrefix(series, "booking_build_info") && !strings.HasPrefix(series, "booking_retry_budget_") &&
+			!strings.HasPrefix(series, "booking_http_connections_") && v != 0 {
 			t.Errorf("fresh /metrics: %s = %v, want 0", series, v)
 		}
 		if strings.HasPrefix(series, "http_") {
@@ -175,7 +187,7 @@ func TestMetricsFromStart(t *testing.T) {
 		}
 	}
 
-	for _, req := range []struct{ method, path string }{{"GET", "/healthz"}, {"GET", "/no/such/path"}, {"GET", "/v1/orders"},
+	for _, req := range []struct{ method, path string }{{"GET", "/healthz"}, {"GET", "/metrics"}, {"GET", "/v1/orders"},
 		{"DELETE", "/v1/shows"}, {"PUT", "/v1/orders/ord_1"}} {
 		hreq, err := http.NewRequest(req.method, srv.URL+req.path, nil)
 		if err != nil {
@@ -186,10 +198,12 @@ func TestMetricsFromStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		res.Body.Close()
+		if req.path == "/metrics" && res.StatusCode != http.StatusNotFound {
+			t.Errorf("GET /metrics on the API = %d, want 404 (the metrics are the admin listener's)", res.StatusCode)
+		}
 	}
-	got = scrape(t, srv.URL+"/metrics")
+	got = scrape(t, metricsURL)
 	for _, series := range []string{
-		`http_requests_total{code="200",method="GET",route="/metrics"}`,
 		`http_requests_total{code="200",method="GET",route="/healthz"}`,
 		`http_requests_total{code="404",method="GET",route="unmatched"}`,
 		// A 405 is labelled with the route its path matched.

@@ -14,8 +14,8 @@ import (
 	"github.com/retrysafe/booking/eventstore"
 )
 
-// Header names of a notification, as the README's Notifications section
-// lists them. Nats-Msg-Id is JetStream's
+// Header names of a notification, as docs/notifications.md ("What is
+// published") lists them. Nats-Msg-Id is JetStream's
 // de-duplication header; the others are the service's own.
 const (
 	HeaderMsgID     = "Nats-Msg-Id"
@@ -122,8 +122,8 @@ type Payload struct {
 	Data       json.RawMessage `json:"data"`
 }
 
-// privateKey is the member of event data that holds sealed secrets (the
-// README's Secrets at rest section); it is never published.
+// privateKey is the member of event data that holds sealed secrets
+// (docs/secrets.md); it is never published.
 var privateKey = []byte(`"private"`)
 
 // PublicData returns the event data with its top-level "private" member

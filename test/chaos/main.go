@@ -183,7 +183,7 @@ func (c *chaos) run(ctx context.Context) error {
 	}
 
 	// NATS, the simulator, two replicas.
-	ports, err := freePorts(5)
+	ports, err := freePorts(7)
 	if err != nil {
 		return err
 	}
@@ -214,7 +214,7 @@ func (c *chaos) run(ctx context.Context) error {
 			"BOOKING_NATS_URL="+natsURL, "BOOKING_PROVIDER_URL="+simURL, "BOOKING_PROVIDER_WEBHOOK_SECRET="+webhookSecret,
 			"BOOKING_STRIPE_SECRET_KEY="+providerKey, "BOOKING_MASTER_KEYS=chaos-1:"+base64.StdEncoding.EncodeToString(masterKey),
 			"BOOKING_API_TOKENS="+apiTokens, "BOOKING_DATA_DIR="+filepath.Join(c.dir, fmt.Sprintf("replica-%d", i+1)),
-			"BOOKING_PROVIDER_SIM_ADDR=127.0.0.1:"+strconv.Itoa(ports[4]))
+			"BOOKING_PROVIDER_SIM_ADDR=127.0.0.1:"+strconv.Itoa(ports[4]), "BOOKING_ADMIN_ADDR=127.0.0.1:"+strconv.Itoa(ports[5+i]))
 		for k, v := range serviceWindows {
 			env = append(env, k+"="+v)
 		}

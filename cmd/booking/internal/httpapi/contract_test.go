@@ -280,8 +280,7 @@ func contractCases() []contractCase {
 			status: 503, code: "unavailable", want: map[string]string{"Retry-After": "1"}, check: member("detail", "the event store (KurrentDB) is unreachable")},
 		{name: "GET /openapi.yaml is the description", method: "GET", path: "/openapi.yaml", token: "-", status: 200,
 			want: map[string]string{"Content-Type": "application/yaml"}},
-		{name: "GET /metrics is served by the metrics handler", method: "GET", path: "/metrics", token: "-", status: 200,
-			want: map[string]string{"Content-Type": "text/plain; version=0.0.4"}},
+		{name: "GET /metrics is 404 not-found: the metrics are the admin listener's", method: "GET", path: "/metrics", token: "-", status: 404, code: "not-found"},
 		{name: "an unknown path is 404 not-found", method: "GET", path: "/v2/shows", token: "-", status: 404, code: "not-found"},
 		{name: "DELETE /v1/shows is 405 with Allow", method: "DELETE", path: "/v1/shows", status: 405, code: "method-not-allowed",
 			want: map[string]string{"Allow": "GET, POST"}},
@@ -690,9 +689,6 @@ func TestHTTPContract(t *testing.T) {
 				RetryBudgetRate:  1000,
 				RetryBudgetBurst: 1000,
 				Ready:            func(context.Context) error { return nil },
-				Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-					w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-				}),
 			}
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
