@@ -211,6 +211,10 @@ func (c *serveCmd) Run(e *env) error {
 	startWorker("intent-purge", func(ctx context.Context) error {
 		return runPurge(ctx, elog.purger, cfg.IntentRetention, cfg.RecoveryInterval, log)
 	})
+	// Every process compares the event store's clock with the service's on
+	// its own appends (booking_event_store_clock_skew_seconds).
+	workers.Add(1)
+	go func() { defer workers.Done(); h.RunClockSkew(wctx) }()
 	// The payment reconciler (unknown outcomes, expired leases, deadlines,
 	// cancels, refunds), one instance across replicas.
 	startWorker(commands.ReconcilerName, func(ctx context.Context) error {
@@ -231,7 +235,7 @@ func (c *serveCmd) Run(e *env) error {
 	srv.Handler = httpapi.New(httpapi.Config{Authenticator: auth,
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
 		Ready: ready(pool, elog), RateLimited: mx.RateLimited, Test: testAPI,
-		ObserveRequest: mx.ObserveHTTP},
+		ObserveRequest: mx.ObserveHTTP, ObserveWebhook: mx.Webhook},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(elog.lag, projections.NewReader(pool), clock, cfg.IntentRetention, log))
 	lagc := newLagCollector(pool, elog.distance, log)
