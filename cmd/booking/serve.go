@@ -265,7 +265,7 @@ func (c *serveCmd) Run(e *env) error {
 	// stops. (A relay abandoned at shutdown saves nothing more; the next
 	// one resumes after the stream's last notification.)
 	notif, err := natsrun.Start(ctx, natsrun.Config{URL: cfg.NATSURL, Addr: cfg.NATSAddr, DuplicateWindow: cfg.NATSDuplicateWindow,
-		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir, Backend: backend}, log, pool, followed)
+		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir, Backend: backend, TracerProvider: tp}, log, pool, followed)
 	if err != nil {
 		ln.Close()
 		stopWorkers()
