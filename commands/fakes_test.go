@@ -404,6 +404,20 @@ type fakeEvent struct {
 	Metadata  map[string]string `json:"metadata"`
 }
 
+// CheckWebhookHeader implements Payments: "t=<unix seconds>,v1=…" within
+// five minutes of now.
+func (p *fakePayments) CheckWebhookHeader(header string, now time.Time) error {
+	ts, sig, ok := strings.Cut(strings.TrimPrefix(header, "t="), ",")
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if !ok || err != nil || !strings.HasPrefix(header, "t=") || !strings.HasPrefix(sig, "v1=") {
+		return provider.ErrBadSignature
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > 5*time.Minute || d < -5*time.Minute {
+		return provider.ErrStaleTimestamp
+	}
+	return nil
+}
+
 // ParseWebhook implements Payments: fakeSign's signature under
 // fakeWebhookSecret within five minutes of now, over a fakeEvent body.
 func (p *fakePayments) ParseWebhook(body []byte, header string, now time.Time) (provider.WebhookEvent, error) {

@@ -86,6 +86,12 @@ type Payments interface {
 	// secrets during rotation) and decodes the event. ErrBadSignature,
 	// ErrStaleTimestamp, ErrMalformedEvent.
 	ParseWebhook(body []byte, signatureHeader string, now time.Time) (provider.WebhookEvent, error)
+	// CheckWebhookHeader checks a webhook's signature header alone, before
+	// the body is read: present and well formed (the provider's scheme),
+	// and signed within the tolerance of now. A header it refuses would
+	// fail ParseWebhook whatever the body. ErrBadSignature,
+	// ErrStaleTimestamp.
+	CheckWebhookHeader(signatureHeader string, now time.Time) error
 }
 
 // Config holds the windows and limits of the handlers. Durations are wall

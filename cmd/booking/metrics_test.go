@@ -144,6 +144,9 @@ func TestMetricsFromStart(t *testing.T) {
 	for _, r := range metrics.UnknownAppendResults {
 		want[fmt.Sprintf(`booking_append_unknown_outcomes_total{result=%q}`, r)] = 0
 	}
+	for _, r := range metrics.WebhookResults {
+		want[fmt.Sprintf(`booking_webhooks_total{result=%q}`, r)] = 0
+	}
 	for series, v := range want {
 		if g, ok := got[series]; !ok || g != v {
 			t.Errorf("fresh /metrics: %s = %v (present %t), want %v", series, g, ok, v)

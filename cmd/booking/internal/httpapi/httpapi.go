@@ -51,6 +51,9 @@ type Service interface {
 	// o's payment while it requires the customer's action (nil otherwise);
 	// shown only to o's actor.
 	PaymentAction(ctx context.Context, o domain.Order) (*commands.PaymentAction, error)
+	// CheckWebhookHeader checks a notification's Stripe-Signature header
+	// alone (its form and timestamp), before the body is read.
+	CheckWebhookHeader(ctx context.Context, signature string) error
 	// ReceiveWebhook verifies (the Stripe-Signature header over the raw
 	// body) and records a payment provider notification.
 	ReceiveWebhook(ctx context.Context, signature string, body []byte) error
@@ -94,6 +97,15 @@ type Config struct {
 	// template (see routeOf), method, status code and the time from its
 	// arrival to its complete answer: the HTTP RED metrics. Nil: none.
 	ObserveRequest func(route, method string, code int, elapsed time.Duration)
+	// ObserveWebhook is called once per provider notification received,
+	// with its result (WebhookResults). Nil: none.
+	ObserveWebhook func(result string)
+	// WebhookTimeout bounds one provider notification, from the end of its
+	// headers to its answer (0: DefaultWebhookTimeout); WebhookConcurrency
+	// bounds the notifications worked on at once (0:
+	// DefaultWebhookConcurrency). See newWebhookHandler.
+	WebhookTimeout     time.Duration
+	WebhookConcurrency int
 	// Test is mounted at /_test (fault-injection control); nil in the
 	// production build.
 	Test http.Handler
@@ -114,8 +126,8 @@ func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
 	}
 	a := &api{svc: svc, auth: auth, log: log, ready: cfg.Ready, rateLimited: cfg.RateLimited,
 		budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test,
-		observe: cfg.ObserveRequest}
-	a.webhooks = newWebhookHandler(a, svc)
+		observe: cfg.ObserveRequest, observeWebhook: cfg.ObserveWebhook}
+	a.webhooks = newWebhookHandler(a, svc, webhookBudget{timeout: cfg.WebhookTimeout, concurrency: cfg.WebhookConcurrency})
 	if reads != nil {
 		a.lists = newLists(reads, a.writeError)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
@@ -38,6 +39,7 @@ type Metrics struct {
 	unknownAppends       *prometheus.CounterVec
 	httpRequests         *prometheus.CounterVec
 	httpDuration         *prometheus.HistogramVec
+	webhooks             *prometheus.CounterVec
 }
 
 // Operations are the values of the operation label: the idempotent
@@ -65,11 +67,16 @@ var RecoveredSteps = []string{"intent", "order_claim"}
 // booking_append_unknown_outcomes_total.
 var UnknownAppendResults = []string{"resolved", "not_committed", "unresolved"}
 
+// WebhookResults are the values of the result label of
+// booking_webhooks_total (httpapi.WebhookResults).
+var WebhookResults = httpapi.WebhookResults
+
 // New returns the service's metrics with booking_build_info{version,
 // goversion} for version (what booking --version prints), every counter
 // registered at zero, and each labelled counter at zero for every value of
 // its fixed label set (Operations, ReconciliationResults, RecoveredSteps,
-// UnknownAppendResults), so that rate() and increase() see the first event.
+// UnknownAppendResults, WebhookResults), so that rate() and increase() see
+// the first event.
 // The HTTP RED metrics (ObserveHTTP) have an open label set (the status
 // code) and appear with their first request.
 func New(version string) *Metrics {
@@ -84,11 +91,12 @@ func New(version string) *Metrics {
 		recovered:            counterVec("booking_recovered_steps_total", "step", "Follow-up or intent steps finished by a background job."),
 		rateLimited:          counter("booking_retry_budget_exceeded_total", "Requests answered 429 because the actor exceeded its retry budget."),
 		unknownAppends:       counterVec("booking_append_unknown_outcomes_total", "result", "Appends whose answer was lost, repeated to learn the outcome, by result (resolved, not_committed, unresolved)."),
+		webhooks:             counterVec("booking_webhooks_total", "result", "Provider notifications by result: accepted, bad_signature (header or signature refused, before or after the body), invalid (not an event, or over 64 KiB), unknown_order, failed (over the route's budget, a dependency down, a body that did not arrive)."),
 	}
 	m.httpRequests, m.httpDuration = newHTTPMetrics()
 	m.reg.MustRegister(m.fingerprintConflicts, m.replays, m.inUse, m.contention, m.redundantEffects,
 		m.reconciliations, m.recovered, m.rateLimited, m.unknownAppends, m.httpRequests, m.httpDuration,
-		newBuildInfo(version),
+		m.webhooks, newBuildInfo(version),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range Operations {
 		m.fingerprintConflicts.WithLabelValues(op)
@@ -103,6 +111,9 @@ func New(version string) *Metrics {
 	}
 	for _, r := range UnknownAppendResults {
 		m.unknownAppends.WithLabelValues(r)
+	}
+	for _, r := range WebhookResults {
+		m.webhooks.WithLabelValues(r)
 	}
 	return m
 }
@@ -133,6 +144,10 @@ func (m *Metrics) FingerprintConflict(op string) { m.fingerprintConflicts.WithLa
 // Replay counts a repeat of op answered from its intent
 // (booking_idempotency_replays_total{operation}).
 func (m *Metrics) Replay(op string) { m.replays.WithLabelValues(op).Inc() }
+
+// Webhook counts a provider notification by result
+// (booking_webhooks_total{result}).
+func (m *Metrics) Webhook(result string) { m.webhooks.WithLabelValues(result).Inc() }
 
 // InUse counts a repeat of op answered 409 idempotency-key-in-use
 // (booking_idempotency_in_use_total{operation}).
