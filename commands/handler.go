@@ -216,6 +216,8 @@ type Hooks struct {
 // before the append, so a process stopped or parked there has not reached
 // it.
 //
+//   - order.token-held: an order's payment token was sealed and held in
+//     the key table (Keys.Create), before its IntentRecorded is appended.
 //   - intent.recorded: a new IntentRecorded was appended (every operation);
 //     the commit point is still ahead.
 //   - intent.waiting: a repeat found the intent's executor inside its lease
@@ -239,6 +241,7 @@ type Hooks struct {
 //   - expiry.claimed: after the expiry job appended an ExpiryClaimed (the
 //     process manager may release the seats from then on).
 var Steps = []string{
+	"order.token-held",
 	"intent.recorded", "intent.waiting",
 	"reservation.holding", "reservation.held",
 	"order.claiming", "order.claimed", "order.placed",

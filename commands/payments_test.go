@@ -67,7 +67,7 @@ func newPayFix(t *testing.T, cfg Config, token string, faults []payFault, given 
 	if token != "" {
 		dk := testDataKey(payOrder)
 		sealed = dk.Seal([]byte(token), TokenAAD(payOrder))
-		if _, err := keys.Create(context.Background(), payOrder, dk, nil, payT0.Add(cfg.PaymentDeadline)); err != nil {
+		if _, err := keys.Create(context.Background(), payOrder, "", dk, nil, payT0.Add(cfg.PaymentDeadline)); err != nil {
 			t.Fatal(err)
 		}
 	}
