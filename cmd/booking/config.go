@@ -19,7 +19,8 @@ import (
 )
 
 // ServeConfig is the configuration of `booking serve`, read once from the
-// environment (flags override) with the defaults documented in the README.
+// environment (flags override) with the defaults documented in
+// docs/configuration.md.
 // Validate checks every value and the safety relations between the windows,
 // naming the variable at fault.
 type ServeConfig struct {

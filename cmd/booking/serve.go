@@ -211,6 +211,10 @@ func (c *serveCmd) Run(e *env) error {
 	startWorker("intent-purge", func(ctx context.Context) error {
 		return runPurge(ctx, elog.purger, cfg.IntentRetention, cfg.RecoveryInterval, log)
 	})
+	// Every process compares the event store's clock with the service's on
+	// its own appends (booking_event_store_clock_skew_seconds).
+	workers.Add(1)
+	go func() { defer workers.Done(); h.RunClockSkew(wctx) }()
 	// The payment reconciler (unknown outcomes, expired leases, deadlines,
 	// cancels, refunds), one instance across replicas.
 	startWorker(commands.ReconcilerName, func(ctx context.Context) error {
@@ -312,7 +316,8 @@ func (c *serveCmd) Run(e *env) error {
 const abandonTimeout = 5 * time.Second
 
 // shredFlushTimeout bounds the key deletes booking serve sends as it stops,
-// after the shutdown timeout's grace period (README, Configuration).
+// after the shutdown timeout's grace period (docs/configuration.md,
+// BOOKING_SHUTDOWN_TIMEOUT).
 const shredFlushTimeout = 5 * time.Second
 
 // waitWithin waits for wg until ctx ends; it reports whether wg finished

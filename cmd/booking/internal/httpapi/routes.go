@@ -15,7 +15,8 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// api is the HTTP API of the README's "HTTP API (v1)". It is safe for concurrent use.
+// api is the HTTP API of docs/api.md, "HTTP API (v1) and the idempotency
+// contract". It is safe for concurrent use.
 type api struct {
 	svc         Service
 	auth        identity.Authenticator
@@ -27,8 +28,7 @@ type api struct {
 	lists       listReader
 	// observe receives each answered request (the HTTP metrics); nil: none.
 	observe func(route, method string, code int, elapsed time.Duration)
-	// observeWebhook receives each provider notification's result (the
-	// webhook metrics); nil: none.
+	// observeWebhook receives each notification's result; nil: none.
 	observeWebhook func(result string)
 	// testAPI serves /_test (fault-injection control); nil in the
 	// production build.

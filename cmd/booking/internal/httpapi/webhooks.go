@@ -38,8 +38,10 @@ const refusalLogEvery = 10 * time.Second
 
 // The results of a provider notification (Config.ObserveWebhook).
 const (
-	WebhookAccepted     = "accepted"      // verified and handled (204)
-	WebhookBadSignature = "bad_signature" // the signature header is missing, malformed or does not match, or its timestamp is outside the tolerance (400)
+	WebhookAccepted     = "accepted"      // verified, and a new fact recorded
+	WebhookDuplicate    = "duplicate"     // verified, nothing new to record (a redelivery, or a fact another path recorded first)
+	WebhookIgnored      = "ignored"       // verified, an event the service does not record
+	WebhookBadSignature = "bad_signature" // the signature header is missing or malformed, the signature does not match, or its timestamp is outside the tolerance (400)
 	WebhookInvalid      = "invalid"       // a body that is no provider event, or too large (400, 413)
 	WebhookUnknownOrder = "unknown_order" // a charge of no order the event store knows (404: the provider redelivers)
 	WebhookFailed       = "failed"        // over the route's budget, a dependency failed or the body did not arrive (5xx, 408: the provider redelivers)
@@ -47,11 +49,17 @@ const (
 
 // WebhookResults lists every result of a notification, for metrics that
 // start at 0.
-var WebhookResults = []string{WebhookAccepted, WebhookBadSignature, WebhookInvalid, WebhookUnknownOrder, WebhookFailed}
+var WebhookResults = []string{WebhookAccepted, WebhookDuplicate, WebhookIgnored, WebhookBadSignature, WebhookInvalid,
+	WebhookUnknownOrder, WebhookFailed}
 
-// webhookResult returns the result of a notification answered err.
-func webhookResult(err error) string {
+// webhookResult returns the result of a notification answered err, with
+// rep what ReceiveWebhook did (nil when it did not run).
+func webhookResult(err error, rep *commands.WebhookReport) string {
 	switch {
+	case err == nil && rep != nil && rep.Ignored():
+		return WebhookIgnored
+	case err == nil && rep != nil && rep.Appended() == 0:
+		return WebhookDuplicate
 	case err == nil:
 		return WebhookAccepted
 	case errors.Is(err, commands.ErrWebhookSignature) || errors.Is(err, commands.ErrWebhookStale):
@@ -159,7 +167,7 @@ func (wr *webhookRoute) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		// The body stays unread: close the connection after the answer,
 		// or net/http would read up to 256 KiB of it first to reuse it.
 		w.Header().Set("Connection", "close")
-		wr.answer(w, req, err)
+		wr.answer(w, req, err, nil)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxWebhookBytes))
@@ -170,10 +178,11 @@ func (wr *webhookRoute) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		} else {
 			err = bodyReadError(err)
 		}
-		wr.answer(w, req, err)
+		wr.answer(w, req, err, nil)
 		return
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(req.Context()), deadline)
+	ctx, rep := commands.WithWebhookReport(ctx)
 	done := make(chan error, 1)
 	go func() { // the work keeps its slot until it ends, answered or not
 		defer func() { <-wr.slots }()
@@ -186,10 +195,10 @@ func (wr *webhookRoute) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		select {
 		case err = <-done: // it ended right at the deadline
 		default:
-			err = errWebhookTimeout
+			err, rep = errWebhookTimeout, nil // the work goes on writing to rep
 		}
 	}
-	wr.answer(w, req, err)
+	wr.answer(w, req, err, rep)
 }
 
 // admit does the checks before the body is read (steps 1–3 of
@@ -210,10 +219,11 @@ func (wr *webhookRoute) admit(req *http.Request, sig string) error {
 	}
 }
 
-// answer counts the notification's result, logs a refusal (sampled when a
-// stranger could cause it at will) and answers.
-func (wr *webhookRoute) answer(w http.ResponseWriter, req *http.Request, err error) {
-	result := webhookResult(err)
+// answer counts the notification's result (rep: what ReceiveWebhook did,
+// nil when it did not run or is still running), logs a refusal (sampled
+// when a stranger could cause it at will) and answers.
+func (wr *webhookRoute) answer(w http.ResponseWriter, req *http.Request, err error, rep *commands.WebhookReport) {
+	result := webhookResult(err, rep)
 	if wr.a.observeWebhook != nil {
 		wr.a.observeWebhook(result)
 	}

@@ -20,13 +20,16 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// fakeReceiver records what the webhook route hands to the commands layer.
-// headerErr answers CheckWebhookHeader; err answers ReceiveWebhook, which
-// first waits for gate when it is set (arrived gets a value then). Safe
-// for concurrent use.
+// fakeReceiver records what the webhook route hands to the commands layer,
+// and reports appended events (or an ignored event) as the commands layer
+// does. headerErr answers CheckWebhookHeader; err answers ReceiveWebhook,
+// which first waits for gate when it is set (arrived gets a value then).
+// Safe for concurrent use.
 type fakeReceiver struct {
 	headerErr error
 	err       error
+	appends   int
+	ignored   bool
 	gate      chan struct{}
 	arrived   chan struct{}
 
@@ -47,11 +50,17 @@ func (f *fakeReceiver) CheckWebhookHeader(_ context.Context, signature string) e
 	return f.headerErr
 }
 
-func (f *fakeReceiver) ReceiveWebhook(_ context.Context, signature string, body []byte) error {
+func (f *fakeReceiver) ReceiveWebhook(ctx context.Context, signature string, body []byte) error {
 	f.mu.Lock()
 	f.calls++
 	f.signature, f.body = signature, body
 	f.mu.Unlock()
+	if r := commands.WebhookReportFrom(ctx); r != nil {
+		r.AddAppended(f.appends)
+		if f.ignored {
+			r.MarkIgnored()
+		}
+	}
 	if f.gate != nil {
 		select {
 		case f.arrived <- struct{}{}:
@@ -168,11 +177,15 @@ func TestWebhookRoute(t *testing.T) {
 	tests := []struct {
 		name       string
 		err        error
+		appends    int
+		ignored    bool
 		wantStatus int
 		wantCode   string
 		wantResult string
 	}{
-		{name: "A recorded notice is answered 204.", wantStatus: http.StatusNoContent, wantResult: WebhookAccepted},
+		{name: "A recorded notice is answered 204, accepted.", appends: 2, wantStatus: http.StatusNoContent, wantResult: WebhookAccepted},
+		{name: "A notice with nothing new is answered 204, a duplicate.", wantStatus: http.StatusNoContent, wantResult: WebhookDuplicate},
+		{name: "An event not about a payment of this deployment is answered 204, ignored.", ignored: true, wantStatus: http.StatusNoContent, wantResult: WebhookIgnored},
 		{name: "A bad signature is answered 400.", err: commands.ErrWebhookSignature, wantStatus: http.StatusBadRequest, wantCode: "invalid-signature", wantResult: WebhookBadSignature},
 		{name: "A stale timestamp is answered 400.", err: commands.ErrWebhookStale, wantStatus: http.StatusBadRequest, wantCode: "stale-signature", wantResult: WebhookBadSignature},
 		{name: "A malformed event is answered 400.", err: commands.ErrWebhookMalformed, wantStatus: http.StatusBadRequest, wantCode: "malformed-event", wantResult: WebhookInvalid},
@@ -182,7 +195,7 @@ func TestWebhookRoute(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			recv := &fakeReceiver{err: tt.err}
+			recv := &fakeReceiver{err: tt.err, appends: tt.appends, ignored: tt.ignored}
 			srv, res, _ := webhookServer(t, recv, webhookBudget{})
 			status, got := postWebhook(t, srv.URL, "t=1,v1=ab", body)
 			if status != tt.wantStatus {
@@ -194,8 +207,8 @@ func TestWebhookRoute(t *testing.T) {
 			if recv.calls != 1 || !bytes.Equal(recv.body, body) || recv.signature != "t=1,v1=ab" {
 				t.Errorf("receiver got %d calls, body %q, signature %q; want the raw bytes and header once", recv.calls, recv.body, recv.signature)
 			}
-			if n := res.get(tt.wantResult); n != 1 {
-				t.Errorf("result %s counted %d times, want 1 (%v)", tt.wantResult, n, res.n)
+			if n := res.get(tt.wantResult); n != 1 || len(res.n) != 1 {
+				t.Errorf("results %v, want %s once", res.n, tt.wantResult)
 			}
 		})
 	}
@@ -407,8 +420,8 @@ func TestWebhookRoute_Budget(t *testing.T) {
 				t.Errorf("a notification in progress = %d, want 204", s)
 			}
 		}
-		if res.get(WebhookFailed) != 1 || res.get(WebhookAccepted) != 2 {
-			t.Errorf("results %v, want 1 failed and 2 accepted", res.n)
+		if res.get(WebhookFailed) != 1 || res.get(WebhookDuplicate) != 2 {
+			t.Errorf("results %v, want 1 failed and 2 handled (duplicates: the fake appends nothing)", res.n)
 		}
 		if n, _ := logs.count("provider webhook answered 503: over the route's budget"); n != 1 {
 			t.Errorf("%d log lines for the refusal, want 1", n)
@@ -436,8 +449,8 @@ func TestWebhookRoute_Budget(t *testing.T) {
 				t.Fatalf("the slot was not given back 10 s after the work ended (last answer %d)", status)
 			}
 		}
-		if res.get(WebhookFailed) < 2 || res.get(WebhookAccepted) != 1 {
-			t.Errorf("results %v, want at least 2 failed and 1 accepted", res.n)
+		if res.get(WebhookFailed) < 2 || res.get(WebhookDuplicate) != 1 {
+			t.Errorf("results %v, want at least 2 failed and 1 handled", res.n)
 		}
 	})
 }
