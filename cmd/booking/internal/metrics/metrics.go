@@ -189,7 +189,6 @@ func (m *Metrics) FingerprintConflict(op string) { m.fingerprintConflicts.WithLa
 // (booking_idempotency_replays_total{operation}).
 func (m *Metrics) Replay(op string) { m.replays.WithLabelValues(op).Inc() }
 
-
 // InUse counts a repeat of op answered 409 idempotency-key-in-use
 // (booking_idempotency_in_use_total{operation}).
 func (m *Metrics) InUse(op string) { m.inUse.WithLabelValues(op).Inc() }
