@@ -98,12 +98,17 @@ func (c *eventstoreCopyCmd) backends() (from, to string, err error) {
 }
 
 // copyLog copies src's log to dst with its truncations and verifies every
-// stream, printing progress on stderr (every --progress-every events) and
-// the outcome on stdout. Any difference fails it, naming the streams.
+// stream, printing progress on stderr (every --progress-every events, and
+// once while the source holds back events behind a running transaction)
+// and the outcome on stdout. Any difference fails it, naming the streams.
 func (c *eventstoreCopyCmd) copyLog(e *env, src, dst eventstore.Store) error {
 	ctx := e.ctx
-	next := c.Every
+	next, waiting := c.Every, false
 	res, err := logcopy.Copy(ctx, src, dst, logcopy.Options{Batch: c.Batch, Progress: func(r logcopy.Result) {
+		if r.HeldBack > 0 && !waiting {
+			fmt.Fprintf(e.stderr, "booking: waiting for %d events of --from that a transaction still running on its PostgreSQL server holds back\n", r.HeldBack)
+		}
+		waiting = r.HeldBack > 0
 		if r.Read >= next {
 			fmt.Fprintf(e.stderr, "booking: copied %d events\n", r.Read)
 			next = r.Read + c.Every
