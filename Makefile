@@ -90,6 +90,8 @@ PG_PORT            ?= 5433
 BOOKING_DATA_DIR   ?= .data
 #? make run: the API's listen address (host:port)
 BOOKING_HTTP_ADDR  ?= 127.0.0.1:8080
+#? make run: the admin listener's address (/metrics, /debug/pprof/; empty: none)
+BOOKING_ADMIN_ADDR ?= 127.0.0.1:9091
 #? make run: the dev bearer tokens (name=token[:admin], comma-separated)
 BOOKING_API_TOKENS ?= alice=dev-alice-token,bob=dev-bob-token,admin=dev-admin-token:admin
 #? make run: the payment webhooks' signing secret (the dev default)
@@ -125,6 +127,7 @@ dev tokens   $(subst $(comma),  ,$(BOOKING_API_TOKENS))
 try          curl -sS -X POST $(API_URL)/v1/shows -H 'Authorization: Bearer $(ADMIN_TOKEN)' -H 'Idempotency-Key: show-1' -H 'Content-Type: application/json' -d '{"name":"Concert","starts_at":"2027-06-01T20:00:00Z","capacity":100,"price":{"amount":4500,"currency":"EUR"}}'
              (send it again: same show, header Idempotent-Replayed: true; add -i to see headers)
 then         curl -sS $(API_URL)/v1/shows -H 'Authorization: Bearer $(USER_TOKEN)'
+metrics      $(if $(BOOKING_ADMIN_ADDR),curl -sS http://$(patsubst 0.0.0.0:%,127.0.0.1:%,$(patsubst :%,127.0.0.1:%,$(BOOKING_ADMIN_ADDR)))/metrics  (the admin listener; never on the API's port),none (BOOKING_ADMIN_ADDR is empty))
 stop         Ctrl-C; `make pg-down` stops PostgreSQL, `make clean-data` deletes $(BOOKING_DATA_DIR)
 
 endef
@@ -156,7 +159,7 @@ help: ## Show this help
 run: export RUN_BANNER := $(RUN_BANNER)
 run: build ## Run the service from nothing: local PostgreSQL (.data/pg), migrate, `booking serve` in dev mode
 	@$(use_dev_db); \
-	export BOOKING_DATA_DIR='$(BOOKING_DATA_DIR)' BOOKING_HTTP_ADDR='$(BOOKING_HTTP_ADDR)' \
+	export BOOKING_DATA_DIR='$(BOOKING_DATA_DIR)' BOOKING_HTTP_ADDR='$(BOOKING_HTTP_ADDR)' BOOKING_ADMIN_ADDR='$(BOOKING_ADMIN_ADDR)' \
 		BOOKING_API_TOKENS='$(BOOKING_API_TOKENS)' \
 		BOOKING_PROVIDER_WEBHOOK_SECRET='$(BOOKING_PROVIDER_WEBHOOK_SECRET)'; \
 	$(BIN) migrate; \
@@ -243,7 +246,7 @@ test: ## Run all tests with -race against a throwaway PostgreSQL (the README's t
 	for rc in "$$rc1" "$$rc2" "$$rc3" "$$rc4" "$$rc5"; do if ((rc != 0)); then exit "$$rc"; fi; done
 
 .PHONY: chaos
-chaos: build ## Two replicas, external NATS and simulator under load, kills, pauses and a PostgreSQL restart for DURATION, then the audit
+chaos: build ## Two replicas, external NATS and simulator under load, kills, pauses and a PostgreSQL restart for DURATION, then the audit (fails on a violation and on an inconclusive run)
 	@ns="$$(command -v nats-server || true)"; \
 	if [[ -z "$$ns" ]]; then \
 		if [[ ! -x bin/nats-server ]]; then echo "==> make chaos: building bin/nats-server from the module in go.mod"; \

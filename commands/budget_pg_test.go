@@ -23,7 +23,9 @@ import (
 // SQL statements sent per whole booking (a reservation, an order and its
 // charge, as the HTTP API runs them) and per replay of a completed order
 // intent, with no background job running. requestPathBudget is the goal
-// (at most 12), enforced so that a regression cannot land silently; ARCHITECTURE.md lists where the statements go. Lower it
+// (at most 12), enforced so that a regression cannot land silently;
+// BENCHMARKS.md ("How the figures came about") lists where the statements
+// go. Lower it
 // whenever a change removes a round trip.
 const (
 	requestPathBudget = 12

@@ -8,36 +8,35 @@ import (
 	"github.com/retrysafe/booking/eventstore"
 )
 
-// The service clock of one process (ARCHITECTURE.md, "Performance": the
-// clock). Every decision uses the database clock (Clock), never the host's;
-// but reading it is a round trip, and a booking decides a dozen times,
-// every background job too. So the Handler keeps one reading of it for the
-// whole process: later decisions take the reading plus the time elapsed
-// since on the host's monotonic clock, the same way the payment send fence
-// already holds a lease end. A reading is anchored at the moment its answer
-// arrived, so the extrapolation never runs ahead of the database clock and
-// trails it by no more than that answer's way back — less than a fresh
-// SELECT now() trails by the time a decision uses it. The lease, expiry and
-// fence decisions, and their margins, are thus what they were with a read
-// before each. Which request or job took the reading makes no difference:
-// the database clock is one clock.
+// The service clock of one process (ARCHITECTURE.md, "Performance", "One
+// clock reading per process"). Every decision uses the database clock
+// (Clock), never the host's. The Handler keeps one reading of it for the
+// whole process, requests and background jobs alike: a decision takes the
+// reading plus the time elapsed since on the host's monotonic clock, as the
+// payment send fence holds a lease end. A reading is anchored at the moment
+// its answer arrived, so the extrapolation never runs ahead of the database
+// clock and trails it by no more than that answer's way back — less than a
+// read made before the decision trails by the time the decision uses it —
+// so the lease, expiry and fence decisions keep their margins. Which
+// request or job took the reading makes no difference: the database clock
+// is one clock.
 //
 // An append that reports the store's clock (eventstore.AppendResult.Now, on
 // PostgreSQL the now() of the appending statement) renews the reading at no
-// cost, when its whole round trip took at most maxAppendClockTrip (its now()
+// cost when its whole round trip took at most maxAppendClockTrip (its now()
 // is its transaction's start, so a slow append would trail); so does every
 // read of the clock. A store that reports none (KurrentDB, whose clock is
 // not the service's) leaves it, and the process reads the clock at most once
-// per maxReadingAge while it decides — at most once per request, as before.
-// A reading is used for at most maxReadingAge, so a step of the database
-// host's clock reaches every decision within that time.
+// per maxReadingAge while it decides, at most once per request. A reading is
+// used for at most maxReadingAge, so a step of the database host's clock
+// reaches every decision within that time.
 //
-// Tests: the reading is dropped at every fault point when test hooks are
-// installed (a test may move its clock while a request is parked there),
-// and a clock that tests move (movableClock) counts its moves: a reading
+// Tests: the reading is dropped at every fault point when the clock is one
+// tests move (Handler.step), since a test may move it while a request is
+// parked there; and such a clock (movableClock) counts its moves: a reading
 // taken before a move, or whose read or append began before one, is never
 // used, so a test that moves its clock between requests sees the move at
-// once, as it did when each request read the clock for itself.
+// once.
 
 // maxReadingAge bounds how long one reading of the clock is extrapolated.
 const maxReadingAge = time.Second

@@ -16,10 +16,14 @@ import (
 const maxHoldBatch = 64
 
 // holdReq is one reservation waiting for the show stream's next append.
+// fresh says that its reservation cannot have been held yet: its request
+// recorded the intent and is alone on it (intentRun.alone), and has not
+// tried to hold before.
 type holdReq struct {
 	run   *intentRun
 	cmd   ReserveSeatsCommand
 	resID string
+	fresh bool
 	done  chan holdResult
 }
 
@@ -47,7 +51,10 @@ type holdResult struct {
 // writer's events took those revisions, having decided against a state the
 // stream never had; an expected revision cannot tell the two apart.
 type holdBatcher struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// queue and running are, per show, the requests waiting for its next
+	// batch and whether a batch of it is running. Bound: the requests in
+	// flight; eviction: a show leaves both once its queue is empty.
 	queue   map[string][]*holdReq
 	running map[string]bool
 	// own is, for a show this process appended a batch to, the show
@@ -79,8 +86,9 @@ const ownHoldTrust = 5 * time.Second
 // batched with concurrent reservations of the same show (see holdBatcher).
 // It returns the appended SeatsHeld, or decided false after a revision
 // conflict (another replica appended first), or the recorded *Rejection.
-func (h *Handler) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand, resID string) (heldRecord, bool, error) {
-	req := &holdReq{run: run, cmd: cmd, resID: resID, done: make(chan holdResult, 1)}
+// fresh is holdReq.fresh.
+func (h *Handler) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand, resID string, fresh bool) (heldRecord, bool, error) {
+	req := &holdReq{run: run, cmd: cmd, resID: resID, fresh: fresh, done: make(chan holdResult, 1)}
 	b := &h.holds
 	b.mu.Lock()
 	if b.queue == nil {
@@ -184,15 +192,40 @@ type decidedHold struct {
 	held heldRecord
 }
 
+// priorHolds returns the SeatsHeld already on the show stream (as far as
+// snapshot e has read it) of the batch's reservations: findHold for a
+// request that is not fresh, the cache alone for one that is (its
+// reservation cannot be on the stream). The caller holds the show's lock.
+func (h *Handler) priorHolds(ctx context.Context, e *showEntry, showID string, batch []*holdReq) (map[string]heldRecord, error) {
+	prior := map[string]heldRecord{}
+	for _, r := range batch {
+		var held heldRecord
+		var ok bool
+		if r.fresh {
+			held, ok, _ = h.showCache.lookup(e, r.resID)
+		} else {
+			var err error
+			if held, ok, err = h.findHold(ctx, showID, e, r.resID); err != nil {
+				return nil, err
+			}
+		}
+		if ok {
+			prior[r.resID] = held
+		}
+	}
+	return prior, nil
+}
+
 // decideHolds decides batch in arrival order against snapshot e at now, each
-// request against the show as it will be after the earlier ones. The caller
-// holds the show's lock; e is left as it was.
-func (h *Handler) decideHolds(e *showEntry, showID string, batch []*holdReq, now time.Time) holdDecision {
+// request against the show as it will be after the earlier ones; prior
+// holds the SeatsHeld already on the stream of its reservations
+// (priorHolds). The caller holds the show's lock; e is left as it was.
+func (h *Handler) decideHolds(e *showEntry, prior map[string]heldRecord, showID string, batch []*holdReq, now time.Time) holdDecision {
 	d := holdDecision{results: make(map[*holdReq]holdResult, len(batch))}
 	byRes := map[string]heldRecord{}
 	extra := 0 // seats taken by earlier requests of this batch
 	for _, r := range batch {
-		if held, ok := e.held[r.resID]; ok {
+		if held, ok := prior[r.resID]; ok {
 			d.results[r] = holdResult{held: held, ok: true}
 			continue
 		}
@@ -212,6 +245,12 @@ func (h *Handler) decideHolds(e *showEntry, showID string, batch []*holdReq, now
 		if derr != nil {
 			d.results[r] = holdResult{rejection: asDomain(derr)}
 			d.refusals++
+			continue
+		}
+		if len(evs) == 0 {
+			// Its seats are held, yet its SeatsHeld was not found: decide
+			// again on a fresh read (not decided, no error).
+			d.results[r] = holdResult{}
 			continue
 		}
 		id := DerivedID(r.run.cause(), "seats-held")
@@ -273,15 +312,24 @@ func (h *Handler) appendHolds(ctx context.Context, showID string, batch []*holdR
 				return
 			}
 		}
-		d = h.decideHolds(e, showID, batch, now)
+		prior, err := h.priorHolds(ctx, e, showID, batch)
+		if err != nil {
+			unlock()
+			fail(err)
+			return
+		}
+		d = h.decideHolds(e, prior, showID, batch, now)
 		if trusted && d.refusals > 0 {
-			if e, err = h.refreshShow(ctx, showID); err != nil {
+			if e, err = h.refreshShow(ctx, showID); err == nil {
+				prior, err = h.priorHolds(ctx, e, showID, batch)
+			}
+			if err != nil {
 				unlock()
 				fail(err)
 				return
 			}
 			trusted = false
-			d = h.decideHolds(e, showID, batch, now)
+			d = h.decideHolds(e, prior, showID, batch, now)
 		}
 		exp := e.expected()
 		// The lock guards the cached snapshot, not the stream: it is
@@ -355,7 +403,7 @@ func (h *Handler) noteOwnHolds(showID string, exp eventstore.ExpectedRevision, l
 			}
 			seen[a.held.e.ReservationID] = true
 			e.show.Apply(a.held.e)
-			e.held[a.held.e.ReservationID] = a.held
+			h.showCache.remember(e, a.held)
 		}
 		e.exists, e.last = true, last
 	}

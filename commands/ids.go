@@ -44,7 +44,9 @@ func sha256Hex(b []byte) string {
 
 // keyedMutex serializes work per key inside one process (for example appends
 // to one show stream), so local contention does not burn optimistic retries.
-// Cross-process safety still comes from expected revisions.
+// Cross-process safety still comes from expected revisions. Bound: one
+// entry per key held or waited for right now; eviction: a key's entry is
+// dropped when its last holder or waiter unlocks.
 type keyedMutex struct {
 	mu    sync.Mutex
 	locks map[string]*keyedEntry

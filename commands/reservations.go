@@ -27,11 +27,11 @@ func (c ReserveSeatsCommand) Canonical() map[string]any {
 // answered the same to every repeat; domain.ErrContention (503) when bounded
 // retries on the show stream run out, never stored.
 func (h *Handler) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
-	ctx = WithCorrelationID(ctx, req.CorrelationID)
 	run, err := h.beginIntent(ctx, req, cmd.Canonical(), nil, nil)
 	if err != nil {
 		return domain.Reservation{}, Outcome{}, err
 	}
+	ctx = run.context(ctx)
 	return h.reserveSeats(ctx, run, cmd)
 }
 
@@ -47,8 +47,7 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 		if err != nil {
 			return heldRecord{}, false, err
 		}
-		held, ok := e.held[resID]
-		return held, ok, nil
+		return h.findHold(ctx, cmd.ShowID, e, resID)
 	}
 	var res domain.Reservation
 	// opened reads the reservation: errRetry until its stream exists.
@@ -89,7 +88,7 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 		trusted := alone
 		alone = false
 		h.step(ctx, "reservation.holding")
-		held, decided, err := h.holdSeats(ctx, run, cmd, resID)
+		held, decided, err := h.holdSeats(ctx, run, cmd, resID, trusted)
 		if err != nil {
 			return err
 		}

@@ -2,8 +2,8 @@
 -- not comparable across backends (PostgreSQL's are (xid8, sequence),
 -- KurrentDB's transaction-file offsets), so `booking serve` refuses to start
 -- on a backend other than the one that wrote a non-zero position, and says
--- what to rebuild or reset (eventstore/pgcoord CheckBackend; README,
--- "Running on KurrentDB").
+-- what to rebuild or reset (eventstore/pgcoord CheckBackend; docs/kurrentdb.md,
+-- "Switching backends").
 --
 -- The service sets the session setting booking.backend on every connection
 -- ('postgres' or 'kurrentdb'); the trigger below stamps it on every row

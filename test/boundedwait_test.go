@@ -96,8 +96,10 @@ func TestBoundedWait_RepeatOfAHeldRequestIs409AfterTheWait(t *testing.T) {
 func TestBoundedWait_ReleasedInsideTheWaitAnswersTheOutcome(t *testing.T) {
 	t.Parallel()
 	const wait = 20 * time.Second
+	// The write timeout must outlast the longest wait a request may spend
+	// (BOOKING_IN_USE_WAIT + Prefer: wait + 5 s; checked at start).
 	s, _, res := mustStartReserved(t, Options{Env: map[string]string{
-		"BOOKING_IN_USE_WAIT": wait.String(), "BOOKING_INTENT_LEASE": "30s"}}, 2)
+		"BOOKING_IN_USE_WAIT": wait.String(), "BOOKING_INTENT_LEASE": "30s", "BOOKING_HTTP_WRITE_TIMEOUT": "40s"}}, 2)
 	inUse := `booking_idempotency_in_use_total{operation="POST /v1/orders"}`
 	before := s.metric(t, s.URL, inUse)
 	s.armHold(t, "order.claiming")

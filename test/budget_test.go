@@ -17,13 +17,11 @@ import (
 // wholeServiceBudget is the most SQL statements per booking the whole
 // service may send — requests, process manager, recovery, expiry,
 // reconciler, projectors, relay, leases and locks — counted over
-// budgetBookings bookings until everything has settled (ARCHITECTURE.md,
-// "Performance", "Whole-service statement budget"). It is the goal, 30:
-// 14.2 per booking were counted when 200 bookings took 4 s on a quiet
-// machine (from 22 with a clock read at every fault point, 33 before the
-// request path reached its budget, 65 and 130 before that); on a machine
-// slowed by a CPU hog the background's per-second statements (polls,
-// rounds, checkpoints) weigh more per booking, which the margin covers.
+// budgetBookings bookings until everything has settled; the counts
+// measured are in BENCHMARKS.md, "How the figures came about". It is the
+// goal, 30; on a machine slowed by a CPU hog the background's per-second
+// statements (polls, rounds, checkpoints) weigh more per booking, which the
+// margin covers.
 const (
 	wholeServiceBudget = 30
 	budgetBookings     = 200

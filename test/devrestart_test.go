@@ -18,9 +18,7 @@ import (
 // whether the line is there at all.
 func (s *server) gauge(t testing.TB, name string) (float64, bool) {
 	t.Helper()
-	r := s.doCall(t, call{Method: "GET", Path: s.URL + "/metrics"})
-	wantStatus(t, r, http.StatusOK)
-	for _, l := range strings.Split(string(r.Body), "\n") {
+	for _, l := range strings.Split(s.scrape(t, s.AdminURL), "\n") {
 		if v, ok := strings.CutPrefix(l, name+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {

@@ -74,7 +74,7 @@ func TestFaultPoints_HoldParksUntilReleased(t *testing.T) {
 	// variable (another process on the same database, on free ports).
 	env := append(s.env(), "BOOKING_TEST_HOLD_AT=order.claiming,no.such.step",
 		"BOOKING_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)), "BOOKING_PROVIDER_SIM_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)),
-		"BOOKING_NATS_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)), "BOOKING_DATA_DIR="+t.TempDir())
+		"BOOKING_NATS_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)), "BOOKING_ADMIN_ADDR=", "BOOKING_DATA_DIR="+t.TempDir())
 	// It must refuse to start: still running after 60 s fails the test.
 	p, out := runProc(t, "booking serve with BOOKING_TEST_HOLD_AT=no.such.step", []string{"serve"}, env, 60*time.Second)
 	if p.exitCode() == 0 || !strings.Contains(out.String(), "BOOKING_TEST_HOLD_AT") || !strings.Contains(out.String(), "no.such.step") {

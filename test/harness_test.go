@@ -289,10 +289,14 @@ type server struct {
 	db      *pgxpool.Pool
 	dataDir string
 
-	// URL is the API's base URL; SimURL the provider simulator's.
-	URL, SimURL string
+	// URL is the API's base URL; SimURL the provider simulator's;
+	// AdminURL the admin listener's (BOOKING_ADMIN_ADDR: /metrics).
+	URL, SimURL, AdminURL string
 
-	httpAddr, simAddr, natsAddr string
+	httpAddr, simAddr, natsAddr, adminAddr string
+	// admins maps the API base URL of every booking serve of the test
+	// (this one, its peers) to its admin listener's base URL (adminOf).
+	admins sync.Map
 
 	logs   *syncbuf.Buffer // stdout and stderr of every run, in order
 	client *http.Client
@@ -354,8 +358,11 @@ func mustStart(t *testing.T, opts Options) *server {
 	s.httpAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	s.simAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	s.natsAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
+	s.adminAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	s.URL = "http://" + s.httpAddr
 	s.SimURL = "http://" + s.simAddr
+	s.AdminURL = "http://" + s.adminAddr
+	s.admins.Store(s.URL, s.AdminURL)
 	// Every answer of the API through this client is checked against the
 	// OpenAPI document (contractTransport, contract_test.go).
 	s.client = s.validated(&http.Client{
@@ -404,6 +411,7 @@ func (s *server) env() []string {
 		"BOOKING_HTTP_ADDR":         s.httpAddr,
 		"BOOKING_PROVIDER_SIM_ADDR": s.simAddr,
 		"BOOKING_NATS_ADDR":         s.natsAddr,
+		"BOOKING_ADMIN_ADDR":        s.adminAddr,
 		"BOOKING_DATA_DIR":          s.dataDir,
 		"BOOKING_API_TOKENS":        apiTokens,
 		// The tests send bursts no real client would; the retry budget

@@ -178,12 +178,12 @@ func (s *server) checkRefundsRecordedFirst(t testing.TB, offset time.Duration) {
 	}
 }
 
-// metric returns the value of a counter line of GET /metrics (base URL
-// base), 0 when absent.
+// metric returns the value of a counter line of GET /metrics of the
+// booking serve whose API is at base (its admin listener, adminOf), 0 when
+// absent.
 func (s *server) metric(t testing.TB, base, line string) float64 {
 	t.Helper()
-	r := s.doCall(t, call{Method: "GET", Path: base + "/metrics"})
-	for _, l := range strings.Split(string(r.Body), "\n") {
+	for _, l := range strings.Split(s.scrape(t, s.adminOf(t, base)), "\n") {
 		if strings.HasPrefix(l, line+" ") {
 			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(l, line)), 64)
 			return v
@@ -235,9 +235,11 @@ func (s *server) startPeer(t *testing.T) *peer {
 	}
 	httpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	natsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	adminAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	s.admins.Store("http://"+httpAddr, "http://"+adminAddr)
 	env := s.env()
-	env = append(env, "BOOKING_HTTP_ADDR="+httpAddr, "BOOKING_NATS_ADDR="+natsAddr, "BOOKING_DATA_DIR="+t.TempDir(),
-		"BOOKING_TEST_CRASH_AT=", "BOOKING_TEST_HOLD_AT=")
+	env = append(env, "BOOKING_HTTP_ADDR="+httpAddr, "BOOKING_NATS_ADDR="+natsAddr, "BOOKING_ADMIN_ADDR="+adminAddr,
+		"BOOKING_DATA_DIR="+t.TempDir(), "BOOKING_TEST_CRASH_AT=", "BOOKING_TEST_HOLD_AT=")
 	fmt.Fprintf(s.logs, "=== e2e: starting a second booking serve on %s\n", httpAddr)
 	p, err := startProc("booking serve (peer)", []string{"serve"}, env, s.logs)
 	if err != nil {

@@ -89,7 +89,7 @@ func TestUnreachableDatabaseIsNamed(t *testing.T) {
 	t.Setenv("BOOKING_DATA_DIR", t.TempDir())
 	for _, args := range [][]string{
 		{"migrate"},
-		{"serve", "--http-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0", "--provider-sim-addr", "127.0.0.1:0"},
+		{"serve", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0", "--provider-sim-addr", "127.0.0.1:0"},
 		{"projections", "rebuild"},
 		{"notifications", "tail", "--nats-url", "nats://127.0.0.1:1"},
 		{"intents", "explain", "--actor", "alice", "--key", "k"},
@@ -198,7 +198,7 @@ func TestListenAddressErrorsExitTwo(t *testing.T) {
 	}{
 		{"BOOKING_HTTP_ADDR", "127.0.0.1:http0", []string{"serve"}, `--http-addr (BOOKING_HTTP_ADDR): "http0" is not a port`},
 		{"BOOKING_HTTP_ADDR", "127.0.0.1", []string{"serve"}, "--http-addr (BOOKING_HTTP_ADDR): must be host:port"},
-		{"BOOKING_PPROF_ADDR", "localhost:99999", []string{"serve"}, `--pprof-addr (BOOKING_PPROF_ADDR): "99999" is not a port`},
+		{"BOOKING_ADMIN_ADDR", "localhost:99999", []string{"serve"}, `--admin-addr (BOOKING_ADMIN_ADDR): "99999" is not a port`},
 		{"BOOKING_NATS_ADDR", "127.0.0.1:4222x", []string{"serve"}, `--nats-addr (BOOKING_NATS_ADDR): "4222x" is not a port`},
 		{"BOOKING_PROVIDER_SIM_ADDR", "127.0.0.1:-1", []string{"serve"}, `--provider-sim-addr (BOOKING_PROVIDER_SIM_ADDR): "-1" is not a port`},
 		{"BOOKING_PROVIDER_SIM_ADDR", "[::1]:65536", []string{"provider-sim"}, `--addr (BOOKING_PROVIDER_SIM_ADDR): "65536" is not a port`},
@@ -497,6 +497,10 @@ func TestUnknownVariablesAreReported(t *testing.T) {
 		if len(got) != 1 || !strings.HasSuffix(got[0], "did you mean "+tt.want+"?") {
 			t.Errorf("unknownVariables(%s) = %q, want the nearest %s", tt.name, got, tt.want)
 		}
+	}
+	if got := unknownVariables([]string{"BOOKING_PPROF_ADDR=127.0.0.1:6060"}, known); len(got) != 1 ||
+		!strings.Contains(got[0], "replaced by BOOKING_ADMIN_ADDR") || strings.Contains(got[0], "6060") {
+		t.Errorf("unknownVariables(BOOKING_PPROF_ADDR) = %q, want it named replaced by BOOKING_ADMIN_ADDR, without its value", got)
 	}
 }
 

@@ -19,17 +19,20 @@ import (
 )
 
 // ServeConfig is the configuration of `booking serve`, read once from the
-// environment (flags override) with the defaults documented in the README.
+// environment (flags override) with the defaults documented in
+// docs/configuration.md.
 // Validate checks every value and the safety relations between the windows,
 // naming the variable at fault.
 type ServeConfig struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (event store unless BOOKING_EVENT_STORE names KurrentDB; read models, checkpoints, leases, clock)."`
-	HTTPAddr    string `name:"http-addr" env:"BOOKING_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address."`
-	// HTTPReadTimeout bounds the time to receive a whole request, headers
-	// and body: a body that has not arrived whole by then is answered 408
-	// and nothing is recorded.
-	HTTPReadTimeout time.Duration `name:"http-read-timeout" env:"BOOKING_HTTP_READ_TIMEOUT" default:"15s" help:"Time to receive a whole request, headers and body (408 after)."`
-	EventStore      string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"postgres, or a kurrentdb://, kurrentdb+discover://, esdb:// or esdb+discover:// connection string (PostgreSQL keeps read models, checkpoints, leases and the clock)."`
+	HTTPAddr    string `name:"http-addr" env:"BOOKING_HTTP_ADDR" default:"127.0.0.1:8080" help:"HTTP listen address of the API."`
+	// HTTPLimits are the API server's timeouts and size and connection
+	// limits.
+	HTTPLimits `embed:""`
+	// AdminAddr, when set, serves the operators' endpoints (/metrics,
+	// /debug/pprof/) on a listener of its own (startAdmin).
+	AdminAddr  string `name:"admin-addr" env:"BOOKING_ADMIN_ADDR" default:"127.0.0.1:9091" help:"Listen address of the operators' endpoints: /metrics and the Go profiler (/debug/pprof/); empty serves none. Never the API's port."`
+	EventStore string `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"postgres, or a kurrentdb://, kurrentdb+discover://, esdb:// or esdb+discover:// connection string (PostgreSQL keeps read models, checkpoints, leases and the clock)."`
 
 	NATSURL               string        `name:"nats-url" env:"BOOKING_NATS_URL" help:"External NATS server URL; empty starts an embedded server."`
 	NATSAddr              string        `name:"nats-addr" env:"BOOKING_NATS_ADDR" default:"127.0.0.1:4222" help:"Listen address of the embedded NATS server."`
@@ -43,8 +46,6 @@ type ServeConfig struct {
 	APITokens              string `name:"api-tokens" env:"BOOKING_API_TOKENS" help:"With --auth=tokens: the bearer tokens, name=token[:admin],... (the name is the actor id)."`
 	DataDir                string `name:"data-dir" env:"BOOKING_DATA_DIR" default:".data" help:"Data directory (embedded NATS storage; in dev mode the provider simulator's state in provider-sim/ and the generated master key)."`
 	Deployment             string `name:"deployment" env:"BOOKING_DEPLOYMENT" help:"Prefix of provider idempotency keys; empty in dev."`
-	// PprofAddr, when set, serves net/http/pprof on a listener of its own.
-	PprofAddr string `name:"pprof-addr" env:"BOOKING_PPROF_ADDR" help:"Listen address of the Go profiler (net/http/pprof under /debug/pprof/); empty (the default) serves none."`
 
 	LogConfig `embed:""`
 
@@ -111,8 +112,8 @@ func (c *ServeConfig) Validate() error {
 	if err := checkListenAddr("BOOKING_HTTP_ADDR", c.HTTPAddr, ""); err != nil {
 		return err
 	}
-	if c.PprofAddr != "" {
-		if err := checkListenAddr("BOOKING_PPROF_ADDR", c.PprofAddr, " (or empty: no profiler)"); err != nil {
+	if c.AdminAddr != "" {
+		if err := checkListenAddr("BOOKING_ADMIN_ADDR", c.AdminAddr, " (or empty: no metrics or profiler)"); err != nil {
 			return err
 		}
 	}
@@ -141,7 +142,7 @@ func (c *ServeConfig) Validate() error {
 		{"BOOKING_RESERVATION_HOLD", c.ReservationHold}, {"BOOKING_PAYMENT_LEASE", c.PaymentLease},
 		{"BOOKING_PROVIDER_TIMEOUT", c.ProviderTimeout}, {"BOOKING_PROVIDER_RETENTION", c.ProviderWindow},
 		{"BOOKING_PAYMENT_DEADLINE", c.PaymentDeadline}, {"BOOKING_RECOVERY_INTERVAL", c.RecoveryInterval},
-		{"BOOKING_NATS_DUPLICATE_WINDOW", c.NATSDuplicateWindow}, {"BOOKING_HTTP_READ_TIMEOUT", c.HTTPReadTimeout},
+		{"BOOKING_NATS_DUPLICATE_WINDOW", c.NATSDuplicateWindow},
 	}
 	for _, p := range positive {
 		if p.d <= 0 {
@@ -150,6 +151,9 @@ func (c *ServeConfig) Validate() error {
 	}
 	if c.InUseWait < 0 {
 		return configError("BOOKING_IN_USE_WAIT", "must not be negative")
+	}
+	if err := c.HTTPLimits.validate(c.InUseWait); err != nil {
+		return err
 	}
 	if c.ProviderClockSkew < 0 {
 		return configError("BOOKING_PROVIDER_CLOCK_SKEW", "must not be negative")

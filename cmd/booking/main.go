@@ -1,6 +1,6 @@
 // Command booking is the event-sourced ticket booking service whose promise
-// is that retries are safe. See the README for the commands and their
-// configuration.
+// is that retries are safe. See docs/cli.md for the commands and
+// docs/configuration.md for their configuration.
 package main
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
+	"github.com/retrysafe/booking/cmd/booking/loadgen"
 )
 
 // version is the build's version. It is set with
@@ -35,13 +36,16 @@ var version string
 var revision string
 
 // Exit statuses of the command, as the BSD sysexits and Go's own tools use
-// them: 0 success, 1 a failure while running, 2 a usage or configuration
-// error: a command line that could not be parsed (unknown command or flag,
-// bad flag value or argument, missing command) or a missing or invalid
-// configuration value (a *configerr.Error).
+// them: 0 success, 1 a failure while running (for `booking loadgen`, a
+// violation), 2 a usage or configuration error: a command line that could
+// not be parsed (unknown command or flag, bad flag value or argument,
+// missing command) or a missing or invalid configuration value (a
+// *configerr.Error); 3 a `booking loadgen` run that broke no rule but was
+// inconclusive (loadgen.ErrInconclusive).
 const (
-	exitFailure = 1
-	exitUsage   = 2
+	exitFailure      = 1
+	exitUsage        = 2
+	exitInconclusive = 3
 )
 
 func main() {
@@ -56,12 +60,16 @@ func main() {
 
 // exitCode returns the exit status of a failed run: exitUsage for a command
 // line that could not be parsed or a refused configuration value,
-// exitFailure otherwise.
+// exitInconclusive for an inconclusive load generator run, exitFailure
+// otherwise.
 func exitCode(err error) int {
 	var u *usageError
 	var c *configerr.Error
-	if errors.As(err, &u) || errors.As(err, &c) {
+	switch {
+	case errors.As(err, &u) || errors.As(err, &c):
 		return exitUsage
+	case errors.Is(err, loadgen.ErrInconclusive):
+		return exitInconclusive
 	}
 	return exitFailure
 }

@@ -28,10 +28,10 @@ func TestApplyMemoryLimit(t *testing.T) {
 	}{
 		{"the simulator or NATS in the process", unset, true, math.MaxInt64,
 			memoryLimit{Bytes: devMemoryLimit, From: "default"},
-			`level=INFO msg="memory limit" limit=112MiB bytes=117440512 from=default` + "\n"},
+			`level=INFO msg="memory limit" limit=201MiB bytes=210763776 from=default` + "\n"},
 		{"an external provider and NATS", unset, false, math.MaxInt64,
 			memoryLimit{Bytes: externalMemoryLimit, From: "default"},
-			`level=INFO msg="memory limit" limit=64MiB bytes=67108864 from=default` + "\n"},
+			`level=INFO msg="memory limit" limit=119MiB bytes=124780544 from=default` + "\n"},
 		{"GOMEMLIMIT set", env("1GiB"), true, 1 << 30,
 			memoryLimit{Bytes: 1 << 30, From: "GOMEMLIMIT", Env: "1GiB"},
 			`level=INFO msg="memory limit" limit=1GiB bytes=1073741824 from=GOMEMLIMIT GOMEMLIMIT=1GiB` + "\n"},
@@ -63,5 +63,29 @@ func TestApplyMemoryLimit(t *testing.T) {
 	}
 	if got := formatMemoryLimit(0); got != "0B" || formatMemoryLimit(3<<40) != "3TiB" {
 		t.Errorf("formatMemoryLimit(0) = %q, (3 TiB) = %q", got, formatMemoryLimit(3<<40))
+	}
+}
+
+// TestDerivedMemoryLimits: each default is the live heap, one second of
+// allocation at P2's rate and the runtime's own memory, rounded up to a
+// MiB; with the simulator and NATS in the process the live heap holds what
+// they keep over a bench run, and more is allocated per booking.
+func TestDerivedMemoryLimits(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		got         int64
+		live, alloc int64
+	}{
+		{"external", externalMemoryLimit, boundedLiveHeap, allocPerBooking},
+		{"dev", devMemoryLimit, boundedLiveHeap + embeddedBookings*embeddedPerBooking, allocPerBookingEmbedded},
+	} {
+		least := tt.live + p2BookingsPerSecond*tt.alloc + runtimeOverhead
+		if tt.got < least || tt.got >= least+1<<20 || tt.got%(1<<20) != 0 {
+			t.Errorf("%s limit = %d, want %d (live %d + %d/s × %d + runtime %d) rounded up to a MiB",
+				tt.name, tt.got, least, tt.live, p2BookingsPerSecond, tt.alloc, runtimeOverhead)
+		}
+	}
+	if devMemoryLimit <= externalMemoryLimit {
+		t.Errorf("dev limit %d ≤ external %d, want more: the simulator and NATS live in the heap", devMemoryLimit, externalMemoryLimit)
 	}
 }

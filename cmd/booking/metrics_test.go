@@ -58,8 +58,19 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		b, _ := io.ReadAll(res.Body)
 		t.Fatalf("GET %s = %d %s", url, res.StatusCode, b)
 	}
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseSamples(t, string(b))
+}
+
+// parseSamples returns every sample of a Prometheus text exposition,
+// keyed by its series as exposed (`name{label="value",...}`).
+func parseSamples(t *testing.T, body string) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(res.Body)
+	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -77,7 +88,9 @@ func scrape(t *testing.T, url string) map[string]float64 {
 
 // TestMetricsFromStart: a fresh service's /metrics, served over HTTP the way
 // booking serve wires it, has every metric with a fixed label set at 0 (each
-// operation, reconciliation result, recovered step and append outcome), the
+// operation, reconciliation result, recovered step and append outcome;
+// intents by operation and result, refusals by code, webhooks and erasures
+// by result; the event store's clock skew), the
 // state gauges and the pgx pool's statistics at 0, booking_build_info at 1
 // with the version; the HTTP RED metrics count each answer by route
 // template (a 405 by the route its path matched), method and code from the
@@ -92,32 +105,43 @@ func TestMetricsFromStart(t *testing.T) {
 	}
 	defer pool.Close()
 	mx.MustRegister(metrics.NewPoolCollector(pool), metrics.NewStateCollector(nil, emptyReads{}, fixedClock{}, 24*time.Hour, discard))
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Metrics: mx.Handler(), ObserveRequest: mx.ObserveHTTP}, nil, nil, discard))
+	mx.MustRegister(metrics.NewRetryBudgetGauges(20, 40)...)
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{ObserveRequest: mx.ObserveHTTP}, nil, nil, discard))
 	defer srv.Close()
+	admin, err := startAdmin("127.0.0.1:0", mx, 5*time.Second, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.stop()
+	metricsURL := "http://" + admin.Addr + "/metrics"
 
-	got := scrape(t, srv.URL+"/metrics")
+	got := scrape(t, metricsURL)
 	want := map[string]float64{
 		fmt.Sprintf(`booking_build_info{goversion=%q,version="v1.2.3-test"}`, runtime.Version()): 1,
-		`booking_show_contention_total`:                      0,
-		`booking_redundant_effects_total`:                    0,
-		`booking_retry_budget_exceeded_total`:                0,
-		`booking_intents_pending`:                            0,
-		`booking_intent_oldest_pending_age_seconds`:          0,
-		`booking_intents_unfinished_past_half_retention`:     0,
-		`booking_payment_unknown_outcomes`:                   0,
-		`booking_payment_oldest_unknown_outcome_age_seconds`: 0,
-		`booking_refunds_pending`:                            0,
-		`booking_refund_oldest_pending_age_seconds`:          0,
-		`booking_refunds_in_review`:                          0,
-		`booking_orders_needs_review`:                        0,
-		`pgxpool_acquired_conns`:                             0,
-		`pgxpool_idle_conns`:                                 0,
-		`pgxpool_total_conns`:                                0,
-		`pgxpool_acquires_total`:                             0,
-		`pgxpool_acquire_wait_seconds_total`:                 0,
-		`pgxpool_empty_acquires_total`:                       0,
-		`pgxpool_new_conns_total`:                            0,
-		`pgxpool_max_conns`:                                  float64(pool.Config().MaxConns),
+		`booking_show_contention_total`:                            0,
+		`booking_redundant_effects_total`:                          0,
+		`booking_retry_budget_exceeded_total`:                      0,
+		`booking_retry_budget_rate`:                                20,
+		`booking_retry_budget_burst`:                               40,
+		`booking_http_connections_max{listener="admin"}`:           adminMaxConns,
+		`booking_http_connections_refused_total{listener="admin"}`: 0,
+		`booking_intents_pending`:                                  0,
+		`booking_intent_oldest_pending_age_seconds`:                0,
+		`booking_intents_unfinished_past_half_retention`:           0,
+		`booking_payment_unknown_outcomes`:                         0,
+		`booking_payment_oldest_unknown_outcome_age_seconds`:       0,
+		`booking_refunds_pending`:                                  0,
+		`booking_refund_oldest_pending_age_seconds`:                0,
+		`booking_refunds_in_review`:                                0,
+		`booking_orders_needs_review`:                              0,
+		`pgxpool_acquired_conns`:                                   0,
+		`pgxpool_idle_conns`:                                       0,
+		`pgxpool_total_conns`:                                      0,
+		`pgxpool_acquires_total`:                                   0,
+		`pgxpool_acquire_wait_seconds_total`:                       0,
+		`pgxpool_empty_acquires_total`:                             0,
+		`pgxpool_new_conns_total`:                                  0,
+		`pgxpool_max_conns`:                                        float64(pool.Config().MaxConns),
 	}
 	for _, op := range metrics.Operations {
 		for _, name := range []string{"booking_idempotency_fingerprint_conflicts_total", "booking_idempotency_replays_total", "booking_idempotency_in_use_total"} {
@@ -133,13 +157,29 @@ func TestMetricsFromStart(t *testing.T) {
 	for _, r := range metrics.UnknownAppendResults {
 		want[fmt.Sprintf(`booking_append_unknown_outcomes_total{result=%q}`, r)] = 0
 	}
+	for _, op := range metrics.Operations {
+		for _, r := range metrics.IntentResults {
+			want[fmt.Sprintf(`booking_intents_total{operation=%q,result=%q}`, op, r)] = 0
+		}
+	}
+	for _, c := range metrics.RefusalCodes {
+		want[fmt.Sprintf(`booking_intent_refusals_total{code=%q}`, c)] = 0
+	}
+	for _, r := range metrics.WebhookResults {
+		want[fmt.Sprintf(`booking_webhooks_total{result=%q}`, r)] = 0
+	}
+	for _, r := range metrics.ErasureResults {
+		want[fmt.Sprintf(`booking_erasures_total{result=%q}`, r)] = 0
+	}
+	want[`booking_event_store_clock_skew_seconds`] = 0
 	for series, v := range want {
 		if g, ok := got[series]; !ok || g != v {
 			t.Errorf("fresh /metrics: %s = %v (present %t), want %v", series, g, ok, v)
 		}
 	}
 	for series, v := range got {
-		if strings.HasPrefix(series, "booking_") && !strings.HasPrefix(series, "booking_build_info") && v != 0 {
+		if strings.HasPrefix(series, "booking_") && !strings.HasPrefix(series, "booking_build_info") && !strings.HasPrefix(series, "booking_retry_budget_") &&
+			!strings.HasPrefix(series, "booking_http_connections_") && v != 0 {
 			t.Errorf("fresh /metrics: %s = %v, want 0", series, v)
 		}
 		if strings.HasPrefix(series, "http_") {
@@ -147,7 +187,7 @@ func TestMetricsFromStart(t *testing.T) {
 		}
 	}
 
-	for _, req := range []struct{ method, path string }{{"GET", "/healthz"}, {"GET", "/no/such/path"}, {"GET", "/v1/orders"},
+	for _, req := range []struct{ method, path string }{{"GET", "/healthz"}, {"GET", "/metrics"}, {"GET", "/v1/orders"},
 		{"DELETE", "/v1/shows"}, {"PUT", "/v1/orders/ord_1"}} {
 		hreq, err := http.NewRequest(req.method, srv.URL+req.path, nil)
 		if err != nil {
@@ -158,10 +198,12 @@ func TestMetricsFromStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		res.Body.Close()
+		if req.path == "/metrics" && res.StatusCode != http.StatusNotFound {
+			t.Errorf("GET /metrics on the API = %d, want 404 (the metrics are the admin listener's)", res.StatusCode)
+		}
 	}
-	got = scrape(t, srv.URL+"/metrics")
+	got = scrape(t, metricsURL)
 	for _, series := range []string{
-		`http_requests_total{code="200",method="GET",route="/metrics"}`,
 		`http_requests_total{code="200",method="GET",route="/healthz"}`,
 		`http_requests_total{code="404",method="GET",route="unmatched"}`,
 		// A 405 is labelled with the route its path matched.

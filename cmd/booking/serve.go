@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/connlimit"
 	"github.com/retrysafe/booking/cmd/booking/internal/faults"
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
@@ -130,17 +130,18 @@ func (c *serveCmd) Run(e *env) error {
 		"provider_api_key_from", providerAPIKeyFrom.String())
 
 	// The HTTP listener comes first so the simulator knows where to send webhooks.
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	ln, err := cfg.HTTPLimits.listen(cfg.HTTPAddr)
 	if err != nil {
-		return listenError(cfg.HTTPAddr, "BOOKING_HTTP_ADDR", err)
+		return err
 	}
 	apiURL := "http://" + ln.Addr().String()
-	_, stopPprof, err := startPprof(cfg.PprofAddr, log)
+	mx := serveMetrics(e.version, cfg, pool, ln)
+	admin, err := startAdmin(cfg.AdminAddr, mx, cfg.HTTPReadHeaderTimeout, log)
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	defer stopPprof()
+	defer admin.stop()
 
 	payments, providerURL, closeSim, err := startProvider(ctx, cfg, dev, apiURL, providerAPIKey, log)
 	if err != nil {
@@ -162,8 +163,6 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's idempotency window
 	hcfg.ClockSkew = cfg.ProviderClockSkew
 	hcfg.InUseWait = cfg.InUseWait
-	mx := metrics.New(e.version)
-	mx.MustRegister(metrics.NewPoolCollector(pool))
 	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys), commands.WithProcessedEvents(webhookstore.New(pool))}
 	hooks, testAPI, err := faults.FromEnv(ctx, log)
 	if err != nil {
@@ -176,10 +175,9 @@ func (c *serveCmd) Run(e *env) error {
 	clock := pgcoord.NewClock(pool)
 	h := commands.New(hcfg, store, clock, payments, registry, log, opts...)
 
-	// A whole request, headers and body, must arrive within the read timeout
-	// (a trickled body is cut off: 408); the handler's own work is not
-	// bounded by it.
-	srv := &http.Server{ReadTimeout: cfg.HTTPReadTimeout, IdleTimeout: 2 * time.Minute}
+	// The API's server: its timeouts and header limit (HTTPLimits); its
+	// handler is set once the workers are wired.
+	srv := cfg.HTTPLimits.server(nil)
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var workers sync.WaitGroup
@@ -213,6 +211,10 @@ func (c *serveCmd) Run(e *env) error {
 	startWorker("intent-purge", func(ctx context.Context) error {
 		return runPurge(ctx, elog.purger, cfg.IntentRetention, cfg.RecoveryInterval, log)
 	})
+	// Every process compares the event store's clock with the service's on
+	// its own appends (booking_event_store_clock_skew_seconds).
+	workers.Add(1)
+	go func() { defer workers.Done(); h.RunClockSkew(wctx) }()
 	// The payment reconciler (unknown outcomes, expired leases, deadlines,
 	// cancels, refunds), one instance across replicas.
 	startWorker(commands.ReconcilerName, func(ctx context.Context) error {
@@ -232,8 +234,8 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	srv.Handler = httpapi.New(httpapi.Config{Authenticator: auth,
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
-		Ready: ready(pool, elog), Metrics: mx.Handler(), RateLimited: mx.RateLimited, Test: testAPI,
-		ObserveRequest: mx.ObserveHTTP},
+		Ready: ready(pool, elog), RateLimited: mx.RateLimited, Test: testAPI,
+		ObserveRequest: mx.ObserveHTTP, ObserveWebhook: mx.Webhook},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(elog.lag, projections.NewReader(pool), clock, cfg.IntentRetention, log))
 	lagc := newLagCollector(pool, elog.distance, log)
@@ -313,7 +315,8 @@ func (c *serveCmd) Run(e *env) error {
 const abandonTimeout = 5 * time.Second
 
 // shredFlushTimeout bounds the key deletes booking serve sends as it stops,
-// after the shutdown timeout's grace period (README, Configuration).
+// after the shutdown timeout's grace period (docs/configuration.md,
+// BOOKING_SHUTDOWN_TIMEOUT).
 const shredFlushTimeout = 5 * time.Second
 
 // waitWithin waits for wg until ctx ends; it reports whether wg finished
@@ -441,4 +444,14 @@ func startProvider(ctx context.Context, cfg ServeConfig, dev bool, apiURL, key s
 		providerURL = "Stripe's API"
 	}
 	return payments, providerURL, closeSim, nil
+}
+
+// serveMetrics returns the service's metrics for version, with the
+// collectors of the database pool, of this replica's share of the retry
+// budget and of the API listener ln.
+func serveMetrics(version string, cfg ServeConfig, pool *pgxpool.Pool, ln *connlimit.Listener) *metrics.Metrics {
+	mx := metrics.New(version)
+	mx.MustRegister(append(metrics.NewRetryBudgetGauges(cfg.RetryBudgetRate, cfg.RetryBudgetBurst),
+		metrics.NewPoolCollector(pool), metrics.NewListenerCollector("api", ln))...)
+	return mx
 }

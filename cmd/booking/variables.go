@@ -34,6 +34,13 @@ var requirements = []requirement{
 		why: "Stripe's webhooks are verified with the endpoint's signing secret (whsec_…)"},
 }
 
+// replacedVariables are variables no command reads any more, each with
+// what replaced it: set, they are reported as replaced rather than as a
+// misspelling.
+var replacedVariables = map[string]string{
+	"BOOKING_PPROF_ADDR": "BOOKING_ADMIN_ADDR (the admin listener serves the profiler and /metrics)",
+}
+
 // knownVariables returns the sorted environment variables of the flags of
 // n and of every command beneath it.
 func knownVariables(n *kong.Node) []string {
@@ -62,13 +69,18 @@ func knownVariables(n *kong.Node) []string {
 
 // unknownVariables returns one warning for each BOOKING_* variable of
 // environ ("NAME=value" entries) that is not in known (nor BOOKING_TEST_*),
-// naming the nearest known variable: a misspelt setting is otherwise
-// silently ignored. The values are never shown.
+// naming what replaced it (replacedVariables) or else the nearest known
+// variable: a misspelt or retired setting is otherwise silently ignored.
+// The values are never shown.
 func unknownVariables(environ, known []string) []string {
 	var out []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
 		if !strings.HasPrefix(name, variablePrefix) || strings.HasPrefix(name, testVariablePrefix) || slices.Contains(known, name) {
+			continue
+		}
+		if by, ok := replacedVariables[name]; ok {
+			out = append(out, fmt.Sprintf("%s is set but no booking command reads it any more; it was replaced by %s", name, by))
 			continue
 		}
 		out = append(out, fmt.Sprintf("%s is set but no booking command reads it; did you mean %s?", name, nearest(name, known)))

@@ -59,7 +59,7 @@ func (e *BackendMismatchError) Error() string {
 	if len(e.Relays) > 0 {
 		fmt.Fprintf(&b, " notification relay %s: reset it (DELETE FROM notify_relays) and delete NATS stream BOOKING, whose messages carry the old positions (nats stream rm BOOKING; with the embedded NATS server, remove $BOOKING_DATA_DIR/nats while the service is stopped), which makes the relay republish the whole log;", strings.Join(e.Relays, ", "))
 	}
-	b.WriteString(" see the README, \"Running on KurrentDB\"")
+	b.WriteString(" see docs/kurrentdb.md, \"Switching backends\"")
 	return b.String()
 }
 
@@ -111,7 +111,7 @@ func (e *PositionsAheadError) Error() string {
 	if len(e.Relays) > 0 {
 		fmt.Fprintf(&b, " notification relay %s: reset it (DELETE FROM notify_relays) and delete NATS stream BOOKING, whose messages carry the old positions (nats stream rm BOOKING; with the embedded NATS server, remove $BOOKING_DATA_DIR/nats while the service is stopped), which makes the relay republish the whole log;", strings.Join(e.Relays, ", "))
 	}
-	b.WriteString(" see the README, \"Switching backends\"")
+	b.WriteString(" see docs/kurrentdb.md, \"Another log of the same backend\"")
 	return b.String()
 }
 

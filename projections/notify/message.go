@@ -14,8 +14,8 @@ import (
 	"github.com/retrysafe/booking/eventstore"
 )
 
-// Header names of a notification, as the README's Notifications section
-// lists them. Nats-Msg-Id is JetStream's
+// Header names of a notification, as docs/notifications.md ("What is
+// published") lists them. Nats-Msg-Id is JetStream's
 // de-duplication header; the others are the service's own.
 const (
 	HeaderMsgID     = "Nats-Msg-Id"
@@ -24,10 +24,10 @@ const (
 	HeaderPosition  = "Booking-Position"
 	HeaderEventType = "Booking-Event-Type"
 	// HeaderRequestID carries the event's correlation id (metadata
-	// correlation_id): the X-Request-Id of the HTTP request whose append
-	// caused the event, directly or through its follow-ups ("recovery" for
-	// an intent finished by the recovery job). Absent when the event has
-	// none (a background job's own decision, such as an expiry).
+	// correlation_id): the id the service assigned (a UUIDv7, never a
+	// client's value) to the HTTP request that caused the event's intent,
+	// kept by its follow-ups, recovery, the reconciler and webhooks. Absent
+	// only for events stored before correlation ids were kept.
 	HeaderRequestID = "Booking-Request-Id"
 )
 
@@ -122,8 +122,8 @@ type Payload struct {
 	Data       json.RawMessage `json:"data"`
 }
 
-// privateKey is the member of event data that holds sealed secrets (the
-// README's Secrets at rest section); it is never published.
+// privateKey is the member of event data that holds sealed secrets
+// (docs/secrets.md); it is never published.
 var privateKey = []byte(`"private"`)
 
 // PublicData returns the event data with its top-level "private" member

@@ -91,7 +91,7 @@ func (s StreamSpec) name() string {
 func (s StreamSpec) config() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        s.name(),
-		Description: "Booking service notifications: booking.v1.{category}.{id}.{event}, see the README",
+		Description: "Booking service notifications: booking.v1.{category}.{id}.{event}, see docs/notifications.md",
 		Subjects:    []string{SubjectAll},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,

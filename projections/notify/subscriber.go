@@ -132,8 +132,8 @@ type SubscriberStats struct {
 	Errors      int64 // failed attempts (redelivered later)
 }
 
-// Subscriber is the reference consumer of notifications (the README's
-// Notifications section describes its guarantees): a
+// Subscriber is the reference consumer of notifications (docs/notifications.md,
+// "The reference consumer", describes its guarantees): a
 // durable pull consumer that applies each notification once per effect and
 // in revision order per entity. For every message it runs one PostgreSQL
 // transaction that inserts the message id into the processed set

@@ -345,8 +345,8 @@ type service struct {
 	db    string // database name
 	cmd   *exec.Cmd
 	other []*exec.Cmd
-	// pprof is the base URL of booking serve's net/http/pprof
-	// (BOOKING_PPROF_ADDR) when profiles are taken, else "".
+	// pprof is the base URL of booking serve's net/http/pprof on its
+	// admin listener (BOOKING_ADMIN_ADDR) when profiles are taken, else "".
 	pprof string
 }
 
@@ -473,10 +473,11 @@ func (e *env) startService(name string, external bool) (*service, error) {
 		"BOOKING_RETRY_BUDGET_RATE=1000000", "BOOKING_RETRY_BUDGET_BURST=1000000", "BOOKING_LOG_LEVEL=warn",
 		fmt.Sprintf("BOOKING_NATS_ADDR=127.0.0.1:%d", freePort()), fmt.Sprintf("BOOKING_PROVIDER_SIM_ADDR=127.0.0.1:%d", freePort()))
 	s := &service{url: "http://" + httpAddr, db: strings.TrimPrefix(must(url.Parse(db)).Path, "/")}
+	// Each service its own admin listener (metrics, profiler).
+	adminAddr := fmt.Sprintf("127.0.0.1:%d", freePort())
+	env = append(env, "BOOKING_ADMIN_ADDR="+adminAddr)
 	if e.o.profileDir != "" {
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort())
-		env = append(env, "BOOKING_PPROF_ADDR="+addr)
-		s.pprof = "http://" + addr + "/debug/pprof"
+		s.pprof = "http://" + adminAddr + "/debug/pprof"
 	}
 	logFile := func(n string) *os.File {
 		f, _ := os.Create(filepath.Join(dir, n+".log"))

@@ -133,9 +133,9 @@ func commit() string {
 var causes = map[string]string{
 	"P1":  "an append writes four entries (a heap row and three index entries: log order, stream and revision, event id) where the raw insert writes two, and takes the stream's advisory lock and probes the batch's ids first; on 2 CPU-bound cores throughput follows the writes. Each index serves reads that would otherwise scan the log (eventstore/pgstore/doc.go).",
 	"P2":  "the service and PostgreSQL share 2 cores and both are CPU-bound: a booking is 11 statements on the request path, 9 of them appends, each its own transaction and WAL flush by design (one stream per append, as KurrentDB requires), and about 14 with the background work (P2s). An append runs at about 0.6 of a raw insert (P1 above), so PostgreSQL alone would cap bookings near 0.6/9 ≈ 0.07 of the raw insert rate before the service, the in-process simulator and embedded JetStream take their share of the same cores (the service CPU per booking is above; BENCH_PROFILE_DIR shows where it goes: pgx round trips and socket syscalls, HTTP and JSON, the simulator, the relay).",
-	"P2s": "the request path is 9 appends, 2 intent reads on a first repeat, and 2 key-table statements; the whole service adds its background work, which is mostly per second (projector rounds, the shared reader's polls, checkpoints), so a slow run counts more of it per booking (ARCHITECTURE.md, \"Whole-service statement budget\").",
+	"P2s": "the request path is 9 appends, 2 intent reads on a first repeat, and 2 key-table statements; the whole service adds its background work, which is mostly per second (projector rounds, the shared reader's polls, checkpoints), so a slow run counts more of it per booking (BENCHMARKS.md, \"How the figures came about\").",
 	"P2h": "a hold is about 2 database transactions (its IntentRecorded, and its share of the show's batched append with ReservationHeld) and the service CPU shown above (HTTP, body decoding, the RFC 8785 fingerprint, the batch): on 2 cores shared with PostgreSQL that bounds holds near 0.2 of the raw insert rate. Closing the gap needs the holds' intent records batched across keys, which one stream per intent rules out.",
-	"P3":  "a replay decodes its body and computes its RFC 8785 fingerprint (about 17% of its CPU) and reads the order's tail; a GET is one read-model query. The intent is no longer read for a kept, young intent (Handler.keptTarget), and nothing is decoded again; the windows run one after the other, so the ratio moves with the machine (see the range).",
+	"P3":  "a replay decodes its body and computes its RFC 8785 fingerprint (about 17% of its CPU) and reads the order's tail; a GET is one read-model query. A kept, young intent is not read again (Handler.keptTarget), and nothing kept is decoded twice; the windows run one after the other, so the ratio moves with the machine (see the range).",
 	"P4":  "Go CPU in the folds (about 8 µs per event, a third of it JSON decoding), COPY and the index builds, where the raw read only decodes rows.",
 	"P5":  "its figures vary widely on a busy machine (see the range).",
 }
@@ -150,7 +150,7 @@ func (e *env) writeReport(took time.Duration) error {
 	}
 	w("# Benchmarks")
 	w("")
-	w("Written by `make bench` (test/scripts/benchrun; see [docs/benchmarks.md](docs/benchmarks.md)). Do not edit by hand: run it again.")
+	w("Written by `make bench` (test/scripts/benchrun; see [docs/benchmarks.md](docs/benchmarks.md)). Do not edit by hand: run it again. The last section, %q, is written by hand and kept as it is by every run.", keptHeading)
 	w("")
 	w("- commit: %s", commit())
 	w("- date: %s; the whole run took %s", time.Now().UTC().Format(time.RFC3339), took.Round(time.Second))
@@ -239,5 +239,37 @@ func (e *env) writeReport(took time.Duration) error {
 	w("- P6: VmHWM from /proc/PID/status of `booking serve`, reset (`/proc/PID/clear_refs` 5) before each P2 repetition and read after it; then again with an external `nats-server` (bin/nats-server) and `booking provider-sim`.")
 	w("")
 	w("Every figure above is as this run wrote it, on the commit named at the top.")
+	old, err := os.ReadFile(e.o.out)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if kept := keptSection(string(old)); kept != "" {
+		w("")
+		b.WriteString(kept)
+	}
 	return os.WriteFile(e.o.out, []byte(b.String()), 0o644)
+}
+
+// keptHeading is the heading of the report's hand-written section: how the
+// figures came about, and figures measured outside make bench.
+const keptHeading = "How the figures came about"
+
+// keptSection returns the hand-written section of a report (its "## "
+// heading keptHeading up to the next "## " heading or the end, ending in
+// one newline), or "" when report has none.
+func keptSection(report string) string {
+	head := "## " + keptHeading + "\n"
+	i := strings.Index(report, "\n"+head)
+	if i < 0 {
+		if !strings.HasPrefix(report, head) {
+			return ""
+		}
+	} else {
+		i++
+	}
+	sec := report[i:]
+	if j := strings.Index(sec[len(head):], "\n## "); j >= 0 {
+		sec = sec[:len(head)+j+1]
+	}
+	return strings.TrimRight(sec, "\n") + "\n"
 }

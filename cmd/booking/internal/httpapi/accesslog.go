@@ -10,8 +10,8 @@ import (
 
 // accessLog is the chi middleware.LogFormatter of the access log: one line
 // per request, written when the answer is complete, at info level (debug for
-// the probes and scrapes of /healthz, /readyz and /metrics, which would
-// otherwise drown the rest). The request id comes with the request's context.
+// the probes of /healthz and /readyz, which would otherwise drown the
+// rest). The request id comes with the request's context.
 // The same end of a request feeds observe, the HTTP metrics (nil: none).
 type accessLog struct {
 	log     *slog.Logger
@@ -30,7 +30,7 @@ type accessEntry struct {
 }
 
 // probes are the routes logged at debug level.
-var probes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+var probes = map[string]bool{"/healthz": true, "/readyz": true}
 
 // Write passes the request to observe, then logs the line "http request" with method, route (the route template,
 // "unmatched" when none matched), status, duration_ms, bytes, actor (empty

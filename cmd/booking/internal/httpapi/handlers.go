@@ -17,7 +17,7 @@ import (
 	"github.com/retrysafe/booking/domain"
 )
 
-// Views: the JSON shapes of the API's resources (README, HTTP API).
+// Views: the JSON shapes of the API's resources (docs/api.md, "Resources").
 
 type showView struct {
 	ID        string       `json:"id"`

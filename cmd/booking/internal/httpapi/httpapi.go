@@ -88,21 +88,23 @@ type Config struct {
 	// dependency in the 503's detail; any other is PostgreSQL's ("the
 	// database is unreachable"). Nil Ready: always ready.
 	Ready func(ctx context.Context) error
-	// Metrics serves GET /metrics; nil: no such route.
-	Metrics http.Handler
 	// RateLimited is called once per request refused 429 by the retry budget.
 	RateLimited func()
 	// ObserveRequest is called once per answered request, with its route
 	// template (see routeOf), method, status code and the time from its
 	// arrival to its complete answer: the HTTP RED metrics. Nil: none.
 	ObserveRequest func(route, method string, code int, elapsed time.Duration)
+	// ObserveWebhook is called once per provider notification received,
+	// with its result (WebhookResults). Nil: none.
+	ObserveWebhook func(result string)
 	// Test is mounted at /_test (fault-injection control); nil in the
 	// production build.
 	Test http.Handler
 }
 
 // New returns the API's handler: every route of the v1 API, /healthz,
-// /readyz, /metrics and /openapi.yaml. reads may be nil, and then the list
+// /readyz and /openapi.yaml (the metrics are the admin listener's, never
+// the API's: /metrics answers 404 here). reads may be nil, and then the list
 // endpoints answer 503. log receives internal errors in full and one access
 // line per request; every line logged with a request's context carries its
 // request_id (X-Request-Id, which every answer echoes). The handler is safe
@@ -113,9 +115,9 @@ func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
 	if auth == nil {
 		auth = identity.Tokens(cfg.Tokens)
 	}
-	a := &api{svc: svc, auth: auth, log: log, metrics: cfg.Metrics, ready: cfg.Ready, rateLimited: cfg.RateLimited,
+	a := &api{svc: svc, auth: auth, log: log, ready: cfg.Ready, rateLimited: cfg.RateLimited,
 		budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test,
-		observe: cfg.ObserveRequest}
+		observe: cfg.ObserveRequest, observeWebhook: cfg.ObserveWebhook}
 	a.webhooks = newWebhookHandler(a, svc)
 	if reads != nil {
 		a.lists = newLists(reads, a.writeError)

@@ -126,10 +126,13 @@ func parseKeyValue(v string) (string, error) {
 	return v, nil
 }
 
-// Wait budget of POST /v1/orders (RFC 7240 Prefer: wait).
+// Wait budget of POST /v1/orders (RFC 7240 Prefer: wait): defaultWait
+// without a preference; MaxWait is the longest a request may ask for (a
+// larger wait=N is clamped to it), which the server's write timeout must
+// exceed.
 const (
 	defaultWait = 3 * time.Second
-	maxWait     = 10 * time.Second
+	MaxWait     = 10 * time.Second
 )
 
 // preferWait returns the wait budget of r from its Prefer headers (RFC 7240
@@ -162,24 +165,24 @@ func waitPreference(field string) (time.Duration, bool) {
 		}
 		n, err := strconv.ParseUint(p.value, 10, 64)
 		if err != nil {
-			n = uint64(maxWait / time.Second) // beyond 2^64: clamped like any large value
+			n = uint64(MaxWait / time.Second) // beyond 2^64: clamped like any large value
 		}
 		// Clamp before converting, so a huge N cannot overflow.
-		return time.Duration(min(n, uint64(maxWait/time.Second))) * time.Second, true
+		return time.Duration(min(n, uint64(MaxWait/time.Second))) * time.Second, true
 	}
 	return defaultWait, false
 }
 
 // request builds the idempotency envelope of a POST: the intent's scope
-// (actor id, operation "METHOD route-template", key) and the request id as
-// correlation id. Errors are those of parseIdempotencyKey.
+// (actor id, operation "METHOD route-template", key); the request's ids
+// travel in its context (requestID). Errors are those of
+// parseIdempotencyKey.
 func request(r *http.Request, op string) (commands.Request, error) {
 	key, err := parseIdempotencyKey(r)
 	if err != nil {
 		return commands.Request{}, err
 	}
-	return commands.Request{Actor: actorFrom(r.Context()).ID, Operation: op, Key: key,
-		CorrelationID: RequestIDFrom(r.Context())}, nil
+	return commands.Request{Actor: actorFrom(r.Context()).ID, Operation: op, Key: key}, nil
 }
 
 // markReplayed sets Idempotent-Replayed: true when out answers a repeat of an

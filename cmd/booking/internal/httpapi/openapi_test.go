@@ -21,7 +21,7 @@ import (
 // TestOpenAPIDescribesEveryRoute fails when a route is added without being
 // described in openapi.yaml.
 func TestOpenAPIDescribesEveryRoute(t *testing.T) {
-	a := &api{metrics: nopHandler{}, webhooks: nopHandler{}}
+	a := &api{webhooks: nopHandler{}}
 	router := a.routes().(chi.Routes)
 	spec := string(openAPISpec)
 	n := 0
@@ -56,7 +56,7 @@ func TestMethodNotAllowedHasAllow(t *testing.T) {
 		code          int
 	}
 	var seen []observed
-	a := &api{metrics: nopHandler{}, webhooks: nopHandler{}, log: slog.New(slog.NewTextHandler(&logs, nil)),
+	a := &api{webhooks: nopHandler{}, log: slog.New(slog.NewTextHandler(&logs, nil)),
 		observe: func(route, method string, code int, _ time.Duration) {
 			seen = append(seen, observed{route, method, code})
 		}}
@@ -281,7 +281,7 @@ func TestOpenAPILint(t *testing.T) {
 			}
 		}
 	}
-	if ops < 14 {
+	if ops < 13 {
 		t.Errorf("linted %d operations, want every one", ops)
 	}
 }

@@ -20,8 +20,8 @@ func TestWaitPreference(t *testing.T) {
 		{"wait = 5", 5 * time.Second, true},
 		{`wait="5"`, 5 * time.Second, true},
 		{"wait=0", 0, true},
-		{"wait=11", maxWait, true},
-		{"wait=99999999999999999999999", maxWait, true},
+		{"wait=11", MaxWait, true},
+		{"wait=99999999999999999999999", MaxWait, true},
 		{"wait=5; foo=bar", 5 * time.Second, true},
 		{"respond-async, wait=7", 7 * time.Second, true},
 		{"wait=2, wait=9", 2 * time.Second, true},
@@ -53,8 +53,8 @@ func FuzzPreferWait(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, field, digits string) {
 		d, applied := waitPreference(field)
-		if d < 0 || d > maxWait || d%time.Second != 0 {
-			t.Fatalf("waitPreference(%q) = %v, want whole seconds in [0, %v]", field, d, maxWait)
+		if d < 0 || d > MaxWait || d%time.Second != 0 {
+			t.Fatalf("waitPreference(%q) = %v, want whole seconds in [0, %v]", field, d, MaxWait)
 		}
 		if !applied && d != defaultWait {
 			t.Fatalf("waitPreference(%q) = %v not applied, want the default %v", field, d, defaultWait)
@@ -74,7 +74,7 @@ func FuzzPreferWait(f *testing.F) {
 		n, _ := new(big.Int).SetString(digits, 10)
 		want := time.Duration(min(n.Int64(), 10)) * time.Second
 		if !n.IsInt64() {
-			want = maxWait
+			want = MaxWait
 		}
 		for _, v := range []string{"wait=" + digits, `wait="` + digits + `"`, "wait=" + digits + ";x=" + field} {
 			if got, ok := waitPreference(v); got != want || !ok {

@@ -6,23 +6,21 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"golang.org/x/time/rate"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/identity"
 	"github.com/retrysafe/booking/domain"
 )
 
-// api is the HTTP API of the README's "HTTP API (v1)". It is safe for concurrent use.
+// api is the HTTP API of docs/api.md, "HTTP API (v1) and the idempotency
+// contract". It is safe for concurrent use.
 type api struct {
 	svc         Service
 	auth        identity.Authenticator
 	log         *slog.Logger
-	metrics     http.Handler
 	ready       func(ctx context.Context) error
 	rateLimited func()
 	budget      *budget
@@ -30,6 +28,8 @@ type api struct {
 	lists       listReader
 	// observe receives each answered request (the HTTP metrics); nil: none.
 	observe func(route, method string, code int, elapsed time.Duration)
+	// observeWebhook receives each notification's result; nil: none.
+	observeWebhook func(result string)
 	// testAPI serves /_test (fault-injection control); nil in the
 	// production build.
 	testAPI http.Handler
@@ -66,9 +66,6 @@ func (a *api) routes() http.Handler {
 	r.Use(lingerAfterBodyTimeout)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	r.Get("/readyz", a.readyz)
-	if a.metrics != nil {
-		r.Handle("/metrics", a.metrics)
-	}
 	r.Get("/openapi.yaml", serveOpenAPI)
 	if a.webhooks != nil {
 		r.Post("/v1/provider/webhooks", a.webhooks.ServeHTTP)
@@ -159,38 +156,6 @@ func (a *api) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey, act)))
 	})
-}
-
-// budget is the per-actor retry budget: a token bucket per actor
-// (golang.org/x/time/rate), per process. It is checked before the
-// idempotency layer and never stored as an outcome.
-type budget struct {
-	mu      sync.Mutex
-	limit   rate.Limit
-	burst   int
-	buckets map[string]*rate.Limiter
-}
-
-func newBudget(perSecond float64, burst int) *budget {
-	return &budget{limit: rate.Limit(perSecond), burst: burst, buckets: map[string]*rate.Limiter{}}
-}
-
-// reserve takes one token of actor's bucket; it returns 0 when allowed, or
-// how long to wait before a retry would be.
-func (b *budget) reserve(actorID string) time.Duration {
-	b.mu.Lock()
-	l := b.buckets[actorID]
-	if l == nil {
-		l = rate.NewLimiter(b.limit, b.burst)
-		b.buckets[actorID] = l
-	}
-	b.mu.Unlock()
-	res := l.Reserve()
-	if d := res.Delay(); d > 0 {
-		res.Cancel()
-		return d
-	}
-	return 0
 }
 
 // limit answers 429 with Retry-After when the actor is over its budget.
