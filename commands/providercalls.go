@@ -9,7 +9,7 @@ import (
 )
 
 // Provider operations: the calls of the Payments port that reach the
-// provider (ParseWebhook calls no one), as Metrics.ProviderCall and the
+// provider (ParseWebhook and CheckWebhookHeader call no one), as Metrics.ProviderCall and the
 // provider spans name them.
 const (
 	ProviderCreatePayment  = "create_payment"
@@ -136,4 +136,8 @@ func (p observedPayments) ListRefunds(ctx context.Context, paymentID string) ([]
 
 func (p observedPayments) ParseWebhook(body []byte, signatureHeader string, now time.Time) (provider.WebhookEvent, error) {
 	return p.next.ParseWebhook(body, signatureHeader, now)
+}
+
+func (p observedPayments) CheckWebhookHeader(signatureHeader string, now time.Time) error {
+	return p.next.CheckWebhookHeader(signatureHeader, now)
 }

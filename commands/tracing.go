@@ -185,7 +185,7 @@ func endSpan(span trace.Span, err error) {
 // tracedPayments is a Payments whose calls each record a client span
 // named "provider <operation>" (ProviderOperations) with the call's result
 // (ProviderResult); the adapter's own HTTP requests are spans beneath it
-// when its HTTP client is instrumented. ParseWebhook calls no one and is
+// when its HTTP client is instrumented. ParseWebhook and CheckWebhookHeader call no one and are
 // passed through.
 type tracedPayments struct {
 	next   Payments
@@ -264,4 +264,8 @@ func (p tracedPayments) ListRefunds(ctx context.Context, paymentID string) ([]pr
 
 func (p tracedPayments) ParseWebhook(body []byte, signatureHeader string, now time.Time) (provider.WebhookEvent, error) {
 	return p.next.ParseWebhook(body, signatureHeader, now)
+}
+
+func (p tracedPayments) CheckWebhookHeader(signatureHeader string, now time.Time) error {
+	return p.next.CheckWebhookHeader(signatureHeader, now)
 }
