@@ -107,7 +107,10 @@ func (s *Store) AppendMulti(ctx context.Context, appends ...eventstore.StreamApp
 // bounds (lock_timeout, idle_in_transaction_session_timeout:
 // WithAppendTimeout).
 //
-// The statements must not touch the events and streams tables, and must
+// The statements run whenever the append does not fail, also when every
+// part is a repeat: for a repeated unit to succeed they must be repeatable
+// themselves (INSERT ... ON CONFLICT DO NOTHING, an upsert, a guarded
+// UPDATE). They must not touch the events and streams tables, and must
 // leave the transaction as they found it (no COMMIT, no ROLLBACK, no
 // SAVEPOINT release of the batch's work).
 func (s *Store) AppendMultiWith(ctx context.Context, queue func(b *pgx.Batch), appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
