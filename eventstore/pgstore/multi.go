@@ -163,7 +163,7 @@ const appendMultiSQL = `SELECT o_status, o_revision, o_tx, o_seq, now()
 FROM eventstore_append_multi($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
 // conflictState is the SQLSTATE eventstore_append_multi raises for a part
-// whose expected revision does not hold (migration 00012).
+// whose expected revision does not hold (migration 00013).
 const conflictState = "EV409"
 
 // appendMultiOnce runs eventstore_append_multi once on q, followed by what
