@@ -479,26 +479,11 @@ func multiHoldOpener(t *testing.T, s eventstore.Store) MultiHoldOpener {
 	return nil
 }
 
-func testMultiHeldOpen(t *testing.T, s eventstore.Store) {
-	h := multiHoldOpener(t, s)
-	ctx, run, own, start, sub := watchNew(t, s, "multiheld")
-
-	pre := newEvents(t, "Before", 1)
-	MustAppend(t, ctx, s, run+"-pre", eventstore.NoStream(), pre...)
-	prePos := sub.waitFor(t, ctx, 1)[0].Position
-
-	held := []eventstore.StreamAppend{
-		{Stream: run + "-held-a", Expected: eventstore.NoStream(), Events: newEvents(t, "Held", 2)},
-		{Stream: run + "-held-b", Expected: eventstore.NoStream(), Events: newEvents(t, "Held", 1)},
-	}
-	commit, abort, err := h.HoldOpenAppendMulti(ctx, held...)
-	if err != nil {
-		t.Fatalf("HoldOpenAppendMulti(%s) = %v, want nil", describeParts(held), err)
-	}
-	defer abort()
-
-	// Later multi-stream appends commit while the held one is still open.
-	const appenders, perAppender = 3, 4
+// appendLater makes appenders goroutines each append perAppender calls of
+// one event to each of two streams of their own (run-later-N-a and -b), and
+// fails t if any call fails.
+func appendLater(t *testing.T, ctx context.Context, s eventstore.Store, run string, appenders, perAppender int) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, appenders*perAppender)
 	for i := range appenders {
@@ -523,6 +508,29 @@ func testMultiHeldOpen(t *testing.T, s eventstore.Store) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+}
+
+func testMultiHeldOpen(t *testing.T, s eventstore.Store) {
+	h := multiHoldOpener(t, s)
+	ctx, run, own, start, sub := watchNew(t, s, "multiheld")
+
+	pre := newEvents(t, "Before", 1)
+	MustAppend(t, ctx, s, run+"-pre", eventstore.NoStream(), pre...)
+	prePos := sub.waitFor(t, ctx, 1)[0].Position
+
+	held := []eventstore.StreamAppend{
+		{Stream: run + "-held-a", Expected: eventstore.NoStream(), Events: newEvents(t, "Held", 2)},
+		{Stream: run + "-held-b", Expected: eventstore.NoStream(), Events: newEvents(t, "Held", 1)},
+	}
+	commit, abort, err := h.HoldOpenAppendMulti(ctx, held...)
+	if err != nil {
+		t.Fatalf("HoldOpenAppendMulti(%s) = %v, want nil", describeParts(held), err)
+	}
+	defer abort()
+
+	// Later multi-stream appends commit while the held one is still open.
+	const appenders, perAppender = 3, 4
+	appendLater(t, ctx, s, run, appenders, perAppender)
 	if got := streamIDs(t, ctx, s, run+"-later-0-b"); len(got) != perAppender {
 		t.Fatalf("ReadStream(%s-later-0-b) = %d events, want %d", run, len(got), perAppender)
 	}
