@@ -100,9 +100,15 @@ func (s *Store) AppendMulti(ctx context.Context, appends ...eventstore.StreamApp
 // same statements each time. Callbacks set on the queued statements
 // (pgx.QueuedQuery's Exec, Query, QueryRow) run as their results arrive,
 // which is before the commit is confirmed: what they record may be used only
-// once AppendMultiWith has returned nil. Any statement's error rolls the
-// whole unit back; it is returned wrapped, as an outcome-unknown error of the
-// unit, unless it is the append's conflict. The statements run after the
+// once AppendMultiWith has returned nil. A statement that fails in the
+// database rolls the whole unit back; its error is returned wrapped
+// (errors.As finds the *pgconn.PgError), as an outcome-unknown error of the
+// unit, unless it is the append's conflict. An error a callback returns
+// rolls nothing back: the database commits the unit when every statement
+// succeeds, before the callbacks have seen the results. It is returned as
+// an outcome-unknown error too. So a condition the unit depends on must be
+// checked by a statement that fails in the database (a constraint, or a
+// guard that raises), not by a callback. The statements run after the
 // append has taken its streams' locks and its transaction id, and inside its
 // bounds (lock_timeout, idle_in_transaction_session_timeout:
 // WithAppendTimeout).

@@ -113,6 +113,26 @@ func TestAppendMultiWith(t *testing.T) {
 		}
 	})
 
+	t.Run("a callback's error rolls nothing back", func(t *testing.T) {
+		t.Parallel()
+		ctx := testContext(t)
+		order, key := uuid.NewString(), "key-"+uuid.NewString()
+		refuse := errors.New("refused by the callback")
+		queue := func(b *pgx.Batch) {
+			b.Queue(`INSERT INTO unit_keys (key, value) VALUES ($1, $2)`, key, order).
+				Exec(func(pgconn.CommandTag) error { return refuse })
+		}
+		if _, err := s.AppendMultiWith(ctx, queue, parts(order)...); !errors.Is(err, refuse) {
+			t.Fatalf("AppendMultiWith = %v, want the callback's error", err)
+		}
+		if rows := keyRows(t, ctx, pool, key); len(rows) != 1 {
+			t.Errorf("unit_keys[%s] = %v, want the row committed", key, rows)
+		}
+		if n := streamLen(t, ctx, s, "order-"+order); n != 2 {
+			t.Errorf("stream order-%s holds %d events, want 2 committed", order, n)
+		}
+	})
+
 	t.Run("a conflicting part commits no statement of the call", func(t *testing.T) {
 		t.Parallel()
 		ctx := testContext(t)
