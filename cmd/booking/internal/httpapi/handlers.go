@@ -185,10 +185,27 @@ func orderCommand(b *body) (commands.PlaceOrderCommand, error) {
 	if err := b.done(); err != nil {
 		return commands.PlaceOrderCommand{}, err
 	}
-	if token == "" || len(token) > 255 {
-		return commands.PlaceOrderCommand{}, httpError(domain.Invalid, "invalid-request", "payment.token must have 1 to 255 characters", "payment.token")
+	if !validToken(token) {
+		return commands.PlaceOrderCommand{}, httpError(domain.Invalid, "invalid-request",
+			"payment.token must have 1 to 255 visible ASCII characters, such as pm_card_visa", "payment.token")
 	}
 	return commands.PlaceOrderCommand{ReservationID: resID, PaymentToken: token}, nil
+}
+
+// validToken reports whether a payment token has the shape of one: 1 to
+// 255 visible ASCII characters (Stripe's ids, such as pm_card_visa or
+// tok_visa, are letters, digits and underscores). Blank tokens and control
+// characters are refused before anything is recorded.
+func validToken(t string) bool {
+	if t == "" || len(t) > 255 {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] <= ' ' || t[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // readCommand reads a state-changing POST whose body is a command: its

@@ -79,8 +79,9 @@ func ParseKey(v string) (string, error) {
 // parseKeyValue returns the key of one Idempotency-Key header value: an
 // RFC 8941 sf-string ("abc", with \" and \\ as its only escapes) is
 // unescaped; a bare value is taken as it is, so "abc" and abc are the same
-// key. Missing, empty, blank, longer than 255 characters or outside
-// printable ASCII is an Invalid error with code idempotency-key-invalid.
+// key. Missing, empty, blank, longer than 255 characters, outside
+// printable ASCII, or bare with a comma (several merged header lines) is an
+// Invalid error with code idempotency-key-invalid.
 // Keys are case-sensitive and never truncated.
 func parseKeyValue(v string) (string, error) {
 	for i := 0; i < len(v); i++ {
@@ -113,6 +114,11 @@ func parseKeyValue(v string) (string, error) {
 			return "", badKey("the quoted Idempotency-Key lacks its closing quote")
 		}
 		v = b.String()
+	} else if strings.Contains(v, ",") {
+		// A recipient may merge several header lines into one, joined
+		// by commas (RFC 9110 §5.3): a bare value with a comma may be
+		// several keys.
+		return "", badKey(`a bare Idempotency-Key must not contain a comma (it may be several header lines merged); quote it as an sf-string ("a,b")`)
 	}
 	if v == "" {
 		return "", badKey("the Idempotency-Key must not be empty")
