@@ -180,7 +180,7 @@ func (w *lingerBuffer) await(ctx context.Context, timed bool, wait time.Duration
 }
 
 // round takes the events of a round out of the buffer: as ready, those
-// received at least age ago (at most most; all of the first most when so
+// received at least age ago (no more than most; the first most when so
 // many wait, however young), and as ahead a copy of the rest, which stay.
 func (w *lingerBuffer) round(most int, age time.Duration) (ready, ahead []eventstore.RecordedEvent) {
 	w.mu.Lock()
