@@ -246,7 +246,7 @@ test: ## Run all tests with -race against a throwaway PostgreSQL (the README's t
 	for rc in "$$rc1" "$$rc2" "$$rc3" "$$rc4" "$$rc5"; do if ((rc != 0)); then exit "$$rc"; fi; done
 
 .PHONY: chaos
-chaos: build ## Two replicas, external NATS and simulator under load, kills, pauses and a PostgreSQL restart for DURATION, then the audit
+chaos: build ## Two replicas, external NATS and simulator under load, kills, pauses and a PostgreSQL restart for DURATION, then the audit (fails on a violation and on an inconclusive run)
 	@ns="$$(command -v nats-server || true)"; \
 	if [[ -z "$$ns" ]]; then \
 		if [[ ! -x bin/nats-server ]]; then echo "==> make chaos: building bin/nats-server from the module in go.mod"; \

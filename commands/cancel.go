@@ -18,11 +18,11 @@ import (
 // order failed or in review) are *Rejection with 409, answered the same to
 // every repeat; another actor's order is 404.
 func (h *Handler) CancelOrder(ctx context.Context, req Request, orderID string) (OrderResult, error) {
-	ctx = WithCorrelationID(ctx, req.CorrelationID)
 	run, err := h.beginIntent(ctx, req, map[string]any{"order_id": orderID}, nil, nil)
 	if err != nil {
 		return OrderResult{}, err
 	}
+	ctx = run.context(ctx)
 	return h.cancelOrder(ctx, run, orderID)
 }
 

@@ -31,7 +31,10 @@ const (
 
 // IntentExplanation is the durable timeline of one intent, as
 // GET /v1/intents and `booking intents explain` show it. Times are the
-// database clock's, in UTC; positions are log positions "commit/prepare".
+// service clock's (the database clock that decides leases and expiry), in
+// UTC, taken from the events' occurred_at — never from the event store's
+// own stamp (KurrentDB's "created"), whose clock may differ; positions are
+// log positions "commit/prepare".
 type IntentExplanation struct {
 	// Operation is "METHOD route-template", e.g. "POST /v1/orders".
 	Operation string `json:"operation"`
@@ -47,6 +50,9 @@ type IntentExplanation struct {
 	// retention (BOOKING_INTENT_RETENTION) ends and its key starts anew.
 	RecordedAt time.Time `json:"recorded_at"`
 	ExpiresAt  time.Time `json:"expires_at"`
+	// CorrelationID is the service's id of the request that recorded the
+	// intent: the correlation_id of every event that follows from it.
+	CorrelationID string `json:"correlation_id,omitempty"`
 	// Target is the resource the intent creates or acts on.
 	Target IntentTarget `json:"target"`
 	// Outcome is where the intent stands now.
@@ -89,6 +95,11 @@ type IntentOutcome struct {
 // TimelineEntry is one event of an intent's story. Step is the event type
 // in snake_case ("intent_recorded", "payment_attempt_started",
 // "lease_taken_over" for a start of an attempt that already had one, …).
+// At is its occurred_at (the service clock). RequestID is the service's
+// id of the request that caused the event (it appended it, or caused the
+// event it follows from), ClientRequestID that request's own X-Request-Id
+// when it sent a valid one, CausationID the event or request that caused
+// it (see docs/api.md, "Request ids").
 // The optional members are those of the event that matter to an operator:
 // leases (Executor, LeaseUntil), payment attempts (Attempt, ProviderKey,
 // ChargeID, Amount), facts (Outcome, Code, Reason, ObservedBy: "send",
@@ -101,6 +112,10 @@ type TimelineEntry struct {
 	Position string    `json:"position"`
 	At       time.Time `json:"at"`
 	EventID  string    `json:"event_id"`
+
+	RequestID       string `json:"request_id,omitempty"`
+	ClientRequestID string `json:"client_request_id,omitempty"`
+	CausationID     string `json:"causation_id,omitempty"`
 
 	Executor    string        `json:"executor,omitempty"`
 	LeaseUntil  *time.Time    `json:"lease_until,omitempty"`
@@ -201,7 +216,10 @@ func (h *Handler) explain(ctx context.Context, op string, s *stream) (*IntentExp
 	}
 	rec := in.Recorded
 	x := &IntentExplanation{Operation: op, Stream: s.name, KeySHA256: rec.KeySHA256, Fingerprint: rec.Fingerprint,
-		CanonicalVersion: rec.CanonicalVersion, RecordedAt: s.records[first].RecordedAt.UTC()}
+		CanonicalVersion: rec.CanonicalVersion, RecordedAt: openedAt(s.records[first])}
+	if m, err := eventstore.DecodeMetadata(s.records[first].Metadata); err == nil {
+		x.CorrelationID = m.CorrelationID
+	}
 	x.ExpiresAt = x.RecordedAt.Add(h.cfg.IntentRetention)
 	var tl timeline
 	tl.add(s)
@@ -303,12 +321,9 @@ func (tl *timeline) addKept(s *stream, keep func(eventstore.Metadata) bool) {
 			continue
 		}
 		e := s.events[i]
-		at := m.OccurredAt
-		if at.IsZero() {
-			at = r.RecordedAt
-		}
 		te := TimelineEntry{Step: snake(r.Type), Event: r.Type, Stream: r.Stream, Revision: r.Revision,
-			Position: r.Position.String(), At: at.UTC(), EventID: r.ID, ObservedBy: m.ObservedBy}
+			Position: r.Position.String(), At: openedAt(r), EventID: r.ID, ObservedBy: m.ObservedBy,
+			RequestID: m.RequestID, ClientRequestID: m.ClientRequestID, CausationID: m.CausationID}
 		describeEvent(&te, e, attempts)
 		tl.entries = append(tl.entries, te)
 	}

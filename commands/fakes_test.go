@@ -547,7 +547,9 @@ func mustAppend(tb testing.TB, s EventStore, stream string, events ...domain.Eve
 type memKeys struct {
 	mu   sync.Mutex
 	rows map[string]*memKeyRow
-	fail error // when set, every call fails with it (the database is down)
+	// erased holds the erasures left to record: when each deleted key went.
+	erased map[string]time.Time
+	fail   error // when set, every call fails with it (the database is down)
 }
 
 type memKeyRow struct {
@@ -556,7 +558,48 @@ type memKeyRow struct {
 	shredAt time.Time
 }
 
-func newMemKeys() *memKeys { return &memKeys{rows: map[string]*memKeyRow{}} }
+func newMemKeys() *memKeys {
+	return &memKeys{rows: map[string]*memKeyRow{}, erased: map[string]time.Time{}}
+}
+
+// shredLocked deletes orderID's key, leaving its erasure to record; k.mu is held.
+func (k *memKeys) shredLocked(orderID string) {
+	if _, ok := k.rows[orderID]; !ok {
+		return
+	}
+	delete(k.rows, orderID)
+	if _, ok := k.erased[orderID]; !ok {
+		k.erased[orderID] = time.Now().UTC()
+	}
+}
+
+func (k *memKeys) Erasures(_ context.Context, limit int) (map[string]time.Time, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fail != nil {
+		return nil, k.fail
+	}
+	out := map[string]time.Time{}
+	for id, at := range k.erased {
+		if len(out) == limit {
+			break
+		}
+		out[id] = at
+	}
+	return out, nil
+}
+
+func (k *memKeys) ForgetErasures(_ context.Context, orderIDs []string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fail != nil {
+		return k.fail
+	}
+	for _, id := range orderIDs {
+		delete(k.erased, id)
+	}
+	return nil
+}
 
 // testDataKey is a fixed data key per order, so fixtures can seal bytes
 // before the handler runs.
@@ -650,7 +693,7 @@ func (k *memKeys) Shred(_ context.Context, orderID string) error {
 	if k.fail != nil {
 		return k.fail
 	}
-	delete(k.rows, orderID)
+	k.shredLocked(orderID)
 	return nil
 }
 
@@ -661,7 +704,7 @@ func (k *memKeys) ShredMany(_ context.Context, orderIDs []string) error {
 		return k.fail
 	}
 	for _, id := range orderIDs {
-		delete(k.rows, id)
+		k.shredLocked(id)
 	}
 	return nil
 }
@@ -675,7 +718,7 @@ func (k *memKeys) ShredDue(_ context.Context, now time.Time) (int64, error) {
 	var n int64
 	for id, r := range k.rows {
 		if !now.Before(r.shredAt) {
-			delete(k.rows, id)
+			k.shredLocked(id)
 			n++
 		}
 	}

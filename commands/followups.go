@@ -158,9 +158,10 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, late
 	}
 	m, _ := eventstore.DecodeMetadata(r.Metadata)
 	m.CausationID = r.ID
-	// What follows from the event carries its correlation id: the request
-	// that caused it (in logs through the logger's context, too).
-	ctx = WithCorrelationID(ctx, m.CorrelationID)
+	// What follows from the event carries its lineage: the intent's
+	// correlation id and the request behind it (in logs through the
+	// logger's context, too), and the event as its cause.
+	ctx = withCause(ctx, m, r.ID)
 	switch e := ev.(type) {
 	case domain.SeatsHeld:
 		if h.written.has(DerivedID(r.ID, "reservation-held")) {
@@ -219,12 +220,12 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, late
 		if err := h.shred(ctx, e.OrderID); err != nil {
 			return err
 		}
-		return h.finishEnded(ctx, e.OrderID, domain.ReleasePaymentFailed)
+		return h.finishEnded(ctx, e.OrderID, domain.ReleasePaymentFailed, r.ID)
 	case domain.OrderCancelled:
 		if err := h.shred(ctx, e.OrderID); err != nil {
 			return err
 		}
-		return h.finishEnded(ctx, e.OrderID, domain.ReleaseCancelled)
+		return h.finishEnded(ctx, e.OrderID, domain.ReleaseCancelled, r.ID)
 	case domain.OrderConfirmed:
 		return h.shred(ctx, e.OrderID)
 	case domain.OrderNeedsReview:
@@ -251,7 +252,9 @@ func orderIDOf(e domain.Event) string {
 	return ""
 }
 
-func (h *Handler) finishEnded(ctx context.Context, orderID, reason string) error {
+// finishEnded does the follow-ups of the event causeID that ended order
+// orderID, unless this process did them.
+func (h *Handler) finishEnded(ctx context.Context, orderID, reason, causeID string) error {
 	if h.written.has(DerivedID(orderID, "seats-released"), DerivedID(orderID, "reservation-released")) {
 		return nil // the payment step that ended the order released its seats and reservation
 	}
@@ -259,7 +262,7 @@ func (h *Handler) finishEnded(ctx context.Context, orderID, reason string) error
 	if err != nil || !o.Exists() {
 		return err
 	}
-	return h.finishOrderEnd(ctx, o, reason, DerivedID(orderID, "ended"))
+	return h.finishOrderEnd(ctx, o, reason, causeID)
 }
 
 // shredRefusedOrder deletes the key held for the order of a refused order

@@ -188,6 +188,11 @@ type Handler struct {
 	// intents remembers the intent streams this process has seen; see
 	// intentHints in intent.go.
 	intents intentHints
+	// skew samples the event store's clock against the service's; see
+	// skew.go.
+	skew skewSampler
+	// erasureWake asks runErasures to record erasures now (erasure.go).
+	erasureWake chan struct{}
 	// abandoned ends the work detached from its callers (see detach) when
 	// the process gives it up (Abandon).
 	abandoned context.Context
@@ -232,6 +237,9 @@ type Hooks struct {
 //     ExpiryClaimed (the commit point of a hold's expiry).
 //   - expiry.claimed: after the expiry job appended an ExpiryClaimed (the
 //     process manager may release the seats from then on).
+//   - erasure.recording: the reconciler read deleted keys whose erasure is
+//     to be recorded, before it appends PaymentSecretsShredded (the keys
+//     are gone, the events not yet written).
 var Steps = []string{
 	"intent.recorded", "intent.waiting",
 	"reservation.holding", "reservation.held",
@@ -239,6 +247,7 @@ var Steps = []string{
 	"payment.fenced", "payment.sent", "payment.recorded",
 	"cancel.recorded",
 	"expiry.claiming", "expiry.claimed",
+	"erasure.recording",
 }
 
 // step calls the fault hook at step name. Where the clock is one tests
@@ -262,7 +271,8 @@ func New(cfg Config, store EventStore, clock Clock, payments Payments, registry 
 		log = slog.Default()
 	}
 	h := &Handler{cfg: cfg, store: store, clock: clock, payments: payments, registry: registry, log: log,
-		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}, keys: noKeys{}, processed: noProcessedEvents{}}
+		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}, keys: noKeys{}, processed: noProcessedEvents{},
+		erasureWake: make(chan struct{}, 1)}
 	h.keptOrders.limit, h.keptIntents.limit = maxKeptStreams, maxKeptStreams
 	h.abandoned, h.abandon = context.WithCancel(context.Background())
 	for _, o := range opts {
@@ -379,10 +389,11 @@ func (h *Handler) load(ctx context.Context, name string) (*stream, error) {
 }
 
 // openedAt is when the fact of an event was decided by the service's clock
-// (PostgreSQL's now(), whatever the event store): its metadata's
-// occurred_at, or the store's RecordedAt for an event without one. Intent
-// expiry compares it with the same clock, so a KurrentDB leader whose clock
-// is off does not move expiries.
+// (PostgreSQL's now(), whatever the event store), in UTC: its metadata's
+// occurred_at, which every event the service appends carries; the store's
+// RecordedAt only for an event stored without one. Intent expiry and the
+// explained timelines use it, so a KurrentDB leader whose clock is off
+// moves neither.
 func openedAt(r eventstore.RecordedEvent) time.Time {
 	if m, err := eventstore.DecodeMetadata(r.Metadata); err == nil && !m.OccurredAt.IsZero() {
 		return m.OccurredAt.UTC()
@@ -398,13 +409,11 @@ type pending struct {
 
 // appendEvents encodes and appends events to one stream with metadata m,
 // each with its own schema version (see appendResolving for an append whose
-// outcome is unknown). Metadata without a correlation id takes ctx's
-// (CorrelationID): a follow-up carries the id of the request or of the
-// event that caused it.
+// outcome is unknown). The lineage m leaves empty (correlation, cause,
+// request) is stamped from ctx (stamp, correlation.go): a follow-up
+// carries the ids of the request or of the event that caused it.
 func (h *Handler) appendEvents(ctx context.Context, name string, exp eventstore.ExpectedRevision, m eventstore.Metadata, evs ...pending) (eventstore.AppendResult, error) {
-	if m.CorrelationID == "" {
-		m.CorrelationID = CorrelationID(ctx)
-	}
+	m = stamp(ctx, m)
 	data := make([]eventstore.EventData, len(evs))
 	for i, p := range evs {
 		m.SchemaVersion = domain.SchemaVersionOf(p.e)
@@ -450,6 +459,8 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 	if err == nil {
 		h.written.add(data, res.Position)
 		h.noteAppendClock(tk, res, sent)
+		h.sampleSkew(name, data, res)
+		noteAppended(ctx, len(data))
 	}
 	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return res, err
@@ -469,6 +480,8 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 		case err == nil:
 			h.written.add(data, res.Position)
 			h.noteAppendClock(tk, res, sent)
+			h.sampleSkew(name, data, res)
+			noteAppended(ctx, len(data))
 			h.metrics.UnknownAppend("resolved")
 			h.log.InfoContext(ctx, "append outcome learned: the events are in the stream", "stream", name)
 			return res, nil

@@ -44,8 +44,6 @@ type Request struct {
 	Operation string
 	// Key is the Idempotency-Key, already unescaped and validated.
 	Key string
-	// CorrelationID is stored in event metadata (the HTTP request id).
-	CorrelationID string
 	// Wait bounds how long the request waits for a pending outcome (Prefer: wait, RFC 7240).
 	Wait time.Duration
 }
@@ -102,6 +100,38 @@ type intentRun struct {
 	// secrets is what the order flow's prep made for a new intent: the
 	// order's data key and the token sealed under it; nil otherwise.
 	secrets *heldSecrets
+	// lineage is what the run's events name (see correlation.go): the
+	// intent's correlation id, the server id of the request serving it (or
+	// for recovery, the intent's latest event) as their cause, and the
+	// request behind them.
+	lineage lineage
+}
+
+// context returns ctx carrying the run's lineage, so every event the run
+// appends, and every follow-up it does inline, names the intent's request.
+func (r *intentRun) context(ctx context.Context) context.Context {
+	return withLineage(ctx, r.lineage)
+}
+
+// requestLineage is the lineage of a run a request serves: the intent's
+// correlation id (first, the metadata of the intent's IntentRecorded; ""
+// for a new intent, whose correlation is the request's own server id, or
+// its IntentRecorded's id outside a request) and the request as the cause.
+func requestLineage(ctx context.Context, first *eventstore.RecordedEvent, newID string) lineage {
+	ids := RequestIDsOf(ctx)
+	l := lineage{correlation: ids.Server, causation: ids.Server, request: ids}
+	if first != nil {
+		if m, err := eventstore.DecodeMetadata(first.Metadata); err == nil && m.CorrelationID != "" {
+			l.correlation = m.CorrelationID
+		}
+	}
+	if l.correlation == "" {
+		l.correlation = newID
+	}
+	if l.causation == "" {
+		l.causation = l.correlation
+	}
+	return l
 }
 
 // alone reports whether no other executor can have acted on the intent yet:
@@ -147,10 +177,14 @@ func intentCause(stream string, opened eventstore.Revision) string {
 	return stream + "@" + strconv.FormatUint(opened, 10)
 }
 
-// meta returns event metadata for events caused by this intent.
+// meta returns event metadata for events caused by this intent: caused by
+// the event id causation, or when "" by what the run's lineage names.
 func (r *intentRun) meta(now time.Time, causation string) eventstore.Metadata {
-	return eventstore.Metadata{Actor: r.req.Actor, Intent: r.stream, CorrelationID: r.req.CorrelationID,
-		CausationID: causation, OccurredAt: now}
+	if causation == "" {
+		causation = r.lineage.causation
+	}
+	return eventstore.Metadata{Actor: r.req.Actor, Intent: r.stream, CorrelationID: r.lineage.correlation,
+		CausationID: causation, RequestID: r.lineage.request.Server, ClientRequestID: r.lineage.request.Client, OccurredAt: now}
 }
 
 // targetID is the id of the resource the intent creates.
@@ -247,6 +281,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		switch in.Resolve(storedFP, now, h.cfg.IntentRetention) {
 		case domain.ResolveMismatch:
 			h.metrics.FingerprintConflict(req.Operation)
+			h.metrics.Intent(req.Operation, IntentRefused, domain.ErrKeyReused.Code)
 			// Compared as the fingerprint compares: strings in NFC.
 			fields := domain.DiffFields(nfcCommand(in.Recorded.Command), nfcCommand(normalizeJSON(command)))
 			e := *domain.ErrKeyReused
@@ -257,12 +292,14 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			return &e
 		case domain.ResolveRejected:
 			h.metrics.Replay(req.Operation)
+			h.metrics.Intent(req.Operation, IntentReplayed, "")
 			return rejectionOf(in.Rejection, true)
 		case domain.ResolveContinue:
 			h.metrics.Replay(req.Operation)
+			h.metrics.Intent(req.Operation, IntentReplayed, "")
 			h.log.DebugContext(ctx, "intent repeated", "operation", req.Operation, "intent", stream, "target_id", in.Recorded.TargetID)
 			run = &intentRun{req: req, stream: stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command,
-				opened: s.records[0].Revision}
+				opened: s.records[0].Revision, lineage: requestLineage(ctx, &s.records[0], "")}
 			return nil
 		}
 		// domain.ResolveNew: record the intent.
@@ -497,10 +534,11 @@ func (h *Handler) recordIntent(ctx context.Context, req Request, stream, fp stri
 	rec := domain.IntentRecorded{Actor: req.Actor, Operation: req.Operation, KeySHA256: sha256Hex([]byte(req.Key)),
 		Fingerprint: fp, CanonicalVersion: CanonicalVersion, Command: command, TargetID: targetID,
 		Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease)}
-	rn := &intentRun{req: req, stream: stream, created: true, now: now, command: command}
+	id := NewID()
+	rn := &intentRun{req: req, stream: stream, created: true, now: now, command: command, lineage: requestLineage(ctx, nil, id)}
 	rn.intent.Apply(rec)
 	rn.intent.RecordedAt = now
-	res, err := h.appendEvents(ctx, stream, exp, rn.meta(now, ""), pending{NewID(), rec})
+	res, err := h.appendEvents(ctx, stream, exp, rn.meta(now, ""), pending{id, rec})
 	return rn, res, err
 }
 
@@ -519,6 +557,7 @@ func (h *Handler) recorded(ctx context.Context, rn *intentRun, res eventstore.Ap
 		// costs a read only on a reused key.
 		rn.leaseFrom = leaseFrom
 	}
+	h.metrics.Intent(rn.req.Operation, IntentCreated, "")
 	h.log.DebugContext(ctx, "intent recorded", "operation", rn.req.Operation, "intent", rn.stream, "target_id", rn.targetID())
 	h.step(ctx, "intent.recorded")
 }
@@ -561,6 +600,7 @@ func (h *Handler) reject(ctx context.Context, run *intentRun, derr *domain.Error
 	}
 	_, err = h.appendEvents(ctx, run.stream, eventstore.Exact(run.rev), run.meta(now, ""), pending{DerivedID(run.cause(), "rejected"), ev})
 	if err == nil {
+		h.metrics.Intent(run.req.Operation, IntentRefused, ev.Code)
 		return rejectionOf(&ev, !run.created)
 	}
 	if !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
@@ -602,6 +642,7 @@ func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed f
 			return nil
 		case domain.ResolveWait:
 			if !waited {
+				h.metrics.Intent(run.req.Operation, IntentWaited, "")
 				h.step(ctx, "intent.waiting")
 			}
 			wait := min(h.cfg.InUseWait, run.intent.LeaseUntil.Sub(now)+50*time.Millisecond)
@@ -618,6 +659,7 @@ func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed f
 			waited = true
 		case domain.ResolveInUse:
 			h.metrics.InUse(run.req.Operation)
+			h.metrics.Intent(run.req.Operation, IntentInUse, "")
 			return &InUseError{RetryAfter: max(time.Second, run.intent.LeaseUntil.Sub(now))}
 		default: // domain.ResolveTakeOver
 			err := h.takeOver(ctx, run)

@@ -43,6 +43,9 @@ import (
 //     every row whose due time passed (Keys.ShredDue: the payment deadline,
 //     or the intent's retention for a row whose order was never placed).
 //     Deleting is idempotent, so every path may repeat it after a crash.
+//   - Each delete leaves the key's erasure to record, in the same statement;
+//     the reconciler records it in the order's stream
+//     (PaymentSecretsShredded, erasure.go).
 //
 // A missing key means the secrets are gone: the order is then paid as if
 // it had no token (it fails), and an order that ended replays, renders and
@@ -72,7 +75,9 @@ type Keys interface {
 	// Placed drops the held token and makes the key due at deadline if that
 	// is earlier. A missing key is a no-op.
 	Placed(ctx context.Context, orderID string, deadline time.Time) error
-	// Shred deletes orderID's key; idempotent.
+	// Shred deletes orderID's key; idempotent. Every delete (Shred,
+	// ShredMany, ShredDue) leaves, in the same statement, the key's erasure
+	// to record (Erasures).
 	Shred(ctx context.Context, orderID string) error
 	// ShredMany deletes the keys of every order in orderIDs in one
 	// statement; idempotent.
@@ -80,6 +85,13 @@ type Keys interface {
 	// ShredDue deletes every key due at or before now (database clock) and
 	// returns how many.
 	ShredDue(ctx context.Context, now time.Time) (int64, error)
+	// Erasures returns up to limit deleted keys whose erasure is still to
+	// be recorded, the oldest first: when each order's key was deleted
+	// (database clock), by order id.
+	Erasures(ctx context.Context, limit int) (map[string]time.Time, error)
+	// ForgetErasures drops the erasures of orderIDs once recorded;
+	// idempotent.
+	ForgetErasures(ctx context.Context, orderIDs []string) error
 }
 
 // WithKeys installs the key table. A Handler without one refuses orders
@@ -106,6 +118,10 @@ func (noKeys) Placed(context.Context, string, time.Time) error    { return nil }
 func (noKeys) Shred(context.Context, string) error                { return nil }
 func (noKeys) ShredMany(context.Context, []string) error          { return nil }
 func (noKeys) ShredDue(context.Context, time.Time) (int64, error) { return 0, nil }
+func (noKeys) Erasures(context.Context, int) (map[string]time.Time, error) {
+	return nil, nil
+}
+func (noKeys) ForgetErasures(context.Context, []string) error { return nil }
 
 // TokenAAD is the associated data that binds an order's sealed payment
 // token to the order: a ciphertext copied to another order does not open.
@@ -361,6 +377,7 @@ func (s *keyShredder) send(ctx context.Context, h *Handler, b *shredBatch) {
 		for _, id := range b.ids {
 			h.written.note(keyShredded(id))
 		}
+		h.wakeErasures()
 	} else {
 		h.log.Warn("order keys not deleted yet; the process manager retries, the reconciler deletes them when due",
 			"orders", len(b.ids), "err", err)

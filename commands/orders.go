@@ -51,7 +51,6 @@ type OrderResult struct {
 // process which has not seen its intent holds its token under an id that
 // never becomes an order, deleted again within shredDelay: see recordFirst.)
 func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
-	ctx = WithCorrelationID(ctx, req.CorrelationID)
 	// A repeat of an intent this process keeps is answered from its order,
 	// read once, when the order exists (keptTarget).
 	command := cmd.Canonical()
@@ -64,6 +63,7 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 		}
 		if o.Exists() {
 			h.metrics.Replay(req.Operation)
+			h.metrics.Intent(req.Operation, IntentReplayed, "")
 			return h.payAndWait(ctx, o.ID, req.Wait, Outcome{Replayed: true}, &orderState{o: o, s: s})
 		}
 	}
@@ -83,6 +83,7 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 	if err != nil {
 		return OrderResult{}, err
 	}
+	ctx = run.context(ctx)
 	if !run.leaseFrom.IsZero() {
 		run.secrets = secrets // recorded by this request, under the id prep ran for
 	}
@@ -473,7 +474,10 @@ func (h *Handler) releaseSeats(ctx context.Context, showID, reservationID, reaso
 }
 
 // finishOrderEnd does the follow-ups of a failed or cancelled order: seats
-// released and the reservation marked released.
+// released and the reservation marked released. causeID is the id of the
+// event that ended the order when the caller has it (the process manager);
+// "" names what ctx carries as the cause (the request, or the event a job
+// acts on).
 func (h *Handler) finishOrderEnd(ctx context.Context, o domain.Order, reason, causeID string) error {
 	now, err := h.now(ctx)
 	if err != nil {

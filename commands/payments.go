@@ -659,11 +659,11 @@ func (h *Handler) afterOrderEventsOf(ctx context.Context, known *domain.Order, o
 		}
 		switch e := e.(type) {
 		case domain.OrderFailed:
-			if err := h.finishOrderEnd(ctx, o, domain.ReleasePaymentFailed, DerivedID(orderID, "OrderFailed")); err != nil {
+			if err := h.finishOrderEnd(ctx, o, domain.ReleasePaymentFailed, ""); err != nil {
 				return err
 			}
 		case domain.OrderCancelled:
-			if err := h.finishOrderEnd(ctx, o, domain.ReleaseCancelled, DerivedID(orderID, "OrderCancelled")); err != nil {
+			if err := h.finishOrderEnd(ctx, o, domain.ReleaseCancelled, ""); err != nil {
 				return err
 			}
 		case domain.RefundRequested:

@@ -35,11 +35,15 @@ type PendingOrders interface {
 // RunReconciler is the payment reconciler (see ARCHITECTURE.md, Background
 // jobs): every interval it
 // pages through pending.PendingOrders and reconciles each order
-// (ReconcileOrder), a few at a time. It blocks until ctx is done and returns
+// (ReconcileOrder), a few at a time; beside it, it records the erasures of
+// deleted order keys (runErasures). It blocks until ctx is done and returns
 // ctx's error; failures of a pass or an order are logged and retried on the
 // next pass. The caller makes it the only instance across replicas (leases
 // would keep several safe, only busier).
 func (h *Handler) RunReconciler(ctx context.Context, pending PendingOrders, interval time.Duration) error {
+	var erasures sync.WaitGroup
+	erasures.Go(func() { h.runErasures(ctx, interval) })
+	defer erasures.Wait()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -61,9 +65,9 @@ func (h *Handler) RunReconciler(ctx context.Context, pending PendingOrders, inte
 //
 // The pass first deletes the order keys that are due (ShredDue): keys of
 // orders whose payment deadline passed, and keys held for orders never
-// placed within the intent retention; and forgets the webhook events
-// processed more than ProcessedEventsRetention ago. A failure there is
-// logged.
+// placed within the intent retention (their erasures are recorded by
+// runErasures); and forgets the webhook events processed more than
+// ProcessedEventsRetention ago. A failure there is logged.
 func (h *Handler) ReconcilePass(ctx context.Context, pending PendingOrders) (int, error) {
 	h.shredDue(ctx)
 	h.pruneProcessed(ctx)
@@ -136,6 +140,7 @@ func (h *Handler) shredDue(ctx context.Context) {
 	if err == nil {
 		var n int64
 		if n, err = h.keys.ShredDue(ctx, now); err == nil && n > 0 {
+			h.wakeErasures()
 			h.log.InfoContext(ctx, "order keys deleted: payment deadline or intent retention passed", "keys", n)
 		}
 	}

@@ -411,8 +411,23 @@ func (h *Handler) loadRun(ctx context.Context, stream string) (*intentRun, error
 		return nil, nil
 	}
 	in.RecordedAt = openedAt(s.records[0])
-	req := Request{Actor: in.Recorded.Actor, Operation: in.Recorded.Operation, CorrelationID: "recovery"}
-	return &intentRun{req: req, stream: stream, intent: in, rev: s.last, command: in.Recorded.Command, opened: s.records[0].Revision}, nil
+	req := Request{Actor: in.Recorded.Actor, Operation: in.Recorded.Operation}
+	return &intentRun{req: req, stream: stream, intent: in, rev: s.last, command: in.Recorded.Command, opened: s.records[0].Revision,
+		lineage: recoveryLineage(s)}, nil
+}
+
+// recoveryLineage is the lineage of an intent recovery resumes: the
+// intent's correlation id (its IntentRecorded's), and its latest event as
+// the cause, with that event's request ids.
+func recoveryLineage(s *stream) lineage {
+	first, _ := eventstore.DecodeMetadata(s.records[0].Metadata)
+	last := s.records[len(s.records)-1]
+	m, _ := eventstore.DecodeMetadata(last.Metadata)
+	l := lineage{correlation: first.CorrelationID, causation: last.ID, request: RequestIDs{Server: m.RequestID, Client: m.ClientRequestID}}
+	if l.correlation == "" {
+		l.correlation = m.CorrelationID
+	}
+	return l
 }
 
 // recoverIntent resumes one intent if it is live, has no rejection and its
@@ -423,7 +438,7 @@ func (h *Handler) recoverIntent(ctx context.Context, stream string) error {
 	if err != nil || run == nil || run.intent.Rejection != nil {
 		return err
 	}
-	ctx = WithCorrelationID(ctx, run.req.CorrelationID)
+	ctx = run.context(ctx)
 	now, err := h.now(ctx)
 	if err != nil {
 		return err
@@ -492,10 +507,14 @@ func (h *Handler) ExpireReservation(ctx context.Context, reservationID string) e
 		if c.Kind == domain.ClaimKindOrder {
 			return nil
 		}
-		res, err := h.loadReservation(ctx, reservationID)
+		res, rs, err := h.loadReservationStream(ctx, reservationID)
 		if err != nil {
 			return err
 		}
+		// The expiry follows from the hold: it keeps the reservation
+		// intent's correlation, and names the reservation's latest event
+		// as its cause.
+		ctx := withStreamCorrelation(ctx, rs)
 		now, err := h.now(ctx)
 		if err != nil {
 			return err

@@ -27,11 +27,11 @@ func (c ReserveSeatsCommand) Canonical() map[string]any {
 // answered the same to every repeat; domain.ErrContention (503) when bounded
 // retries on the show stream run out, never stored.
 func (h *Handler) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
-	ctx = WithCorrelationID(ctx, req.CorrelationID)
 	run, err := h.beginIntent(ctx, req, cmd.Canonical(), nil, nil)
 	if err != nil {
 		return domain.Reservation{}, Outcome{}, err
 	}
+	ctx = run.context(ctx)
 	return h.reserveSeats(ctx, run, cmd)
 }
 

@@ -38,7 +38,6 @@ func (c ScheduleShowCommand) Canonical() map[string]any {
 // first is in flight waits, then domain.ErrKeyInUse; a dependency failure
 // wraps domain.ErrUnavailable.
 func (h *Handler) ScheduleShow(ctx context.Context, req Request, cmd ScheduleShowCommand) (domain.Show, Outcome, error) {
-	ctx = WithCorrelationID(ctx, req.CorrelationID)
 	validate := func(now time.Time) error {
 		var probe domain.Show
 		_, err := probe.Schedule(domain.ScheduleShow{ShowID: "-", Name: cmd.Name, StartsAt: cmd.StartsAt, Capacity: cmd.Capacity, Price: cmd.Price}, now)
@@ -48,6 +47,7 @@ func (h *Handler) ScheduleShow(ctx context.Context, req Request, cmd ScheduleSho
 	if err != nil {
 		return domain.Show{}, Outcome{}, err
 	}
+	ctx = run.context(ctx)
 	// Run the command the intent recorded: a repeat that takes over may spell
 	// the name otherwise (the same fingerprint), and the show is named as
 	// the intent's first request sent it.

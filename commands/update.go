@@ -110,7 +110,10 @@ func (h *Handler) updateFrom(ctx context.Context, name string, from *stream, dec
 			return err
 		}
 		c.meta.OccurredAt = now
-		res, err := h.appendEvents(ctx, name, s.expected(), c.meta, c.events...)
+		// A fact recorded by whoever loaded the stream (a webhook, the
+		// reconciler) keeps the correlation of the intent that last acted
+		// on it.
+		res, err := h.appendEvents(withStreamCorrelation(ctx, s), name, s.expected(), c.meta, c.events...)
 		if err != nil {
 			return err
 		}

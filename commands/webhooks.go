@@ -127,6 +127,7 @@ func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) err
 	// A payment_intent.* event carries the payment's metadata: one that is
 	// not ours needs no fetch. A charge.* event carries none.
 	if !ev.IsPaymentEvent() || (strings.HasPrefix(ev.Type, "payment_intent.") && !h.ours(ev.Metadata)) {
+		ignoreWebhook(ctx)
 		h.log.DebugContext(ctx, "provider event ignored: not about a payment of this deployment", "event_id", ev.ID, "type", ev.Type)
 		return nil
 	}
@@ -134,6 +135,7 @@ func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) err
 	defer cancel()
 	p, err := h.payments.GetPayment(qctx, ev.PaymentID)
 	if errors.Is(err, provider.ErrNotFound) {
+		ignoreWebhook(ctx)
 		h.log.WarnContext(ctx, "provider event ignored: the provider knows no such payment", "event_id", ev.ID, "payment_id", ev.PaymentID)
 		return nil
 	}
@@ -141,21 +143,26 @@ func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) err
 		return unavailable(err)
 	}
 	if !h.ours(p.Metadata) {
+		ignoreWebhook(ctx)
 		h.log.DebugContext(ctx, "provider event ignored: the payment is not of this deployment", "event_id", ev.ID, "payment_id", p.ID)
 		return nil
 	}
 	orderID := p.OrderID()
-	o, _, err := h.LoadOrder(ctx, orderID)
+	o, s, err := h.LoadOrder(ctx, orderID)
 	if err != nil {
 		return err
 	}
 	if !o.Exists() {
 		return domain.ErrOrderNotFound.With("payment " + p.ID + " names an order this service does not know")
 	}
+	// The facts the notice records, and what follows from them, keep the
+	// correlation of the intent that last acted on the order.
+	ctx = withStreamCorrelation(ctx, s)
 	res := resultOf(p.Attempt(), p)
 	if p.Attempt() == 0 && res.Outcome != domain.OutcomeSucceeded {
 		// Every payment of an attempt names it; this one is no attempt's
 		// outcome (money that moved would still be recorded, and refunded).
+		ignoreWebhook(ctx)
 		h.log.WarnContext(ctx, "provider event ignored: a payment of the order that names no attempt", "event_id", ev.ID,
 			"order_id", orderID, "payment_id", p.ID)
 		return nil

@@ -366,6 +366,16 @@ type OrderNeedsReview struct {
 	Reason  string `json:"reason"`
 }
 
+// PaymentSecretsShredded records that the order's data key was deleted
+// (crypto-shredding) at ShreddedAt (the database clock): the payment token
+// and the provider request bytes sealed under it in this stream cannot be
+// read from then on. It is appended only after the key is gone, and once
+// per order (its id derives from the order).
+type PaymentSecretsShredded struct {
+	OrderID    string    `json:"order_id"`
+	ShreddedAt time.Time `json:"shredded_at"`
+}
+
 // ---- intent-{hash} ----
 
 // IntentRecorded opens an intent stream: the first request with an
@@ -481,6 +491,9 @@ func (RefundRefused) EventType() string { return "RefundRefused" }
 // EventType returns "OrderNeedsReview", the stable type name.
 func (OrderNeedsReview) EventType() string { return "OrderNeedsReview" }
 
+// EventType returns "PaymentSecretsShredded", the stable type name.
+func (PaymentSecretsShredded) EventType() string { return "PaymentSecretsShredded" }
+
 // EventType returns "IntentRecorded", the stable type name.
 func (IntentRecorded) EventType() string { return "IntentRecorded" }
 
@@ -501,6 +514,7 @@ func EventTypes() []Event {
 		OrderPlaced{}, PaymentAttemptStarted{}, PaymentSucceeded{}, PaymentFailed{}, PaymentOutcomeUnknown{},
 		PaymentActionRequired{}, OrderConfirmed{}, OrderFailed{}, OrderCancelRequested{}, OrderCancelled{},
 		RefundRequested{}, RefundSucceeded{}, RefundRefused{}, OrderNeedsReview{},
+		PaymentSecretsShredded{},
 		IntentRecorded{}, IntentResumed{}, IntentRejected{},
 	}
 }

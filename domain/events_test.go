@@ -153,6 +153,7 @@ func goldenEvents() map[string][]golden {
 		v1(domain.RefundSucceeded{OrderID: goldenOrderID, ChargeID: goldenChargeID, RefundID: goldenRefundID, Amount: goldenAmount}),
 		v1(domain.RefundRefused{OrderID: goldenOrderID, ChargeID: goldenChargeID, Code: "resource_missing", Reason: "No such charge."}),
 		v1(domain.OrderNeedsReview{OrderID: goldenOrderID, Reason: "two successful charges: " + goldenChargeID + " and " + goldenChargeID2}),
+		v1(domain.PaymentSecretsShredded{OrderID: goldenOrderID, ShreddedAt: time.Date(2030, 5, 20, 10, 20, 0, 123456000, time.UTC)}),
 
 		// Version 1 held the payment token in clear in Private; version 2 has
 		// no private part (the token waits sealed in the key table).

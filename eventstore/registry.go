@@ -58,13 +58,24 @@ func (r *Registry) Known(name string) bool { _, ok := r.types[name]; return ok }
 // Metadata is the JSON metadata stored with every event (see ARCHITECTURE.md,
 // Key lineage, for how each member is derived): who
 // caused it, under which intent stream, the correlation and causation ids,
-// when it happened (database clock or an injected clock, UTC) and the schema
-// version of its data.
+// the request behind it, when it happened (database clock or an injected
+// clock, UTC) and the schema version of its data.
 type Metadata struct {
-	Actor         string `json:"actor,omitempty"`
-	Intent        string `json:"intent,omitempty"`
+	Actor  string `json:"actor,omitempty"`
+	Intent string `json:"intent,omitempty"`
+	// CorrelationID is the server-assigned id of the HTTP request that
+	// caused the event's intent (never a client's id), kept by every event
+	// that follows from it, whoever appends it.
 	CorrelationID string `json:"correlation_id,omitempty"`
-	CausationID   string `json:"causation_id,omitempty"`
+	// CausationID is the id of what caused the event: another event's id,
+	// or the server-assigned id of the request that decided it.
+	CausationID string `json:"causation_id,omitempty"`
+	// RequestID is the server-assigned id of the HTTP request that caused
+	// the event: the one that appended it, or for an event that follows
+	// from another, that event's RequestID. ClientRequestID is that
+	// request's own X-Request-Id when the client sent a valid one.
+	RequestID       string `json:"request_id,omitempty"`
+	ClientRequestID string `json:"client_request_id,omitempty"`
 	// ObservedBy names who observed a provider fact the event records:
 	// "send" (the answer to the service's own call), "reconciliation" (a
 	// look-up of the attempt at the provider) or "webhook" (a provider

@@ -193,10 +193,12 @@ func TestRegistryMetadataRoundTrip(t *testing.T) {
 		wantJSON string
 	}{
 		{name: "Full metadata round-trips.",
-			meta: eventstore.Metadata{Actor: "user-2f8e1c", Intent: "intent-abc", CorrelationID: "req-1",
-				CausationID: regEventID, OccurredAt: occurred, SchemaVersion: 1},
-			wantJSON: `{"actor":"user-2f8e1c","intent":"intent-abc","correlation_id":"req-1","causation_id":"` + regEventID +
-				`","occurred_at":"2030-05-20T10:03:07.654321Z","schema_version":1}`},
+			meta: eventstore.Metadata{Actor: "user-2f8e1c", Intent: "intent-abc", CorrelationID: "0197c000-0000-7000-8000-0000000000c1",
+				CausationID: regEventID, RequestID: "0197c000-0000-7000-8000-0000000000c2", ClientRequestID: "checkout-42",
+				ObservedBy: "webhook", OccurredAt: occurred, SchemaVersion: 1},
+			wantJSON: `{"actor":"user-2f8e1c","intent":"intent-abc","correlation_id":"0197c000-0000-7000-8000-0000000000c1","causation_id":"` + regEventID +
+				`","request_id":"0197c000-0000-7000-8000-0000000000c2","client_request_id":"checkout-42","observed_by":"webhook",` +
+				`"occurred_at":"2030-05-20T10:03:07.654321Z","schema_version":1}`},
 		{name: "Metadata without actor, intent, correlation or causation omits them.",
 			meta:     eventstore.Metadata{OccurredAt: occurred, SchemaVersion: 1},
 			wantJSON: `{"occurred_at":"2030-05-20T10:03:07.654321Z","schema_version":1}`},

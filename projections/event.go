@@ -193,6 +193,10 @@ type intentRecorded struct {
 	} `json:"command"`
 }
 
+type secretsShredded struct { // PaymentSecretsShredded
+	ShreddedAt time.Time `json:"shredded_at"`
+}
+
 type intentResumed struct {
 	Executor   string    `json:"executor"`
 	LeaseUntil time.Time `json:"lease_until"`

@@ -204,9 +204,12 @@ func (w workload) show(ctx context.Context, a *appender, rng *rand.Rand) {
 			a.add(ctx, domain.ReservationStream(resID), domain.ReservationReleased{ReservationID: resID, OrderID: orderID, Reason: reason})
 		}
 		switch r := rng.IntN(100); {
-		case r < 60: // paid
+		case r < 60: // paid (and, 1 in 2, its key deleted since)
 			a.add(ctx, order, start(1), domain.PaymentSucceeded{OrderID: orderID, Attempt: 1, ChargeID: charge, Amount: amount},
 				domain.OrderConfirmed{OrderID: orderID, Tickets: tickets})
+			if rng.IntN(2) == 0 {
+				a.add(ctx, order, domain.PaymentSecretsShredded{OrderID: orderID, ShreddedAt: epoch.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)})
+			}
 		case r < 72: // declined
 			a.add(ctx, order, start(1), domain.PaymentFailed{OrderID: orderID, Attempt: 1, ChargeID: charge, Code: "card_declined", Reason: "declined"},
 				domain.OrderFailed{OrderID: orderID, Reason: domain.FailPaymentDeclined})
@@ -261,7 +264,9 @@ type model struct {
 	resRev       map[string]int64
 	orders       map[string]*domain.Order
 	orderRev     map[string]int64
-	events       int
+	// shredded is the shredded_at of each order's PaymentSecretsShredded.
+	shredded map[string]time.Time
+	events   int
 }
 
 func mustModel(tb testing.TB, ctx context.Context, db *testDB) *model {
@@ -275,7 +280,7 @@ func mustModel(tb testing.TB, ctx context.Context, db *testDB) *model {
 	waitHorizon(tb, ctx, db)
 	store := db.store
 	m := &model{shows: map[string]*domain.Show{}, showRev: map[string]int64{}, reservations: map[string]*domain.Reservation{},
-		resRev: map[string]int64{}, orders: map[string]*domain.Order{}, orderRev: map[string]int64{}}
+		resRev: map[string]int64{}, orders: map[string]*domain.Order{}, orderRev: map[string]int64{}, shredded: map[string]time.Time{}}
 	var after eventstore.Position
 	for {
 		batch, err := store.ReadAll(ctx, after, 5000)
@@ -298,6 +303,9 @@ func mustModel(tb testing.TB, ctx context.Context, db *testDB) *model {
 				foldInto(m.reservations, m.resRev, id(reservationPrefix), e, rev)
 			case len(r.Stream) > len(orderPrefix) && r.Stream[:len(orderPrefix)] == orderPrefix:
 				foldInto(m.orders, m.orderRev, id(orderPrefix), e, rev)
+				if sh, ok := e.(domain.PaymentSecretsShredded); ok {
+					m.shredded[id(orderPrefix)] = sh.ShreddedAt
+				}
 			}
 		}
 		if len(batch) < 5000 {
@@ -415,7 +423,7 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 	}
 	// Orders.
 	seen = eachRow(tb, ctx, db, `SELECT id::text, status, attempts, payment_status, charge_id, ticket_count, revision, unknown_since IS NOT NULL,
-		refunds_pending, refunds_refused, refund_pending_since IS NOT NULL
+		refunds_pending, refunds_refused, refund_pending_since IS NOT NULL, secrets_shredded_at
 		FROM rm_orders`, func(scan func(dest ...any)) {
 		var (
 			id, status, pay, charge string
@@ -423,8 +431,12 @@ func checkModel(tb testing.TB, ctx context.Context, db *testDB) {
 			rev                     int64
 			unknown, since          bool
 			pending, refused        int
+			shredded                *time.Time
 		)
-		scan(&id, &status, &attempts, &pay, &charge, &tickets, &rev, &unknown, &pending, &refused, &since)
+		scan(&id, &status, &attempts, &pay, &charge, &tickets, &rev, &unknown, &pending, &refused, &since, &shredded)
+		if want, ok := m.shredded[id]; ok != (shredded != nil) || (ok && !shredded.Equal(want)) {
+			tb.Errorf("order %s: secrets_shredded_at %v, want %v (recorded %t)", id, shredded, want, ok)
+		}
 		o := m.orders[id]
 		if o == nil {
 			tb.Errorf("rm_orders has %s the store does not", id)

@@ -34,14 +34,16 @@ var ordersTable = &tableSpec{name: "rm_orders", cols: []column{
 	{"last_outcome", "text"}, {"unknown_since", "timestamptz"}, {"charge_id", "text"}, {"refunds", "jsonb"},
 	{"ticket_count", "integer"}, {"ticket_ids", "jsonb"}, {"created_at", "timestamptz"}, {"updated_at", "timestamptz"},
 	{"revision", "bigint"}, {"refund_backlog", "jsonb"}, {"refunds_pending", "integer"}, {"refund_pending_since", "timestamptz"},
-	{"refunds_refused", "integer"},
+	{"refunds_refused", "integer"}, {"secrets_shredded_at", "timestamptz"},
 }}
 
 // orderRow is a row of rm_orders. LastOutcome is the outcome of attempt
 // Attempts (the current one); Refunds maps charge ids to "requested" or
 // "succeeded" (a refund the provider refused stays "requested": it is still
 // owed, and the order is in review); RefundBacklog holds the refunds not
-// succeeded, from which the backlog columns are derived.
+// succeeded, from which the backlog columns are derived. SecretsShreddedAt
+// is when the order's data key was deleted (PaymentSecretsShredded's
+// shredded_at), nil until that is recorded.
 type orderRow struct {
 	ID, Actor, ReservationID, ShowID, Intent string
 	Status, FailReason, ReviewReason         string
@@ -57,6 +59,7 @@ type orderRow struct {
 	CreatedAt, UpdatedAt                     time.Time
 	Revision                                 int64
 	RefundBacklog                            map[string]refundDue
+	SecretsShreddedAt                        *time.Time
 }
 
 // refundDue is an entry of rm_orders.refund_backlog: a refund requested at
@@ -102,10 +105,11 @@ func scanOrder(row pgx.Row) (*orderRow, error) {
 		backlog           string
 		pending, refused  int64 // derived from backlog when written
 		pendingSince      *time.Time
+		shredded          *time.Time
 	)
 	if err := row.Scan(&r.ID, &r.Actor, &r.ReservationID, &r.ShowID, &r.Intent, &r.Status, &r.FailReason, &r.ReviewReason,
 		&r.Quantity, &r.Amount, &r.Currency, &deadline, &r.Attempts, &r.LastOutcome, &unknown, &r.ChargeID, &refunds,
-		&ticketCount, &tickets, &cr, &upd, &r.Revision, &backlog, &pending, &pendingSince, &refused); err != nil {
+		&ticketCount, &tickets, &cr, &upd, &r.Revision, &backlog, &pending, &pendingSince, &refused, &shredded); err != nil {
 		return nil, fmt.Errorf("scan rm_orders: %w", err)
 	}
 	if err := json.Unmarshal([]byte(refunds), &r.Refunds); err != nil {
@@ -125,6 +129,10 @@ func scanOrder(row pgx.Row) (*orderRow, error) {
 	if unknown != nil {
 		u := unknown.UTC()
 		r.UnknownSince = &u
+	}
+	if shredded != nil {
+		u := shredded.UTC()
+		r.SecretsShreddedAt = &u
 	}
 	return &r, nil
 }
@@ -147,7 +155,7 @@ func orderText(r *orderRow) []pgtype.Text {
 		txt(r.FailReason), txt(r.ReviewReason), txtInt(r.Quantity), txtInt(r.Amount), txt(r.Currency), txtTime(r.PaymentDeadline),
 		txtInt(r.Attempts), txt(r.LastOutcome), txtTimePtr(r.UnknownSince), txt(r.ChargeID), txt(string(refunds)),
 		txtInt(int64(len(r.TicketIDs))), txt(string(tickets)), txtTime(r.CreatedAt), txtTime(r.UpdatedAt), txtInt(r.Revision),
-		txt(string(backlog)), txtInt(pending), txtTimePtr(since), txtInt(refused)}
+		txt(string(backlog)), txtInt(pending), txtTimePtr(since), txtInt(refused), txtTimePtr(r.SecretsShreddedAt)}
 }
 
 // Orders returns the projection of order streams into rm_orders.
@@ -162,7 +170,7 @@ type ordersFold struct{ orders *rowSet[orderRow] }
 var orderEvents = map[string]bool{"OrderPlaced": true, "PaymentAttemptStarted": true, "PaymentSucceeded": true,
 	"PaymentFailed": true, "PaymentOutcomeUnknown": true, "PaymentActionRequired": true, "OrderConfirmed": true, "OrderFailed": true,
 	"OrderCancelRequested": true, "OrderCancelled": true, "RefundRequested": true, "RefundSucceeded": true, "RefundRefused": true,
-	"OrderNeedsReview": true}
+	"OrderNeedsReview": true, "PaymentSecretsShredded": true}
 
 func (f *ordersFold) loaders() []rowLoader { return []rowLoader{f.orders} }
 func (f *ordersFold) finish(*queue)        {}
@@ -268,6 +276,16 @@ func (f *ordersFold) apply(e *envelope) error {
 		} else {
 			r.Status, r.ReviewReason = "needs_review", o.Reason
 		}
+	case "PaymentSecretsShredded":
+		// Not a change of the order the API shows: updated_at stays.
+		var p secretsShredded
+		if err := e.decode(&p); err != nil {
+			return err
+		}
+		at := micro(p.ShreddedAt)
+		r.SecretsShreddedAt, r.Revision = &at, e.revision
+		f.orders.put(r)
+		return nil
 	case "OrderCancelRequested":
 		r.Status = "cancelling"
 	case "OrderCancelled":

@@ -11,7 +11,9 @@ package test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -27,9 +29,19 @@ const crashBound = 60 * time.Second
 // wantEvents checks the number of events of every type in the store: each
 // type in exact has exactly that many, each type in atLeast at least that
 // many (steps a loaded machine may repeat, such as a renewed lease), and
-// every other type none.
+// every other type none. Every order that can send no more has its key
+// deleted and its erasure recorded once: unless exact names
+// PaymentSecretsShredded, wantEvents waits for those (waitErasures) and
+// expects one per such order.
 func (s *server) wantEvents(t testing.TB, exact, atLeast map[string]int) {
 	t.Helper()
+	if _, ok := exact["PaymentSecretsShredded"]; !ok {
+		if ended := s.sendingEndedOrders(t); len(ended) > 0 {
+			s.waitErasures(t, ended...)
+			exact = maps.Clone(exact)
+			exact["PaymentSecretsShredded"] = len(ended)
+		}
+	}
 	got := s.typeCounts(t)
 	var bad []string
 	for typ, n := range exact {
@@ -55,6 +67,26 @@ func (s *server) wantEvents(t testing.TB, exact, atLeast map[string]int) {
 		sort.Strings(bad)
 		t.Errorf("event store: %s (all: %v)", strings.Join(bad, "; "), got)
 	}
+}
+
+// sendingEndedOrders returns the ids of the orders whose stream has an
+// event after which the order sends nothing more (sendingEnds): their keys
+// are deleted.
+func (s *server) sendingEndedOrders(t testing.TB) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range s.readLog(t) {
+		id, ok := strings.CutPrefix(e.Stream, "order-")
+		if !ok || seen[id] {
+			continue
+		}
+		if slices.Contains(sendingEnds, e.Type) {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // crashCall sends c with a client that never reuses connections and expects

@@ -103,9 +103,11 @@ func TestOrder_ConfirmedWithOneTicketPerSeat(t *testing.T) {
 			t.Errorf("event store: stream %s = %v, want %v", stream, got, want)
 		}
 	}
-	if got := s.streamTypes(t, "order-"+id); len(got) < 2 || got[0] != "OrderPlaced" || got[len(got)-1] != "OrderConfirmed" ||
-		count(got, "PaymentSucceeded") != 1 {
-		t.Errorf("event store: stream order-%s = %v, want OrderPlaced first, OrderConfirmed last, one PaymentSucceeded", id, got)
+	// Settled, the order's key is gone and its erasure recorded last.
+	s.settle(t)
+	if got := s.streamTypes(t, "order-"+id); len(got) < 3 || got[0] != "OrderPlaced" || got[len(got)-2] != "OrderConfirmed" ||
+		got[len(got)-1] != "PaymentSecretsShredded" || count(got, "PaymentSucceeded") != 1 {
+		t.Errorf("event store: stream order-%s = %v, want OrderPlaced first, OrderConfirmed then PaymentSecretsShredded last, one PaymentSucceeded", id, got)
 	}
 	if c.Net != 3*priceAmount {
 		t.Errorf("GET /_sim/charges: net %d, want %d", c.Net, 3*priceAmount)

@@ -20,10 +20,14 @@ type explainItem struct {
 	} `json:"outcome"`
 	Fingerprint      string `json:"fingerprint"`
 	CanonicalVersion int    `json:"canonical_version"`
+	CorrelationID    string `json:"correlation_id"`
 	Timeline         []struct {
 		Step, Event, Stream, Position string
 		ObservedBy                    string `json:"observed_by"`
 		Attempt                       int    `json:"attempt"`
+		RequestID                     string `json:"request_id"`
+		ClientRequestID               string `json:"client_request_id"`
+		CausationID                   string `json:"causation_id"`
 	} `json:"timeline"`
 	Payments []struct {
 		Attempt         int    `json:"attempt"`
@@ -69,8 +73,10 @@ func hasStep(it explainItem, step string) bool {
 
 // TestExplain_OwnIntentsAreListedAndOthersAreInvisible: one key used by
 // alice on a reservation and on an order is two intents, each with its
-// timeline and outcome; bob, asking for the same key, sees none; a missing
-// key is 400.
+// timeline and outcome; every entry names the request that caused it (the
+// service's id, the correlation id of its intent, with the client's
+// X-Request-Id beside it) and its cause; bob, asking for the same key, sees
+// none; a missing key is 400.
 func TestExplain_OwnIntentsAreListedAndOthersAreInvisible(t *testing.T) {
 	t.Parallel()
 	s := mustStart(t, Options{})
@@ -79,7 +85,10 @@ func TestExplain_OwnIntentsAreListedAndOthersAreInvisible(t *testing.T) {
 	r := s.do(t, "POST", "/v1/reservations", tokAlice, key, map[string]any{"show_id": show, "quantity": 2})
 	wantStatus(t, r, http.StatusCreated)
 	res := r.str("id")
-	o := s.mustOrder(t, tokAlice, key, res, "tok_visa")
+	oc := orderCall(tokAlice, key, res, "tok_visa")
+	oc.Header = map[string]string{"X-Request-Id": "explain-order-1"}
+	o := s.doCall(t, oc)
+	wantStatus(t, o, http.StatusCreated)
 
 	items := s.explain(t, tokAlice, key)
 	if len(items) != 2 {
@@ -99,6 +108,25 @@ func TestExplain_OwnIntentsAreListedAndOthersAreInvisible(t *testing.T) {
 	for _, step := range []string{"intent_recorded", "order_claimed", "order_placed", "payment_attempt_started", "payment_succeeded", "order_confirmed"} {
 		if !hasStep(ov, step) {
 			t.Errorf("order timeline %v lacks %s", ov.steps(), step)
+		}
+	}
+	if !isUUIDv7(ov.CorrelationID) || rv.CorrelationID == ov.CorrelationID {
+		t.Errorf("correlation ids: reservation %q, order %q; want two UUIDv7s of the two requests", rv.CorrelationID, ov.CorrelationID)
+	}
+	for _, e := range ov.Timeline {
+		if e.CausationID == "" {
+			t.Errorf("order timeline: %s at %s has no causation_id", e.Step, e.Position)
+		}
+		// The webhook is a request of its own: a fact it recorded names it.
+		if e.ObservedBy == "webhook" {
+			if !isUUIDv7(e.RequestID) || e.RequestID == ov.CorrelationID {
+				t.Errorf("order timeline: %s observed by the webhook names request %q, want the webhook's own", e.Step, e.RequestID)
+			}
+			continue
+		}
+		if e.RequestID != ov.CorrelationID || e.ClientRequestID != "explain-order-1" {
+			t.Errorf("order timeline: %s names request %q (client %q), want %s (client explain-order-1)",
+				e.Step, e.RequestID, e.ClientRequestID, ov.CorrelationID)
 		}
 	}
 	if len(ov.Payments) != 1 || ov.Payments[0].Outcome != "succeeded" || ov.Payments[0].ProviderKey != "order-"+o.str("id")+"-1" {

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // samples returns every sample of GET /metrics (the admin listener's) by
@@ -30,11 +33,41 @@ func (s *server) samples(t testing.TB) map[string]float64 {
 }
 
 // funnelCounters are the name prefixes of the funnel's counters, whose
-// every series a step must leave unchanged unless it names it.
+// every series a step must leave unchanged unless it names it. The
+// webhook and erasure counters move on their own (a provider notice, the
+// reconciler's erasure pass): their steps check them with checkSeries.
 var funnelCounters = []string{
 	"booking_idempotency_fingerprint_conflicts_total", "booking_idempotency_replays_total",
 	"booking_idempotency_in_use_total", "booking_redundant_effects_total",
 	"booking_retry_budget_exceeded_total", "booking_payment_reconciliations_total",
+	"booking_intents_total", "booking_intent_refusals_total",
+}
+
+// checkSeries compares two scrapes for the series of one metric name:
+// every series in want changed by exactly its value, every other one not
+// at all.
+func checkSeries(t testing.TB, step, name string, before, after map[string]float64, want map[string]float64) {
+	t.Helper()
+	found := false
+	for series, v := range after {
+		if series != name && !strings.HasPrefix(series, name+"{") {
+			continue
+		}
+		found = true
+		if d := v - before[series]; d != want[series] {
+			t.Errorf("%s: %s changed by %v, want %v", step, series, d, want[series])
+		}
+	}
+	if !found {
+		t.Errorf("%s: GET /metrics has no %s", step, name)
+	}
+}
+
+// signedNotice posts body to the webhook route signed with the simulator's
+// webhook secret (an external simulator's) and returns the answer.
+func (s *server) signedNotice(t testing.TB, body []byte) *resp {
+	t.Helper()
+	return s.postWebhook(t, body, signWebhook(body, time.Now(), []byte(webhookSecret)))
 }
 
 // checkDeltas compares two scrapes: every series in want changed by exactly
@@ -114,7 +147,7 @@ func (s *server) waitGauge(t testing.TB, name, what string, ok func(v float64) b
 //     pending back to 0.
 func TestMetrics_FunnelDeltas(t *testing.T) {
 	t.Parallel()
-	s := mustStart(t, Options{Env: fastEnv(
+	s := mustStart(t, Options{ExternalSim: true, Env: fastEnv(
 		"BOOKING_IN_USE_WAIT", "1s", "BOOKING_INTENT_LEASE", "30s",
 		"BOOKING_RETRY_BUDGET_RATE", "1", "BOOKING_RETRY_BUDGET_BURST", "10")})
 	show := s.mustCreateShow(t, 10)
@@ -122,6 +155,12 @@ func TestMetrics_FunnelDeltas(t *testing.T) {
 	inUse := "booking_idempotency_in_use_total" + op
 	replays := "booking_idempotency_replays_total" + op
 	conflicts := "booking_idempotency_fingerprint_conflicts_total" + op
+	intents := func(result string) string {
+		return fmt.Sprintf(`booking_intents_total{operation="POST /v1/orders",result=%q}`, result)
+	}
+	refusals := func(code string) string { return fmt.Sprintf(`booking_intent_refusals_total{code=%q}`, code) }
+	webhooks := func(result string) string { return fmt.Sprintf(`booking_webhooks_total{result=%q}`, result) }
+	erasures := func(result string) string { return fmt.Sprintf(`booking_erasures_total{result=%q}`, result) }
 	recon := func(result string) string {
 		return fmt.Sprintf("booking_payment_reconciliations_total{result=%q}", result)
 	}
@@ -136,7 +175,8 @@ func TestMetrics_FunnelDeltas(t *testing.T) {
 	s.waitHeld(t, "order.claiming", 1)
 	s.waitGauge(t, "booking_intents_pending", "1 while the order is held", func(v float64) bool { return v == 1 })
 	checkProblem(t, s.doCall(t, c), http.StatusConflict, "idempotency-key-in-use")
-	checkDeltas(t, "a repeat while held", before, s.samples(t), map[string]float64{inUse: 1, replays: 1}, nil)
+	checkDeltas(t, "a repeat while held", before, s.samples(t), map[string]float64{inUse: 1, replays: 1,
+		intents("created"): 1, intents("replayed"): 1, intents("waited"): 1, intents("in_use"): 1}, nil)
 	s.releaseHold(t, "order.claiming")
 	f := <-first
 	if f.r == nil {
@@ -148,10 +188,15 @@ func TestMetrics_FunnelDeltas(t *testing.T) {
 	// ---- replay, fingerprint conflict
 	before = s.samples(t)
 	s.checkReplayedOrder(t, c, f.r.str("id"))
-	checkDeltas(t, "a replay", before, s.samples(t), map[string]float64{replays: 1}, nil)
+	checkDeltas(t, "a replay", before, s.samples(t), map[string]float64{replays: 1, intents("replayed"): 1}, nil)
 	before = s.samples(t)
 	checkProblem(t, s.doCall(t, orderCall(tokAlice, *c.Key, res, "tok_decline")), http.StatusUnprocessableEntity, "idempotency-key-reused")
-	checkDeltas(t, "a changed body", before, s.samples(t), map[string]float64{conflicts: 1}, nil)
+	checkDeltas(t, "a changed body", before, s.samples(t), map[string]float64{conflicts: 1,
+		intents("refused"): 1, refusals("idempotency-key-reused"): 1}, nil)
+	before = s.samples(t)
+	checkProblem(t, s.doCall(t, orderCall(tokAlice, newKey(), res, "tok_visa")), http.StatusConflict, "reservation-already-ordered")
+	checkDeltas(t, "a fresh key for the ordered reservation", before, s.samples(t), map[string]float64{
+		intents("created"): 1, intents("refused"): 1, refusals("reservation-already-ordered"): 1}, nil)
 
 	// ---- retry budget: bob's POSTs until the first 429 (burst 10, 1/s)
 	before = s.samples(t)
@@ -197,7 +242,7 @@ func TestMetrics_FunnelDeltas(t *testing.T) {
 		// While the provider is slower than the timeout its list fails too,
 		// and the attempt's own lease is renewed for the same-key resends:
 		// how often depends on the machine's pace.
-		map[string]float64{recon("found_succeeded"): 1}, map[string]float64{recon("list_failed"): 0, recon("lease_renewed"): 0})
+		map[string]float64{recon("found_succeeded"): 1, intents("created"): 1}, map[string]float64{recon("list_failed"): 0, recon("lease_renewed"): 0})
 
 	// ---- redundant effect, refunds pending
 	res3 := s.mustReserve(t, tokAlice, show, 2)
@@ -222,4 +267,76 @@ func TestMetrics_FunnelDeltas(t *testing.T) {
 	s.settle(t)
 	s.waitWebhooksDelivered(t)
 	s.waitGauge(t, "booking_intents_pending", "0 at the end", func(v float64) bool { return v == 0 })
+
+	// ---- webhooks by result, each notice posted by the test (the
+	// simulator's own held from here on)
+	s.pauseWebhooks(t)
+	notice := func(step string, body []byte, status int, result string) {
+		t.Helper()
+		before := s.samples(t)
+		r := s.signedNotice(t, body)
+		wantStatus(t, r, status)
+		checkSeries(t, step, "booking_webhooks_total", before, s.samples(t), map[string]float64{webhooks(result): 1})
+	}
+	before = s.samples(t)
+	wantStatus(t, s.doCall(t, call{Method: "POST", Path: "/v1/provider/webhooks", Body: []byte(`{"id":"evt_x"}`),
+		Header: map[string]string{"Stripe-Signature": "t=1,v1=00"}}), http.StatusBadRequest)
+	checkSeries(t, "a bad signature", "booking_webhooks_total", before, s.samples(t), map[string]float64{webhooks("bad_signature"): 1})
+	notice("a body that is no event", []byte("not json"), http.StatusBadRequest, "invalid")
+	// The simulator's events: the one it delivered for the first order,
+	// and those of the PaymentIntents made below (held, never delivered).
+	eventOf := func(typ, paymentID string) []byte {
+		t.Helper()
+		for _, e := range s.simEvents(t) {
+			if e.Type == typ && e.Data.Object.ID == paymentID {
+				return e.raw
+			}
+		}
+		t.Fatalf("GET /_sim/events: no %s of %s", typ, paymentID)
+		return nil
+	}
+	paid := s.orderMoney(t, f.r.str("id"))
+	if len(paid.All) != 1 {
+		t.Fatalf("simulator: order %s payments %+v, want one", f.r.str("id"), paid)
+	}
+	delivered := eventOf("payment_intent.succeeded", paid.All[0].ID)
+	var other map[string]any // the same event, as another kind of object's under another id
+	if err := json.Unmarshal(delivered, &other); err != nil {
+		t.Fatal(err)
+	}
+	other["id"], other["type"] = "evt_e2e_customer", "customer.created"
+	otherBody, err := json.Marshal(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notice("an event of another kind", otherBody, http.StatusNoContent, "ignored")
+	notice("a notice delivered before", delivered, http.StatusNoContent, "duplicate")
+	stray := s.simMakePayment(t, "tok_decline", uuid.NewString(), 1, priceAmount, nil)
+	notice("a payment of no order", eventOf("payment_intent.payment_failed", stray), http.StatusNotFound, "unknown_order")
+	extra := s.simMakePayment(t, "tok_visa", f.r.str("id"), 1, 2*priceAmount, nil)
+	before = s.samples(t)
+	notice("a second payment of a confirmed order", eventOf("payment_intent.succeeded", extra), http.StatusNoContent, "accepted")
+	if !eventually(60*time.Second, func() bool { return s.orderMoney(t, f.r.str("id")).Net == 2*priceAmount }) {
+		t.Errorf("simulator: order %s charges %+v, want the second charge refunded", f.r.str("id"), s.orderMoney(t, f.r.str("id")))
+	}
+	checkDeltas(t, "a second charge of a confirmed order", before, s.samples(t), map[string]float64{
+		"booking_redundant_effects_total": 1, recon("refund_recorded"): 1}, map[string]float64{recon("refund_pending"): 0})
+
+	// ---- erasures: the keys of the ended orders (and of the refused
+	// order, which never existed) are deleted and recorded by the
+	// reconciler; the event store's clock is PostgreSQL's
+	if !eventually(60*time.Second, func() bool {
+		return s.queryInt(t, `SELECT count(*) FROM order_keys`) == 0 && s.queryInt(t, `SELECT count(*) FROM order_key_erasures`) == 0
+	}) {
+		t.Fatalf("after 60 s: %d order keys, %d erasures to record; want none", s.queryInt(t, `SELECT count(*) FROM order_keys`),
+			s.queryInt(t, `SELECT count(*) FROM order_key_erasures`))
+	}
+	end := s.samples(t)
+	if shredded := s.countType(t, "order-", "PaymentSecretsShredded"); shredded != 3 || end[erasures("recorded")] != 3 || end[erasures("no_order")] != 1 {
+		t.Errorf("erasures: %d PaymentSecretsShredded, booking_erasures_total recorded %v, no_order %v; want 3 (the ended orders), 3, 1 (the refused order)",
+			shredded, end[erasures("recorded")], end[erasures("no_order")])
+	}
+	if skew, ok := end["booking_event_store_clock_skew_seconds"]; !ok || skew < -1 || skew > 1 {
+		t.Errorf("booking_event_store_clock_skew_seconds = %v (present %t), want about 0 on PostgreSQL", skew, ok)
+	}
 }

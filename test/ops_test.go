@@ -10,10 +10,12 @@ import (
 )
 
 // TestRequestIDs: with JSON logs, a client's X-Request-Id is echoed, is the
-// correlation id of the events its request appended (the intent's and the
-// show's), and is on the request's access line with method, route template,
-// status and actor; a request without one gets a new UUIDv7, also in its
-// problem details; a repeat carries its own id, not the first request's.
+// client_request_id of the events its request appended (the intent's and
+// the show's), whose correlation_id is the server's id of the request, and
+// both are on the request's access line with method, route template,
+// status and actor; a request without one is answered with the server's
+// UUIDv7, also in its problem details; a repeat carries its own id, not the
+// first request's.
 func TestRequestIDs(t *testing.T) {
 	t.Parallel()
 	s := mustStart(t, Options{Env: map[string]string{"BOOKING_LOG_FORMAT": "json"}})
@@ -24,17 +26,18 @@ func TestRequestIDs(t *testing.T) {
 		t.Fatalf("POST /v1/shows = %d with X-Request-Id %q, want 201 with e2e-show-1", r.Status, r.Header.Get("X-Request-Id"))
 	}
 	s.waitHorizon(t)
+	correlations := map[string]bool{}
 	for _, prefix := range []string{"intent-", "show-"} {
 		evs := s.logEvents(t, prefix, "")
 		if len(evs) != 1 {
 			t.Fatalf("%d events on %s streams, want 1", len(evs), prefix)
 		}
-		var meta struct {
-			CorrelationID string `json:"correlation_id"`
+		m := metaOf(t, evs[0])
+		if m.ClientRequestID != "e2e-show-1" || !isUUIDv7(m.CorrelationID) || m.RequestID != m.CorrelationID {
+			t.Errorf("%s %s metadata client_request_id %q, correlation_id %q, request_id %q; want e2e-show-1 and the server's UUIDv7 twice",
+				evs[0].Stream, evs[0].Type, m.ClientRequestID, m.CorrelationID, m.RequestID)
 		}
-		if err := json.Unmarshal(evs[0].Metadata, &meta); err != nil || meta.CorrelationID != "e2e-show-1" {
-			t.Errorf("%s %s metadata correlation_id = %q (%v), want e2e-show-1", evs[0].Stream, evs[0].Type, meta.CorrelationID, err)
-		}
+		correlations[m.CorrelationID] = true
 	}
 
 	again := s.doCall(t, call{Method: "POST", Path: "/v1/shows", Token: tokAdmin, Key: keyOf(key), Body: body})
@@ -62,13 +65,20 @@ func TestRequestIDs(t *testing.T) {
 			if json.Unmarshal([]byte(l), &line) != nil || line["msg"] != "http request" {
 				continue
 			}
-			if rid, _ := line["request_id"].(string); want[rid] != nil {
+			rid, _ := line["request_id"].(string)
+			if c, _ := line["client_request_id"].(string); c != "" {
+				rid = c // answered with the client's id
+			}
+			if want[rid] != nil {
 				lines[rid] = line
 			}
 		}
 		return len(lines) == len(want)
 	}) {
 		t.Fatalf("booking serve logged access lines for %d of %d requests:\n%s", len(lines), len(want), tail(s.logs.String(), 4000))
+	}
+	if srv, _ := lines["e2e-show-1"]["request_id"].(string); len(correlations) != 1 || !correlations[srv] {
+		t.Errorf("access line of e2e-show-1: request_id %q, want the events' correlation_id %v", srv, correlations)
 	}
 	for rid, w := range want {
 		for k, v := range w {

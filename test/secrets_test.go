@@ -201,6 +201,9 @@ func TestSecrets_NoTokenInClearAfterMixedWorkloadAndCrash(t *testing.T) {
 	if n := s.queryInt(t, `SELECT count(*) FROM order_keys WHERE order_id = $1 AND held_token IS NULL`, pending.id); n != 1 {
 		t.Errorf("order_keys: the pending order's key (without a held token) is missing")
 	}
+	// Each deleted key's erasure is recorded once in its order's stream (and
+	// projected) before the read models are compared below.
+	s.waitErasures(t, crashedID, confirmed.id, declined.id, refunded.id, cancelling.id)
 	for _, o := range append(ended, placedOrder{id: crashedID}) {
 		if n := s.queryInt(t, `SELECT count(*) FROM order_keys WHERE order_id = $1`, o.id); n != 0 {
 			t.Errorf("order_keys: ended order %s still has its key", o.id)

@@ -129,6 +129,7 @@ type loadgenCmd struct {
 	Retention    time.Duration `name:"intent-retention" env:"BOOKING_INTENT_RETENTION" default:"24h" help:"The service's intent retention, which the audit's replay of the intents read model applies."`
 	DatabaseURL  string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL of the service's database: the audit reads the event log and compares the read models with a replay (empty: those rows are skipped)."`
 	NATSURL      string        `name:"nats-url" env:"BOOKING_NATS_URL" help:"NATS server holding stream BOOKING, which the audit reads (empty: that row is skipped)."`
+	MinSuccess   float64       `name:"min-success" default:"0.5" help:"Share (0–1) of the bookings meant to succeed (not abandoned, not paid with a declining card) that must end confirmed; fewer, or none at all, makes the run inconclusive (exit 3)."`
 	Report       string        `name:"report" help:"Also write the report as JSON to this file."`
 	EventStore   string        `name:"event-store" env:"BOOKING_EVENT_STORE" default:"postgres" help:"The service's event store the audit reads: postgres, or a kurrentdb://, kurrentdb+discover://, esdb:// or esdb+discover:// connection string."`
 	NoProgress   bool          `name:"no-progress" help:"No progress bar (there is none unless stderr is a terminal)."`
@@ -152,7 +153,8 @@ func (c *loadgenCmd) Run(e *env) error {
 		DupRate: c.DupRate, FreshRate: c.FreshRate, AbandonRate: c.AbandonRate, CancelRate: c.CancelRate,
 		LateRate: c.LateRate, LateWait: c.LateWait, Faults: c.Faults, FaultRate: c.FaultRate, FaultPeriod: c.FaultPeriod,
 		FaultLatency: c.FaultLatency, FaultMarker: c.FaultMarker, MaxDuration: c.MaxDuration, Drain: c.Drain, Settle: c.Settle,
-		DatabaseURL: c.DatabaseURL, NATSURL: c.NATSURL, IntentRetention: c.Retention, Out: e.stdout, ReportFile: c.Report}
+		DatabaseURL: c.DatabaseURL, NATSURL: c.NATSURL, IntentRetention: c.Retention, Out: e.stdout, ReportFile: c.Report,
+		MinSuccess: c.MinSuccess}
 	for tok, a := range tokens {
 		if a.Admin {
 			cfg.Admin = tok

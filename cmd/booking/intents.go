@@ -74,7 +74,10 @@ func printExplanations(w io.Writer, actor string, doc httpapi.IntentsDocument) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "%s  (%s)\n", x.Operation, x.Stream)
-		fmt.Fprintf(w, "  recorded     %s, expires %s\n", x.RecordedAt.Format(time.RFC3339Nano), x.ExpiresAt.Format(time.RFC3339))
+		fmt.Fprintf(w, "  recorded     %s, expires %s (service clock)\n", x.RecordedAt.Format(time.RFC3339Nano), x.ExpiresAt.Format(time.RFC3339))
+		if x.CorrelationID != "" {
+			fmt.Fprintf(w, "  request      %s\n", x.CorrelationID)
+		}
 		fmt.Fprintf(w, "  fingerprint  %s (canonical form v%d)\n", x.Fingerprint, x.CanonicalVersion)
 		fmt.Fprintf(w, "  target       %s %s (%s)\n", x.Target.Kind, x.Target.ID, x.Target.Path)
 		out := fmt.Sprintf("%s, %s → a repeat is answered %d", x.Outcome.State, x.Outcome.Result, x.Outcome.Status)
@@ -104,6 +107,8 @@ func printExplanations(w io.Writer, actor string, doc httpapi.IntentsDocument) {
 			add("code", t.Code)
 			add("reason", t.Reason)
 			add("resource", t.ResourceID)
+			add("request", t.RequestID)
+			add("client_request", t.ClientRequestID)
 			fmt.Fprintf(w, "    %-13s %s  %-26s %s@%d  %s\n", t.Position, t.At.Format("15:04:05.000"), t.Step, t.Stream, t.Revision, strings.Join(d, " "))
 		}
 		for _, p := range x.Payments {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/retrysafe/booking/cmd/booking/internal/config"
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
+	"github.com/retrysafe/booking/cmd/booking/loadgen"
 )
 
 // version is the build's version. It is set with
@@ -36,13 +37,16 @@ var version string
 var revision string
 
 // Exit statuses of the command, as the BSD sysexits and Go's own tools use
-// them: 0 success, 1 a failure while running, 2 a usage or configuration
-// error: a command line that could not be parsed (unknown command or flag,
-// bad flag value or argument, missing command) or a missing or invalid
-// configuration value (a *configerr.Error).
+// them: 0 success, 1 a failure while running (for `booking loadgen`, a
+// violation), 2 a usage or configuration error: a command line that could
+// not be parsed (unknown command or flag, bad flag value or argument,
+// missing command) or a missing or invalid configuration value (a
+// *configerr.Error); 3 a `booking loadgen` run that broke no rule but was
+// inconclusive (loadgen.ErrInconclusive).
 const (
-	exitFailure = 1
-	exitUsage   = 2
+	exitFailure      = 1
+	exitUsage        = 2
+	exitInconclusive = 3
 )
 
 func main() {
@@ -57,12 +61,16 @@ func main() {
 
 // exitCode returns the exit status of a failed run: exitUsage for a command
 // line that could not be parsed or a refused configuration value,
-// exitFailure otherwise.
+// exitInconclusive for an inconclusive load generator run, exitFailure
+// otherwise.
 func exitCode(err error) int {
 	var u *usageError
 	var c *configerr.Error
-	if errors.As(err, &u) || errors.As(err, &c) {
+	switch {
+	case errors.As(err, &u) || errors.As(err, &c):
 		return exitUsage
+	case errors.Is(err, loadgen.ErrInconclusive):
+		return exitInconclusive
 	}
 	return exitFailure
 }

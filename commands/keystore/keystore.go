@@ -121,35 +121,45 @@ func (s *Store) Placed(ctx context.Context, orderID string, deadline time.Time) 
 }
 
 // Shred deletes the data key of orderID, making everything sealed under it
-// unreadable. It is idempotent.
+// unreadable, and leaves its erasure to record (Erasures) in the same
+// statement. It is idempotent.
 func (s *Store) Shred(ctx context.Context, orderID string) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM order_keys WHERE order_id = $1`, orderID); err != nil {
-		return fmt.Errorf("keystore: shred the key of order %s: %w", orderID, err)
+	if err := s.ShredMany(ctx, []string{orderID}); err != nil {
+		return fmt.Errorf("keystore: shred the key of order %s: %w", orderID, errors.Unwrap(err))
 	}
 	return nil
 }
 
+// shredSQL deletes the keys its subquery $1 names and, in the same
+// statement, records each deleted key's erasure (order_key_erasures) to be
+// appended to its order's stream: never a key gone without its erasure
+// pending, never an erasure before its key is gone.
+const shredSQL = `WITH gone AS (DELETE FROM order_keys WHERE order_id IN (%s) RETURNING order_id)
+	INSERT INTO order_key_erasures (order_id) SELECT order_id FROM gone ON CONFLICT (order_id) DO NOTHING`
+
 // ShredMany deletes the data keys of every order in orderIDs (UUIDs) in one
-// statement, making everything sealed under them unreadable. It is
-// idempotent; no ids is a no-op. Errors are the database's.
+// statement, making everything sealed under them unreadable, and leaves
+// their erasures to record (Erasures). It is idempotent; no ids is a no-op.
+// Errors are the database's.
 func (s *Store) ShredMany(ctx context.Context, orderIDs []string) error {
 	if len(orderIDs) == 0 {
 		return nil
 	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM order_keys WHERE order_id = ANY($1::text[]::uuid[])`, orderIDs); err != nil {
+	if _, err := s.pool.Exec(ctx, fmt.Sprintf(shredSQL, `SELECT unnest($1::text[]::uuid[])`), orderIDs); err != nil {
 		return fmt.Errorf("keystore: shred the keys of %d orders: %w", len(orderIDs), err)
 	}
 	return nil
 }
 
 // ShredDue deletes every data key whose shred_at is at or before now (the
-// caller's reading of the database clock), in batches, and returns how many
-// it deleted. It stops at ctx's end or the first error.
+// caller's reading of the database clock), in batches, leaving their
+// erasures to record (Erasures), and returns how many it deleted. It stops
+// at ctx's end or the first error.
 func (s *Store) ShredDue(ctx context.Context, now time.Time) (int64, error) {
 	var n int64
+	q := fmt.Sprintf(shredSQL, `SELECT order_id FROM order_keys WHERE shred_at <= $1 LIMIT $2`)
 	for {
-		tag, err := s.pool.Exec(ctx, `DELETE FROM order_keys WHERE order_id IN
-			(SELECT order_id FROM order_keys WHERE shred_at <= $1 LIMIT $2)`, now, shredBatch)
+		tag, err := s.pool.Exec(ctx, q, now, shredBatch)
 		if err != nil {
 			return n, fmt.Errorf("keystore: shred due keys: %w", err)
 		}
@@ -158,6 +168,40 @@ func (s *Store) ShredDue(ctx context.Context, now time.Time) (int64, error) {
 			return n, nil
 		}
 	}
+}
+
+// Erasures returns up to limit deleted keys whose erasure is still to be
+// recorded, the oldest first: when each order's key was deleted (database
+// clock, UTC), by order id. Errors are the database's.
+func (s *Store) Erasures(ctx context.Context, limit int) (map[string]time.Time, error) {
+	rows, err := s.pool.Query(ctx, `SELECT order_id::text, shredded_at FROM order_key_erasures ORDER BY shredded_at, order_id LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: erasures to record: %w", err)
+	}
+	out := map[string]time.Time{}
+	var id string
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		out[id] = at.UTC()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("keystore: erasures to record: %w", err)
+	}
+	return out, nil
+}
+
+// ForgetErasures drops the erasures of orderIDs (UUIDs), recorded in their
+// order streams, in one statement. It is idempotent; no ids is a no-op.
+// Errors are the database's.
+func (s *Store) ForgetErasures(ctx context.Context, orderIDs []string) error {
+	if len(orderIDs) == 0 {
+		return nil
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM order_key_erasures WHERE order_id = ANY($1::text[]::uuid[])`, orderIDs); err != nil {
+		return fmt.Errorf("keystore: forget %d recorded erasures: %w", len(orderIDs), err)
+	}
+	return nil
 }
 
 // MasterKeyUse returns how many data keys each master key id wraps.

@@ -188,6 +188,63 @@ func TestShredDue(t *testing.T) {
 	if n, err := s.ShredDue(ctx, dbNow(t, pool)); n != 0 || err != nil {
 		t.Errorf("ShredDue() again = %d, %v; want 0, nil", n, err)
 	}
+	// Every deleted key left its erasure to record, and no other.
+	erased, err := s.Erasures(ctx, 100)
+	if err != nil || len(erased) != len(due) {
+		t.Fatalf("Erasures = %v, %v; want the %d keys deleted", erased, err, len(due))
+	}
+	for _, id := range due {
+		if _, ok := erased[id]; !ok {
+			t.Errorf("Erasures lack the deleted key of %s", id)
+		}
+	}
+}
+
+// TestErasuresAreLeftByEveryDelete: Shred and ShredMany leave, in the same
+// statement, the erasure of each key they delete (its time by the database
+// clock), none for an order without a key and none twice;
+// ForgetErasures drops them, idempotently; Erasures honours its limit.
+func TestErasuresAreLeftByEveryDelete(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool, _ := newStore(t, "m1")
+	a, b, c, none := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
+	for _, id := range []string{a, b, c} {
+		if _, err := s.Create(ctx, id, envelope.NewDataKey(), nil, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := dbNow(t, pool)
+	if err := s.Shred(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ShredMany(ctx, []string{b, c, none}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ShredMany(ctx, []string{a, b}); err != nil { // deleted already: nothing new
+		t.Fatal(err)
+	}
+	after := dbNow(t, pool)
+	got, err := s.Erasures(ctx, 10)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("Erasures = %v, %v; want a, b and c", got, err)
+	}
+	for _, id := range []string{a, b, c} {
+		if at, ok := got[id]; !ok || at.Before(before) || at.After(after) || at.Location() != time.UTC {
+			t.Errorf("erasure of %s at %v (present %t), want a UTC time within [%s, %s]", id, at, ok, before, after)
+		}
+	}
+	if two, err := s.Erasures(ctx, 2); err != nil || len(two) != 2 {
+		t.Errorf("Erasures(limit 2) = %v, %v; want 2", two, err)
+	}
+	for range 2 {
+		if err := s.ForgetErasures(ctx, []string{a, c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.Erasures(ctx, 10); err != nil || len(got) != 1 || got[b].IsZero() {
+		t.Errorf("Erasures after forgetting a and c = %v, %v; want only b", got, err)
+	}
 }
 
 // TestMasterKeyRotation: keys wrapped under master key a stay readable when

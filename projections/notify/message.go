@@ -24,10 +24,10 @@ const (
 	HeaderPosition  = "Booking-Position"
 	HeaderEventType = "Booking-Event-Type"
 	// HeaderRequestID carries the event's correlation id (metadata
-	// correlation_id): the X-Request-Id of the HTTP request whose append
-	// caused the event, directly or through its follow-ups ("recovery" for
-	// an intent finished by the recovery job). Absent when the event has
-	// none (a background job's own decision, such as an expiry).
+	// correlation_id): the id the service assigned (a UUIDv7, never a
+	// client's value) to the HTTP request that caused the event's intent,
+	// kept by its follow-ups, recovery, the reconciler and webhooks. Absent
+	// only for events stored before correlation ids were kept.
 	HeaderRequestID = "Booking-Request-Id"
 )
 

@@ -92,12 +92,16 @@ func main() {
 	err := c.run(ctx)
 	c.stopAll()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "chaos: FAIL: %v\n", err)
+		verdict, code := "FAIL", 1
+		if errors.Is(err, errInconclusive) {
+			verdict, code = "INCONCLUSIVE", 3
+		}
+		fmt.Fprintf(os.Stderr, "chaos: %s: %v\n", verdict, err)
 		if c.dir != "" {
 			fmt.Fprintf(os.Stderr, "chaos: logs kept in %s\n", c.dir)
 			c.tailLogs()
 		}
-		os.Exit(1)
+		os.Exit(code)
 	}
 	if c.dir != "" && o.workdir == "" && !o.keep {
 		_ = os.RemoveAll(c.dir)
@@ -360,8 +364,15 @@ func (c *chaos) faultOn(on bool) {
 	_ = os.Remove(c.marker())
 }
 
+// errInconclusive is matched by the error of a run whose load broke no
+// rule but proved nothing (loadgen's verdict "inconclusive": no order
+// confirmed, too few, or an audit row with nothing to check); chaos exits
+// 3 for it, as `booking loadgen` does.
+var errInconclusive = errors.New("inconclusive")
+
 // summary reads loadgen's JSON report, prints the counts and returns an
-// error if loadgen failed or the report says so.
+// error if loadgen failed or the report says so; one matching
+// errInconclusive when its verdict is inconclusive.
 func (c *chaos) summary(report string, lgErr error) error {
 	raw, err := os.ReadFile(report)
 	if err != nil {
@@ -369,6 +380,10 @@ func (c *chaos) summary(report string, lgErr error) error {
 	}
 	var r struct {
 		OK      bool `json:"ok"`
+		Verdict struct {
+			Result  string   `json:"result"`
+			Reasons []string `json:"reasons"`
+		} `json:"verdict"`
 		Loadgen struct {
 			Bookings   int      `json:"bookings"`
 			Confirmed  int      `json:"confirmed"`
@@ -393,6 +408,7 @@ func (c *chaos) summary(report string, lgErr error) error {
 			Rows             []struct {
 				Rule       string   `json:"rule"`
 				Checked    int      `json:"checked"`
+				Unit       string   `json:"unit"`
 				Violations []string `json:"violations"`
 				Skipped    string   `json:"skipped"`
 			} `json:"rows"`
@@ -417,10 +433,14 @@ func (c *chaos) summary(report string, lgErr error) error {
 			verdict = fmt.Sprintf("%d VIOLATION(S)", len(row.Violations))
 		}
 		violations += len(row.Violations)
-		fmt.Fprintf(c.out, "    %-34s %8d checked  %s\n", row.Rule, row.Checked, verdict)
+		fmt.Fprintf(c.out, "    %-34s %8d %-36s %s\n", row.Rule, row.Checked, row.Unit+" checked", verdict)
 	}
-	fmt.Fprintf(c.out, "==> %d violation(s)\n", violations)
+	fmt.Fprintf(c.out, "==> %d violation(s); loadgen's verdict: %s %s\n", violations, r.Verdict.Result, strings.Join(r.Verdict.Reasons, "; "))
 	switch {
+	case violations == 0 && r.Verdict.Result == "inconclusive":
+		return fmt.Errorf("%w: %s", errInconclusive, strings.Join(r.Verdict.Reasons, "; "))
+	case r.Verdict.Result != "pass" && violations == 0:
+		return fmt.Errorf("booking loadgen: verdict %q (exit status: %v)", r.Verdict.Result, lgErr)
 	case lgErr != nil:
 		return fmt.Errorf("booking loadgen: %v (%d violations)", lgErr, violations)
 	case !r.OK || violations > 0:
@@ -428,7 +448,7 @@ func (c *chaos) summary(report string, lgErr error) error {
 	}
 	for _, row := range a.Rows {
 		if row.Skipped != "" || row.Checked == 0 {
-			return fmt.Errorf("audit row %q was not checked (%s)", row.Rule, row.Skipped)
+			return fmt.Errorf("%w: audit row %q was not checked (%s)", errInconclusive, row.Rule, row.Skipped)
 		}
 	}
 	if c.kills == 0 && c.o.duration >= c.o.killEvery {

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -54,6 +55,21 @@ const (
 	FaultLatency           = "latency"             // latency_ms = FaultLatency
 	FaultAll               = "all"
 )
+
+// The verdicts of a run (Verdict.Result), each with its exit status of
+// `booking loadgen`: pass 0, violation 1, inconclusive 3 (2 is a usage
+// error).
+const (
+	VerdictPass         = "pass"
+	VerdictViolation    = "violation"
+	VerdictInconclusive = "inconclusive"
+)
+
+// ErrInconclusive is matched (errors.Is) by Run's error for a run that
+// broke no rule but did not exercise what it claims: it confirmed no
+// order, confirmed fewer bookings than Config.MinSuccess asks, or an audit
+// row had nothing to check. `booking loadgen` exits 3 for it.
+var ErrInconclusive = errors.New("loadgen: inconclusive run")
 
 // SetupTimeout is the default of Config.SetupTimeout: how long the run's
 // setup (creating its first show) may take before the run fails with the
@@ -96,7 +112,13 @@ type Config struct {
 	Drain        time.Duration // how long bookings in flight at MaxDuration may still take
 	Settle       time.Duration // how long the audit waits for the service to settle
 	SetupTimeout time.Duration // how long creating the first show may take; 0 means SetupTimeout (30 s)
-	Log          eventstore.Store
+	// MinSuccess is the share (0–1) of the bookings meant to succeed — not
+	// abandoned and not paid with a declining card on purpose — that must
+	// end confirmed (201) for the run to be conclusive (`booking loadgen
+	// --min-success`, default 0.5); 0 sets no floor. A run that confirms
+	// no order is inconclusive whatever MinSuccess.
+	MinSuccess float64
+	Log        eventstore.Store
 	// DatabaseURL (read models), NATSURL (stream BOOKING) and
 	// IntentRetention are handed to the audit; empty skips their rows.
 	DatabaseURL     string
@@ -108,11 +130,14 @@ type Config struct {
 }
 
 // Summary is the client side of a run, the "loadgen" member of the JSON
-// report: counts per outcome, statuses per operation ("order 201"),
+// report: counts per outcome (Intended: bookings started that were meant
+// to succeed, neither abandoned nor declined on purpose), statuses per
+// operation ("order 201"),
 // latency percentiles in milliseconds per operation, and client-side
 // violations.
 type Summary struct {
 	Bookings    int                           `json:"bookings"`
+	Intended    int                           `json:"meant_to_succeed"`
 	Elapsed     float64                       `json:"elapsed_seconds"`
 	Reserved    int                           `json:"reserved"`
 	SoldOut     int                           `json:"sold_out"`
@@ -317,8 +342,10 @@ feed:
 	for _, f := range st.sum.Violations {
 		fmt.Fprintln(c.Out, "VIOLATION: client:", f)
 	}
+	v := c.verdict(st.sum, rep)
+	v.write(c.Out)
 	if c.ReportFile != "" {
-		if err := writeReport(c.ReportFile, st.sum, rep); err != nil {
+		if err := writeReport(c.ReportFile, st.sum, rep, v); err != nil {
 			return err
 		}
 	}
@@ -328,7 +355,63 @@ feed:
 	if len(st.sum.Violations) > 0 {
 		return fmt.Errorf("loadgen: %d client-side violations", len(st.sum.Violations))
 	}
+	if v.Result == VerdictInconclusive {
+		return fmt.Errorf("%w: %s", ErrInconclusive, strings.Join(v.Reasons, "; "))
+	}
 	return nil
+}
+
+// Verdict is the outcome of a run, the "verdict" member of the JSON report:
+// Result is VerdictPass, VerdictViolation (Violations counts the audit's
+// and the client-side ones) or VerdictInconclusive, with Reasons saying
+// what the run failed to exercise. MinSuccess is the number of confirmed
+// bookings the run needed: Config.MinSuccess of Summary.Intended, rounded
+// up.
+type Verdict struct {
+	Result     string   `json:"result"`
+	Violations int      `json:"violations"`
+	Reasons    []string `json:"reasons"`
+	MinSuccess int      `json:"min_success"`
+}
+
+// verdict judges a run from its summary and the audit's last report: a
+// violation wins; otherwise the run is inconclusive when it confirmed no
+// order, confirmed fewer bookings than MinSuccess of those meant to
+// succeed, or an audit row checked nothing (audit.Report.Unchecked).
+func (c *Config) verdict(sum Summary, rep audit.Report) Verdict {
+	share := c.MinSuccess
+	v := Verdict{Result: VerdictPass, Reasons: []string{}, Violations: rep.ViolationCount() + len(sum.Violations),
+		MinSuccess: int(math.Ceil(share * float64(sum.Intended)))}
+	if v.Violations > 0 {
+		v.Result = VerdictViolation
+		return v
+	}
+	if sum.Confirmed == 0 {
+		v.Reasons = append(v.Reasons, "no order was confirmed")
+	} else if sum.Confirmed < v.MinSuccess {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("%d of the %d bookings meant to succeed confirmed, below --min-success %g (%d)",
+			sum.Confirmed, sum.Intended, share, v.MinSuccess))
+	}
+	for _, rule := range rep.Unchecked() {
+		v.Reasons = append(v.Reasons, fmt.Sprintf("audit row %q had nothing to check", rule))
+	}
+	if len(v.Reasons) > 0 {
+		v.Result = VerdictInconclusive
+	}
+	return v
+}
+
+// write prints the verdict's line: "VERDICT: PASS", "VERDICT: VIOLATION
+// (n)" or "VERDICT: INCONCLUSIVE: reasons".
+func (v Verdict) write(w io.Writer) {
+	switch v.Result {
+	case VerdictViolation:
+		fmt.Fprintf(w, "VERDICT: VIOLATION (%d)\n", v.Violations)
+	case VerdictInconclusive:
+		fmt.Fprintf(w, "VERDICT: INCONCLUSIVE: %s\n", strings.Join(v.Reasons, "; "))
+	default:
+		fmt.Fprintln(w, "VERDICT: PASS")
+	}
 }
 
 // validate checks c; an error is a *configerr.Error naming the flag or
@@ -377,7 +460,7 @@ func (c *Config) validate() error {
 	}{
 		{"--lose-rate", c.LoseRate}, {"--decline-rate", c.DeclineRate}, {"--dup-rate", c.DupRate},
 		{"--fresh-rate", c.FreshRate}, {"--abandon-rate", c.AbandonRate}, {"--cancel-rate", c.CancelRate},
-		{"--late-rate", c.LateRate}, {"--fault-rate", c.FaultRate},
+		{"--late-rate", c.LateRate}, {"--fault-rate", c.FaultRate}, {"--min-success", c.MinSuccess},
 	} {
 		if !(r.v >= 0 && r.v <= 1) { // also refuses NaN
 			return configerr.New(r.flag, "must be between 0 and 1, got %v", r.v)
@@ -435,12 +518,13 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-// writeReport writes {"loadgen": sum, "audit": rep} to path.
-func writeReport(path string, sum Summary, rep audit.Report) error {
+// writeReport writes {"loadgen": sum, "audit": rep, "verdict": v, "ok":
+// true only for a pass} to path.
+func writeReport(path string, sum Summary, rep audit.Report, v Verdict) error {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(map[string]any{"loadgen": sum, "audit": rep, "ok": rep.OK() && len(sum.Violations) == 0}); err != nil {
+	if err := enc.Encode(map[string]any{"loadgen": sum, "audit": rep, "verdict": v, "ok": v.Result == VerdictPass}); err != nil {
 		return err
 	}
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
@@ -471,8 +555,8 @@ func (r *run) writeSummary(w io.Writer) {
 		l := s.Latency[op]
 		fmt.Fprintf(w, "  %-8s n=%-7.0f p50 %-8.1f p90 %-8.1f p99 %-8.1f p99.9 %-8.1f max %.1f\n", op, l["count"], l["p50"], l["p90"], l["p99"], l["p99.9"], l["max"])
 	}
-	fmt.Fprintf(w, "reserved %d (sold out %d, abandoned %d); confirmed %d, declined %d, cancelled %d; late orders %d, fresh-key orders %d, double clicks %d\n",
-		s.Reserved, s.SoldOut, s.Abandoned, s.Confirmed, s.Declined, s.Cancelled, s.Late, s.FreshKeys, s.DoubleClick)
+	fmt.Fprintf(w, "reserved %d (sold out %d, abandoned %d); confirmed %d of %d meant to succeed, declined %d, cancelled %d; late orders %d, fresh-key orders %d, double clicks %d\n",
+		s.Reserved, s.SoldOut, s.Abandoned, s.Confirmed, s.Intended, s.Declined, s.Cancelled, s.Late, s.FreshKeys, s.DoubleClick)
 	fmt.Fprintf(w, "answers lost %d, repeats sent %d, connection errors %d (backed off), unfinished at the end %d, fault toggles %d\n",
 		s.Lost, s.Repeats, s.ConnErrors, s.Unfinished, s.FaultToggle)
 }
@@ -547,6 +631,12 @@ func (r *run) show(ctx context.Context, n int) (string, error) {
 // losing the first answer, maybe again with a fresh key), maybe cancel it.
 func (r *run) oneBooking(ctx context.Context, tok string, n int) {
 	c, st := r.c, r.st
+	// What the booking is meant to do is drawn before it starts, so the
+	// bookings meant to succeed are counted whatever happens to them.
+	abandon, decline := rand.Float64() < c.AbandonRate, rand.Float64() < c.DeclineRate
+	if !abandon && !decline {
+		st.add(func(s *Summary) { s.Intended++ })
+	}
 	showID, err := r.show(ctx, n/c.ShowSize)
 	if err != nil {
 		st.fail("%v", err)
@@ -568,7 +658,7 @@ func (r *run) oneBooking(ctx context.Context, tok string, n int) {
 		return
 	}
 	resID, _ := res["id"].(string)
-	if rand.Float64() < c.AbandonRate {
+	if abandon {
 		st.add(func(s *Summary) { s.Abandoned++ })
 		return
 	}
@@ -584,7 +674,7 @@ func (r *run) oneBooking(ctx context.Context, tok string, n int) {
 		}
 	}
 	payTok := "tok_visa"
-	if rand.Float64() < c.DeclineRate {
+	if decline {
 		payTok = "tok_decline"
 	}
 	body := map[string]any{"reservation_id": resID, "payment": map[string]any{"token": payTok}}

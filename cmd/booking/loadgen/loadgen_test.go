@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
+	"github.com/retrysafe/booking/cmd/booking/loadgen/audit"
 )
 
 // TestFaultBody: each fault name sets exactly its field of POST /_sim/faults.
@@ -123,5 +124,46 @@ func TestRunFailsFastWithTheDialError(t *testing.T) {
 	}
 	if took > time.Minute {
 		t.Errorf("Run against a closed port took %s, want about 2s (SetupTimeout), far less than --max-duration", took)
+	}
+}
+
+// TestVerdict: a violation wins over everything; a run without a confirmed
+// order, below the --min-success floor, or with an audit row that checked
+// nothing is inconclusive; skipped rows do not count; the rest passes.
+func TestVerdict(t *testing.T) {
+	t.Parallel()
+	rows := func(checked ...int) audit.Report {
+		var r audit.Report
+		for i, n := range checked {
+			r.Rows = append(r.Rows, audit.Row{Rule: audit.Rules[i], Checked: n})
+		}
+		return r
+	}
+	violated := rows(3, 0)
+	violated.Rows[0].Violations = []string{"x"}
+	skipped := rows(3, 0)
+	skipped.Rows[1].Skipped = "no simulator URL"
+	for _, tt := range []struct {
+		name    string
+		sum     Summary
+		rep     audit.Report
+		want    string
+		reasons []string
+	}{
+		{"a healthy run", Summary{Intended: 10, Confirmed: 9}, rows(3, 4), VerdictPass, []string{}},
+		{"a violation wins over an empty row", Summary{Intended: 10, Confirmed: 0}, violated, VerdictViolation, []string{}},
+		{"a client-side violation", Summary{Intended: 10, Confirmed: 9, Violations: []string{"y"}}, rows(3), VerdictViolation, []string{}},
+		{"no confirmed order", Summary{Intended: 10}, rows(3), VerdictInconclusive, []string{"no order was confirmed"}},
+		{"below the floor", Summary{Intended: 10, Confirmed: 4}, rows(3), VerdictInconclusive,
+			[]string{"4 of the 10 bookings meant to succeed confirmed, below --min-success 0.5 (5)"}},
+		{"a row with nothing to check", Summary{Intended: 10, Confirmed: 5}, rows(3, 0), VerdictInconclusive,
+			[]string{`audit row "net charge per order" had nothing to check`}},
+		{"a skipped row is not empty", Summary{Intended: 10, Confirmed: 5}, skipped, VerdictPass, []string{}},
+	} {
+		c := Config{MinSuccess: 0.5}
+		got := c.verdict(tt.sum, tt.rep)
+		if got.Result != tt.want || !reflect.DeepEqual(got.Reasons, tt.reasons) {
+			t.Errorf("%s: verdict %s %q, want %s %q", tt.name, got.Result, got.Reasons, tt.want, tt.reasons)
+		}
 	}
 }

@@ -94,6 +94,9 @@ type Config struct {
 	// template (see routeOf), method, status code and the time from its
 	// arrival to its complete answer: the HTTP RED metrics. Nil: none.
 	ObserveRequest func(route, method string, code int, elapsed time.Duration)
+	// ObserveWebhook is called once per provider notification received,
+	// with its result (WebhookResults). Nil: none.
+	ObserveWebhook func(result string)
 	// Test is mounted at /_test (fault-injection control); nil in the
 	// production build.
 	Test http.Handler
@@ -114,7 +117,7 @@ func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
 	}
 	a := &api{svc: svc, auth: auth, log: log, ready: cfg.Ready, rateLimited: cfg.RateLimited,
 		budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test,
-		observe: cfg.ObserveRequest}
+		observe: cfg.ObserveRequest, observeWebhook: cfg.ObserveWebhook}
 	a.webhooks = newWebhookHandler(a, svc)
 	if reads != nil {
 		a.lists = newLists(reads, a.writeError)

@@ -174,15 +174,15 @@ func waitPreference(field string) (time.Duration, bool) {
 }
 
 // request builds the idempotency envelope of a POST: the intent's scope
-// (actor id, operation "METHOD route-template", key) and the request id as
-// correlation id. Errors are those of parseIdempotencyKey.
+// (actor id, operation "METHOD route-template", key); the request's ids
+// travel in its context (requestID). Errors are those of
+// parseIdempotencyKey.
 func request(r *http.Request, op string) (commands.Request, error) {
 	key, err := parseIdempotencyKey(r)
 	if err != nil {
 		return commands.Request{}, err
 	}
-	return commands.Request{Actor: actorFrom(r.Context()).ID, Operation: op, Key: key,
-		CorrelationID: RequestIDFrom(r.Context())}, nil
+	return commands.Request{Actor: actorFrom(r.Context()).ID, Operation: op, Key: key}, nil
 }
 
 // markReplayed sets Idempotent-Replayed: true when out answers a repeat of an

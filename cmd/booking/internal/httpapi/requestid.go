@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"regexp"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -12,19 +13,28 @@ import (
 	"github.com/retrysafe/booking/commands"
 )
 
-// HeaderRequestID is the request id header: accepted from the client when
-// valid (see validRequestID), made otherwise, and echoed in every answer.
+// HeaderRequestID is the request id header: a client's value is kept when
+// valid (validRequestID), and every answer carries exactly one.
 const HeaderRequestID = "X-Request-Id"
 
-// maxRequestID bounds an accepted X-Request-Id, in bytes.
-const maxRequestID = 128
+// requestIDPattern is what a client's X-Request-Id must match to be kept:
+// 1 to 128 letters, digits, '.', '_', ':' or '-' — safe as it is in a
+// header, a log line, a JSON string and a NATS header, and unable to forge
+// a log record or a field.
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
 // requestInfo is what the middleware learns about a request while it is
-// handled: its id, and the actor once authenticated. One request's
+// handled: its ids, and the actor once authenticated. One request's
 // middleware and handler run on one goroutine, so it needs no lock.
 type requestInfo struct {
-	id    string
-	actor string
+	// id is the request's X-Request-Id: the client's when valid, else
+	// server.
+	id string
+	// server is the id the service assigned the request (a UUIDv7);
+	// client the client's valid X-Request-Id, "" when it sent none or an
+	// invalid one.
+	server, client string
+	actor          string
 	// route is the route template of a request the router refused 405
 	// (its path matched a route, its method did not), which chi's route
 	// context does not record; "" otherwise.
@@ -40,8 +50,8 @@ func info(ctx context.Context) *requestInfo {
 	return ri
 }
 
-// RequestIDFrom returns the request id of a request handled by New's handler
-// (the accepted X-Request-Id or the one made for it), or "" outside one.
+// RequestIDFrom returns the X-Request-Id of a request handled by New's
+// handler (the client's valid id, else the server's), or "" outside one.
 func RequestIDFrom(ctx context.Context) string {
 	if ri := info(ctx); ri != nil {
 		return ri.id
@@ -66,40 +76,37 @@ func routeOf(ctx context.Context) string {
 	return "unmatched"
 }
 
-// validRequestID reports whether id may be used as a request id: 1 to
-// maxRequestID visible ASCII characters (U+0021–U+007E), so that it is safe
-// in a header, a log line and a JSON string as it is.
-func validRequestID(id string) bool {
-	if id == "" || len(id) > maxRequestID {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if id[i] < 0x21 || id[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
+// validRequestID reports whether a client's id may be kept as the request
+// id: it matches requestIDPattern.
+func validRequestID(id string) bool { return requestIDPattern.MatchString(id) }
 
-// requestID gives each request its id: the client's X-Request-Id when it is
-// one valid value, otherwise a new UUIDv7 (RFC 9562). The id is set on the
-// answer's X-Request-Id before anything else is written, added to every log
-// line logged with the request's context (request_id, also by the commands
-// layer, which logs with the request's context) and handed to the commands
-// layer (commands.WithCorrelationID) as the correlation id of the events the
-// request appends and of the follow-ups they cause.
+// requestID gives each request two ids: a server id, a new UUIDv7 (RFC
+// 9562) the service assigns every request, unique and never chosen by a
+// client; and the client's X-Request-Id when it sent exactly one valid
+// value (validRequestID), else none — an invalid value is dropped, never
+// logged, stored or passed on. The answer's one X-Request-Id is the
+// client's id when kept, else the server's, set before anything else is
+// written (problem details repeat it as request_id). Every log line logged
+// with the request's context carries request_id (the server id, so two
+// clients sending one id are told apart) and, when kept,
+// client_request_id; the commands layer gets both
+// (commands.WithRequestIDs), so the events the request appends name them.
 func requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var id string
+		ri := &requestInfo{server: uuid.Must(uuid.NewV7()).String()}
 		if vs := r.Header.Values(HeaderRequestID); len(vs) == 1 && validRequestID(vs[0]) {
-			id = vs[0]
-		} else {
-			id = uuid.Must(uuid.NewV7()).String()
+			ri.client = vs[0]
 		}
-		w.Header().Set(HeaderRequestID, id)
-		ctx := context.WithValue(r.Context(), requestInfoKey, &requestInfo{id: id})
-		ctx = logging.WithAttrs(ctx, slog.String("request_id", id))
-		ctx = commands.WithCorrelationID(ctx, id)
+		ri.id = ri.server
+		attrs := []slog.Attr{slog.String("request_id", ri.server)}
+		if ri.client != "" {
+			ri.id = ri.client
+			attrs = append(attrs, slog.String("client_request_id", ri.client))
+		}
+		w.Header().Set(HeaderRequestID, ri.id)
+		ctx := context.WithValue(r.Context(), requestInfoKey, ri)
+		ctx = logging.WithAttrs(ctx, attrs...)
+		ctx = commands.WithRequestIDs(ctx, commands.RequestIDs{Server: ri.server, Client: ri.client})
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

@@ -28,6 +28,8 @@ type api struct {
 	lists       listReader
 	// observe receives each answered request (the HTTP metrics); nil: none.
 	observe func(route, method string, code int, elapsed time.Duration)
+	// observeWebhook receives each notification's result; nil: none.
+	observeWebhook func(result string)
 	// testAPI serves /_test (fault-injection control); nil in the
 	// production build.
 	testAPI http.Handler

@@ -1,9 +1,9 @@
 // Package logging builds the service's log/slog logger from
 // BOOKING_LOG_FORMAT and BOOKING_LOG_LEVEL, and carries per-request
-// attributes (the request id) in a context.Context so that every line
+// attributes (the request ids) in a context.Context so that every line
 // logged with that context carries them, whichever package logs it; the
-// commands layer's correlation id (commands.WithCorrelationID) counts as the
-// request id where no request attributes are set.
+// commands layer's lineage (the request behind a background job's work)
+// counts as the request id where no request attributes are set.
 package logging
 
 import (
@@ -100,18 +100,29 @@ func Handler(h slog.Handler) slog.Handler {
 type ctxHandler struct{ slog.Handler }
 
 // Handle adds ctx's attributes to r and passes it on. A context without
-// WithAttrs attributes that carries a correlation id (commands.CorrelationID:
-// a background job finishing what a request caused) adds it as request_id,
-// so that one grep for a request id finds those lines too.
+// WithAttrs attributes that carries the commands layer's lineage (a
+// background job finishing what a request caused) adds the server id of
+// that request as request_id (commands.RequestIDsOf, else the correlation
+// id, commands.CorrelationID), so that one grep for a request id finds
+// those lines too.
 func (h *ctxHandler) Handle(ctx context.Context, r slog.Record) error {
 	if attrs, _ := ctx.Value(ctxKey{}).([]slog.Attr); len(attrs) > 0 {
 		r = r.Clone()
 		r.AddAttrs(attrs...)
-	} else if id := commands.CorrelationID(ctx); id != "" {
+	} else if id := jobRequestID(ctx); id != "" {
 		r = r.Clone()
 		r.AddAttrs(slog.String("request_id", id))
 	}
 	return h.Handler.Handle(ctx, r)
+}
+
+// jobRequestID is the request id a background job's log lines carry: the
+// server id of the request behind the work, else the correlation id.
+func jobRequestID(ctx context.Context) string {
+	if id := commands.RequestIDsOf(ctx).Server; id != "" {
+		return id
+	}
+	return commands.CorrelationID(ctx)
 }
 
 // WithAttrs returns the wrapped handler with attrs, still wrapped.

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
@@ -38,6 +39,11 @@ type Metrics struct {
 	unknownAppends       *prometheus.CounterVec
 	httpRequests         *prometheus.CounterVec
 	httpDuration         *prometheus.HistogramVec
+	clockSkew            prometheus.Gauge
+	intents              *prometheus.CounterVec
+	refusals             *prometheus.CounterVec
+	webhooks             *prometheus.CounterVec
+	erasures             *prometheus.CounterVec
 }
 
 // Operations are the values of the operation label: the idempotent
@@ -65,11 +71,36 @@ var RecoveredSteps = []string{"intent", "order_claim"}
 // booking_append_unknown_outcomes_total.
 var UnknownAppendResults = []string{"resolved", "not_committed", "unresolved"}
 
+// IntentResults are the values of the result label of
+// booking_intents_total.
+var IntentResults = []string{commands.IntentCreated, commands.IntentReplayed, commands.IntentRefused, commands.IntentInUse,
+	commands.IntentWaited}
+
+// RefusalCodes are the values of the code label of
+// booking_intent_refusals_total: 422 idempotency-key-reused and the codes of
+// every definitive refusal a use case records on an intent. A code outside
+// it still counts, from its first refusal on.
+var RefusalCodes = []string{domain.ErrKeyReused.Code,
+	domain.ErrShowNotFound.Code, domain.ErrShowExists.Code, domain.ErrShowStarted.Code, domain.ErrSoldOut.Code,
+	domain.ErrReservationNotFound.Code, domain.ErrReservationAlreadyOrdered.Code, domain.ErrReservationExpired.Code,
+	domain.ErrReservationReleased.Code, domain.ErrOrderNotFound.Code, domain.ErrNotCancellable.Code,
+	domain.ErrInvalid.Code, domain.ErrForbidden.Code}
+
+// WebhookResults are the values of the result label of
+// booking_webhooks_total (httpapi.WebhookResults).
+var WebhookResults = httpapi.WebhookResults
+
+// ErasureResults are the values of the result label of
+// booking_erasures_total.
+var ErasureResults = []string{commands.ErasureRecorded, commands.ErasureNoOrder}
+
 // New returns the service's metrics with booking_build_info{version,
 // goversion} for version (what booking --version prints), every counter
 // registered at zero, and each labelled counter at zero for every value of
 // its fixed label set (Operations, ReconciliationResults, RecoveredSteps,
-// UnknownAppendResults), so that rate() and increase() see the first event.
+// UnknownAppendResults, IntentResults per operation, RefusalCodes,
+// WebhookResults, ErasureResults), so that rate() and increase() see the
+// first event.
 // The HTTP RED metrics (ObserveHTTP) have an open label set (the status
 // code) and appear with their first request.
 func New(version string) *Metrics {
@@ -84,16 +115,37 @@ func New(version string) *Metrics {
 		recovered:            counterVec("booking_recovered_steps_total", "step", "Follow-up or intent steps finished by a background job."),
 		rateLimited:          counter("booking_retry_budget_exceeded_total", "Requests answered 429 because the actor exceeded its retry budget."),
 		unknownAppends:       counterVec("booking_append_unknown_outcomes_total", "result", "Appends whose answer was lost, repeated to learn the outcome, by result (resolved, not_committed, unresolved)."),
+		clockSkew: prometheus.NewGauge(prometheus.GaugeOpts{Name: "booking_event_store_clock_skew_seconds",
+			Help: "The event store's clock minus the service's (the database clock that decides leases and expiry), measured on one of this process's own appends at most every 5 s: its stored created/recorded_at against its occurred_at. About 0 on PostgreSQL."}),
+		intents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "booking_intents_total",
+			Help: "State-changing requests by operation and what they did with their intent: created, replayed, refused (422 key reused or a refusal recorded), in_use (409), waited (a repeat waited for the first request)."},
+			[]string{"operation", "result"}),
+		refusals: counterVec("booking_intent_refusals_total", "code", "Intents refused, by the refusal's stable code (idempotency-key-reused, sold-out, …)."),
+		webhooks: counterVec("booking_webhooks_total", "result", "Provider notifications by result: accepted (a new fact), duplicate (nothing new), ignored, bad_signature, invalid, unknown_order, failed."),
+		erasures: counterVec("booking_erasures_total", "result", "Deleted order keys whose erasure was recorded: recorded (PaymentSecretsShredded appended to the order), no_order (the key was held for an order that never existed)."),
 	}
 	m.httpRequests, m.httpDuration = newHTTPMetrics()
 	m.reg.MustRegister(m.fingerprintConflicts, m.replays, m.inUse, m.contention, m.redundantEffects,
-		m.reconciliations, m.recovered, m.rateLimited, m.unknownAppends, m.httpRequests, m.httpDuration,
+		m.reconciliations, m.recovered, m.rateLimited, m.unknownAppends, m.httpRequests, m.httpDuration, m.clockSkew,
+		m.intents, m.refusals, m.webhooks, m.erasures,
 		newBuildInfo(version),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range Operations {
 		m.fingerprintConflicts.WithLabelValues(op)
 		m.replays.WithLabelValues(op)
 		m.inUse.WithLabelValues(op)
+		for _, r := range IntentResults {
+			m.intents.WithLabelValues(op, r)
+		}
+	}
+	for _, c := range RefusalCodes {
+		m.refusals.WithLabelValues(c)
+	}
+	for _, r := range WebhookResults {
+		m.webhooks.WithLabelValues(r)
+	}
+	for _, r := range ErasureResults {
+		m.erasures.WithLabelValues(r)
 	}
 	for _, r := range ReconciliationResults {
 		m.reconciliations.WithLabelValues(r)
@@ -157,6 +209,28 @@ func (m *Metrics) Recovered(step string) { m.recovered.WithLabelValues(step).Inc
 // UnknownAppend counts an append whose answer was lost, by result
 // (booking_append_unknown_outcomes_total{result}).
 func (m *Metrics) UnknownAppend(result string) { m.unknownAppends.WithLabelValues(result).Inc() }
+
+// Intent counts a request's intent by operation and result
+// (booking_intents_total{operation,result}); a refusal also counts by its
+// code (booking_intent_refusals_total{code}).
+func (m *Metrics) Intent(op, result, code string) {
+	m.intents.WithLabelValues(op, result).Inc()
+	if result == commands.IntentRefused {
+		m.refusals.WithLabelValues(code).Inc()
+	}
+}
+
+// Webhook counts a provider notification by result
+// (booking_webhooks_total{result}).
+func (m *Metrics) Webhook(result string) { m.webhooks.WithLabelValues(result).Inc() }
+
+// Erasure counts a recorded erasure by result
+// (booking_erasures_total{result}).
+func (m *Metrics) Erasure(result string) { m.erasures.WithLabelValues(result).Inc() }
+
+// ClockSkew sets booking_event_store_clock_skew_seconds: the event store's
+// clock minus the service's, in seconds (commands.Handler measures it).
+func (m *Metrics) ClockSkew(seconds float64) { m.clockSkew.Set(seconds) }
 
 // RateLimited counts a request answered 429 because its actor exceeded its
 // retry budget (booking_retry_budget_exceeded_total).

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/retrysafe/booking/commands"
 )
 
 // TestMetricNamesAndLabels pins the exposed counter names and labels:
@@ -27,6 +29,11 @@ func TestMetricNamesAndLabels(t *testing.T) {
 	m.UnknownAppend("resolved")
 	m.RateLimited()
 	m.RateLimited()
+	m.Intent("reserve", "created", "")
+	m.Intent("reserve", "refused", "sold-out")
+	m.Webhook("duplicate")
+	m.Erasure("recorded")
+	m.ClockSkew(-20.5)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	body := rec.Body.String()
@@ -40,6 +47,12 @@ func TestMetricNamesAndLabels(t *testing.T) {
 		`booking_recovered_steps_total{step="follow-up"} 1`,
 		`booking_append_unknown_outcomes_total{result="resolved"} 1`,
 		`booking_retry_budget_exceeded_total 2`,
+		`booking_intents_total{operation="reserve",result="created"} 1`,
+		`booking_intents_total{operation="reserve",result="refused"} 1`,
+		`booking_intent_refusals_total{code="sold-out"} 1`,
+		`booking_webhooks_total{result="duplicate"} 1`,
+		`booking_erasures_total{result="recorded"} 1`,
+		`booking_event_store_clock_skew_seconds -20.5`,
 		`go_goroutines `,
 		`process_start_time_seconds `,
 	} {
@@ -61,6 +74,17 @@ func TestLabelSetsCoverCommands(t *testing.T) {
 	}
 	sets := map[string][]string{"Reconciliation": ReconciliationResults, "Recovered": RecoveredSteps, "UnknownAppend": UnknownAppendResults}
 	call := regexp.MustCompile(`metrics\.(Reconciliation|Recovered|UnknownAppend)\(("[a-z_]*")`)
+	// Intent results and erasure results are the commands layer's constants.
+	for _, r := range []string{commands.IntentCreated, commands.IntentReplayed, commands.IntentRefused, commands.IntentInUse, commands.IntentWaited} {
+		if !slices.Contains(IntentResults, r) {
+			t.Errorf("IntentResults lack %q", r)
+		}
+	}
+	for _, r := range []string{commands.ErasureRecorded, commands.ErasureNoOrder} {
+		if !slices.Contains(ErasureResults, r) {
+			t.Errorf("ErasureResults lack %q", r)
+		}
+	}
 	found := 0
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
@@ -83,5 +107,35 @@ func TestLabelSetsCoverCommands(t *testing.T) {
 	}
 	if found < 10 {
 		t.Errorf("found %d label values in the commands source, want the reconciliation results and the rest", found)
+	}
+}
+
+// TestDashboardShowsEveryMetric: every booking_ metric New registers (but
+// the build's info) is queried by a panel of the Grafana dashboard
+// (deploy/grafana/dashboards/booking.json), so a new outcome cannot go
+// unseen.
+func TestDashboardShowsEveryMetric(t *testing.T) {
+	t.Parallel()
+	dash, err := os.ReadFile("../../../../deploy/grafana/dashboards/booking.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	families, err := New("v0.0.0-test").reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range families {
+		name := f.GetName()
+		if !strings.HasPrefix(name, "booking_") || name == "booking_build_info" {
+			continue
+		}
+		n++
+		if !strings.Contains(string(dash), name+"{") {
+			t.Errorf("the dashboard has no panel querying %s", name)
+		}
+	}
+	if n < 14 {
+		t.Errorf("checked %d booking_ metrics, want every one New registers", n)
 	}
 }

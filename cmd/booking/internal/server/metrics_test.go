@@ -58,8 +58,19 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		b, _ := io.ReadAll(res.Body)
 		t.Fatalf("GET %s = %d %s", url, res.StatusCode, b)
 	}
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseSamples(t, string(b))
+}
+
+// parseSamples returns every sample of a Prometheus text exposition,
+// keyed by its series as exposed (`name{label="value",...}`).
+func parseSamples(t *testing.T, body string) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(res.Body)
+	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -77,7 +88,9 @@ func scrape(t *testing.T, url string) map[string]float64 {
 
 // TestMetricsFromStart: a fresh service's /metrics, served over HTTP the way
 // booking serve wires it, has every metric with a fixed label set at 0 (each
-// operation, reconciliation result, recovered step and append outcome), the
+// operation, reconciliation result, recovered step and append outcome;
+// intents by operation and result, refusals by code, webhooks and erasures
+// by result; the event store's clock skew), the
 // state gauges and the pgx pool's statistics at 0, booking_build_info at 1
 // with the version; the HTTP RED metrics count each answer by route
 // template (a 405 by the route its path matched), method and code from the
@@ -144,6 +157,21 @@ func TestMetricsFromStart(t *testing.T) {
 	for _, r := range metrics.UnknownAppendResults {
 		want[fmt.Sprintf(`booking_append_unknown_outcomes_total{result=%q}`, r)] = 0
 	}
+	for _, op := range metrics.Operations {
+		for _, r := range metrics.IntentResults {
+			want[fmt.Sprintf(`booking_intents_total{operation=%q,result=%q}`, op, r)] = 0
+		}
+	}
+	for _, c := range metrics.RefusalCodes {
+		want[fmt.Sprintf(`booking_intent_refusals_total{code=%q}`, c)] = 0
+	}
+	for _, r := range metrics.WebhookResults {
+		want[fmt.Sprintf(`booking_webhooks_total{result=%q}`, r)] = 0
+	}
+	for _, r := range metrics.ErasureResults {
+		want[fmt.Sprintf(`booking_erasures_total{result=%q}`, r)] = 0
+	}
+	want[`booking_event_store_clock_skew_seconds`] = 0
 	for series, v := range want {
 		if g, ok := got[series]; !ok || g != v {
 			t.Errorf("fresh /metrics: %s = %v (present %t), want %v", series, g, ok, v)

@@ -26,7 +26,7 @@ type worker struct {
 // follower of the log reader from its own checkpoint or a periodic job:
 // the process manager (follow-ups), recovery, reservation expiry, the
 // intent purge, the payment reconciler (unknown outcomes, expired leases,
-// deadlines, cancels, refunds), one live projector per read model (the
+// deadlines, cancels, refunds), the clock skew measure, one live projector per read model (the
 // list endpoints read them; each hands its lock over to a waiting `booking
 // projections rebuild`), and the notification relay (its own fenced
 // lease).
@@ -41,6 +41,10 @@ func (s *Server) workers() []worker {
 			return runPurge(ctx, s.elog.Purger, s.cfg.IntentRetention, s.cfg.RecoveryInterval, s.log)
 		}},
 		{commands.ReconcilerName, every, func(ctx context.Context) error { return h.RunReconciler(ctx, s.elog.Pending, every) }},
+		// Every process compares the event store's clock with the
+		// service's on its own appends
+		// (booking_event_store_clock_skew_seconds).
+		{run: func(ctx context.Context) error { h.RunClockSkew(ctx); return nil }},
 	}
 	waits := readmodels.NewWaits(pgcoord.NewLocks(s.pool))
 	for _, p := range projections.All(s.cfg.IntentRetention) {

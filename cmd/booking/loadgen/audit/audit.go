@@ -65,6 +65,18 @@ const (
 // Rules lists every rule in report order.
 var Rules = []Rule{OrdersPerReservation, NetCharge, Seats, Decodes, Settled, ReadModels, NATS, HTTP500}
 
+// units names what each rule counts in Row.Checked.
+var units = map[Rule]string{
+	OrdersPerReservation: "reservations",
+	NetCharge:            "orders",
+	Seats:                "shows",
+	Decodes:              "events",
+	Settled:              "orders, claims and intents",
+	ReadModels:           "rows",
+	NATS:                 "events",
+	HTTP500:              "requests",
+}
+
 // Sources are where Check reads. Log is the event log, which every rule
 // but HTTP500 needs (nil: those rules are violated, unless
 // Options.Skip names them). SimURL is the provider
@@ -102,12 +114,15 @@ type Options struct {
 	IntentRetention time.Duration
 }
 
-// Row is one rule's result: how many subjects it checked (reservations,
-// orders, shows, events, open items) and what broke, one sentence per
-// violation. Skipped holds the reason a rule was not checked.
+// Row is one rule's result: how many subjects it checked, and of which
+// kind (Unit: reservations, orders, shows, events, rows, requests), and
+// what broke, one sentence per violation. Skipped holds the reason a rule
+// was not checked. A row neither skipped nor violated that checked nothing
+// proves nothing: Report.Unchecked lists it.
 type Row struct {
 	Rule       Rule     `json:"rule"`
 	Checked    int      `json:"checked"`
+	Unit       string   `json:"unit"`
 	Violations []string `json:"violations"`
 	Skipped    string   `json:"skipped,omitempty"`
 }
@@ -155,6 +170,19 @@ type SeatAccount struct {
 // OK reports whether no rule has a violation.
 func (r Report) OK() bool { return r.ViolationCount() == 0 }
 
+// Unchecked returns the rules whose rows were not skipped, have no
+// violation and checked nothing (Checked 0): their OK proves nothing, as
+// when a run confirmed no order and the net-charge row had none to check.
+func (r Report) Unchecked() []Rule {
+	var out []Rule
+	for _, row := range r.Rows {
+		if row.Skipped == "" && len(row.Violations) == 0 && row.Checked == 0 {
+			out = append(out, row.Rule)
+		}
+	}
+	return out
+}
+
 // ViolationCount returns the number of violations over every row.
 func (r Report) ViolationCount() int {
 	n := 0
@@ -185,9 +213,10 @@ func (r Report) Row(rule Rule) Row {
 	return Row{}
 }
 
-// WriteTable writes the report as a table, one line per rule ("OK", the
-// violation count, or "skipped: reason"), then each violation (at most
-// limit per rule; limit <= 0 means all).
+// WriteTable writes the report as a table, one line per rule with how many
+// of what it checked and its verdict ("OK", "NOTHING CHECKED" for a row
+// that had nothing to check, the violation count, or "skipped: reason"),
+// then each violation (at most limit per rule; limit <= 0 means all).
 func (r Report) WriteTable(w io.Writer, limit int) {
 	fmt.Fprintf(w, "audit: %d events, %d shows, %d reservations, %d orders (%d confirmed, %d cancelled, %d failed), %d charges (%d succeeded), %d refunds (%d refunded)\n",
 		r.Events, r.Shows, r.Reservations, r.Orders, r.Confirmed, r.Cancelled, r.Failed, r.Charges, r.SucceededCharges, r.Refunds, r.Refunded)
@@ -204,8 +233,10 @@ func (r Report) WriteTable(w io.Writer, limit int) {
 			verdict = "skipped: " + row.Skipped
 		case len(row.Violations) > 0:
 			verdict = fmt.Sprintf("%d VIOLATION(S)", len(row.Violations))
+		case row.Checked == 0:
+			verdict = "NOTHING CHECKED"
 		}
-		fmt.Fprintf(w, "  %-30s %6d checked  %s\n", row.Rule, row.Checked, verdict)
+		fmt.Fprintf(w, "  %-30s %6d %-36s %s\n", row.Rule, row.Checked, row.Unit+" checked", verdict)
 	}
 	for _, row := range r.Rows {
 		for i, v := range row.Violations {
@@ -330,7 +361,7 @@ func Check(ctx context.Context, src Sources, opts Options) Report {
 	}
 	rows := map[Rule]*Row{}
 	for _, r := range Rules {
-		rows[r] = &Row{Rule: r, Skipped: opts.Skip[r]}
+		rows[r] = &Row{Rule: r, Unit: units[r], Skipped: opts.Skip[r]}
 	}
 	violate := func(r Rule, format string, args ...any) {
 		rows[r].Violations = append(rows[r].Violations, fmt.Sprintf(format, args...))

@@ -157,8 +157,13 @@ func TestCheckPassesASettledWorld(t *testing.T) {
 	var b strings.Builder
 	rep.WriteTable(&b, 0)
 	// Read models and NATS need real servers (live_test.go); here they are
-	// skipped, and every other row is OK.
-	if strings.Contains(b.String(), "VIOLATION") || strings.Count(b.String(), " OK") != len(audit.Rules)-2 ||
+	// skipped, no client request was recorded (the no-500 row had nothing
+	// to check, which the table says), and every other row is OK.
+	if got := rep.Unchecked(); len(got) != 1 || got[0] != audit.HTTP500 {
+		t.Errorf("Unchecked() = %q, want only %q", got, audit.HTTP500)
+	}
+	if strings.Contains(b.String(), "VIOLATION") || strings.Count(b.String(), " OK") != len(audit.Rules)-3 ||
+		!strings.Contains(b.String(), "0 requests checked                     NOTHING CHECKED") ||
 		!strings.Contains(b.String(), "skipped: no database URL") || !strings.Contains(b.String(), "skipped: no NATS URL") {
 		t.Errorf("table of a clean world:\n%s", b.String())
 	}
