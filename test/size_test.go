@@ -33,8 +33,6 @@ var longFuncsAllowed = map[string]bool{
 	"commands/intent.go Handler.beginIntent":        true,
 	"commands/orders.go Handler.placeOrder":         true,
 	"commands/reservations.go Handler.reserveSeats": true,
-	// `booking eventstore copy`, whose SQL moves into pgcoord.
-	"cmd/booking/copy.go eventstoreCopyCmd.Run": true,
 }
 
 // TestCode_FunctionsAndMainStaySmall: no non-test function outside test/

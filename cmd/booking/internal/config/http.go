@@ -22,8 +22,9 @@ type HTTPLimits struct {
 	HTTPReadTimeout time.Duration `name:"http-read-timeout" env:"BOOKING_HTTP_READ_TIMEOUT" default:"15s" help:"Time to receive a whole request, headers and body (408 after)."`
 	// HTTPReadHeaderTimeout bounds the time to receive a request's
 	// headers; a connection that has not sent them by then is closed
-	// without an answer.
-	HTTPReadHeaderTimeout time.Duration `name:"http-read-header-timeout" env:"BOOKING_HTTP_READ_HEADER_TIMEOUT" default:"5s" help:"Time to receive a request's headers (the connection is closed after); at most BOOKING_HTTP_READ_TIMEOUT."`
+	// without an answer. BOOKING_HTTP_READ_TIMEOUT bounds the headers too,
+	// so the shorter of the two applies (net/http's rule).
+	HTTPReadHeaderTimeout time.Duration `name:"http-read-header-timeout" env:"BOOKING_HTTP_READ_HEADER_TIMEOUT" default:"5s" help:"Time to receive a request's headers (the connection is closed after); the shorter of it and BOOKING_HTTP_READ_TIMEOUT applies."`
 	// HTTPWriteTimeout bounds the time from the end of a request's headers
 	// to the end of its answer: the body, the handling (with a Prefer:
 	// wait of up to 10 s) and the writing. Past it the answer is cut off.
@@ -63,10 +64,6 @@ func (l HTTPLimits) Validate(inUseWait time.Duration) error {
 		if p.d <= 0 {
 			return configerr.New(p.name, "must be a positive duration such as 30s")
 		}
-	}
-	if l.HTTPReadHeaderTimeout > l.HTTPReadTimeout {
-		return configerr.New("BOOKING_HTTP_READ_HEADER_TIMEOUT", "%s must not exceed BOOKING_HTTP_READ_TIMEOUT (%s), which bounds headers and body together",
-			l.HTTPReadHeaderTimeout, l.HTTPReadTimeout)
 	}
 	if least := httpapi.MaxWait + inUseWait + writeMargin; l.HTTPWriteTimeout < least {
 		return configerr.New("BOOKING_HTTP_WRITE_TIMEOUT", "%s must be at least %s: the longest Prefer: wait (%s) + BOOKING_IN_USE_WAIT (%s) + %s to read the body and write the answer",
