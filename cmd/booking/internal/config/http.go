@@ -39,6 +39,14 @@ type HTTPLimits struct {
 	// HTTPMaxConns bounds the API listener's open connections; one more is
 	// closed as it arrives (connlimit), not queued.
 	HTTPMaxConns int `name:"http-max-conns" env:"BOOKING_HTTP_MAX_CONNS" default:"1024" help:"Most connections the API listener keeps open; one more is closed at once."`
+	// WebhookTimeout bounds a provider notification (POST
+	// /v1/provider/webhooks) from the end of its headers to its answer:
+	// past it the answer is 503 and the provider redelivers.
+	WebhookTimeout time.Duration `name:"webhook-timeout" env:"BOOKING_WEBHOOK_TIMEOUT" default:"15s" help:"Time from the end of a provider notification's headers to its answer (503 after, the provider redelivers)."`
+	// WebhookConcurrency bounds the provider notifications worked on at
+	// once, from before the body is read to the end of their work; one
+	// more is answered 503 at once.
+	WebhookConcurrency int `name:"webhook-concurrency" env:"BOOKING_WEBHOOK_CONCURRENCY" default:"16" help:"Most provider notifications worked on at once; one more is answered 503 at once (the provider redelivers)."`
 }
 
 // writeMargin is what the write timeout must leave, beyond the longest
@@ -74,6 +82,22 @@ func (l HTTPLimits) Validate(inUseWait time.Duration) error {
 	}
 	if l.HTTPMaxConns < 1 {
 		return configerr.New("BOOKING_HTTP_MAX_CONNS", "must be at least 1")
+	}
+	return l.validateWebhooks()
+}
+
+// validateWebhooks checks the webhook route's budget: its timeout must
+// leave the write timeout time to write the answer.
+func (l HTTPLimits) validateWebhooks() error {
+	if l.WebhookTimeout <= 0 {
+		return configerr.New("BOOKING_WEBHOOK_TIMEOUT", "must be a positive duration such as 15s")
+	}
+	if most := l.HTTPWriteTimeout - writeMargin; l.WebhookTimeout > most {
+		return configerr.New("BOOKING_WEBHOOK_TIMEOUT", "%s must be at most %s: BOOKING_HTTP_WRITE_TIMEOUT (%s) less %s to write the answer",
+			l.WebhookTimeout, most, l.HTTPWriteTimeout, writeMargin)
+	}
+	if l.WebhookConcurrency < 1 {
+		return configerr.New("BOOKING_WEBHOOK_CONCURRENCY", "must be at least 1")
 	}
 	return nil
 }

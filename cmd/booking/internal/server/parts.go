@@ -210,7 +210,8 @@ func (s *Server) newHandler(ctx context.Context) error {
 	s.srv = cfg.HTTPLimits.Server(httpapi.New(httpapi.Config{Authenticator: s.opts.Auth,
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
 		Ready: ready(s.pool, s.elog), RateLimited: s.mx.RateLimited, Test: testAPI,
-		ObserveRequest: s.mx.ObserveHTTP, ObserveWebhook: s.mx.Webhook},
+		ObserveRequest: s.mx.ObserveHTTP, ObserveWebhook: s.mx.Webhook,
+		WebhookTimeout: cfg.WebhookTimeout, WebhookConcurrency: cfg.WebhookConcurrency},
 		s.handler, projections.NewReader(s.pool), s.log))
 	s.mx.MustRegister(metrics.NewStateCollector(s.elog.Lag, projections.NewReader(s.pool), s.clock, cfg.IntentRetention, s.log))
 	lagc := newLagCollector(s.pool, s.elog.Distance, s.log)
