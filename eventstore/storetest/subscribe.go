@@ -192,7 +192,7 @@ func testHeldOpenCommit(t *testing.T, s eventstore.Store) {
 
 	// Later appends commit while the held transaction is still open.
 	const appenders, perAppender = 4, 5
-	appendLater(t, ctx, s, run, appenders, perAppender)
+	appendLaterStreams(t, ctx, s, run, appenders, perAppender)
 	checkHiddenBehind(t, ctx, s, run, prePos, own, sub, perAppender)
 
 	res, err := commit(ctx)
@@ -220,10 +220,10 @@ func testHeldOpenCommit(t *testing.T, s eventstore.Store) {
 	checkStreamOrder(t, delivered, nil)
 }
 
-// appendLater appends perAppender events to each of the streams
+// appendLaterStreams appends perAppender events to each of the streams
 // RUN-later-0 … RUN-later-(appenders-1), the streams concurrently, and
 // fails t on any error.
-func appendLater(t *testing.T, ctx context.Context, s eventstore.Store, run string, appenders, perAppender int) {
+func appendLaterStreams(t *testing.T, ctx context.Context, s eventstore.Store, run string, appenders, perAppender int) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, appenders*perAppender)
@@ -249,7 +249,7 @@ func appendLater(t *testing.T, ctx context.Context, s eventstore.Store, run stri
 }
 
 // checkHiddenBehind checks what a held-open append before them does to the
-// later appends (appendLater): they are committed and stream reads see
+// later appends (appendLaterStreams): they are committed and stream reads see
 // them, but neither ReadAll after prePos nor the subscription sub shows
 // them, and the head stays at or after prePos.
 func checkHiddenBehind(t *testing.T, ctx context.Context, s eventstore.Store, run string, prePos eventstore.Position,
