@@ -1,6 +1,10 @@
 package main
 
 import (
+	"context"
+	"os"
+	"time"
+
 	"github.com/retrysafe/booking/cmd/booking/internal/config"
 	"github.com/retrysafe/booking/cmd/booking/internal/server"
 )
@@ -35,6 +39,17 @@ func (c *serveCmd) Run(e *env) error {
 	if opts.Auth, err = cfg.Auth.Authenticator(e.ctx, cfg.APITokens, opts.Log); err != nil {
 		return err
 	}
+	var stopTracing func(context.Context) error
+	if opts.TracerProvider, stopTracing, err = newTracing(e.ctx, os.Getenv, e.stdout); err != nil {
+		return err
+	}
+	defer func() { // after the parts are closed: their last spans are flushed
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			opts.Log.Warn("tracing: the last spans were not exported", "err", err)
+		}
+	}()
 	s, err := server.Open(e.ctx, cfg, opts)
 	if err != nil {
 		return err

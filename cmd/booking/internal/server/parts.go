@@ -18,6 +18,7 @@ import (
 	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/cmd/booking/internal/storage"
+	"github.com/retrysafe/booking/cmd/booking/internal/tracing"
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/commands/webhookstore"
@@ -153,7 +154,8 @@ func (s *Server) startProvider(ctx context.Context) error {
 		s.onClose(func() { sim.Close() })
 	}
 	payments, err := stripe.New(stripe.Config{SecretKey: s.opts.ProviderAPIKey, BaseURL: s.providerURL,
-		HTTPClient: &http.Client{Timeout: cfg.ProviderTimeout + time.Second}, WebhookSecrets: []string{cfg.ProviderWebhookSecret},
+		HTTPClient:               &http.Client{Timeout: cfg.ProviderTimeout + time.Second, Transport: tracing.Transport(nil, s.opts.TracerProvider)},
+		WebhookSecrets:           []string{cfg.ProviderWebhookSecret},
 		IgnoreAPIVersionMismatch: cfg.StripeIgnoreAPIVersion})
 	if err != nil {
 		return configerr.New("BOOKING_PROVIDER_URL", "%v", err)
@@ -195,7 +197,8 @@ func (s *Server) newHandler(ctx context.Context) error {
 	hcfg.ClockSkew = cfg.ProviderClockSkew
 	hcfg.InUseWait = cfg.InUseWait
 	s.executor = hcfg.Executor
-	opts := []commands.Option{commands.WithMetrics(s.mx), commands.WithKeys(s.keys), commands.WithProcessedEvents(webhookstore.New(s.pool))}
+	opts := []commands.Option{commands.WithMetrics(s.mx), commands.WithKeys(s.keys), commands.WithProcessedEvents(webhookstore.New(s.pool)),
+		commands.WithTracerProvider(s.opts.TracerProvider)}
 	hooks, testAPI, err := faults.FromEnv(ctx, s.log)
 	if err != nil {
 		return err
@@ -210,7 +213,7 @@ func (s *Server) newHandler(ctx context.Context) error {
 	s.srv = cfg.HTTPLimits.Server(httpapi.New(httpapi.Config{Authenticator: s.opts.Auth,
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
 		Ready: ready(s.pool, s.elog), RateLimited: s.mx.RateLimited, Test: testAPI,
-		ObserveRequest: s.mx.ObserveHTTP, ObserveWebhook: s.mx.Webhook,
+		ObserveRequest: s.mx.ObserveHTTP, ObserveWebhook: s.mx.Webhook, TracerProvider: s.opts.TracerProvider,
 		WebhookTimeout: cfg.WebhookTimeout, WebhookConcurrency: cfg.WebhookConcurrency},
 		s.handler, projections.NewReader(s.pool), s.log))
 	s.mx.MustRegister(metrics.NewStateCollector(s.elog.Lag, projections.NewReader(s.pool), s.clock, cfg.IntentRetention, s.log))
@@ -247,7 +250,7 @@ func (s *Server) openLogReader(context.Context) error {
 func (s *Server) startNotifications(ctx context.Context) error {
 	cfg := s.cfg
 	notif, err := natsrun.Start(ctx, natsrun.Config{URL: cfg.NATSURL, Addr: cfg.NATSAddr, DuplicateWindow: cfg.NATSDuplicateWindow,
-		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir, Backend: s.backend}, s.log, s.pool, s.followed)
+		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir, Backend: s.backend, TracerProvider: s.opts.TracerProvider}, s.log, s.pool, s.followed)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/config"
 	"github.com/retrysafe/booking/cmd/booking/internal/connlimit"
@@ -37,8 +38,8 @@ import (
 
 // Options are what a Server needs besides its configuration: the secrets
 // loaded from it (secrets.Config) and where each came from, the logger,
-// the authenticator of the API's callers and the build's version (for the
-// metrics).
+// the authenticator of the API's callers, the build's version (for the
+// metrics) and the tracer provider its spans are recorded with (nil: none).
 type Options struct {
 	MasterKeys         *envelope.Keyring
 	MasterKeysFrom     secrets.Source
@@ -47,6 +48,7 @@ type Options struct {
 	Log                *slog.Logger
 	Auth               identity.Authenticator
 	Version            string
+	TracerProvider     trace.TracerProvider
 }
 
 // Server is a running `booking serve`. Open opens its parts; Run serves
