@@ -121,12 +121,19 @@ BOOKING_TEST_STRIPE_MOCK="$$(GO='$(GO)' $(STRIPE_MOCK_SH) '$(STRIPE_MOCK_VERSION
 export BOOKING_TEST_STRIPE_MOCK
 endef
 
+# With BOOKING_AUTH=jwt the static tokens are off: the hints name a JWT instead.
+jwt_mode     = $(filter jwt,$(BOOKING_AUTH))
+BANNER_ADMIN = $(if $(jwt_mode),<an admin JWT>,$(ADMIN_TOKEN))
+BANNER_USER  = $(if $(jwt_mode),<a JWT>,$(USER_TOKEN))
+# The example show starts in 30 days (GNU date), so the hint never goes stale.
+BANNER_START = $(shell date -u -d '+30 days' +%Y-%m-%dT20:00:00Z 2>/dev/null || echo 2030-06-01T20:00:00Z)
+
 define RUN_BANNER
 booking API  $(API_URL)
-dev tokens   $(subst $(comma),  ,$(BOOKING_API_TOKENS))
-try          curl -sS -X POST $(API_URL)/v1/shows -H 'Authorization: Bearer $(ADMIN_TOKEN)' -H 'Idempotency-Key: show-1' -H 'Content-Type: application/json' -d '{"name":"Concert","starts_at":"2027-06-01T20:00:00Z","capacity":100,"price":{"amount":4500,"currency":"EUR"}}'
+dev tokens   $(if $(jwt_mode),none: BOOKING_AUTH=jwt takes JWTs of your identity provider (docs/identity.md),$(subst $(comma),  ,$(BOOKING_API_TOKENS)))
+try          curl -sS -X POST $(API_URL)/v1/shows -H 'Authorization: Bearer $(BANNER_ADMIN)' -H 'Idempotency-Key: show-1' -H 'Content-Type: application/json' -d '{"name":"Concert","starts_at":"$(BANNER_START)","capacity":100,"price":{"amount":4500,"currency":"EUR"}}'
              (send it again: same show, header Idempotent-Replayed: true; add -i to see headers)
-then         curl -sS $(API_URL)/v1/shows -H 'Authorization: Bearer $(USER_TOKEN)'
+then         curl -sS $(API_URL)/v1/shows -H 'Authorization: Bearer $(BANNER_USER)'
 metrics      $(if $(BOOKING_ADMIN_ADDR),curl -sS http://$(patsubst 0.0.0.0:%,127.0.0.1:%,$(patsubst :%,127.0.0.1:%,$(BOOKING_ADMIN_ADDR)))/metrics  (the admin listener; never on the API's port),none (BOOKING_ADMIN_ADDR is empty))
 stop         Ctrl-C; `make pg-down` stops PostgreSQL, `make clean-data` deletes $(BOOKING_DATA_DIR)
 

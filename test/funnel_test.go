@@ -43,6 +43,24 @@ var funnelCounters = []string{
 	"booking_intents_total", "booking_intent_refusals_total",
 }
 
+// checkProviderCreates checks that booking_provider_calls_total for
+// create_payment moved by exactly want[result] for each result named. The
+// other operations move on their own (the reconciler lists and refunds),
+// but only an order creates a PaymentIntent.
+func checkProviderCreates(t testing.TB, step string, before, after map[string]float64, want map[string]float64) {
+	t.Helper()
+	for result, d := range want {
+		name := fmt.Sprintf(`booking_provider_calls_total{operation="create_payment",result=%q}`, result)
+		if _, ok := after[name]; !ok {
+			t.Errorf("%s: %s is not exported", step, name)
+			continue
+		}
+		if got := after[name] - before[name]; got != d {
+			t.Errorf("%s: %s moved by %v, want %v", step, name, got, d)
+		}
+	}
+}
+
 // checkSeries compares two scrapes for the series of one metric name:
 // every series in want changed by exactly its value, every other one not
 // at all.
@@ -184,6 +202,7 @@ func TestMetrics_FunnelDeltas(t *testing.T) {
 	}
 	wantStatus(t, f.r, http.StatusCreated)
 	s.waitGauge(t, "booking_intents_pending", "0 once the order is confirmed", func(v float64) bool { return v == 0 })
+	checkProviderCreates(t, "a confirmed order", before, s.samples(t), map[string]float64{"ok": 1, "declined": 0})
 
 	// ---- replay, fingerprint conflict
 	before = s.samples(t)
@@ -246,8 +265,10 @@ func TestMetrics_FunnelDeltas(t *testing.T) {
 
 	// ---- redundant effect, refunds pending
 	res3 := s.mustReserve(t, tokAlice, show, 2)
+	beforeDecline := s.samples(t)
 	r3 := s.doCall(t, orderCall(tokAlice, newKey(), res3, "tok_decline"))
 	checkProblem(t, r3, http.StatusPaymentRequired, "payment-declined")
+	checkProviderCreates(t, "a declined order", beforeDecline, s.samples(t), map[string]float64{"ok": 0, "declined": 1})
 	id3 := orderIDOf(t, r3)
 	before = s.samples(t)
 	late := s.simMakePayment(t, "tok_visa", id3, 1, 2*priceAmount, nil)

@@ -144,10 +144,6 @@ func DefaultSettle(paymentLease, recoveryInterval time.Duration) time.Duration {
 
 // Run parses the tokens and runs the load generator.
 func (c *loadgenCmd) Run(e *env) error {
-	tokens, err := config.ParseTokens(c.Tokens)
-	if err != nil {
-		return configError("BOOKING_API_TOKENS", "%v", err)
-	}
 	cfg := loadgen.Config{URL: c.URL, Targets: c.Targets, SimURL: c.SimURL, Clients: c.Clients, Orders: c.Orders,
 		ShowSize: c.ShowSize, Rate: c.Rate, Timeout: c.Timeout, LoseRate: c.LoseRate, DeclineRate: c.DeclineRate,
 		DupRate: c.DupRate, FreshRate: c.FreshRate, AbandonRate: c.AbandonRate, CancelRate: c.CancelRate,
@@ -155,6 +151,14 @@ func (c *loadgenCmd) Run(e *env) error {
 		FaultLatency: c.FaultLatency, FaultMarker: c.FaultMarker, MaxDuration: c.MaxDuration, Drain: c.Drain, Settle: c.Settle,
 		DatabaseURL: c.DatabaseURL, NATSURL: c.NATSURL, IntentRetention: c.Retention, Out: e.stdout, ReportFile: c.Report,
 		MinSuccess: c.MinSuccess}
+	// A bad flag is named before the tokens are looked for.
+	if err := loadgen.CheckFlags(cfg); err != nil {
+		return err
+	}
+	tokens, err := config.ParseTokens(c.Tokens)
+	if err != nil {
+		return configError("BOOKING_API_TOKENS", "%v", err)
+	}
 	for tok, a := range tokens {
 		if a.Admin {
 			cfg.Admin = tok

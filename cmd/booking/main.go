@@ -194,9 +194,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return &usageError{fmt.Errorf("unknown command %q; run %s --help", name, commandPath(pe.Context))}
 			}
 			err = withFlagNamed(pe.Context, err) // a Validate hook's refusal (serve)
-			parser.Stdout = stderr
-			_ = pe.Context.PrintUsage(true)
-			fmt.Fprintln(stderr)
+			// A refused configuration value is answered with its message
+			// alone; a command line kong could not parse, with the usage.
+			if ce := (*configerr.Error)(nil); !errors.As(err, &ce) {
+				parser.Stdout = stderr
+				_ = pe.Context.PrintUsage(true)
+				fmt.Fprintln(stderr)
+			}
 		}
 		return &usageError{err}
 	}

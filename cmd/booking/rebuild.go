@@ -80,8 +80,10 @@ func (c *rebuildCmd) Run(e *env) error {
 	if err != nil {
 		return fmt.Errorf("projections rebuild: %w (nothing was swapped)", err)
 	}
-	rate := float64(res.Events) / max(res.Total.Seconds(), 1e-9)
-	fmt.Fprintf(e.stdout, "booking: rebuilt %s from %d events in %s (%.0f events/s); checkpoint %s\n",
-		strings.Join(names, ", "), res.Events, res.Total.Round(time.Millisecond), rate, res.Position)
+	// The rate is the replay's; the total adds the lock handover with the
+	// live projectors and the swap.
+	rate := float64(res.Events) / max(res.Replay.Seconds(), 1e-9)
+	fmt.Fprintf(e.stdout, "booking: rebuilt %s from %d events in %s (replay %s, %.0f events/s); checkpoint %s\n",
+		strings.Join(names, ", "), res.Events, res.Total.Round(time.Millisecond), res.Replay.Round(time.Millisecond), rate, res.Position)
 	return nil
 }

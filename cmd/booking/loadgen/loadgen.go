@@ -266,11 +266,7 @@ func Run(ctx context.Context, cfg Config) error {
 // prepare fills in the defaults of c (the targets from URL, the show size,
 // the late wait, the drain and setup timeouts) and checks it (validate).
 func (c *Config) prepare() error {
-	if len(c.Targets) == 0 && c.URL != "" {
-		c.Targets = []string{c.URL}
-	}
-	c.Targets = normalizeURLs(c.Targets)
-	c.SimURL = strings.TrimRight(c.SimURL, "/")
+	c.normalize()
 	if err := c.validate(); err != nil {
 		return err
 	}
@@ -446,9 +442,41 @@ func (v Verdict) write(w io.Writer) {
 	}
 }
 
+// normalize fills Targets from URL when none is given and trims the base
+// URLs' trailing slashes.
+func (c *Config) normalize() {
+	if len(c.Targets) == 0 && c.URL != "" {
+		c.Targets = []string{c.URL}
+	}
+	c.Targets = normalizeURLs(c.Targets)
+	c.SimURL = strings.TrimRight(c.SimURL, "/")
+}
+
+// CheckFlags checks every field of cfg but the tokens (Admin, Users), so
+// a command line can name a bad flag before it looks for tokens. An error
+// is a *configerr.Error naming the flag at fault.
+func CheckFlags(cfg Config) error {
+	cfg.normalize()
+	if cfg.Rate == 0 {
+		cfg.Rate = 1 // 0 asks the command for a rate derived from the tokens
+	}
+	return cfg.validateFlags()
+}
+
 // validate checks c; an error is a *configerr.Error naming the flag or
 // variable at fault (the command exits 2 for it).
 func (c *Config) validate() error {
+	if err := c.validateFlags(); err != nil {
+		return err
+	}
+	if c.Admin == "" || len(c.Users) == 0 {
+		return configerr.New("BOOKING_API_TOKENS", "loadgen needs one admin token and at least one other")
+	}
+	return nil
+}
+
+// validateFlags checks every field of c but the tokens.
+func (c *Config) validateFlags() error {
 	switch {
 	case c.Clients < 1:
 		return configerr.New("--clients", "must be at least 1")
@@ -456,8 +484,6 @@ func (c *Config) validate() error {
 		return configerr.New("--orders", "must be at least 1")
 	case c.ShowSize < 0:
 		return configerr.New("--show-size", "must be 0 (one show for all) or positive")
-	case c.Admin == "" || len(c.Users) == 0:
-		return configerr.New("BOOKING_API_TOKENS", "loadgen needs one admin token and at least one other")
 	case len(c.Targets) == 0:
 		return configerr.New("--target", "needs at least one base URL")
 	case !(c.Rate > 0): // also refuses NaN
