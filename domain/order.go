@@ -202,74 +202,116 @@ func PlacedFrom(c OrderClaimed, deadline time.Time, sealedToken []byte) OrderPla
 func (o *Order) Apply(e Event) {
 	switch e := e.(type) {
 	case OrderPlaced:
-		*o = Order{ID: e.OrderID, ReservationID: e.ReservationID, ShowID: e.ShowID, Actor: e.Actor, Intent: e.Intent,
-			Quantity: e.Quantity, Amount: e.Amount, PaymentDeadline: e.PaymentDeadline, Status: OrderStatusPending,
-			Refunds: map[string]*Refund{}, Charges: map[string]ChargeFact{}}
-		if e.Private != nil {
-			o.PaymentToken, o.SealedPaymentToken = e.Private.PaymentToken, e.Private.SealedPaymentToken
-		}
+		o.placed(e)
 	case PaymentAttemptStarted:
-		if last := o.LastAttempt(); last != nil && last.N == e.Attempt {
-			// A renewal or takeover of the same attempt keeps its key, request
-			// bytes, first start and outcome.
-			last.Owner, last.LeaseUntil = e.Owner, e.LeaseUntil
-			last.Takeovers++
-			return
-		}
-		a := Attempt{N: e.Attempt, ProviderKey: e.ProviderKey, Owner: e.Owner, LeaseUntil: e.LeaseUntil,
-			StartedAt: e.StartedAt, RequestSHA256: e.RequestSHA256, Amount: e.Amount, Description: e.Description, Deployment: e.Deployment}
-		if e.Private != nil {
-			a.RequestBody, a.SealedRequestBody = e.Private.RequestBody, e.Private.SealedRequestBody
-		}
-		o.Attempts = append(o.Attempts, a)
+		o.attemptStarted(e)
 	case PaymentSucceeded:
-		o.initMaps()
-		o.Charges[e.ChargeID] = ChargeFact{Attempt: e.Attempt, Outcome: OutcomeSucceeded, Amount: e.Amount}
-		if a := o.attempt(e.Attempt); a != nil && a.Outcome != OutcomeSucceeded {
-			a.Outcome, a.ChargeID = OutcomeSucceeded, e.ChargeID
-		}
-		if o.ChargeID == "" && (o.Status == OrderStatusPending || o.Status == OrderStatusCancelling) {
-			o.ChargeID = e.ChargeID
-		}
+		o.paymentSucceeded(e)
 	case PaymentFailed:
-		o.initMaps()
-		if e.ChargeID != "" {
-			if c, ok := o.Charges[e.ChargeID]; !ok || c.Outcome != OutcomeSucceeded {
-				o.Charges[e.ChargeID] = ChargeFact{Attempt: e.Attempt, Outcome: OutcomeFailed}
-			}
-		}
-		if a := o.attempt(e.Attempt); a != nil && a.Outcome != OutcomeSucceeded {
-			a.Outcome, a.ChargeID = OutcomeFailed, e.ChargeID
-			a.FailureCode, a.FailureReason = e.Code, e.Reason
-		}
+		o.paymentFailed(e)
 	case PaymentOutcomeUnknown:
 		if a := o.attempt(e.Attempt); a != nil && a.Outcome == OutcomeNone {
 			a.Outcome = OutcomeUnknown
 		}
 	case PaymentActionRequired:
-		if a := o.attempt(e.Attempt); a != nil && (a.Outcome == OutcomeNone || a.Outcome == OutcomeUnknown) {
-			a.Outcome, a.ChargeID = OutcomeRequiresAction, e.PaymentID
-			if e.Private != nil {
-				a.SealedAction = e.Private.SealedAction
-			}
-		}
+		o.actionRequired(e)
 	case OrderConfirmed:
 		o.Status, o.Tickets = OrderStatusConfirmed, e.Tickets
-		if o.FirstOutcome == "" {
-			o.FirstOutcome = OrderStatusConfirmed
-		}
+		o.firstOutcome(OrderStatusConfirmed)
 	case OrderFailed:
 		o.Status, o.FailReason = OrderStatusFailed, e.Reason
-		if o.FirstOutcome == "" {
-			o.FirstOutcome = e.Reason
-		}
+		o.firstOutcome(e.Reason)
 	case OrderCancelRequested:
 		o.Status, o.CancelAccepted = OrderStatusCancelling, true
 	case OrderCancelled:
 		o.Status, o.CancelAccepted = OrderStatusCancelled, true
-		if o.FirstOutcome == "" {
-			o.FirstOutcome = OrderStatusCancelled
+		o.firstOutcome(OrderStatusCancelled)
+	case RefundRequested, RefundSucceeded, RefundRefused:
+		o.applyRefund(e)
+	case OrderNeedsReview:
+		o.Status, o.ReviewReason = OrderStatusNeedsReview, e.Reason
+	}
+}
+
+// placed starts the order over from its OrderPlaced.
+func (o *Order) placed(e OrderPlaced) {
+	*o = Order{ID: e.OrderID, ReservationID: e.ReservationID, ShowID: e.ShowID, Actor: e.Actor, Intent: e.Intent,
+		Quantity: e.Quantity, Amount: e.Amount, PaymentDeadline: e.PaymentDeadline, Status: OrderStatusPending,
+		Refunds: map[string]*Refund{}, Charges: map[string]ChargeFact{}}
+	if e.Private != nil {
+		o.PaymentToken, o.SealedPaymentToken = e.Private.PaymentToken, e.Private.SealedPaymentToken
+	}
+}
+
+// attemptStarted adds a new attempt, or renews the lease of the current
+// one when e starts the same attempt again.
+func (o *Order) attemptStarted(e PaymentAttemptStarted) {
+	if last := o.LastAttempt(); last != nil && last.N == e.Attempt {
+		// A renewal or takeover of the same attempt keeps its key, request
+		// bytes, first start and outcome.
+		last.Owner, last.LeaseUntil = e.Owner, e.LeaseUntil
+		last.Takeovers++
+		return
+	}
+	a := Attempt{N: e.Attempt, ProviderKey: e.ProviderKey, Owner: e.Owner, LeaseUntil: e.LeaseUntil,
+		StartedAt: e.StartedAt, RequestSHA256: e.RequestSHA256, Amount: e.Amount, Description: e.Description, Deployment: e.Deployment}
+	if e.Private != nil {
+		a.RequestBody, a.SealedRequestBody = e.Private.RequestBody, e.Private.SealedRequestBody
+	}
+	o.Attempts = append(o.Attempts, a)
+}
+
+// paymentSucceeded records the charge, settles its attempt (a success is
+// final) and, while the order is still open, makes it the order's charge.
+func (o *Order) paymentSucceeded(e PaymentSucceeded) {
+	o.initMaps()
+	o.Charges[e.ChargeID] = ChargeFact{Attempt: e.Attempt, Outcome: OutcomeSucceeded, Amount: e.Amount}
+	if a := o.attempt(e.Attempt); a != nil && a.Outcome != OutcomeSucceeded {
+		a.Outcome, a.ChargeID = OutcomeSucceeded, e.ChargeID
+	}
+	if o.ChargeID == "" && (o.Status == OrderStatusPending || o.Status == OrderStatusCancelling) {
+		o.ChargeID = e.ChargeID
+	}
+}
+
+// paymentFailed records a failed charge and attempt, unless a success was
+// already recorded for either.
+func (o *Order) paymentFailed(e PaymentFailed) {
+	o.initMaps()
+	if e.ChargeID != "" {
+		if c, ok := o.Charges[e.ChargeID]; !ok || c.Outcome != OutcomeSucceeded {
+			o.Charges[e.ChargeID] = ChargeFact{Attempt: e.Attempt, Outcome: OutcomeFailed}
 		}
+	}
+	if a := o.attempt(e.Attempt); a != nil && a.Outcome != OutcomeSucceeded {
+		a.Outcome, a.ChargeID = OutcomeFailed, e.ChargeID
+		a.FailureCode, a.FailureReason = e.Code, e.Reason
+	}
+}
+
+// actionRequired marks an attempt without a known outcome as waiting for
+// the customer's action.
+func (o *Order) actionRequired(e PaymentActionRequired) {
+	if a := o.attempt(e.Attempt); a != nil && (a.Outcome == OutcomeNone || a.Outcome == OutcomeUnknown) {
+		a.Outcome, a.ChargeID = OutcomeRequiresAction, e.PaymentID
+		if e.Private != nil {
+			a.SealedAction = e.Private.SealedAction
+		}
+	}
+}
+
+// firstOutcome sets the order's first outcome unless it has one.
+func (o *Order) firstOutcome(outcome string) {
+	if o.FirstOutcome == "" {
+		o.FirstOutcome = outcome
+	}
+}
+
+// applyRefund evolves the order's refunds by a RefundRequested (the first
+// request of a charge counts), RefundSucceeded or RefundRefused (a refusal
+// after a success changes nothing).
+func (o *Order) applyRefund(e Event) {
+	switch e := e.(type) {
 	case RefundRequested:
 		o.initMaps()
 		if _, ok := o.Refunds[e.ChargeID]; !ok {
@@ -283,8 +325,6 @@ func (o *Order) Apply(e Event) {
 		if r, ok := o.Refunds[e.ChargeID]; ok && !r.Succeeded {
 			r.Refused = true
 		}
-	case OrderNeedsReview:
-		o.Status, o.ReviewReason = OrderStatusNeedsReview, e.Reason
 	}
 }
 

@@ -237,23 +237,53 @@ type batchSender interface {
 // checkpoint fence and a SELECT of the rows to load per table; the fold in
 // Go; one pgx batch with the upserts and follow-up statements; COMMIT.
 func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, from checkpoint, o applyOptions) (checkpoint, error) {
-	to := checkpoint{pos: envs[len(envs)-1].pos, logTime: from.logTime}
+	a := &batchApply{bs: bs, envs: envs, from: from, o: o, to: checkpoint{pos: envs[len(envs)-1].pos, logTime: from.logTime}}
 	for i := range envs {
-		if envs[i].at.After(to.logTime) {
-			to.logTime = envs[i].at
+		if envs[i].at.After(a.to.logTime) {
+			a.to.logTime = envs[i].at
 		}
 	}
-	folds := make([]batchFold, len(bs))
-	loadAny := false
-	for i, b := range bs {
-		folds[i] = b.p.begin()
-		for j := range envs {
-			if err := folds[i].route(&envs[j]); err != nil {
-				return from, fmt.Errorf("projections: %s: %w", b.p.name, err)
+	loadAny, err := a.route()
+	if err != nil {
+		return from, err
+	}
+	if sb, ok := db.(batchSender); ok && !loadAny && o.beforeCommit == nil {
+		err = a.sendOnce(ctx, sb)
+	} else {
+		err = a.inTransaction(ctx, db)
+	}
+	if err != nil {
+		return from, err
+	}
+	return a.to, nil
+}
+
+// batchApply is one applyBatch: the envelopes envs applied to the bound
+// projections bs (each with its fold in folds) from checkpoint from to
+// checkpoint to.
+type batchApply struct {
+	bs       []*bound
+	folds    []batchFold
+	envs     []envelope
+	from, to checkpoint
+	o        applyOptions
+}
+
+// route begins every projection's fold, routes the envelopes to the rows
+// they touch and sets up each row loader (the batch's opened rows, the
+// projector's caches); it reports whether any row must be loaded with a
+// SELECT.
+func (a *batchApply) route() (loadAny bool, err error) {
+	a.folds = make([]batchFold, len(a.bs))
+	for i, b := range a.bs {
+		a.folds[i] = b.p.begin()
+		for j := range a.envs {
+			if err := a.folds[i].route(&a.envs[j]); err != nil {
+				return false, fmt.Errorf("projections: %s: %w", b.p.name, err)
 			}
 		}
-		for _, l := range folds[i].loaders() {
-			if o.fence == "" {
+		for _, l := range a.folds[i].loaders() {
+			if a.o.fence == "" {
 				l.loadOpened()
 			}
 			if c := b.cacheOf(l.table()); c != nil {
@@ -262,58 +292,102 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 			loadAny = loadAny || len(l.keys()) > 0
 		}
 	}
-	fenceArgs := []any{o.fence, int64(to.pos.Commit), int64(to.pos.Prepare), nullTime(to.logTime),
-		int64(from.pos.Commit), int64(from.pos.Prepare)}
-	moved := func() error { return fmt.Errorf("%w (%s expected at %s)", ErrCheckpointMoved, o.fence, from.pos) }
+	return loadAny, nil
+}
 
-	if sb, ok := db.(batchSender); ok && !loadAny && o.beforeCommit == nil {
-		if err := foldAll(bs, folds, envs); err != nil {
-			return from, err
-		}
-		write := &pgx.Batch{}
-		fenceAt := -1
-		if o.fence != "" {
-			fenceAt = write.Len()
-			write.Queue(sqlFenceOrFail, fenceArgs...)
-		}
-		queues := queueWrites(write, bs, folds, to)
-		if write.Len() > 0 {
-			br := sb.SendBatch(ctx, write)
-			for i := range write.Len() {
-				if _, err := br.Exec(); err != nil {
-					br.Close()
-					var pe *pgconn.PgError
-					if i == fenceAt && errors.As(err, &pe) && pe.Code == "22012" {
-						return from, moved()
-					}
-					return from, fmt.Errorf("projections: write batch up to %s: %w", to.pos, err)
-				}
-			}
-			if err := br.Close(); err != nil {
-				return from, fmt.Errorf("projections: commit batch up to %s: %w", to.pos, err)
-			}
-		}
-		committed(bs, folds, queues)
-		return to, nil
+// fenceArgs are the arguments of sqlFence and sqlFenceOrFail.
+func (a *batchApply) fenceArgs() []any {
+	return []any{a.o.fence, int64(a.to.pos.Commit), int64(a.to.pos.Prepare), nullTime(a.to.logTime),
+		int64(a.from.pos.Commit), int64(a.from.pos.Prepare)}
+}
+
+// moved is the error of a fence that found the checkpoint elsewhere.
+func (a *batchApply) moved() error {
+	return fmt.Errorf("%w (%s expected at %s)", ErrCheckpointMoved, a.o.fence, a.from.pos)
+}
+
+// sendOnce folds and writes the batch as one pgx batch in one implicit
+// transaction: the fence (sqlFenceOrFail), the upserts and the follow-up
+// statements.
+func (a *batchApply) sendOnce(ctx context.Context, sb batchSender) error {
+	if err := foldAll(a.bs, a.folds, a.envs); err != nil {
+		return err
 	}
+	write := &pgx.Batch{}
+	fenceAt := -1
+	if a.o.fence != "" {
+		fenceAt = write.Len()
+		write.Queue(sqlFenceOrFail, a.fenceArgs()...)
+	}
+	queues := queueWrites(write, a.bs, a.folds, a.to)
+	if write.Len() > 0 {
+		br := sb.SendBatch(ctx, write)
+		for i := range write.Len() {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				var pe *pgconn.PgError
+				if i == fenceAt && errors.As(err, &pe) && pe.Code == "22012" {
+					return a.moved()
+				}
+				return fmt.Errorf("projections: write batch up to %s: %w", a.to.pos, err)
+			}
+		}
+		if err := br.Close(); err != nil {
+			return fmt.Errorf("projections: commit batch up to %s: %w", a.to.pos, err)
+		}
+	}
+	committed(a.bs, a.folds, queues)
+	return nil
+}
 
+// inTransaction applies the batch in a transaction: BEGIN; the fence and
+// the loads; the fold in Go; the upserts and follow-up statements; the
+// beforeCommit hook; COMMIT.
+func (a *batchApply) inTransaction(ctx context.Context, db beginner) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return from, fmt.Errorf("projections: begin: %w", err)
+		return fmt.Errorf("projections: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 
-	// 1. Fence and load.
+	if err := a.fenceAndLoad(ctx, tx); err != nil {
+		return err
+	}
+	if err := foldAll(a.bs, a.folds, a.envs); err != nil {
+		return err
+	}
+	write := &pgx.Batch{}
+	queues := queueWrites(write, a.bs, a.folds, a.to)
+	if write.Len() > 0 {
+		if err := tx.SendBatch(ctx, write).Close(); err != nil {
+			return fmt.Errorf("projections: write batch up to %s: %w", a.to.pos, err)
+		}
+	}
+	if a.o.beforeCommit != nil {
+		if err := a.o.beforeCommit(ctx, tx, a.envs); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("projections: commit batch up to %s: %w", a.to.pos, err)
+	}
+	committed(a.bs, a.folds, queues)
+	return nil
+}
+
+// fenceAndLoad sends, in one pgx batch on tx, the checkpoint fence
+// (sqlFence) and a SELECT of the rows to load per table, and loads them.
+func (a *batchApply) fenceAndLoad(ctx context.Context, tx pgx.Tx) error {
 	read := &pgx.Batch{}
 	fenceAt := -1
-	if o.fence != "" {
+	if a.o.fence != "" {
 		fenceAt = read.Len()
-		read.Queue(sqlFence, fenceArgs...)
+		read.Queue(sqlFence, a.fenceArgs()...)
 	}
 	var loads []rowLoader
 	var loadAt []*bound
-	for i, b := range bs {
-		for _, l := range folds[i].loaders() {
+	for i, b := range a.bs {
+		for _, l := range a.folds[i].loaders() {
 			if keys := l.keys(); len(keys) > 0 {
 				read.Queue(b.sql(l.table().selectSQL()), keys)
 				loads = append(loads, l)
@@ -326,11 +400,11 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 		ct, err := br.Exec()
 		if err != nil {
 			br.Close()
-			return from, fmt.Errorf("projections: batch up to %s: %w", to.pos, err)
+			return fmt.Errorf("projections: batch up to %s: %w", a.to.pos, err)
 		}
 		if i == fenceAt && ct.RowsAffected() != 1 {
 			br.Close()
-			return from, moved()
+			return a.moved()
 		}
 	}
 	for i, l := range loads {
@@ -340,36 +414,13 @@ func applyBatch(ctx context.Context, db beginner, bs []*bound, envs []envelope, 
 		}
 		if err != nil {
 			br.Close()
-			return from, fmt.Errorf("projections: %s: load %s: %w", loadAt[i].p.name, l.table().name, err)
+			return fmt.Errorf("projections: %s: load %s: %w", loadAt[i].p.name, l.table().name, err)
 		}
 	}
 	if err := br.Close(); err != nil {
-		return from, fmt.Errorf("projections: batch up to %s: %w", to.pos, err)
+		return fmt.Errorf("projections: batch up to %s: %w", a.to.pos, err)
 	}
-
-	// 2. Fold.
-	if err := foldAll(bs, folds, envs); err != nil {
-		return from, err
-	}
-
-	// 3. Write.
-	write := &pgx.Batch{}
-	queues := queueWrites(write, bs, folds, to)
-	if write.Len() > 0 {
-		if err := tx.SendBatch(ctx, write).Close(); err != nil {
-			return from, fmt.Errorf("projections: write batch up to %s: %w", to.pos, err)
-		}
-	}
-	if o.beforeCommit != nil {
-		if err := o.beforeCommit(ctx, tx, envs); err != nil {
-			return from, err
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return from, fmt.Errorf("projections: commit batch up to %s: %w", to.pos, err)
-	}
-	committed(bs, folds, queues)
-	return to, nil
+	return nil
 }
 
 // foldAll folds envs into every projection's rows.

@@ -194,69 +194,21 @@ func (f *ordersFold) apply(e *envelope) error {
 		return err
 	}
 	if o != nil {
-		resID, err := e.canonUUID(o.ReservationID, "reservation_id")
-		if err != nil {
-			return err
-		}
-		showID, err := e.canonUUID(o.ShowID, "show_id")
-		if err != nil {
-			return err
-		}
-		f.orders.put(&orderRow{ID: key, Actor: o.Actor, ReservationID: resID, ShowID: showID, Intent: o.Intent,
-			Status: "pending", Quantity: int64(o.Quantity), Amount: o.Amount.Amount, Currency: o.Amount.Currency,
-			PaymentDeadline: micro(o.PaymentDeadline), Refunds: map[string]string{}, TicketIDs: []string{},
-			RefundBacklog: map[string]refundDue{}, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
-		return nil
+		return f.placed(e, key, o)
 	}
 	switch e.typ {
-	case "PaymentAttemptStarted", "PaymentSucceeded", "PaymentFailed", "PaymentOutcomeUnknown", "PaymentActionRequired", "RefundRequested",
-		"RefundSucceeded", "RefundRefused":
+	case "PaymentAttemptStarted", "PaymentSucceeded", "PaymentFailed", "PaymentOutcomeUnknown", "PaymentActionRequired":
 		var p paymentFact
 		if err := e.decode(&p); err != nil {
 			return err
 		}
-		n := int64(p.Attempt)
-		switch e.typ {
-		case "PaymentAttemptStarted": // a new attempt has no outcome; a takeover changes nothing
-			if n > r.Attempts {
-				r.Attempts, r.LastOutcome, r.UnknownSince = n, "", nil
-			}
-		case "PaymentSucceeded": // the first success while pending or cancelling pays the order
-			if n == r.Attempts {
-				r.LastOutcome, r.UnknownSince = "succeeded", nil
-			}
-			if r.ChargeID == "" && (r.Status == "pending" || r.Status == "cancelling") {
-				r.ChargeID = p.ChargeID
-			}
-		case "PaymentFailed":
-			if n == r.Attempts && r.LastOutcome != "succeeded" {
-				r.LastOutcome, r.UnknownSince = "failed", nil
-			}
-		case "PaymentOutcomeUnknown":
-			if n == r.Attempts && r.LastOutcome == "" {
-				at := e.at
-				r.LastOutcome, r.UnknownSince = "unknown", &at
-			}
-		case "PaymentActionRequired": // waits for the customer: a known, pending outcome
-			if n == r.Attempts && (r.LastOutcome == "" || r.LastOutcome == "unknown") {
-				r.LastOutcome, r.UnknownSince = "requires_action", nil
-			}
-		case "RefundRequested":
-			if _, ok := r.Refunds[p.ChargeID]; !ok {
-				r.Refunds[p.ChargeID] = "requested"
-				r.backlog()[p.ChargeID] = refundDue{RequestedAt: e.at.UTC()}
-			}
-		case "RefundSucceeded":
-			if _, ok := r.Refunds[p.ChargeID]; ok {
-				r.Refunds[p.ChargeID] = "succeeded"
-				delete(r.backlog(), p.ChargeID)
-			}
-		case "RefundRefused": // the refund is no longer sent; the order goes to review
-			if d, ok := r.backlog()[p.ChargeID]; ok {
-				d.Refused = true
-				r.RefundBacklog[p.ChargeID] = d
-			}
+		applyPayment(r, e, p)
+	case "RefundRequested", "RefundSucceeded", "RefundRefused":
+		var p paymentFact
+		if err := e.decode(&p); err != nil {
+			return err
 		}
+		applyRefund(r, e, p)
 	case "OrderConfirmed":
 		var c orderConfirmed
 		if err := e.decode(&c); err != nil {
@@ -294,6 +246,77 @@ func (f *ordersFold) apply(e *envelope) error {
 	r.Revision, r.UpdatedAt = e.revision, e.at
 	f.orders.put(r)
 	return nil
+}
+
+// placed opens the row key of an order from its OrderPlaced o.
+func (f *ordersFold) placed(e *envelope, key string, o *orderPlaced) error {
+	resID, err := e.canonUUID(o.ReservationID, "reservation_id")
+	if err != nil {
+		return err
+	}
+	showID, err := e.canonUUID(o.ShowID, "show_id")
+	if err != nil {
+		return err
+	}
+	f.orders.put(&orderRow{ID: key, Actor: o.Actor, ReservationID: resID, ShowID: showID, Intent: o.Intent,
+		Status: "pending", Quantity: int64(o.Quantity), Amount: o.Amount.Amount, Currency: o.Amount.Currency,
+		PaymentDeadline: micro(o.PaymentDeadline), Refunds: map[string]string{}, TicketIDs: []string{},
+		RefundBacklog: map[string]refundDue{}, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
+	return nil
+}
+
+// applyPayment folds a payment attempt's start or outcome p (event e) into
+// r's current attempt and last outcome.
+func applyPayment(r *orderRow, e *envelope, p paymentFact) {
+	n := int64(p.Attempt)
+	switch e.typ {
+	case "PaymentAttemptStarted": // a new attempt has no outcome; a takeover changes nothing
+		if n > r.Attempts {
+			r.Attempts, r.LastOutcome, r.UnknownSince = n, "", nil
+		}
+	case "PaymentSucceeded": // the first success while pending or cancelling pays the order
+		if n == r.Attempts {
+			r.LastOutcome, r.UnknownSince = "succeeded", nil
+		}
+		if r.ChargeID == "" && (r.Status == "pending" || r.Status == "cancelling") {
+			r.ChargeID = p.ChargeID
+		}
+	case "PaymentFailed":
+		if n == r.Attempts && r.LastOutcome != "succeeded" {
+			r.LastOutcome, r.UnknownSince = "failed", nil
+		}
+	case "PaymentOutcomeUnknown":
+		if n == r.Attempts && r.LastOutcome == "" {
+			at := e.at
+			r.LastOutcome, r.UnknownSince = "unknown", &at
+		}
+	case "PaymentActionRequired": // waits for the customer: a known, pending outcome
+		if n == r.Attempts && (r.LastOutcome == "" || r.LastOutcome == "unknown") {
+			r.LastOutcome, r.UnknownSince = "requires_action", nil
+		}
+	}
+}
+
+// applyRefund folds a refund's request or outcome p (event e) into r's
+// refunds and refund backlog.
+func applyRefund(r *orderRow, e *envelope, p paymentFact) {
+	switch e.typ {
+	case "RefundRequested":
+		if _, ok := r.Refunds[p.ChargeID]; !ok {
+			r.Refunds[p.ChargeID] = "requested"
+			r.backlog()[p.ChargeID] = refundDue{RequestedAt: e.at.UTC()}
+		}
+	case "RefundSucceeded":
+		if _, ok := r.Refunds[p.ChargeID]; ok {
+			r.Refunds[p.ChargeID] = "succeeded"
+			delete(r.backlog(), p.ChargeID)
+		}
+	case "RefundRefused": // the refund is no longer sent; the order goes to review
+		if d, ok := r.backlog()[p.ChargeID]; ok {
+			d.Refused = true
+			r.RefundBacklog[p.ChargeID] = d
+		}
+	}
 }
 
 // ---- reservations ----

@@ -94,74 +94,21 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 	if size <= 0 {
 		size = DefaultRebuildBatch
 	}
-	var releases []func()
+	var held releases
+	defer func() { held.release() }() // what is held by then
+	if o.Guard != nil {
+		if err := guard(ctx, pool, ps, o.Guard, &held); err != nil {
+			return res, err
+		}
+	}
+	fresh := &freshTables{keys: &primaryKeys{ddl: map[string]string{}}}
 	defer func() {
-		for i := len(releases) - 1; i >= 0; i-- {
-			releases[i]()
+		if err != nil { // nothing was swapped: drop what was built
+			err = fresh.drop(ctx, pool, err)
 		}
 	}()
-	if o.Guard != nil {
-		for _, p := range ps {
-			release, err := o.Guard(ctx, p.name)
-			if err != nil {
-				return res, fmt.Errorf("projections: rebuild %s: %w", p.name, err)
-			}
-			releases = append(releases, release)
-		}
-	}
-	if o.Guard != nil {
-		for _, p := range ps {
-			if err := dropLeftovers(ctx, pool, p); err != nil {
-				return res, err
-			}
-		}
-	}
-
-	// Fresh tables.
-	var n int64
-	if err := pool.QueryRow(ctx, `SELECT nextval('projection_rebuild_seq')`).Scan(&n); err != nil {
-		return res, fmt.Errorf("projections: rebuild: %w", err)
-	}
-	var (
-		bounds  []*bound
-		created []string
-	)
-	defer func() {
-		if err == nil {
-			return
-		}
-		// Nothing was swapped: drop what was built, even if ctx is done.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for _, t := range created {
-			if _, derr := pool.Exec(cctx, `DROP TABLE IF EXISTS `+pgx.Identifier{t}.Sanitize()); derr != nil {
-				err = fmt.Errorf("%w (and dropping %s failed: %v)", err, t, derr)
-			}
-		}
-	}()
-	var deferred []string // CREATE INDEX statements of the fresh tables, run after the fill
-	keys := &primaryKeys{ddl: map[string]string{}}
-	for _, p := range ps {
-		rename := map[string]string{}
-		for _, t := range p.tables {
-			fresh := fmt.Sprintf("%s_rebuild_%d", t, n)
-			if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (LIKE %s INCLUDING ALL)`,
-				pgx.Identifier{fresh}.Sanitize(), pgx.Identifier{t}.Sanitize())); err != nil {
-				return res, fmt.Errorf("projections: rebuild %s: create %s: %w", p.name, fresh, err)
-			}
-			created = append(created, fresh)
-			rename[t] = fresh
-			if err := copyOptions(ctx, pool, t, fresh); err != nil {
-				return res, fmt.Errorf("projections: rebuild %s: %w", p.name, err)
-			}
-			pk, defs, err := dropIndexes(ctx, pool, fresh)
-			if err != nil {
-				return res, fmt.Errorf("projections: rebuild %s: %w", p.name, err)
-			}
-			keys.ddl[fresh] = pk
-			deferred = append(deferred, defs...)
-		}
-		bounds = append(bounds, bind(p, rename))
+	if err = fresh.create(ctx, pool, ps); err != nil {
+		return res, err
 	}
 
 	// Fill up to the head in bulk, then build the indexes.
@@ -176,51 +123,144 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 	if limit == 0 {
 		limit = DefaultRebuildRows
 	}
-	if cp, err = fill(ctx, pool, log, bounds, cp, size, limit, progress, &res, keys); err != nil {
+	if cp, err = fill(ctx, pool, log, fresh.bounds, cp, size, limit, progress, &res, fresh.keys); err != nil {
 		return res, fmt.Errorf("projections: rebuild: replay: %w", err)
 	}
-	if err = buildIndexes(ctx, pool, append(keys.rest(), deferred...), created); err != nil {
+	if err = buildIndexes(ctx, pool, append(fresh.keys.rest(), fresh.deferred...), fresh.created); err != nil {
 		return res, err
 	}
 	res.Replay = time.Since(start)
 
 	// Under the live projectors' locks: catch up and swap.
 	if o.Lock != nil {
-		// All at once: each live projector hands its lock over on its own
-		// schedule. (Guards keep other rebuilds of these projections away,
-		// so waiting for several locks cannot deadlock with one.)
-		type taken struct {
-			release func()
-			err     error
-		}
-		got := make([]taken, len(ps))
-		var wg sync.WaitGroup
-		for i, p := range ps {
-			wg.Go(func() { got[i].release, got[i].err = o.Lock(ctx, p.name) })
-		}
-		wg.Wait()
-		var lockErr error
-		for i, g := range got {
-			if g.err != nil {
-				lockErr = errors.Join(lockErr, fmt.Errorf("projections: rebuild %s: take the projector's lock: %w", ps[i].name, g.err))
-				continue
-			}
-			releases = append(releases, g.release)
-		}
-		if lockErr != nil {
-			return res, lockErr
+		if err = lockAll(ctx, ps, o.Lock, &held); err != nil {
+			return res, err
 		}
 	}
-	if cp, err = replay(ctx, pool, log, bounds, cp, size, progress); err != nil {
+	if cp, err = replay(ctx, pool, log, fresh.bounds, cp, size, progress); err != nil {
 		return res, fmt.Errorf("projections: rebuild: catch up: %w", err)
 	}
-	if err = swap(ctx, pool, bounds, cp); err != nil {
+	if err = swap(ctx, pool, fresh.bounds, cp); err != nil {
 		return res, fmt.Errorf("projections: rebuild: swap: %w", err)
 	}
-	created = nil // swapped in: no longer ours to drop
+	fresh.created = nil // swapped in: no longer ours to drop
 	res.Position = cp.pos
 	res.Total = time.Since(start)
 	return res, nil
+}
+
+// releases are the guards and locks a rebuild holds, released in reverse
+// order of taking.
+type releases []func()
+
+// release releases everything held, the last taken first.
+func (r releases) release() {
+	for i := len(r) - 1; i >= 0; i-- {
+		r[i]()
+	}
+}
+
+// guard takes each projection's guard, in order, into held, then drops the
+// leftover tables of crashed rebuilds, which the guards make safe.
+func guard(ctx context.Context, pool *pgxpool.Pool, ps []*Projection, take func(context.Context, string) (func(), error), held *releases) error {
+	for _, p := range ps {
+		release, err := take(ctx, p.name)
+		if err != nil {
+			return fmt.Errorf("projections: rebuild %s: %w", p.name, err)
+		}
+		*held = append(*held, release)
+	}
+	for _, p := range ps {
+		if err := dropLeftovers(ctx, pool, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lockAll takes the live projectors' locks of ps into held, all at once:
+// each live projector hands its lock over on its own schedule. (Guards keep
+// other rebuilds of these projections away, so waiting for several locks
+// cannot deadlock with one.) It returns every lock it could not take.
+func lockAll(ctx context.Context, ps []*Projection, lock func(context.Context, string) (func(), error), held *releases) error {
+	type taken struct {
+		release func()
+		err     error
+	}
+	got := make([]taken, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { got[i].release, got[i].err = lock(ctx, p.name) })
+	}
+	wg.Wait()
+	var lockErr error
+	for i, g := range got {
+		if g.err != nil {
+			lockErr = errors.Join(lockErr, fmt.Errorf("projections: rebuild %s: take the projector's lock: %w", ps[i].name, g.err))
+			continue
+		}
+		*held = append(*held, g.release)
+	}
+	return lockErr
+}
+
+// freshTables are the tables a rebuild fills: bounds binds each projection
+// to its fresh tables, created lists them (dropped unless swapped in),
+// deferred holds their CREATE INDEX statements, run after the fill, and
+// keys their primary keys (see primaryKeys).
+type freshTables struct {
+	bounds   []*bound
+	created  []string
+	deferred []string
+	keys     *primaryKeys
+}
+
+// create makes a fresh table t_rebuild_<n> for every table t of ps, n one
+// number of projection_rebuild_seq for them all: LIKE t INCLUDING ALL, with
+// t's storage parameters, and without its indexes and primary key, which
+// it keeps in f.deferred and f.keys. What it created is in f.created even
+// when it fails.
+func (f *freshTables) create(ctx context.Context, pool *pgxpool.Pool, ps []*Projection) error {
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT nextval('projection_rebuild_seq')`).Scan(&n); err != nil {
+		return fmt.Errorf("projections: rebuild: %w", err)
+	}
+	for _, p := range ps {
+		rename := map[string]string{}
+		for _, t := range p.tables {
+			fresh := fmt.Sprintf("%s_rebuild_%d", t, n)
+			if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (LIKE %s INCLUDING ALL)`,
+				pgx.Identifier{fresh}.Sanitize(), pgx.Identifier{t}.Sanitize())); err != nil {
+				return fmt.Errorf("projections: rebuild %s: create %s: %w", p.name, fresh, err)
+			}
+			f.created = append(f.created, fresh)
+			rename[t] = fresh
+			if err := copyOptions(ctx, pool, t, fresh); err != nil {
+				return fmt.Errorf("projections: rebuild %s: %w", p.name, err)
+			}
+			pk, defs, err := dropIndexes(ctx, pool, fresh)
+			if err != nil {
+				return fmt.Errorf("projections: rebuild %s: %w", p.name, err)
+			}
+			f.keys.ddl[fresh] = pk
+			f.deferred = append(f.deferred, defs...)
+		}
+		f.bounds = append(f.bounds, bind(p, rename))
+	}
+	return nil
+}
+
+// drop drops the created tables, even if ctx is done, and returns err with
+// any failure to drop added.
+func (f *freshTables) drop(ctx context.Context, pool *pgxpool.Pool, err error) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for _, t := range f.created {
+		if _, derr := pool.Exec(cctx, `DROP TABLE IF EXISTS `+pgx.Identifier{t}.Sanitize()); derr != nil {
+			err = fmt.Errorf("%w (and dropping %s failed: %v)", err, t, derr)
+		}
+	}
+	return err
 }
 
 // replay reads the log after cp until a read returns fewer than size events

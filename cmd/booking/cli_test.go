@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/config"
 )
 
 // TestCommandLine: --version prints the build's version and exits 0; a bare
@@ -163,7 +165,7 @@ func TestConfigurationErrorsExitTwo(t *testing.T) {
 	if err == nil {
 		t.Fatal("a second listener on a busy address succeeded")
 	}
-	lerr := listenError(addr, "BOOKING_HTTP_ADDR", err)
+	lerr := config.ListenError(addr, "BOOKING_HTTP_ADDR", err)
 	if got, want := lerr.Error(), "cannot listen on "+addr+" (BOOKING_HTTP_ADDR): address already in use"; got != want {
 		t.Errorf("listenError = %q, want %q", got, want)
 	}
@@ -313,8 +315,8 @@ func TestMakeRunWebhookSecret(t *testing.T) {
 	if m == nil {
 		t.Fatal("Makefile sets no BOOKING_PROVIDER_WEBHOOK_SECRET for make run")
 	}
-	if got := string(m[1]); got != devWebhookSecret {
-		t.Errorf("make run's BOOKING_PROVIDER_WEBHOOK_SECRET = %q, want the dev default %q", got, devWebhookSecret)
+	if got := string(m[1]); got != config.DevWebhookSecret {
+		t.Errorf("make run's BOOKING_PROVIDER_WEBHOOK_SECRET = %q, want the dev default %q", got, config.DevWebhookSecret)
 	}
 	row := regexp.MustCompile("(?m)^\\| `BOOKING_PROVIDER_WEBHOOK_SECRET` \\| `([^`]+)`").FindSubmatch(doc)
 	if row == nil || !slices.Equal(row[1], m[1]) {
@@ -478,7 +480,7 @@ func TestUnknownVariablesAreReported(t *testing.T) {
 	if got := stderr.String(); got != want {
 		t.Errorf("stderr = %q, want %q", got, want)
 	}
-	known := knownVariables(func() *kong.Node {
+	known := config.KnownVariables(func() *kong.Node {
 		p, err := kong.New(&cli{})
 		if err != nil {
 			t.Fatal(err)
@@ -487,20 +489,20 @@ func TestUnknownVariablesAreReported(t *testing.T) {
 	}())
 	for _, v := range []string{"BOOKING_AUTH", "BOOKING_JWKS_URL", "BOOKING_PROVIDER_SIM_API_KEY", "BOOKING_LOADGEN_URL", "DATABASE_URL"} {
 		if !slices.Contains(known, v) {
-			t.Errorf("knownVariables lacks %s: %v", v, known)
+			t.Errorf("KnownVariables lacks %s: %v", v, known)
 		}
 	}
 	for _, tt := range []struct{ name, want string }{
 		{"BOOKING_JWT_ISUER", "BOOKING_JWT_ISSUER"}, {"BOOKING_PROVIDR_URL", "BOOKING_PROVIDER_URL"}, {"BOOKING_LOGLEVEL", "BOOKING_LOG_LEVEL"},
 	} {
-		got := unknownVariables([]string{tt.name + "=v"}, known)
+		got := config.UnknownVariables([]string{tt.name + "=v"}, known)
 		if len(got) != 1 || !strings.HasSuffix(got[0], "did you mean "+tt.want+"?") {
-			t.Errorf("unknownVariables(%s) = %q, want the nearest %s", tt.name, got, tt.want)
+			t.Errorf("config.UnknownVariables(%s) = %q, want the nearest %s", tt.name, got, tt.want)
 		}
 	}
-	if got := unknownVariables([]string{"BOOKING_PPROF_ADDR=127.0.0.1:6060"}, known); len(got) != 1 ||
+	if got := config.UnknownVariables([]string{"BOOKING_PPROF_ADDR=127.0.0.1:6060"}, known); len(got) != 1 ||
 		!strings.Contains(got[0], "replaced by BOOKING_ADMIN_ADDR") || strings.Contains(got[0], "6060") {
-		t.Errorf("unknownVariables(BOOKING_PPROF_ADDR) = %q, want it named replaced by BOOKING_ADMIN_ADDR, without its value", got)
+		t.Errorf("config.UnknownVariables(BOOKING_PPROF_ADDR) = %q, want it named replaced by BOOKING_ADMIN_ADDR, without its value", got)
 	}
 }
 

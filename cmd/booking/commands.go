@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -13,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/term"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/config"
+	"github.com/retrysafe/booking/cmd/booking/internal/server"
 	"github.com/retrysafe/booking/cmd/booking/loadgen"
 	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/provider/providersim"
@@ -43,17 +44,7 @@ type providerSimCmd struct {
 	SearchLag     time.Duration `name:"search-lag" env:"BOOKING_PROVIDER_SIM_SEARCH_LAG" default:"3s" help:"How long a new PaymentIntent stays invisible to search (Stripe's search is eventually consistent); 0 for none."`
 	APIKey        string        `name:"api-key" env:"BOOKING_PROVIDER_SIM_API_KEY" help:"When set, /v1 requests must carry the key as Stripe takes it (Authorization: Bearer <key>, or Basic with it as user name; 401 otherwise); never logged."`
 	DataDir       string        `name:"data-dir" env:"BOOKING_DATA_DIR" help:"Keep PaymentIntents, refunds and idempotency keys in DIR/provider-sim across restarts (empty: in memory only)."`
-	LogConfig     `embed:""`
-}
-
-// simDataDir is where the provider simulator keeps its state inside a data
-// directory: the same place for the in-process simulator of dev mode and for
-// `booking provider-sim`, so either can pick up the other's charges.
-func simDataDir(dataDir string) string {
-	if dataDir == "" {
-		return ""
-	}
-	return filepath.Join(dataDir, "provider-sim")
+	config.Log    `embed:""`
 }
 
 // searchLag is the simulator's Config.SearchLag for a configured lag,
@@ -67,7 +58,7 @@ func searchLag(d time.Duration) time.Duration {
 
 // Run serves the provider simulator until the context is done.
 func (c *providerSimCmd) Run(e *env) error {
-	if err := checkListenAddr("BOOKING_PROVIDER_SIM_ADDR", c.Addr, ""); err != nil {
+	if err := config.CheckListenAddr("BOOKING_PROVIDER_SIM_ADDR", c.Addr, ""); err != nil {
 		return err
 	}
 	if c.Retention <= 0 {
@@ -76,13 +67,13 @@ func (c *providerSimCmd) Run(e *env) error {
 	if c.SearchLag < 0 {
 		return configError("BOOKING_PROVIDER_SIM_SEARCH_LAG", "must not be negative")
 	}
-	log, err := e.logger(c.LogConfig)
+	log, err := e.logger(c.Log)
 	if err != nil {
 		return err
 	}
 	cfg := providersim.Config{Addr: c.Addr, WebhookURL: c.WebhookURL, WebhookSecret: c.WebhookSecret,
 		Retention: c.Retention, SlowDelay: c.SlowDelay, SearchLag: searchLag(c.SearchLag), Logger: log,
-		DataDir: simDataDir(c.DataDir), APIKey: strings.TrimSpace(c.APIKey)}
+		DataDir: server.SimDataDir(c.DataDir), APIKey: strings.TrimSpace(c.APIKey)}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("provider-sim: %w", err)
 	}
@@ -92,7 +83,7 @@ func (c *providerSimCmd) Run(e *env) error {
 	}
 	if err := sim.Start(e.ctx, c.Addr); err != nil {
 		sim.Close()
-		return listenError(c.Addr, "BOOKING_PROVIDER_SIM_ADDR", err)
+		return config.ListenError(c.Addr, "BOOKING_PROVIDER_SIM_ADDR", err)
 	}
 	fmt.Fprintf(e.stdout, "booking: provider simulator on %s\n", sim.URL())
 	<-e.ctx.Done()
@@ -164,7 +155,7 @@ func (c *loadgenCmd) Run(e *env) error {
 	if err := loadgen.CheckFlags(cfg); err != nil {
 		return err
 	}
-	tokens, err := parseTokens(c.Tokens)
+	tokens, err := config.ParseTokens(c.Tokens)
 	if err != nil {
 		return configError("BOOKING_API_TOKENS", "%v", err)
 	}
@@ -198,7 +189,7 @@ func (c *loadgenCmd) Run(e *env) error {
 	if f, ok := e.stderr.(*os.File); ok && !c.NoProgress && term.IsTerminal(int(f.Fd())) {
 		cfg.Progress = f
 	}
-	if err := checkEventStore(c.EventStore); err != nil {
+	if err := config.CheckEventStore(c.EventStore); err != nil {
 		return err
 	}
 	if c.DatabaseURL != "" {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/config"
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/cmd/booking/loadgen"
 )
@@ -203,11 +204,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return &usageError{err}
 	}
-	if err := checkRequirements(kctx); err != nil {
+	if err := config.CheckRequirements(kctx); err != nil {
 		return withFlagNamed(kctx, err)
 	}
 	e := &env{ctx: ctx, stdout: stdout, stderr: stderr, version: v,
-		warnings: unknownVariables(os.Environ(), knownVariables(parser.Model.Node))}
+		warnings: config.UnknownVariables(os.Environ(), config.KnownVariables(parser.Model.Node))}
 	if !slices.ContainsFunc(kctx.Flags(), func(f *kong.Flag) bool { return f.Name == "log-format" }) {
 		for _, w := range e.warnings { // a command with a logger logs them (env.logger)
 			fmt.Fprintln(stderr, "booking: warning:", w)
@@ -216,9 +217,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return withFlagNamed(kctx, kctx.Run(e))
 }
 
-// logger returns the logger of c on stderr (LogConfig.Logger) after
+// logger returns the logger of c on stderr (config.Log.Logger) after
 // logging the start's warnings with it.
-func (e *env) logger(c LogConfig) (*slog.Logger, error) {
+func (e *env) logger(c config.Log) (*slog.Logger, error) {
 	log, err := c.Logger(e.stderr)
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/readmodels"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
@@ -100,11 +101,11 @@ func TestRebuildCommandWhileServing(t *testing.T) {
 	defer cancel()
 	locks := pgcoord.NewLocks(pool)
 	for _, p := range projections.All(24 * time.Hour) {
-		pr := newProjector(pool, locks, p)
+		pr := readmodels.NewProjector(pool, locks, p)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			locks.RunExclusive(ctx, log, projectorLock(p.Name()), 50*time.Millisecond, func(ctx context.Context) error { return pr.Run(ctx, store) })
+			locks.RunExclusive(ctx, log, readmodels.LockName(p.Name()), 50*time.Millisecond, func(ctx context.Context) error { return pr.Run(ctx, store) })
 		}()
 	}
 

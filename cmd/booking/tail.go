@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/config"
 	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/migrations"
 	"github.com/retrysafe/booking/projections/notify"
@@ -29,7 +30,7 @@ type tailCmd struct {
 	DatabaseURL      string        `name:"database-url" env:"DATABASE_URL" help:"PostgreSQL URL (processed set and effect table)."`
 	AckWait          time.Duration `name:"ack-wait" env:"BOOKING_NOTIFY_ACK_WAIT" default:"30s" help:"Redelivery timeout of an unacknowledged notification."`
 	ProcessedHorizon time.Duration `name:"processed-horizon" env:"BOOKING_NOTIFY_PROCESSED_HORIZON" default:"24h" help:"How long message ids stay in the processed set."`
-	LogConfig        `embed:""`
+	config.Log       `embed:""`
 }
 
 // validate checks the flags; errors name the variable or flag at fault.
@@ -63,7 +64,7 @@ func (c *tailCmd) Run(e *env) error {
 		return err
 	}
 	ctx := e.ctx
-	log, err := e.logger(c.LogConfig)
+	log, err := e.logger(c.Log)
 	if err != nil {
 		return err
 	}

@@ -62,121 +62,148 @@ func Linger(ctx context.Context, log Follower, after eventstore.Position, cfg Li
 		cfg.Max = DefaultBatchSize
 	}
 	cfg.Age = min(max(cfg.Age, 0), max(cfg.Delay, 0))
-	limit := 4 * cfg.Max
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	type waiting struct {
-		e  eventstore.RecordedEvent
-		at time.Time
-	}
-	var (
-		mu      sync.Mutex
-		buf     []waiting
-		arrived = make(chan struct{}, 1) // an event joined buf
-		room    = make(chan struct{}, 1) // buf shrank
-	)
-	signal := func(c chan struct{}) {
-		select {
-		case c <- struct{}{}:
-		default:
-		}
-	}
+	w := &lingerBuffer{limit: 4 * cfg.Max, arrived: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 	subDone := make(chan error, 1)
-	go func() {
-		subDone <- log.SubscribeAll(ctx, after, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
-			for {
-				mu.Lock()
-				if len(buf) < limit {
-					break
-				}
-				mu.Unlock()
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-room:
-				}
-			}
-			now := time.Now()
-			for i := range batch {
-				buf = append(buf, waiting{e: batch[i], at: now})
-			}
-			mu.Unlock()
-			signal(arrived)
-			return nil
-		})
-	}()
+	go func() { subDone <- log.SubscribeAll(ctx, after, w.add) }()
 	stop := func(err error) error {
 		cancel()
 		<-subDone
 		return err
 	}
-	subscriptionEnded := func(err error) error {
-		if err == nil {
-			err = errors.New("fanout: linger: subscription ended without an error")
-		}
-		return err
-	}
-
 	for {
-		mu.Lock()
-		n := len(buf)
-		var oldest time.Time
-		if n > 0 {
-			oldest = buf[0].at
-		}
-		mu.Unlock()
+		n, oldest := w.waiting()
 		if wait := cfg.Delay - time.Since(oldest); n == 0 || (n < cfg.Max && wait > 0) {
-			var fire <-chan time.Time
-			var t *time.Timer
-			if n > 0 {
-				t = time.NewTimer(wait)
-				fire = t.C
-			}
-			select {
-			case <-ctx.Done():
-				return stop(ctx.Err())
-			case err := <-subDone:
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return subscriptionEnded(err)
-			case <-arrived:
-			case <-fire:
-			}
-			if t != nil {
-				t.Stop()
+			if ended, err := w.await(ctx, n > 0, wait, subDone); ended {
+				return err
+			} else if err != nil {
+				return stop(err)
 			}
 			continue
 		}
-
-		// A round: the events received at least Age ago (at most Max; all
-		// of the first Max when so many wait, however young), and a look at
-		// the rest.
-		mu.Lock()
-		cut := time.Now().Add(-cfg.Age)
-		k := 0
-		for k < len(buf) && k < cfg.Max && !buf[k].at.After(cut) {
-			k++
-		}
-		if k == 0 {
-			k = min(len(buf), cfg.Max)
-		}
-		ready := make([]eventstore.RecordedEvent, k)
-		for i := range k {
-			ready[i] = buf[i].e
-		}
-		ahead := make([]eventstore.RecordedEvent, len(buf)-k)
-		for i := range ahead {
-			ahead[i] = buf[k+i].e
-		}
-		rest := copy(buf, buf[k:])
-		clear(buf[rest:])
-		buf = buf[:rest]
-		mu.Unlock()
-		signal(room)
+		ready, ahead := w.round(cfg.Max, cfg.Age)
 		if err := fn(ctx, ready, ahead); err != nil {
 			return stop(err)
 		}
 	}
+}
+
+// lingerBuffer holds the events Linger received and has not handed over
+// as ready, each with when it arrived, at most limit of them (the
+// subscription waits for room beyond). Safe for concurrent use.
+type lingerBuffer struct {
+	limit   int
+	arrived chan struct{} // an event joined buf
+	room    chan struct{} // buf shrank
+
+	mu  sync.Mutex
+	buf []lingering
+}
+
+// lingering is an event waiting in a lingerBuffer since at.
+type lingering struct {
+	e  eventstore.RecordedEvent
+	at time.Time
+}
+
+// signal wakes the one waiter of c, if any, without blocking.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// add is the subscription's callback: it waits until the buffer has room
+// (or ctx is done), then appends batch and signals its arrival.
+func (w *lingerBuffer) add(ctx context.Context, batch []eventstore.RecordedEvent) error {
+	for {
+		w.mu.Lock()
+		if len(w.buf) < w.limit {
+			break
+		}
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.room:
+		}
+	}
+	now := time.Now()
+	for i := range batch {
+		w.buf = append(w.buf, lingering{e: batch[i], at: now})
+	}
+	w.mu.Unlock()
+	signal(w.arrived)
+	return nil
+}
+
+// waiting returns how many events wait and when the oldest arrived (the
+// zero time when none).
+func (w *lingerBuffer) waiting() (n int, oldest time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) > 0 {
+		oldest = w.buf[0].at
+	}
+	return len(w.buf), oldest
+}
+
+// await waits for an event to arrive, for wait to pass (only when timed),
+// for ctx to end (its error) or for the subscription to end: ended, with
+// ctx's error when ctx is done, else the subscription's (an error when it
+// returned none).
+func (w *lingerBuffer) await(ctx context.Context, timed bool, wait time.Duration, subDone <-chan error) (ended bool, err error) {
+	var fire <-chan time.Time
+	if timed {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		fire = t.C
+	}
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case err := <-subDone:
+		if ctx.Err() != nil {
+			return true, ctx.Err()
+		}
+		if err == nil {
+			err = errors.New("fanout: linger: subscription ended without an error")
+		}
+		return true, err
+	case <-w.arrived:
+	case <-fire:
+	}
+	return false, nil
+}
+
+// round takes the events of a round out of the buffer: as ready, those
+// received at least age ago (no more than most; the first most when so
+// many wait, however young), and as ahead a copy of the rest, which stay.
+func (w *lingerBuffer) round(most int, age time.Duration) (ready, ahead []eventstore.RecordedEvent) {
+	w.mu.Lock()
+	cut := time.Now().Add(-age)
+	k := 0
+	for k < len(w.buf) && k < most && !w.buf[k].at.After(cut) {
+		k++
+	}
+	if k == 0 {
+		k = min(len(w.buf), most)
+	}
+	ready = make([]eventstore.RecordedEvent, k)
+	for i := range k {
+		ready[i] = w.buf[i].e
+	}
+	ahead = make([]eventstore.RecordedEvent, len(w.buf)-k)
+	for i := range ahead {
+		ahead[i] = w.buf[k+i].e
+	}
+	rest := copy(w.buf, w.buf[k:])
+	clear(w.buf[rest:])
+	w.buf = w.buf[:rest]
+	w.mu.Unlock()
+	signal(w.room)
+	return ready, ahead
 }

@@ -192,51 +192,8 @@ func testHeldOpenCommit(t *testing.T, s eventstore.Store) {
 
 	// Later appends commit while the held transaction is still open.
 	const appenders, perAppender = 4, 5
-	var wg sync.WaitGroup
-	errs := make(chan error, appenders*perAppender)
-	for i := range appenders {
-		wg.Go(func() {
-			stream := fmt.Sprintf("%s-later-%d", run, i)
-			for j := range perAppender {
-				expected := eventstore.NoStream()
-				if j > 0 {
-					expected = eventstore.Exact(eventstore.Revision(j - 1))
-				}
-				if _, err := s.Append(ctx, stream, expected, newEvents(t, "Later", 1)...); err != nil {
-					errs <- fmt.Errorf("Append(%s, %s) = %w, want nil", stream, expected, err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-
-	// The later events are committed, and stream reads see them ...
-	if got := mustReadStream(t, ctx, s, run+"-later-0"); len(got) != perAppender {
-		t.Fatalf("ReadStream(%s-later-0) = %d events, want %d", run, len(got), perAppender)
-	}
-	// ... but the log must not show them while an earlier append may still
-	// commit before them.
-	page, err := s.ReadAll(ctx, prePos, 1000)
-	if err != nil {
-		t.Fatalf("ReadAll(%s, 1000) = %v, want nil", prePos, err)
-	}
-	for _, e := range page {
-		if own(e.Stream) {
-			t.Fatalf("ReadAll(%s, 1000) returned %s@%d while an earlier append was uncommitted, want none of this test's events", prePos, e.Stream, e.Revision)
-		}
-	}
-	if head := mustHead(t, ctx, s); head.Less(prePos) {
-		t.Fatalf("Head() = %s, want at or after %s", head, prePos)
-	}
-	// Give the subscriber, already woken by the appends, time to misbehave.
-	time.Sleep(50 * time.Millisecond)
-	if got := sub.snapshot(); len(got) != 1 {
-		t.Fatalf("SubscribeAll delivered %d events while an earlier append was uncommitted, want 1 (%v)", len(got), IDs(got))
-	}
+	appendLaterStreams(t, ctx, s, run, appenders, perAppender)
+	checkHiddenBehind(t, ctx, s, run, prePos, own, sub, perAppender)
 
 	res, err := commit(ctx)
 	if err != nil {
@@ -261,6 +218,65 @@ func testHeldOpenCommit(t *testing.T, s eventstore.Store) {
 		t.Errorf("commit of the held append = %+v, want %+v", res, want)
 	}
 	checkStreamOrder(t, delivered, nil)
+}
+
+// appendLaterStreams appends perAppender events to each of the streams
+// RUN-later-0 … RUN-later-(appenders-1), the streams concurrently, and
+// fails t on any error.
+func appendLaterStreams(t *testing.T, ctx context.Context, s eventstore.Store, run string, appenders, perAppender int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, appenders*perAppender)
+	for i := range appenders {
+		wg.Go(func() {
+			stream := fmt.Sprintf("%s-later-%d", run, i)
+			for j := range perAppender {
+				expected := eventstore.NoStream()
+				if j > 0 {
+					expected = eventstore.Exact(eventstore.Revision(j - 1))
+				}
+				if _, err := s.Append(ctx, stream, expected, newEvents(t, "Later", 1)...); err != nil {
+					errs <- fmt.Errorf("Append(%s, %s) = %w, want nil", stream, expected, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// checkHiddenBehind checks what a held-open append before them does to the
+// later appends (appendLaterStreams): they are committed and stream reads see
+// them, but neither ReadAll after prePos nor the subscription sub shows
+// them, and the head stays at or after prePos.
+func checkHiddenBehind(t *testing.T, ctx context.Context, s eventstore.Store, run string, prePos eventstore.Position,
+	own func(string) bool, sub *subscriber, perAppender int) {
+	t.Helper()
+	if got := mustReadStream(t, ctx, s, run+"-later-0"); len(got) != perAppender {
+		t.Fatalf("ReadStream(%s-later-0) = %d events, want %d", run, len(got), perAppender)
+	}
+	// The log must not show them while an earlier append may still commit
+	// before them.
+	page, err := s.ReadAll(ctx, prePos, 1000)
+	if err != nil {
+		t.Fatalf("ReadAll(%s, 1000) = %v, want nil", prePos, err)
+	}
+	for _, e := range page {
+		if own(e.Stream) {
+			t.Fatalf("ReadAll(%s, 1000) returned %s@%d while an earlier append was uncommitted, want none of this test's events", prePos, e.Stream, e.Revision)
+		}
+	}
+	if head := mustHead(t, ctx, s); head.Less(prePos) {
+		t.Fatalf("Head() = %s, want at or after %s", head, prePos)
+	}
+	// Give the subscriber, already woken by the appends, time to misbehave.
+	time.Sleep(50 * time.Millisecond)
+	if got := sub.snapshot(); len(got) != 1 {
+		t.Fatalf("SubscribeAll delivered %d events while an earlier append was uncommitted, want 1 (%v)", len(got), IDs(got))
+	}
 }
 
 func testHeldOpenAbort(t *testing.T, s eventstore.Store) {

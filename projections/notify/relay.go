@@ -300,20 +300,47 @@ func (r *Relay) lead(ctx context.Context, l *lease, sent time.Duration) error {
 		return fmt.Errorf("notify: jetstream: %w", err)
 	}
 	defer js.CleanupPublisher()
-	stream, err := js.Stream(ctx, r.cfg.Stream)
+	start, first, err := r.resume(ctx, js, l, log)
 	if err != nil {
-		return fmt.Errorf("notify: stream %s: %w", r.cfg.Stream, err)
-	}
-	if err := r.cfg.CheckDuplicateWindow(stream.CachedInfo().Config.Duplicates); err != nil {
 		return err
 	}
 
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var renewals sync.WaitGroup
+	renewals.Go(func() { r.renew(lctx, cancel, l, &deadline, trust, log) })
+	defer renewals.Wait()
+
+	pending := make(chan entry, r.cfg.MaxInFlight)
+	acked := make(chan error, 1)
+	go func() { acked <- r.acknowledge(ctx, lctx, cancel, l, pending) }()
+	subErr := r.readAndPublish(lctx, cancel, js, start, first, pending, valid)
+	close(pending)
+	ackErr := <-acked
+	cancel(nil)
+	renewals.Wait()
+	return r.endLead(ctx, lctx, l, subErr, ackErr, log)
+}
+
+// resume finds where publishing resumes: the lease's checkpoint, or the
+// event of the stream's last notification when that is later (saved as the
+// checkpoint at once), and the expectation of the first publish that
+// chains it to the stream's last message (none with noChain). It checks the
+// stream's duplicate window first.
+func (r *Relay) resume(ctx context.Context, js jetstream.JetStream, l *lease, log *slog.Logger) (eventstore.Position, nats.Header, error) {
+	stream, err := js.Stream(ctx, r.cfg.Stream)
+	if err != nil {
+		return eventstore.Position{}, nil, fmt.Errorf("notify: stream %s: %w", r.cfg.Stream, err)
+	}
+	if err := r.cfg.CheckDuplicateWindow(stream.CachedInfo().Config.Duplicates); err != nil {
+		return eventstore.Position{}, nil, err
+	}
 	start := l.Checkpoint()
 	var first nats.Header // expectation of the first publish
 	if !r.noChain {
 		t, err := r.streamTail(ctx, stream, log)
 		if err != nil {
-			return err
+			return eventstore.Position{}, nil, err
 		}
 		switch {
 		case t.lastSeq == 0 || (t.msgID == "" && t.verified):
@@ -331,43 +358,43 @@ func (r *Relay) lead(ctx context.Context, l *lease, sent time.Duration) error {
 	if l.Checkpoint().Less(start) {
 		// Everything up to the stream's last notification is published.
 		if err := l.saveCheckpoint(ctx, start); err != nil {
-			return err
+			return eventstore.Position{}, nil, err
 		}
 		r.setCheckpoint(start)
 	}
+	return start, first, nil
+}
 
-	lctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-
-	// Renewals. A renewal that fails for another reason than fencing is
-	// retried; publishing stops by itself once the lease is no longer trusted.
-	var renewals sync.WaitGroup
-	renewals.Go(func() {
-		tick.Every(lctx, r.cfg.RenewEvery, func() bool {
-			at := time.Since(r.base)
-			rctx, rc := context.WithTimeout(lctx, r.cfg.RenewEvery)
-			err := l.renew(rctx)
-			rc()
-			switch {
-			case err == nil:
-				deadline.Store(int64(at + trust))
-			case errors.Is(err, ErrFenced):
-				cancel(ErrFenced)
-				return false
-			case lctx.Err() == nil:
-				log.Warn("relay lease renewal failed", "err", err)
-			}
-			return true
-		})
+// renew renews l every RenewEvery until lctx ends, moving deadline (the
+// lease is trusted until then, since base) to trust after each renewal
+// sent. Fencing cancels lctx with ErrFenced; a renewal that fails for
+// another reason is retried, and publishing stops by itself once the lease
+// is no longer trusted.
+func (r *Relay) renew(lctx context.Context, cancel context.CancelCauseFunc, l *lease, deadline *atomic.Int64, trust time.Duration, log *slog.Logger) {
+	tick.Every(lctx, r.cfg.RenewEvery, func() bool {
+		at := time.Since(r.base)
+		rctx, rc := context.WithTimeout(lctx, r.cfg.RenewEvery)
+		err := l.renew(rctx)
+		rc()
+		switch {
+		case err == nil:
+			deadline.Store(int64(at + trust))
+		case errors.Is(err, ErrFenced):
+			cancel(ErrFenced)
+			return false
+		case lctx.Err() == nil:
+			log.Warn("relay lease renewal failed", "err", err)
+		}
+		return true
 	})
-	defer renewals.Wait()
+}
 
-	pending := make(chan entry, r.cfg.MaxInFlight)
-	acked := make(chan error, 1)
-	go func() { acked <- r.acknowledge(ctx, lctx, cancel, l, pending) }()
-
-	// The log is read one batch ahead of publishing, so reading and
-	// publishing overlap.
+// readAndPublish reads the log after start, one batch ahead of publishing
+// so reading and publishing overlap, and publishes it (publish) until
+// either fails or lctx ends; a publish error cancels lctx. It returns the
+// publish error, else the subscription's.
+func (r *Relay) readAndPublish(lctx context.Context, cancel context.CancelCauseFunc, js jetstream.JetStream, start eventstore.Position,
+	first nats.Header, pending chan<- entry, valid func() bool) error {
 	batches := make(chan []eventstore.RecordedEvent, 1)
 	var subErr error
 	var reader sync.WaitGroup
@@ -390,13 +417,16 @@ func (r *Relay) lead(ctx context.Context, l *lease, sent time.Duration) error {
 	}
 	reader.Wait()
 	if pubErr != nil {
-		subErr = pubErr
+		return pubErr
 	}
-	close(pending)
-	ackErr := <-acked
-	cancel(nil)
-	renewals.Wait()
+	return subErr
+}
 
+// endLead returns how a lead ended: a crash (errKilled) without releasing
+// the lease; at shutdown with the checkpoint saved, nil after releasing the
+// lease so a standby takes over at once; else the acknowledger's error, or
+// the reason lctx was cancelled, or the reader's or publisher's error.
+func (r *Relay) endLead(ctx, lctx context.Context, l *lease, subErr, ackErr error, log *slog.Logger) error {
 	if errors.Is(ackErr, errKilled) {
 		return ackErr // a crash: no release
 	}
@@ -475,90 +505,119 @@ func (r *Relay) publish(ctx context.Context, js jetstream.JetStream, batches <-c
 // on an error it calls stop, so the publisher stops, and drains pending.
 // Saves use a context detached from ctx so a shutdown still saves.
 func (r *Relay) acknowledge(ctx, lctx context.Context, stop context.CancelCauseFunc, l *lease, pending <-chan entry) error {
-	var (
-		done  eventstore.Position
-		dirty bool
-		fail  error
-	)
-	failWith := func(err error) {
-		if fail == nil {
-			fail = err
-			stop(err)
-		}
-	}
-	save := func() error {
-		if r.beforeSave != nil {
-			switch r.beforeSave(done) {
-			case hookDie:
-				return errKilled
-			case hookSkip:
-				return nil
-			}
-		}
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckTimeout)
-		defer cancel()
-		if err := l.saveCheckpoint(sctx, done); err != nil {
-			return err
-		}
-		dirty = false
-		r.setCheckpoint(done)
-		return nil
-	}
-	fenced := func() bool { return errors.Is(context.Cause(lctx), ErrFenced) }
+	a := &acker{r: r, stop: stop, l: l}
 	ticker := time.NewTicker(r.cfg.CheckpointEvery)
 	defer ticker.Stop()
 	for {
 		select {
 		case e, ok := <-pending:
 			if !ok {
-				if fail != nil {
-					return fail
-				}
-				if dirty && !fenced() {
-					return save()
-				}
-				if fenced() {
-					return ErrFenced
-				}
-				return nil
+				return a.closed(ctx, lctx)
 			}
-			if fail != nil {
-				continue // drain; the publisher stops soon
+			if a.fail == nil { // else drain; the publisher stops soon
+				a.await(ctx, lctx, e)
 			}
-			if e.fut != nil {
-				select {
-				case pa := <-e.fut.Ok():
-					if pa.Duplicate {
-						r.duplicates.Add(1)
-					} else {
-						r.published.Add(1)
-					}
-				case err := <-e.fut.Err():
-					perr := publishError(err)
-					if dirty && !fenced() {
-						if err := save(); err != nil {
-							perr = err
-						}
-					}
-					failWith(perr)
-					continue
-				case <-fencedDone(lctx):
-					failWith(ErrFenced)
-					continue
-				}
-			}
-			done, dirty = e.pos, true
 		case <-ticker.C:
-			if fenced() {
-				failWith(ErrFenced)
+			if fenced(lctx) {
+				a.failWith(ErrFenced)
 			}
-			if dirty && fail == nil {
-				if err := save(); err != nil {
-					failWith(err)
+			if a.dirty && a.fail == nil {
+				if err := a.save(ctx); err != nil {
+					a.failWith(err)
 				}
 			}
 		}
 	}
+}
+
+// acker is the state of one acknowledge: done is the position through
+// which every acknowledgement arrived, dirty says it is not saved yet, and
+// fail is the first failure (then stop was called).
+type acker struct {
+	r    *Relay
+	stop context.CancelCauseFunc
+	l    *lease
+
+	done  eventstore.Position
+	dirty bool
+	fail  error
+}
+
+// failWith records the first failure and stops the publisher.
+func (a *acker) failWith(err error) {
+	if a.fail == nil {
+		a.fail = err
+		a.stop(err)
+	}
+}
+
+// fenced reports whether the lease was lost: lctx ended with ErrFenced.
+func fenced(lctx context.Context) bool { return errors.Is(context.Cause(lctx), ErrFenced) }
+
+// save saves done as the checkpoint, with a context detached from ctx so a
+// shutdown still saves (unless the beforeSave hook kills or skips it).
+func (a *acker) save(ctx context.Context) error {
+	if a.r.beforeSave != nil {
+		switch a.r.beforeSave(a.done) {
+		case hookDie:
+			return errKilled
+		case hookSkip:
+			return nil
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.r.cfg.AckTimeout)
+	defer cancel()
+	if err := a.l.saveCheckpoint(sctx, a.done); err != nil {
+		return err
+	}
+	a.dirty = false
+	a.r.setCheckpoint(a.done)
+	return nil
+}
+
+// await waits for e's acknowledgement (none for an unpublished event) and
+// moves done to it; a failed publish saves what was acknowledged before
+// it and fails, as does fencing.
+// lctx is the lead's context (fencing ends it).
+func (a *acker) await(ctx, lctx context.Context, e entry) {
+	if e.fut != nil {
+		select {
+		case pa := <-e.fut.Ok():
+			if pa.Duplicate {
+				a.r.duplicates.Add(1)
+			} else {
+				a.r.published.Add(1)
+			}
+		case err := <-e.fut.Err():
+			perr := publishError(err)
+			if a.dirty && !fenced(lctx) {
+				if err := a.save(ctx); err != nil {
+					perr = err
+				}
+			}
+			a.failWith(perr)
+			return
+		case <-fencedDone(lctx):
+			a.failWith(ErrFenced)
+			return
+		}
+	}
+	a.done, a.dirty = e.pos, true
+}
+
+// closed is acknowledge's answer once pending is closed: the first
+// failure, else the last save (unless fenced), else ErrFenced or nil.
+func (a *acker) closed(ctx, lctx context.Context) error {
+	if a.fail != nil {
+		return a.fail
+	}
+	if a.dirty && !fenced(lctx) {
+		return a.save(ctx)
+	}
+	if fenced(lctx) {
+		return ErrFenced
+	}
+	return nil
 }
 
 // fencedDone returns lctx.Done() when lctx ended because of fencing, and a

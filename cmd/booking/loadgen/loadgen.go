@@ -225,26 +225,12 @@ type showSlot struct {
 // audit).
 func Run(ctx context.Context, cfg Config) error {
 	c := &cfg
-	c.normalize()
-	if err := c.validate(); err != nil {
+	if err := c.prepare(); err != nil {
 		return err
-	}
-	if c.ShowSize <= 0 {
-		c.ShowSize = c.Orders
-	}
-	if c.LateWait <= 0 {
-		c.LateWait = 30 * time.Second
-	}
-	if c.Drain <= 0 {
-		c.Drain = time.Minute
-	}
-	if c.SetupTimeout <= 0 {
-		c.SetupTimeout = SetupTimeout
 	}
 	r := &run{c: c, client: &http.Client{}, http: &audit.HTTPStats{},
 		st:    &lgStats{sum: Summary{Statuses: map[string]int{}}, hist: map[string]*hdrhistogram.Histogram{}, confirmed: map[string]string{}},
 		shows: make([]showSlot, (c.Orders+c.ShowSize-1)/c.ShowSize)}
-	runCtx := ctx
 	feedCtx, cancelFeed := context.WithTimeout(ctx, c.MaxDuration)
 	defer cancelFeed()
 	workCtx, cancelWork := context.WithTimeout(ctx, c.MaxDuration+c.Drain)
@@ -263,6 +249,48 @@ func Run(ctx context.Context, cfg Config) error {
 		faultsDone = make(chan struct{})
 		go func() { defer close(faultsDone); r.toggleFaults(feedCtx) }()
 	}
+	start := time.Now()
+	started := r.drive(feedCtx, workCtx)
+	cancelFeed()
+	if faultsDone != nil {
+		<-faultsDone
+	}
+	r.summarize(started, time.Since(start))
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	r.writeSummary(c.Out)
+	return r.judge(ctx)
+}
+
+// prepare fills in the defaults of c (the targets from URL, the show size,
+// the late wait, the drain and setup timeouts) and checks it (validate).
+func (c *Config) prepare() error {
+	c.normalize()
+	if err := c.validate(); err != nil {
+		return err
+	}
+	if c.ShowSize <= 0 {
+		c.ShowSize = c.Orders
+	}
+	if c.LateWait <= 0 {
+		c.LateWait = 30 * time.Second
+	}
+	if c.Drain <= 0 {
+		c.Drain = time.Minute
+	}
+	if c.SetupTimeout <= 0 {
+		c.SetupTimeout = SetupTimeout
+	}
+	return nil
+}
+
+// drive feeds the bookings to c.Clients clients at c.Rate until all are
+// started or feedCtx ends, each booking running until it ends or workCtx
+// does, with a progress bar on c.Progress; it returns how many bookings
+// started once all have ended.
+func (r *run) drive(feedCtx, workCtx context.Context) int64 {
+	c := r.c
 	var bar *progressbar.ProgressBar
 	if c.Progress != nil {
 		bar = progressbar.NewOptions(c.Orders, progressbar.OptionSetWriter(c.Progress), progressbar.OptionSetDescription("bookings"),
@@ -272,7 +300,6 @@ func Run(ctx context.Context, cfg Config) error {
 	limiter := rate.NewLimiter(rate.Limit(c.Rate), max(1, int(c.Rate/10)))
 	work := make(chan int)
 	var wg sync.WaitGroup
-	start := time.Now()
 	var started atomic.Int64
 	for i := range c.Clients {
 		wg.Add(1)
@@ -301,27 +328,32 @@ feed:
 	}
 	close(work)
 	wg.Wait()
-	cancelFeed()
-	if faultsDone != nil {
-		<-faultsDone
-	}
 	if bar != nil {
 		_ = bar.Finish()
 	}
-	elapsed := time.Since(start)
+	return started.Load()
+}
+
+// summarize completes the summary: the bookings started, the time they
+// took, and the latency quantiles of each operation in milliseconds.
+func (r *run) summarize(started int64, elapsed time.Duration) {
 	st := r.st
-	st.sum.Bookings = int(started.Load())
+	st.sum.Bookings = int(started)
 	st.sum.Elapsed = elapsed.Seconds()
 	st.sum.Latency = map[string]map[string]float64{}
 	for op, h := range st.hist {
 		ms := func(q float64) float64 { return float64(h.ValueAtQuantile(q)) / 1000 }
 		st.sum.Latency[op] = map[string]float64{"p50": ms(50), "p90": ms(90), "p99": ms(99), "p99.9": ms(99.9), "max": float64(h.Max()) / 1000, "count": float64(h.TotalCount())}
 	}
-	if c.Out == nil {
-		c.Out = io.Discard
-	}
-	r.writeSummary(c.Out)
+}
 
+// judge runs the audit until it passes or c.Settle passed (every row but
+// HTTP500 skipped without an event log), writes its table, the client-side
+// violations and the verdict to c.Out (and the report to c.ReportFile),
+// and returns the run's error: the audit's violations, the client-side
+// ones, or ErrInconclusive.
+func (r *run) judge(ctx context.Context) error {
+	c, st := r.c, r.st
 	src := audit.Sources{Log: c.Log, SimURL: c.SimURL, APIURL: c.Targets[0], Token: c.Admin, Client: &http.Client{Timeout: 30 * time.Second},
 		DatabaseURL: c.DatabaseURL, NATSURL: c.NATSURL, HTTP: r.http}
 	opts := audit.Options{IntentRetention: c.IntentRetention}
@@ -333,7 +365,7 @@ feed:
 			}
 		}
 	}
-	rep := c.settledAudit(runCtx, src, opts)
+	rep := c.settledAudit(ctx, src, opts)
 	rep.WriteTable(c.Out, 20)
 	for _, f := range st.sum.Violations {
 		fmt.Fprintln(c.Out, "VIOLATION: client:", f)
@@ -668,6 +700,45 @@ func (r *run) oneBooking(ctx context.Context, tok string, n int) {
 		st.fail("%v", err)
 		return
 	}
+	resID, res, ok := r.reserve(ctx, tok, showID)
+	if !ok {
+		return
+	}
+	if abandon {
+		st.add(func(s *Summary) { s.Abandoned++ })
+		return
+	}
+	late := rand.Float64() < c.LateRate && r.waitLate(ctx, res)
+	payTok := "tok_visa"
+	if decline {
+		payTok = "tok_decline"
+	}
+	body := map[string]any{"reservation_id": resID, "payment": map[string]any{"token": payTok}}
+	// The double click runs beside the order's own request; the booking
+	// waits for it, so its answer is counted before Run reads the stats.
+	var doubleClick sync.WaitGroup
+	defer doubleClick.Wait()
+	code, id, ok := r.order(ctx, tok, resID, payTok, body, late, &doubleClick)
+	if !ok {
+		return
+	}
+	if rand.Float64() < c.FreshRate {
+		st.add(func(s *Summary) { s.FreshKeys++ })
+		code2, ord2 := r.untilFinal(ctx, "order", "POST", "/v1/orders", tok, uuid.NewString(), body, false)
+		if id2 := orderID(ord2); (code2 == http.StatusCreated || code2 == http.StatusAccepted) && id2 != "" && id2 != id {
+			st.fail("reservation %s: a fresh key made a second order %s beside %s", resID, id2, id)
+		}
+	}
+	if code == http.StatusCreated && rand.Float64() < c.CancelRate {
+		r.cancel(ctx, tok, id)
+	}
+}
+
+// reserve holds a seat of show showID and returns the reservation's id and
+// answer; ok is false when the booking ends there (sold out, no final
+// answer, or a failure, each counted).
+func (r *run) reserve(ctx context.Context, tok, showID string) (id string, res map[string]any, ok bool) {
+	st := r.st
 	code, res := r.untilFinal(ctx, "reserve", "POST", "/v1/reservations", tok, uuid.NewString(),
 		map[string]any{"show_id": showID, "quantity": 1}, false)
 	switch {
@@ -675,46 +746,50 @@ func (r *run) oneBooking(ctx context.Context, tok string, n int) {
 		st.add(func(s *Summary) { s.Reserved++ })
 	case code == http.StatusConflict || code == http.StatusUnprocessableEntity:
 		st.add(func(s *Summary) { s.SoldOut++ }) // sold out: seats held by others
-		return
+		return "", nil, false
 	case code == 0:
 		st.add(func(s *Summary) { s.Unfinished++ })
-		return
+		return "", nil, false
 	default:
 		st.fail("reservation on show %s ended with status %d: %v", showID, code, res)
-		return
+		return "", nil, false
 	}
-	resID, _ := res["id"].(string)
-	if abandon {
-		st.add(func(s *Summary) { s.Abandoned++ })
-		return
+	id, _ = res["id"].(string)
+	return id, res, true
+}
+
+// waitLate waits for the reservation res's expires_at when that is at most
+// c.LateWait away (or until ctx ends) and reports whether it did: the
+// order then races the hold's expiry.
+func (r *run) waitLate(ctx context.Context, res map[string]any) bool {
+	exp, err := time.Parse(time.RFC3339Nano, fmt.Sprint(res["expires_at"]))
+	if err != nil || time.Until(exp) > r.c.LateWait {
+		return false
 	}
-	late := false
-	if rand.Float64() < c.LateRate {
-		if exp, err := time.Parse(time.RFC3339Nano, fmt.Sprint(res["expires_at"])); err == nil && time.Until(exp) <= c.LateWait {
-			late = true
-			st.add(func(s *Summary) { s.Late++ })
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Until(exp)):
-			}
-		}
+	r.st.add(func(s *Summary) { s.Late++ })
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Until(exp)):
 	}
-	payTok := "tok_visa"
-	if decline {
-		payTok = "tok_decline"
-	}
-	body := map[string]any{"reservation_id": resID, "payment": map[string]any{"token": payTok}}
+	return true
+}
+
+// order orders reservation resID, paid with payTok (body is the request),
+// under one key until a final answer (maybe losing the first answer, maybe
+// with a double click beside it, run on doubleClick) and checks and counts
+// the outcome. It returns the final status and the order's id; ok is false
+// when the booking ends there (no final answer, the hold expired first
+// when late, or a failure).
+func (r *run) order(ctx context.Context, tok, resID, payTok string, body map[string]any, late bool,
+	doubleClick *sync.WaitGroup) (code int, id string, ok bool) {
+	c, st := r.c, r.st
 	orderKey := uuid.NewString()
-	// The double click runs beside the order's own request; the booking
-	// waits for it, so its answer is counted before Run reads the stats.
-	var doubleClick sync.WaitGroup
-	defer doubleClick.Wait()
 	if rand.Float64() < c.DupRate {
 		st.add(func(s *Summary) { s.DoubleClick++ })
 		doubleClick.Go(func() { _, _ = r.send(ctx, "order", "POST", "/v1/orders", tok, orderKey, body, c.Timeout) })
 	}
 	code, ord := r.untilFinal(ctx, "order", "POST", "/v1/orders", tok, orderKey, body, true)
-	id := orderID(ord)
+	id = orderID(ord)
 	switch {
 	case code == http.StatusCreated:
 		st.mu.Lock()
@@ -734,30 +809,27 @@ func (r *run) oneBooking(ctx context.Context, tok string, n int) {
 		}
 	case code == 0:
 		st.add(func(s *Summary) { s.Unfinished++ })
-		return
+		return code, id, false
 	case late && (code == http.StatusGone || code == http.StatusConflict || code == http.StatusUnprocessableEntity):
-		return // the hold expired first: a valid outcome of the race at expires_at
+		return code, id, false // the hold expired first: a valid outcome of the race at expires_at
 	default:
 		st.fail("order for reservation %s ended with status %d: %v", resID, code, ord)
-		return
+		return code, id, false
 	}
-	if rand.Float64() < c.FreshRate {
-		st.add(func(s *Summary) { s.FreshKeys++ })
-		code2, ord2 := r.untilFinal(ctx, "order", "POST", "/v1/orders", tok, uuid.NewString(), body, false)
-		if id2 := orderID(ord2); (code2 == http.StatusCreated || code2 == http.StatusAccepted) && id2 != "" && id2 != id {
-			st.fail("reservation %s: a fresh key made a second order %s beside %s", resID, id2, id)
-		}
-	}
-	if code == http.StatusCreated && rand.Float64() < c.CancelRate {
-		ccode, out := r.untilFinal(ctx, "cancel", "POST", "/v1/orders/"+id+"/cancel", tok, uuid.NewString(), nil, false)
-		switch ccode {
-		case http.StatusOK:
-			st.add(func(s *Summary) { s.Cancelled++ })
-		case 0:
-			st.add(func(s *Summary) { s.Unfinished++ })
-		default:
-			st.fail("cancel of order %s ended with status %d: %v", id, ccode, out)
-		}
+	return code, id, true
+}
+
+// cancel cancels the confirmed order id and counts the outcome.
+func (r *run) cancel(ctx context.Context, tok, id string) {
+	st := r.st
+	ccode, out := r.untilFinal(ctx, "cancel", "POST", "/v1/orders/"+id+"/cancel", tok, uuid.NewString(), nil, false)
+	switch ccode {
+	case http.StatusOK:
+		st.add(func(s *Summary) { s.Cancelled++ })
+	case 0:
+		st.add(func(s *Summary) { s.Unfinished++ })
+	default:
+		st.fail("cancel of order %s ended with status %d: %v", id, ccode, out)
 	}
 }
 

@@ -359,115 +359,127 @@ func Check(ctx context.Context, src Sources, opts Options) Report {
 	if client == nil {
 		client = &http.Client{Timeout: 30 * time.Second}
 	}
-	rows := map[Rule]*Row{}
-	for _, r := range Rules {
-		rows[r] = &Row{Rule: r, Unit: units[r], Skipped: opts.Skip[r]}
-	}
-	violate := func(r Rule, format string, args ...any) {
-		rows[r].Violations = append(rows[r].Violations, fmt.Sprintf(format, args...))
-	}
-	var rep Report
-	finish := func() Report {
-		for _, r := range Rules {
-			row := rows[r]
-			if row.Skipped != "" {
-				row.Violations = nil
-			}
-			rep.Rows = append(rep.Rows, *row)
-		}
-		return rep
-	}
-
+	k := newChecking(opts)
 	// HTTP500 needs only the run itself (what the clients saw): it is
 	// checked whatever the other sources.
-	if src.HTTP == nil && rows[HTTP500].Skipped == "" {
-		rows[HTTP500].Skipped = "no client traffic recorded"
+	if src.HTTP == nil && k.rows[HTTP500].Skipped == "" {
+		k.rows[HTTP500].Skipped = "no client traffic recorded"
 	}
 	if src.HTTP != nil {
-		src.HTTP.report(&rep, rows[HTTP500], violate)
+		src.HTTP.report(&k.rep, k.rows[HTTP500], k.violate)
 	}
 	if src.Log == nil {
 		for _, r := range Rules {
-			if r != HTTP500 && rows[r].Skipped == "" {
-				violate(r, "no event log to read")
+			if r != HTTP500 && k.rows[r].Skipped == "" {
+				k.violate(r, "no event log to read")
 			}
 		}
-		return finish()
+		return k.finish()
 	}
 	events, err := ReadLog(ctx, src.Log)
 	if err != nil {
 		for _, r := range Rules {
 			if r != HTTP500 {
-				violate(r, "read the log: %v", err)
+				k.violate(r, "read the log: %v", err)
 			}
 		}
-		return finish()
+		return k.finish()
 	}
-	rep.Events = len(events)
-	st := fold(events, rows[Decodes], violate)
+	k.rep.Events = len(events)
+	st := fold(events, k.rows[Decodes], k.violate)
+	k.count(st)
+	k.checkOrdersPerReservation(st)
+	if k.needs(NetCharge, src.SimURL, "no simulator URL") {
+		checkCharges(ctx, client, src.SimURL, st, &k.rep, k.rows[NetCharge], k.violate)
+	}
+	if k.needs(Seats, src.APIURL, "no API URL") {
+		k.rep.Seats = checkSeats(ctx, client, src, st, k.rows[Seats], k.violate)
+	}
+	checkSettled(st, opts.Open, k.rows[Settled], k.violate)
+	if k.needs(ReadModels, src.DatabaseURL, "no database URL") {
+		retention := opts.IntentRetention
+		if retention <= 0 {
+			retention = DefaultIntentRetention
+		}
+		checkReadModels(ctx, src.DatabaseURL, src.Log, retention, k.rows[ReadModels], k.violate)
+	}
+	if k.needs(NATS, src.NATSURL, "no NATS URL") {
+		checkNATS(ctx, src.NATSURL, events, &k.rep, k.rows[NATS], k.violate)
+	}
+	return k.finish()
+}
 
-	rep.Shows, rep.Reservations, rep.Orders = len(st.shows), len(st.reservations), len(st.orders)
+// checking is one Check: a row per rule (skipped as opts says) and the
+// report's counts.
+type checking struct {
+	rows map[Rule]*Row
+	rep  Report
+}
+
+func newChecking(opts Options) *checking {
+	k := &checking{rows: map[Rule]*Row{}}
+	for _, r := range Rules {
+		k.rows[r] = &Row{Rule: r, Unit: units[r], Skipped: opts.Skip[r]}
+	}
+	return k
+}
+
+// violate adds a violation of rule r.
+func (k *checking) violate(r Rule, format string, args ...any) {
+	k.rows[r].Violations = append(k.rows[r].Violations, fmt.Sprintf(format, args...))
+}
+
+// needs reports whether rule r is to be checked: not skipped, and its
+// source (a URL) given; without the source the row is skipped for reason.
+func (k *checking) needs(r Rule, source, reason string) bool {
+	if source == "" && k.rows[r].Skipped == "" {
+		k.rows[r].Skipped = reason
+	}
+	return k.rows[r].Skipped == ""
+}
+
+// count counts the log's shows, reservations and orders, and the orders
+// confirmed, cancelled and failed.
+func (k *checking) count(st *state) {
+	k.rep.Shows, k.rep.Reservations, k.rep.Orders = len(st.shows), len(st.reservations), len(st.orders)
 	for _, o := range st.orders {
 		switch o.Status {
 		case domain.OrderStatusConfirmed:
-			rep.Confirmed++
+			k.rep.Confirmed++
 		case domain.OrderStatusCancelled:
-			rep.Cancelled++
+			k.rep.Cancelled++
 		case domain.OrderStatusFailed:
-			rep.Failed++
+			k.rep.Failed++
 		}
 	}
+}
 
-	// Orders per reservation.
+// checkOrdersPerReservation: no reservation has more than one order.
+func (k *checking) checkOrdersPerReservation(st *state) {
 	resIDs := make([]string, 0, len(st.claims))
 	for id := range st.claims {
 		resIDs = append(resIDs, id)
 	}
 	sort.Strings(resIDs)
-	rows[OrdersPerReservation].Checked = len(resIDs)
+	k.rows[OrdersPerReservation].Checked = len(resIDs)
 	for _, id := range resIDs {
 		if ids := st.claims[id]; len(ids) > 1 {
-			violate(OrdersPerReservation, "reservation %s has %d orders: %s", id, len(ids), strings.Join(ids, ", "))
+			k.violate(OrdersPerReservation, "reservation %s has %d orders: %s", id, len(ids), strings.Join(ids, ", "))
 		}
 	}
+}
 
-	// Net charge per order.
-	if src.SimURL == "" && rows[NetCharge].Skipped == "" {
-		rows[NetCharge].Skipped = "no simulator URL"
-	}
-	if rows[NetCharge].Skipped == "" {
-		checkCharges(ctx, client, src.SimURL, st, &rep, rows[NetCharge], violate)
-	}
-
-	// Seats per show.
-	if src.APIURL == "" && rows[Seats].Skipped == "" {
-		rows[Seats].Skipped = "no API URL"
-	}
-	if rows[Seats].Skipped == "" {
-		rep.Seats = checkSeats(ctx, client, src, st, rows[Seats], violate)
-	}
-
-	checkSettled(st, opts.Open, rows[Settled], violate)
-
-	if src.DatabaseURL == "" && rows[ReadModels].Skipped == "" {
-		rows[ReadModels].Skipped = "no database URL"
-	}
-	if rows[ReadModels].Skipped == "" {
-		retention := opts.IntentRetention
-		if retention <= 0 {
-			retention = DefaultIntentRetention
+// finish returns the report with every row, in the order of Rules; a
+// skipped row carries no violations.
+func (k *checking) finish() Report {
+	for _, r := range Rules {
+		row := k.rows[r]
+		if row.Skipped != "" {
+			row.Violations = nil
 		}
-		checkReadModels(ctx, src.DatabaseURL, src.Log, retention, rows[ReadModels], violate)
+		k.rep.Rows = append(k.rep.Rows, *row)
 	}
-
-	if src.NATSURL == "" && rows[NATS].Skipped == "" {
-		rows[NATS].Skipped = "no NATS URL"
-	}
-	if rows[NATS].Skipped == "" {
-		checkNATS(ctx, src.NATSURL, events, &rep, rows[NATS], violate)
-	}
-
-	return finish()
+	return k.rep
 }
 
 // fold decodes every event and folds it into st; undecodable events are

@@ -1,10 +1,11 @@
-package main
+package config
 
 import (
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/cmd/booking/internal/connlimit"
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 )
@@ -57,10 +58,10 @@ const writeMargin = 5 * time.Second
 // request with a bearer token and the API's headers fits in it.
 const minHeaderBytes = 4096
 
-// validate checks the limits; inUseWait is BOOKING_IN_USE_WAIT, which a
+// Validate checks the limits; inUseWait is BOOKING_IN_USE_WAIT, which a
 // request may wait before its own wait (Prefer: wait). The error names the
 // variable at fault.
-func (l HTTPLimits) validate(inUseWait time.Duration) error {
+func (l HTTPLimits) Validate(inUseWait time.Duration) error {
 	for _, p := range []struct {
 		name string
 		d    time.Duration
@@ -69,18 +70,18 @@ func (l HTTPLimits) validate(inUseWait time.Duration) error {
 		{"BOOKING_HTTP_WRITE_TIMEOUT", l.HTTPWriteTimeout}, {"BOOKING_HTTP_IDLE_TIMEOUT", l.HTTPIdleTimeout},
 	} {
 		if p.d <= 0 {
-			return configError(p.name, "must be a positive duration such as 30s")
+			return configerr.New(p.name, "must be a positive duration such as 30s")
 		}
 	}
 	if least := httpapi.MaxWait + inUseWait + writeMargin; l.HTTPWriteTimeout < least {
-		return configError("BOOKING_HTTP_WRITE_TIMEOUT", "%s must be at least %s: the longest Prefer: wait (%s) + BOOKING_IN_USE_WAIT (%s) + %s to read the body and write the answer",
+		return configerr.New("BOOKING_HTTP_WRITE_TIMEOUT", "%s must be at least %s: the longest Prefer: wait (%s) + BOOKING_IN_USE_WAIT (%s) + %s to read the body and write the answer",
 			l.HTTPWriteTimeout, least, httpapi.MaxWait, inUseWait, writeMargin)
 	}
 	if l.HTTPMaxHeaderBytes < minHeaderBytes {
-		return configError("BOOKING_HTTP_MAX_HEADER_BYTES", "must be at least %d (bytes)", minHeaderBytes)
+		return configerr.New("BOOKING_HTTP_MAX_HEADER_BYTES", "must be at least %d (bytes)", minHeaderBytes)
 	}
 	if l.HTTPMaxConns < 1 {
-		return configError("BOOKING_HTTP_MAX_CONNS", "must be at least 1")
+		return configerr.New("BOOKING_HTTP_MAX_CONNS", "must be at least 1")
 	}
 	return l.validateWebhooks()
 }
@@ -89,35 +90,35 @@ func (l HTTPLimits) validate(inUseWait time.Duration) error {
 // leave the write timeout time to write the answer.
 func (l HTTPLimits) validateWebhooks() error {
 	if l.WebhookTimeout <= 0 {
-		return configError("BOOKING_WEBHOOK_TIMEOUT", "must be a positive duration such as 15s")
+		return configerr.New("BOOKING_WEBHOOK_TIMEOUT", "must be a positive duration such as 15s")
 	}
 	if most := l.HTTPWriteTimeout - writeMargin; l.WebhookTimeout > most {
-		return configError("BOOKING_WEBHOOK_TIMEOUT", "%s must be at most %s: BOOKING_HTTP_WRITE_TIMEOUT (%s) less %s to write the answer",
+		return configerr.New("BOOKING_WEBHOOK_TIMEOUT", "%s must be at most %s: BOOKING_HTTP_WRITE_TIMEOUT (%s) less %s to write the answer",
 			l.WebhookTimeout, most, l.HTTPWriteTimeout, writeMargin)
 	}
 	if l.WebhookConcurrency < 1 {
-		return configError("BOOKING_WEBHOOK_CONCURRENCY", "must be at least 1")
+		return configerr.New("BOOKING_WEBHOOK_CONCURRENCY", "must be at least 1")
 	}
 	return nil
 }
 
-// server returns the API's HTTP server with these limits, serving h.
-func (l HTTPLimits) server(h http.Handler) *http.Server {
+// Server returns the API's HTTP server with these limits, serving h.
+func (l HTTPLimits) Server(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadTimeout: l.HTTPReadTimeout, ReadHeaderTimeout: l.HTTPReadHeaderTimeout,
 		WriteTimeout: l.HTTPWriteTimeout, IdleTimeout: l.HTTPIdleTimeout, MaxHeaderBytes: l.HTTPMaxHeaderBytes}
 }
 
-// listener returns ln bounded to HTTPMaxConns open connections.
-func (l HTTPLimits) listener(ln net.Listener) *connlimit.Listener {
+// Listener returns ln bounded to HTTPMaxConns open connections.
+func (l HTTPLimits) Listener(ln net.Listener) *connlimit.Listener {
 	return connlimit.New(ln, l.HTTPMaxConns)
 }
 
-// listen listens on addr (BOOKING_HTTP_ADDR) with the connection bound; a
-// listen error names the variable (listenError).
-func (l HTTPLimits) listen(addr string) (*connlimit.Listener, error) {
+// Listen listens on addr (BOOKING_HTTP_ADDR) with the connection bound; a
+// listen error names the variable (ListenError).
+func (l HTTPLimits) Listen(addr string) (*connlimit.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, listenError(addr, "BOOKING_HTTP_ADDR", err)
+		return nil, ListenError(addr, "BOOKING_HTTP_ADDR", err)
 	}
-	return l.listener(ln), nil
+	return l.Listener(ln), nil
 }

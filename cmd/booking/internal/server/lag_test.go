@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
+	"github.com/retrysafe/booking/cmd/booking/internal/readmodels"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
@@ -123,11 +124,11 @@ func TestLagMetrics(t *testing.T) {
 	defer cancel()
 	locks := pgcoord.NewLocks(pool)
 	for _, p := range projections.All(24 * time.Hour) {
-		pr := newProjector(pool, locks, p)
+		pr := readmodels.NewProjector(pool, locks, p)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			locks.RunExclusive(ctx, log, projectorLock(p.Name()), 50*time.Millisecond, func(ctx context.Context) error { return pr.Run(ctx, store) })
+			locks.RunExclusive(ctx, log, readmodels.LockName(p.Name()), 50*time.Millisecond, func(ctx context.Context) error { return pr.Run(ctx, store) })
 		}()
 	}
 	waitLag(t, reg, lagWant(0, 6), "projectors running, relay stopped")

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 )
 
 // The environment variables of booking are the env tags of its commands'
@@ -41,9 +43,9 @@ var replacedVariables = map[string]string{
 	"BOOKING_PPROF_ADDR": "BOOKING_ADMIN_ADDR (the admin listener serves the profiler and /metrics)",
 }
 
-// knownVariables returns the sorted environment variables of the flags of
+// KnownVariables returns the sorted environment variables of the flags of
 // n and of every command beneath it.
-func knownVariables(n *kong.Node) []string {
+func KnownVariables(n *kong.Node) []string {
 	seen := map[string]bool{}
 	var walk func(n *kong.Node)
 	walk = func(n *kong.Node) {
@@ -67,12 +69,12 @@ func knownVariables(n *kong.Node) []string {
 	return out
 }
 
-// unknownVariables returns one warning for each BOOKING_* variable of
+// UnknownVariables returns one warning for each BOOKING_* variable of
 // environ ("NAME=value" entries) that is not in known (nor BOOKING_TEST_*),
 // naming what replaced it (replacedVariables) or else the nearest known
 // variable: a misspelt or retired setting is otherwise silently ignored.
 // The values are never shown.
-func unknownVariables(environ, known []string) []string {
+func UnknownVariables(environ, known []string) []string {
 	var out []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
@@ -122,10 +124,10 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// checkRequirements returns a configuration error for the first
+// CheckRequirements returns a configuration error for the first
 // requirement the selected command's settings break, naming the missing
 // variable and its flag.
-func checkRequirements(kctx *kong.Context) error {
+func CheckRequirements(kctx *kong.Context) error {
 	flags := map[string]*kong.Flag{}
 	for _, f := range kctx.Flags() {
 		if f.Tag != nil {
@@ -144,7 +146,7 @@ func checkRequirements(kctx *kong.Context) error {
 			continue
 		}
 		if !slices.ContainsFunc(r.need, set) {
-			return configError("--"+flags[r.need[0]].Name+" ("+r.need[0]+")", "required: %s; set %s",
+			return configerr.New("--"+flags[r.need[0]].Name+" ("+r.need[0]+")", "required: %s; set %s",
 				r.why, strings.Join(r.need, " or "))
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 )
 
 // defaultLimits returns the documented defaults of HTTPLimits.
-func defaultLimits() HTTPLimits { return validServeConfig().HTTPLimits }
+func defaultLimits() HTTPLimits { return validServe().HTTPLimits }
 
 // startLimited serves h over loopback with limits l (the API's server and
 // listener, as booking serve builds them) and returns its address and
@@ -26,8 +26,8 @@ func startLimited(t *testing.T, l HTTPLimits, h http.Handler) (string, *connlimi
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := l.listener(ln)
-	srv := l.server(h)
+	lim := l.Listener(ln)
+	srv := l.Server(h)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -1,19 +1,20 @@
-package main
+package config
 
 import (
 	"context"
 	"log/slog"
 	"strings"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/cmd/booking/internal/identity"
 )
 
-// AuthConfig is how `booking serve` authenticates callers: static bearer
+// Auth is how `booking serve` authenticates callers: static bearer
 // tokens (BOOKING_API_TOKENS, the default and what `make run` uses) or
 // JSON Web Tokens of one OpenID Connect or OAuth 2.0 issuer, verified
 // against its key set (package identity says how, and the actor id each
 // way yields).
-type AuthConfig struct {
+type Auth struct {
 	Mode          string `name:"auth" env:"BOOKING_AUTH" default:"tokens" help:"How callers authenticate: tokens (BOOKING_API_TOKENS) or jwt (BOOKING_JWT_ISSUER, BOOKING_JWT_AUDIENCE, BOOKING_JWKS_URL)."`
 	JWTIssuer     string `name:"jwt-issuer" env:"BOOKING_JWT_ISSUER" help:"With --auth=jwt: the only accepted iss claim, an absolute URI without '#' (the issuer identifier of the identity provider)."`
 	JWTAudience   string `name:"jwt-audience" env:"BOOKING_JWT_AUDIENCE" help:"With --auth=jwt: a value the token's aud claim must contain (this API's identifier at the provider)."`
@@ -29,30 +30,30 @@ const (
 
 // Validate checks the settings of the chosen mode, with apiTokens the
 // value of BOOKING_API_TOKENS; the error names the variable at fault.
-func (a AuthConfig) Validate(apiTokens string) error {
+func (a Auth) Validate(apiTokens string) error {
 	switch a.Mode {
 	case authTokens:
 		if apiTokens == "" {
-			return configError("BOOKING_API_TOKENS", "required with BOOKING_AUTH=tokens: name=token[:admin],...")
+			return configerr.New("BOOKING_API_TOKENS", "required with BOOKING_AUTH=tokens: name=token[:admin],...")
 		}
-		if _, err := parseTokens(apiTokens); err != nil {
-			return configError("BOOKING_API_TOKENS", "%v", err)
+		if _, err := ParseTokens(apiTokens); err != nil {
+			return configerr.New("BOOKING_API_TOKENS", "%v", err)
 		}
 	case authJWT:
 		if err := identity.CheckIssuer(a.JWTIssuer); err != nil {
-			return configError("BOOKING_JWT_ISSUER", "%v", err)
+			return configerr.New("BOOKING_JWT_ISSUER", "%v", err)
 		}
 		if a.JWTAudience == "" {
-			return configError("BOOKING_JWT_AUDIENCE", "required with BOOKING_AUTH=jwt: the value this API's tokens carry in aud")
+			return configerr.New("BOOKING_JWT_AUDIENCE", "required with BOOKING_AUTH=jwt: the value this API's tokens carry in aud")
 		}
 		if err := identity.CheckJWKSURL(a.JWKSURL); err != nil {
-			return configError("BOOKING_JWKS_URL", "%v", err)
+			return configerr.New("BOOKING_JWKS_URL", "%v", err)
 		}
 		if err := identity.CheckScope(a.JWTAdminScope); err != nil {
-			return configError("BOOKING_JWT_ADMIN_SCOPE", "%v", err)
+			return configerr.New("BOOKING_JWT_ADMIN_SCOPE", "%v", err)
 		}
 	default:
-		return configError("BOOKING_AUTH", "must be tokens or jwt, not %q", a.Mode)
+		return configerr.New("BOOKING_AUTH", "must be tokens or jwt, not %q", a.Mode)
 	}
 	return nil
 }
@@ -60,7 +61,7 @@ func (a AuthConfig) Validate(apiTokens string) error {
 // ignored returns the settings the chosen mode does not read, as a
 // sentence for the start log (empty when there are none): with jwt,
 // BOOKING_API_TOKENS; with tokens, any BOOKING_JWT_* or BOOKING_JWKS_URL.
-func (a AuthConfig) ignored(apiTokens string) string {
+func (a Auth) ignored(apiTokens string) string {
 	var names []string
 	if a.Mode == authJWT && apiTokens != "" {
 		names = append(names, "BOOKING_API_TOKENS")
@@ -80,17 +81,17 @@ func (a AuthConfig) ignored(apiTokens string) string {
 	return strings.Join(names, ", ") + " ignored with BOOKING_AUTH=" + a.Mode
 }
 
-// authenticator returns the authenticator of the validated settings and
+// Authenticator returns the authenticator of the validated settings and
 // logs the mode (and any setting it ignores). A JWT authenticator fetches
 // the key set now and refreshes it until ctx ends.
-func (a AuthConfig) authenticator(ctx context.Context, apiTokens string, log *slog.Logger) (identity.Authenticator, error) {
+func (a Auth) Authenticator(ctx context.Context, apiTokens string, log *slog.Logger) (identity.Authenticator, error) {
 	if msg := a.ignored(apiTokens); msg != "" {
 		log.Warn(msg)
 	}
 	if a.Mode != authJWT {
-		tokens, err := parseTokens(apiTokens)
+		tokens, err := ParseTokens(apiTokens)
 		if err != nil {
-			return nil, configError("BOOKING_API_TOKENS", "%v", err)
+			return nil, configerr.New("BOOKING_API_TOKENS", "%v", err)
 		}
 		log.Info("authentication", "mode", authTokens, "tokens", len(tokens))
 		return identity.Tokens(tokens), nil
@@ -98,24 +99,9 @@ func (a AuthConfig) authenticator(ctx context.Context, apiTokens string, log *sl
 	j, err := identity.NewJWT(ctx, identity.JWTConfig{Issuer: a.JWTIssuer, Audience: a.JWTAudience, JWKSURL: a.JWKSURL,
 		AdminScope: a.JWTAdminScope, Logger: log.With("component", "jwt")})
 	if err != nil {
-		return nil, configError("BOOKING_AUTH", "%v", err)
+		return nil, configerr.New("BOOKING_AUTH", "%v", err)
 	}
 	log.Info("authentication", "mode", authJWT, "issuer", a.JWTIssuer, "audience", a.JWTAudience, "jwks_url", a.JWKSURL,
 		"admin_scope", a.JWTAdminScope, "signing_keys", j.Keys(ctx))
 	return j, nil
-}
-
-// loggerAndAuth returns the logger of `booking serve` (env.logger: the
-// start's warnings logged) and its authenticator (AuthConfig.authenticator,
-// refreshing JWT keys until e.ctx ends).
-func (c *ServeConfig) loggerAndAuth(e *env) (*slog.Logger, identity.Authenticator, error) {
-	log, err := e.logger(c.LogConfig)
-	if err != nil {
-		return nil, nil, err
-	}
-	auth, err := c.Auth.authenticator(e.ctx, c.APITokens, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	return log, auth, nil
 }

@@ -1,4 +1,7 @@
-package main
+// Package memlimit sets the default soft memory limit of `booking serve`
+// (runtime/debug.SetMemoryLimit) unless GOMEMLIMIT is set, and says which
+// limit applies and where it came from.
+package memlimit
 
 import (
 	"fmt"
@@ -77,7 +80,7 @@ func derivedLimit(live, alloc int64) int64 {
 	return (n + 1<<20 - 1) &^ (1<<20 - 1)
 }
 
-// Sources of the memory limit in force (memoryLimit.From).
+// Sources of the memory limit in force (Limit.From).
 const (
 	// memLimitFromEnv: GOMEMLIMIT, which the Go runtime read at start.
 	memLimitFromEnv = "GOMEMLIMIT"
@@ -88,8 +91,8 @@ const (
 	memLimitFromRuntime = "runtime"
 )
 
-// memoryLimit is the soft memory limit a service runs with.
-type memoryLimit struct {
+// Limit is the soft memory limit a service runs with.
+type Limit struct {
 	// Bytes is the runtime's limit in bytes; math.MaxInt64 means none
 	// (GOMEMLIMIT=off or no limit set).
 	Bytes int64
@@ -100,32 +103,32 @@ type memoryLimit struct {
 	Env string
 }
 
-// applyMemoryLimit sets the default soft memory limit of a service that
+// Apply sets the default soft memory limit of a service that
 // embeds the simulator or NATS (embedded) or not, unless GOMEMLIMIT is set
 // (lookup reads the environment) or a limit is already in force. It returns
 // the limit in force afterwards and where it came from.
-func applyMemoryLimit(lookup func(string) (string, bool), embedded bool) memoryLimit {
+func Apply(lookup func(string) (string, bool), embedded bool) Limit {
 	current := debug.SetMemoryLimit(-1)
 	if env, set := lookup("GOMEMLIMIT"); set {
-		return memoryLimit{Bytes: current, From: memLimitFromEnv, Env: env}
+		return Limit{Bytes: current, From: memLimitFromEnv, Env: env}
 	}
 	if current != math.MaxInt64 {
-		return memoryLimit{Bytes: current, From: memLimitFromRuntime}
+		return Limit{Bytes: current, From: memLimitFromRuntime}
 	}
 	limit := externalMemoryLimit
 	if embedded {
 		limit = devMemoryLimit
 	}
 	debug.SetMemoryLimit(limit)
-	return memoryLimit{Bytes: limit, From: memLimitFromDefault}
+	return Limit{Bytes: limit, From: memLimitFromDefault}
 }
 
 // Log logs, at INFO, which limit applies and where it came from:
 // "memory limit" with limit (GOMEMLIMIT's syntax: "112MiB", "off"), bytes
 // (omitted when there is none), from, and GOMEMLIMIT's value as given when
 // it is the source.
-func (m memoryLimit) Log(log *slog.Logger) {
-	attrs := []any{"limit", formatMemoryLimit(m.Bytes)}
+func (m Limit) Log(log *slog.Logger) {
+	attrs := []any{"limit", format(m.Bytes)}
 	if m.Bytes != math.MaxInt64 {
 		attrs = append(attrs, "bytes", m.Bytes)
 	}
@@ -136,10 +139,10 @@ func (m memoryLimit) Log(log *slog.Logger) {
 	log.Info("memory limit", attrs...)
 }
 
-// formatMemoryLimit returns n bytes in GOMEMLIMIT's syntax: the largest
+// format returns n bytes in GOMEMLIMIT's syntax: the largest
 // unit of B, KiB, MiB, GiB, TiB that divides it ("112MiB"), or "off" for
 // math.MaxInt64 (no limit).
-func formatMemoryLimit(n int64) string {
+func format(n int64) string {
 	if n == math.MaxInt64 {
 		return "off"
 	}

@@ -1,4 +1,4 @@
-package main
+package memlimit
 
 import (
 	"bytes"
@@ -23,32 +23,32 @@ func TestApplyMemoryLimit(t *testing.T) {
 		lookup   func(string) (string, bool)
 		embedded bool
 		runtime  int64 // the limit in force before (as the runtime read GOMEMLIMIT)
-		want     memoryLimit
+		want     Limit
 		wantLog  string
 	}{
 		{"the simulator or NATS in the process", unset, true, math.MaxInt64,
-			memoryLimit{Bytes: devMemoryLimit, From: "default"},
+			Limit{Bytes: devMemoryLimit, From: "default"},
 			`level=INFO msg="memory limit" limit=201MiB bytes=210763776 from=default` + "\n"},
 		{"an external provider and NATS", unset, false, math.MaxInt64,
-			memoryLimit{Bytes: externalMemoryLimit, From: "default"},
+			Limit{Bytes: externalMemoryLimit, From: "default"},
 			`level=INFO msg="memory limit" limit=119MiB bytes=124780544 from=default` + "\n"},
 		{"GOMEMLIMIT set", env("1GiB"), true, 1 << 30,
-			memoryLimit{Bytes: 1 << 30, From: "GOMEMLIMIT", Env: "1GiB"},
+			Limit{Bytes: 1 << 30, From: "GOMEMLIMIT", Env: "1GiB"},
 			`level=INFO msg="memory limit" limit=1GiB bytes=1073741824 from=GOMEMLIMIT GOMEMLIMIT=1GiB` + "\n"},
 		{"GOMEMLIMIT in bytes", env("100000000"), false, 100000000,
-			memoryLimit{Bytes: 100000000, From: "GOMEMLIMIT", Env: "100000000"},
+			Limit{Bytes: 100000000, From: "GOMEMLIMIT", Env: "100000000"},
 			`level=INFO msg="memory limit" limit=100000000B bytes=100000000 from=GOMEMLIMIT GOMEMLIMIT=100000000` + "\n"},
 		{"GOMEMLIMIT=off", env("off"), true, math.MaxInt64,
-			memoryLimit{Bytes: math.MaxInt64, From: "GOMEMLIMIT", Env: "off"},
+			Limit{Bytes: math.MaxInt64, From: "GOMEMLIMIT", Env: "off"},
 			`level=INFO msg="memory limit" limit=off from=GOMEMLIMIT GOMEMLIMIT=off` + "\n"},
 		{"a limit in force", unset, true, 1 << 30,
-			memoryLimit{Bytes: 1 << 30, From: "runtime"},
+			Limit{Bytes: 1 << 30, From: "runtime"},
 			`level=INFO msg="memory limit" limit=1GiB bytes=1073741824 from=runtime` + "\n"},
 	} {
 		debug.SetMemoryLimit(tt.runtime)
-		got := applyMemoryLimit(tt.lookup, tt.embedded)
+		got := Apply(tt.lookup, tt.embedded)
 		if got != tt.want || debug.SetMemoryLimit(-1) != tt.want.Bytes {
-			t.Errorf("%s: applyMemoryLimit = %+v (runtime %d), want %+v", tt.name, got, debug.SetMemoryLimit(-1), tt.want)
+			t.Errorf("%s: Apply = %+v (runtime %d), want %+v", tt.name, got, debug.SetMemoryLimit(-1), tt.want)
 		}
 		var buf bytes.Buffer
 		got.Log(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
@@ -61,8 +61,8 @@ func TestApplyMemoryLimit(t *testing.T) {
 			t.Errorf("%s: logged %q, want %q", tt.name, buf.String(), tt.wantLog)
 		}
 	}
-	if got := formatMemoryLimit(0); got != "0B" || formatMemoryLimit(3<<40) != "3TiB" {
-		t.Errorf("formatMemoryLimit(0) = %q, (3 TiB) = %q", got, formatMemoryLimit(3<<40))
+	if got := format(0); got != "0B" || format(3<<40) != "3TiB" {
+		t.Errorf("format(0) = %q, (3 TiB) = %q", got, format(3<<40))
 	}
 }
 

@@ -1,21 +1,82 @@
-package main
+package server
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/cmd/booking/internal/config"
 	"github.com/retrysafe/booking/cmd/booking/internal/connlimit"
+	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
+	"github.com/retrysafe/booking/cmd/booking/internal/storage"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgcoord"
+	"github.com/retrysafe/booking/projections"
+	"github.com/retrysafe/booking/projections/notify"
 )
 
-// defaultAdminAddr is BOOKING_ADMIN_ADDR's default: loopback, so that the
-// operators' endpoints of `make run` answer on the machine only.
-const defaultAdminAddr = "127.0.0.1:9091"
+// checkHead refuses positions beyond the head of the event log
+// (pgcoord.CheckHead): the log is another one than the positions were read
+// from. Nothing to check on PostgreSQL (elog.Head is nil).
+func checkHead(ctx context.Context, pool *pgxpool.Pool, elog *storage.EventLog) error {
+	if elog.Head == nil {
+		return nil
+	}
+	head, err := elog.Head(ctx)
+	if err != nil {
+		return fmt.Errorf("check the stored log positions against the event log: %w", err)
+	}
+	return pgcoord.CheckHead(ctx, pool, head)
+}
+
+// ready is the readiness check of /readyz: PostgreSQL answers and, on
+// KurrentDB, so does the event store.
+func ready(pool *pgxpool.Pool, elog *storage.EventLog) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if err := pool.Ping(ctx); err != nil {
+			return err
+		}
+		if elog.Ping != nil {
+			if err := elog.Ping(ctx); err != nil {
+				return &httpapi.DependencyError{Name: "event store (KurrentDB)", Err: err}
+			}
+		}
+		return nil
+	}
+}
+
+// newLagCollector returns the lag gauges of every projector and of the
+// notification relay (metrics.LagCollector), from their checkpoints in the
+// database and their distance to the head of the log (dist).
+func newLagCollector(pool *pgxpool.Pool, dist metrics.LogDistance, log *slog.Logger) *metrics.LagCollector {
+	return metrics.NewLagCollector(dist, projections.Names(), projections.NewReader(pool).Checkpoint,
+		func(ctx context.Context) (eventstore.Position, error) {
+			st, err := notify.LoadRelayState(ctx, pool, notify.DefaultRelayName)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return eventstore.Position{}, nil // never ran: everything is to be published
+			}
+			return st.Checkpoint, err
+		}, log)
+}
+
+// serveMetrics returns the service's metrics for version, with the
+// collectors of the database pool, of this replica's share of the retry
+// budget and of the API listener ln.
+func serveMetrics(version string, cfg config.Serve, pool *pgxpool.Pool, ln *connlimit.Listener) *metrics.Metrics {
+	mx := metrics.New(version)
+	mx.MustRegister(append(metrics.NewRetryBudgetGauges(cfg.RetryBudgetRate, cfg.RetryBudgetBurst),
+		metrics.NewPoolCollector(pool), metrics.NewListenerCollector("api", ln))...)
+	return mx
+}
 
 // adminMaxConns bounds the admin listener's open connections (connlimit):
 // its clients are a few scrapers and an operator's profiler.
@@ -44,7 +105,7 @@ type adminServer struct {
 // arguments): bind it to a loopback or otherwise private address. Headers
 // must arrive within readHeaderTimeout; there is no write timeout, so a CPU
 // profile may run as long as asked (?seconds=N). A listen error names
-// BOOKING_ADMIN_ADDR (see listenError). The admin listener's connections
+// BOOKING_ADMIN_ADDR (see config.ListenError). The admin listener's connections
 // are added to mx (metrics.ListenerCollector, listener "admin"). Stop it
 // with stop.
 func startAdmin(addr string, mx *metrics.Metrics, readHeaderTimeout time.Duration, log *slog.Logger) (*adminServer, error) {
@@ -55,7 +116,7 @@ func startAdmin(addr string, mx *metrics.Metrics, readHeaderTimeout time.Duratio
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, listenError(addr, "BOOKING_ADMIN_ADDR", err)
+		return nil, config.ListenError(addr, "BOOKING_ADMIN_ADDR", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", mx.Handler())
