@@ -627,3 +627,47 @@ func (f *pgFix) scheduleShow(t *testing.T, h *Handler, name string, capacity int
 	}
 	return show
 }
+
+// TestPGOrderAfterTheShowStartedIsRefusedAndRecordsNothing: a reservation
+// still held when its show begins cannot be ordered: 409 show-started by
+// the database clock, no intent recorded, nothing charged, and the
+// repeat is refused the same.
+func TestPGOrderAfterTheShowStartedIsRefusedAndRecordsNothing(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	a := f.handler("pg-a", nil)
+	ctx := context.Background()
+	now, err := f.clock.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := f.req(OpScheduleShow)
+	admin.Actor = "admin"
+	show, _, err := a.ScheduleShow(ctx, admin, ScheduleShowCommand{Name: "Soon", StartsAt: now.Add(5 * time.Minute), Capacity: 2,
+		Price: domain.Money{Amount: 1500, Currency: "EUR"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _, err := a.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(6 * time.Minute) // the show began; the hold (DefaultConfig().HoldFor) runs on
+	req := f.req(OpPlaceOrder)
+	cmd := PlaceOrderCommand{ReservationID: res.ID, PaymentToken: distinctToken(providersim.TokenVisa)}
+	for try := range 2 {
+		if _, err := a.PlaceOrder(ctx, req, cmd); !errors.Is(err, domain.ErrShowStarted) {
+			t.Fatalf("PlaceOrder (try %d) after the show began = %v, want show-started", try+1, err)
+		}
+	}
+	intent := IntentStream(req.Actor, req.Operation, req.Key)
+	if _, err := f.store.ReadStream(ctx, intent, 0, 0); !errors.Is(err, eventstore.ErrStreamNotFound) {
+		t.Errorf("intent stream %s: %v, want not found (nothing recorded)", intent, err)
+	}
+	if _, err := f.store.ReadStream(ctx, domain.ClaimStream(res.ID), 0, 0); !errors.Is(err, eventstore.ErrStreamNotFound) {
+		t.Errorf("claim stream of %s: %v, want not found", res.ID, err)
+	}
+	if n := len(f.sim.Charges()); n != 0 {
+		t.Errorf("simulator: %d charges, want 0", n)
+	}
+}

@@ -85,15 +85,24 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 	// Another actor's reservation, like an absent one, is refused before
 	// the intent is recorded: a probe writes nothing and leaves the key
 	// unused. Existence and owner are fixed by ReservationHeld, so the
-	// reservation as this process last saw it decides.
-	visible := func(time.Time) error {
+	// reservation as this process last saw it decides. So is an order for
+	// a show that has begun (at the database clock's now), which no later
+	// repeat could place either.
+	admissible := func(now time.Time) error {
 		r, _, err := h.cachedReservation(ctx, cmd.ReservationID)
-		if err == nil && (!r.Exists() || r.Actor != req.Actor) {
-			err = domain.ErrReservationNotFound
+		if err != nil {
+			return err
 		}
-		return err
+		if !r.Exists() || r.Actor != req.Actor {
+			return domain.ErrReservationNotFound
+		}
+		show, err := h.scheduledShow(ctx, r.ShowID)
+		if err != nil {
+			return err
+		}
+		return show.AcceptsOrders(now)
 	}
-	run, err := h.beginIntent(ctx, req, command, prep, visible)
+	run, err := h.beginIntent(ctx, req, command, prep, admissible)
 	if err != nil {
 		return OrderResult{}, err
 	}

@@ -30,7 +30,10 @@ func (c ReserveSeatsCommand) Canonical() map[string]any {
 func (h *Handler) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
 	// An absent show is refused before the intent is recorded: a probe
 	// writes nothing and leaves the key unused.
-	visible := func(time.Time) error { return h.showScheduled(ctx, cmd.ShowID) }
+	visible := func(time.Time) error {
+		_, err := h.scheduledShow(ctx, cmd.ShowID)
+		return err
+	}
 	run, err := h.beginIntent(ctx, req, cmd.Canonical(), nil, visible)
 	if err != nil {
 		return domain.Reservation{}, Outcome{}, err

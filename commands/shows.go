@@ -110,19 +110,22 @@ func (h *Handler) LoadShow(ctx context.Context, id string) (domain.Show, *stream
 
 // GetShow returns the show with id, strongly consistent (the cached
 // snapshot is brought up to the stream's head first). Holds is not
-// showScheduled returns nil when show id is scheduled, from the cached
-// snapshot when it holds the show (a show never stops being scheduled),
-// from the stream otherwise. Returns domain.ErrShowNotFound.
-func (h *Handler) showScheduled(ctx context.Context, id string) error {
+// scheduledShow returns show id, from the cached snapshot when it holds the
+// show (for what a show fixes when it is scheduled: its start, capacity and
+// price; never its seats), from the stream otherwise. Returns
+// domain.ErrShowNotFound.
+func (h *Handler) scheduledShow(ctx context.Context, id string) (domain.Show, error) {
 	unlock := h.shows.Lock(id)
 	e := h.showCache.get(id)
-	known := e.exists && e.show.Scheduled
-	unlock()
-	if known {
-		return nil
+	var show domain.Show
+	if e.exists && e.show.Scheduled {
+		show = e.view()
 	}
-	_, err := h.GetShow(ctx, id)
-	return err
+	unlock()
+	if show.Scheduled {
+		return show, nil
+	}
+	return h.GetShow(ctx, id)
 }
 
 // returned. Returns domain.ErrShowNotFound.

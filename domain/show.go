@@ -120,8 +120,8 @@ func (s *Show) Hold(cmd HoldSeats, now time.Time) ([]Event, error) {
 	if cmd.Quantity < 1 || cmd.Quantity > MaxSeatsPerHold {
 		return nil, invalidField("quantity", fmt.Sprintf("quantity must be between 1 and %d", MaxSeatsPerHold))
 	}
-	if !now.Before(s.StartsAt) {
-		return nil, ErrShowStarted
+	if err := s.AcceptsOrders(now); err != nil {
+		return nil, err
 	}
 	if s.Available() < cmd.Quantity {
 		return nil, ErrSoldOut.With(fmt.Sprintf("%d seat(s) requested, %d available", cmd.Quantity, s.Available()))
@@ -165,4 +165,14 @@ func (s *Show) Apply(e Event) {
 			s.Taken -= q
 		}
 	}
+}
+
+// AcceptsOrders returns nil while the show has not started at now, and
+// ErrShowStarted from its start on: no reservation is held and no order
+// placed for a show that has begun.
+func (s Show) AcceptsOrders(now time.Time) error {
+	if !now.Before(s.StartsAt) {
+		return ErrShowStarted
+	}
+	return nil
 }
