@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/retrysafe/booking/domain"
 )
 
 // streamPurger is the part of the event store the intent purge needs
@@ -28,7 +30,7 @@ func runPurge(ctx context.Context, store streamPurger, retention, interval time.
 	defer t.Stop()
 	for {
 		for {
-			n, err := store.PurgeStreams(ctx, "intent-", retention, purgeBatch)
+			n, err := store.PurgeStreams(ctx, domain.CategoryIntent, retention, purgeBatch)
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/kurrentdb"
 	"github.com/retrysafe/booking/eventstore/logindex"
@@ -87,14 +88,18 @@ func openEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger, opts ...pgs
 	}
 	if backend == pgcoord.BackendPostgres {
 		s := pgstore.New(pool, opts...)
-		return &eventLog{Store: s, backend: backend, pending: s, purger: s, counter: s, lag: s, distance: s, close: func() {}}, nil
+		pending := pendingOrders(func(ctx context.Context, after string, limit int) ([]string, error) {
+			return s.PendingStreams(ctx, commands.OrderRule(), after, limit)
+		})
+		return &eventLog{Store: s, backend: backend, pending: pending, purger: s, counter: s, lag: s, distance: s, close: func() {}}, nil
 	}
 	s, err := kurrentdb.New(spec, kurrentdb.WithLogger(log.With("component", "kurrentdb")))
 	if err != nil {
 		return nil, configError("BOOKING_EVENT_STORE", "%v", err)
 	}
-	ix := logindex.New(s, pgcoord.NewClock(pool), logindex.WithSnapshots(pgcoord.NewSnapshots(pool, "logindex"), 0))
-	return &eventLog{Store: s, backend: backend, pending: ix, purger: ix, counter: ix, distance: readDistance{s}, ping: s.Ping,
+	ix := logindex.New(s, pgcoord.NewClock(pool), commands.OrderRule(), domain.CategoryIntent,
+		logindex.WithSnapshots(pgcoord.NewSnapshots(pool, "logindex"), 0))
+	return &eventLog{Store: s, backend: backend, pending: pendingOrders(ix.Pending), purger: ix, counter: ix, distance: readDistance{s}, ping: s.Ping,
 		head: s.Head, close: func() {
 			// The next start reads only the log after this snapshot.
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -102,6 +107,16 @@ func openEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger, opts ...pgs
 			_ = ix.Save(ctx) // best effort: a start without it reads more of the log
 			s.Close()
 		}}, nil
+}
+
+// pendingOrders is commands.PendingOrders as a function: the store's query
+// of the pending streams bound to the domain's order rule.
+type pendingOrders func(ctx context.Context, after string, limit int) ([]string, error)
+
+// PendingOrders returns the page of order ids after after (see
+// commands.PendingOrders).
+func (f pendingOrders) PendingOrders(ctx context.Context, after string, limit int) ([]string, error) {
+	return f(ctx, after, limit)
 }
 
 // poolConfig parses a DATABASE_URL into a pool configuration of at least
