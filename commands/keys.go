@@ -406,10 +406,4 @@ func endsOrder(e domain.Event) bool {
 
 // endsSending reports whether e means the order can send no more payment
 // requests: its data key may be shredded.
-func endsSending(e domain.Event) bool {
-	switch e.(type) {
-	case domain.OrderConfirmed, domain.OrderFailed, domain.OrderCancelRequested, domain.OrderCancelled, domain.OrderNeedsReview:
-		return true
-	}
-	return false
-}
+func endsSending(e domain.Event) bool { return domain.EndsSending(e.EventType()) }

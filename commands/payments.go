@@ -671,7 +671,7 @@ func (h *Handler) afterOrderEventsOf(ctx context.Context, known *domain.Order, o
 				h.log.WarnContext(ctx, "refund not sent yet; the reconciler retries", "order_id", orderID, "charge_id", e.ChargeID, "err", err)
 			}
 		}
-		if endsOrder(e) || isReview(e) {
+		if domain.EndsOrder(e.EventType()) {
 			// A payment still waiting for the customer's action is
 			// cancelled once the order can no longer use it.
 			if err := h.cancelPayments(ctx, o); err != nil {
@@ -680,11 +680,6 @@ func (h *Handler) afterOrderEventsOf(ctx context.Context, known *domain.Order, o
 		}
 	}
 	return nil
-}
-
-func isReview(e domain.Event) bool {
-	_, ok := e.(domain.OrderNeedsReview)
-	return ok
 }
 
 // backoff is a capped exponential backoff with full jitter (AWS

@@ -217,7 +217,7 @@ func (h *Handler) scanHold(ctx context.Context, showID, resID string, last event
 			if r.Revision > last {
 				break
 			}
-			if r.Type != "SeatsHeld" || !bytes.Contains(r.Data, []byte(resID)) {
+			if r.Type != domain.TypeSeatsHeld || !bytes.Contains(r.Data, []byte(resID)) {
 				continue
 			}
 			ev, err := h.registry.Decode(r.Type, r.Data)

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 )
 
@@ -116,12 +117,12 @@ func (e *envelope) canonUUID(s, field string) (string, error) {
 	return id.String(), nil
 }
 
-// Stream name prefixes (domain.ShowStream and friends).
+// Stream name prefixes: the domain's stream categories.
 const (
-	showPrefix        = "show-"
-	reservationPrefix = "reservation-"
-	orderPrefix       = "order-"
-	intentPrefix      = "intent-"
+	showPrefix        = domain.CategoryShow
+	reservationPrefix = domain.CategoryReservation
+	orderPrefix       = domain.CategoryOrder
+	intentPrefix      = domain.CategoryIntent
 )
 
 // Event data, as far as the projections read it. Field names and JSON tags

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/retrysafe/booking/domain"
 )
 
 // Each projection folds events into rows in Go, mirroring the deciders'
@@ -167,10 +169,10 @@ func Orders() *Projection {
 
 type ordersFold struct{ orders *rowSet[orderRow] }
 
-var orderEvents = map[string]bool{"OrderPlaced": true, "PaymentAttemptStarted": true, "PaymentSucceeded": true,
-	"PaymentFailed": true, "PaymentOutcomeUnknown": true, "PaymentActionRequired": true, "OrderConfirmed": true, "OrderFailed": true,
-	"OrderCancelRequested": true, "OrderCancelled": true, "RefundRequested": true, "RefundSucceeded": true, "RefundRefused": true,
-	"OrderNeedsReview": true, "PaymentSecretsShredded": true}
+var orderEvents = map[string]bool{domain.TypeOrderPlaced: true, domain.TypePaymentAttemptStarted: true, domain.TypePaymentSucceeded: true,
+	domain.TypePaymentFailed: true, domain.TypePaymentOutcomeUnknown: true, domain.TypePaymentActionRequired: true, domain.TypeOrderConfirmed: true, domain.TypeOrderFailed: true,
+	domain.TypeOrderCancelRequested: true, domain.TypeOrderCancelled: true, domain.TypeRefundRequested: true, domain.TypeRefundSucceeded: true, domain.TypeRefundRefused: true,
+	domain.TypeOrderNeedsReview: true, domain.TypePaymentSecretsShredded: true}
 
 func (f *ordersFold) loaders() []rowLoader { return []rowLoader{f.orders} }
 func (f *ordersFold) finish(*queue)        {}
@@ -179,7 +181,7 @@ func (f *ordersFold) route(e *envelope) error {
 	if !orderEvents[e.typ] {
 		return nil
 	}
-	if e.opens("OrderPlaced") {
+	if e.opens(domain.TypeOrderPlaced) {
 		return f.orders.needOpened(e.rowKey(orderPrefix))
 	}
 	return f.orders.needKey(e.rowKey(orderPrefix))
@@ -189,7 +191,7 @@ func (f *ordersFold) apply(e *envelope) error {
 	if !orderEvents[e.typ] {
 		return nil
 	}
-	key, r, o, ok, err := rowFor[orderPlaced](e, f.orders, orderPrefix, "OrderPlaced", func(r *orderRow) int64 { return r.Revision })
+	key, r, o, ok, err := rowFor[orderPlaced](e, f.orders, orderPrefix, domain.TypeOrderPlaced, func(r *orderRow) int64 { return r.Revision })
 	if !ok {
 		return err
 	}
@@ -209,55 +211,55 @@ func (f *ordersFold) apply(e *envelope) error {
 		return nil
 	}
 	switch e.typ {
-	case "PaymentAttemptStarted", "PaymentSucceeded", "PaymentFailed", "PaymentOutcomeUnknown", "PaymentActionRequired", "RefundRequested",
-		"RefundSucceeded", "RefundRefused":
+	case domain.TypePaymentAttemptStarted, domain.TypePaymentSucceeded, domain.TypePaymentFailed, domain.TypePaymentOutcomeUnknown, domain.TypePaymentActionRequired, domain.TypeRefundRequested,
+		domain.TypeRefundSucceeded, domain.TypeRefundRefused:
 		var p paymentFact
 		if err := e.decode(&p); err != nil {
 			return err
 		}
 		n := int64(p.Attempt)
 		switch e.typ {
-		case "PaymentAttemptStarted": // a new attempt has no outcome; a takeover changes nothing
+		case domain.TypePaymentAttemptStarted: // a new attempt has no outcome; a takeover changes nothing
 			if n > r.Attempts {
 				r.Attempts, r.LastOutcome, r.UnknownSince = n, "", nil
 			}
-		case "PaymentSucceeded": // the first success while pending or cancelling pays the order
+		case domain.TypePaymentSucceeded: // the first success while pending or cancelling pays the order
 			if n == r.Attempts {
 				r.LastOutcome, r.UnknownSince = "succeeded", nil
 			}
 			if r.ChargeID == "" && (r.Status == "pending" || r.Status == "cancelling") {
 				r.ChargeID = p.ChargeID
 			}
-		case "PaymentFailed":
+		case domain.TypePaymentFailed:
 			if n == r.Attempts && r.LastOutcome != "succeeded" {
 				r.LastOutcome, r.UnknownSince = "failed", nil
 			}
-		case "PaymentOutcomeUnknown":
+		case domain.TypePaymentOutcomeUnknown:
 			if n == r.Attempts && r.LastOutcome == "" {
 				at := e.at
 				r.LastOutcome, r.UnknownSince = "unknown", &at
 			}
-		case "PaymentActionRequired": // waits for the customer: a known, pending outcome
+		case domain.TypePaymentActionRequired: // waits for the customer: a known, pending outcome
 			if n == r.Attempts && (r.LastOutcome == "" || r.LastOutcome == "unknown") {
 				r.LastOutcome, r.UnknownSince = "requires_action", nil
 			}
-		case "RefundRequested":
+		case domain.TypeRefundRequested:
 			if _, ok := r.Refunds[p.ChargeID]; !ok {
 				r.Refunds[p.ChargeID] = "requested"
 				r.backlog()[p.ChargeID] = refundDue{RequestedAt: e.at.UTC()}
 			}
-		case "RefundSucceeded":
+		case domain.TypeRefundSucceeded:
 			if _, ok := r.Refunds[p.ChargeID]; ok {
 				r.Refunds[p.ChargeID] = "succeeded"
 				delete(r.backlog(), p.ChargeID)
 			}
-		case "RefundRefused": // the refund is no longer sent; the order goes to review
+		case domain.TypeRefundRefused: // the refund is no longer sent; the order goes to review
 			if d, ok := r.backlog()[p.ChargeID]; ok {
 				d.Refused = true
 				r.RefundBacklog[p.ChargeID] = d
 			}
 		}
-	case "OrderConfirmed":
+	case domain.TypeOrderConfirmed:
 		var c orderConfirmed
 		if err := e.decode(&c); err != nil {
 			return err
@@ -266,17 +268,17 @@ func (f *ordersFold) apply(e *envelope) error {
 		for i, t := range c.Tickets {
 			r.TicketIDs[i] = t.ID
 		}
-	case "OrderFailed", "OrderNeedsReview":
+	case domain.TypeOrderFailed, domain.TypeOrderNeedsReview:
 		var o orderReason
 		if err := e.decode(&o); err != nil {
 			return err
 		}
-		if e.typ == "OrderFailed" {
+		if e.typ == domain.TypeOrderFailed {
 			r.Status, r.FailReason = "failed", o.Reason
 		} else {
 			r.Status, r.ReviewReason = "needs_review", o.Reason
 		}
-	case "PaymentSecretsShredded":
+	case domain.TypePaymentSecretsShredded:
 		// Not a change of the order the API shows: updated_at stays.
 		var p secretsShredded
 		if err := e.decode(&p); err != nil {
@@ -286,9 +288,9 @@ func (f *ordersFold) apply(e *envelope) error {
 		r.SecretsShreddedAt, r.Revision = &at, e.revision
 		f.orders.put(r)
 		return nil
-	case "OrderCancelRequested":
+	case domain.TypeOrderCancelRequested:
 		r.Status = "cancelling"
-	case "OrderCancelled":
+	case domain.TypeOrderCancelled:
 		r.Status = "cancelled"
 	}
 	r.Revision, r.UpdatedAt = e.revision, e.at
@@ -336,8 +338,8 @@ func Reservations() *Projection {
 
 type reservationsFold struct{ res *rowSet[reservationRow] }
 
-var reservationEvents = map[string]string{"ReservationHeld": "held", "ReservationOrdered": "ordered",
-	"ReservationExpired": "expired", "ReservationReleased": "released"}
+var reservationEvents = map[string]string{domain.TypeReservationHeld: "held", domain.TypeReservationOrdered: "ordered",
+	domain.TypeReservationExpired: "expired", domain.TypeReservationReleased: "released"}
 
 func (f *reservationsFold) loaders() []rowLoader { return []rowLoader{f.res} }
 func (f *reservationsFold) finish(*queue)        {}
@@ -346,7 +348,7 @@ func (f *reservationsFold) route(e *envelope) error {
 	if reservationEvents[e.typ] == "" {
 		return nil
 	}
-	if e.opens("ReservationHeld") {
+	if e.opens(domain.TypeReservationHeld) {
 		return f.res.needOpened(e.rowKey(reservationPrefix))
 	}
 	return f.res.needKey(e.rowKey(reservationPrefix))
@@ -398,7 +400,7 @@ func readReservation[R any](e *envelope, rows *rowSet[R], revision func(*R) int6
 	if fact.status == "" {
 		return fact, nil, false, nil
 	}
-	fact.key, r, fact.held, ok, err = rowFor[reservationHeld](e, rows, reservationPrefix, "ReservationHeld", revision)
+	fact.key, r, fact.held, ok, err = rowFor[reservationHeld](e, rows, reservationPrefix, domain.TypeReservationHeld, revision)
 	if !ok || r != nil {
 		return fact, r, ok, err
 	}
@@ -522,14 +524,14 @@ func (f *showsFold) finish(*queue)        {}
 
 func (f *showsFold) route(e *envelope) error {
 	switch e.typ {
-	case "ShowScheduled", "SeatsHeld", "SeatsReleased":
-		if e.opens("ShowScheduled") {
+	case domain.TypeShowScheduled, domain.TypeSeatsHeld, domain.TypeSeatsReleased:
+		if e.opens(domain.TypeShowScheduled) {
 			return f.shows.needOpened(e.rowKey(showPrefix))
 		}
 		return f.shows.needKey(e.rowKey(showPrefix))
 	}
 	if reservationEvents[e.typ] != "" {
-		if e.opens("ReservationHeld") {
+		if e.opens(domain.TypeReservationHeld) {
 			return f.res.needOpened(e.rowKey(reservationPrefix))
 		}
 		return f.res.needKey(e.rowKey(reservationPrefix))
@@ -539,8 +541,8 @@ func (f *showsFold) route(e *envelope) error {
 
 func (f *showsFold) apply(e *envelope) error {
 	switch e.typ {
-	case "ShowScheduled", "SeatsHeld", "SeatsReleased":
-		key, r, sc, ok, err := rowFor[showScheduled](e, f.shows, showPrefix, "ShowScheduled", func(r *showRow) int64 { return r.Revision })
+	case domain.TypeShowScheduled, domain.TypeSeatsHeld, domain.TypeSeatsReleased:
+		key, r, sc, ok, err := rowFor[showScheduled](e, f.shows, showPrefix, domain.TypeShowScheduled, func(r *showRow) int64 { return r.Revision })
 		if !ok {
 			return err
 		}
@@ -553,7 +555,7 @@ func (f *showsFold) apply(e *envelope) error {
 		if err := e.decode(&s); err != nil {
 			return err
 		}
-		if e.typ == "SeatsHeld" {
+		if e.typ == domain.TypeSeatsHeld {
 			r.Taken, r.Holds = r.Taken+int64(s.Quantity), r.Holds+1
 		} else {
 			r.Taken, r.Holds = r.Taken-int64(s.Quantity), r.Holds-1
@@ -668,17 +670,17 @@ type intentsFold struct {
 // targetEvents maps the events that open or change an intent's target to
 // the target's kind, stream prefix and status.
 var targetEvents = map[string]struct{ kind, prefix, status string }{
-	"ShowScheduled":        {"show", showPrefix, "scheduled"},
-	"ReservationHeld":      {"reservation", reservationPrefix, "held"},
-	"OrderPlaced":          {"order", orderPrefix, "pending"},
-	"OrderConfirmed":       {"order", orderPrefix, "confirmed"},
-	"OrderFailed":          {"order", orderPrefix, "failed"},
-	"OrderCancelRequested": {"order", orderPrefix, "cancelling"},
-	"OrderCancelled":       {"order", orderPrefix, "cancelled"},
-	"OrderNeedsReview":     {"order", orderPrefix, "needs_review"},
+	domain.TypeShowScheduled:        {"show", showPrefix, "scheduled"},
+	domain.TypeReservationHeld:      {"reservation", reservationPrefix, "held"},
+	domain.TypeOrderPlaced:          {"order", orderPrefix, "pending"},
+	domain.TypeOrderConfirmed:       {"order", orderPrefix, "confirmed"},
+	domain.TypeOrderFailed:          {"order", orderPrefix, "failed"},
+	domain.TypeOrderCancelRequested: {"order", orderPrefix, "cancelling"},
+	domain.TypeOrderCancelled:       {"order", orderPrefix, "cancelled"},
+	domain.TypeOrderNeedsReview:     {"order", orderPrefix, "needs_review"},
 }
 
-var openingEvents = map[string]bool{"ShowScheduled": true, "ReservationHeld": true, "OrderPlaced": true}
+var openingEvents = map[string]bool{domain.TypeShowScheduled: true, domain.TypeReservationHeld: true, domain.TypeOrderPlaced: true}
 
 func (f *intentsFold) loaders() []rowLoader { return []rowLoader{f.intents, f.targets} }
 
@@ -767,8 +769,8 @@ func (f *intentsFold) intentKey(e *envelope) (string, error) {
 
 func (f *intentsFold) route(e *envelope) error {
 	switch e.typ {
-	case "IntentRecorded", "IntentResumed", "IntentRejected":
-		if e.opens("IntentRecorded") {
+	case domain.TypeIntentRecorded, domain.TypeIntentResumed, domain.TypeIntentRejected:
+		if e.opens(domain.TypeIntentRecorded) {
 			return f.intents.needOpened(f.intentKey(e))
 		}
 		return f.intents.needKey(f.intentKey(e))
@@ -803,7 +805,7 @@ func (f *intentsFold) apply(e *envelope) error {
 		return nil
 	}
 	switch e.typ {
-	case "IntentRecorded", "IntentResumed", "IntentRejected":
+	case domain.TypeIntentRecorded, domain.TypeIntentResumed, domain.TypeIntentRejected:
 	default:
 		return nil
 	}
@@ -816,7 +818,7 @@ func (f *intentsFold) apply(e *envelope) error {
 		return nil
 	}
 	switch e.typ {
-	case "IntentRecorded": // opens the stream, or records it again after a purge (a higher revision)
+	case domain.TypeIntentRecorded: // opens the stream, or records it again after a purge (a higher revision)
 		var rec intentRecorded
 		if err := e.decode(&rec); err != nil {
 			return err
@@ -831,7 +833,7 @@ func (f *intentsFold) apply(e *envelope) error {
 			f.oldest = e.at
 		}
 		return nil
-	case "IntentResumed":
+	case domain.TypeIntentResumed:
 		if r == nil {
 			return nil
 		}
@@ -840,7 +842,7 @@ func (f *intentsFold) apply(e *envelope) error {
 			return err
 		}
 		r.Executor, r.LeaseUntil, r.Takeovers = res.Executor, micro(res.LeaseUntil), r.Takeovers+1
-	case "IntentRejected": // the first rejection wins
+	case domain.TypeIntentRejected: // the first rejection wins
 		if r == nil {
 			return nil
 		}
