@@ -191,7 +191,7 @@ func (f *ordersFold) apply(e *envelope) error {
 	if !orderEvents[e.typ] {
 		return nil
 	}
-	key, r, o, ok, err := rowFor[orderPlaced](e, f.orders, orderPrefix, domain.TypeOrderPlaced, func(r *orderRow) int64 { return r.Revision })
+	key, r, o, ok, err := rowFor[domain.OrderPlaced](e, f.orders, orderPrefix, domain.TypeOrderPlaced, func(r *orderRow) int64 { return r.Revision })
 	if !ok {
 		return err
 	}
@@ -213,8 +213,8 @@ func (f *ordersFold) apply(e *envelope) error {
 	switch e.typ {
 	case domain.TypePaymentAttemptStarted, domain.TypePaymentSucceeded, domain.TypePaymentFailed, domain.TypePaymentOutcomeUnknown, domain.TypePaymentActionRequired, domain.TypeRefundRequested,
 		domain.TypeRefundSucceeded, domain.TypeRefundRefused:
-		var p paymentFact
-		if err := e.decode(&p); err != nil {
+		p, err := e.payment()
+		if err != nil {
 			return err
 		}
 		n := int64(p.Attempt)
@@ -260,8 +260,8 @@ func (f *ordersFold) apply(e *envelope) error {
 			}
 		}
 	case domain.TypeOrderConfirmed:
-		var c orderConfirmed
-		if err := e.decode(&c); err != nil {
+		c, err := decodeAs[domain.OrderConfirmed](e)
+		if err != nil {
 			return err
 		}
 		r.Status, r.TicketIDs = "confirmed", make([]string, len(c.Tickets))
@@ -269,19 +269,20 @@ func (f *ordersFold) apply(e *envelope) error {
 			r.TicketIDs[i] = t.ID
 		}
 	case domain.TypeOrderFailed, domain.TypeOrderNeedsReview:
-		var o orderReason
-		if err := e.decode(&o); err != nil {
+		ev, err := e.event()
+		if err != nil {
 			return err
 		}
-		if e.typ == domain.TypeOrderFailed {
-			r.Status, r.FailReason = "failed", o.Reason
-		} else {
-			r.Status, r.ReviewReason = "needs_review", o.Reason
+		switch ev := ev.(type) {
+		case domain.OrderFailed:
+			r.Status, r.FailReason = "failed", ev.Reason
+		case domain.OrderNeedsReview:
+			r.Status, r.ReviewReason = "needs_review", ev.Reason
 		}
 	case domain.TypePaymentSecretsShredded:
 		// Not a change of the order the API shows: updated_at stays.
-		var p secretsShredded
-		if err := e.decode(&p); err != nil {
+		p, err := decodeAs[domain.PaymentSecretsShredded](e)
+		if err != nil {
 			return err
 		}
 		at := micro(p.ShreddedAt)
@@ -362,7 +363,7 @@ func (f *reservationsFold) route(e *envelope) error {
 // or nil when e opens the stream and the caller creates the row; then open
 // is e decoded as an O (the opening event's payload), and a payload that
 // does not decode is the error.
-func rowFor[O, R any](e *envelope, rows *rowSet[R], prefix, opening string, revision func(*R) int64) (key string, r *R, open *O, ok bool, err error) {
+func rowFor[O domain.Event, R any](e *envelope, rows *rowSet[R], prefix, opening string, revision func(*R) int64) (key string, r *R, open *O, ok bool, err error) {
 	if key, err = e.rowKey(prefix); err != nil {
 		return key, nil, nil, false, err
 	}
@@ -373,11 +374,11 @@ func rowFor[O, R any](e *envelope, rows *rowSet[R], prefix, opening string, revi
 	if r != nil {
 		return key, nil, nil, false, nil
 	}
-	open = new(O)
-	if err := e.decode(open); err != nil {
+	o, err := decodeAs[O](e)
+	if err != nil {
 		return key, nil, nil, false, err
 	}
-	return key, nil, open, true, nil
+	return key, nil, &o, true, nil
 }
 
 // reservationFact is what the reservations and shows projections read from
@@ -385,8 +386,8 @@ func rowFor[O, R any](e *envelope, rows *rowSet[R], prefix, opening string, revi
 // ReservationHeld the decoded event with its show id in canonical form.
 type reservationFact struct {
 	key, status string
-	held        *reservationHeld // nil unless the event is ReservationHeld
-	showID      string           // held.ShowID, canonical
+	held        *domain.ReservationHeld // nil unless the event is ReservationHeld
+	showID      string                  // held.ShowID, canonical
 }
 
 // readReservation reads reservation event e for a fold whose rows (of type
@@ -400,7 +401,7 @@ func readReservation[R any](e *envelope, rows *rowSet[R], revision func(*R) int6
 	if fact.status == "" {
 		return fact, nil, false, nil
 	}
-	fact.key, r, fact.held, ok, err = rowFor[reservationHeld](e, rows, reservationPrefix, domain.TypeReservationHeld, revision)
+	fact.key, r, fact.held, ok, err = rowFor[domain.ReservationHeld](e, rows, reservationPrefix, domain.TypeReservationHeld, revision)
 	if !ok || r != nil {
 		return fact, r, ok, err
 	}
@@ -418,13 +419,13 @@ func (f *reservationsFold) apply(e *envelope) error {
 			Currency: h.Amount.Currency, ExpiresAt: micro(h.ExpiresAt), Status: fact.status, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
 		return nil
 	}
-	var c reservationChanged
-	if err := e.decode(&c); err != nil {
+	orderID, reason, err := e.reservationChange()
+	if err != nil {
 		return err
 	}
-	r.Status, r.ReleaseReason = fact.status, c.Reason
-	if c.OrderID != "" {
-		r.OrderID = c.OrderID
+	r.Status, r.ReleaseReason = fact.status, reason
+	if orderID != "" {
+		r.OrderID = orderID
 	}
 	r.Revision, r.UpdatedAt = e.revision, e.at
 	f.res.put(r)
@@ -542,7 +543,7 @@ func (f *showsFold) route(e *envelope) error {
 func (f *showsFold) apply(e *envelope) error {
 	switch e.typ {
 	case domain.TypeShowScheduled, domain.TypeSeatsHeld, domain.TypeSeatsReleased:
-		key, r, sc, ok, err := rowFor[showScheduled](e, f.shows, showPrefix, domain.TypeShowScheduled, func(r *showRow) int64 { return r.Revision })
+		key, r, sc, ok, err := rowFor[domain.ShowScheduled](e, f.shows, showPrefix, domain.TypeShowScheduled, func(r *showRow) int64 { return r.Revision })
 		if !ok {
 			return err
 		}
@@ -551,14 +552,14 @@ func (f *showsFold) apply(e *envelope) error {
 				PriceAmount: sc.Price.Amount, PriceCurrency: sc.Price.Currency, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
 			return nil
 		}
-		var s seatsChanged
-		if err := e.decode(&s); err != nil {
+		n, err := e.seats()
+		if err != nil {
 			return err
 		}
 		if e.typ == domain.TypeSeatsHeld {
-			r.Taken, r.Holds = r.Taken+int64(s.Quantity), r.Holds+1
+			r.Taken, r.Holds = r.Taken+int64(n), r.Holds+1
 		} else {
-			r.Taken, r.Holds = r.Taken-int64(s.Quantity), r.Holds-1
+			r.Taken, r.Holds = r.Taken-int64(n), r.Holds-1
 		}
 		r.Revision, r.UpdatedAt = e.revision, e.at
 		f.shows.put(r)
@@ -819,13 +820,13 @@ func (f *intentsFold) apply(e *envelope) error {
 	}
 	switch e.typ {
 	case domain.TypeIntentRecorded: // opens the stream, or records it again after a purge (a higher revision)
-		var rec intentRecorded
-		if err := e.decode(&rec); err != nil {
+		rec, err := decodeAs[domain.IntentRecorded](e)
+		if err != nil {
 			return err
 		}
 		target := rec.TargetID
 		if rec.Operation == opCancelOrder {
-			target = rec.Command.OrderID // the order it acts on
+			target, _ = rec.Command["order_id"].(string) // the order it acts on
 		}
 		f.intents.put(&intentRow{Stream: key, Actor: rec.Actor, Operation: rec.Operation, TargetID: target, Executor: rec.Executor,
 			LeaseUntil: micro(rec.LeaseUntil), RecordedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
@@ -837,8 +838,8 @@ func (f *intentsFold) apply(e *envelope) error {
 		if r == nil {
 			return nil
 		}
-		var res intentResumed
-		if err := e.decode(&res); err != nil {
+		res, err := decodeAs[domain.IntentResumed](e)
+		if err != nil {
 			return err
 		}
 		r.Executor, r.LeaseUntil, r.Takeovers = res.Executor, micro(res.LeaseUntil), r.Takeovers+1
@@ -846,8 +847,8 @@ func (f *intentsFold) apply(e *envelope) error {
 		if r == nil {
 			return nil
 		}
-		var rej intentRejected
-		if err := e.decode(&rej); err != nil {
+		rej, err := decodeAs[domain.IntentRejected](e)
+		if err != nil {
 			return err
 		}
 		if r.RejectionStatus == 0 {
