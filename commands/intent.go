@@ -168,6 +168,10 @@ type intentPrep struct {
 // claim, a cancel, a rejection) would conflict with that one's for ever.
 func (r *intentRun) cause() string { return intentCause(r.stream, r.opened) }
 
+// at returns the intent stream as the run knows it: its revision only (for
+// Handler.commit, which fences a step of the run by it).
+func (r *intentRun) at() *stream { return streamAt(r.stream, r.rev) }
+
 // intentCause is intentRun.cause of the intent opened at revision opened
 // of stream.
 func intentCause(stream string, opened eventstore.Revision) string {
@@ -259,15 +263,15 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			in.RecordedAt = intentOpened(s)
 			h.intents.note(stream)
 		}
-		exp := eventstore.NoStream()
+		at := newStream(stream) // the revision the intent is recorded at
 		if purgedAt != nil {
-			exp = eventstore.Exact(*purgedAt)
+			at = streamAt(stream, *purgedAt)
 		}
 		if s.exists && in.Expired(now, h.cfg.IntentRetention) {
 			if err := h.store.Truncate(ctx, stream, s.last+1); err != nil {
 				return unavailable(err)
 			}
-			exp = eventstore.Exact(s.last)
+			at = streamAt(stream, s.last)
 			s.exists, in = false, domain.Intent{}
 		}
 		// A repeat is fingerprinted under the intent's canonical version,
@@ -311,7 +315,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		if err := prepare(now); err != nil {
 			return err
 		}
-		rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, exp, now)
+		rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, at, now)
 		var rc *eventstore.RevisionConflictError
 		if errors.As(err, &rc) {
 			if rc.Actual >= 0 && purgedAt == nil {
@@ -460,7 +464,7 @@ func (h *Handler) recordFirst(ctx context.Context, req Request, stream, fp strin
 	if err := prepare(now); err != nil {
 		return nil, nil, err
 	}
-	rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, eventstore.NoStream(), now)
+	rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, newStream(stream), now)
 	var rc *eventstore.RevisionConflictError
 	if errors.As(err, &rc) {
 		return nil, rc, nil
@@ -520,7 +524,8 @@ func (s *intentHints) has(stream string) bool {
 	return ok
 }
 
-// recordIntent appends a new intent's IntentRecorded at exp and returns its
+// recordIntent appends a new intent's IntentRecorded at at's revision (a
+// stream known by its revision: none for a new stream) and returns its
 // run (the intent applied; its revision and lease start are set by
 // recorded once the append succeeded) and the append's result.
 //
@@ -530,7 +535,7 @@ func (s *intentHints) has(stream string) bool {
 // not; still unknown after the repeats is a 503 and the intent (if
 // recorded) waits for a repeat or recovery after its lease.
 func (h *Handler) recordIntent(ctx context.Context, req Request, stream, fp string, command map[string]any, targetID string,
-	exp eventstore.ExpectedRevision, now time.Time) (*intentRun, eventstore.AppendResult, error) {
+	at *stream, now time.Time) (*intentRun, eventstore.AppendResult, error) {
 	rec := domain.IntentRecorded{Actor: req.Actor, Operation: req.Operation, KeySHA256: sha256Hex([]byte(req.Key)),
 		Fingerprint: fp, CanonicalVersion: CanonicalVersion, Command: command, TargetID: targetID,
 		Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease)}
@@ -538,7 +543,7 @@ func (h *Handler) recordIntent(ctx context.Context, req Request, stream, fp stri
 	rn := &intentRun{req: req, stream: stream, created: true, now: now, command: command, lineage: requestLineage(ctx, nil, id)}
 	rn.intent.Apply(rec)
 	rn.intent.RecordedAt = now
-	res, err := h.appendEvents(ctx, stream, exp, rn.meta(now, ""), pending{id, rec})
+	res, err := h.commit(ctx, at, rn.meta(now, ""), pending{id, rec})
 	return rn, res, err
 }
 
@@ -578,7 +583,7 @@ func (h *Handler) takeOver(ctx context.Context, run *intentRun) error {
 		return err
 	}
 	ev := domain.IntentResumed{Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease)}
-	res, err := h.appendEvents(ctx, run.stream, eventstore.Exact(run.rev), run.meta(now, ""), pending{NewID(), ev})
+	res, err := h.commit(ctx, run.at(), run.meta(now, ""), pending{NewID(), ev})
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return errRetry
 	}
@@ -598,7 +603,7 @@ func (h *Handler) reject(ctx context.Context, run *intentRun, derr *domain.Error
 	if err != nil {
 		return err
 	}
-	_, err = h.appendEvents(ctx, run.stream, eventstore.Exact(run.rev), run.meta(now, ""), pending{DerivedID(run.cause(), "rejected"), ev})
+	_, err = h.commit(ctx, run.at(), run.meta(now, ""), pending{DerivedID(run.cause(), "rejected"), ev})
 	if err == nil {
 		h.metrics.Intent(run.req.Operation, IntentRefused, ev.Code)
 		return rejectionOf(&ev, !run.created)

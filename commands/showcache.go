@@ -245,6 +245,12 @@ func (e *showEntry) expected() eventstore.ExpectedRevision {
 	return eventstore.Exact(e.last)
 }
 
+// at returns the stream of show showID as the entry knows it: its
+// revision only (for Handler.commit).
+func (e *showEntry) at(showID string) *stream {
+	return &stream{name: domain.ShowStream(showID), exists: e.exists, last: e.last}
+}
+
 // showView returns a copy of the show's scalar state (Holds omitted).
 func (e *showEntry) view() domain.Show {
 	s := e.show
