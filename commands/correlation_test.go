@@ -43,7 +43,7 @@ func TestCorrelationOfPaymentSteps(t *testing.T) {
 			const other = "0197c000-0000-7000-8000-0000000000a2"
 			dk := testDataKey(other)
 			deadline := payT0.Add(f.cfg.PaymentDeadline)
-			if _, err := f.keys.Create(context.Background(), other, dk, nil, deadline); err != nil {
+			if _, err := f.keys.Create(context.Background(), other, "", dk, nil, deadline); err != nil {
 				t.Fatal(err)
 			}
 			p := domain.PlacedFrom(domain.OrderClaimed{ReservationID: payRes, OrderID: other, ShowID: payShow, Actor: payActor,

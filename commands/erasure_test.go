@@ -82,7 +82,7 @@ func TestErasure_RecordedOnceAfterTheKeyIsGone(t *testing.T) {
 	}
 	// A key held for an order never placed (a refused intent's) goes too.
 	const never = "0197c000-0000-7000-8000-0000000000f0"
-	if _, err := w.keys.Create(ctx, never, testDataKey(never), nil, payT0); err != nil {
+	if _, err := w.keys.Create(ctx, never, "", testDataKey(never), nil, payT0); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.keys.Shred(ctx, never); err != nil {

@@ -404,6 +404,20 @@ type fakeEvent struct {
 	Metadata  map[string]string `json:"metadata"`
 }
 
+// CheckWebhookHeader implements Payments: "t=<unix seconds>,v1=…" within
+// five minutes of now.
+func (p *fakePayments) CheckWebhookHeader(header string, now time.Time) error {
+	ts, sig, ok := strings.Cut(strings.TrimPrefix(header, "t="), ",")
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if !ok || err != nil || !strings.HasPrefix(header, "t=") || !strings.HasPrefix(sig, "v1=") {
+		return provider.ErrBadSignature
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > 5*time.Minute || d < -5*time.Minute {
+		return provider.ErrStaleTimestamp
+	}
+	return nil
+}
+
 // ParseWebhook implements Payments: fakeSign's signature under
 // fakeWebhookSecret within five minutes of now, over a fakeEvent body.
 func (p *fakePayments) ParseWebhook(body []byte, header string, now time.Time) (provider.WebhookEvent, error) {
@@ -550,12 +564,17 @@ type memKeys struct {
 	// erased holds the erasures left to record: when each deleted key went.
 	erased map[string]time.Time
 	fail   error // when set, every call fails with it (the database is down)
+	// clock, when set, stamps each row's creation (the database's now);
+	// otherwise rows are made at the zero time.
+	clock *fakeClock
 }
 
 type memKeyRow struct {
 	dk      *envelope.DataKey
+	intent  string
 	held    []byte
 	shredAt time.Time
+	created time.Time
 }
 
 func newMemKeys() *memKeys {
@@ -612,7 +631,11 @@ func testDataKey(orderID string) *envelope.DataKey {
 	return dk
 }
 
-func (k *memKeys) Create(_ context.Context, orderID string, dk *envelope.DataKey, held []byte, shredAt time.Time) (*envelope.DataKey, error) {
+func (k *memKeys) Create(ctx context.Context, orderID, intent string, dk *envelope.DataKey, held []byte, shredAt time.Time) (*envelope.DataKey, error) {
+	var created time.Time
+	if k.clock != nil {
+		created, _ = k.clock.Now(ctx)
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.fail != nil {
@@ -621,8 +644,23 @@ func (k *memKeys) Create(_ context.Context, orderID string, dk *envelope.DataKey
 	if r, ok := k.rows[orderID]; ok {
 		return r.dk, nil
 	}
-	k.rows[orderID] = &memKeyRow{dk: dk, held: held, shredAt: shredAt}
+	k.rows[orderID] = &memKeyRow{dk: dk, intent: intent, held: held, shredAt: shredAt, created: created}
 	return dk, nil
+}
+
+func (k *memKeys) Unplaced(_ context.Context, before time.Time, limit int) (map[string]string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.fail != nil {
+		return nil, k.fail
+	}
+	out := map[string]string{}
+	for id, r := range k.rows {
+		if r.held != nil && r.intent != "" && !r.created.After(before) && len(out) < limit {
+			out[id] = r.intent
+		}
+	}
+	return out, nil
 }
 
 func (k *memKeys) Key(_ context.Context, orderID string) (*envelope.DataKey, bool, error) {

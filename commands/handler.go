@@ -86,6 +86,12 @@ type Payments interface {
 	// secrets during rotation) and decodes the event. ErrBadSignature,
 	// ErrStaleTimestamp, ErrMalformedEvent.
 	ParseWebhook(body []byte, signatureHeader string, now time.Time) (provider.WebhookEvent, error)
+	// CheckWebhookHeader checks a webhook's signature header alone, before
+	// the body is read: present and well formed (the provider's scheme),
+	// and signed within the tolerance of now. A header it refuses would
+	// fail ParseWebhook whatever the body. ErrBadSignature,
+	// ErrStaleTimestamp.
+	CheckWebhookHeader(signatureHeader string, now time.Time) error
 }
 
 // Config holds the windows and limits of the handlers. Durations are wall
@@ -215,6 +221,8 @@ type Hooks struct {
 // before the append, so a process stopped or parked there has not reached
 // it.
 //
+//   - order.token-held: an order's payment token was sealed and held in
+//     the key table (Keys.Create), before its IntentRecorded is appended.
 //   - intent.recorded: a new IntentRecorded was appended (every operation);
 //     the commit point is still ahead.
 //   - intent.waiting: a repeat found the intent's executor inside its lease
@@ -241,6 +249,7 @@ type Hooks struct {
 //     to be recorded, before it appends PaymentSecretsShredded (the keys
 //     are gone, the events not yet written).
 var Steps = []string{
+	"order.token-held",
 	"intent.recorded", "intent.waiting",
 	"reservation.holding", "reservation.held",
 	"order.claiming", "order.claimed", "order.placed",

@@ -154,6 +154,10 @@ func (r *intentRun) alone(lease time.Duration) bool {
 // undoes it when the intent was certainly not recorded under targetID (the
 // key was recorded by another request first, or this request is a repeat
 // that tried to record first). discard is best effort and must not block.
+// The IntentRecorded that names targetID is sent within prepWindow of the
+// start of prepare, or not at all (the request answers 503): what prepare
+// made for an intent that was never recorded is found by that bound
+// (shredUnplaced).
 type intentPrep struct {
 	prepare func(ctx context.Context, targetID string, now time.Time) error
 	discard func(ctx context.Context, targetID string)
@@ -217,6 +221,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 	// a lost race makes the loop record again.
 	targetID := NewID()
 	prepared, keep := false, false
+	var sendBy time.Time // the last instant to send the intent record that names prep's work
 	defer func() {
 		if prepared && !keep {
 			prep.discard(h.detach(ctx), targetID)
@@ -226,16 +231,17 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		if prep == nil || prepared {
 			return nil
 		}
+		started := time.Now()
 		if err := prep.prepare(ctx, targetID, now); err != nil {
 			return err
 		}
-		prepared = true
+		prepared, sendBy = true, started.Add(prepWindow)
 		return nil
 	}
 	var purgedAt *eventstore.Revision
 	if !h.intents.has(stream) {
 		// Record first, read only when that conflicts (see recordFirst).
-		run, conflict, err := h.recordFirst(ctx, req, stream, fp, command, targetID, validate, prepare)
+		run, conflict, err := h.recordFirst(ctx, req, stream, fp, command, targetID, validate, prepare, &sendBy)
 		if run != nil {
 			keep = true
 			return run, nil
@@ -315,7 +321,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		if err := prepare(now); err != nil {
 			return err
 		}
-		rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, at, now)
+		rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, at, now, sendBy)
 		var rc *eventstore.RevisionConflictError
 		if errors.As(err, &rc) {
 			if rc.Actual >= 0 && purgedAt == nil {
@@ -450,9 +456,10 @@ func (h *Handler) loadIntent(ctx context.Context, name string) (time.Time, *stre
 // failed append, and for an order the key-table row its prepare made,
 // deleted again within shredDelay. A repeat on the process that recorded or
 // read the intent reads it first (ARCHITECTURE.md, "Performance", "Record
-// first, read on conflict").
+// first, read on conflict"). *sendBy is the last instant the record may be
+// sent, once prepare set it.
 func (h *Handler) recordFirst(ctx context.Context, req Request, stream, fp string, command map[string]any, targetID string,
-	validate, prepare func(now time.Time) error) (*intentRun, *eventstore.RevisionConflictError, error) {
+	validate, prepare func(now time.Time) error, sendBy *time.Time) (*intentRun, *eventstore.RevisionConflictError, error) {
 	leaseFrom := time.Now()
 	now, err := h.now(ctx)
 	if err != nil {
@@ -464,7 +471,7 @@ func (h *Handler) recordFirst(ctx context.Context, req Request, stream, fp strin
 	if err := prepare(now); err != nil {
 		return nil, nil, err
 	}
-	rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, newStream(stream), now)
+	rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, newStream(stream), now, *sendBy)
 	var rc *eventstore.RevisionConflictError
 	if errors.As(err, &rc) {
 		return nil, rc, nil
@@ -533,9 +540,16 @@ func (s *intentHints) has(stream string) bool {
 // same expected revision) to learn whether the intent was recorded: success
 // means it is, and this request is its executor; a conflict means it was
 // not; still unknown after the repeats is a 503 and the intent (if
-// recorded) waits for a repeat or recovery after its lease.
+// recorded) waits for a repeat or recovery after its lease. A non-zero
+// sendBy bounds every send of the append (prepWindow): the append is not
+// sent, or repeated, after it.
 func (h *Handler) recordIntent(ctx context.Context, req Request, stream, fp string, command map[string]any, targetID string,
-	at *stream, now time.Time) (*intentRun, eventstore.AppendResult, error) {
+	at *stream, now, sendBy time.Time) (*intentRun, eventstore.AppendResult, error) {
+	if !sendBy.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, sendBy)
+		defer cancel()
+	}
 	rec := domain.IntentRecorded{Actor: req.Actor, Operation: req.Operation, KeySHA256: sha256Hex([]byte(req.Key)),
 		Fingerprint: fp, CanonicalVersion: CanonicalVersion, Command: command, TargetID: targetID,
 		Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease)}

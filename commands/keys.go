@@ -21,7 +21,8 @@ import (
 //
 //   - PlaceOrder makes a fresh data key for the order id it is about to
 //     record, seals the token under it and writes both to the key table
-//     (Keys.Create, the key wrapped by a master key) before IntentRecorded.
+//     with the intent stream (Keys.Create, the key wrapped by a master key)
+//     before IntentRecorded, which it sends within prepWindow.
 //   - The order's follow-up copies the sealed token into OrderPlaced
 //     (Keys.HeldToken; the request that recorded the intent reads it with
 //     Keys.Placing, which makes the row due at the payment deadline in the
@@ -41,7 +42,11 @@ import (
 //     OrderCancelRequested, OrderCancelled or OrderNeedsReview, and after a
 //     refused order intent (its order never exists); by the reconciler for
 //     every row whose due time passed (Keys.ShredDue: the payment deadline,
-//     or the intent's retention for a row whose order was never placed).
+//     or the intent's retention for a row whose order was never placed),
+//     and within a minute for a row still holding its token whose intent
+//     does not name its order or refused it: the order can never be placed
+//     (Keys.Unplaced, shredUnplaced: a process stopped between the key and
+//     the intent, or before it deleted the key of a lost race).
 //     Deleting is idempotent, so every path may repeat it after a crash.
 //   - Each delete leaves the key's erasure to record, in the same statement;
 //     the reconciler records it in the order's stream
@@ -57,9 +62,15 @@ import (
 // carries it. Implementations are safe for concurrent use.
 type Keys interface {
 	// Create stores dk as orderID's data key with heldToken (the token
-	// sealed under dk; nil for none), due for shredding at shredAt, unless
-	// orderID has a key already. It returns the key stored for orderID.
-	Create(ctx context.Context, orderID string, dk *envelope.DataKey, heldToken []byte, shredAt time.Time) (*envelope.DataKey, error)
+	// sealed under dk; nil for none) held for the intent stream intent (""
+	// for none), due for shredding at shredAt, unless orderID has a key
+	// already. It returns the key stored for orderID.
+	Create(ctx context.Context, orderID, intent string, dk *envelope.DataKey, heldToken []byte, shredAt time.Time) (*envelope.DataKey, error)
+	// Unplaced returns up to limit keys that still hold a token and were
+	// created at or before before (database clock), oldest first: the
+	// intent each was held for, by order id. Keys made without an intent
+	// are left out.
+	Unplaced(ctx context.Context, before time.Time, limit int) (map[string]string, error)
 	// Key returns orderID's data key; ok is false when it has none (never
 	// created, or shredded).
 	Key(ctx context.Context, orderID string) (dk *envelope.DataKey, ok bool, err error)
@@ -104,9 +115,10 @@ var errNoKeys = errors.New("commands: no key table configured")
 // noKeys is the key table of a Handler built without WithKeys.
 type noKeys struct{}
 
-func (noKeys) Create(context.Context, string, *envelope.DataKey, []byte, time.Time) (*envelope.DataKey, error) {
+func (noKeys) Create(context.Context, string, string, *envelope.DataKey, []byte, time.Time) (*envelope.DataKey, error) {
 	return nil, errNoKeys
 }
+func (noKeys) Unplaced(context.Context, time.Time, int) (map[string]string, error) { return nil, nil }
 func (noKeys) Key(context.Context, string) (*envelope.DataKey, bool, error) {
 	return nil, false, errNoKeys
 }
@@ -143,13 +155,14 @@ type heldSecrets struct {
 }
 
 // holdToken makes orderID's data key and holds the token sealed under it in
-// the key table, due for shredding after the intent's retention: called
-// before the order's intent is recorded. It returns the key the table holds
-// for orderID, with the sealed token when it is this call's.
-func (h *Handler) holdToken(ctx context.Context, orderID, token string, now time.Time) (*heldSecrets, error) {
+// the key table for the intent stream intent, due for shredding after the
+// intent's retention: called before the order's intent is recorded. It
+// returns the key the table holds for orderID, with the sealed token when
+// it is this call's.
+func (h *Handler) holdToken(ctx context.Context, orderID, intent, token string, now time.Time) (*heldSecrets, error) {
 	dk := envelope.NewDataKey()
 	sealed := dk.Seal([]byte(token), TokenAAD(orderID))
-	stored, err := h.keys.Create(ctx, orderID, dk, sealed, now.Add(h.cfg.IntentRetention))
+	stored, err := h.keys.Create(ctx, orderID, intent, dk, sealed, now.Add(h.cfg.IntentRetention))
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -181,7 +194,7 @@ func (h *Handler) sealedTokenOf(ctx context.Context, c domain.OrderClaimed) ([]b
 	if err != nil {
 		return nil, err
 	}
-	if _, err := h.holdToken(ctx, c.OrderID, token, now); err != nil {
+	if _, err := h.holdToken(ctx, c.OrderID, c.Intent, token, now); err != nil {
 		return nil, err
 	}
 	held, _, err = h.keys.HeldToken(ctx, c.OrderID)
@@ -205,7 +218,7 @@ func (h *Handler) orderKey(ctx context.Context, o domain.Order, create bool) (*e
 		return dk, nil
 	}
 	if create && o.PaymentToken != "" {
-		dk, err = h.keys.Create(ctx, o.ID, envelope.NewDataKey(), nil, o.PaymentDeadline)
+		dk, err = h.keys.Create(ctx, o.ID, "", envelope.NewDataKey(), nil, o.PaymentDeadline)
 		return dk, unavailable(err)
 	}
 	return nil, fmt.Errorf("order %s: %w", o.ID, errKeyGone)
@@ -391,6 +404,66 @@ func (s *keyShredder) send(ctx context.Context, h *Handler, b *shredBatch) {
 	}
 	s.mu.Unlock()
 	close(b.done)
+}
+
+// prepWindow bounds the time from the start of an order's prep (its key
+// and held token written, holdToken) to the last send of the intent record
+// that names the order: past it the request does not send it and answers
+// 503 (see intentPrep). Each send is bounded by the event store's append
+// timeout besides (5 s by default).
+const prepWindow = 10 * time.Second
+
+// unplacedAge is how old (database clock) a key still holding its token
+// must be before the reconciler asks whether its order can still be placed
+// (shredUnplaced): past prepWindow and the append timeout with room to
+// spare, so that no live request can still record the intent that names
+// the order.
+const unplacedAge = 30 * time.Second
+
+// unplacedBatch bounds the keys one reconciler pass looks at (Keys.Unplaced).
+const unplacedBatch = 100
+
+// shredUnplaced deletes the keys held for orders that can never be placed:
+// a key still holding its token unplacedAge after it was made, whose
+// intent does not name its order — never recorded (the process stopped
+// between the key and the intent, or before it deleted the key of a race
+// it lost), expired, or recorded for another order — or names it and has
+// a refusal. A key whose intent names its order with no refusal is left:
+// the order is placed (which drops the token) or refused (which deletes
+// the key), by the request or by recovery after its lease. The due sweep
+// (ShredDue, the intent's retention) stays the backstop. Failures are
+// logged; the next pass retries. Called by each reconciler pass.
+func (h *Handler) shredUnplaced(ctx context.Context) {
+	now, err := h.now(ctx)
+	var held map[string]string
+	if err == nil {
+		held, err = h.keys.Unplaced(ctx, now.Add(-unplacedAge), unplacedBatch)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.WarnContext(ctx, "keys of orders never placed not looked at yet; next pass retries", "err", err)
+		}
+		return
+	}
+	deleted := 0
+	for orderID, intent := range held {
+		s, err := h.load(ctx, intent)
+		if err != nil {
+			h.log.WarnContext(ctx, "the intent of a key not placed cannot be read; next pass retries", "order_id", orderID, "err", err)
+			continue
+		}
+		if in := fold[domain.Intent](s.events); in.Exists() && in.Recorded.TargetID == orderID && in.Rejection == nil {
+			continue // the order is placed or refused by its request or by recovery
+		}
+		if err := h.shred(ctx, orderID); err != nil {
+			h.log.WarnContext(ctx, "key of an order never placed not deleted yet; next pass retries", "order_id", orderID, "err", err)
+			continue
+		}
+		deleted++
+	}
+	if deleted > 0 {
+		h.log.InfoContext(ctx, "order keys deleted: held for orders never placed", "keys", deleted)
+	}
 }
 
 // endsOrder reports whether e gives the order its final status

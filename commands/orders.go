@@ -68,10 +68,13 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 		}
 	}
 	var secrets *heldSecrets
+	intent := IntentStream(req.Actor, req.Operation, req.Key)
 	prep := &intentPrep{
 		prepare: func(ctx context.Context, orderID string, now time.Time) error {
 			var err error
-			secrets, err = h.holdToken(ctx, orderID, cmd.PaymentToken, now)
+			if secrets, err = h.holdToken(ctx, orderID, intent, cmd.PaymentToken, now); err == nil {
+				h.step(ctx, "order.token-held")
+			}
 			return err
 		},
 		// The order of an unused key never exists: the key is deleted

@@ -67,7 +67,7 @@ func newPayFix(t *testing.T, cfg Config, token string, faults []payFault, given 
 	if token != "" {
 		dk := testDataKey(payOrder)
 		sealed = dk.Seal([]byte(token), TokenAAD(payOrder))
-		if _, err := keys.Create(context.Background(), payOrder, dk, nil, payT0.Add(cfg.PaymentDeadline)); err != nil {
+		if _, err := keys.Create(context.Background(), payOrder, "", dk, nil, payT0.Add(cfg.PaymentDeadline)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -764,6 +764,34 @@ func TestReceiveWebhookVerifiesBeforeRecording(t *testing.T) {
 		t.Fatalf("ReceiveWebhook(valid) = %v", err)
 	}
 	f.wantAppended(t, "appended", []string{evSucceeded, evConfirmed})
+}
+
+// TestCheckWebhookHeader: the header alone is checked against the database
+// clock before a body is read: missing or malformed is a bad signature,
+// outside five minutes stale, and nothing is fetched or recorded.
+func TestCheckWebhookHeader(t *testing.T) {
+	t.Parallel()
+	f := newPayFix(t, payConfig(), "tok_visa", nil)
+	body := []byte(`{}`)
+	for _, tt := range []struct {
+		sig  string
+		want error
+	}{
+		{"", ErrWebhookSignature},
+		{"v1=00", ErrWebhookSignature},
+		{"t=soon,v1=00", ErrWebhookSignature},
+		{fakeSign(body, payT0.Add(-6*time.Minute), fakeWebhookSecret), ErrWebhookStale},
+		{fakeSign(body, payT0.Add(6*time.Minute), fakeWebhookSecret), ErrWebhookStale},
+		{fakeSign(body, payT0.Add(-4*time.Minute), "whsec_other"), nil}, // the signature needs the body
+		{fakeSign(body, payT0, fakeWebhookSecret), nil},
+	} {
+		if err := f.h.CheckWebhookHeader(context.Background(), tt.sig); !errors.Is(err, tt.want) {
+			t.Errorf("CheckWebhookHeader(%q) = %v, want %v", tt.sig, err, tt.want)
+		}
+	}
+	if got := f.appended(); len(got) != 0 || f.pay.count("get") != 0 {
+		t.Fatalf("header checks recorded %v and fetched %d payments, want nothing", got, f.pay.count("get"))
+	}
 }
 
 func TestCancelOrder(t *testing.T) {

@@ -79,11 +79,13 @@ func (h *Handler) RunReconciler(ctx context.Context, pending PendingOrders, inte
 //
 // The pass first deletes the order keys that are due (ShredDue): keys of
 // orders whose payment deadline passed, and keys held for orders never
-// placed within the intent retention (their erasures are recorded by
-// runErasures); and forgets the webhook events processed more than
-// ProcessedEventsRetention ago. A failure there is logged.
+// placed within the intent retention; then the keys held for orders that
+// can never be placed, within a minute (shredUnplaced); their erasures are
+// recorded by runErasures. It also forgets the webhook events processed
+// more than ProcessedEventsRetention ago. A failure there is logged.
 func (h *Handler) ReconcilePass(ctx context.Context, pending PendingOrders) (int, error) {
 	h.shredDue(ctx)
+	h.shredUnplaced(ctx)
 	h.pruneProcessed(ctx)
 	sem := make(chan struct{}, reconcileWorkers)
 	var wg sync.WaitGroup

@@ -107,6 +107,63 @@ func TestLegacyIntentTokenIsSealedAtPlacement(t *testing.T) {
 	}
 }
 
+// TestShredUnplaced: once a key still holding its token is unplacedAge old,
+// a reconciler pass deletes it when its order can never be placed — its
+// intent never recorded, recorded for another order, or refused — and keeps
+// it while its intent names its order without a refusal (the request or
+// recovery places or refuses it), and when it was made without an intent.
+// A younger key is not looked at.
+func TestShredUnplaced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, clock, keys := newMemStore(), newFakeClock(payT0), newMemKeys()
+	keys.clock = clock
+	store.SetClock(clock)
+	h := New(payConfig(), store, clock, newFakePayments(), newTestRegistry(), nil, WithKeys(keys))
+	recorded := func(target string) domain.IntentRecorded {
+		return domain.IntentRecorded{Actor: payActor, Operation: OpPlaceOrder, KeySHA256: "k", Fingerprint: "fp",
+			CanonicalVersion: CanonicalVersion, Command: map[string]any{"reservation_id": payRes}, TargetID: target,
+			Executor: execA, LeaseUntil: payT0.Add(5 * time.Second)}
+	}
+	orders := map[string]string{}
+	for _, name := range []string{"never recorded", "recorded for another order", "refused", "live", "without an intent"} {
+		id, intent := NewID(), IntentStream(payActor, OpPlaceOrder, name)
+		orders[name] = id
+		if name == "without an intent" {
+			intent = ""
+		}
+		if _, err := h.holdToken(ctx, id, intent, "tok_visa", payT0); err != nil {
+			t.Fatal(err)
+		}
+		switch name {
+		case "recorded for another order":
+			mustAppend(t, store, intent, recorded(NewID()))
+		case "refused":
+			mustAppend(t, store, intent, recorded(id),
+				domain.IntentRejected{Kind: "gone", Code: "reservation-expired", Detail: "the reservation expired"})
+		case "live":
+			mustAppend(t, store, intent, recorded(id))
+		}
+	}
+	clock.Advance(unplacedAge - time.Second)
+	if _, err := h.ReconcilePass(ctx, noPending{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := keys.len(); n != len(orders) {
+		t.Fatalf("%d keys after a pass %s after they were made, want all %d (too young to look at)", n, unplacedAge-time.Second, len(orders))
+	}
+	clock.Advance(time.Second)
+	if _, err := h.ReconcilePass(ctx, noPending{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, id := range orders {
+		keep := name == "live" || name == "without an intent"
+		if exists, held := keys.has(id); exists != keep || held != keep {
+			t.Errorf("%s: key exists %v, token held %v; want %v", name, exists, held, keep)
+		}
+	}
+}
+
 // TestSealedBytesAreBoundToTheirOrder: the sealed token, request bytes and
 // payment action of one order do not open as another order's, or as
 // another field.

@@ -85,6 +85,29 @@ func (h *Handler) ReceiveWebhook(ctx context.Context, signature string, body []b
 	return h.HandleProviderEvent(ctx, ev)
 }
 
+// CheckWebhookHeader checks a provider notification's signature header
+// before its body is read (Payments.CheckWebhookHeader, against the same
+// clock as ReceiveWebhook): a missing or malformed header is
+// ErrWebhookSignature, one signed outside the tolerance ErrWebhookStale,
+// nothing recorded either way; or an error wrapping domain.ErrUnavailable
+// when the clock cannot be read. A nil answer promises nothing about the
+// signature, which needs the body: ReceiveWebhook verifies it. Safe for
+// concurrent use.
+func (h *Handler) CheckWebhookHeader(ctx context.Context, signature string) error {
+	now, err := h.now(ctx)
+	if err != nil {
+		return err
+	}
+	switch err := h.payments.CheckWebhookHeader(signature, now); {
+	case err == nil:
+		return nil
+	case errors.Is(err, provider.ErrStaleTimestamp):
+		return ErrWebhookStale
+	default:
+		return ErrWebhookSignature
+	}
+}
+
 // HandleProviderEvent folds a verified provider event into its order. A
 // Stripe endpoint receives every event of the account, so events that are
 // not ours are acknowledged and ignored: another kind of object, a payment

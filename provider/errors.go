@@ -56,7 +56,9 @@ var (
 	ErrBadSignature = errors.New("provider: bad webhook signature")
 
 	// ErrStaleTimestamp means a webhook's signature is valid but its timestamp
-	// is outside the tolerance, so it may be a replay.
+	// is outside the tolerance, so it may be a replay; from a check of the
+	// header alone (before the body is read), that the header is well formed
+	// but signed outside the tolerance.
 	ErrStaleTimestamp = errors.New("provider: webhook timestamp outside tolerance")
 
 	// ErrMalformedEvent means a webhook body is not a well-formed event.

@@ -1,9 +1,15 @@
 package test
 
 import (
+	"bufio"
+	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -118,4 +124,88 @@ func TestRetryBudget_PerReplicaWithTwoReplicas(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestEdge_ForgedWebhookFlood: 120 forged notifications (a wrong secret,
+// or a timestamp 10 minutes old) from 8 connections, and 10 announcing a
+// body over 64 KiB, at a booking serve: each is refused (400, 413), none
+// records anything, booking_webhooks_total counts 120 bad_signature and 10
+// invalid, and the refusals cost at most one log line per 10 s. A stale
+// header is answered before the body it announces is sent (which the
+// server would otherwise wait for until its read timeout, 408).
+func TestEdge_ForgedWebhookFlood(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{Env: map[string]string{"BOOKING_LOG_FORMAT": "json"}})
+	before := s.totalEvents(t)
+	body := []byte(`{"id":"evt_forged","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_forged","object":"payment_intent"}}}`)
+	const forged, oversized, senders = 120, 10, 8
+	start := time.Now()
+	var wg sync.WaitGroup
+	var wrong atomic.Int64
+	for w := range senders {
+		wg.Go(func() {
+			for i := w; i < forged; i += senders {
+				sig := signWebhook(body, time.Now(), []byte("whsec_forged"))
+				if i%3 == 0 {
+					sig = signWebhook(body, time.Now().Add(-10*time.Minute), []byte(webhookSecret))
+				}
+				a, err := s.send(context.Background(), call{Method: "POST", Path: "/v1/provider/webhooks", Body: body,
+					Header: map[string]string{"Stripe-Signature": sig}})
+				if err != nil || a.Status != http.StatusBadRequest {
+					wrong.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := wrong.Load(); n != 0 {
+		t.Fatalf("%d of %d forged notifications were not answered 400", n, forged)
+	}
+	host := strings.TrimPrefix(s.URL, "http://")
+	sig := "Stripe-Signature: " + signWebhook(body, time.Now(), []byte("whsec_forged")) + "\r\n"
+	for range oversized {
+		if status, _ := rawWebhook(t, host, sig+fmt.Sprintf("Content-Length: %d\r\n", 100<<10)); status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("a 100 KiB Content-Length = %d, want 413 before the body is sent", status)
+		}
+	}
+	elapsed := time.Since(start)
+	stale := "Stripe-Signature: " + signWebhook(body, time.Now().Add(-10*time.Minute), []byte(webhookSecret)) + "\r\n"
+	status, answer := rawWebhook(t, host, stale+"Content-Length: 200\r\n")
+	if status != http.StatusBadRequest || !strings.Contains(answer, `"code":"stale-signature"`) {
+		t.Fatalf("a stale header with its body unsent = %d %s, want 400 stale-signature before the body", status, answer)
+	}
+	if got := s.metric(t, s.URL, `booking_webhooks_total{result="bad_signature"}`); got != forged+1 {
+		t.Errorf(`booking_webhooks_total{result="bad_signature"} = %v, want %d (every forged one and the stale one)`, got, forged+1)
+	}
+	if got := s.metric(t, s.URL, `booking_webhooks_total{result="invalid"}`); got != oversized {
+		t.Errorf(`booking_webhooks_total{result="invalid"} = %v, want %d`, got, oversized)
+	}
+	lines := strings.Count(s.logs.String(), `"msg":"provider webhook refused"`)
+	if most := 1 + int((time.Since(start))/(10*time.Second)); lines < 1 || lines > most {
+		t.Errorf("%d log lines for %d refusals in %s, want 1 to %d (one per 10 s)", lines, forged+oversized+1, elapsed, most)
+	}
+	if n := s.totalEvents(t); n != before {
+		t.Errorf("event store: %d events after the refused notifications, want %d", n, before)
+	}
+}
+
+// rawWebhook sends POST /v1/provider/webhooks to host over a connection of
+// its own with the headers extra (each ending in \r\n) and no body, and
+// returns the answer's status and body, read within 10 s.
+func rawWebhook(t *testing.T, host, extra string) (int, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/provider/webhooks HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n%s\r\n", host, extra)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer before the body was sent: %v", err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
 }

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
@@ -44,22 +43,9 @@ type eventstoreCopyCmd struct {
 // marked for it with the relay resuming after its last message, and the
 // log index's snapshot dropped. The service must be stopped.
 func (c *eventstoreCopyCmd) Run(e *env) error {
-	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
-		return err
-	}
-	from, err := copyBackend("--from", c.From)
+	from, to, err := c.backends()
 	if err != nil {
 		return err
-	}
-	to, err := copyBackend("--to", c.To)
-	if err != nil {
-		return err
-	}
-	if c.Batch <= 0 || c.Every <= 0 {
-		return configError("--batch", "--batch and --progress-every must be positive")
-	}
-	if from == to {
-		return configError("--to", "is a %s event store like --from: copy between postgres and KurrentDB", to)
 	}
 	ctx := e.ctx
 	// The pool's sessions stamp the target backend on the positions they
@@ -84,9 +70,45 @@ func (c *eventstoreCopyCmd) Run(e *env) error {
 		return err
 	}
 	defer dst.close()
+	if err := c.copyLog(e, src.Store, dst.Store); err != nil {
+		return err
+	}
+	return c.cutOver(e, pool, src.Store, dst.Store, from, to, log)
+}
 
-	next := c.Every
-	res, err := logcopy.Copy(ctx, src.Store, dst.Store, logcopy.Options{Batch: c.Batch, Progress: func(r logcopy.Result) {
+// backends checks the flags and returns the backends of --from and --to.
+// Errors name the flag at fault.
+func (c *eventstoreCopyCmd) backends() (from, to string, err error) {
+	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+		return "", "", err
+	}
+	if from, err = copyBackend("--from", c.From); err != nil {
+		return "", "", err
+	}
+	if to, err = copyBackend("--to", c.To); err != nil {
+		return "", "", err
+	}
+	if c.Batch <= 0 || c.Every <= 0 {
+		return "", "", configError("--batch", "--batch and --progress-every must be positive")
+	}
+	if from == to {
+		return "", "", configError("--to", "is a %s event store like --from: copy between postgres and KurrentDB", to)
+	}
+	return from, to, nil
+}
+
+// copyLog copies src's log to dst with its truncations and verifies every
+// stream, printing progress on stderr (every --progress-every events, and
+// once while the source holds back events behind a running transaction)
+// and the outcome on stdout. Any difference fails it, naming the streams.
+func (c *eventstoreCopyCmd) copyLog(e *env, src, dst eventstore.Store) error {
+	ctx := e.ctx
+	next, waiting := c.Every, false
+	res, err := logcopy.Copy(ctx, src, dst, logcopy.Options{Batch: c.Batch, Progress: func(r logcopy.Result) {
+		if r.HeldBack > 0 && !waiting {
+			fmt.Fprintf(e.stderr, "booking: waiting for %d events of --from that a transaction still running on its PostgreSQL server holds back\n", r.HeldBack)
+		}
+		waiting = r.HeldBack > 0
 		if r.Read >= next {
 			fmt.Fprintf(e.stderr, "booking: copied %d events\n", r.Read)
 			next = r.Read + c.Every
@@ -95,11 +117,11 @@ func (c *eventstoreCopyCmd) Run(e *env) error {
 	if err != nil {
 		return fmt.Errorf("copy (run it again to resume): %w", err)
 	}
-	truncated, err := logcopy.MirrorTruncations(ctx, src.Store, dst.Store, res.Streams)
+	truncated, err := logcopy.MirrorTruncations(ctx, src, dst, res.Streams)
 	if err != nil {
 		return fmt.Errorf("copy (run it again to resume): %w", err)
 	}
-	rep, err := logcopy.Verify(ctx, src.Store, dst.Store, res.Streams)
+	rep, err := logcopy.Verify(ctx, src, dst, res.Streams)
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
@@ -111,8 +133,16 @@ func (c *eventstoreCopyCmd) Run(e *env) error {
 		return fmt.Errorf("verify: %d of %d streams differ; nothing else was changed", len(rep.Differ), rep.Streams)
 	}
 	fmt.Fprintf(e.stdout, "booking: copied %d events of %d streams (%d placeholders for purged revisions, %d streams truncated); verified: %d events, every stream's digest equal (log digest %s)\n",
-		res.Read, len(res.Streams), res.Placeholders, truncated, rep.SourceEvents, logDigest(ctx, src.Store, res.Streams))
+		res.Read, len(res.Streams), res.Placeholders, truncated, rep.SourceEvents, logDigest(ctx, src, res.Streams))
+	return nil
+}
 
+// cutOver moves the service to the copied log: stream BOOKING marked for
+// backend to, the positions written on backend from mapped to the same
+// events in dst, the log index's snapshots dropped; it prints what it did
+// and how to start the service.
+func (c *eventstoreCopyCmd) cutOver(e *env, pool *pgxpool.Pool, src, dst eventstore.Store, from, to string, log *slog.Logger) error {
+	ctx := e.ctx
 	last, notified, usedNATS, err := natsrun.CutOver(ctx, natsrun.Config{URL: c.NATSURL, DataDir: c.DataDir}, to, log)
 	if err != nil {
 		return fmt.Errorf("stream BOOKING: %w", err)
@@ -124,12 +154,12 @@ func (c *eventstoreCopyCmd) Run(e *env) error {
 			after = &evs[0]
 		}
 	}
-	moved, err := movePositions(ctx, pool, src.Store, dst.Store, from, after)
+	moved, err := movePositions(ctx, pool, src, dst, from, after)
 	if err != nil {
 		return err
 	}
-	if _, err := pool.Exec(ctx, `DELETE FROM logindex_snapshots`); err != nil {
-		return fmt.Errorf("drop the log index snapshot: %w", err)
+	if err := pgcoord.DeleteSnapshots(ctx, pool); err != nil {
+		return databaseError(err)
 	}
 	fmt.Fprintf(e.stdout, "booking: %d checkpoints moved to the same events in the new log", moved)
 	if usedNATS {
@@ -158,13 +188,12 @@ func copyBackend(flag, spec string) (string, error) {
 // serviceStopped returns an error if a relay holds its lease: a running
 // service would keep writing to the log being copied.
 func serviceStopped(ctx context.Context, pool *pgxpool.Pool) error {
-	var until *time.Time
-	err := pool.QueryRow(ctx, `SELECT max(lease_until) FROM notify_relays WHERE lease_until > now()`).Scan(&until)
+	until, held, err := pgcoord.NewLeases(pool).HeldUntil(ctx)
 	if err != nil {
 		return databaseError(err)
 	}
-	if until != nil {
-		return fmt.Errorf("booking serve is running (its relay holds a lease until %s): stop every replica before copying the log", until.UTC().Format(time.RFC3339))
+	if held {
+		return fmt.Errorf("booking serve is running (its relay holds a lease until %s): stop every replica before copying the log", until.Format(time.RFC3339))
 	}
 	return nil
 }
@@ -177,54 +206,28 @@ func serviceStopped(ctx context.Context, pool *pgxpool.Pool) error {
 // names, so nothing is published twice. It returns the number of positions
 // moved.
 func movePositions(ctx context.Context, pool *pgxpool.Pool, src, dst eventstore.Store, from string, after *eventstore.RecordedEvent) (int, error) {
-	tables := []string{"checkpoints", "projection_checkpoints", "notify_relays"}
-	type row struct {
-		table, name string
-		pos         eventstore.Position
+	stored, err := pgcoord.StoredPositions(ctx, pool, from)
+	if err != nil {
+		return 0, databaseError(err)
 	}
-	var rows []row
-	for _, t := range tables {
-		r, err := pool.Query(ctx, `SELECT name, commit_tx, prepare FROM `+t+` WHERE backend = $1`, from)
-		if err != nil {
-			return 0, databaseError(err)
-		}
-		list, err := pgx.CollectRows(r, func(r pgx.CollectableRow) (row, error) {
-			var x row
-			var c, p int64
-			err := r.Scan(&x.name, &c, &p)
-			x.table, x.pos = t, eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}
-			return x, err
-		})
-		if err != nil {
-			return 0, databaseError(err)
-		}
-		rows = append(rows, list...)
-	}
-	ps := make([]eventstore.Position, len(rows))
-	for i, r := range rows {
-		ps[i] = r.pos
+	ps := make([]eventstore.Position, len(stored))
+	for i, p := range stored {
+		ps[i] = p.Position
 	}
 	m, err := logcopy.MapPositions(ctx, src, dst, ps)
 	if err != nil {
 		return 0, err
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		for _, r := range rows {
-			p := m[r.pos]
-			if r.table == "notify_relays" && after != nil && p.Less(after.Position) {
-				p = after.Position
-			}
-			if _, err := tx.Exec(ctx, `UPDATE `+r.table+` SET commit_tx = $2, prepare = $3 WHERE name = $1`,
-				r.name, int64(p.Commit), int64(p.Prepare)); err != nil {
-				return err
-			}
+	for i, p := range stored {
+		stored[i].Position = m[p.Position]
+		if p.Table == pgcoord.TableRelays && after != nil && stored[i].Position.Less(after.Position) {
+			stored[i].Position = after.Position
 		}
-		return nil
-	})
-	if err != nil {
+	}
+	if err := pgcoord.MovePositions(ctx, pool, stored); err != nil {
 		return 0, fmt.Errorf("move the checkpoints: %w", databaseError(err))
 	}
-	return len(rows), nil
+	return len(stored), nil
 }
 
 // logDigest is a digest of every stream's digest (logcopy.Digest), in

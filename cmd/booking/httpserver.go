@@ -21,8 +21,9 @@ type HTTPLimits struct {
 	HTTPReadTimeout time.Duration `name:"http-read-timeout" env:"BOOKING_HTTP_READ_TIMEOUT" default:"15s" help:"Time to receive a whole request, headers and body (408 after)."`
 	// HTTPReadHeaderTimeout bounds the time to receive a request's
 	// headers; a connection that has not sent them by then is closed
-	// without an answer.
-	HTTPReadHeaderTimeout time.Duration `name:"http-read-header-timeout" env:"BOOKING_HTTP_READ_HEADER_TIMEOUT" default:"5s" help:"Time to receive a request's headers (the connection is closed after); at most BOOKING_HTTP_READ_TIMEOUT."`
+	// without an answer. BOOKING_HTTP_READ_TIMEOUT bounds the headers too,
+	// so the shorter of the two applies (net/http's rule).
+	HTTPReadHeaderTimeout time.Duration `name:"http-read-header-timeout" env:"BOOKING_HTTP_READ_HEADER_TIMEOUT" default:"5s" help:"Time to receive a request's headers (the connection is closed after); the shorter of it and BOOKING_HTTP_READ_TIMEOUT applies."`
 	// HTTPWriteTimeout bounds the time from the end of a request's headers
 	// to the end of its answer: the body, the handling (with a Prefer:
 	// wait of up to 10 s) and the writing. Past it the answer is cut off.
@@ -37,6 +38,14 @@ type HTTPLimits struct {
 	// HTTPMaxConns bounds the API listener's open connections; one more is
 	// closed as it arrives (connlimit), not queued.
 	HTTPMaxConns int `name:"http-max-conns" env:"BOOKING_HTTP_MAX_CONNS" default:"1024" help:"Most connections the API listener keeps open; one more is closed at once."`
+	// WebhookTimeout bounds a provider notification (POST
+	// /v1/provider/webhooks) from the end of its headers to its answer:
+	// past it the answer is 503 and the provider redelivers.
+	WebhookTimeout time.Duration `name:"webhook-timeout" env:"BOOKING_WEBHOOK_TIMEOUT" default:"15s" help:"Time from the end of a provider notification's headers to its answer (503 after, the provider redelivers)."`
+	// WebhookConcurrency bounds the provider notifications worked on at
+	// once, from before the body is read to the end of their work; one
+	// more is answered 503 at once.
+	WebhookConcurrency int `name:"webhook-concurrency" env:"BOOKING_WEBHOOK_CONCURRENCY" default:"16" help:"Most provider notifications worked on at once; one more is answered 503 at once (the provider redelivers)."`
 }
 
 // writeMargin is what the write timeout must leave, beyond the longest
@@ -63,10 +72,6 @@ func (l HTTPLimits) validate(inUseWait time.Duration) error {
 			return configError(p.name, "must be a positive duration such as 30s")
 		}
 	}
-	if l.HTTPReadHeaderTimeout > l.HTTPReadTimeout {
-		return configError("BOOKING_HTTP_READ_HEADER_TIMEOUT", "%s must not exceed BOOKING_HTTP_READ_TIMEOUT (%s), which bounds headers and body together",
-			l.HTTPReadHeaderTimeout, l.HTTPReadTimeout)
-	}
 	if least := httpapi.MaxWait + inUseWait + writeMargin; l.HTTPWriteTimeout < least {
 		return configError("BOOKING_HTTP_WRITE_TIMEOUT", "%s must be at least %s: the longest Prefer: wait (%s) + BOOKING_IN_USE_WAIT (%s) + %s to read the body and write the answer",
 			l.HTTPWriteTimeout, least, httpapi.MaxWait, inUseWait, writeMargin)
@@ -76,6 +81,22 @@ func (l HTTPLimits) validate(inUseWait time.Duration) error {
 	}
 	if l.HTTPMaxConns < 1 {
 		return configError("BOOKING_HTTP_MAX_CONNS", "must be at least 1")
+	}
+	return l.validateWebhooks()
+}
+
+// validateWebhooks checks the webhook route's budget: its timeout must
+// leave the write timeout time to write the answer.
+func (l HTTPLimits) validateWebhooks() error {
+	if l.WebhookTimeout <= 0 {
+		return configError("BOOKING_WEBHOOK_TIMEOUT", "must be a positive duration such as 15s")
+	}
+	if most := l.HTTPWriteTimeout - writeMargin; l.WebhookTimeout > most {
+		return configError("BOOKING_WEBHOOK_TIMEOUT", "%s must be at most %s: BOOKING_HTTP_WRITE_TIMEOUT (%s) less %s to write the answer",
+			l.WebhookTimeout, most, l.HTTPWriteTimeout, writeMargin)
+	}
+	if l.WebhookConcurrency < 1 {
+		return configError("BOOKING_WEBHOOK_CONCURRENCY", "must be at least 1")
 	}
 	return nil
 }

@@ -235,7 +235,8 @@ func (c *serveCmd) Run(e *env) error {
 	srv.Handler = httpapi.New(httpapi.Config{Authenticator: auth,
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
 		Ready: ready(pool, elog), RateLimited: mx.RateLimited, Test: testAPI,
-		ObserveRequest: mx.ObserveHTTP, ObserveWebhook: mx.Webhook},
+		ObserveRequest: mx.ObserveHTTP, ObserveWebhook: mx.Webhook,
+		WebhookTimeout: cfg.WebhookTimeout, WebhookConcurrency: cfg.WebhookConcurrency},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(elog.lag, projections.NewReader(pool), clock, cfg.IntentRetention, log))
 	lagc := newLagCollector(pool, elog.distance, log)

@@ -36,13 +36,14 @@ func wrapAAD(orderID string) []byte { return []byte("booking/order-key/" + order
 
 // Create stores dk, wrapped by the keyring's primary master key, as the data
 // key of orderID with heldToken (the payment token sealed under dk; nil for
-// none) and shredAt, unless orderID already has a key. It returns the data
-// key stored for orderID: dk, or the one stored before (whose held token is
-// the one kept). Errors are the database's.
-func (s *Store) Create(ctx context.Context, orderID string, dk *envelope.DataKey, heldToken []byte, shredAt time.Time) (*envelope.DataKey, error) {
+// none), the intent stream it is held for (intent; "" for none) and shredAt,
+// unless orderID already has a key. It returns the data key stored for
+// orderID: dk, or the one stored before (whose held token is the one kept).
+// Errors are the database's.
+func (s *Store) Create(ctx context.Context, orderID, intent string, dk *envelope.DataKey, heldToken []byte, shredAt time.Time) (*envelope.DataKey, error) {
 	w := s.ring.Wrap(dk, wrapAAD(orderID))
-	tag, err := s.pool.Exec(ctx, `INSERT INTO order_keys (order_id, master_key_id, wrapped_key, held_token, shred_at)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_id) DO NOTHING`, orderID, w.KeyID, w.Ciphertext, heldToken, shredAt)
+	tag, err := s.pool.Exec(ctx, `INSERT INTO order_keys (order_id, intent, master_key_id, wrapped_key, held_token, shred_at)
+		VALUES ($1, nullif($2, ''), $3, $4, $5, $6) ON CONFLICT (order_id) DO NOTHING`, orderID, intent, w.KeyID, w.Ciphertext, heldToken, shredAt)
 	if err != nil {
 		return nil, fmt.Errorf("keystore: create the key of order %s: %w", orderID, err)
 	}
@@ -91,6 +92,24 @@ func (s *Store) HeldToken(ctx context.Context, orderID string) (token []byte, ex
 		return nil, false, fmt.Errorf("keystore: read the held token of order %s: %w", orderID, err)
 	}
 	return token, true, nil
+}
+
+// Unplaced returns up to limit keys that still hold a token and were
+// created at or before before (the caller's reading of the database
+// clock), oldest first: the intent stream each was held for, by order id.
+// Keys made without an intent are left out. Errors are the database's.
+func (s *Store) Unplaced(ctx context.Context, before time.Time, limit int) (map[string]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT order_id::text, intent FROM order_keys
+		WHERE held_token IS NOT NULL AND created_at <= $1 AND intent IS NOT NULL ORDER BY created_at LIMIT $2`, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: keys of orders not placed: %w", err)
+	}
+	out := map[string]string{}
+	var id, intent string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &intent}, func() error { out[id] = intent; return nil }); err != nil {
+		return nil, fmt.Errorf("keystore: keys of orders not placed: %w", err)
+	}
+	return out, nil
 }
 
 // Placing makes the row of orderID due for shredding at deadline (the

@@ -67,7 +67,7 @@ func TestLifecycle(t *testing.T) {
 
 	dk := envelope.NewDataKey()
 	sealed := dk.Seal([]byte("tok_visa_lifecycle"), tokenAAD)
-	got, err := s.Create(ctx, order, dk, sealed, now.Add(24*time.Hour))
+	got, err := s.Create(ctx, order, "", dk, sealed, now.Add(24*time.Hour))
 	if err != nil || got != dk {
 		t.Fatalf("Create(new order) = %p, %v; want the given key", got, err)
 	}
@@ -81,7 +81,7 @@ func TestLifecycle(t *testing.T) {
 
 	// Created again (a retry with another fresh key): the first stays.
 	other := envelope.NewDataKey()
-	again, err := s.Create(ctx, order, other, other.Seal([]byte("tok_other"), tokenAAD), now.Add(time.Hour))
+	again, err := s.Create(ctx, order, "", other, other.Seal([]byte("tok_other"), tokenAAD), now.Add(time.Hour))
 	if err != nil {
 		t.Fatalf("Create(existing order) error = %v", err)
 	}
@@ -157,13 +157,13 @@ func TestShredDue(t *testing.T) {
 		} else {
 			due = append(due, id)
 		}
-		if _, err := s.Create(ctx, id, envelope.NewDataKey(), nil, at); err != nil {
+		if _, err := s.Create(ctx, id, "", envelope.NewDataKey(), nil, at); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A placed order whose deadline passed is due too.
 	placed := uuid.NewString()
-	if _, err := s.Create(ctx, placed, envelope.NewDataKey(), []byte("x"), now.Add(24*time.Hour)); err != nil {
+	if _, err := s.Create(ctx, placed, "", envelope.NewDataKey(), []byte("x"), now.Add(24*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Placed(ctx, placed, now.Add(-time.Second)); err != nil {
@@ -210,7 +210,7 @@ func TestErasuresAreLeftByEveryDelete(t *testing.T) {
 	s, pool, _ := newStore(t, "m1")
 	a, b, c, none := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
 	for _, id := range []string{a, b, c} {
-		if _, err := s.Create(ctx, id, envelope.NewDataKey(), nil, time.Now().Add(time.Hour)); err != nil {
+		if _, err := s.Create(ctx, id, "", envelope.NewDataKey(), nil, time.Now().Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -247,6 +247,37 @@ func TestErasuresAreLeftByEveryDelete(t *testing.T) {
 	}
 }
 
+// TestUnplaced lists the keys that still hold a token, were created at or
+// before the time asked and name their intent, oldest first; not a key
+// without an intent, one placed, or one newer.
+func TestUnplaced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool, now := newStore(t, "m1")
+	held, placed, noIntent, noToken := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
+	for _, r := range []struct {
+		id, intent string
+		token      []byte
+	}{{held, "intent-a", []byte("x")}, {placed, "intent-b", []byte("x")}, {noIntent, "", []byte("x")}, {noToken, "intent-d", nil}} {
+		if _, err := s.Create(ctx, r.id, r.intent, envelope.NewDataKey(), r.token, now.Add(24*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Placed(ctx, placed, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Unplaced(ctx, now.Add(-time.Minute), 10); err != nil || len(got) != 0 {
+		t.Fatalf("Unplaced(a minute before they were made) = %v, %v; want none", got, err)
+	}
+	got, err := s.Unplaced(ctx, dbNow(t, pool), 10)
+	if err != nil || len(got) != 1 || got[held] != "intent-a" {
+		t.Fatalf("Unplaced(now) = %v, %v; want only %s of intent-a", got, err, held)
+	}
+	if got, err := s.Unplaced(ctx, dbNow(t, pool), 0); err != nil || len(got) != 0 {
+		t.Errorf("Unplaced(limit 0) = %v, %v; want none", got, err)
+	}
+}
+
 // TestMasterKeyRotation: keys wrapped under master key a stay readable when
 // b is put first; new keys are wrapped by b; removing a is refused by
 // CheckMasterKeys while a still wraps keys.
@@ -260,7 +291,7 @@ func TestMasterKeyRotation(t *testing.T) {
 	o1 := uuid.NewString()
 	dk1 := envelope.NewDataKey()
 	secret := dk1.Seal([]byte("tok_visa_rotation"), tokenAAD)
-	if _, err := old.Create(ctx, o1, dk1, secret, now.Add(time.Hour)); err != nil {
+	if _, err := old.Create(ctx, o1, "", dk1, secret, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -276,7 +307,7 @@ func TestMasterKeyRotation(t *testing.T) {
 		t.Errorf("old key opens %q, %v", pt, err)
 	}
 	o2 := uuid.NewString()
-	if _, err := rotated.Create(ctx, o2, envelope.NewDataKey(), nil, now.Add(time.Hour)); err != nil {
+	if _, err := rotated.Create(ctx, o2, "", envelope.NewDataKey(), nil, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	use, err := rotated.MasterKeyUse(ctx)
@@ -307,7 +338,7 @@ func TestWrappedKeyBoundToOrder(t *testing.T) {
 	s, pool, now := newStore(t, "m")
 	o1, o2 := uuid.NewString(), uuid.NewString()
 	for _, o := range []string{o1, o2} {
-		if _, err := s.Create(ctx, o, envelope.NewDataKey(), nil, now.Add(time.Hour)); err != nil {
+		if _, err := s.Create(ctx, o, "", envelope.NewDataKey(), nil, now.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -38,14 +38,20 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgstore"
 )
 
 // DefaultBatch is how many events one read of the source asks for.
 const DefaultBatch = 500
+
+// DefaultWait is how long Copy (unless Options.Wait says otherwise) and
+// MapPositions wait for the events a Horizon holds back.
+const DefaultWait = 2 * time.Minute
 
 // placeholderNS is the namespace of the placeholders' ids (UUID v5 of
 // "stream/revision").
@@ -57,65 +63,163 @@ type Options struct {
 	// DefaultBatch).
 	Batch int
 	// Progress, if set, is called after every batch with the counts so
-	// far.
+	// far, and while the copy waits for events the source holds back
+	// (Result.HeldBack > 0).
 	Progress func(Result)
+	// Wait bounds the wait for the events the source holds back (default
+	// DefaultWait); then Copy returns a *HeldBackError.
+	Wait time.Duration
 }
 
 // Result counts what a Copy did: events read from the source, appended to
 // the target, found already there (a repeat, or hidden by the target's
-// truncation), placeholders written, and streams seen.
+// truncation), placeholders written, and streams seen. HeldBack is,
+// while the copy waits for them, the number of committed events of the
+// source its ReadAll cannot return yet (see Horizon), and 0 otherwise.
 type Result struct {
 	Read, Written, Present, Placeholders int64
 	Streams                              []string
+	HeldBack                             int64
+}
+
+// Horizon is implemented by a store whose ReadAll returns only the events
+// below a readable horizon, so that an empty page is not the end of its
+// log while HorizonLag reports committed events held back (pgstore: any
+// transaction still running on the server, in any database, holds back
+// the events committed after it began; its horizon is the xmin of
+// pg_current_snapshot(), see
+// https://www.postgresql.org/docs/current/functions-info.html#FUNCTIONS-PG-SNAPSHOT).
+type Horizon interface {
+	HorizonLag(ctx context.Context) (pgstore.Lag, error)
+}
+
+// HeldBackError is returned when a store still held back committed events
+// after the wait (Options.Wait, DefaultWait): a transaction has been
+// running on its server all that time.
+type HeldBackError struct {
+	// Events is the number of committed events held back at the last look,
+	// the oldest written Age ago.
+	Events int64
+	Age    time.Duration
+	// Wait is how long the copy waited.
+	Wait time.Duration
+}
+
+// Error says what is held back and the way out.
+func (e *HeldBackError) Error() string {
+	return fmt.Sprintf("logcopy: %d committed events (the oldest %s old) stayed unreadable for %s behind a transaction still running on the PostgreSQL server (pg_stat_activity lists it, with any database's): end it and run the copy again",
+		e.Events, e.Age.Round(time.Second), e.Wait)
+}
+
+// waitReadable returns once store, if it is a Horizon, holds back no
+// committed event: every event committed before the call is then
+// returned by the ReadAll calls that follow. While it waits it calls
+// waiting, if set, with the number held back. Returns a *HeldBackError
+// after wait, ctx's error if ctx ends, or a wrapped error if a look fails.
+func waitReadable(ctx context.Context, store eventstore.Store, wait time.Duration, waiting func(int64)) error {
+	h, ok := store.(Horizon)
+	if !ok {
+		return nil
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		lag, err := h.HorizonLag(ctx)
+		if err != nil {
+			return fmt.Errorf("logcopy: look for held-back events: %w", err)
+		}
+		if lag.Events == 0 {
+			return nil
+		}
+		if waiting != nil {
+			waiting(lag.Events)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return &HeldBackError{Events: lag.Events, Age: lag.Age, Wait: wait}
+		case <-time.After(pause):
+		}
+	}
 }
 
 // Copy appends every event of src's log (eventstore.Store.ReadAll, in log
 // order) to dst with the same id, type, data, metadata and revision (see
-// the package comment), and returns what it did, the streams sorted.
-// Running it again is safe and completes a copy cut short. Returns a
-// wrapped error if a read or an append fails, or if dst holds other events
-// at a stream's revisions (a divergence, naming the stream and revision).
+// the package comment), and returns what it did, the streams sorted. It
+// reads up to the end of the log: an empty page from a Horizon ends the
+// copy only once it holds back nothing. Running it again is safe and
+// completes a copy cut short. Returns a wrapped error if a read or an
+// append fails, if dst holds other events at a stream's revisions (a
+// divergence, naming the stream and revision), or a *HeldBackError if src
+// held back events for longer than opts.Wait.
 func Copy(ctx context.Context, src, dst eventstore.Store, opts Options) (Result, error) {
-	batch := opts.Batch
+	batch, wait := opts.Batch, opts.Wait
 	if batch <= 0 {
 		batch = DefaultBatch
+	}
+	if wait <= 0 {
+		wait = DefaultWait
+	}
+	progress := func(res Result) {
+		if opts.Progress != nil {
+			opts.Progress(res)
+		}
 	}
 	var res Result
 	seen := map[string]bool{}
 	var pos eventstore.Position
+	settled := false // src held back nothing before the last read
 	for {
 		page, err := src.ReadAll(ctx, pos, batch)
 		if err != nil {
 			return res, fmt.Errorf("logcopy: read the source after %s: %w", pos, err)
 		}
 		if len(page) == 0 {
-			break
-		}
-		for i := 0; i < len(page); {
-			j := i + 1
-			for j < len(page) && page[j].Stream == page[i].Stream && page[j].Revision == page[j-1].Revision+1 {
-				j++
+			if _, ok := src.(Horizon); !ok || settled {
+				break
 			}
-			if err := copyRun(ctx, dst, page[i:j], &res, 0); err != nil {
+			err := waitReadable(ctx, src, wait, func(n int64) { res.HeldBack = n; progress(res) })
+			res.HeldBack = 0
+			if err != nil {
 				return res, err
 			}
-			if !seen[page[i].Stream] {
-				seen[page[i].Stream] = true
-				res.Streams = append(res.Streams, page[i].Stream)
-			}
-			i = j
+			settled = true
+			continue
 		}
-		res.Read += int64(len(page))
+		settled = false
+		if err := copyPage(ctx, dst, page, &res, seen); err != nil {
+			return res, err
+		}
 		pos = page[len(page)-1].Position
-		if opts.Progress != nil {
-			opts.Progress(res)
-		}
+		progress(res)
 	}
 	if err := copyPurged(ctx, src, dst, &res); err != nil {
 		return res, err
 	}
 	sort.Strings(res.Streams)
 	return res, nil
+}
+
+// copyPage copies a page of src's log, a run of consecutive events of one
+// stream at a time, counting them in res and the streams first seen.
+func copyPage(ctx context.Context, dst eventstore.Store, page []eventstore.RecordedEvent, res *Result, seen map[string]bool) error {
+	for i := 0; i < len(page); {
+		j := i + 1
+		for j < len(page) && page[j].Stream == page[i].Stream && page[j].Revision == page[j-1].Revision+1 {
+			j++
+		}
+		if err := copyRun(ctx, dst, page[i:j], res, 0); err != nil {
+			return err
+		}
+		if !seen[page[i].Stream] {
+			seen[page[i].Stream] = true
+			res.Streams = append(res.Streams, page[i].Stream)
+		}
+		i = j
+	}
+	res.Read += int64(len(page))
+	return nil
 }
 
 // PurgedStreams is implemented by a store whose truncation deletes events

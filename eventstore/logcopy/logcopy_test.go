@@ -85,10 +85,17 @@ func TestCopyPostgresToKurrentDBAndBack(t *testing.T) {
 		}
 	}
 
-	// A copy cut short after two batches, then run again to the end.
+	// A copy cut short after two batches, then run again to the end. Once
+	// PostgreSQL holds back none of the events (a transaction of another
+	// test's database may), ReadAll pages them 3 by 3: intent-b, the 4th
+	// event of the log, is in the second batch.
+	mustSettle(t, ctx, pg)
 	cut, stop := context.WithCancel(ctx)
 	batches := 0
-	_, err = logcopy.Copy(cut, pg, kdb, logcopy.Options{Batch: 3, Progress: func(logcopy.Result) {
+	_, err = logcopy.Copy(cut, pg, kdb, logcopy.Options{Batch: 3, Progress: func(r logcopy.Result) {
+		if r.HeldBack > 0 {
+			t.Errorf("Copy reports %d events held back after PostgreSQL held back none", r.HeldBack)
+		}
 		if batches++; batches == 2 {
 			stop()
 		}
@@ -138,8 +145,148 @@ func TestCopyPostgresToKurrentDBAndBack(t *testing.T) {
 	if back.Placeholders != 0 {
 		t.Errorf("copy back wrote %d placeholders, want 0", back.Placeholders)
 	}
+	// The copied events are committed, but ReadAll returns them only once
+	// no transaction older than theirs runs on the server: other tests'
+	// databases share it.
+	mustSettle(t, ctx, pg)
 	if after := countAll(t, ctx, pg); after != before+3 {
 		t.Errorf("PostgreSQL log holds %d events after the copy back, want %d (the 3 written on KurrentDB)", after, before+3)
+	}
+}
+
+// mustSettle waits, for at most a minute, until s holds back no committed
+// event (pgstore.Store.HorizonLag), so ReadAll returns every event
+// committed before the call.
+func mustSettle(t *testing.T, ctx context.Context, s *pgstore.Store) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		lag, err := s.HorizonLag(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lag.Events == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PostgreSQL still holds back %d committed events after a minute", lag.Events)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// holdHorizon starts a transaction that holds a transaction id in another
+// database of the same server, as another application or another
+// package's test would, and returns the function that ends it (at the
+// latest when the test ends, before its pool closes). Until then pgstore's
+// ReadAll holds back every event committed after it began.
+func holdHorizon(t *testing.T, ctx context.Context) (release func()) {
+	t.Helper()
+	other := pgtest.NewPool(t, pgtest.NewEmptyDatabase(t))
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := false
+	release = func() {
+		if !ended {
+			ended = true
+			if err := tx.Rollback(context.Background()); err != nil {
+				t.Errorf("end the transaction holding the horizon: %v", err)
+			}
+		}
+	}
+	t.Cleanup(release)
+	if _, err := tx.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+		t.Fatal(err)
+	}
+	return release
+}
+
+// TestCopyWaitsForHeldBackEvents: events committed in PostgreSQL behind a
+// transaction still running in another database (ReadAll holds them back)
+// are not the end of the log: Copy waits for them, says so through
+// Progress, and ends with them once the transaction ends; while it runs
+// past Options.Wait, Copy fails with a *HeldBackError rather than end
+// without them. A whole stream held back would otherwise be missing from
+// the copy and from Verify, which compares the streams the copy saw.
+func TestCopyWaitsForHeldBackEvents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pg := pgstore.New(pgtest.NewPool(t, pgtest.NewDatabase(t)))
+	srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
+	kdb, err := kurrentdb.New(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kdb.Close() })
+
+	mustAppend(t, pg, "show-1", eventstore.NoStream(), events("ShowScheduled", 3)...)
+	release := holdHorizon(t, ctx)
+	mustAppend(t, pg, "show-1", eventstore.Exact(2), events("SeatsHeld", 1)...)
+	mustAppend(t, pg, "show-2", eventstore.NoStream(), events("ShowScheduled", 2)...)
+
+	var seen int64
+	_, err = logcopy.Copy(ctx, pg, kdb, logcopy.Options{Batch: 2, Wait: 300 * time.Millisecond, Progress: func(r logcopy.Result) {
+		seen = max(seen, r.HeldBack)
+	}})
+	// At least the 3 events after the transaction began are held back; a
+	// transaction of another database's test may hold back the first 3 too.
+	var held *logcopy.HeldBackError
+	if !errors.As(err, &held) || held.Events < 3 || held.Events > 6 || seen < 3 {
+		t.Fatalf("Copy with 3 events held back past Options.Wait = %v (Progress saw %d held back), want a *HeldBackError for 3 to 6", err, seen)
+	}
+
+	released := false
+	res, err := logcopy.Copy(ctx, pg, kdb, logcopy.Options{Batch: 2, Progress: func(r logcopy.Result) {
+		if r.HeldBack > 0 && !released {
+			released = true
+			release()
+		}
+	}})
+	if err != nil || !released || res.Read != 6 || fmt.Sprint(res.Streams) != "[show-1 show-2]" {
+		t.Fatalf("Copy that waited (released: %v) = %+v, %v; want 6 events of show-1 and show-2", released, res, err)
+	}
+	rep, err := logcopy.Verify(ctx, pg, kdb, res.Streams)
+	if err != nil || len(rep.Differ) > 0 || rep.TargetEvents != 6 {
+		t.Errorf("Verify = %+v, %v; want 6 events on each side, no difference", rep, err)
+	}
+}
+
+// TestMapPositionsWaitsForHeldBackEvents: events copied into PostgreSQL
+// behind a transaction still running in another database are found by
+// MapPositions once it ends: it waits for them (here until its context
+// ends) rather than map a checkpoint to an earlier event, which would
+// make the workers handle events again.
+func TestMapPositionsWaitsForHeldBackEvents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pg := pgstore.New(pgtest.NewPool(t, pgtest.NewDatabase(t)))
+	srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
+	kdb, err := kurrentdb.New(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kdb.Close() })
+
+	mustAppend(t, kdb, "show-1", eventstore.NoStream(), events("ShowScheduled", 2)...)
+	release := holdHorizon(t, ctx)
+	head := mustAppend(t, kdb, "show-2", eventstore.NoStream(), events("ShowScheduled", 1)...)
+	copyAll(t, ctx, kdb, pg)
+
+	short, stop := context.WithTimeout(ctx, time.Second)
+	defer stop()
+	if m, err := logcopy.MapPositions(short, kdb, pg, []eventstore.Position{head.Position}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("MapPositions with the copied events held back = %v, %v; want it to wait until its context ends", m, err)
+	}
+	release()
+	m, err := logcopy.MapPositions(ctx, kdb, pg, []eventstore.Position{head.Position})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pg.ReadStream(ctx, "show-2", 0, 1)
+	if err != nil || len(got) != 1 || m[head.Position] != got[0].Position {
+		t.Errorf("MapPositions(%s) = %s, want show-2@0's position in PostgreSQL (%v, %v)", head.Position, m[head.Position], got, err)
 	}
 }
 

@@ -16,8 +16,10 @@ import (
 // such event). The two logs are walked side by side (ReadAll) and matched
 // by event id, which a copy keeps, in the order a copy keeps; an event only
 // src shows (purged in dst) maps to the event before it, so a checkpoint
-// never moves past an event it had not reached. Returns a wrapped error if
-// a read fails.
+// never moves past an event it had not reached. Before the walk it waits,
+// for at most DefaultWait, until neither store (if a Horizon) holds back a
+// committed event, so the walk reaches the end of both logs. Returns a
+// wrapped error if a read fails, or a *HeldBackError if the wait ran out.
 func MapPositions(ctx context.Context, src, dst eventstore.Store, positions []eventstore.Position) (map[eventstore.Position]eventstore.Position, error) {
 	out := map[eventstore.Position]eventstore.Position{}
 	todo := append([]eventstore.Position(nil), positions...)
@@ -28,6 +30,11 @@ func MapPositions(ctx context.Context, src, dst eventstore.Store, positions []ev
 	}
 	if len(todo) == 0 {
 		return out, nil
+	}
+	for _, s := range []eventstore.Store{src, dst} {
+		if err := waitReadable(ctx, s, DefaultWait, nil); err != nil {
+			return nil, err
+		}
 	}
 	srcIt := &reader{store: src}
 	dstIt := &reader{store: dst}

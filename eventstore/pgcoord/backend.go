@@ -140,7 +140,7 @@ func CheckHead(ctx context.Context, pool *pgxpool.Pool, head eventstore.Position
 // of checkpoints, projection_checkpoints and notify_relays that match where
 // (with args), ordered by name; errors name what was checked and the table.
 func collectNames(ctx context.Context, pool *pgxpool.Pool, what, sel, where string, into [3]*[]string, args ...any) error {
-	for i, table := range [...]string{"checkpoints", "projection_checkpoints", "notify_relays"} {
+	for i, table := range positionTables {
 		rows, err := pool.Query(ctx, "SELECT "+sel+" FROM "+table+" WHERE "+where+" ORDER BY name", args...)
 		var names []string
 		if err == nil {

@@ -35,6 +35,7 @@ var _ interface {
 	Refund(ctx context.Context, key string, req provider.PaymentRefundRequest) (provider.PaymentRefund, error)
 	ListRefunds(ctx context.Context, paymentID string) ([]provider.PaymentRefund, error)
 	ParseWebhook(body []byte, signatureHeader string, now time.Time) (provider.WebhookEvent, error)
+	CheckWebhookHeader(signatureHeader string, now time.Time) error
 } = (*Client)(nil)
 
 // Secrets the tests plant in answers; no error text or log line may show them.

@@ -93,5 +93,7 @@
 // (https://docs.stripe.com/webhooks#verify-official-libraries,
 // https://docs.stripe.com/webhooks/versioning). Create the webhook
 // endpoint with api_version APIVersion, so its events decode as the
-// library expects.
+// library expects. CheckWebhookHeader checks the header alone (its form and
+// timestamp), so a receiver can refuse a missing, malformed or stale one
+// before it reads the body.
 package stripe

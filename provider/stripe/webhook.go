@@ -37,15 +37,7 @@ const maxSignatureHeader = 4096
 // The signature is checked first, so an unauthenticated sender learns
 // nothing about the others. It is safe for concurrent use.
 func (c *Client) ParseWebhook(body []byte, signatureHeader string, now time.Time) (provider.WebhookEvent, error) {
-	switch {
-	case len(c.secrets) == 0:
-		return provider.WebhookEvent{}, fmt.Errorf("%w: no webhook secret configured", provider.ErrBadSignature)
-	case signatureHeader == "":
-		return provider.WebhookEvent{}, fmt.Errorf("%w: missing Stripe-Signature header", provider.ErrBadSignature)
-	case len(signatureHeader) > maxSignatureHeader:
-		return provider.WebhookEvent{}, fmt.Errorf("%w: Stripe-Signature header too long", provider.ErrBadSignature)
-	}
-	t, err := signatureTime(signatureHeader)
+	t, err := c.headerTime(signatureHeader)
 	if err != nil {
 		return provider.WebhookEvent{}, err
 	}
@@ -53,9 +45,8 @@ func (c *Client) ParseWebhook(body []byte, signatureHeader string, now time.Time
 	if err != nil {
 		return provider.WebhookEvent{}, err
 	}
-	if d := now.Sub(t); d > c.tolerance || d < -c.tolerance {
-		return provider.WebhookEvent{}, fmt.Errorf("%w: signed at %s, %s from now (tolerance %s)",
-			provider.ErrStaleTimestamp, t.UTC().Format(time.RFC3339), d.Round(time.Second), c.tolerance)
+	if err := c.checkTime(t, now); err != nil {
+		return provider.WebhookEvent{}, err
 	}
 	ev, err := webhook.ConstructEventWithOptions(body, signatureHeader, secret, webhook.ConstructEventOptions{
 		IgnoreTolerance:          true, // checked above against now
@@ -65,6 +56,64 @@ func (c *Client) ParseWebhook(body []byte, signatureHeader string, now time.Time
 		return provider.WebhookEvent{}, eventError(body)
 	}
 	return eventOf(ev)
+}
+
+// CheckWebhookHeader checks what can be checked of a delivery's
+// Stripe-Signature header before its body is read: a webhook secret is
+// configured; the header is present, at most 4 KiB, made of key=value
+// parts with exactly one integer t and at least one v1 signature; and t
+// lies within the tolerance of now, either way (now is the caller's
+// clock). The signature itself needs the body: ParseWebhook checks it.
+//
+// Errors wrap ErrBadSignature or, for a well-formed header signed outside
+// the tolerance, ErrStaleTimestamp (its signature unchecked). A header it
+// accepts may still fail ParseWebhook; one it refuses always would. Safe
+// for concurrent use.
+func (c *Client) CheckWebhookHeader(signatureHeader string, now time.Time) error {
+	t, err := c.headerTime(signatureHeader)
+	if err != nil {
+		return err
+	}
+	if !hasV1(signatureHeader) {
+		return fmt.Errorf("%w: no v1 signature in Stripe-Signature header", provider.ErrBadSignature)
+	}
+	return c.checkTime(t, now)
+}
+
+// headerTime checks that a webhook secret is configured and the header is
+// present and not too long, and returns its t (signatureTime). Errors wrap
+// ErrBadSignature.
+func (c *Client) headerTime(header string) (time.Time, error) {
+	switch {
+	case len(c.secrets) == 0:
+		return time.Time{}, fmt.Errorf("%w: no webhook secret configured", provider.ErrBadSignature)
+	case header == "":
+		return time.Time{}, fmt.Errorf("%w: missing Stripe-Signature header", provider.ErrBadSignature)
+	case len(header) > maxSignatureHeader:
+		return time.Time{}, fmt.Errorf("%w: Stripe-Signature header too long", provider.ErrBadSignature)
+	}
+	return signatureTime(header)
+}
+
+// checkTime returns an error wrapping ErrStaleTimestamp when t is more than
+// the tolerance away from now, either way.
+func (c *Client) checkTime(t, now time.Time) error {
+	if d := now.Sub(t); d > c.tolerance || d < -c.tolerance {
+		return fmt.Errorf("%w: signed at %s, %s from now (tolerance %s)",
+			provider.ErrStaleTimestamp, t.UTC().Format(time.RFC3339), d.Round(time.Second), c.tolerance)
+	}
+	return nil
+}
+
+// hasV1 reports whether a Stripe-Signature header carries a v1 signature
+// (the scheme stripe-go checks; v0 and others are ignored).
+func hasV1(header string) bool {
+	for part := range strings.SplitSeq(header, ",") {
+		if k, v, _ := strings.Cut(part, "="); k == "v1" && v != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // signatureTime returns the t of a Stripe-Signature header, or an error

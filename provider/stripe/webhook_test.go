@@ -140,6 +140,56 @@ func TestParseWebhook_RefusesWhatStripeDidNotSignNow(t *testing.T) {
 	}
 }
 
+// TestCheckWebhookHeader_RefusesBeforeTheBody: the header alone is refused
+// when ParseWebhook would refuse it whatever the body (missing, malformed,
+// no v1 signature, too long, no secret configured: ErrBadSignature) or when
+// its timestamp is outside the tolerance (ErrStaleTimestamp); a header of
+// the right form signed within the tolerance passes, whether or not its
+// signature matches a body.
+func TestCheckWebhookHeader_RefusesBeforeTheBody(t *testing.T) {
+	t.Parallel()
+	c := mustWebhookClient(t, Config{WebhookSecrets: []string{"whsec_1"}, WebhookTolerance: time.Minute})
+	body := eventBody(provider.EventPaymentIntentSucceeded, APIVersion, succeededPI)
+	good := sign(body, signedAt, "whsec_1")
+	sigs := good[strings.Index(good, ",")+1:]
+	for _, tc := range []struct {
+		name   string
+		header string
+		now    time.Time
+		want   error
+	}{
+		{"no header", "", signedAt, provider.ErrBadSignature},
+		{"no timestamp", sigs, signedAt, provider.ErrBadSignature},
+		{"a malformed timestamp", "t=soon," + sigs, signedAt, provider.ErrBadSignature},
+		{"two timestamps", good + ",t=1", signedAt, provider.ErrBadSignature},
+		{"no v1", fmt.Sprintf("t=%d,v0=abc", signedAt.Unix()), signedAt, provider.ErrBadSignature},
+		{"an empty v1", fmt.Sprintf("t=%d,v1=", signedAt.Unix()), signedAt, provider.ErrBadSignature},
+		{"a part without =", good + ",junk", signedAt, provider.ErrBadSignature},
+		{"a header too long", good + strings.Repeat(",v1=00", 1000), signedAt, provider.ErrBadSignature},
+		{"older than the tolerance", good, signedAt.Add(time.Minute + time.Second), provider.ErrStaleTimestamp},
+		{"newer than the tolerance", good, signedAt.Add(-time.Minute - time.Second), provider.ErrStaleTimestamp},
+		{"a wrong signature, stale", sign(body, signedAt, "whsec_2"), signedAt.Add(time.Hour), provider.ErrStaleTimestamp},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if err := c.CheckWebhookHeader(tc.header, tc.now); !errors.Is(err, tc.want) {
+				t.Errorf("CheckWebhookHeader(%.40q) = %v, want %v", tc.header, err, tc.want)
+			}
+		})
+	}
+	for _, h := range []string{good, sign(body, signedAt, "whsec_2"), fmt.Sprintf("t=%d,v1=00", signedAt.Unix())} {
+		for _, d := range []time.Duration{0, time.Minute, -time.Minute} {
+			if err := c.CheckWebhookHeader(h, signedAt.Add(d)); err != nil {
+				t.Errorf("CheckWebhookHeader(%.40q, signed %+v from now) = %v, want nil", h, d, err)
+			}
+		}
+	}
+	none := mustWebhookClient(t, Config{})
+	if err := none.CheckWebhookHeader(good, signedAt); !errors.Is(err, provider.ErrBadSignature) {
+		t.Errorf("CheckWebhookHeader(no secret configured) = %v, want ErrBadSignature", err)
+	}
+}
+
 func TestParseWebhook_RefusesMalformedEventsAndOtherAPIVersions(t *testing.T) {
 	t.Parallel()
 	strict := mustWebhookClient(t, Config{WebhookSecrets: []string{"whsec_1"}})

@@ -35,6 +35,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -345,8 +346,11 @@ type service struct {
 	db    string // database name
 	cmd   *exec.Cmd
 	other []*exec.Cmd
+	// admin is the base URL of booking serve's admin listener
+	// (BOOKING_ADMIN_ADDR: /metrics, /debug/pprof/).
+	admin string
 	// pprof is the base URL of booking serve's net/http/pprof on its
-	// admin listener (BOOKING_ADMIN_ADDR) when profiles are taken, else "".
+	// admin listener when CPU profiles are taken, else "".
 	pprof string
 }
 
@@ -476,6 +480,7 @@ func (e *env) startService(name string, external bool) (*service, error) {
 	// Each service its own admin listener (metrics, profiler).
 	adminAddr := fmt.Sprintf("127.0.0.1:%d", freePort())
 	env = append(env, "BOOKING_ADMIN_ADDR="+adminAddr)
+	s.admin = "http://" + adminAddr
 	if e.o.profileDir != "" {
 		s.pprof = "http://" + adminAddr + "/debug/pprof"
 	}
@@ -647,22 +652,29 @@ func (e *env) p2() {
 		goal: "≥ 0.08×; p99 reported", goalMin: 0.08, unit: "bookings/s"})
 	p6 := e.add(&row{id: "P6", measure: "peak RSS (VmHWM) of `booking serve` under P2 load, dev mode", goal: "≤ 150 MB", goalMax: 150, unit: "MB"})
 	p6x := e.add(&row{id: "P6", measure: "peak RSS (VmHWM) of `booking serve` under P2 load, external nats-server and provider-sim", goal: "≤ 100 MB", goalMax: 100, unit: "MB"})
-	if err := e.bookings(p2, p6, false); err != nil {
+	// The in-process simulator and NATS keep state per booking (as a
+	// provider and a stream without limits do): the heap grows in dev
+	// mode by design, not with external ones.
+	dev, ext := e.addSteadyRows("dev mode", false), e.addSteadyRows("external nats-server and provider-sim", true)
+	if err := e.bookings(p2, p6, dev, false); err != nil {
 		e.logf("P2: %v", err)
 		p2.note, p6.note = "failed: "+err.Error(), "failed: "+err.Error()
 	}
+	dev.finish()
 	x := &row{id: "P6"}
-	if err := e.bookings(x, p6x, true); err != nil {
+	if err := e.bookings(x, p6x, ext, true); err != nil {
 		e.logf("P6 external: %v", err)
 		p6x.note = "not measured: " + err.Error()
 	} else {
 		p6x.note = fmt.Sprintf("bookings/s in this mode: %s (ratio %s)", medRange(x.value, "%.0f"), medRange(x.ratio, "%.3f"))
 	}
+	ext.finish()
 }
 
 // bookings measures P2-style load on a fresh service: per repetition a
-// pgbench baseline at 32 clients, then warm-up and the timed window.
-func (e *env) bookings(p2, p6 *row, external bool) error {
+// pgbench baseline at 32 clients, then warm-up and the timed window, after
+// which the service's collector cycles and heap go to st.
+func (e *env) bookings(p2, p6 *row, st *steadyRows, external bool) error {
 	s, err := e.startService("p2", external)
 	if err != nil {
 		return err
@@ -688,6 +700,8 @@ func (e *env) bookings(p2, p6 *row, external bool) error {
 			mode = "external"
 		}
 		profiled := e.profileAfter(s, fmt.Sprintf("p2-%s-rep%d", mode, rep+1), e.o.warm, e.o.dur)
+		gc0, gcErr := s.gcCycles()
+		loadStart := time.Now()
 		res, err := runLoad(e.ctx, clients, e.o.warm, e.o.dur, func(ctx context.Context, w, i int) (int, error) {
 			res, r1, err := a.reserve(ctx, shows[i%len(shows)])
 			if err != nil {
@@ -696,11 +710,19 @@ func (e *env) bookings(p2, p6 *row, external bool) error {
 			_, r2, err := a.order(ctx, res, uuid.NewString())
 			return r1 + r2, err
 		})
-		profiled()
 		cpu := s.cpuSeconds() - cpu0
+		gc1, gcErr1 := s.gcCycles()
+		loadTook := time.Since(loadStart)
+		profiled()
 		if err != nil {
 			return err
 		}
+		heap, heapErr := s.heapAfterGC()
+		if err := errors.Join(gcErr, gcErr1, heapErr); err != nil {
+			e.logf("%s rep %d: the service's collector and heap: %v", p2.id, rep+1, err)
+			gc0, gc1, heap = math.NaN(), math.NaN(), heapStats{math.NaN(), math.NaN()}
+		}
+		st.record(rep+1, res.rate(), 1000*cpu/float64(max(res.total, 1)), (gc1-gc0)/loadTook.Seconds(), heap)
 		st1 := e.stats(s.db)
 		p2.value = append(p2.value, res.rate())
 		p2.base = append(p2.base, raw)
@@ -711,7 +733,8 @@ func (e *env) bookings(p2, p6 *row, external bool) error {
 		p2.txs = append(p2.txs, (st1.commits-st0.commits)/float64(max(res.total, 1)))
 		p2.syncs = append(p2.syncs, (st1.walSyncs-st0.walSyncs)/float64(max(res.total, 1)))
 		p6.value = append(p6.value, s.vmHWM())
-		e.logf("%s rep %d: %.0f bookings/s, raw %.0f, ratio %.4f, p99 %.0f ms, VmHWM %.0f MB", p2.id, rep+1, res.rate(), raw, res.rate()/raw, res.pct(99), s.vmHWM())
+		e.logf("%s rep %d: %.0f bookings/s, raw %.0f, ratio %.4f, p99 %.0f ms, VmHWM %.0f MB, %.2f collections/s, heap after a forced collection %.1f MB",
+			p2.id, rep+1, res.rate(), raw, res.rate()/raw, res.pct(99), s.vmHWM(), (gc1-gc0)/loadTook.Seconds(), heap.inuse/1e6)
 	}
 	return nil
 }

@@ -40,6 +40,44 @@ func TestParseLines(t *testing.T) {
 	}
 }
 
+// TestParseServiceMemory: the collector's cycles from /metrics and the
+// heap from a debug=1 heap profile, as the service's admin listener
+// serves them; and the steady rows' ratios and verdicts.
+func TestParseServiceMemory(t *testing.T) {
+	metrics := "# TYPE go_gc_duration_seconds summary\ngo_gc_duration_seconds{quantile=\"0\"} 1.2e-05\ngo_gc_duration_seconds_sum 0.0123\ngo_gc_duration_seconds_count 417\ngo_goroutines 52\n"
+	if n, err := parseGCCycles(metrics); err != nil || n != 417 {
+		t.Errorf("parseGCCycles = %v, %v; want 417", n, err)
+	}
+	if _, err := parseGCCycles("go_goroutines 52\n"); err == nil {
+		t.Errorf("parseGCCycles(no count) = nil error, want one")
+	}
+	heap := "heap profile: 12: 3456 [789: 101112] @ heap/1048576\n...\n\n# runtime.MemStats\n# Alloc = 30000000\n# HeapAlloc = 31000000\n# HeapSys = 60000000\n# HeapInuse = 40000000\n# NumGC = 9\n"
+	if h, err := parseHeap(heap); err != nil || h.inuse != 40e6 || h.live != 31e6 {
+		t.Errorf("parseHeap = %+v, %v; want in use 40e6, live 31e6", h, err)
+	}
+	if _, err := parseHeap("# HeapAlloc = 1\n"); err == nil {
+		t.Errorf("parseHeap(no HeapInuse) = nil error, want one")
+	}
+	e := &env{}
+	st := e.addSteadyRows("external", true)
+	for i, rate := range []float64{100, 95, 89} {
+		st.record(i+1, rate, 5, 0.8, heapStats{inuse: float64(40+i) * 1e6, live: 30e6})
+	}
+	st.finish()
+	if st.rate.met() != "**not met**" || st.rate.value[0] != 0.89 {
+		t.Errorf("third at 0.89 of the first: %v %s, want not met", st.rate.value, st.rate.met())
+	}
+	if st.heap.met() != "met" || st.gc.met() != "met" {
+		t.Errorf("heap %v (%s), collections %v (%s); want both met", st.heap.ratio, st.heap.met(), st.gc.value, st.gc.met())
+	}
+	quick := e.addSteadyRows("dev mode", true)
+	quick.record(1, 100, 5, 3, heapStats{inuse: 40e6, live: 30e6})
+	quick.finish()
+	if quick.rate.met() != "not measured" || quick.heap.met() != "–" || quick.gc.met() != "**not met**" {
+		t.Errorf("one repetition: rate %s, heap %s, collections %s; want not measured, –, not met (3/s)", quick.rate.met(), quick.heap.met(), quick.gc.met())
+	}
+}
+
 // TestKeptSection: the hand-written section of BENCHMARKS.md survives a
 // run, whether it ends the file or another section follows it, and a report
 // without it keeps nothing.

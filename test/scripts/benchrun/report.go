@@ -171,7 +171,7 @@ func (e *env) writeReport(took time.Duration) error {
 	for _, r := range e.results {
 		fig, base, ratio := "–", "–", "–"
 		f := "%.0f"
-		if r.unit == "statements" || r.unit == "x" {
+		if r.unit == "statements" || r.unit == "x" || r.unit == "GC/s" {
 			f = "%.2f"
 		}
 		if len(r.value) > 0 {
@@ -237,6 +237,7 @@ func (e *env) writeReport(took time.Duration) error {
 	w("- P4: `go test -bench ^BenchmarkRebuild` in projections with BOOKING_BENCH_EVENTS=%d; metric `x_of_raw_read` (rebuild over a raw ordered read of the same log in the same run).", e.o.rebuildEvents)
 	w("- P5: `go test -bench ^BenchmarkRelay$` in projections/notify; the baseline is JetStream async publishing of the same messages with acks to the same embedded server in the same run.")
 	w("- P6: VmHWM from /proc/PID/status of `booking serve`, reset (`/proc/PID/clear_refs` 5) before each P2 repetition and read after it; then again with an external `nats-server` (bin/nats-server) and `booking provider-sim`.")
+	w("- P2r, P2g, P2m: the P2 repetitions of each mode run back to back on one service (its database, caches and heap carried over). P2r is the third repetition's bookings/s over the first's; P2g the collector's cycles (`go_gc_duration_seconds_count` of the service's `/metrics` on its admin listener) per second of warm-up and window; P2m the heap in use (runtime.MemStats HeapInuse; HeapAlloc, the live objects, in the details) after a collection forced at the end of each repetition (`/debug/pprof/heap?gc=1&debug=1` on the admin listener), with the third repetition's over the first's as the ratio. The service CPU per booking is /proc/PID/stat's user+system time (what `process_cpu_seconds_total` reports) over the bookings, warm-up included.")
 	w("")
 	w("Every figure above is as this run wrote it, on the commit named at the top.")
 	old, err := os.ReadFile(e.o.out)

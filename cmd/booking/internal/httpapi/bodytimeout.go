@@ -15,6 +15,9 @@ import (
 // (RFC 9112 §9.6; net/http lingers the same way on its own early closes).
 const lingerAfterTimeout = 500 * time.Millisecond
 
+// lingerDiscardBytes bounds what is read and discarded while lingering.
+const lingerDiscardBytes = 1 << 20
+
 // lingerAfterBodyTimeout completes the server's read timeout. The server's
 // ReadTimeout (BOOKING_HTTP_READ_TIMEOUT) bounds the time to receive a whole
 // request, headers and body, however steadily it trickles: reading the body
@@ -39,7 +42,7 @@ func lingerAfterBodyTimeout(next http.Handler) http.Handler {
 			rc := http.NewResponseController(w)
 			_ = rc.Flush()
 			_ = rc.SetReadDeadline(time.Now().Add(lingerAfterTimeout))
-			_, _ = io.Copy(io.Discard, io.LimitReader(b.ReadCloser, maxWebhookBytes))
+			_, _ = io.Copy(io.Discard, io.LimitReader(b.ReadCloser, lingerDiscardBytes))
 		}
 	})
 }

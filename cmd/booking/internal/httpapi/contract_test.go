@@ -148,6 +148,8 @@ func (f *fakeService) PaymentAction(_ context.Context, o domain.Order) (*command
 	return f.action, nil
 }
 
+func (f *fakeService) CheckWebhookHeader(context.Context, string) error { return nil }
+
 func (f *fakeService) ReceiveWebhook(_ context.Context, _ string, _ []byte) error {
 	f.record("ReceiveWebhook", commands.Request{}, "")
 	return f.err

@@ -51,6 +51,9 @@ type Service interface {
 	// o's payment while it requires the customer's action (nil otherwise);
 	// shown only to o's actor.
 	PaymentAction(ctx context.Context, o domain.Order) (*commands.PaymentAction, error)
+	// CheckWebhookHeader checks a notification's Stripe-Signature header
+	// alone (its form and timestamp), before the body is read.
+	CheckWebhookHeader(ctx context.Context, signature string) error
 	// ReceiveWebhook verifies (the Stripe-Signature header over the raw
 	// body) and records a payment provider notification.
 	ReceiveWebhook(ctx context.Context, signature string, body []byte) error
@@ -97,6 +100,12 @@ type Config struct {
 	// ObserveWebhook is called once per provider notification received,
 	// with its result (WebhookResults). Nil: none.
 	ObserveWebhook func(result string)
+	// WebhookTimeout bounds one provider notification, from the end of its
+	// headers to its answer (0: DefaultWebhookTimeout); WebhookConcurrency
+	// bounds the notifications worked on at once (0:
+	// DefaultWebhookConcurrency). See newWebhookHandler.
+	WebhookTimeout     time.Duration
+	WebhookConcurrency int
 	// Test is mounted at /_test (fault-injection control); nil in the
 	// production build.
 	Test http.Handler
@@ -118,7 +127,7 @@ func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
 	a := &api{svc: svc, auth: auth, log: log, ready: cfg.Ready, rateLimited: cfg.RateLimited,
 		budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test,
 		observe: cfg.ObserveRequest, observeWebhook: cfg.ObserveWebhook}
-	a.webhooks = newWebhookHandler(a, svc)
+	a.webhooks = newWebhookHandler(a, svc, webhookBudget{timeout: cfg.WebhookTimeout, concurrency: cfg.WebhookConcurrency})
 	if reads != nil {
 		a.lists = newLists(reads, a.writeError)
 	}

@@ -33,6 +33,7 @@ var kindStatus = map[domain.Kind]int{
 	domain.Timeout:          http.StatusRequestTimeout,
 
 	kindMethodNotAllowed: http.StatusMethodNotAllowed,
+	kindWebhookBusy:      http.StatusServiceUnavailable,
 }
 
 // kindMethodNotAllowed is the kind of the one refusal only the router makes

@@ -121,7 +121,7 @@ func New(version string) *Metrics {
 			Help: "State-changing requests by operation and what they did with their intent: created, replayed, refused (422 key reused or a refusal recorded), in_use (409), waited (a repeat waited for the first request)."},
 			[]string{"operation", "result"}),
 		refusals: counterVec("booking_intent_refusals_total", "code", "Intents refused, by the refusal's stable code (idempotency-key-reused, sold-out, …)."),
-		webhooks: counterVec("booking_webhooks_total", "result", "Provider notifications by result: accepted (a new fact), duplicate (nothing new), ignored, bad_signature, invalid, unknown_order, failed."),
+		webhooks: counterVec("booking_webhooks_total", "result", "Provider notifications by result: accepted (a new fact), duplicate (nothing new), ignored, bad_signature (header or signature refused, before or after the body), invalid (not an event, or over 64 KiB), unknown_order, failed (over the webhook route's budget, a dependency down, a body that did not arrive)."),
 		erasures: counterVec("booking_erasures_total", "result", "Deleted order keys whose erasure was recorded: recorded (PaymentSecretsShredded appended to the order), no_order (the key was held for an order that never existed)."),
 	}
 	m.httpRequests, m.httpDuration = newHTTPMetrics()
@@ -155,6 +155,9 @@ func New(version string) *Metrics {
 	}
 	for _, r := range UnknownAppendResults {
 		m.unknownAppends.WithLabelValues(r)
+	}
+	for _, r := range WebhookResults {
+		m.webhooks.WithLabelValues(r)
 	}
 	return m
 }

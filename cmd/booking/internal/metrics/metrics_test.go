@@ -27,6 +27,7 @@ func TestMetricNamesAndLabels(t *testing.T) {
 	m.Reconciliation("succeeded")
 	m.Recovered("follow-up")
 	m.UnknownAppend("resolved")
+	m.Webhook("bad_signature")
 	m.RateLimited()
 	m.RateLimited()
 	m.Intent("reserve", "created", "")
@@ -46,6 +47,8 @@ func TestMetricNamesAndLabels(t *testing.T) {
 		`booking_payment_reconciliations_total{result="succeeded"} 1`,
 		`booking_recovered_steps_total{step="follow-up"} 1`,
 		`booking_append_unknown_outcomes_total{result="resolved"} 1`,
+		`booking_webhooks_total{result="bad_signature"} 1`,
+		`booking_webhooks_total{result="accepted"} 0`,
 		`booking_retry_budget_exceeded_total 2`,
 		`booking_intents_total{operation="reserve",result="created"} 1`,
 		`booking_intents_total{operation="reserve",result="refused"} 1`,
