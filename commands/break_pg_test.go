@@ -261,17 +261,20 @@ func TestPGBreakRepeatsOnAnotherProcess(t *testing.T) {
 	b := f.handler("pg-b", nil)
 	ctx := context.Background()
 
-	// A rejection (no such show), replayed on B.
-	rreq := f.req(OpReserveSeats)
-	missing := NewID()
-	_, _, err := a.ReserveSeats(ctx, rreq, ReserveSeatsCommand{ShowID: missing, Quantity: 1})
-	var rej *Rejection
-	if !errors.As(err, &rej) || rej.Err.Code != domain.ErrShowNotFound.Code {
-		t.Fatalf("ReserveSeats of a missing show on A = %v, want show-not-found", err)
+	// A rejection (sold out), replayed on B.
+	full := f.scheduleShow(t, a, "Full", 1)
+	if _, _, err := a.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: full.ID, Quantity: 1}); err != nil {
+		t.Fatalf("hold of the only seat on A = %v", err)
 	}
-	_, out, err := b.ReserveSeats(ctx, rreq, ReserveSeatsCommand{ShowID: missing, Quantity: 1})
-	if !errors.As(err, &rej) || rej.Err.Code != domain.ErrShowNotFound.Code || !rej.Replayed {
-		t.Fatalf("its repeat on B = %+v, %v; want the replayed show-not-found", out, err)
+	rreq := f.req(OpReserveSeats)
+	_, _, err := a.ReserveSeats(ctx, rreq, ReserveSeatsCommand{ShowID: full.ID, Quantity: 1})
+	var rej *Rejection
+	if !errors.As(err, &rej) || rej.Err.Code != domain.ErrSoldOut.Code {
+		t.Fatalf("ReserveSeats of a full show on A = %v, want sold-out", err)
+	}
+	_, out, err := b.ReserveSeats(ctx, rreq, ReserveSeatsCommand{ShowID: full.ID, Quantity: 1})
+	if !errors.As(err, &rej) || rej.Err.Code != domain.ErrSoldOut.Code || !rej.Replayed {
+		t.Fatalf("its repeat on B = %+v, %v; want the replayed sold-out", out, err)
 	}
 
 	// A show that starts soon, repeated on B after its start passed.

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"time"
 
 	"github.com/retrysafe/booking/domain"
 )
@@ -18,7 +19,16 @@ import (
 // order failed or in review) are *Rejection with 409, answered the same to
 // every repeat; another actor's order is 404.
 func (h *Handler) CancelOrder(ctx context.Context, req Request, orderID string) (OrderResult, error) {
-	run, err := h.beginIntent(ctx, req, map[string]any{"order_id": orderID}, nil, nil)
+	// Another actor's order, like an absent one, is refused before the
+	// intent is recorded: a probe writes nothing and leaves the key unused.
+	visible := func(time.Time) error {
+		o, _, err := h.LoadOrder(ctx, orderID)
+		if err == nil && (!o.Exists() || o.Actor != req.Actor) {
+			err = domain.ErrOrderNotFound
+		}
+		return err
+	}
+	run, err := h.beginIntent(ctx, req, map[string]any{"order_id": orderID}, nil, visible)
 	if err != nil {
 		return OrderResult{}, err
 	}

@@ -89,9 +89,10 @@ func WithCorrelationID(ctx context.Context, id string) context.Context {
 func CorrelationID(ctx context.Context) string { return lineageOf(ctx).correlation }
 
 // withCause returns a copy of ctx whose appends follow from the event id
-// with metadata m: they keep its correlation and request ids and name it as
-// their cause.
+// with metadata m: they keep its correlation and request ids, name it as
+// their cause, and continue its trace (continueTrace).
 func withCause(ctx context.Context, m eventstore.Metadata, id string) context.Context {
+	ctx = continueTrace(ctx, m, false)
 	return withLineage(ctx, lineage{correlation: m.CorrelationID, causation: id,
 		request: RequestIDs{Server: m.RequestID, Client: m.ClientRequestID}})
 }
@@ -100,9 +101,9 @@ func withCause(ctx context.Context, m eventstore.Metadata, id string) context.Co
 // id, and otherwise ctx carrying the correlation id of s's latest event
 // that has one: a job or request acting on a stream it loaded (the
 // reconciler, a payment step, a webhook's fact, the expiry job) appends
-// under the intent that last acted on it. When no request is being served,
-// the stream's latest event is also the cause, and its request ids are
-// carried on.
+// under the intent that last acted on it, and continues the trace kept with
+// that event. When no request is being served, the stream's latest event
+// is also the cause, and its request ids are carried on.
 func withStreamCorrelation(ctx context.Context, s *stream) context.Context {
 	if CorrelationID(ctx) != "" || s == nil || len(s.records) == 0 {
 		return ctx
@@ -117,16 +118,20 @@ func withStreamCorrelation(ctx context.Context, s *stream) context.Context {
 		}
 	}
 	if RequestIDsOf(ctx).Server != "" {
-		return WithCorrelationID(ctx, m.CorrelationID)
+		// A request (a webhook) continues the stream's trace too, its own
+		// span linked to it.
+		return WithCorrelationID(continueTrace(ctx, m, true), m.CorrelationID)
 	}
 	return withCause(ctx, m, last.ID)
 }
 
 // stamp completes the lineage of metadata m from ctx: members m sets are
-// kept; the correlation, cause and request come from ctx (see above). An
+// kept; the correlation, cause, request and trace context come from ctx
+// (see above and tracing.go). An
 // event appended while serving a request without an intent's lineage
 // (none known yet) names the request as its cause and correlation.
 func stamp(ctx context.Context, m eventstore.Metadata) eventstore.Metadata {
+	stampTrace(ctx, &m)
 	l := lineageOf(ctx)
 	if m.RequestID == "" && m.ClientRequestID == "" {
 		m.RequestID, m.ClientRequestID = l.request.Server, l.request.Client

@@ -19,6 +19,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/internal/tick"
@@ -203,6 +205,10 @@ type Handler struct {
 	// the process gives it up (Abandon).
 	abandoned context.Context
 	abandon   context.CancelFunc
+
+	// tracer records the spans of the store and provider decorators
+	// (tracing.go); nil records none.
+	tracer trace.Tracer
 }
 
 // Hooks are test-only fault points: each, when set, is called at a step
@@ -286,6 +292,16 @@ func New(cfg Config, store EventStore, clock Clock, payments Payments, registry 
 	h.abandoned, h.abandon = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(h)
+	}
+	if payments != nil {
+		var p Payments = payments
+		if h.tracer != nil {
+			p = tracedPayments{next: p, tracer: h.tracer}
+		}
+		h.payments = observedPayments{next: p, metrics: h.metrics}
+	}
+	if h.tracer != nil {
+		h.store = tracedStore{next: store, tracer: h.tracer}
 	}
 	return h
 }

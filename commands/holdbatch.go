@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 )
@@ -25,6 +27,8 @@ type holdReq struct {
 	resID string
 	fresh bool
 	done  chan holdResult
+	// trace is the request's span context, kept with its SeatsHeld.
+	trace trace.SpanContext
 }
 
 // holdResult is what the batch decided for one request: the SeatsHeld (ok),
@@ -88,7 +92,7 @@ const ownHoldTrust = 5 * time.Second
 // conflict (another replica appended first), or the recorded *Rejection.
 // fresh is holdReq.fresh.
 func (h *Handler) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand, resID string, fresh bool) (heldRecord, bool, error) {
-	req := &holdReq{run: run, cmd: cmd, resID: resID, fresh: fresh, done: make(chan holdResult, 1)}
+	req := &holdReq{run: run, cmd: cmd, resID: resID, fresh: fresh, done: make(chan holdResult, 1), trace: trace.SpanContextFromContext(ctx)}
 	b := &h.holds
 	b.mu.Lock()
 	if b.queue == nil {
@@ -255,6 +259,7 @@ func (h *Handler) decideHolds(e *showEntry, prior map[string]heldRecord, showID 
 		}
 		id := DerivedID(r.run.cause(), "seats-held")
 		m := r.run.meta(now, "")
+		stampSpan(r.trace, &m)
 		m.SchemaVersion = domain.SchemaVersionOf(evs[0])
 		ed, err := eventstore.Encode(id, evs[0], m)
 		if err != nil {

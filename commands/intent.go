@@ -30,6 +30,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 )
@@ -105,11 +107,19 @@ type intentRun struct {
 	// for recovery, the intent's latest event) as their cause, and the
 	// request behind them.
 	lineage lineage
+	// trace is the trace recovery continues: the one kept with the
+	// intent's latest event that keeps one (tracing.go); invalid for a run
+	// a request serves, which is in its own.
+	trace trace.SpanContext
 }
 
 // context returns ctx carrying the run's lineage, so every event the run
-// appends, and every follow-up it does inline, names the intent's request.
+// appends, and every follow-up it does inline, names the intent's request,
+// and for recovery continues the intent's trace.
 func (r *intentRun) context(ctx context.Context) context.Context {
+	if r.trace.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, r.trace)
+	}
 	return withLineage(ctx, r.lineage)
 }
 

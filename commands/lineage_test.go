@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
@@ -47,9 +49,33 @@ func (w *lineageWorld) handler(executor string, hooks Hooks) *Handler {
 }
 
 // request returns a context serving the request of server id srv and
-// client id client.
+// client id client, in a span of a trace of its own (requestTrace).
 func request(srv, client string) context.Context {
-	return WithRequestIDs(context.Background(), RequestIDs{Server: srv, Client: client})
+	ctx := trace.ContextWithSpanContext(context.Background(), requestTrace(srv))
+	return WithRequestIDs(ctx, RequestIDs{Server: srv, Client: client})
+}
+
+// requestTrace returns the span context of the test request of server id
+// srv: trace and span id derived from srv, sampled, with a tracestate.
+func requestTrace(srv string) trace.SpanContext {
+	sum := sha256.Sum256([]byte(srv))
+	ts, _ := trace.ParseTraceState("booking=" + srv)
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID(sum[:16]), SpanID: trace.SpanID(sum[16:24]),
+		TraceFlags: trace.FlagsSampled, TraceState: ts})
+}
+
+// traceName names the trace context of metadata m by the test request
+// whose span it is ("srv-order"), "" when m keeps none, or shows it as it
+// is when no request's.
+func traceName(m eventstore.Metadata) string {
+	if m.Traceparent == "" && m.Tracestate == "" {
+		return ""
+	}
+	srv, ok := strings.CutPrefix(m.Tracestate, "booking=")
+	if sc := requestTrace(srv); ok && m.Traceparent == "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-01" {
+		return srv
+	}
+	return m.Traceparent + ";" + m.Tracestate
 }
 
 // lineageLines returns one line per event of the log: its stream's kind,
@@ -112,8 +138,8 @@ func lineageLines(t *testing.T, store *memStore) []string {
 		if err != nil {
 			t.Fatalf("%s@%d: %v", r.Stream, r.Revision, err)
 		}
-		out = append(out, fmt.Sprintf("%-20s %-24s correlation=%s causation=%s request=%s client=%s",
-			kind(r.Stream), r.Type, name(m.CorrelationID), name(m.CausationID), m.RequestID, m.ClientRequestID))
+		out = append(out, fmt.Sprintf("%-20s %-24s correlation=%s causation=%s request=%s client=%s trace=%s",
+			kind(r.Stream), r.Type, name(m.CorrelationID), name(m.CausationID), m.RequestID, m.ClientRequestID, traceName(m)))
 	}
 	return out
 }

@@ -1,5 +1,7 @@
 package commands
 
+import "time"
+
 // Metrics receives the handlers' observations (the booking_idempotency_* and
 // other counters docs/operations.md lists under Metrics). cmd/booking
 // implements it with Prometheus; the zero implementation discards them.
@@ -30,6 +32,10 @@ type Metrics interface {
 	// Erasure counts a deleted order key whose erasure was recorded, by
 	// result: ErasureRecorded or ErasureNoOrder.
 	Erasure(result string)
+	// ProviderCall reports a call of the payment provider that returned:
+	// its operation (ProviderOperations), result (ProviderResults) and
+	// duration, measured around the Payments port (observedPayments).
+	ProviderCall(operation, result string, elapsed time.Duration)
 	// ClockSkew reports the event store's clock minus the service's, in
 	// seconds, measured on one of the process's own appends (see skew.go).
 	ClockSkew(seconds float64)
@@ -47,14 +53,15 @@ const (
 
 type nopMetrics struct{}
 
-func (nopMetrics) FingerprintConflict(string)    {}
-func (nopMetrics) Replay(string)                 {}
-func (nopMetrics) InUse(string)                  {}
-func (nopMetrics) Contention()                   {}
-func (nopMetrics) RedundantEffect()              {}
-func (nopMetrics) Reconciliation(string)         {}
-func (nopMetrics) Recovered(string)              {}
-func (nopMetrics) UnknownAppend(string)          {}
-func (nopMetrics) ClockSkew(float64)             {}
-func (nopMetrics) Erasure(string)                {}
-func (nopMetrics) Intent(string, string, string) {}
+func (nopMetrics) FingerprintConflict(string)                 {}
+func (nopMetrics) Replay(string)                              {}
+func (nopMetrics) InUse(string)                               {}
+func (nopMetrics) Contention()                                {}
+func (nopMetrics) RedundantEffect()                           {}
+func (nopMetrics) Reconciliation(string)                      {}
+func (nopMetrics) Recovered(string)                           {}
+func (nopMetrics) UnknownAppend(string)                       {}
+func (nopMetrics) ClockSkew(float64)                          {}
+func (nopMetrics) Erasure(string)                             {}
+func (nopMetrics) Intent(string, string, string)              {}
+func (nopMetrics) ProviderCall(string, string, time.Duration) {}

@@ -82,7 +82,18 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 		// retention should this process stop first.
 		discard: func(_ context.Context, orderID string) { h.shredSoon(orderID) },
 	}
-	run, err := h.beginIntent(ctx, req, command, prep, nil)
+	// Another actor's reservation, like an absent one, is refused before
+	// the intent is recorded: a probe writes nothing and leaves the key
+	// unused. Existence and owner are fixed by ReservationHeld, so the
+	// reservation as this process last saw it decides.
+	visible := func(time.Time) error {
+		r, _, err := h.cachedReservation(ctx, cmd.ReservationID)
+		if err == nil && (!r.Exists() || r.Actor != req.Actor) {
+			err = domain.ErrReservationNotFound
+		}
+		return err
+	}
+	run, err := h.beginIntent(ctx, req, command, prep, visible)
 	if err != nil {
 		return OrderResult{}, err
 	}

@@ -413,7 +413,7 @@ func (h *Handler) loadRun(ctx context.Context, stream string) (*intentRun, error
 	in.RecordedAt = openedAt(s.records[0])
 	req := Request{Actor: in.Recorded.Actor, Operation: in.Recorded.Operation}
 	return &intentRun{req: req, stream: stream, intent: in, rev: s.last, command: in.Recorded.Command, opened: s.records[0].Revision,
-		lineage: recoveryLineage(s)}, nil
+		lineage: recoveryLineage(s), trace: latestTrace(ctx, s)}, nil
 }
 
 // recoveryLineage is the lineage of an intent recovery resumes: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
@@ -27,7 +28,10 @@ func (c ReserveSeatsCommand) Canonical() map[string]any {
 // answered the same to every repeat; domain.ErrContention (503) when bounded
 // retries on the show stream run out, never stored.
 func (h *Handler) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
-	run, err := h.beginIntent(ctx, req, cmd.Canonical(), nil, nil)
+	// An absent show is refused before the intent is recorded: a probe
+	// writes nothing and leaves the key unused.
+	visible := func(time.Time) error { return h.showScheduled(ctx, cmd.ShowID) }
+	run, err := h.beginIntent(ctx, req, cmd.Canonical(), nil, visible)
 	if err != nil {
 		return domain.Reservation{}, Outcome{}, err
 	}

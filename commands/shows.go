@@ -109,6 +109,21 @@ func (h *Handler) LoadShow(ctx context.Context, id string) (domain.Show, *stream
 
 // GetShow returns the show with id, strongly consistent (the cached
 // snapshot is brought up to the stream's head first). Holds is not
+// showScheduled returns nil when show id is scheduled, from the cached
+// snapshot when it holds the show (a show never stops being scheduled),
+// from the stream otherwise. Returns domain.ErrShowNotFound.
+func (h *Handler) showScheduled(ctx context.Context, id string) error {
+	unlock := h.shows.Lock(id)
+	e := h.showCache.get(id)
+	known := e.exists && e.show.Scheduled
+	unlock()
+	if known {
+		return nil
+	}
+	_, err := h.GetShow(ctx, id)
+	return err
+}
+
 // returned. Returns domain.ErrShowNotFound.
 func (h *Handler) GetShow(ctx context.Context, id string) (domain.Show, error) {
 	unlock := h.shows.Lock(id)

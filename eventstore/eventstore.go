@@ -180,9 +180,70 @@ func (e *RevisionConflictError) Error() string {
 // Is makes errors.Is(err, ErrWrongExpectedRevision) true.
 func (e *RevisionConflictError) Is(target error) bool { return target == ErrWrongExpectedRevision }
 
+// StreamAppend is one part of an AppendMulti: Events to append to Stream if
+// Expected holds, as Append(ctx, Stream, Expected, Events...) takes them.
+type StreamAppend struct {
+	Stream   string
+	Expected ExpectedRevision
+	Events   []EventData
+}
+
+// AppendPartError is the error of an AppendMulti that failed on one of its
+// parts: Part is the part's index in the call (0-based) of Parts, Stream its
+// stream, Err the part's error — a *RevisionConflictError (errors.Is
+// ErrWrongExpectedRevision) when its expected revision does not hold.
+// errors.Is and errors.As see Err through it.
+type AppendPartError struct {
+	Part   int
+	Parts  int
+	Stream string
+	Err    error
+}
+
+// Error names the part and its stream, then the part's error.
+func (e *AppendPartError) Error() string {
+	return fmt.Sprintf("eventstore: append to %d streams: part %d (%s): %v", e.Parts, e.Part, e.Stream, e.Err)
+}
+
+// Unwrap returns the part's error.
+func (e *AppendPartError) Unwrap() error { return e.Err }
+
+// CheckAppends checks what AppendMulti requires of its parts before any
+// backend-specific check: at least one part, every part with a stream name
+// and at least one event, no stream named by two parts, and no event id
+// twice in the call. It returns an error naming the first offending part, nil
+// otherwise.
+func CheckAppends(appends []StreamAppend) error {
+	if len(appends) == 0 {
+		return errors.New("eventstore: append to no streams: want at least one part")
+	}
+	streams := make(map[string]int, len(appends))
+	ids := make(map[string]int)
+	for i, a := range appends {
+		if a.Stream == "" {
+			return fmt.Errorf("eventstore: append to %d streams: part %d: empty stream name", len(appends), i)
+		}
+		if len(a.Events) == 0 {
+			return fmt.Errorf("eventstore: append to %d streams: part %d (%s): no events", len(appends), i, a.Stream)
+		}
+		if j, dup := streams[a.Stream]; dup {
+			return fmt.Errorf("eventstore: append to %d streams: parts %d and %d both append to %s: want one part per stream", len(appends), j, i, a.Stream)
+		}
+		streams[a.Stream] = i
+		for _, e := range a.Events {
+			if j, dup := ids[e.ID]; dup {
+				return fmt.Errorf("eventstore: append to %d streams: event id %s is in parts %d and %d: want distinct ids", len(appends), e.ID, j, i)
+			}
+			ids[e.ID] = i
+		}
+	}
+	return nil
+}
+
 // Store is an event store with per-stream optimistic concurrency and a
-// commit-ordered global log. It holds nothing a KurrentDB backend could not
-// do: every append touches exactly one stream. Implementations are safe for
+// commit-ordered global log. Its contract follows KurrentDB's; AppendMulti
+// is the one operation a KurrentDB backend cannot do atomically (it appends
+// part by part there; see AppendMulti). Implementations are safe for
 // concurrent use.
 type Store interface {
 	// Append writes events to stream atomically if expected holds. A repeat of
@@ -191,6 +252,33 @@ type Store interface {
 	// idempotent append). Returns a *RevisionConflictError (errors.Is
 	// ErrWrongExpectedRevision) otherwise. events must not be empty.
 	Append(ctx context.Context, stream string, expected ExpectedRevision, events ...EventData) (AppendResult, error)
+
+	// AppendMulti appends to several streams, each part under its own
+	// expected revision, as one unit: it does what Append would do for each
+	// part in order, and on an atomic backend every part takes effect or
+	// none does. It returns one AppendResult per part, in order.
+	//
+	// Parts name distinct streams, none is empty, and event ids are
+	// distinct across the call (CheckAppends); otherwise it returns a plain
+	// error and writes nothing. A part whose events are all stored where
+	// its expected revision puts them is a repeat, as for Append: it writes
+	// nothing and reports the stored revision and position; so a repeat of
+	// a whole call is a no-op, and a repeat of a call that was cut short
+	// writes what is missing. A part whose expected revision does not hold
+	// (and that is not a repeat) fails the call with an *AppendPartError
+	// naming the first such part and wrapping its *RevisionConflictError
+	// (errors.Is ErrWrongExpectedRevision).
+	//
+	// Every event gets a commit-ordered position, increasing in part order
+	// and event order. Atomic backends (pgstore: one transaction, one xid8
+	// for every event; memstore: one lock) write nothing when any part
+	// fails, and no reader sees some parts without the others. KurrentDB
+	// (eventstore/kurrentdb, client v4) has no atomic multi-stream append:
+	// there AppendMulti appends part by part and stops at the first failure,
+	// leaving the parts before it written; repeating the same call completes
+	// it, and the service's recovery, which repeats interrupted work, covers
+	// the gap.
+	AppendMulti(ctx context.Context, appends ...StreamAppend) ([]AppendResult, error)
 
 	// ReadStream returns up to limit live events of stream with revision >=
 	// from, in revision order. limit <= 0 means all. Returns

@@ -81,7 +81,15 @@ type Metadata struct {
 	// look-up of the attempt at the provider) or "webhook" (a provider
 	// notification, fetched). Empty for every other event, and for facts
 	// recorded before it existed.
-	ObservedBy    string    `json:"observed_by,omitempty"`
+	ObservedBy string `json:"observed_by,omitempty"`
+	// Traceparent and Tracestate are the W3C trace context
+	// (https://www.w3.org/TR/trace-context/#traceparent-header) of the
+	// span the event was decided in: whoever acts on the event later
+	// continues that trace, and the relay publishes them as the NATS
+	// headers of the same names. Empty when the event was decided outside
+	// any trace.
+	Traceparent   string    `json:"traceparent,omitempty"`
+	Tracestate    string    `json:"tracestate,omitempty"`
 	OccurredAt    time.Time `json:"occurred_at"`
 	SchemaVersion int       `json:"schema_version"`
 }

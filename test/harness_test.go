@@ -40,7 +40,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/retrysafe/booking/cmd/booking/loadgen/audit"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
 	"github.com/retrysafe/booking/internal/syncbuf"
@@ -304,9 +303,8 @@ type server struct {
 
 	// log is the event log of the test database (openLog).
 	log eventstore.Store
-	// auditSkip exempts rules from the final invariant check (skipAudit),
-	// auditOpen orders from its Settled rule (expectOpen).
-	auditSkip map[audit.Rule]string
+	// auditOpen exempts orders from the final invariant check's Settled
+	// rule (expectOpen).
 	auditOpen map[string]string
 	// auditToken is the bearer token the audit reads the API with; empty:
 	// the static admin token (a JWT when BOOKING_AUTH=jwt).

@@ -363,7 +363,8 @@ func TestIdempotencyKey_Rules(t *testing.T) {
 
 // TestIsolation_OtherActorsResourcesAreNotFound: another actor's
 // reservation and order are 404, exactly like ids that do not exist, for
-// reads and for writes.
+// reads and for writes; a write probe records nothing, not even an intent,
+// and leaves its key unused.
 func TestIsolation_OtherActorsResourcesAreNotFound(t *testing.T) {
 	t.Parallel()
 	s, show, ordered := mustStartReserved(t, Options{}, 2)
@@ -371,7 +372,7 @@ func TestIsolation_OtherActorsResourcesAreNotFound(t *testing.T) {
 	unordered := s.mustReserve(t, tokAlice, show, 1)
 	unknown := "01900000-0000-7000-8000-000000000000"
 	s.settle(t)
-	before := s.nonIntentEvents(t)
+	before := s.loggedEvents(t)
 
 	// check compares bob's answer about alice's id with the answer about an
 	// unknown id: same status, code and detail, and nothing of alice's but
@@ -417,9 +418,19 @@ func TestIsolation_OtherActorsResourcesAreNotFound(t *testing.T) {
 			check(t, s.doCall(t, tc.c(tc.mine)), like, tc.mine)
 		})
 	}
-	// Bob's refused writes may record his own intents, nothing else.
-	if n := s.nonIntentEvents(t); n != before {
-		t.Errorf("event store: %d events outside intent streams after bob's requests, want %d", n, before)
+	// 100 cancel probes of alice's order, each under a key of its own.
+	probeKeys := make([]string, 100)
+	for i := range probeKeys {
+		probeKeys[i] = newKey()
+		r := s.do(t, "POST", "/v1/orders/"+order+"/cancel", tokBob, probeKeys[i], nil)
+		checkProblem(t, r, http.StatusNotFound, "order-not-found")
+	}
+	reserveKey := newKey()
+	r := s.do(t, "POST", "/v1/reservations", tokBob, reserveKey, map[string]any{"show_id": unknown, "quantity": 1})
+	checkProblem(t, r, http.StatusNotFound, "show-not-found")
+	// Bob's refused writes record nothing at all.
+	if n := s.loggedEvents(t); n != before {
+		t.Errorf("event store: %d events after bob's refused writes, want %d (nothing recorded)", n, before)
 	}
 	s.checkPaidOnce(t, order)
 	for _, c := range []struct{ path, field, want string }{
@@ -432,20 +443,24 @@ func TestIsolation_OtherActorsResourcesAreNotFound(t *testing.T) {
 			t.Errorf("%s, want 200 with %s %s", r, c.field, c.want)
 		}
 	}
+	// A probe's key is not used up: under it, bob reserves and cancels
+	// his own (a used key with another body would be 422).
+	r = s.do(t, "POST", "/v1/reservations", tokBob, reserveKey, map[string]any{"show_id": show, "quantity": 1})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("%s, want 201: a key only a probe used is unused", r)
+	}
+	mine := s.mustOrder(t, tokBob, newKey(), r.str("id"), "tok_visa").str("id")
+	if r := s.do(t, "POST", "/v1/orders/"+mine+"/cancel", tokBob, probeKeys[0], nil); r.Status != http.StatusOK || r.str("status") != "cancelled" {
+		t.Errorf("%s, want 200 cancelled: a key only a probe used is unused", r)
+	}
 }
 
-// nonIntentEvents returns the number of events outside intent streams.
-func (s *server) nonIntentEvents(t testing.TB) int {
+// loggedEvents returns the number of events in the log, intents included.
+func (s *server) loggedEvents(t testing.TB) int {
 	t.Helper()
 	s.settle(t)
 	if s.eventStore != "" { // KurrentDB: count in the log read through the store
-		n := 0
-		for _, e := range s.readLog(t) {
-			if !strings.HasPrefix(e.Stream, "intent-") {
-				n++
-			}
-		}
-		return n
+		return len(s.readLog(t))
 	}
-	return s.queryInt(t, `SELECT count(*) FROM events WHERE stream NOT LIKE 'intent-%'`)
+	return s.queryInt(t, `SELECT count(*) FROM events`)
 }

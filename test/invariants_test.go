@@ -28,16 +28,7 @@ func (s *server) audit(t testing.TB) audit.Report {
 		token = s.auditToken
 	}
 	return audit.Check(ctx, audit.Sources{Log: s.log, SimURL: s.SimURL, APIURL: s.URL, Token: token, Client: s.client},
-		audit.Options{Skip: s.auditSkip, Open: s.auditOpen})
-}
-
-// skipAudit exempts the scenario from one rule of its final check, with the
-// reason (a scenario that leaves that state on purpose).
-func (s *server) skipAudit(rule audit.Rule, reason string) {
-	if s.auditSkip == nil {
-		s.auditSkip = map[audit.Rule]string{}
-	}
-	s.auditSkip[rule] = reason
+		audit.Options{Open: s.auditOpen})
 }
 
 // expectOpen lets order id stay pending, cancelling or in review at the

@@ -90,7 +90,8 @@ func parseSamples(t *testing.T, body string) map[string]float64 {
 // booking serve wires it, has every metric with a fixed label set at 0 (each
 // operation, reconciliation result, recovered step and append outcome;
 // intents by operation and result, refusals by code, webhooks and erasures
-// by result; the event store's clock skew), the
+// by result; provider calls by operation and result, with their latency
+// histogram; the event store's clock skew), the
 // state gauges and the pgx pool's statistics at 0, booking_build_info at 1
 // with the version; the HTTP RED metrics count each answer by route
 // template (a 405 by the route its path matched), method and code from the
@@ -170,6 +171,12 @@ func TestMetricsFromStart(t *testing.T) {
 	}
 	for _, r := range metrics.ErasureResults {
 		want[fmt.Sprintf(`booking_erasures_total{result=%q}`, r)] = 0
+	}
+	for _, op := range metrics.ProviderOperations {
+		for _, r := range metrics.ProviderResults {
+			want[fmt.Sprintf(`booking_provider_calls_total{operation=%q,result=%q}`, op, r)] = 0
+		}
+		want[fmt.Sprintf(`booking_provider_call_duration_seconds_count{operation=%q}`, op)] = 0
 	}
 	want[`booking_event_store_clock_skew_seconds`] = 0
 	for series, v := range want {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/connlimit"
 	"github.com/retrysafe/booking/cmd/booking/internal/faults"
@@ -143,7 +144,20 @@ func (c *serveCmd) Run(e *env) error {
 	}
 	defer admin.stop()
 
-	payments, providerURL, closeSim, err := startProvider(ctx, cfg, dev, apiURL, providerAPIKey, log)
+	tp, stopTracing, err := newTracing(ctx, os.Getenv, e.stdout)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			log.Warn("tracing: the last spans were not exported", "err", err)
+		}
+	}()
+
+	payments, providerURL, closeSim, err := startProvider(ctx, cfg, dev, apiURL, providerAPIKey, tp, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -163,7 +177,8 @@ func (c *serveCmd) Run(e *env) error {
 	hcfg.ProviderWindow = cfg.ProviderWindow // same-key retries only inside the provider's idempotency window
 	hcfg.ClockSkew = cfg.ProviderClockSkew
 	hcfg.InUseWait = cfg.InUseWait
-	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys), commands.WithProcessedEvents(webhookstore.New(pool))}
+	opts := []commands.Option{commands.WithMetrics(mx), commands.WithKeys(keys), commands.WithProcessedEvents(webhookstore.New(pool)),
+		commands.WithTracerProvider(tp)}
 	hooks, testAPI, err := faults.FromEnv(ctx, log)
 	if err != nil {
 		ln.Close()
@@ -235,7 +250,7 @@ func (c *serveCmd) Run(e *env) error {
 	srv.Handler = httpapi.New(httpapi.Config{Authenticator: auth,
 		RetryBudgetRate: cfg.RetryBudgetRate, RetryBudgetBurst: cfg.RetryBudgetBurst,
 		Ready: ready(pool, elog), RateLimited: mx.RateLimited, Test: testAPI,
-		ObserveRequest: mx.ObserveHTTP, ObserveWebhook: mx.Webhook,
+		ObserveRequest: mx.ObserveHTTP, ObserveWebhook: mx.Webhook, TracerProvider: tp,
 		WebhookTimeout: cfg.WebhookTimeout, WebhookConcurrency: cfg.WebhookConcurrency},
 		h, projections.NewReader(pool), log)
 	mx.MustRegister(metrics.NewStateCollector(elog.lag, projections.NewReader(pool), clock, cfg.IntentRetention, log))
@@ -251,7 +266,7 @@ func (c *serveCmd) Run(e *env) error {
 	// stops. (A relay abandoned at shutdown saves nothing more; the next
 	// one resumes after the stream's last notification.)
 	notif, err := natsrun.Start(ctx, natsrun.Config{URL: cfg.NATSURL, Addr: cfg.NATSAddr, DuplicateWindow: cfg.NATSDuplicateWindow,
-		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir, Backend: backend}, log, pool, followed)
+		RecoveryInterval: cfg.RecoveryInterval, DataDir: cfg.DataDir, Backend: backend, TracerProvider: tp}, log, pool, followed)
 	if err != nil {
 		ln.Close()
 		stopWorkers()
@@ -417,7 +432,7 @@ func (e *listenErr) Unwrap() error { return e.err }
 // simulator, which dev mode starts in-process first (its webhooks to
 // apiURL). closeSim stops that simulator (a no-op otherwise). Errors name
 // the variable at fault.
-func startProvider(ctx context.Context, cfg ServeConfig, dev bool, apiURL, key string, log *slog.Logger) (*stripe.Client, string, func(), error) {
+func startProvider(ctx context.Context, cfg ServeConfig, dev bool, apiURL, key string, tp trace.TracerProvider, log *slog.Logger) (*stripe.Client, string, func(), error) {
 	providerURL, closeSim := cfg.ProviderURL, func() {}
 	if dev {
 		// The simulator keeps its PaymentIntents in the data directory, so a
@@ -435,7 +450,8 @@ func startProvider(ctx context.Context, cfg ServeConfig, dev bool, apiURL, key s
 		providerURL, closeSim = sim.URL(), func() { sim.Close() }
 	}
 	payments, err := stripe.New(stripe.Config{SecretKey: key, BaseURL: providerURL,
-		HTTPClient: &http.Client{Timeout: cfg.ProviderTimeout + time.Second}, WebhookSecrets: []string{cfg.ProviderWebhookSecret},
+		HTTPClient:               &http.Client{Timeout: cfg.ProviderTimeout + time.Second, Transport: tracedTransport(nil, tp)},
+		WebhookSecrets:           []string{cfg.ProviderWebhookSecret},
 		IgnoreAPIVersionMismatch: cfg.StripeIgnoreAPIVersion})
 	if err != nil {
 		closeSim()

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"os"
 	"strings"
 	"time"
 
@@ -73,6 +75,15 @@ func (c *tailCmd) Run(e *env) error {
 		return configError("DATABASE_URL", "%v", err)
 	}
 	defer pool.Close()
+	tp, stopTracing, err := newTracing(ctx, os.Getenv, e.stderr) // stdout is the notifications'
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = stopTracing(sctx)
+	}()
 	return natsrun.Tail(ctx, natsrun.TailConfig{URL: c.NATSURL, Durable: c.Durable, Subject: c.Subject, JSON: c.JSON,
-		AckWait: c.AckWait, ProcessedHorizon: c.ProcessedHorizon}, pool, e.stdout, log)
+		AckWait: c.AckWait, ProcessedHorizon: c.ProcessedHorizon, TracerProvider: tp}, pool, e.stdout, log)
 }

@@ -269,7 +269,6 @@ func TestCatchUpFromBehindTheWindow(t *testing.T) {
 	under := &counting{Store: store}
 	l := fanout.New(under, fanout.Config{MaxEvents: 10, BatchSize: 8})
 	appendConcurrently(t, ctx, store, "s", 1, 100)
-	want := readLog(t, ctx, store, eventstore.Position{})
 	a := consume(ctx, l, eventstore.Position{}, nil)
 	waitCount(t, ctx, 100, a)
 	b := consume(ctx, l, eventstore.Position{}, nil)
@@ -279,7 +278,7 @@ func TestCatchUpFromBehindTheWindow(t *testing.T) {
 		t.Fatalf("consumer b made no catch-up read, want it to read the store up to the window")
 	}
 	appendConcurrently(t, ctx, store, "t", 1, 5)
-	want = readLog(t, ctx, store, eventstore.Position{})
+	want := readLog(t, ctx, store, eventstore.Position{})
 	waitCount(t, ctx, 105, a, b)
 	if got := under.readAlls.Load(); got != reads {
 		t.Errorf("store ReadAll calls grew from %d to %d after b joined the window, want no more", reads, got)

@@ -141,6 +141,15 @@
 // readable horizon. RecordedAt is the KurrentDB leader's clock (100 ns
 // precision), not PostgreSQL's.
 //
+// Client v4 has no atomic multi-stream append either: AppendMulti appends
+// its parts one by one, each as Append does, and stops at the first that
+// fails, leaving the parts before it written. A repeat of the same call
+// (recovery repeats interrupted work with the same event ids) recognises
+// those parts and writes the rest; a caller that puts the part most likely
+// to conflict first leaves nothing written when it conflicts. The
+// conformance cases that check atomicity are skipped with that reason
+// (storetest.MultiAppendNotAtomic).
+//
 // # Tests
 //
 // The tests run against the server double of package kurrentdbtest, which

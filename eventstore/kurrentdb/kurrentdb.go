@@ -319,6 +319,57 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 	if err := s.checkSize(ctx, stream, evs); err != nil {
 		return eventstore.AppendResult{}, err
 	}
+	return s.appendChecked(ctx, stream, expected, evs, exp)
+}
+
+// AppendMulti appends every part in order, each as one Append (KurrentDB
+// client v4 has no atomic multi-stream append): it is not atomic. It first
+// checks every part (eventstore.CheckAppends, and what Append refuses) and
+// returns a plain error, with nothing sent, if one is invalid. Then it
+// appends the parts one by one, with Append's idempotency and retries, and
+// stops at the first that fails: the error is an
+// *eventstore.AppendPartError naming that part and wrapping Append's error
+// (a *eventstore.RevisionConflictError for a wrong expected revision, an
+// unknown outcome otherwise), and the parts before it stay written. A
+// repeat of the same call recognises those parts as repeats and writes the
+// rest; the service's recovery, which repeats interrupted work with the same
+// event ids, covers the gap. Each part's events get commit-ordered
+// positions after the previous part's, though other appends may commit
+// between two parts. Returns one result per part, in order. Safe for
+// concurrent use.
+func (s *Store) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	if err := eventstore.CheckAppends(appends); err != nil {
+		return nil, err
+	}
+	type part struct {
+		evs []esdb.EventData
+		exp esdb.ExpectedRevision
+	}
+	parts := make([]part, len(appends))
+	for i, a := range appends {
+		evs, exp, err := toEventData(a.Stream, a.Expected, a.Events)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.checkSize(ctx, a.Stream, evs); err != nil {
+			return nil, err
+		}
+		parts[i] = part{evs, exp}
+	}
+	results := make([]eventstore.AppendResult, len(appends))
+	for i, a := range appends {
+		res, err := s.appendChecked(ctx, a.Stream, a.Expected, parts[i].evs, parts[i].exp)
+		if err != nil {
+			return nil, &eventstore.AppendPartError{Part: i, Parts: len(appends), Stream: a.Stream, Err: err}
+		}
+		results[i] = res
+	}
+	return results, nil
+}
+
+// appendChecked is Append after its checks: the attempts of one append of
+// evs to stream at exp (expected, for errors).
+func (s *Store) appendChecked(ctx context.Context, stream string, expected eventstore.ExpectedRevision, evs []esdb.EventData, exp esdb.ExpectedRevision) (eventstore.AppendResult, error) {
 	var lastErr error
 	tried := 0 // attempts made, fewer than appendAttempts if the server is known unreachable
 	started := time.Now()
@@ -369,7 +420,7 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		}
 		return eventstore.AppendResult{}, fmt.Errorf("kurrentdb: append to %q: %w", stream, describe(lastErr))
 	}
-	err = fmt.Errorf("kurrentdb: append to %q at %s: outcome unknown after %d attempts: %w", stream, s.where, tried, lastErr)
+	err := fmt.Errorf("kurrentdb: append to %q at %s: outcome unknown after %d attempts: %w", stream, s.where, tried, lastErr)
 	if code, _ := esdbCode(lastErr); code == esdb.ErrorUnavailable || code == esdb.ErrorCodeConnectionClosed {
 		err = fmt.Errorf("kurrentdb: append to %q: cannot reach the server at %s (outcome unknown after %d attempts): %w", stream, s.where, tried, lastErr)
 	}

@@ -40,6 +40,16 @@ func (conformant) HoldOpenUnsupported() string {
 		"guarantee with the double holding replication back"
 }
 
+var _ storetest.MultiAppendNotAtomic = conformant{}
+
+// MultiAppendNotAtomic implements storetest.MultiAppendNotAtomic.
+func (conformant) MultiAppendNotAtomic() string {
+	return "KurrentDB client v4 has no atomic multi-stream append: AppendMulti appends part by part, so a call " +
+		"that fails or is cut short can leave its first parts written; repeating the call (the service's " +
+		"recovery repeats interrupted work with the same event ids) writes the rest, which the case " +
+		"\"a multi-stream append cut short is completed by its repeat\" checks"
+}
+
 // doubleBin is the double's command, built once by TestMain.
 var doubleBin string
 

@@ -2,10 +2,11 @@
 // packages above the event store (commands). It keeps the contract the
 // conformance suite (eventstore/storetest) checks of every backend: appends
 // to one stream at an expected revision (KurrentDB's any, no stream, stream
-// exists, exact), the idempotent repeat of an append whose event ids are
-// already where the expected revision puts them, event ids unique across
-// streams, a commit-ordered log with catch-up subscriptions, and truncation
-// that keeps a stream's last revision.
+// exists, exact), atomic appends to several streams (AppendMulti), the
+// idempotent repeat of an append whose event ids are already where the
+// expected revision puts them, event ids unique across streams, a
+// commit-ordered log with catch-up subscriptions, and truncation that keeps
+// a stream's last revision.
 //
 // Nothing is persisted. An append is atomic and visible the moment it
 // returns (there are no transactions a reader could overtake), so a log
@@ -125,6 +126,20 @@ func (m *Store) Append(ctx context.Context, name string, expected eventstore.Exp
 func (m *Store) append(name string, expected eventstore.ExpectedRevision, recordedAt time.Time, events []eventstore.EventData) (eventstore.AppendResult, []string, func(string, []string), error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	res, write, err := m.classifyLocked(name, expected, events)
+	if err != nil || !write {
+		return res, nil, nil, err
+	}
+	m.commits++
+	res, types := m.writeLocked(name, recordedAt, events)
+	m.wakeLocked()
+	return res, types, m.afterAppend, nil
+}
+
+// classifyLocked decides an append to name as Append does: write reports
+// that it is to be written; otherwise res is a repeat's stored result, or
+// err the conflict.
+func (m *Store) classifyLocked(name string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (res eventstore.AppendResult, write bool, err error) {
 	s := m.streams[name]
 	last := int64(-1)
 	if s != nil {
@@ -142,18 +157,24 @@ func (m *Store) append(name string, expected eventstore.ExpectedRevision, record
 		holds = last == int64(rev)
 	}
 	dup := slices.ContainsFunc(events, func(e eventstore.EventData) bool { _, ok := m.ids[e.ID]; return ok })
-	if !holds || dup {
-		if m.alreadyAppendedLocked(name, s, expected, events) {
-			r := s.events[indexOf(s, events[len(events)-1].ID)]
-			return eventstore.AppendResult{NextRevision: r.Revision, Position: r.Position}, nil, nil, nil
-		}
-		return eventstore.AppendResult{}, nil, nil, &eventstore.RevisionConflictError{Stream: name, Expected: expected, Actual: last}
+	if holds && !dup {
+		return res, true, nil
 	}
+	if m.alreadyAppendedLocked(name, s, expected, events) {
+		r := s.events[indexOf(s, events[len(events)-1].ID)]
+		return eventstore.AppendResult{NextRevision: r.Revision, Position: r.Position}, false, nil
+	}
+	return res, false, &eventstore.RevisionConflictError{Stream: name, Expected: expected, Actual: last}
+}
+
+// writeLocked writes events to name under the current commit number and
+// returns the result and the events' types.
+func (m *Store) writeLocked(name string, recordedAt time.Time, events []eventstore.EventData) (eventstore.AppendResult, []string) {
+	s := m.streams[name]
 	if s == nil {
 		s = &stream{}
 		m.streams[name] = s
 	}
-	m.commits++
 	var res eventstore.AppendResult
 	types := make([]string, len(events))
 	for i, e := range events {
@@ -166,9 +187,91 @@ func (m *Store) append(name string, expected eventstore.ExpectedRevision, record
 		m.ids[e.ID] = name
 		res = eventstore.AppendResult{NextRevision: r.Revision, Position: r.Position}
 	}
+	return res, types
+}
+
+// wakeLocked wakes the subscribers after a write.
+func (m *Store) wakeLocked() {
 	close(m.changed)
 	m.changed = make(chan struct{})
-	return res, types, m.afterAppend, nil
+}
+
+// AppendMulti implements eventstore.Store atomically: under the store's
+// lock it decides every part as Append would and, unless a part conflicts,
+// writes the parts to be written under one commit number, so a reader sees
+// all of them or none. It returns one result per part, in order (a repeated
+// part's stored result); an *eventstore.AppendPartError wrapping the first
+// conflicting part's *eventstore.RevisionConflictError, with nothing
+// written; the error of eventstore.CheckAppends for invalid parts; or ctx's
+// error. The before-append hook (SetBeforeAppend) is called for each part's
+// stream before the lock is taken, the after-append hook (SetAfterAppend)
+// for each part written.
+func (m *Store) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	if err := eventstore.CheckAppends(appends); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	before, clock := m.beforeAppend, m.clock
+	m.mu.Unlock()
+	if before != nil {
+		for _, a := range appends {
+			before(a.Stream)
+		}
+	}
+	recordedAt := time.Now()
+	if clock != nil {
+		t, err := clock.Now(ctx)
+		if err != nil {
+			return nil, err
+		}
+		recordedAt = t
+	}
+	results, written, after, err := m.appendMulti(appends, recordedAt.UTC())
+	if err != nil {
+		return nil, err
+	}
+	for i, types := range written {
+		if types != nil && after != nil {
+			after(appends[i].Stream, types)
+		}
+		if clock != nil {
+			results[i].Now = recordedAt.UTC()
+		}
+	}
+	return results, nil
+}
+
+// appendMulti does AppendMulti under the lock. written holds each part's
+// written types, nil for a repeat.
+func (m *Store) appendMulti(appends []eventstore.StreamAppend, recordedAt time.Time) ([]eventstore.AppendResult, [][]string, func(string, []string), error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	results := make([]eventstore.AppendResult, len(appends))
+	write := make([]bool, len(appends))
+	writes := false
+	for i, a := range appends {
+		res, w, err := m.classifyLocked(a.Stream, a.Expected, a.Events)
+		if err != nil {
+			return nil, nil, nil, &eventstore.AppendPartError{Part: i, Parts: len(appends), Stream: a.Stream, Err: err}
+		}
+		results[i], write[i] = res, w
+		writes = writes || w
+	}
+	written := make([][]string, len(appends))
+	if !writes {
+		return results, written, nil, nil
+	}
+	m.commits++
+	for i, a := range appends {
+		if write[i] {
+			results[i], written[i] = m.writeLocked(a.Stream, recordedAt, a.Events)
+		}
+	}
+	m.wakeLocked()
+	return results, written, m.afterAppend, nil
 }
 
 func indexOf(s *stream, id string) int {

@@ -308,3 +308,63 @@ func BenchmarkAppendAtScale(b *testing.B) {
 	b.ReportMetric(float64(atLarge.Microseconds())/float64(total), "us_at_1M")
 	b.ReportMetric(atLarge.Seconds()/atSmall.Seconds(), "x_of_30k")
 }
+
+// BenchmarkMultiStreamAppendOneClient measures a unit of work of three
+// streams (two events, one, one: about what an order writes) from one
+// client, alternating one op by one op between one AppendMulti of the three
+// parts and three Appends of the same parts one after the other. It reports
+// units/s of each and their ratio (x_of_separate_appends: 2.0 means the
+// multi-stream append does the unit in half the time). Synchronous commit is
+// on, so the ratio includes the two commits saved.
+func BenchmarkMultiStreamAppendOneClient(b *testing.B) {
+	ctx := b.Context()
+	s := New(newTestPool(b))
+	unit := func() []eventstore.StreamAppend {
+		ev := func(typ string) eventstore.EventData {
+			return eventstore.EventData{ID: uuid.Must(uuid.NewV7()).String(), Type: typ, Data: benchData, Metadata: []byte(`{"actor":"actor-1"}`)}
+		}
+		id := uuid.Must(uuid.NewV7()).String()
+		return []eventstore.StreamAppend{
+			{Stream: "intent-" + id, Expected: eventstore.NoStream(), Events: []eventstore.EventData{ev("Began"), ev("Claimed")}},
+			{Stream: "order-" + id, Expected: eventstore.NoStream(), Events: []eventstore.EventData{ev("Placed")}},
+			{Stream: "attempt-" + id, Expected: eventstore.NoStream(), Events: []eventstore.EventData{ev("Started")}},
+		}
+	}
+	multi := func() (time.Duration, error) {
+		parts := unit()
+		start := time.Now()
+		_, err := s.AppendMulti(ctx, parts...)
+		return time.Since(start), err
+	}
+	separate := func() (time.Duration, error) {
+		parts := unit()
+		start := time.Now()
+		for _, p := range parts {
+			if _, err := s.Append(ctx, p.Stream, p.Expected, p.Events...); err != nil {
+				return 0, err
+			}
+		}
+		return time.Since(start), nil
+	}
+	var multiSum, separateSum time.Duration
+	for i := range b.N + 2 { // two rounds of warm-up (connection, prepared statements)
+		m, err := multi()
+		if err != nil {
+			b.Fatalf("AppendMulti: %v", err)
+		}
+		p, err := separate()
+		if err != nil {
+			b.Fatalf("Append: %v", err)
+		}
+		if i == 1 {
+			b.ResetTimer()
+		}
+		if i >= 2 {
+			multiSum, separateSum = multiSum+m, separateSum+p
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/multiSum.Seconds(), "multi_units/s")
+	b.ReportMetric(float64(b.N)/separateSum.Seconds(), "separate_units/s")
+	b.ReportMetric(separateSum.Seconds()/multiSum.Seconds(), "x_of_separate_appends")
+}

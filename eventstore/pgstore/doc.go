@@ -80,6 +80,22 @@
 // golden files need. recorded_at is the database clock (now(), the start of
 // the appending transaction).
 //
+// # AppendMulti
+//
+// AppendMulti runs one statement too, SELECT ... FROM
+// eventstore_append_multi(the parts' streams, kinds, revisions and event
+// counts, then every event's id, type, data and metadata, timeout), now():
+// one round trip, one transaction and one transaction id for every event of
+// the call, so the call is atomic and its events are contiguous in the log.
+// The function takes every part's stream lock in ascending key order (two
+// calls sharing streams never wait for each other in a cycle), all before
+// the transaction id, then decides each part as eventstore_append does; a
+// conflicting part raises SQLSTATE EV409, rolling the whole call back, with
+// the part and the stream's actual revision in the error's DETAIL.
+// AppendMultiWith adds the caller's statements on other tables of the same
+// database (a key table, say) to the same implicit transaction, sent as one
+// pipeline: the events and those rows commit together or not at all.
+//
 // # Indexes
 //
 // The events table has the three indexes its reads need, and no other:

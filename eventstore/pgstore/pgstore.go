@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -240,7 +241,7 @@ func (s *Store) Append(ctx context.Context, stream string, expected eventstore.E
 		if attempt < maxAppendAttempts && retryable(err) && ctx.Err() == nil {
 			continue
 		}
-		return eventstore.AppendResult{}, s.appendError(parent, ctx, stream, err)
+		return eventstore.AppendResult{}, s.appendError(parent, ctx, strconv.Quote(stream), err)
 	}
 }
 
@@ -267,18 +268,7 @@ func (s *Store) appendOnce(ctx context.Context, q querier, a appendArgs, inTx bo
 		dupRevision *int64
 		now         time.Time
 	)
-	// p_timeout_ms: > 0 bounds the lock waits of an autocommit append (never
-	// idle in a transaction); < 0 also bounds an explicit transaction's
-	// idle time; 0 leaves the session's settings (migration 00008).
-	timeoutMS := int32(0)
-	if s.appendTimeout > 0 {
-		timeoutMS = int32(min(s.appendTimeout.Milliseconds(), math.MaxInt32))
-		timeoutMS = max(timeoutMS, 1)
-		if inTx {
-			timeoutMS = -timeoutMS
-		}
-	}
-	err = q.QueryRow(ctx, appendSQL, a.stream, a.kind, a.revision, a.ids, a.types, a.data, a.metadata, timeoutMS).
+	err = q.QueryRow(ctx, appendSQL, a.stream, a.kind, a.revision, a.ids, a.types, a.data, a.metadata, s.timeoutArg(inTx)).
 		Scan(&status, &revision, &tx, &seq, &dupID, &dupStream, &dupRevision, &now)
 	if err != nil {
 		return res, false, err
@@ -306,6 +296,22 @@ func (s *Store) appendOnce(ctx context.Context, q querier, a appendArgs, inTx bo
 	}
 }
 
+// timeoutArg returns the p_timeout_ms argument of the append functions:
+// > 0 bounds the lock waits of an autocommit append (never idle in a
+// transaction); < 0 (inTx) also bounds the idle time of a transaction that
+// spans several statements; 0 leaves the session's settings (migration
+// 00008).
+func (s *Store) timeoutArg(inTx bool) int32 {
+	if s.appendTimeout <= 0 {
+		return 0
+	}
+	ms := max(int32(min(s.appendTimeout.Milliseconds(), math.MaxInt32)), 1)
+	if inTx {
+		return -ms
+	}
+	return ms
+}
+
 // retryable reports whether an append failed only because it lost a race
 // that the next attempt resolves.
 func retryable(err error) bool {
@@ -325,19 +331,21 @@ func retryable(err error) bool {
 // appendError translates a failed append's error at the package boundary:
 // conflicts pass unchanged, exceeded bounds match context.DeadlineExceeded,
 // a done caller context matches its error, and other errors are wrapped.
-func (s *Store) appendError(parent, ctx context.Context, stream string, err error) error {
+// what names the append's target in messages (a quoted stream name, or
+// "N streams").
+func (s *Store) appendError(parent, ctx context.Context, what string, err error) error {
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return err
 	}
 	if perr := parent.Err(); perr != nil {
-		return fmt.Errorf("pgstore: append to %q: %w (outcome unknown: %w)", stream, perr, err)
+		return fmt.Errorf("pgstore: append to %s: %w (outcome unknown: %w)", what, perr, err)
 	}
 	var pgErr *pgconn.PgError
 	if ctx.Err() != nil || (errors.As(err, &pgErr) && pgErr.Code == "55P03") { // lock_not_available
-		return fmt.Errorf("pgstore: append to %q: exceeded the append bound of %s: %w (outcome unknown: %w)",
-			stream, s.appendTimeout, context.DeadlineExceeded, err)
+		return fmt.Errorf("pgstore: append to %s: exceeded the append bound of %s: %w (outcome unknown: %w)",
+			what, s.appendTimeout, context.DeadlineExceeded, err)
 	}
-	return fmt.Errorf("pgstore: append to %q (outcome unknown): %w", stream, err)
+	return fmt.Errorf("pgstore: append to %s (outcome unknown): %w", what, err)
 }
 
 // eventColumns are the columns scanEvent reads, in order.

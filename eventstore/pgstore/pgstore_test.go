@@ -53,6 +53,39 @@ func (h heldStore) HoldOpenAppend(ctx context.Context, stream string, expected e
 	return commit, abort, nil
 }
 
+var _ storetest.MultiHoldOpener = heldStore{}
+
+// HoldOpenAppendMulti implements storetest.MultiHoldOpener.
+func (h heldStore) HoldOpenAppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) (commit func(context.Context) ([]eventstore.AppendResult, error), abort func(), err error) {
+	args, err := newMultiArgs(appends)
+	if err != nil {
+		return nil, nil, err
+	}
+	tx, err := h.pool.Begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, _, err := h.appendMultiOnce(ctx, tx, args, nil, true)
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, nil, err
+	}
+	var once sync.Once
+	commit = func(ctx context.Context) ([]eventstore.AppendResult, error) {
+		err := errors.New("pgstore: held append already ended")
+		once.Do(func() { err = tx.Commit(ctx) })
+		if err != nil {
+			return nil, err
+		}
+		h.appended.notify()
+		return res, nil
+	}
+	abort = func() {
+		once.Do(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+	}
+	return commit, abort, nil
+}
+
 // newTestPool returns a pool on a fresh, migrated database.
 func newTestPool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()

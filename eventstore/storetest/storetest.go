@@ -72,18 +72,17 @@ func WithoutClock() Option {
 // and in parallel with other cases; it may fail or skip t. Stores may share
 // their log with each other and with other tests (see the package comment).
 // The cases that hold an append open run only if the stores implement
-// HoldOpener; they are skipped with the reason HoldOpenUnsupported gives
-// otherwise. The stores must report their clock in AppendResult.Now unless
-// WithoutClock is given.
+// HoldOpener (MultiHoldOpener for AppendMulti); they are skipped with the
+// reason HoldOpenUnsupported gives otherwise. The cases that check that
+// AppendMulti is atomic are skipped with the reason MultiAppendNotAtomic
+// gives, for stores that implement it. The stores must report their clock
+// in AppendResult.Now unless WithoutClock is given.
 func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store, opts ...Option) {
 	c := config{clock: true}
 	for _, opt := range opts {
 		opt(&c)
 	}
-	cases := []struct {
-		name string
-		run  func(t *testing.T, newStore func(t *testing.T) eventstore.Store)
-	}{
+	cases := []suiteCase{
 		{"appended events read back from their stream exactly as written", onStore(c.testRoundTrip)},
 		{"reading a stream honours from and limit", onStore(testReadStreamRange)},
 		{"each expected revision kind succeeds or conflicts with the actual revision", c.testExpectedRevisions},
@@ -98,12 +97,19 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store, opts ...Opt
 		{"a subscriber returns the context's error when it is cancelled", onStore(testSubscribeCancel)},
 		{"many concurrent appenders and a subscriber agree on every event", onStore(testManyAppenders)},
 	}
+	cases = append(cases, c.multiCases()...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, newStore)
 		})
 	}
+}
+
+// suiteCase is one case of the suite: its name and how it runs.
+type suiteCase struct {
+	name string
+	run  func(t *testing.T, newStore func(t *testing.T) eventstore.Store)
 }
 
 // withoutNow returns res with Now cleared, for comparing the rest.

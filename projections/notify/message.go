@@ -162,12 +162,12 @@ func NewMessage(e eventstore.RecordedEvent) (msg *nats.Msg, ok bool, err error) 
 	if err != nil {
 		return nil, true, fmt.Errorf("notify: event %s (%s@%d): %w", e.ID, e.Stream, e.Revision, err)
 	}
-	occurred, correlation := e.RecordedAt, ""
+	occurred, correlation, traceparent, tracestate := e.RecordedAt, "", "", ""
 	if md, err := eventstore.DecodeMetadata(e.Metadata); err == nil {
 		if !md.OccurredAt.IsZero() {
 			occurred = md.OccurredAt
 		}
-		correlation = md.CorrelationID
+		correlation, traceparent, tracestate = md.CorrelationID, md.Traceparent, md.Tracestate
 	}
 	pos := e.Position.String()
 	body, err := json.Marshal(Payload{
@@ -177,7 +177,7 @@ func NewMessage(e eventstore.RecordedEvent) (msg *nats.Msg, ok bool, err error) 
 	if err != nil {
 		return nil, true, fmt.Errorf("notify: encode payload of event %s: %w", e.ID, err)
 	}
-	h := make(nats.Header, 7)
+	h := make(nats.Header, 9)
 	h[HeaderMsgID] = []string{e.ID}
 	h[HeaderStream] = []string{e.Stream}
 	h[HeaderRevision] = []string{strconv.FormatUint(e.Revision, 10)}
@@ -185,6 +185,12 @@ func NewMessage(e eventstore.RecordedEvent) (msg *nats.Msg, ok bool, err error) 
 	h[HeaderEventType] = []string{e.Type}
 	if correlation != "" {
 		h[HeaderRequestID] = []string{correlation}
+	}
+	if traceparent != "" {
+		h[HeaderTraceparent] = []string{traceparent}
+		if tracestate != "" {
+			h[HeaderTracestate] = []string{tracestate}
+		}
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: body}, true, nil
 }

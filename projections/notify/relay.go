@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/internal/tick"
@@ -77,6 +78,11 @@ type RelayConfig struct {
 	CheckpointEvery time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, if set, records a producer span per publish of an
+	// event that keeps a trace context, a child of that span, whose context
+	// the notification then carries (see HeaderTraceparent). Nil: no span;
+	// the event's own trace context is published.
+	TracerProvider trace.TracerProvider
 }
 
 func (c RelayConfig) withDefaults() RelayConfig {
@@ -152,6 +158,8 @@ type Relay struct {
 	pool *pgxpool.Pool
 	nc   *nats.Conn
 	base time.Time // monotonic base of lease deadlines
+	// tracer records the publish spans; nil: none (RelayConfig.TracerProvider).
+	tracer trace.Tracer
 
 	published, duplicates, skipped, leads, fenced atomic.Int64
 	mu                                            sync.Mutex
@@ -175,7 +183,11 @@ const (
 // in pool's notify_relays (migration 00004) and publishes through nc. nc is
 // not closed by the relay.
 func NewRelay(log Log, pool *pgxpool.Pool, nc *nats.Conn, cfg RelayConfig) *Relay {
-	return &Relay{cfg: cfg.withDefaults(), log: log, pool: pool, nc: nc, base: time.Now()}
+	r := &Relay{cfg: cfg.withDefaults(), log: log, pool: pool, nc: nc, base: time.Now()}
+	if cfg.TracerProvider != nil {
+		r.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
+	return r
 }
 
 // Config returns the relay's configuration with defaults applied.
@@ -434,7 +446,10 @@ func (r *Relay) publish(ctx context.Context, js jetstream.JetStream, batches <-c
 						}
 					}
 				}
-				if fut, err = js.PublishMsgAsync(msg); err != nil {
+				span := startPublish(r.tracer, r.cfg.Stream, msg)
+				fut, err = js.PublishMsgAsync(msg)
+				endPublish(span, err)
+				if err != nil {
 					return fmt.Errorf("notify: publish %s (%s@%d): %w", e.ID, e.Stream, e.Revision, err)
 				}
 				prev = e.ID

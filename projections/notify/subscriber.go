@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrysafe/booking/internal/tick"
 )
@@ -71,8 +73,14 @@ type SubscriberConfig struct {
 	HandleTimeout time.Duration
 	// Handler, if set, is the subscriber's own effect: it runs inside the
 	// transaction that records the notification, before the commit. An
-	// error rolls everything back and the message is redelivered.
+	// error rolls everything back and the message is redelivered. Its ctx
+	// continues the trace the notification carries (TraceContext).
 	Handler func(ctx context.Context, tx pgx.Tx, n *Notification) error
+	// TracerProvider, if set, records a consumer span per delivery,
+	// "process <stream>", continuing the trace the notification carries
+	// (HeaderTraceparent); Handler runs in it. Nil: no span, and the
+	// carried trace context is still Handler's.
+	TracerProvider trace.TracerProvider
 	// Applied, if set, is called after a notification's transaction has
 	// committed and its ack was sent (printing, say). It runs at most once
 	// per notification: a crash between commit and Applied loses the call,
@@ -276,6 +284,14 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	if n.Delivered > 1 {
 		s.redelivered.Add(1)
+	}
+	ctx = TraceContext(ctx, msg.Headers())
+	if s.cfg.TracerProvider != nil {
+		var span trace.Span
+		ctx, span = s.cfg.TracerProvider.Tracer(tracerName).Start(ctx, "process "+s.cfg.Stream, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(semconv.MessagingSystemKey.String("nats"), semconv.MessagingOperationTypeProcess,
+				semconv.MessagingDestinationName(n.Subject), semconv.MessagingMessageID(n.MsgID)))
+		defer span.End()
 	}
 	out, last, err := s.apply(ctx, n)
 	if err != nil {

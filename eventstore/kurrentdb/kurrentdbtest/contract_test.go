@@ -87,6 +87,9 @@ func TestContract(t *testing.T) {
 			for _, c := range append(contract[:len(contract):len(contract)], ported...) {
 				t.Run(c.rule, func(t *testing.T) {
 					t.Parallel()
+					if c.source != "" {
+						t.Logf("ported from KurrentDB %s: %s", portedTag, c.source)
+					}
 					if why, ok := doubleOnly[c.rule]; ok && tg.double == nil {
 						t.Skipf("double only (%s); KurrentDB source: %s", why, c.source)
 					}

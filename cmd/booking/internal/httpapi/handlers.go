@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/text/currency"
 
 	"github.com/retrysafe/booking/commands"
@@ -266,12 +267,17 @@ func postCreated[C, R any](a *api, w http.ResponseWriter, r *http.Request, op st
 }
 
 // execute runs call, a state-changing use case, under a detached context
-// (see detached). Its error goes through the problem mapping, and then ok is
+// (see detached), in the command's span (commandSpan). Its error goes through the problem mapping, and then ok is
 // false.
 func execute[R any](a *api, w http.ResponseWriter, r *http.Request, call func(ctx context.Context) (R, error)) (R, bool) {
 	ctx, cancel := detached(r)
 	defer cancel()
+	ctx, span := a.commandSpan(ctx, r)
 	v, err := call(ctx)
+	if err != nil {
+		span.SetAttributes(attribute.Int("http.response.status_code", statusOf(err)))
+	}
+	span.End()
 	if err != nil {
 		a.writeError(w, r, err)
 		return v, false

@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/retrysafe/booking/cmd/booking/internal/identity"
 	"github.com/retrysafe/booking/cmd/booking/internal/logging"
 	"github.com/retrysafe/booking/commands"
@@ -100,6 +102,10 @@ type Config struct {
 	// ObserveWebhook is called once per provider notification received,
 	// with its result (WebhookResults). Nil: none.
 	ObserveWebhook func(result string)
+	// TracerProvider records a server span per request (otelhttp) and a
+	// span per state-changing use case (see traced). Nil: no spans; a
+	// caller's W3C traceparent is still carried into the events.
+	TracerProvider trace.TracerProvider
 	// WebhookTimeout bounds one provider notification, from the end of its
 	// headers to its answer (0: DefaultWebhookTimeout); WebhookConcurrency
 	// bounds the notifications worked on at once (0:
@@ -126,7 +132,7 @@ func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
 	}
 	a := &api{svc: svc, auth: auth, log: log, ready: cfg.Ready, rateLimited: cfg.RateLimited,
 		budget: newBudget(cfg.RetryBudgetRate, cfg.RetryBudgetBurst), testAPI: cfg.Test,
-		observe: cfg.ObserveRequest, observeWebhook: cfg.ObserveWebhook}
+		observe: cfg.ObserveRequest, observeWebhook: cfg.ObserveWebhook, tracerProvider: cfg.TracerProvider}
 	a.webhooks = newWebhookHandler(a, svc, webhookBudget{timeout: cfg.WebhookTimeout, concurrency: cfg.WebhookConcurrency})
 	if reads != nil {
 		a.lists = newLists(reads, a.writeError)

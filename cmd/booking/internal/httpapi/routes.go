@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/identity"
 	"github.com/retrysafe/booking/domain"
@@ -30,6 +31,8 @@ type api struct {
 	observe func(route, method string, code int, elapsed time.Duration)
 	// observeWebhook receives each notification's result; nil: none.
 	observeWebhook func(result string)
+	// tracerProvider records the request and command spans; nil: none.
+	tracerProvider trace.TracerProvider
 	// testAPI serves /_test (fault-injection control); nil in the
 	// production build.
 	testAPI http.Handler
@@ -57,10 +60,13 @@ func (a *api) routes() http.Handler {
 	}
 	r := chi.NewRouter()
 	rt := r
-	// Outermost first: the request id (so every later line and answer has
-	// it), the access log and HTTP metrics (which see the Recoverer's 500),
-	// then the panic recovery.
+	// Outermost first: the trace (the caller's traceparent, the request's
+	// span), the request id (so every later line and answer has it) and the
+	// span's name, the access log and HTTP metrics (which see the
+	// Recoverer's 500), then the panic recovery.
+	r.Use(a.traced)
 	r.Use(requestID)
+	r.Use(nameSpan)
 	r.Use(middleware.RequestLogger(accessLog{log: a.log, observe: a.observe}))
 	r.Use(middleware.Recoverer)
 	r.Use(lingerAfterBodyTimeout)

@@ -44,6 +44,8 @@ type Metrics struct {
 	refusals             *prometheus.CounterVec
 	webhooks             *prometheus.CounterVec
 	erasures             *prometheus.CounterVec
+	providerCalls        *prometheus.CounterVec
+	providerDuration     *prometheus.HistogramVec
 }
 
 // Operations are the values of the operation label: the idempotent
@@ -94,12 +96,21 @@ var WebhookResults = httpapi.WebhookResults
 // booking_erasures_total.
 var ErasureResults = []string{commands.ErasureRecorded, commands.ErasureNoOrder}
 
+// ProviderOperations and ProviderResults are the values of the operation
+// and result labels of booking_provider_calls_total
+// (commands.ProviderOperations, commands.ProviderResults).
+var (
+	ProviderOperations = commands.ProviderOperations
+	ProviderResults    = commands.ProviderResults
+)
+
 // New returns the service's metrics with booking_build_info{version,
 // goversion} for version (what booking --version prints), every counter
 // registered at zero, and each labelled counter at zero for every value of
 // its fixed label set (Operations, ReconciliationResults, RecoveredSteps,
 // UnknownAppendResults, IntentResults per operation, RefusalCodes,
-// WebhookResults, ErasureResults), so that rate() and increase() see the
+// WebhookResults, ErasureResults, ProviderResults per ProviderOperations),
+// so that rate() and increase() see the
 // first event.
 // The HTTP RED metrics (ObserveHTTP) have an open label set (the status
 // code) and appear with their first request.
@@ -123,11 +134,17 @@ func New(version string) *Metrics {
 		refusals: counterVec("booking_intent_refusals_total", "code", "Intents refused, by the refusal's stable code (idempotency-key-reused, sold-out, …)."),
 		webhooks: counterVec("booking_webhooks_total", "result", "Provider notifications by result: accepted (a new fact), duplicate (nothing new), ignored, bad_signature (header or signature refused, before or after the body), invalid (not an event, or over 64 KiB), unknown_order, failed (over the webhook route's budget, a dependency down, a body that did not arrive)."),
 		erasures: counterVec("booking_erasures_total", "result", "Deleted order keys whose erasure was recorded: recorded (PaymentSecretsShredded appended to the order), no_order (the key was held for an order that never existed)."),
+		providerCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "booking_provider_calls_total",
+			Help: "Calls of the payment provider that returned, by operation (create_payment, get_payment, …) and result (ok, declined, outcome_unknown, …)."},
+			[]string{"operation", "result"}),
+		providerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "booking_provider_call_duration_seconds",
+			Help:    "Time from a provider call's start to its answer (or its failure), by operation.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"operation"}),
 	}
 	m.httpRequests, m.httpDuration = newHTTPMetrics()
 	m.reg.MustRegister(m.fingerprintConflicts, m.replays, m.inUse, m.contention, m.redundantEffects,
 		m.reconciliations, m.recovered, m.rateLimited, m.unknownAppends, m.httpRequests, m.httpDuration, m.clockSkew,
-		m.intents, m.refusals, m.webhooks, m.erasures,
+		m.intents, m.refusals, m.webhooks, m.erasures, m.providerCalls, m.providerDuration,
 		newBuildInfo(version),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range Operations {
@@ -146,6 +163,12 @@ func New(version string) *Metrics {
 	}
 	for _, r := range ErasureResults {
 		m.erasures.WithLabelValues(r)
+	}
+	for _, op := range ProviderOperations {
+		for _, r := range ProviderResults {
+			m.providerCalls.WithLabelValues(op, r)
+		}
+		m.providerDuration.WithLabelValues(op)
 	}
 	for _, r := range ReconciliationResults {
 		m.reconciliations.WithLabelValues(r)
@@ -230,6 +253,14 @@ func (m *Metrics) Webhook(result string) { m.webhooks.WithLabelValues(result).In
 // Erasure counts a recorded erasure by result
 // (booking_erasures_total{result}).
 func (m *Metrics) Erasure(result string) { m.erasures.WithLabelValues(result).Inc() }
+
+// ProviderCall counts a provider call by operation and result
+// (booking_provider_calls_total{operation,result}) and its duration
+// (booking_provider_call_duration_seconds{operation}).
+func (m *Metrics) ProviderCall(op, result string, elapsed time.Duration) {
+	m.providerCalls.WithLabelValues(op, result).Inc()
+	m.providerDuration.WithLabelValues(op).Observe(elapsed.Seconds())
+}
 
 // ClockSkew sets booking_event_store_clock_skew_seconds: the event store's
 // clock minus the service's, in seconds (commands.Handler measures it).

@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/retrysafe/booking/commands"
 )
@@ -35,6 +38,7 @@ func TestMetricNamesAndLabels(t *testing.T) {
 	m.Webhook("duplicate")
 	m.Erasure("recorded")
 	m.ClockSkew(-20.5)
+	m.ProviderCall("create_payment", "ok", 300*time.Millisecond)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	body := rec.Body.String()
@@ -56,6 +60,9 @@ func TestMetricNamesAndLabels(t *testing.T) {
 		`booking_webhooks_total{result="duplicate"} 1`,
 		`booking_erasures_total{result="recorded"} 1`,
 		`booking_event_store_clock_skew_seconds -20.5`,
+		`booking_provider_calls_total{operation="create_payment",result="ok"} 1`,
+		`booking_provider_call_duration_seconds_bucket{operation="create_payment",le="0.5"} 1`,
+		`booking_provider_call_duration_seconds_bucket{operation="create_payment",le="0.25"} 0`,
 		`go_goroutines `,
 		`process_start_time_seconds `,
 	} {
@@ -134,6 +141,9 @@ func TestDashboardShowsEveryMetric(t *testing.T) {
 			continue
 		}
 		n++
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			name += "_bucket" // a histogram is queried by its buckets
+		}
 		if !strings.Contains(string(dash), name+"{") {
 			t.Errorf("the dashboard has no panel querying %s", name)
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/projections/notify"
@@ -59,6 +60,8 @@ type Config struct {
 	// Backend is the event store backend ("postgres" or "kurrentdb"), kept
 	// as stream BOOKING's marker (notify.StreamSpec.Backend).
 	Backend string
+	// TracerProvider records the relay's publish spans; nil: none.
+	TracerProvider trace.TracerProvider
 }
 
 // Notifications is the running NATS side: the embedded server (nil with an
@@ -86,6 +89,7 @@ func RelayConfig(cfg Config, log *slog.Logger) notify.RelayConfig {
 		AckTimeout:      min(notify.DefaultAckTimeout, ttl),
 		CheckpointEvery: RelayCheckpointEvery,
 		Logger:          log.With("component", "relay"),
+		TracerProvider:  cfg.TracerProvider,
 	}
 }
 

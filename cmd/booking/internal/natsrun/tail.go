@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/projections/notify"
@@ -37,6 +38,9 @@ type TailConfig struct {
 	AckWait time.Duration
 	// ProcessedHorizon is how long message ids stay in the processed set.
 	ProcessedHorizon time.Duration
+	// TracerProvider records a span per notification processed, in the
+	// trace the notification carries; nil: none.
+	TracerProvider trace.TracerProvider
 }
 
 // Tail consumes notifications with a notify.Subscriber (duplicates dropped
@@ -66,7 +70,7 @@ func Tail(ctx context.Context, cfg TailConfig, pool *pgxpool.Pool, out io.Writer
 	var mu sync.Mutex // one line at a time
 	sub := notify.NewSubscriber(js, pool, notify.SubscriberConfig{
 		Durable: cfg.Durable, Subject: cfg.Subject, AckWait: cfg.AckWait, ProcessedHorizon: cfg.ProcessedHorizon,
-		Logger: log,
+		Logger: log, TracerProvider: cfg.TracerProvider,
 		Applied: func(n *notify.Notification) {
 			mu.Lock()
 			defer mu.Unlock()
