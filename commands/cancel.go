@@ -71,7 +71,7 @@ func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID strin
 		}
 		// At the revision the decision saw: a payment outcome recorded
 		// meanwhile makes the cancel decide again on the new state.
-		if _, err := h.appendEvents(ctx, s.name, s.expected(), run.meta(now, ""), derived(run.cause(), evs)...); err != nil {
+		if _, err := h.commit(ctx, s, run.meta(now, ""), derived(run.cause(), evs)...); err != nil {
 			return err
 		}
 		h.step(ctx, "cancel.recorded")

@@ -442,15 +442,15 @@ func paymentsOf(o *domain.Order, entries []TimelineEntry) []PaymentAttemptView {
 			}
 			v.Positions = append(v.Positions, te.Position)
 			switch te.Event {
-			case "PaymentOutcomeUnknown":
+			case domain.TypePaymentOutcomeUnknown:
 				v.Unknown++
-			case "PaymentSucceeded", "PaymentFailed", "PaymentActionRequired":
+			case domain.TypePaymentSucceeded, domain.TypePaymentFailed, domain.TypePaymentActionRequired:
 				if te.ObservedBy == ObservedByReconciliation || te.ObservedBy == ObservedByWebhook {
 					outcome := domain.OutcomeSucceeded
 					switch te.Event {
-					case "PaymentFailed":
+					case domain.TypePaymentFailed:
 						outcome = domain.OutcomeFailed
-					case "PaymentActionRequired":
+					case domain.TypePaymentActionRequired:
 						outcome = domain.OutcomeRequiresAction
 					}
 					v.Reconciliations = append(v.Reconciliations, Reconciliation{Outcome: outcome, ChargeID: te.ChargeID,

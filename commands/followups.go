@@ -85,20 +85,17 @@ func FollowedUp(eventType string) bool { return followedUpTypes[eventType] }
 // followedUpTypes are the event types of followUp's cases; keep the two
 // together (TestFollowedUpTypesAreTheSwitchCases).
 var followedUpTypes = map[string]bool{
-	"SeatsHeld": true, "OrderClaimed": true, "ExpiryClaimed": true,
-	"OrderPlaced": true, "PaymentOutcomeUnknown": true, "OrderCancelRequested": true,
-	"OrderFailed": true, "OrderCancelled": true, "OrderConfirmed": true, "OrderNeedsReview": true,
-	"IntentRejected": true, "RefundRequested": true,
+	domain.TypeSeatsHeld: true, domain.TypeOrderClaimed: true, domain.TypeExpiryClaimed: true,
+	domain.TypeOrderPlaced: true, domain.TypePaymentOutcomeUnknown: true, domain.TypeOrderCancelRequested: true,
+	domain.TypeOrderFailed: true, domain.TypeOrderCancelled: true, domain.TypeOrderConfirmed: true, domain.TypeOrderNeedsReview: true,
+	domain.TypeIntentRejected: true, domain.TypeRefundRequested: true,
 }
 
-// Order events by what they mean to the process manager (event types).
-var (
-	// driveEvents make it drive the order's payment.
-	driveEvents = map[string]bool{"OrderPlaced": true, "PaymentOutcomeUnknown": true, "OrderCancelRequested": true}
-	// endEvents end the order: nothing is left to drive until a later
-	// driveEvents event (an OrderCancelRequested after a confirmation).
-	endEvents = map[string]bool{"OrderConfirmed": true, "OrderFailed": true, "OrderCancelled": true, "OrderNeedsReview": true}
-)
+// driveEvents are the order events that make the process manager drive the
+// order's payment (event types). An event of domain.OrderEndTypes leaves
+// nothing to drive until a later driveEvents event (an OrderCancelRequested
+// after a confirmation).
+var driveEvents = map[string]bool{domain.TypeOrderPlaced: true, domain.TypePaymentOutcomeUnknown: true, domain.TypeOrderCancelRequested: true}
 
 // followUpAhead is what a round of the process manager knows of the log
 // after each of its events: for each order stream, the index (in ready,
@@ -125,10 +122,10 @@ type laterOf struct {
 func newFollowUpAhead(ready, ahead []eventstore.RecordedEvent) followUpAhead {
 	a := followUpAhead{lastDrive: map[string]int{}, lastEnd: map[string]int{}}
 	note := func(i int, r *eventstore.RecordedEvent) {
-		if driveEvents[r.Type] || endEvents[r.Type] {
+		if driveEvents[r.Type] || domain.EndsOrder(r.Type) {
 			a.lastDrive[r.Stream] = i
 		}
-		if endEvents[r.Type] || r.Type == "OrderCancelRequested" { // endsSending
+		if domain.EndsSending(r.Type) {
 			a.lastEnd[r.Stream] = i
 		}
 	}

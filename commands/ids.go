@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+
+	"github.com/retrysafe/booking/domain"
 )
 
 // idNamespace is the UUIDv5 namespace of deterministic event ids. It never
@@ -34,7 +36,7 @@ func IntentStream(actor, operation, key string) string {
 		h.Write(n[:])
 		h.Write([]byte(s))
 	}
-	return "intent-" + hex.EncodeToString(h.Sum(nil))
+	return domain.CategoryIntent + hex.EncodeToString(h.Sum(nil))
 }
 
 func sha256Hex(b []byte) string {

@@ -182,6 +182,10 @@ type intentPrep struct {
 // claim, a cancel, a rejection) would conflict with that one's for ever.
 func (r *intentRun) cause() string { return intentCause(r.stream, r.opened) }
 
+// at returns the intent stream as the run knows it: its revision only (for
+// Handler.commit, which fences a step of the run by it).
+func (r *intentRun) at() *stream { return streamAt(r.stream, r.rev) }
+
 // intentCause is intentRun.cause of the intent opened at revision opened
 // of stream.
 func intentCause(stream string, opened eventstore.Revision) string {
@@ -275,15 +279,15 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 			in.RecordedAt = intentOpened(s)
 			h.intents.note(stream)
 		}
-		exp := eventstore.NoStream()
+		at := newStream(stream) // the revision the intent is recorded at
 		if purgedAt != nil {
-			exp = eventstore.Exact(*purgedAt)
+			at = streamAt(stream, *purgedAt)
 		}
 		if s.exists && in.Expired(now, h.cfg.IntentRetention) {
 			if err := h.store.Truncate(ctx, stream, s.last+1); err != nil {
 				return unavailable(err)
 			}
-			exp = eventstore.Exact(s.last)
+			at = streamAt(stream, s.last)
 			s.exists, in = false, domain.Intent{}
 		}
 		// A repeat is fingerprinted under the intent's canonical version,
@@ -327,7 +331,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		if err := prepare(now); err != nil {
 			return err
 		}
-		rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, exp, now, sendBy)
+		rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, at, now, sendBy)
 		var rc *eventstore.RevisionConflictError
 		if errors.As(err, &rc) {
 			if rc.Actual >= 0 && purgedAt == nil {
@@ -477,7 +481,7 @@ func (h *Handler) recordFirst(ctx context.Context, req Request, stream, fp strin
 	if err := prepare(now); err != nil {
 		return nil, nil, err
 	}
-	rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, eventstore.NoStream(), now, *sendBy)
+	rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, newStream(stream), now, *sendBy)
 	var rc *eventstore.RevisionConflictError
 	if errors.As(err, &rc) {
 		return nil, rc, nil
@@ -537,7 +541,8 @@ func (s *intentHints) has(stream string) bool {
 	return ok
 }
 
-// recordIntent appends a new intent's IntentRecorded at exp and returns its
+// recordIntent appends a new intent's IntentRecorded at at's revision (a
+// stream known by its revision: none for a new stream) and returns its
 // run (the intent applied; its revision and lease start are set by
 // recorded once the append succeeded) and the append's result.
 //
@@ -549,7 +554,7 @@ func (s *intentHints) has(stream string) bool {
 // sendBy bounds every send of the append (prepWindow): the append is not
 // sent, or repeated, after it.
 func (h *Handler) recordIntent(ctx context.Context, req Request, stream, fp string, command map[string]any, targetID string,
-	exp eventstore.ExpectedRevision, now, sendBy time.Time) (*intentRun, eventstore.AppendResult, error) {
+	at *stream, now, sendBy time.Time) (*intentRun, eventstore.AppendResult, error) {
 	if !sendBy.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, sendBy)
@@ -562,7 +567,7 @@ func (h *Handler) recordIntent(ctx context.Context, req Request, stream, fp stri
 	rn := &intentRun{req: req, stream: stream, created: true, now: now, command: command, lineage: requestLineage(ctx, nil, id)}
 	rn.intent.Apply(rec)
 	rn.intent.RecordedAt = now
-	res, err := h.appendEvents(ctx, stream, exp, rn.meta(now, ""), pending{id, rec})
+	res, err := h.commit(ctx, at, rn.meta(now, ""), pending{id, rec})
 	return rn, res, err
 }
 
@@ -602,7 +607,7 @@ func (h *Handler) takeOver(ctx context.Context, run *intentRun) error {
 		return err
 	}
 	ev := domain.IntentResumed{Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease)}
-	res, err := h.appendEvents(ctx, run.stream, eventstore.Exact(run.rev), run.meta(now, ""), pending{NewID(), ev})
+	res, err := h.commit(ctx, run.at(), run.meta(now, ""), pending{NewID(), ev})
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return errRetry
 	}
@@ -622,7 +627,7 @@ func (h *Handler) reject(ctx context.Context, run *intentRun, derr *domain.Error
 	if err != nil {
 		return err
 	}
-	_, err = h.appendEvents(ctx, run.stream, eventstore.Exact(run.rev), run.meta(now, ""), pending{DerivedID(run.cause(), "rejected"), ev})
+	_, err = h.commit(ctx, run.at(), run.meta(now, ""), pending{DerivedID(run.cause(), "rejected"), ev})
 	if err == nil {
 		h.metrics.Intent(run.req.Operation, IntentRefused, ev.Code)
 		return rejectionOf(&ev, !run.created)

@@ -466,23 +466,16 @@ func (h *Handler) shredUnplaced(ctx context.Context) {
 	}
 }
 
-// endsOrder reports whether e gives the order its final status
-// (confirmed, failed, cancelled): no step of its payment sends again,
-// whether its key exists or not.
+// endsOrder reports whether e gives the order a final status other than
+// review (domain.EndsOrder: confirmed, failed, cancelled): no step of its
+// payment sends again, whether its key exists or not. OrderNeedsReview is
+// not counted: after it the key is deleted at once, as after the other
+// events of domain.EndsSending, not batched (afterOrderEvents).
 func endsOrder(e domain.Event) bool {
-	switch e.(type) {
-	case domain.OrderConfirmed, domain.OrderFailed, domain.OrderCancelled:
-		return true
-	}
-	return false
+	_, review := e.(domain.OrderNeedsReview)
+	return domain.EndsOrder(e.EventType()) && !review
 }
 
 // endsSending reports whether e means the order can send no more payment
 // requests: its data key may be shredded.
-func endsSending(e domain.Event) bool {
-	switch e.(type) {
-	case domain.OrderConfirmed, domain.OrderFailed, domain.OrderCancelRequested, domain.OrderCancelled, domain.OrderNeedsReview:
-		return true
-	}
-	return false
-}
+func endsSending(e domain.Event) bool { return domain.EndsSending(e.EventType()) }

@@ -209,7 +209,7 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 		// commit and someone else claimed (decided again below); still
 		// unknown is a 503, and a committed claim is then finished by the
 		// process manager and replayed to a repeat.
-		_, err = h.appendEvents(ctx, claimStream, eventstore.NoStream(), run.meta(now, ""), pending{id, evs[0]})
+		_, err = h.commit(ctx, newStream(claimStream), run.meta(now, ""), pending{id, evs[0]})
 		if err != nil {
 			return err // a conflict: someone claimed first, decide again from the claim
 		}
@@ -311,7 +311,7 @@ func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimI
 	}
 	m := eventstore.Metadata{Actor: c.Actor, Intent: c.Intent, CausationID: claimID, OccurredAt: now}
 	ev := domain.PlacedFrom(c, claimedAt.Add(h.cfg.PaymentDeadline), sealed)
-	_, err = h.appendEvents(ctx, domain.OrderStream(c.OrderID), eventstore.NoStream(), m, pending{DerivedID(claimID, "order-placed"), ev})
+	_, err = h.commit(ctx, newStream(domain.OrderStream(c.OrderID)), m, pending{DerivedID(claimID, "order-placed"), ev})
 	if err != nil && !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return false, err
 	}
@@ -397,7 +397,7 @@ func (h *Handler) placeClaimed(ctx context.Context, c domain.OrderClaimed, claim
 		defer wg.Done()
 		errMark = h.markOrdered(ctx, c, claimID, m)
 	}()
-	res, errRes = h.appendEvents(ctx, name, eventstore.NoStream(), m, pending{DerivedID(claimID, "order-placed"), ev})
+	res, errRes = h.commit(ctx, newStream(name), m, pending{DerivedID(claimID, "order-placed"), ev})
 	wg.Wait()
 	if errors.Is(errRes, eventstore.ErrWrongExpectedRevision) {
 		return nil, errMark // not this event at revision 0: pay from a read of the stream
@@ -421,7 +421,7 @@ func (h *Handler) markOrdered(ctx context.Context, c domain.OrderClaimed, claimI
 	id := DerivedID(claimID, "reservation-ordered")
 	if r, last, ok := h.reservations.get(name); ok {
 		if evs := r.MarkOrdered(c.OrderID); len(evs) > 0 {
-			res, err := h.appendEvents(ctx, name, eventstore.Exact(last), m, pending{id, evs[0]})
+			res, err := h.commit(ctx, streamAt(name, last), m, pending{id, evs[0]})
 			if err == nil {
 				r.Apply(evs[0])
 				h.reservations.put(name, r, res.NextRevision)
@@ -479,7 +479,7 @@ func (h *Handler) releaseSeats(ctx context.Context, showID, reservationID, reaso
 			return err
 		}
 		m.OccurredAt = now
-		res, err := h.appendEvents(ctx, domain.ShowStream(showID), e.expected(), m, pending{DerivedID(cause, "seats-released"), evs[0]})
+		res, err := h.commit(ctx, e.at(showID), m, pending{DerivedID(cause, "seats-released"), evs[0]})
 		if err == nil {
 			// The snapshot (held under the show's lock) follows the
 			// append, so the next hold batch need not read it back.

@@ -390,7 +390,7 @@ func (h *Handler) takeOverAttempt(ctx context.Context, o domain.Order, s *stream
 // success the next step starts from the order with the lease applied (st).
 func (h *Handler) appendLease(ctx context.Context, o domain.Order, s *stream, e domain.Event, now time.Time, st *driveState) error {
 	m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
-	res, err := h.appendEvents(ctx, s.name, s.expected(), m, pending{NewID(), e})
+	res, err := h.commit(ctx, s, m, pending{NewID(), e})
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		h.metrics.Reconciliation("lease_fenced")
 		return errRetry
@@ -613,7 +613,7 @@ func (h *Handler) endOrder(ctx context.Context, o domain.Order, s *stream, evs [
 	for i, e := range evs {
 		pend[i] = pending{DerivedID(o.ID, e.EventType()), e}
 	}
-	_, err = h.appendEvents(ctx, s.name, s.expected(), m, pend...)
+	_, err = h.commit(ctx, s, m, pend...)
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return errRetry
 	}
@@ -671,7 +671,7 @@ func (h *Handler) afterOrderEventsOf(ctx context.Context, known *domain.Order, o
 				h.log.WarnContext(ctx, "refund not sent yet; the reconciler retries", "order_id", orderID, "charge_id", e.ChargeID, "err", err)
 			}
 		}
-		if endsOrder(e) || isReview(e) {
+		if domain.EndsOrder(e.EventType()) {
 			// A payment still waiting for the customer's action is
 			// cancelled once the order can no longer use it.
 			if err := h.cancelPayments(ctx, o); err != nil {
@@ -680,11 +680,6 @@ func (h *Handler) afterOrderEventsOf(ctx context.Context, known *domain.Order, o
 		}
 	}
 	return nil
-}
-
-func isReview(e domain.Event) bool {
-	_, ok := e.(domain.OrderNeedsReview)
-	return ok
 }
 
 // backoff is a capped exponential backoff with full jitter (AWS

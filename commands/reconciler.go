@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
 )
 
 // ReconcilerName is the name of the payment reconciler worker (its
@@ -30,6 +31,19 @@ type PendingOrders interface {
 	// (in byte order), ascending; "" starts at the beginning. It may return
 	// orders that turn out to need nothing.
 	PendingOrders(ctx context.Context, after string, limit int) ([]string, error)
+}
+
+// OrderRule is the rule by which the event store finds the orders the
+// reconciler visits (eventstore.PendingRule, answered by
+// pgstore.Store.PendingStreams and logindex.Index.Pending): the domain's
+// order streams without an event of domain.OrderEndTypes, or with one of
+// domain.OrderObligations open.
+func OrderRule() eventstore.PendingRule {
+	owed := make([]eventstore.Obligation, len(domain.OrderObligations))
+	for i, o := range domain.OrderObligations {
+		owed[i] = eventstore.Obligation(o)
+	}
+	return eventstore.PendingRule{Category: domain.CategoryOrder, Ends: domain.OrderEndTypes, Owed: owed}
 }
 
 // RunReconciler is the payment reconciler (see ARCHITECTURE.md, Background

@@ -531,7 +531,7 @@ func (h *Handler) ExpireReservation(ctx context.Context, reservationID string) e
 			claim = evs[0].(domain.ExpiryClaimed)
 			m := eventstore.Metadata{Actor: res.Actor, OccurredAt: now}
 			h.step(ctx, "expiry.claiming")
-			_, err = h.appendEvents(ctx, domain.ClaimStream(reservationID), eventstore.NoStream(), m, pending{id, claim})
+			_, err = h.commit(ctx, newStream(domain.ClaimStream(reservationID)), m, pending{id, claim})
 			if err != nil {
 				return err // a conflict: an order or expiry claimed first, decide again
 			}

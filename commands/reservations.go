@@ -139,7 +139,7 @@ type heldRecord struct {
 func (h *Handler) ensureReservationHeld(ctx context.Context, held heldRecord) error {
 	m := held.meta
 	m.CausationID = held.id
-	_, err := h.appendEvents(ctx, domain.ReservationStream(held.e.ReservationID), eventstore.NoStream(), m,
+	_, err := h.commit(ctx, newStream(domain.ReservationStream(held.e.ReservationID)), m,
 		pending{DerivedID(held.id, "reservation-held"), domain.HeldFrom(held.e)})
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return nil // already opened
@@ -157,7 +157,7 @@ func (h *Handler) openReservation(ctx context.Context, held heldRecord) (domain.
 	m.CausationID = held.id
 	ev := domain.HeldFrom(held.e)
 	name := domain.ReservationStream(held.e.ReservationID)
-	res, err := h.appendEvents(ctx, name, eventstore.NoStream(), m, pending{DerivedID(held.id, "reservation-held"), ev})
+	res, err := h.commit(ctx, newStream(name), m, pending{DerivedID(held.id, "reservation-held"), ev})
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return domain.Reservation{}, errRetry
 	}

@@ -217,7 +217,7 @@ func (h *Handler) scanHold(ctx context.Context, showID, resID string, last event
 			if r.Revision > last {
 				break
 			}
-			if r.Type != "SeatsHeld" || !bytes.Contains(r.Data, []byte(resID)) {
+			if r.Type != domain.TypeSeatsHeld || !bytes.Contains(r.Data, []byte(resID)) {
 				continue
 			}
 			ev, err := h.registry.Decode(r.Type, r.Data)
@@ -243,6 +243,12 @@ func (e *showEntry) expected() eventstore.ExpectedRevision {
 		return eventstore.NoStream()
 	}
 	return eventstore.Exact(e.last)
+}
+
+// at returns the stream of show showID as the entry knows it: its
+// revision only (for Handler.commit).
+func (e *showEntry) at(showID string) *stream {
+	return &stream{name: domain.ShowStream(showID), exists: e.exists, last: e.last}
 }
 
 // showView returns a copy of the show's scalar state (Holds omitted).

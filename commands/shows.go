@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/retrysafe/booking/domain"
-	"github.com/retrysafe/booking/eventstore"
 )
 
 // OpScheduleShow, OpReserveSeats, OpPlaceOrder and OpCancelOrder are the
@@ -88,7 +87,7 @@ func (h *Handler) scheduleShow(ctx context.Context, run *intentRun, cmd Schedule
 		if err != nil {
 			return h.reject(ctx, run, asDomain(err), "")
 		}
-		_, err = h.appendEvents(ctx, domain.ShowStream(showID), eventstore.NoStream(), run.meta(run.now, ""),
+		_, err = h.commit(ctx, newStream(domain.ShowStream(showID)), run.meta(run.now, ""),
 			pending{DerivedID(run.cause(), "show-scheduled"), evs[0]})
 		if err != nil {
 			return err // a conflict: scheduled meanwhile, read it on the next try

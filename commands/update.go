@@ -72,13 +72,14 @@ func (c change) domainEvents() []domain.Event {
 	return evs
 }
 
-// update is the one load-decide-append: it loads stream name, lets decide
-// choose the change to append after what it loaded (no events: nothing left
-// to do), and appends it at the loaded revision (the expected revision),
-// all under the retry policy above. It returns the change appended, or the
-// zero change when decide chose none; decide's error, a dependency failure
-// (wrapping domain.ErrUnavailable) or domain.ErrContention. decide may run
-// several times and must not have side effects.
+// update is the load-decide-append under the retry policy: it loads stream
+// name, lets decide choose the change to append after what it loaded (no
+// events: nothing left to do), and appends it at the loaded revision (the
+// expected revision), again on a lost race. It returns the change
+// appended, or the zero change when decide chose none; decide's error, a
+// dependency failure (wrapping domain.ErrUnavailable) or
+// domain.ErrContention. decide may run several times and must not have side
+// effects.
 func (h *Handler) update(ctx context.Context, name string, decide func(s *stream) (change, error)) (change, error) {
 	c, _, err := h.updateFrom(ctx, name, nil, decide)
 	return c, err
@@ -87,40 +88,92 @@ func (h *Handler) update(ctx context.Context, name string, decide func(s *stream
 // updateFrom is update whose first try decides on from, the stream as the
 // caller knows it, instead of reading it (nil reads it): the append at its
 // revision fences the decision, and a conflict reads the stream for the
-// next try. It also returns the stream as the append left it (nil when
-// nothing was appended).
+// next try. Every change is stamped with the database clock after its
+// decision (whatever OccurredAt decide set), and a fact recorded by whoever
+// loaded the stream (a webhook, the reconciler) keeps the correlation of
+// the intent that last acted on it. It also returns the stream as the
+// append left it (nil when nothing was appended).
 func (h *Handler) updateFrom(ctx context.Context, name string, from *stream, decide func(s *stream) (change, error)) (change, *stream, error) {
 	var done change
 	var after *stream
 	err := h.retryConflicts(ctx, func() error {
-		s := from
+		var err error
+		done, after, _, err = h.decideOnce(ctx, name, from, onceStamped, decide)
 		from = nil
-		if s == nil {
-			var err error
-			if s, err = h.load(ctx, name); err != nil {
-				return err
-			}
-		}
-		c, err := decide(s)
-		if err != nil || len(c.events) == 0 {
-			return err
-		}
-		now, err := h.now(ctx)
-		if err != nil {
-			return err
-		}
-		c.meta.OccurredAt = now
-		// A fact recorded by whoever loaded the stream (a webhook, the
-		// reconciler) keeps the correlation of the intent that last acted
-		// on it.
-		res, err := h.appendEvents(withStreamCorrelation(ctx, s), name, s.expected(), c.meta, c.events...)
-		if err != nil {
-			return err
-		}
-		done = c
-		after = &stream{name: name, records: s.records, exists: true, last: res.NextRevision,
-			events: append(append([]domain.Event(nil), s.events...), c.domainEvents()...)}
-		return nil
+		return err
 	})
 	return done, after, err
+}
+
+// onceMode says what decideOnce stamps on a change beyond what appendEvents
+// stamps from ctx.
+type onceMode uint8
+
+const (
+	// onceAsGiven appends the change's metadata as decide gave it.
+	onceAsGiven onceMode = iota
+	// onceStamped sets OccurredAt to the database clock after the
+	// decision, and, when ctx carries no correlation, the correlation of
+	// the stream's last event.
+	onceStamped
+)
+
+// decideOnce is one try of the load–decide–append, the one place in this
+// package where a decision is appended (the hold batcher's batched append
+// aside): it decides on from, the stream as the caller knows it (nil loads
+// stream name; a stream known only by its revision, such as a create's
+// &stream{name: name}, carries no events), and appends the change decide
+// chose at from's revision, stamped as mode says. It returns the change
+// appended (the zero change when decide chose none), the stream
+// as the append left it (nil when nothing was appended; its events as far
+// as from held them) and the append's result. A lost race is returned,
+// not retried (eventstore.ErrWrongExpectedRevision): the caller decides
+// again, by update's policy or its own loop.
+func (h *Handler) decideOnce(ctx context.Context, name string, from *stream, mode onceMode, decide func(s *stream) (change, error)) (change, *stream, eventstore.AppendResult, error) {
+	s := from
+	if s == nil {
+		var err error
+		if s, err = h.load(ctx, name); err != nil {
+			return change{}, nil, eventstore.AppendResult{}, err
+		}
+	}
+	c, err := decide(s)
+	if err != nil || len(c.events) == 0 {
+		return change{}, nil, eventstore.AppendResult{}, err
+	}
+	if mode == onceStamped {
+		if c.meta.OccurredAt, err = h.now(ctx); err != nil {
+			return change{}, nil, eventstore.AppendResult{}, err
+		}
+		ctx = withStreamCorrelation(ctx, s)
+	}
+	res, err := h.appendEvents(ctx, name, s.expected(), c.meta, c.events...)
+	if err != nil {
+		return change{}, nil, res, err
+	}
+	after := &stream{name: name, records: s.records, exists: true, last: res.NextRevision,
+		events: append(append([]domain.Event(nil), s.events...), c.domainEvents()...)}
+	return c, after, res, nil
+}
+
+// newStream returns stream name as known before it exists: a commit on it
+// creates it (no stream expected).
+func newStream(name string) *stream { return &stream{name: name} }
+
+// streamAt returns stream name known only by its last revision: a commit on
+// it appends at that revision.
+func streamAt(name string, last eventstore.Revision) *stream {
+	return &stream{name: name, exists: true, last: last}
+}
+
+// commit appends events decided on s (the stream as the caller knows it,
+// or known only by its revision) at s's revision with metadata m, through
+// decideOnce: the helper for a caller that decided before and fences the
+// decision by the revision it saw. A lost race is
+// eventstore.ErrWrongExpectedRevision, for the caller to decide again.
+func (h *Handler) commit(ctx context.Context, s *stream, m eventstore.Metadata, evs ...pending) (eventstore.AppendResult, error) {
+	_, _, res, err := h.decideOnce(ctx, s.name, s, onceAsGiven, func(*stream) (change, error) {
+		return change{events: evs, meta: m}, nil
+	})
+	return res, err
 }

@@ -423,85 +423,85 @@ type IntentRejected struct {
 }
 
 // EventType returns "ShowScheduled", the stable type name.
-func (ShowScheduled) EventType() string { return "ShowScheduled" }
+func (ShowScheduled) EventType() string { return TypeShowScheduled }
 
 // EventType returns "SeatsHeld", the stable type name.
-func (SeatsHeld) EventType() string { return "SeatsHeld" }
+func (SeatsHeld) EventType() string { return TypeSeatsHeld }
 
 // EventType returns "SeatsReleased", the stable type name.
-func (SeatsReleased) EventType() string { return "SeatsReleased" }
+func (SeatsReleased) EventType() string { return TypeSeatsReleased }
 
 // EventType returns "ReservationHeld", the stable type name.
-func (ReservationHeld) EventType() string { return "ReservationHeld" }
+func (ReservationHeld) EventType() string { return TypeReservationHeld }
 
 // EventType returns "ReservationOrdered", the stable type name.
-func (ReservationOrdered) EventType() string { return "ReservationOrdered" }
+func (ReservationOrdered) EventType() string { return TypeReservationOrdered }
 
 // EventType returns "ReservationExpired", the stable type name.
-func (ReservationExpired) EventType() string { return "ReservationExpired" }
+func (ReservationExpired) EventType() string { return TypeReservationExpired }
 
 // EventType returns "ReservationReleased", the stable type name.
-func (ReservationReleased) EventType() string { return "ReservationReleased" }
+func (ReservationReleased) EventType() string { return TypeReservationReleased }
 
 // EventType returns "OrderClaimed", the stable type name.
-func (OrderClaimed) EventType() string { return "OrderClaimed" }
+func (OrderClaimed) EventType() string { return TypeOrderClaimed }
 
 // EventType returns "ExpiryClaimed", the stable type name.
-func (ExpiryClaimed) EventType() string { return "ExpiryClaimed" }
+func (ExpiryClaimed) EventType() string { return TypeExpiryClaimed }
 
 // EventType returns "OrderPlaced", the stable type name.
-func (OrderPlaced) EventType() string { return "OrderPlaced" }
+func (OrderPlaced) EventType() string { return TypeOrderPlaced }
 
 // EventType returns "PaymentAttemptStarted", the stable type name.
-func (PaymentAttemptStarted) EventType() string { return "PaymentAttemptStarted" }
+func (PaymentAttemptStarted) EventType() string { return TypePaymentAttemptStarted }
 
 // EventType returns "PaymentSucceeded", the stable type name.
-func (PaymentSucceeded) EventType() string { return "PaymentSucceeded" }
+func (PaymentSucceeded) EventType() string { return TypePaymentSucceeded }
 
 // EventType returns "PaymentFailed", the stable type name.
-func (PaymentFailed) EventType() string { return "PaymentFailed" }
+func (PaymentFailed) EventType() string { return TypePaymentFailed }
 
 // EventType returns "PaymentOutcomeUnknown", the stable type name.
-func (PaymentOutcomeUnknown) EventType() string { return "PaymentOutcomeUnknown" }
+func (PaymentOutcomeUnknown) EventType() string { return TypePaymentOutcomeUnknown }
 
 // EventType returns "PaymentActionRequired", the stable type name.
-func (PaymentActionRequired) EventType() string { return "PaymentActionRequired" }
+func (PaymentActionRequired) EventType() string { return TypePaymentActionRequired }
 
 // EventType returns "OrderConfirmed", the stable type name.
-func (OrderConfirmed) EventType() string { return "OrderConfirmed" }
+func (OrderConfirmed) EventType() string { return TypeOrderConfirmed }
 
 // EventType returns "OrderFailed", the stable type name.
-func (OrderFailed) EventType() string { return "OrderFailed" }
+func (OrderFailed) EventType() string { return TypeOrderFailed }
 
 // EventType returns "OrderCancelRequested", the stable type name.
-func (OrderCancelRequested) EventType() string { return "OrderCancelRequested" }
+func (OrderCancelRequested) EventType() string { return TypeOrderCancelRequested }
 
 // EventType returns "OrderCancelled", the stable type name.
-func (OrderCancelled) EventType() string { return "OrderCancelled" }
+func (OrderCancelled) EventType() string { return TypeOrderCancelled }
 
 // EventType returns "RefundRequested", the stable type name.
-func (RefundRequested) EventType() string { return "RefundRequested" }
+func (RefundRequested) EventType() string { return TypeRefundRequested }
 
 // EventType returns "RefundSucceeded", the stable type name.
-func (RefundSucceeded) EventType() string { return "RefundSucceeded" }
+func (RefundSucceeded) EventType() string { return TypeRefundSucceeded }
 
 // EventType returns "RefundRefused", the stable type name.
-func (RefundRefused) EventType() string { return "RefundRefused" }
+func (RefundRefused) EventType() string { return TypeRefundRefused }
 
 // EventType returns "OrderNeedsReview", the stable type name.
-func (OrderNeedsReview) EventType() string { return "OrderNeedsReview" }
+func (OrderNeedsReview) EventType() string { return TypeOrderNeedsReview }
 
 // EventType returns "PaymentSecretsShredded", the stable type name.
-func (PaymentSecretsShredded) EventType() string { return "PaymentSecretsShredded" }
+func (PaymentSecretsShredded) EventType() string { return TypePaymentSecretsShredded }
 
 // EventType returns "IntentRecorded", the stable type name.
-func (IntentRecorded) EventType() string { return "IntentRecorded" }
+func (IntentRecorded) EventType() string { return TypeIntentRecorded }
 
 // EventType returns "IntentResumed", the stable type name.
-func (IntentResumed) EventType() string { return "IntentResumed" }
+func (IntentResumed) EventType() string { return TypeIntentResumed }
 
 // EventType returns "IntentRejected", the stable type name.
-func (IntentRejected) EventType() string { return "IntentRejected" }
+func (IntentRejected) EventType() string { return TypeIntentRejected }
 
 // EventTypes returns a zero value of every event type, keyed by type name:
 // the registry from which the eventstore codec is built (wired in run, no
@@ -518,17 +518,3 @@ func EventTypes() []Event {
 		IntentRecorded{}, IntentResumed{}, IntentRejected{},
 	}
 }
-
-// Stream names. IDs are UUID strings.
-
-// ShowStream names a show's stream.
-func ShowStream(showID string) string { return "show-" + showID }
-
-// ReservationStream names a reservation's stream.
-func ReservationStream(id string) string { return "reservation-" + id }
-
-// ClaimStream names a reservation's uniqueness stream.
-func ClaimStream(reservationID string) string { return "reservation-order-" + reservationID }
-
-// OrderStream names an order's stream.
-func OrderStream(orderID string) string { return "order-" + orderID }

@@ -23,8 +23,10 @@
 // changes a row. Projectors never read other read models and never call
 // now(): times come from event metadata (occurred_at, or the store's
 // recorded_at when it is missing), so Rebuild produces exactly the rows the
-// live projector produced. Private parts of events (the payment token, the
-// provider request body) are never decoded.
+// live projector produced. Events are decoded through the domain's event
+// registry into the domain's types, every schema version included; no row
+// holds a private part of an event (the sealed payment token, the
+// provider request).
 //
 // # Transactions and checkpoints
 //

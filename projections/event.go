@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 )
 
@@ -68,14 +69,43 @@ func occurredAt(metadata []byte) (time.Time, bool) {
 	return m.OccurredAt, true
 }
 
-// decode unmarshals the event's data into v (a projection-local struct that
-// names only the public fields the projection needs, so private parts are
-// never decoded).
-func (e *envelope) decode(v any) error {
-	if err := json.Unmarshal(e.data, v); err != nil {
-		return fmt.Errorf("decode %s %s@%d: %w", e.typ, e.stream, e.revision, err)
+// registry is the domain's event registry (domain.EventTypes): every event
+// a projection reads is decoded through it into the domain's own type, so
+// a projection reads what the deciders read, every schema version
+// included.
+var registry = func() *eventstore.Registry {
+	types := domain.EventTypes()
+	typed := make([]eventstore.Typed, len(types))
+	for i, t := range types {
+		typed[i] = t
 	}
-	return nil
+	return eventstore.NewRegistry(typed...)
+}()
+
+// event returns the event's data decoded through the domain's registry;
+// the error names the event and wraps the registry's (an unknown type, or
+// data that does not decode).
+func (e *envelope) event() (domain.Event, error) {
+	ev, err := registry.Decode(e.typ, e.data)
+	if err != nil {
+		return nil, fmt.Errorf("decode %s %s@%d: %w", e.typ, e.stream, e.revision, err)
+	}
+	return ev.(domain.Event), nil
+}
+
+// decodeAs returns the event decoded through the domain's registry as a T,
+// the domain type of e.typ; an event of another type is an error.
+func decodeAs[T domain.Event](e *envelope) (T, error) {
+	var t T
+	ev, err := e.event()
+	if err != nil {
+		return t, err
+	}
+	t, ok := ev.(T)
+	if !ok {
+		return t, fmt.Errorf("decode %s %s@%d: not a %s", e.typ, e.stream, e.revision, t.EventType())
+	}
+	return t, nil
 }
 
 // streamID returns the id of the entity of e's stream, which must be
@@ -116,95 +146,81 @@ func (e *envelope) canonUUID(s, field string) (string, error) {
 	return id.String(), nil
 }
 
-// Stream name prefixes (domain.ShowStream and friends).
+// Stream name prefixes: the domain's stream categories.
 const (
-	showPrefix        = "show-"
-	reservationPrefix = "reservation-"
-	orderPrefix       = "order-"
-	intentPrefix      = "intent-"
+	showPrefix        = domain.CategoryShow
+	reservationPrefix = domain.CategoryReservation
+	orderPrefix       = domain.CategoryOrder
+	intentPrefix      = domain.CategoryIntent
 )
 
-// Event data, as far as the projections read it. Field names and JSON tags
-// follow package domain (pinned by its golden files); private parts are
-// deliberately absent.
-
-type money struct {
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
+// paymentFact is what the orders projection reads of a payment or refund
+// event: its attempt (payment events) and its charge id (a success, and
+// refund events).
+type paymentFact struct {
+	Attempt  int
+	ChargeID string
 }
 
-type showScheduled struct {
-	Name     string    `json:"name"`
-	StartsAt time.Time `json:"starts_at"`
-	Capacity int       `json:"capacity"`
-	Price    money     `json:"price"`
+// payment returns the payment fact of a payment or refund event.
+func (e *envelope) payment() (paymentFact, error) {
+	ev, err := e.event()
+	if err != nil {
+		return paymentFact{}, err
+	}
+	switch ev := ev.(type) {
+	case domain.PaymentAttemptStarted:
+		return paymentFact{Attempt: ev.Attempt}, nil
+	case domain.PaymentSucceeded:
+		return paymentFact{Attempt: ev.Attempt, ChargeID: ev.ChargeID}, nil
+	case domain.PaymentFailed:
+		return paymentFact{Attempt: ev.Attempt, ChargeID: ev.ChargeID}, nil
+	case domain.PaymentOutcomeUnknown:
+		return paymentFact{Attempt: ev.Attempt}, nil
+	case domain.PaymentActionRequired:
+		return paymentFact{Attempt: ev.Attempt}, nil
+	case domain.RefundRequested:
+		return paymentFact{ChargeID: ev.ChargeID}, nil
+	case domain.RefundSucceeded:
+		return paymentFact{ChargeID: ev.ChargeID}, nil
+	case domain.RefundRefused:
+		return paymentFact{ChargeID: ev.ChargeID}, nil
+	}
+	return paymentFact{}, fmt.Errorf("decode %s %s@%d: not a payment or refund event", e.typ, e.stream, e.revision)
 }
 
-type seatsChanged struct { // SeatsHeld, SeatsReleased
-	Quantity int `json:"quantity"`
+// reservationChange returns the order id and the release reason of a
+// reservation event after its opening (ReservationOrdered,
+// ReservationExpired, ReservationReleased); either may be empty.
+func (e *envelope) reservationChange() (orderID, reason string, err error) {
+	ev, err := e.event()
+	if err != nil {
+		return "", "", err
+	}
+	switch ev := ev.(type) {
+	case domain.ReservationOrdered:
+		return ev.OrderID, "", nil
+	case domain.ReservationReleased:
+		return ev.OrderID, ev.Reason, nil
+	case domain.ReservationExpired:
+		return "", "", nil
+	}
+	return "", "", fmt.Errorf("decode %s %s@%d: not a reservation change", e.typ, e.stream, e.revision)
 }
 
-type reservationHeld struct {
-	ShowID    string    `json:"show_id"`
-	Actor     string    `json:"actor"`
-	Quantity  int       `json:"quantity"`
-	Amount    money     `json:"amount"`
-	ExpiresAt time.Time `json:"expires_at"`
-}
-
-type reservationChanged struct { // ReservationOrdered, ReservationReleased
-	OrderID string `json:"order_id"`
-	Reason  string `json:"reason"`
-}
-
-type orderPlaced struct {
-	ReservationID   string    `json:"reservation_id"`
-	ShowID          string    `json:"show_id"`
-	Actor           string    `json:"actor"`
-	Intent          string    `json:"intent"`
-	Quantity        int       `json:"quantity"`
-	Amount          money     `json:"amount"`
-	PaymentDeadline time.Time `json:"payment_deadline"`
-}
-
-type paymentFact struct { // PaymentAttemptStarted, PaymentSucceeded, PaymentFailed, PaymentOutcomeUnknown, PaymentActionRequired, Refund*
-	Attempt  int    `json:"attempt"`
-	ChargeID string `json:"charge_id"`
-}
-
-type orderConfirmed struct {
-	Tickets []struct {
-		ID string `json:"id"`
-	} `json:"tickets"`
-}
-
-type orderReason struct { // OrderFailed, OrderNeedsReview
-	Reason string `json:"reason"`
-}
-
-type intentRecorded struct {
-	Actor      string    `json:"actor"`
-	Operation  string    `json:"operation"`
-	TargetID   string    `json:"target_id"`
-	Executor   string    `json:"executor"`
-	LeaseUntil time.Time `json:"lease_until"`
-	Command    struct {
-		OrderID string `json:"order_id"`
-	} `json:"command"`
-}
-
-type secretsShredded struct { // PaymentSecretsShredded
-	ShreddedAt time.Time `json:"shredded_at"`
-}
-
-type intentResumed struct {
-	Executor   string    `json:"executor"`
-	LeaseUntil time.Time `json:"lease_until"`
-}
-
-type intentRejected struct {
-	Status int    `json:"status"`
-	Code   string `json:"code"`
+// seats returns the quantity of a SeatsHeld or SeatsReleased event.
+func (e *envelope) seats() (int, error) {
+	ev, err := e.event()
+	if err != nil {
+		return 0, err
+	}
+	switch ev := ev.(type) {
+	case domain.SeatsHeld:
+		return ev.Quantity, nil
+	case domain.SeatsReleased:
+		return ev.Quantity, nil
+	}
+	return 0, fmt.Errorf("decode %s %s@%d: not a seats event", e.typ, e.stream, e.revision)
 }
 
 // badStream is the error of an event on a stream without prefix.

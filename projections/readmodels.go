@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/retrysafe/booking/domain"
 )
 
 // Each projection folds events into rows in Go, mirroring the deciders'
@@ -167,10 +169,10 @@ func Orders() *Projection {
 
 type ordersFold struct{ orders *rowSet[orderRow] }
 
-var orderEvents = map[string]bool{"OrderPlaced": true, "PaymentAttemptStarted": true, "PaymentSucceeded": true,
-	"PaymentFailed": true, "PaymentOutcomeUnknown": true, "PaymentActionRequired": true, "OrderConfirmed": true, "OrderFailed": true,
-	"OrderCancelRequested": true, "OrderCancelled": true, "RefundRequested": true, "RefundSucceeded": true, "RefundRefused": true,
-	"OrderNeedsReview": true, "PaymentSecretsShredded": true}
+var orderEvents = map[string]bool{domain.TypeOrderPlaced: true, domain.TypePaymentAttemptStarted: true, domain.TypePaymentSucceeded: true,
+	domain.TypePaymentFailed: true, domain.TypePaymentOutcomeUnknown: true, domain.TypePaymentActionRequired: true, domain.TypeOrderConfirmed: true, domain.TypeOrderFailed: true,
+	domain.TypeOrderCancelRequested: true, domain.TypeOrderCancelled: true, domain.TypeRefundRequested: true, domain.TypeRefundSucceeded: true, domain.TypeRefundRefused: true,
+	domain.TypeOrderNeedsReview: true, domain.TypePaymentSecretsShredded: true}
 
 func (f *ordersFold) loaders() []rowLoader { return []rowLoader{f.orders} }
 func (f *ordersFold) finish(*queue)        {}
@@ -179,7 +181,7 @@ func (f *ordersFold) route(e *envelope) error {
 	if !orderEvents[e.typ] {
 		return nil
 	}
-	if e.opens("OrderPlaced") {
+	if e.opens(domain.TypeOrderPlaced) {
 		return f.orders.needOpened(e.rowKey(orderPrefix))
 	}
 	return f.orders.needKey(e.rowKey(orderPrefix))
@@ -189,7 +191,7 @@ func (f *ordersFold) apply(e *envelope) error {
 	if !orderEvents[e.typ] {
 		return nil
 	}
-	key, r, o, ok, err := rowFor[orderPlaced](e, f.orders, orderPrefix, "OrderPlaced", func(r *orderRow) int64 { return r.Revision })
+	key, r, o, ok, err := rowFor[domain.OrderPlaced](e, f.orders, orderPrefix, domain.TypeOrderPlaced, func(r *orderRow) int64 { return r.Revision })
 	if !ok {
 		return err
 	}
@@ -197,50 +199,52 @@ func (f *ordersFold) apply(e *envelope) error {
 		return f.placed(e, key, o)
 	}
 	switch e.typ {
-	case "PaymentAttemptStarted", "PaymentSucceeded", "PaymentFailed", "PaymentOutcomeUnknown", "PaymentActionRequired":
-		var p paymentFact
-		if err := e.decode(&p); err != nil {
+	case domain.TypePaymentAttemptStarted, domain.TypePaymentSucceeded, domain.TypePaymentFailed, domain.TypePaymentOutcomeUnknown,
+		domain.TypePaymentActionRequired:
+		p, err := e.payment()
+		if err != nil {
 			return err
 		}
 		applyPayment(r, e, p)
-	case "RefundRequested", "RefundSucceeded", "RefundRefused":
-		var p paymentFact
-		if err := e.decode(&p); err != nil {
+	case domain.TypeRefundRequested, domain.TypeRefundSucceeded, domain.TypeRefundRefused:
+		p, err := e.payment()
+		if err != nil {
 			return err
 		}
 		applyRefund(r, e, p)
-	case "OrderConfirmed":
-		var c orderConfirmed
-		if err := e.decode(&c); err != nil {
+	case domain.TypeOrderConfirmed:
+		c, err := decodeAs[domain.OrderConfirmed](e)
+		if err != nil {
 			return err
 		}
 		r.Status, r.TicketIDs = "confirmed", make([]string, len(c.Tickets))
 		for i, t := range c.Tickets {
 			r.TicketIDs[i] = t.ID
 		}
-	case "OrderFailed", "OrderNeedsReview":
-		var o orderReason
-		if err := e.decode(&o); err != nil {
+	case domain.TypeOrderFailed, domain.TypeOrderNeedsReview:
+		ev, err := e.event()
+		if err != nil {
 			return err
 		}
-		if e.typ == "OrderFailed" {
-			r.Status, r.FailReason = "failed", o.Reason
-		} else {
-			r.Status, r.ReviewReason = "needs_review", o.Reason
+		switch ev := ev.(type) {
+		case domain.OrderFailed:
+			r.Status, r.FailReason = "failed", ev.Reason
+		case domain.OrderNeedsReview:
+			r.Status, r.ReviewReason = "needs_review", ev.Reason
 		}
-	case "PaymentSecretsShredded":
+	case domain.TypePaymentSecretsShredded:
 		// Not a change of the order the API shows: updated_at stays.
-		var p secretsShredded
-		if err := e.decode(&p); err != nil {
+		p, err := decodeAs[domain.PaymentSecretsShredded](e)
+		if err != nil {
 			return err
 		}
 		at := micro(p.ShreddedAt)
 		r.SecretsShreddedAt, r.Revision = &at, e.revision
 		f.orders.put(r)
 		return nil
-	case "OrderCancelRequested":
+	case domain.TypeOrderCancelRequested:
 		r.Status = "cancelling"
-	case "OrderCancelled":
+	case domain.TypeOrderCancelled:
 		r.Status = "cancelled"
 	}
 	r.Revision, r.UpdatedAt = e.revision, e.at
@@ -249,7 +253,7 @@ func (f *ordersFold) apply(e *envelope) error {
 }
 
 // placed opens the row key of an order from its OrderPlaced o.
-func (f *ordersFold) placed(e *envelope, key string, o *orderPlaced) error {
+func (f *ordersFold) placed(e *envelope, key string, o *domain.OrderPlaced) error {
 	resID, err := e.canonUUID(o.ReservationID, "reservation_id")
 	if err != nil {
 		return err
@@ -270,27 +274,27 @@ func (f *ordersFold) placed(e *envelope, key string, o *orderPlaced) error {
 func applyPayment(r *orderRow, e *envelope, p paymentFact) {
 	n := int64(p.Attempt)
 	switch e.typ {
-	case "PaymentAttemptStarted": // a new attempt has no outcome; a takeover changes nothing
+	case domain.TypePaymentAttemptStarted: // a new attempt has no outcome; a takeover changes nothing
 		if n > r.Attempts {
 			r.Attempts, r.LastOutcome, r.UnknownSince = n, "", nil
 		}
-	case "PaymentSucceeded": // the first success while pending or cancelling pays the order
+	case domain.TypePaymentSucceeded: // the first success while pending or cancelling pays the order
 		if n == r.Attempts {
 			r.LastOutcome, r.UnknownSince = "succeeded", nil
 		}
 		if r.ChargeID == "" && (r.Status == "pending" || r.Status == "cancelling") {
 			r.ChargeID = p.ChargeID
 		}
-	case "PaymentFailed":
+	case domain.TypePaymentFailed:
 		if n == r.Attempts && r.LastOutcome != "succeeded" {
 			r.LastOutcome, r.UnknownSince = "failed", nil
 		}
-	case "PaymentOutcomeUnknown":
+	case domain.TypePaymentOutcomeUnknown:
 		if n == r.Attempts && r.LastOutcome == "" {
 			at := e.at
 			r.LastOutcome, r.UnknownSince = "unknown", &at
 		}
-	case "PaymentActionRequired": // waits for the customer: a known, pending outcome
+	case domain.TypePaymentActionRequired: // waits for the customer: a known, pending outcome
 		if n == r.Attempts && (r.LastOutcome == "" || r.LastOutcome == "unknown") {
 			r.LastOutcome, r.UnknownSince = "requires_action", nil
 		}
@@ -301,17 +305,17 @@ func applyPayment(r *orderRow, e *envelope, p paymentFact) {
 // refunds and refund backlog.
 func applyRefund(r *orderRow, e *envelope, p paymentFact) {
 	switch e.typ {
-	case "RefundRequested":
+	case domain.TypeRefundRequested:
 		if _, ok := r.Refunds[p.ChargeID]; !ok {
 			r.Refunds[p.ChargeID] = "requested"
 			r.backlog()[p.ChargeID] = refundDue{RequestedAt: e.at.UTC()}
 		}
-	case "RefundSucceeded":
+	case domain.TypeRefundSucceeded:
 		if _, ok := r.Refunds[p.ChargeID]; ok {
 			r.Refunds[p.ChargeID] = "succeeded"
 			delete(r.backlog(), p.ChargeID)
 		}
-	case "RefundRefused": // the refund is no longer sent; the order goes to review
+	case domain.TypeRefundRefused: // the refund is no longer sent; the order goes to review
 		if d, ok := r.backlog()[p.ChargeID]; ok {
 			d.Refused = true
 			r.RefundBacklog[p.ChargeID] = d
@@ -359,8 +363,8 @@ func Reservations() *Projection {
 
 type reservationsFold struct{ res *rowSet[reservationRow] }
 
-var reservationEvents = map[string]string{"ReservationHeld": "held", "ReservationOrdered": "ordered",
-	"ReservationExpired": "expired", "ReservationReleased": "released"}
+var reservationEvents = map[string]string{domain.TypeReservationHeld: "held", domain.TypeReservationOrdered: "ordered",
+	domain.TypeReservationExpired: "expired", domain.TypeReservationReleased: "released"}
 
 func (f *reservationsFold) loaders() []rowLoader { return []rowLoader{f.res} }
 func (f *reservationsFold) finish(*queue)        {}
@@ -369,7 +373,7 @@ func (f *reservationsFold) route(e *envelope) error {
 	if reservationEvents[e.typ] == "" {
 		return nil
 	}
-	if e.opens("ReservationHeld") {
+	if e.opens(domain.TypeReservationHeld) {
 		return f.res.needOpened(e.rowKey(reservationPrefix))
 	}
 	return f.res.needKey(e.rowKey(reservationPrefix))
@@ -383,7 +387,7 @@ func (f *reservationsFold) route(e *envelope) error {
 // or nil when e opens the stream and the caller creates the row; then open
 // is e decoded as an O (the opening event's payload), and a payload that
 // does not decode is the error.
-func rowFor[O, R any](e *envelope, rows *rowSet[R], prefix, opening string, revision func(*R) int64) (key string, r *R, open *O, ok bool, err error) {
+func rowFor[O domain.Event, R any](e *envelope, rows *rowSet[R], prefix, opening string, revision func(*R) int64) (key string, r *R, open *O, ok bool, err error) {
 	if key, err = e.rowKey(prefix); err != nil {
 		return key, nil, nil, false, err
 	}
@@ -394,11 +398,11 @@ func rowFor[O, R any](e *envelope, rows *rowSet[R], prefix, opening string, revi
 	if r != nil {
 		return key, nil, nil, false, nil
 	}
-	open = new(O)
-	if err := e.decode(open); err != nil {
+	o, err := decodeAs[O](e)
+	if err != nil {
 		return key, nil, nil, false, err
 	}
-	return key, nil, open, true, nil
+	return key, nil, &o, true, nil
 }
 
 // reservationFact is what the reservations and shows projections read from
@@ -406,8 +410,8 @@ func rowFor[O, R any](e *envelope, rows *rowSet[R], prefix, opening string, revi
 // ReservationHeld the decoded event with its show id in canonical form.
 type reservationFact struct {
 	key, status string
-	held        *reservationHeld // nil unless the event is ReservationHeld
-	showID      string           // held.ShowID, canonical
+	held        *domain.ReservationHeld // nil unless the event is ReservationHeld
+	showID      string                  // held.ShowID, canonical
 }
 
 // readReservation reads reservation event e for a fold whose rows (of type
@@ -421,7 +425,7 @@ func readReservation[R any](e *envelope, rows *rowSet[R], revision func(*R) int6
 	if fact.status == "" {
 		return fact, nil, false, nil
 	}
-	fact.key, r, fact.held, ok, err = rowFor[reservationHeld](e, rows, reservationPrefix, "ReservationHeld", revision)
+	fact.key, r, fact.held, ok, err = rowFor[domain.ReservationHeld](e, rows, reservationPrefix, domain.TypeReservationHeld, revision)
 	if !ok || r != nil {
 		return fact, r, ok, err
 	}
@@ -439,13 +443,13 @@ func (f *reservationsFold) apply(e *envelope) error {
 			Currency: h.Amount.Currency, ExpiresAt: micro(h.ExpiresAt), Status: fact.status, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
 		return nil
 	}
-	var c reservationChanged
-	if err := e.decode(&c); err != nil {
+	orderID, reason, err := e.reservationChange()
+	if err != nil {
 		return err
 	}
-	r.Status, r.ReleaseReason = fact.status, c.Reason
-	if c.OrderID != "" {
-		r.OrderID = c.OrderID
+	r.Status, r.ReleaseReason = fact.status, reason
+	if orderID != "" {
+		r.OrderID = orderID
 	}
 	r.Revision, r.UpdatedAt = e.revision, e.at
 	f.res.put(r)
@@ -545,14 +549,14 @@ func (f *showsFold) finish(*queue)        {}
 
 func (f *showsFold) route(e *envelope) error {
 	switch e.typ {
-	case "ShowScheduled", "SeatsHeld", "SeatsReleased":
-		if e.opens("ShowScheduled") {
+	case domain.TypeShowScheduled, domain.TypeSeatsHeld, domain.TypeSeatsReleased:
+		if e.opens(domain.TypeShowScheduled) {
 			return f.shows.needOpened(e.rowKey(showPrefix))
 		}
 		return f.shows.needKey(e.rowKey(showPrefix))
 	}
 	if reservationEvents[e.typ] != "" {
-		if e.opens("ReservationHeld") {
+		if e.opens(domain.TypeReservationHeld) {
 			return f.res.needOpened(e.rowKey(reservationPrefix))
 		}
 		return f.res.needKey(e.rowKey(reservationPrefix))
@@ -562,8 +566,8 @@ func (f *showsFold) route(e *envelope) error {
 
 func (f *showsFold) apply(e *envelope) error {
 	switch e.typ {
-	case "ShowScheduled", "SeatsHeld", "SeatsReleased":
-		key, r, sc, ok, err := rowFor[showScheduled](e, f.shows, showPrefix, "ShowScheduled", func(r *showRow) int64 { return r.Revision })
+	case domain.TypeShowScheduled, domain.TypeSeatsHeld, domain.TypeSeatsReleased:
+		key, r, sc, ok, err := rowFor[domain.ShowScheduled](e, f.shows, showPrefix, domain.TypeShowScheduled, func(r *showRow) int64 { return r.Revision })
 		if !ok {
 			return err
 		}
@@ -572,14 +576,14 @@ func (f *showsFold) apply(e *envelope) error {
 				PriceAmount: sc.Price.Amount, PriceCurrency: sc.Price.Currency, CreatedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
 			return nil
 		}
-		var s seatsChanged
-		if err := e.decode(&s); err != nil {
+		n, err := e.seats()
+		if err != nil {
 			return err
 		}
-		if e.typ == "SeatsHeld" {
-			r.Taken, r.Holds = r.Taken+int64(s.Quantity), r.Holds+1
+		if e.typ == domain.TypeSeatsHeld {
+			r.Taken, r.Holds = r.Taken+int64(n), r.Holds+1
 		} else {
-			r.Taken, r.Holds = r.Taken-int64(s.Quantity), r.Holds-1
+			r.Taken, r.Holds = r.Taken-int64(n), r.Holds-1
 		}
 		r.Revision, r.UpdatedAt = e.revision, e.at
 		f.shows.put(r)
@@ -691,17 +695,17 @@ type intentsFold struct {
 // targetEvents maps the events that open or change an intent's target to
 // the target's kind, stream prefix and status.
 var targetEvents = map[string]struct{ kind, prefix, status string }{
-	"ShowScheduled":        {"show", showPrefix, "scheduled"},
-	"ReservationHeld":      {"reservation", reservationPrefix, "held"},
-	"OrderPlaced":          {"order", orderPrefix, "pending"},
-	"OrderConfirmed":       {"order", orderPrefix, "confirmed"},
-	"OrderFailed":          {"order", orderPrefix, "failed"},
-	"OrderCancelRequested": {"order", orderPrefix, "cancelling"},
-	"OrderCancelled":       {"order", orderPrefix, "cancelled"},
-	"OrderNeedsReview":     {"order", orderPrefix, "needs_review"},
+	domain.TypeShowScheduled:        {"show", showPrefix, "scheduled"},
+	domain.TypeReservationHeld:      {"reservation", reservationPrefix, "held"},
+	domain.TypeOrderPlaced:          {"order", orderPrefix, "pending"},
+	domain.TypeOrderConfirmed:       {"order", orderPrefix, "confirmed"},
+	domain.TypeOrderFailed:          {"order", orderPrefix, "failed"},
+	domain.TypeOrderCancelRequested: {"order", orderPrefix, "cancelling"},
+	domain.TypeOrderCancelled:       {"order", orderPrefix, "cancelled"},
+	domain.TypeOrderNeedsReview:     {"order", orderPrefix, "needs_review"},
 }
 
-var openingEvents = map[string]bool{"ShowScheduled": true, "ReservationHeld": true, "OrderPlaced": true}
+var openingEvents = map[string]bool{domain.TypeShowScheduled: true, domain.TypeReservationHeld: true, domain.TypeOrderPlaced: true}
 
 func (f *intentsFold) loaders() []rowLoader { return []rowLoader{f.intents, f.targets} }
 
@@ -790,8 +794,8 @@ func (f *intentsFold) intentKey(e *envelope) (string, error) {
 
 func (f *intentsFold) route(e *envelope) error {
 	switch e.typ {
-	case "IntentRecorded", "IntentResumed", "IntentRejected":
-		if e.opens("IntentRecorded") {
+	case domain.TypeIntentRecorded, domain.TypeIntentResumed, domain.TypeIntentRejected:
+		if e.opens(domain.TypeIntentRecorded) {
 			return f.intents.needOpened(f.intentKey(e))
 		}
 		return f.intents.needKey(f.intentKey(e))
@@ -826,7 +830,7 @@ func (f *intentsFold) apply(e *envelope) error {
 		return nil
 	}
 	switch e.typ {
-	case "IntentRecorded", "IntentResumed", "IntentRejected":
+	case domain.TypeIntentRecorded, domain.TypeIntentResumed, domain.TypeIntentRejected:
 	default:
 		return nil
 	}
@@ -839,14 +843,14 @@ func (f *intentsFold) apply(e *envelope) error {
 		return nil
 	}
 	switch e.typ {
-	case "IntentRecorded": // opens the stream, or records it again after a purge (a higher revision)
-		var rec intentRecorded
-		if err := e.decode(&rec); err != nil {
+	case domain.TypeIntentRecorded: // opens the stream, or records it again after a purge (a higher revision)
+		rec, err := decodeAs[domain.IntentRecorded](e)
+		if err != nil {
 			return err
 		}
 		target := rec.TargetID
 		if rec.Operation == opCancelOrder {
-			target = rec.Command.OrderID // the order it acts on
+			target, _ = rec.Command["order_id"].(string) // the order it acts on
 		}
 		f.intents.put(&intentRow{Stream: key, Actor: rec.Actor, Operation: rec.Operation, TargetID: target, Executor: rec.Executor,
 			LeaseUntil: micro(rec.LeaseUntil), RecordedAt: e.at, UpdatedAt: e.at, Revision: e.revision})
@@ -854,21 +858,21 @@ func (f *intentsFold) apply(e *envelope) error {
 			f.oldest = e.at
 		}
 		return nil
-	case "IntentResumed":
+	case domain.TypeIntentResumed:
 		if r == nil {
 			return nil
 		}
-		var res intentResumed
-		if err := e.decode(&res); err != nil {
+		res, err := decodeAs[domain.IntentResumed](e)
+		if err != nil {
 			return err
 		}
 		r.Executor, r.LeaseUntil, r.Takeovers = res.Executor, micro(res.LeaseUntil), r.Takeovers+1
-	case "IntentRejected": // the first rejection wins
+	case domain.TypeIntentRejected: // the first rejection wins
 		if r == nil {
 			return nil
 		}
-		var rej intentRejected
-		if err := e.decode(&rej); err != nil {
+		rej, err := decodeAs[domain.IntentRejected](e)
+		if err != nil {
 			return err
 		}
 		if r.RejectionStatus == 0 {

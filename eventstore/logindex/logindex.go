@@ -1,9 +1,11 @@
 // Package logindex answers, for an event store that has no tables to query
 // (the KurrentDB backend), the questions the service's background jobs ask
-// beyond eventstore.Store: which orders still need the payment reconciler
-// (PendingOrders), which intent streams are past their retention
-// (PurgeStreams) and how many events the log holds (EventCount). pgstore
-// answers them with SQL over its own tables (eventstore/pgstore/queries.go);
+// beyond eventstore.Store: which streams a rule calls pending (Pending: the
+// orders the payment reconciler still visits, by the rule the service
+// passes), which streams of a category are past their retention
+// (PurgeStreams: the intents) and how many events the log holds
+// (EventCount). pgstore answers them with SQL over its own tables
+// (eventstore/pgstore/queries.go);
 // an Index answers them from the log itself, read through
 // eventstore.Store.ReadAll, so it works on any backend.
 //
@@ -15,21 +17,21 @@
 //
 // The summary holds only what can still act:
 //
-//   - the order streams still pending (no ending event yet, or more
-//     refunds requested than settled), each with the charge ids of its
-//     refunds; an order is evicted as soon as it is neither;
-//   - the order streams that an event may have made pending again since
-//     they were evicted (a RefundRequested of an evicted order): checked
-//     against the whole stream (ReadStream) at the next call, then kept or
-//     evicted; so at most the events between two calls;
-//   - the intent streams not purged yet, with the revision and occurred_at
-//     of each live event: every intent, until PurgeStreams truncates it
-//     (after the retention period);
+//   - the streams the rule calls pending (no ending event yet, or an
+//     obligation open), each with the names its obligations opened and
+//     closed; a stream is evicted as soon as it is neither;
+//   - the streams that an event may have made pending again since they
+//     were evicted (an event that opens an obligation): checked against the
+//     whole stream (ReadStream) at the next call, then kept or evicted; so
+//     at most the events between two calls;
+//   - the streams of the purged category not purged yet, with the revision
+//     and occurred_at of each live event: every intent, until PurgeStreams
+//     truncates it (after the retention period);
 //   - the count of events and the position read up to.
 //
 // So its size follows the orders in flight, the refunds owed and the
 // intents within retention, not the length of the log: an order that
-// ended with its refunds settled costs nothing.
+// ended with its obligations closed costs nothing.
 //
 // # Restarts
 //
@@ -45,6 +47,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -59,14 +62,6 @@ const readBatch = 1000
 // DefaultSnapshotEvery is how many events an Index applies between two
 // snapshots (WithSnapshots).
 const DefaultSnapshotEvery = 10_000
-
-// orderPrefix is the stream name prefix of orders ("order-{orderID}", see
-// domain.OrderStream).
-const orderPrefix = "order-"
-
-// endingTypes are the events after which an order needs no more payment
-// work, unless a refund is still open (see PendingOrders).
-var endingTypes = map[string]bool{"OrderConfirmed": true, "OrderFailed": true, "OrderCancelled": true, "OrderNeedsReview": true}
 
 // Clock reads the time the service decides by (pgcoord.Clock: PostgreSQL's
 // now()).
@@ -105,6 +100,9 @@ func WithSnapshots(snapshots Snapshots, n int) Option {
 type Index struct {
 	log           eventstore.Store
 	clock         Clock
+	rule          eventstore.PendingRule
+	ends          map[string]bool
+	purged        string
 	snapshots     Snapshots
 	snapshotEvery int
 
@@ -115,37 +113,39 @@ type Index struct {
 	lastID  string              // the id of the event at pos
 	count   int64
 	orders  map[string]*order
-	recheck map[string]bool // evicted orders a RefundRequested may have reopened
+	recheck map[string]bool // evicted streams an obligation's opening may have reopened
 	intents map[string][]stamp
 	unsaved int // events applied since the last snapshot
 }
 
-// order is what PendingOrders needs of a pending order stream.
+// order is what Pending needs of a pending stream (an order, by the
+// service's rule): whether it ended, and per obligation of the rule (in
+// its order) the names opened and closed.
 type order struct {
-	Ended     bool                `json:"ended,omitempty"`
-	Requested map[string]struct{} `json:"requested,omitempty"` // charge ids of RefundRequested
-	Settled   map[string]struct{} `json:"settled,omitempty"`   // charge ids of RefundSucceeded and RefundRefused
-	Awaiting  map[string]struct{} `json:"awaiting,omitempty"`  // payment ids of PaymentActionRequired
-	Resolved  map[string]struct{} `json:"resolved,omitempty"`  // charge ids of PaymentSucceeded and PaymentFailed
+	Ended bool        `json:"ended,omitempty"`
+	Owed  []owedNames `json:"owed,omitempty"`
 }
 
-// awaitsCancel reports whether a payment that required the customer's
-// action has no recorded final state.
-func (o *order) awaitsCancel() bool {
-	for id := range o.Awaiting {
-		if _, ok := o.Resolved[id]; !ok {
-			return true
+// owedNames are the names one obligation's events opened and closed.
+type owedNames struct {
+	Opened map[string]struct{} `json:"opened,omitempty"`
+	Closed map[string]struct{} `json:"closed,omitempty"`
+}
+
+// owes reports whether an obligation is open: a name opened and not closed.
+func (o *order) owes() bool {
+	for _, w := range o.Owed {
+		for id := range w.Opened {
+			if _, ok := w.Closed[id]; !ok {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-// pending is the reconciler's rule: no ending event, more distinct charge
-// ids requested than settled, or a payment that required the customer's
-// action still to cancel.
-func (o *order) pending() bool {
-	return !o.Ended || len(o.Requested) > len(o.Settled) || o.awaitsCancel()
-}
+// pending is the rule: no ending event, or an obligation open.
+func (o *order) pending() bool { return !o.Ended || o.owes() }
 
 // stamp is an intent event not yet known to be truncated: its revision and
 // its metadata's occurred_at (the database clock at the time of the fact).
@@ -154,9 +154,15 @@ type stamp struct {
 	At  time.Time           `json:"at"`
 }
 
-// New returns an Index of log whose retention decisions use clock.
-func New(log eventstore.Store, clock Clock, opts ...Option) *Index {
-	ix := &Index{log: log, clock: clock, orders: map[string]*order{}, recheck: map[string]bool{}, intents: map[string][]stamp{}}
+// New returns an Index of log that answers Pending by rule and purges the
+// streams whose name begins with purged (the service passes its intent
+// category), its retention decisions by clock.
+func New(log eventstore.Store, clock Clock, rule eventstore.PendingRule, purged string, opts ...Option) *Index {
+	ix := &Index{log: log, clock: clock, rule: rule, ends: map[string]bool{}, purged: purged,
+		orders: map[string]*order{}, recheck: map[string]bool{}, intents: map[string][]stamp{}}
+	for _, t := range rule.Ends {
+		ix.ends[t] = true
+	}
 	for _, opt := range opts {
 		opt(ix)
 	}
@@ -202,23 +208,23 @@ func (ix *Index) catchUp(ctx context.Context) error {
 func (ix *Index) apply(e eventstore.RecordedEvent) {
 	ix.count++
 	switch {
-	case strings.HasPrefix(e.Stream, orderPrefix):
+	case ix.rule.Category != "" && strings.HasPrefix(e.Stream, ix.rule.Category):
 		ix.applyOrder(e)
-	case strings.HasPrefix(e.Stream, intentPrefix):
+	case ix.purged != "" && strings.HasPrefix(e.Stream, ix.purged):
 		m, _ := eventstore.DecodeMetadata(e.Metadata)
 		ix.intents[e.Stream] = append(ix.intents[e.Stream], stamp{Rev: e.Revision, At: m.OccurredAt})
 	}
 }
 
-// applyOrder adds an event of an order stream. An order first seen at
-// revision 0 is tracked; one seen later was evicted (ended, refunds
-// settled), and only a RefundRequested can make it pending again: it is
-// rechecked at the end of the catch-up.
+// applyOrder adds an event of a stream of the rule's category. A stream
+// first seen at revision 0 is tracked; one seen later was evicted (ended,
+// obligations closed), and only an event that opens an obligation can make
+// it pending again: it is rechecked at the end of the catch-up.
 func (ix *Index) applyOrder(e eventstore.RecordedEvent) {
 	o := ix.orders[e.Stream]
 	if o == nil {
 		if e.Revision > 0 {
-			if e.Type == "RefundRequested" {
+			if ix.opens(e.Type) {
 				ix.recheck[e.Stream] = true
 			}
 			return
@@ -226,31 +232,43 @@ func (ix *Index) applyOrder(e eventstore.RecordedEvent) {
 		o = &order{}
 		ix.orders[e.Stream] = o
 	}
-	o.add(e.Type, e.Data)
+	ix.add(o, e.Type, e.Data)
 	if !o.pending() {
 		delete(ix.orders, e.Stream)
 	}
 }
 
-// add applies one event of the order's stream.
-func (o *order) add(typ string, data []byte) {
-	switch {
-	case endingTypes[typ]:
+// opens reports whether events of type typ open an obligation of the rule.
+func (ix *Index) opens(typ string) bool {
+	for _, ob := range ix.rule.Owed {
+		if slices.Contains(ob.Opens, typ) {
+			return true
+		}
+	}
+	return false
+}
+
+// add applies one event of the stream to its summary o.
+func (ix *Index) add(o *order, typ string, data []byte) {
+	if ix.ends[typ] {
 		o.Ended = true
-	case typ == "RefundRequested":
-		o.Requested = addCharge(o.Requested, data)
-	case typ == "RefundSucceeded" || typ == "RefundRefused":
-		o.Settled = addCharge(o.Settled, data)
-	case typ == "PaymentActionRequired":
-		o.Awaiting = addMember(o.Awaiting, data, "payment_id")
-	case typ == "PaymentSucceeded" || typ == "PaymentFailed":
-		o.Resolved = addCharge(o.Resolved, data)
+	}
+	if len(o.Owed) < len(ix.rule.Owed) {
+		o.Owed = append(o.Owed, make([]owedNames, len(ix.rule.Owed)-len(o.Owed))...)
+	}
+	for i, ob := range ix.rule.Owed {
+		if slices.Contains(ob.Opens, typ) {
+			o.Owed[i].Opened = addMember(o.Owed[i].Opened, data, ob.OpenMember)
+		}
+		if slices.Contains(ob.Closes, typ) {
+			o.Owed[i].Closed = addMember(o.Owed[i].Closed, data, ob.CloseMember)
+		}
 	}
 }
 
-// recheckOrders reads the whole stream of every evicted order a
-// RefundRequested touched and tracks it again if it is pending. Callers
-// hold ix.mu.
+// recheckOrders reads the whole stream of every evicted stream an
+// obligation's opening touched and tracks it again if it is pending.
+// Callers hold ix.mu.
 func (ix *Index) recheckOrders(ctx context.Context) error {
 	for stream := range ix.recheck {
 		if ix.orders[stream] != nil {
@@ -264,7 +282,7 @@ func (ix *Index) recheckOrders(ctx context.Context) error {
 		o := &order{}
 		for _, e := range evs {
 			if e.Position.Less(ix.pos) || e.Position == ix.pos {
-				o.add(e.Type, e.Data)
+				ix.add(o, e.Type, e.Data)
 			}
 		}
 		if len(evs) > 0 && o.pending() {
@@ -273,16 +291,6 @@ func (ix *Index) recheckOrders(ctx context.Context) error {
 		delete(ix.recheck, stream)
 	}
 	return nil
-}
-
-// intentPrefix is the stream name prefix PurgeStreams follows.
-const intentPrefix = "intent-"
-
-// addCharge adds the charge_id member of a refund event's data to set; the
-// SQL version counts distinct charge ids the same way (a missing member
-// counts as none).
-func addCharge(set map[string]struct{}, data []byte) map[string]struct{} {
-	return addMember(set, data, "charge_id")
 }
 
 // addMember adds the string member name of an event's data to set (a
@@ -299,7 +307,7 @@ func addMember(set map[string]struct{}, data []byte, name string) map[string]str
 	return set
 }
 
-// Tracked returns the number of order streams and intent streams the
+// Tracked returns the number of pending streams and purgeable streams the
 // summary holds: what its memory grows with (see the package comment). It
 // reads the log up to its horizon first. Returns a wrapped error if the
 // log cannot be read.
@@ -312,19 +320,15 @@ func (ix *Index) Tracked(ctx context.Context) (orders, intents int, err error) {
 	return len(ix.orders), len(ix.intents), nil
 }
 
-// PendingOrders returns up to limit order ids, ascending by stream name and
-// after the order id after ("" for the first page), of the order streams
-// (order-{id}) that still need the payment reconciler: those with no ending
-// event (OrderConfirmed, OrderFailed, OrderCancelled, OrderNeedsReview), and
-// those with more distinct charge ids in RefundRequested than in
-// RefundSucceeded and RefundRefused, and those with a payment id of
-// PaymentActionRequired that no PaymentSucceeded or PaymentFailed names
-// (charge_id). The same rule as
-// pgstore.Store.PendingOrders; it implements commands.PendingOrders. It
-// reads the log up to its horizon first, so the answer is exact at the
-// moment of the call. Fewer than limit ids means the last page. Returns a
-// wrapped error if the log cannot be read.
-func (ix *Index) PendingOrders(ctx context.Context, after string, limit int) ([]string, error) {
+// Pending returns up to limit ids of the streams of the rule's category
+// (the name after the category), ascending by stream name and after the id
+// after ("" for the first page), that the rule calls pending (see
+// eventstore.PendingRule): those with no ending event, and those with an
+// obligation open. The same rule as pgstore.Store.PendingStreams. It reads
+// the log up to its horizon first, so the answer is exact at the moment of
+// the call. Fewer than limit ids means the last page. Returns a wrapped
+// error if the log cannot be read.
+func (ix *Index) Pending(ctx context.Context, after string, limit int) ([]string, error) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if err := ix.catchUp(ctx); err != nil {
@@ -332,7 +336,7 @@ func (ix *Index) PendingOrders(ctx context.Context, after string, limit int) ([]
 	}
 	from := ""
 	if after != "" {
-		from = orderPrefix + after
+		from = ix.rule.Category + after
 	}
 	var streams []string
 	for name := range ix.orders {
@@ -346,13 +350,14 @@ func (ix *Index) PendingOrders(ctx context.Context, after string, limit int) ([]
 	}
 	ids := make([]string, len(streams))
 	for i, s := range streams {
-		ids[i] = strings.TrimPrefix(s, orderPrefix)
+		ids[i] = strings.TrimPrefix(s, ix.rule.Category)
 	}
 	return ids, nil
 }
 
 // PurgeStreams truncates up to limit streams whose name starts with prefix
-// (only "intent-" is followed; another prefix is an error) and whose first
+// (only the purged category New was given is followed; another prefix is
+// an error) and whose first
 // live event occurred more than olderThan ago: its metadata's occurred_at
 // (the database clock when the fact was decided) against the clock's now,
 // never the event store's own timestamps, so on KurrentDB the decision
@@ -364,8 +369,8 @@ func (ix *Index) PendingOrders(ctx context.Context, after string, limit int) ([]
 // a read or a truncation fails (streams truncated before it stay
 // truncated). Same contract as pgstore.Store.PurgeStreams.
 func (ix *Index) PurgeStreams(ctx context.Context, prefix string, olderThan time.Duration, limit int) (int, error) {
-	if prefix != intentPrefix {
-		return 0, fmt.Errorf("logindex: purge %s*: only %s* streams are indexed", prefix, intentPrefix)
+	if prefix != ix.purged || prefix == "" {
+		return 0, fmt.Errorf("logindex: purge %s*: only %s* streams are indexed", prefix, ix.purged)
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -400,7 +405,7 @@ func (ix *Index) PurgeStreams(ctx context.Context, prefix string, olderThan time
 	return n, nil
 }
 
-// purge truncates intent stream name if its first live event is older than
+// purge truncates stream name if its first live event is older than
 // cutoff, and reports whether it did. The summary may list events already
 // truncated (after a restart the index reads them again from the log): the
 // stream's live events decide. Callers hold ix.mu.

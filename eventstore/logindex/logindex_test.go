@@ -41,6 +41,16 @@ var backends = map[string]func(t *testing.T) eventstore.Store{
 	},
 }
 
+// orderRule is the service's order rule (commands.OrderRule), built here
+// from the domain as the wiring builds it.
+func orderRule() eventstore.PendingRule {
+	owed := make([]eventstore.Obligation, len(domain.OrderObligations))
+	for i, o := range domain.OrderObligations {
+		owed[i] = eventstore.Obligation(o)
+	}
+	return eventstore.PendingRule{Category: domain.CategoryOrder, Ends: domain.OrderEndTypes, Owed: owed}
+}
+
 // clock is a settable clock standing in for PostgreSQL's.
 type clock struct {
 	mu  sync.Mutex
@@ -103,12 +113,12 @@ func TestPendingOrders(t *testing.T) {
 				appendEvents(t, s, domain.OrderStream(id), time.Now(), evs...)
 			}
 			appendEvents(t, s, domain.ClaimStream("00000000-0000-7000-8000-000000000009"), time.Now(), domain.OrderClaimed{})
-			ix := logindex.New(s, &clock{now: time.Now()})
+			ix := logindex.New(s, &clock{now: time.Now()}, orderRule(), domain.CategoryIntent)
 			pages := func() []string {
 				var got []string
 				after := ""
 				for {
-					page, err := ix.PendingOrders(ctx, after, 2)
+					page, err := ix.Pending(ctx, after, 2)
 					if err != nil {
 						t.Fatalf("PendingOrders: %v", err)
 					}
@@ -157,7 +167,7 @@ func TestPurgeStreams(t *testing.T) {
 			// an event with no occurred_at is never judged old.
 			appendEvents(t, s, "intent-undated", time.Time{}, domain.OrderConfirmed{})
 			appendEvents(t, s, "order-old", oldAt, domain.OrderConfirmed{})
-			ix := logindex.New(s, c)
+			ix := logindex.New(s, c, orderRule(), domain.CategoryIntent)
 			if n, err := ix.EventCount(ctx); err != nil || n != 6 {
 				t.Fatalf("EventCount() = %d, %v; want 6", n, err)
 			}
@@ -188,7 +198,7 @@ func TestPurgeStreams(t *testing.T) {
 			if _, err := s.Append(ctx, "intent-old1", eventstore.Exact(1), d); err != nil {
 				t.Fatalf("Append(intent-old1, Exact(1)) after the purge = %v", err)
 			}
-			ix = logindex.New(s, c)
+			ix = logindex.New(s, c, orderRule(), domain.CategoryIntent)
 			if n, err := ix.PurgeStreams(ctx, "intent-", time.Hour, 10); err != nil || n != 0 {
 				t.Fatalf("PurgeStreams on a fresh index = %d, %v; want 0", n, err)
 			}
@@ -276,10 +286,10 @@ func TestBoundedPast100kOrders(t *testing.T) {
 		appendEvents(t, s, domain.OrderStream(id), at, evs...)
 	}
 	snaps := &memSnapshots{}
-	ix := logindex.New(s, &clock{now: at}, logindex.WithSnapshots(snaps, 0))
+	ix := logindex.New(s, &clock{now: at}, orderRule(), domain.CategoryIntent, logindex.WithSnapshots(snaps, 0))
 	all := func(ix *logindex.Index) []string {
 		t.Helper()
-		got, err := ix.PendingOrders(ctx, "", orders)
+		got, err := ix.Pending(ctx, "", orders)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,7 +314,7 @@ func TestBoundedPast100kOrders(t *testing.T) {
 	evicted := fmt.Sprintf("00000000-0000-7000-8000-%012d", 2)
 	appendEvents(t, s, domain.OrderStream(evicted), at, domain.RefundRequested{ChargeID: "late"})
 	counting := &countingStore{Store: s}
-	restarted := logindex.New(counting, &clock{now: at}, logindex.WithSnapshots(snaps, 0))
+	restarted := logindex.New(counting, &clock{now: at}, orderRule(), domain.CategoryIntent, logindex.WithSnapshots(snaps, 0))
 	wantAfter := append([]string{evicted}, want[1:]...)
 	sort.Strings(wantAfter)
 	if got := all(restarted); !cmp.Equal(wantAfter, got) {
@@ -319,7 +329,7 @@ func TestBoundedPast100kOrders(t *testing.T) {
 	// A snapshot of another log is not used.
 	other := memstore.New()
 	appendEvents(t, other, domain.OrderStream(want[1]), at, domain.OrderPlaced{OrderID: want[1], Amount: money, PaymentDeadline: at})
-	if got := all(logindex.New(other, &clock{now: at}, logindex.WithSnapshots(snaps, 0))); !cmp.Equal([]string{want[1]}, got) {
+	if got := all(logindex.New(other, &clock{now: at}, orderRule(), domain.CategoryIntent, logindex.WithSnapshots(snaps, 0))); !cmp.Equal([]string{want[1]}, got) {
 		t.Errorf("PendingOrders on another log with this snapshot = %d ids, want only its own order", len(got))
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 // snapshotVersion is the format of a snapshot; a snapshot of another
 // format is not used (the next call reads the whole log).
-const snapshotVersion = 1
+const snapshotVersion = 2
 
 // snapshot is the summary as saved: the position read up to, the event at
 // it (its id, and the position before it, to check that the log still

@@ -105,7 +105,7 @@
 //	                                      scans in log order
 //	events_stream_revision_key            ReadStream; the append's last
 //	  UNIQUE (stream, revision)           revision (newest event); Truncate's
-//	                                      delete; PurgeStreams and PendingOrders
+//	                                      delete; PurgeStreams and PendingStreams
 //	                                      (streams by name prefix)
 //	events_id_key UNIQUE (id)             the append's idempotency: which ids of
 //	                                      a batch are stored, and where
@@ -185,7 +185,8 @@
 // Every statement of the service on the events and streams tables lives in
 // this package (a test in test/sqlhome_test.go keeps it so). Besides the
 // Store interface, the service's jobs and metrics use PurgeStreams (intent
-// retention), PendingOrders (the payment reconciler's work list),
+// retention), PendingStreams (the payment reconciler's work list, by the
+// rule the service passes),
 // EventCount (the rebuild's progress) and HorizonLag (a metric). Their
 // callers declare one-method interfaces for them, so another backend
 // supplies its own. What the service needs from PostgreSQL whatever the

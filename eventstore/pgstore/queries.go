@@ -106,65 +106,75 @@ func (s *Store) PurgeStreams(ctx context.Context, prefix string, olderThan time.
 	return len(vs), nil
 }
 
-// pendingOrdersSQL groups the events of order streams by stream. It reads
-// every order event, which is fine at this service's scale; a partial index
-// on events (stream) WHERE type IN (…) or a small work table would bound it.
-// Refunds are counted by distinct charge id (only refund and payment events
-// are decoded), since a refund the provider makes after refusing it adds a
-// RefundSucceeded to the RefundRefused of the same charge. A payment that
-// required the customer's action is open until a PaymentSucceeded or
-// PaymentFailed names the same payment id (array containment).
-const pendingOrdersSQL = `
+// pendingSQL builds the query of PendingStreams for a rule with n
+// obligations: it groups the events of the category's streams by stream
+// and keeps a stream without an ending event ($3) or with an obligation
+// open. It reads every event of the category, which is fine at this
+// service's scale; a partial index on events (stream) or a small work
+// table would bound it. Obligation i's parameters are its opening types,
+// opening member, closing types and closing member ($4+4i … $7+4i); a name
+// is open when the array of names opened is not contained in the array of
+// names closed (the members are decoded only for those events).
+func pendingSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`
 SELECT stream
 FROM events
-WHERE stream LIKE 'order-%' AND stream > $1
+WHERE stream LIKE $1 AND stream > $2
 GROUP BY stream
-HAVING count(*) FILTER (WHERE type IN ('OrderConfirmed', 'OrderFailed', 'OrderCancelled', 'OrderNeedsReview')) = 0
-    OR count(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id') FILTER (WHERE type = 'RefundRequested')
-     > count(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id') FILTER (WHERE type IN ('RefundSucceeded', 'RefundRefused'))
-    OR NOT coalesce(array_agg(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'payment_id') FILTER (WHERE type = 'PaymentActionRequired'), '{}')
-        <@ coalesce(array_agg(DISTINCT convert_from(data, 'UTF8')::jsonb ->> 'charge_id')
-                    FILTER (WHERE type IN ('PaymentSucceeded', 'PaymentFailed') AND convert_from(data, 'UTF8')::jsonb ? 'charge_id'), '{}')
+HAVING count(*) FILTER (WHERE type = ANY($3::text[])) = 0`)
+	for i := range n {
+		p := 4 + 4*i
+		fmt.Fprintf(&b, `
+    OR NOT coalesce(array_agg(DISTINCT convert_from(data, 'UTF8')::jsonb ->> $%[2]d::text)
+                    FILTER (WHERE type = ANY($%[1]d::text[]) AND convert_from(data, 'UTF8')::jsonb ->> $%[2]d::text IS NOT NULL), '{}')
+        <@ coalesce(array_agg(DISTINCT convert_from(data, 'UTF8')::jsonb ->> $%[4]d::text)
+                    FILTER (WHERE type = ANY($%[3]d::text[]) AND convert_from(data, 'UTF8')::jsonb ->> $%[4]d::text IS NOT NULL), '{}')`,
+			p, p+1, p+2, p+3)
+	}
+	fmt.Fprintf(&b, `
 ORDER BY stream
-LIMIT $2`
+LIMIT $%d`, 4+4*n)
+	return b.String()
+}
 
-// orderPrefix is the stream name prefix of orders ("order-{orderID}", see
-// domain.OrderStream).
-const orderPrefix = "order-"
-
-// PendingOrders returns up to limit order ids, ascending by stream name and
-// after the order id after ("" for the first page), of the order streams
-// (order-{id}) that still need the payment reconciler: those with no ending
-// event (OrderConfirmed, OrderFailed, OrderCancelled, OrderNeedsReview),
-// those with a charge whose RefundRequested has neither a RefundSucceeded
-// nor a RefundRefused (a refund the provider refused is parked with its
-// order in review, never sent again), and those with a payment that
-// required the customer's action (PaymentActionRequired) whose final state
-// (PaymentSucceeded or PaymentFailed of the same payment id) is not
-// recorded: the reconciler cancels it. It reads the log's tables directly,
-// not a read model, so it is exact at the moment of the query. Fewer than
-// limit ids means the last page. Returns a wrapped error if the query
-// fails. Safe for concurrent use; it implements commands.PendingOrders.
-func (s *Store) PendingOrders(ctx context.Context, after string, limit int) ([]string, error) {
+// PendingStreams returns up to limit ids of the streams of rule.Category
+// (the name after the category), ascending by stream name and after the id
+// after ("" for the first page), that rule calls pending (see
+// eventstore.PendingRule): those with no event of a type in rule.Ends, and
+// those with an obligation of rule.Owed still open. The service passes its
+// order rule, so the payment reconciler finds the orders not ended, those
+// owing a refund, and those with a payment waiting for the customer's
+// action to cancel. It reads the log's tables directly, not a read model,
+// so it is exact at the moment of the query. Fewer than limit ids means the
+// last page. Returns a wrapped error if the query fails. Safe for
+// concurrent use.
+func (s *Store) PendingStreams(ctx context.Context, rule eventstore.PendingRule, after string, limit int) ([]string, error) {
 	from := ""
 	if after != "" {
-		from = orderPrefix + after
+		from = rule.Category + after
 	}
-	rows, err := s.pool.Query(ctx, pendingOrdersSQL, from, limit)
+	like := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(rule.Category) + "%"
+	args := []any{like, from, rule.Ends}
+	for _, o := range rule.Owed {
+		args = append(args, o.Opens, o.OpenMember, o.Closes, o.CloseMember)
+	}
+	args = append(args, limit)
+	rows, err := s.pool.Query(ctx, pendingSQL(len(rule.Owed)), args...)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: pending orders: %w", err)
+		return nil, fmt.Errorf("pgstore: pending %s streams: %w", rule.Category, err)
 	}
 	defer rows.Close()
 	var ids []string
 	for rows.Next() {
 		var stream string
 		if err := rows.Scan(&stream); err != nil {
-			return nil, fmt.Errorf("pgstore: pending orders: %w", err)
+			return nil, fmt.Errorf("pgstore: pending %s streams: %w", rule.Category, err)
 		}
-		ids = append(ids, strings.TrimPrefix(stream, orderPrefix))
+		ids = append(ids, strings.TrimPrefix(stream, rule.Category))
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgstore: pending orders: %w", err)
+		return nil, fmt.Errorf("pgstore: pending %s streams: %w", rule.Category, err)
 	}
 	return ids, nil
 }

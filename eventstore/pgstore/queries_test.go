@@ -70,7 +70,7 @@ func TestPendingOrders(t *testing.T) {
 	var got []string
 	after := ""
 	for {
-		page, err := store.PendingOrders(ctx, after, 2)
+		page, err := store.PendingStreams(ctx, orderRule(), after, 2)
 		if err != nil {
 			t.Fatalf("PendingOrders: %v", err)
 		}
@@ -152,4 +152,14 @@ func TestPurgeStreams(t *testing.T) {
 	if _, err := store.Append(ctx, "intent-old1", eventstore.Exact(1), d); err != nil {
 		t.Errorf("Append(intent-old1, Exact(1)) after the purge = %v", err)
 	}
+}
+
+// orderRule is the service's order rule (commands.OrderRule), built here
+// from the domain as the wiring builds it.
+func orderRule() eventstore.PendingRule {
+	owed := make([]eventstore.Obligation, len(domain.OrderObligations))
+	for i, o := range domain.OrderObligations {
+		owed[i] = eventstore.Obligation(o)
+	}
+	return eventstore.PendingRule{Category: domain.CategoryOrder, Ends: domain.OrderEndTypes, Owed: owed}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 )
 
@@ -41,10 +42,10 @@ const (
 // reservation-order-{id} (the uniqueness stream) and intent-{hash} are not
 // public; reservation-order- must be tested before reservation-.
 var categories = []struct{ prefix, category string }{
-	{"reservation-order-", ""},
-	{"show-", "show"},
-	{"reservation-", "reservation"},
-	{"order-", "order"},
+	{domain.CategoryClaim, ""},
+	{domain.CategoryShow, "show"},
+	{domain.CategoryReservation, "reservation"},
+	{domain.CategoryOrder, "order"},
 }
 
 // Category returns the subject category (show, reservation or order) of an

@@ -8,6 +8,7 @@ import (
 	"github.com/retrysafe/booking/cmd/booking/internal/readmodels"
 	"github.com/retrysafe/booking/cmd/booking/internal/storage"
 	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/projections"
 )
@@ -82,7 +83,7 @@ func runPurge(ctx context.Context, store storage.StreamPurger, retention, interv
 	defer t.Stop()
 	for {
 		for {
-			n, err := store.PurgeStreams(ctx, "intent-", retention, purgeBatch)
+			n, err := store.PurgeStreams(ctx, domain.CategoryIntent, retention, purgeBatch)
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()

@@ -18,6 +18,7 @@ import (
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/cmd/booking/internal/metrics"
 	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/kurrentdb"
 	"github.com/retrysafe/booking/eventstore/logindex"
@@ -85,14 +86,18 @@ func OpenEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger, opts ...pgs
 	}
 	if backend == pgcoord.BackendPostgres {
 		s := pgstore.New(pool, opts...)
-		return &EventLog{Store: s, Backend: backend, Pending: s, Purger: s, Counter: s, Lag: s, Distance: s, close: func() {}}, nil
+		pending := pendingOrders(func(ctx context.Context, after string, limit int) ([]string, error) {
+			return s.PendingStreams(ctx, commands.OrderRule(), after, limit)
+		})
+		return &EventLog{Store: s, Backend: backend, Pending: pending, Purger: s, Counter: s, Lag: s, Distance: s, close: func() {}}, nil
 	}
 	s, err := kurrentdb.New(spec, kurrentdb.WithLogger(log.With("component", "kurrentdb")))
 	if err != nil {
 		return nil, configerr.New("BOOKING_EVENT_STORE", "%v", err)
 	}
-	ix := logindex.New(s, pgcoord.NewClock(pool), logindex.WithSnapshots(pgcoord.NewSnapshots(pool, "logindex"), 0))
-	return &EventLog{Store: s, Backend: backend, Pending: ix, Purger: ix, Counter: ix, Distance: readDistance{s}, Ping: s.Ping,
+	ix := logindex.New(s, pgcoord.NewClock(pool), commands.OrderRule(), domain.CategoryIntent,
+		logindex.WithSnapshots(pgcoord.NewSnapshots(pool, "logindex"), 0))
+	return &EventLog{Store: s, Backend: backend, Pending: pendingOrders(ix.Pending), Purger: ix, Counter: ix, Distance: readDistance{s}, Ping: s.Ping,
 		Head: s.Head, close: func() {
 			// The next start reads only the log after this snapshot.
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -100,6 +105,16 @@ func OpenEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger, opts ...pgs
 			_ = ix.Save(ctx) // best effort: a start without it reads more of the log
 			s.Close()
 		}}, nil
+}
+
+// pendingOrders is commands.PendingOrders as a function: the store's query
+// of the pending streams bound to the domain's order rule.
+type pendingOrders func(ctx context.Context, after string, limit int) ([]string, error)
+
+// PendingOrders returns the page of order ids after after (see
+// commands.PendingOrders).
+func (f pendingOrders) PendingOrders(ctx context.Context, after string, limit int) ([]string, error) {
+	return f(ctx, after, limit)
 }
 
 // poolConfig parses a DATABASE_URL into a pool configuration of at least

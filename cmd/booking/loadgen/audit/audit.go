@@ -515,8 +515,7 @@ func fold(events []eventstore.RecordedEvent, row *Row, violate func(Rule, string
 		case domain.IntentRecorded:
 			st.intents = append(st.intents, intentRec{stream: r.Stream, e: e})
 		case domain.ReservationHeld, domain.ReservationOrdered, domain.ReservationExpired, domain.ReservationReleased:
-			if strings.HasPrefix(r.Stream, "reservation-") && !strings.HasPrefix(r.Stream, "reservation-order-") {
-				id := strings.TrimPrefix(r.Stream, "reservation-")
+			if c, id, _ := domain.CategoryOf(r.Stream); c == domain.CategoryReservation {
 				res := st.reservations[id]
 				if res == nil {
 					res = &domain.Reservation{}
@@ -525,8 +524,7 @@ func fold(events []eventstore.RecordedEvent, row *Row, violate func(Rule, string
 				res.Apply(ev.(domain.Event))
 			}
 		}
-		if strings.HasPrefix(r.Stream, "order-") {
-			id := strings.TrimPrefix(r.Stream, "order-")
+		if c, id, _ := domain.CategoryOf(r.Stream); c == domain.CategoryOrder {
 			o := st.orders[id]
 			if o == nil {
 				o = &domain.Order{}
@@ -649,7 +647,7 @@ func checkSettled(st *state, open map[string]string, row *Row, violate func(Rule
 		row.Checked++
 		switch {
 		case !o.Exists():
-			violate(Settled, "order %s: events without OrderPlaced (%s)", id, strings.Join(st.streams["order-"+id], ","))
+			violate(Settled, "order %s: events without OrderPlaced (%s)", id, strings.Join(st.streams[domain.OrderStream(id)], ","))
 		case open[id] != "":
 		case !o.Final():
 			violate(Settled, "order %s is %s", id, o.Status)
@@ -661,34 +659,34 @@ func checkSettled(st *state, open map[string]string, row *Row, violate func(Rule
 		}
 	}
 	for stream := range st.streams {
-		resID, ok := strings.CutPrefix(stream, "reservation-order-")
+		resID, ok := strings.CutPrefix(stream, domain.CategoryClaim)
 		if !ok {
 			continue
 		}
 		row.Checked++
 		res := st.reservations[resID]
 		for _, orderID := range st.claims[resID] {
-			if !has("order-"+orderID, "OrderPlaced") {
+			if !has(domain.OrderStream(orderID), domain.TypeOrderPlaced) {
 				violate(Settled, "order claim %s of reservation %s without its OrderPlaced", orderID, resID)
 			}
 		}
-		if has(stream, "ExpiryClaimed") && (res == nil || res.Status != domain.ReservationStatusExpired) {
+		if has(stream, domain.TypeExpiryClaimed) && (res == nil || res.Status != domain.ReservationStatusExpired) {
 			violate(Settled, "expiry claim of reservation %s without its ReservationExpired", resID)
 		}
 	}
 	for _, in := range st.intents {
 		row.Checked++
-		if has(in.stream, "IntentRejected") {
+		if has(in.stream, domain.TypeIntentRejected) {
 			continue
 		}
 		var res, typ string
 		switch in.e.Operation {
 		case commands.OpPlaceOrder:
-			res, typ = domain.OrderStream(in.e.TargetID), "OrderPlaced"
+			res, typ = domain.OrderStream(in.e.TargetID), domain.TypeOrderPlaced
 		case commands.OpReserveSeats:
-			res, typ = domain.ReservationStream(in.e.TargetID), "ReservationHeld"
+			res, typ = domain.ReservationStream(in.e.TargetID), domain.TypeReservationHeld
 		case commands.OpScheduleShow:
-			res, typ = domain.ShowStream(in.e.TargetID), "ShowScheduled"
+			res, typ = domain.ShowStream(in.e.TargetID), domain.TypeShowScheduled
 		default:
 			continue
 		}
