@@ -177,6 +177,7 @@ type contractCase struct {
 	token  string            // bearer token; "-" sends no Authorization
 	key    string            // Idempotency-Key of a POST; "-" sends none
 	header map[string]string // more request headers (Content-Type replaces the default)
+	also   map[string]string // header lines added after the others (a second line of one set)
 	body   string
 	setup  func(*fakeService)
 	cfg    func(*httpapi.Config)
@@ -355,6 +356,8 @@ func contractCases() []contractCase {
 			check: requested(commands.Request{Actor: "alice", Operation: commands.OpReserveSeats, Key: `r"1\`})},
 		{name: "a text/plain body is 415", method: "POST", path: "/v1/shows", token: tokAdmin,
 			header: map[string]string{"Content-Type": "text/plain"}, body: showBody(""), status: 415, code: "unsupported-media-type"},
+		{name: "a content-coded body is 415", method: "POST", path: "/v1/reservations",
+			header: map[string]string{"Content-Encoding": "gzip"}, body: resBody, status: 415, code: "unsupported-media-type"},
 		{name: "a problem+json body is accepted as JSON", method: "POST", path: "/v1/reservations",
 			header: map[string]string{"Content-Type": "application/merge-patch+json"}, body: resBody, status: 201, calls: []string{"ReserveSeats"}},
 		{name: "a body over 64 KiB is 413", method: "POST", path: "/v1/shows", token: tokAdmin,
@@ -650,6 +653,14 @@ func contractCases() []contractCase {
 			fields: []string{"limit"}, check: member("detail", "limit must be a positive integer (values above 200 are clamped to 200)")},
 		{name: "limit=-1 is 400 naming limit", method: "GET", path: "/v1/orders?limit=-1", status: 400, code: "invalid-request",
 			fields: []string{"limit"}},
+		{name: "an empty limit is 400 naming limit", method: "GET", path: "/v1/orders?limit=", status: 400, code: "invalid-request",
+			fields: []string{"limit"}},
+		{name: "a repeated limit is 400 naming limit", method: "GET", path: "/v1/orders?limit=1&limit=2", status: 400, code: "invalid-request",
+			fields: []string{"limit"}},
+		{name: "a repeated cursor is 400 naming cursor", method: "GET", path: "/v1/shows?cursor=a&cursor=b", status: 400, code: "invalid-request",
+			fields: []string{"cursor"}},
+		{name: "two Authorization headers are 401", method: "GET", path: "/v1/orders", also: map[string]string{"Authorization": "Bearer " + tokAdmin},
+			status: 401, code: "unauthorized"},
 		{name: "a cursor not handed out is 400 naming cursor", method: "GET", path: "/v1/shows?cursor=abc", status: 400,
 			code: "invalid-request", fields: []string{"cursor"}},
 		{name: "a read model that fails is 503 with Retry-After", method: "GET", path: "/v1/shows",
@@ -785,6 +796,9 @@ func newContractRequest(tc contractCase) *http.Request {
 	}
 	for k, v := range tc.header {
 		r.Header.Set(k, v)
+	}
+	for k, v := range tc.also {
+		r.Header.Add(k, v)
 	}
 	return r
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -50,9 +51,15 @@ const (
 )
 
 // decodeBody reads r's JSON object body strictly: a JSON media type (or
-// none), at most maxBodyBytes, read within the server's read timeout (see
+// none), no content coding (RFC 9110 §8.4: 415 for one the server does not
+// accept), at most maxBodyBytes, read within the server's read timeout (see
 // lingerAfterBodyTimeout), then decodeJSON.
 func decodeBody(r *http.Request) (*body, error) {
+	for _, ce := range r.Header.Values("Content-Encoding") {
+		if c := strings.TrimSpace(ce); c != "" && !strings.EqualFold(c, "identity") {
+			return nil, httpError(domain.UnsupportedMedia, codeUnsupportedMedia, "the body must not be content-coded (Content-Encoding "+strconv.Quote(c)+"): send it as is")
+		}
+	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {

@@ -116,7 +116,11 @@ func listRequest[K any](r *http.Request, kind string, key func(t time.Time, id s
 	if err != nil {
 		return 0, nil, err
 	}
-	if c := r.URL.Query().Get("cursor"); c != "" {
+	c, err := singleParam(r, "cursor")
+	if err != nil {
+		return 0, nil, err
+	}
+	if c != "" {
 		t, id, err := decodeCursor(kind, c)
 		if err != nil {
 			return 0, nil, err
@@ -151,20 +155,38 @@ func listOrderView(o projections.Order) orderView {
 		Amount: o.Amount, Tickets: tickets, Payment: p, FailReason: o.FailReason}
 }
 
-// listLimit parses ?limit=: default 50, at most 200 (larger values are
-// clamped); anything but a positive integer is a 400.
+// listLimit parses ?limit=: default 50 when absent, at most 200 (larger
+// values are clamped); anything but one positive integer (an empty or a
+// repeated parameter too) is a 400.
 func listLimit(r *http.Request) (int, error) {
-	return parseLimit(r.URL.Query().Get("limit"))
-}
-
-// parseLimit is listLimit on the parameter's value ("" when absent): decimal
-// digits only, at least 1, clamped to maxListLimit however large.
-func parseLimit(s string) (int, error) {
-	if s == "" {
+	vals, ok := r.URL.Query()["limit"]
+	if !ok {
 		return defaultListLimit, nil
 	}
+	if len(vals) != 1 {
+		return 0, httpError(domain.Invalid, "invalid-request", "send at most one limit parameter", "limit")
+	}
+	return parseLimit(vals[0])
+}
+
+// singleParam returns query parameter name, "" when absent; a repeated one
+// is a 400 naming it.
+func singleParam(r *http.Request, name string) (string, error) {
+	vals := r.URL.Query()[name]
+	if len(vals) > 1 {
+		return "", httpError(domain.Invalid, "invalid-request", "send at most one "+name+" parameter", name)
+	}
+	if len(vals) == 0 {
+		return "", nil
+	}
+	return vals[0], nil
+}
+
+// parseLimit is listLimit on the parameter's value: decimal digits only,
+// at least 1, clamped to maxListLimit however large.
+func parseLimit(s string) (int, error) {
 	bad := httpError(domain.Invalid, "invalid-request", fmt.Sprintf("limit must be a positive integer (values above %d are clamped to %d)", maxListLimit, maxListLimit), "limit")
-	if !allDigits(s) {
+	if s == "" || !allDigits(s) {
 		return 0, bad
 	}
 	n, err := strconv.ParseUint(s, 10, 64)

@@ -137,8 +137,16 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 // one the authenticator refuses → 401 with the refusal's reason as detail.
 func (a *api) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := r.Header.Get("Authorization")
-		scheme, tok, ok := strings.Cut(h, " ")
+		hs := r.Header.Values("Authorization")
+		if len(hs) > 1 { // which one speaks for the caller is ambiguous
+			w.Header().Set("WWW-Authenticate", `Bearer realm="booking", error="invalid_request"`)
+			a.writeError(w, r, httpError(domain.Unauthorized, codeUnauthorized, "send exactly one Authorization header"))
+			return
+		}
+		scheme, tok, ok := "", "", false
+		if len(hs) == 1 {
+			scheme, tok, ok = strings.Cut(hs[0], " ")
+		}
 		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="booking"`)
 			a.writeError(w, r, httpError(domain.Unauthorized, codeUnauthorized, "a bearer token is required (Authorization: Bearer <token>)"))
