@@ -141,7 +141,11 @@ func (c *Config) setDefaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{}
+		// Webhooks go to one receiver: keep enough idle connections for
+		// the deliveries in flight (net/http keeps 2 per host).
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 64
+		c.HTTPClient = &http.Client{Transport: t}
 	}
 	if c.Seed == 0 {
 		var b [8]byte

@@ -154,7 +154,7 @@ func (s *Server) startProvider(ctx context.Context) error {
 		s.onClose(func() { sim.Close() })
 	}
 	payments, err := stripe.New(stripe.Config{SecretKey: s.opts.ProviderAPIKey, BaseURL: s.providerURL,
-		HTTPClient:               &http.Client{Timeout: cfg.ProviderTimeout + time.Second, Transport: tracing.Transport(nil, s.opts.TracerProvider)},
+		HTTPClient:               &http.Client{Timeout: cfg.ProviderTimeout + time.Second, Transport: tracing.Transport(providerTransport(), s.opts.TracerProvider)},
 		WebhookSecrets:           []string{cfg.ProviderWebhookSecret},
 		IgnoreAPIVersionMismatch: cfg.StripeIgnoreAPIVersion})
 	if err != nil {
@@ -257,4 +257,19 @@ func (s *Server) startNotifications(ctx context.Context) error {
 	s.notif = notif
 	s.onClose(notif.Close)
 	return nil
+}
+
+// providerIdleConns is how many idle connections to the payment provider
+// are kept for reuse: about the concurrent bookings a replica serves, so a
+// send does not open (and TLS-handshake) a connection of its own.
+// net/http's default keeps 2 per host, which under load closes and reopens
+// connections on most calls.
+const providerIdleConns = 64
+
+// providerTransport returns net/http's default transport with
+// providerIdleConns idle connections kept per host.
+func providerTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 2*providerIdleConns, providerIdleConns
+	return t
 }
