@@ -166,53 +166,14 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, late
 		}
 		return h.ensureReservationHeld(ctx, heldRecord{id: r.ID, e: e, meta: m})
 	case domain.OrderClaimed:
-		if h.written.has(DerivedID(r.ID, "order-placed"), DerivedID(r.ID, "reservation-ordered")) {
-			return nil // the request placed the order and marked the reservation
-		}
-		before, _, err := h.LoadOrder(ctx, e.OrderID)
-		if err != nil {
-			return err
-		}
-		if _, err := h.finishClaim(ctx, e, r.ID, openedAt(r)); err != nil {
-			return err
-		}
-		if !before.Exists() {
-			// The request that claimed stopped before placing the order.
-			h.metrics.Recovered("order_claim")
-		}
+		return h.followClaim(ctx, r, e)
 	case domain.ExpiryClaimed:
 		if h.written.has(DerivedID(r.ID, "seats-released"), DerivedID(r.ID, "reservation-expired")) {
 			return nil // the expiry job or a late order request finished it
 		}
 		return h.finishExpiry(ctx, e, r.ID, m)
 	case domain.OrderPlaced, domain.PaymentOutcomeUnknown, domain.OrderCancelRequested:
-		orderID := orderIDOf(ev)
-		switch e := ev.(type) {
-		case domain.OrderPlaced:
-			// The order carries the token now: drop it from the key table
-			// (unless this process's request did, or the key is gone, or a
-			// later event already received deletes it).
-			if !later.ends && !h.written.has(keyPlaced(orderID)) && !h.written.has(keyShredded(orderID)) {
-				if err := h.keys.Placed(ctx, orderID, e.PaymentDeadline); err != nil {
-					return unavailable(err)
-				}
-				h.written.note(keyPlaced(orderID))
-			}
-		case domain.OrderCancelRequested:
-			if err := h.shred(ctx, orderID); err != nil {
-				return err
-			}
-		}
-		if later.drive {
-			return nil // a later event of the order drives it, or it has ended
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := h.DrivePayment(h.detach(ctx), orderID); err != nil {
-				h.log.WarnContext(ctx, "payment step failed; the reconciler retries", "order_id", orderID, "err", err)
-			}
-		}()
+		return h.followPayment(ctx, ev, later, wg)
 	case domain.OrderFailed:
 		if err := h.shred(ctx, e.OrderID); err != nil {
 			return err
@@ -234,6 +195,62 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, late
 			h.log.WarnContext(ctx, "refund not sent yet; the reconciler retries", "order_id", e.OrderID, "err", err)
 		}
 	}
+	return nil
+}
+
+// followClaim is the follow-up of OrderClaimed r (e): the order placed and
+// the reservation marked ordered, unless this process's request did both.
+func (h *Handler) followClaim(ctx context.Context, r eventstore.RecordedEvent, e domain.OrderClaimed) error {
+	if h.written.has(DerivedID(r.ID, "order-placed"), DerivedID(r.ID, "reservation-ordered")) {
+		return nil // the request placed the order and marked the reservation
+	}
+	before, _, err := h.LoadOrder(ctx, e.OrderID)
+	if err != nil {
+		return err
+	}
+	if _, err := h.finishClaim(ctx, e, r.ID, openedAt(r)); err != nil {
+		return err
+	}
+	if !before.Exists() {
+		// The request that claimed stopped before placing the order.
+		h.metrics.Recovered("order_claim")
+	}
+	return nil
+}
+
+// followPayment is the follow-up of an order event after which the payment
+// moves (OrderPlaced, PaymentOutcomeUnknown, OrderCancelRequested): the
+// token dropped from the key table once the order carries it, the key
+// deleted on a cancel, and the payment driven in the background unless a
+// later event of the order does it (later).
+func (h *Handler) followPayment(ctx context.Context, ev domain.Event, later laterOf, wg *sync.WaitGroup) error {
+	orderID := orderIDOf(ev)
+	switch e := ev.(type) {
+	case domain.OrderPlaced:
+		// The order carries the token now: drop it from the key table
+		// (unless this process's request did, or the key is gone, or a
+		// later event already received deletes it).
+		if !later.ends && !h.written.has(keyPlaced(orderID)) && !h.written.has(keyShredded(orderID)) {
+			if err := h.keys.Placed(ctx, orderID, e.PaymentDeadline); err != nil {
+				return unavailable(err)
+			}
+			h.written.note(keyPlaced(orderID))
+		}
+	case domain.OrderCancelRequested:
+		if err := h.shred(ctx, orderID); err != nil {
+			return err
+		}
+	}
+	if later.drive {
+		return nil // a later event of the order drives it, or it has ended
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := h.DrivePayment(h.detach(ctx), orderID); err != nil {
+			h.log.WarnContext(ctx, "payment step failed; the reconciler retries", "order_id", orderID, "err", err)
+		}
+	}()
 	return nil
 }
 

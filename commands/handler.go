@@ -30,6 +30,7 @@ import (
 // EventStore is the part of eventstore.Store that handlers use.
 type EventStore interface {
 	Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) (eventstore.AppendResult, error)
+	AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error)
 	ReadStream(ctx context.Context, stream string, from eventstore.Revision, limit int) ([]eventstore.RecordedEvent, error)
 	Truncate(ctx context.Context, stream string, before eventstore.Revision) error
 }
@@ -432,23 +433,52 @@ type pending struct {
 	e  domain.Event
 }
 
-// appendEvents encodes and appends events to one stream with metadata m,
-// each with its own schema version (see appendResolving for an append whose
-// outcome is unknown). The lineage m leaves empty (correlation, cause,
-// request) is stamped from ctx (stamp, correlation.go): a follow-up
-// carries the ids of the request or of the event that caused it.
-func (h *Handler) appendEvents(ctx context.Context, name string, exp eventstore.ExpectedRevision, m eventstore.Metadata, evs ...pending) (eventstore.AppendResult, error) {
+// unitPart is one stream's share of a unit of work: events decided on s (the
+// stream as the caller knows it, or known only by its revision) to append at
+// s's revision with metadata m. data, when set, is the part's events already
+// encoded (each with metadata of its own), and evs and m are unused.
+type unitPart struct {
+	s    *stream
+	m    eventstore.Metadata
+	evs  []pending
+	data []eventstore.EventData
+}
+
+// appendEvents encodes the parts, each event with its own schema version,
+// and appends them as one unit (see appendResolving). The lineage a part's
+// m leaves empty (correlation, cause, request) is stamped from ctx (stamp,
+// correlation.go): a follow-up carries the ids of the request or of the
+// event that caused it. It returns one result per part, in order.
+func (h *Handler) appendEvents(ctx context.Context, parts ...unitPart) ([]eventstore.AppendResult, error) {
+	appends := make([]eventstore.StreamAppend, len(parts))
+	for i, p := range parts {
+		appends[i] = eventstore.StreamAppend{Stream: p.s.name, Expected: p.s.expected(), Events: p.data}
+		if p.data != nil {
+			continue
+		}
+		data, err := encodeEvents(ctx, p.m, p.evs...)
+		if err != nil {
+			return nil, err
+		}
+		appends[i].Events = data
+	}
+	return h.appendResolving(ctx, appends...)
+}
+
+// encodeEvents encodes evs with metadata m, each with its own schema
+// version; the lineage m leaves empty is stamped from ctx (stamp).
+func encodeEvents(ctx context.Context, m eventstore.Metadata, evs ...pending) ([]eventstore.EventData, error) {
 	m = stamp(ctx, m)
 	data := make([]eventstore.EventData, len(evs))
-	for i, p := range evs {
-		m.SchemaVersion = domain.SchemaVersionOf(p.e)
-		d, err := eventstore.Encode(p.id, p.e, m)
+	for i, e := range evs {
+		m.SchemaVersion = domain.SchemaVersionOf(e.e)
+		d, err := eventstore.Encode(e.id, e.e, m)
 		if err != nil {
-			return eventstore.AppendResult{}, err
+			return nil, err
 		}
 		data[i] = d
 	}
-	return h.appendResolving(ctx, name, exp, data...)
+	return data, nil
 }
 
 // outcomeRepeatDelays are the pauses before each repeat of an append whose
@@ -457,36 +487,33 @@ func (h *Handler) appendEvents(ctx context.Context, name string, exp eventstore.
 // repeats.
 var outcomeRepeatDelays = []time.Duration{0, 50 * time.Millisecond, 250 * time.Millisecond}
 
-// appendResolving appends data to stream name at exp. Every commit point
-// (the intent record, the order claim, a payment attempt's lease, a seat
-// hold) and every follow-up goes through it.
+// appendResolving appends parts as one unit: one part with the store's
+// Append, several with its AppendMulti (one transaction on PostgreSQL: all
+// or nothing). Every commit point (the intent record, the order claim, a
+// payment attempt's lease, a seat hold) and every follow-up goes through
+// it. It returns one result per part, in order.
 //
-// An append is one statement in its own transaction, so when its answer is
+// A unit is one statement in its own transaction, so when its answer is
 // lost (the connection dropped after the server received it) it may have
 // committed or not. The store's appends are idempotent: the same event ids
-// at the same expected revision succeed without writing when they are
-// already there, and are written otherwise. So an append that failed with
+// at the same expected revisions succeed without writing when they are
+// already there, and are written otherwise. So a unit that failed with
 // anything but a revision conflict is repeated, byte for byte, up to
 // len(outcomeRepeatDelays) times: a success means the events are in the
-// stream where the decision put them (committed by the first try or by the
+// streams where the decision put them (committed by the first try or by the
 // repeat, never twice) and the caller goes on as if the first answer had
-// arrived; a conflict means the first try did not commit and the stream
-// moved on, which the caller handles as any lost race. Not repeated: an
-// append that ran into its time bound (context.DeadlineExceeded: the
-// database is slow or the stream's lock held; repeating would only wait
-// again) and an append whose caller is gone. If the outcome is still
-// unknown it returns the error wrapped as domain.ErrUnavailable: the request
-// answers 503, which is never stored as an outcome, and a repeat of the
-// request, or recovery after the executor's lease, resolves what committed.
-func (h *Handler) appendResolving(ctx context.Context, name string, exp eventstore.ExpectedRevision, data ...eventstore.EventData) (eventstore.AppendResult, error) {
-	tk, sent := h.clockTicket(), time.Now()
-	res, err := h.store.Append(ctx, name, exp, data...)
-	if err == nil {
-		h.written.add(data, res.Position)
-		h.noteAppendClock(tk, res, sent)
-		h.sampleSkew(name, data, res)
-		noteAppended(ctx, len(data))
-	}
+// arrived; a conflict means the first try did not commit and a stream
+// moved on, which the caller handles as any lost race (an
+// *eventstore.AppendPartError names the part for a unit of several). Not
+// repeated: an append that ran into its time bound
+// (context.DeadlineExceeded: the database is slow or a stream's lock held;
+// repeating would only wait again) and an append whose caller is gone. If
+// the outcome is still unknown it returns the error wrapped as
+// domain.ErrUnavailable: the request answers 503, which is never stored as
+// an outcome, and a repeat of the request, or recovery after the
+// executor's lease, resolves what committed.
+func (h *Handler) appendResolving(ctx context.Context, parts ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	res, err := h.appendUnit(ctx, parts)
 	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return res, err
 	}
@@ -494,21 +521,16 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 		return res, unavailable(err)
 	}
 	first := err
-	h.log.WarnContext(ctx, "append outcome unknown; repeating it to learn what committed", "stream", name, "err", err)
+	h.log.WarnContext(ctx, "append outcome unknown; repeating it to learn what committed", "stream", parts[0].Stream, "streams", len(parts), "err", err)
 	for _, d := range outcomeRepeatDelays {
 		if tick.Sleep(ctx, d) != nil {
 			break
 		}
-		tk, sent = h.clockTicket(), time.Now()
-		res, err = h.store.Append(ctx, name, exp, data...)
+		res, err = h.appendUnit(ctx, parts)
 		switch {
 		case err == nil:
-			h.written.add(data, res.Position)
-			h.noteAppendClock(tk, res, sent)
-			h.sampleSkew(name, data, res)
-			noteAppended(ctx, len(data))
 			h.metrics.UnknownAppend("resolved")
-			h.log.InfoContext(ctx, "append outcome learned: the events are in the stream", "stream", name)
+			h.log.InfoContext(ctx, "append outcome learned: the events are in the stream", "stream", parts[0].Stream, "streams", len(parts))
 			return res, nil
 		case errors.Is(err, eventstore.ErrWrongExpectedRevision):
 			h.metrics.UnknownAppend("not_committed")
@@ -523,6 +545,36 @@ func (h *Handler) appendResolving(ctx context.Context, name string, exp eventsto
 		err = fmt.Errorf("%w (first try: %w)", err, first)
 	}
 	return res, unavailable(err)
+}
+
+// appendUnit sends parts to the store once and, when they are stored,
+// records what the service learns from an acknowledged append: the event
+// ids written (writtenSet), the clock sample, the skew sample and the
+// request's count of events.
+func (h *Handler) appendUnit(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	tk, sent := h.clockTicket(), time.Now()
+	var res []eventstore.AppendResult
+	if len(parts) == 1 {
+		r, err := h.store.Append(ctx, parts[0].Stream, parts[0].Expected, parts[0].Events...)
+		if err != nil {
+			return nil, err
+		}
+		res = []eventstore.AppendResult{r}
+	} else {
+		var err error
+		if res, err = h.store.AppendMulti(ctx, parts...); err != nil {
+			return nil, err
+		}
+	}
+	n := 0
+	for i, p := range parts {
+		h.written.add(p.Events, res[i].Position)
+		h.sampleSkew(p.Stream, p.Events, res[i])
+		n += len(p.Events)
+	}
+	h.noteAppendClock(tk, res[len(res)-1], sent)
+	noteAppended(ctx, n)
+	return res, nil
 }
 
 // outcomeUnknown reports whether a failed append (not a revision conflict)

@@ -187,7 +187,17 @@ type holdDecision struct {
 	results  map[*holdReq]holdResult
 	appended []decidedHold
 	data     []eventstore.EventData
+	// opens are the ReservationHeld that open the reservation streams of
+	// the fresh requests decided, appended with the SeatsHeld as one unit.
+	opens    []openedHold
 	refusals int
+}
+
+// openedHold is the encoded ReservationHeld that opens a fresh request's
+// reservation stream, in the same unit as its SeatsHeld.
+type openedHold struct {
+	req  *holdReq
+	data eventstore.EventData
 }
 
 // decidedHold is a request of the batch and the SeatsHeld decided for it.
@@ -223,8 +233,10 @@ func (h *Handler) priorHolds(ctx context.Context, e *showEntry, showID string, b
 // decideHolds decides batch in arrival order against snapshot e at now, each
 // request against the show as it will be after the earlier ones; prior
 // holds the SeatsHeld already on the stream of its reservations
-// (priorHolds). The caller holds the show's lock; e is left as it was.
-func (h *Handler) decideHolds(e *showEntry, prior map[string]heldRecord, showID string, batch []*holdReq, now time.Time) holdDecision {
+// (priorHolds). With open, the reservation streams of fresh requests are
+// opened in the same unit (holdDecision.opens). The caller holds the
+// show's lock; e is left as it was.
+func (h *Handler) decideHolds(e *showEntry, prior map[string]heldRecord, showID string, batch []*holdReq, now time.Time, open bool) holdDecision {
 	d := holdDecision{results: make(map[*holdReq]holdResult, len(batch))}
 	byRes := map[string]heldRecord{}
 	extra := 0 // seats taken by earlier requests of this batch
@@ -271,12 +283,32 @@ func (h *Handler) decideHolds(e *showEntry, prior map[string]heldRecord, showID 
 		extra += r.cmd.Quantity
 		d.data = append(d.data, ed)
 		d.appended = append(d.appended, decidedHold{r, held})
+		if r.fresh && open {
+			od, err := encodeOpen(held, r.trace)
+			if err != nil {
+				d.results[r] = holdResult{err: err}
+				continue
+			}
+			d.opens = append(d.opens, openedHold{r, od})
+		}
 	}
 	return d
 }
 
+// encodeOpen encodes the ReservationHeld that opens held's reservation
+// stream, as openReservation appends it, kept with the request's trace.
+func encodeOpen(held heldRecord, sc trace.SpanContext) (eventstore.EventData, error) {
+	m := held.meta
+	m.CausationID = held.id
+	stampSpan(sc, &m)
+	ev := domain.HeldFrom(held.e)
+	m.SchemaVersion = domain.SchemaVersionOf(ev)
+	return eventstore.Encode(DerivedID(held.id, "reservation-held"), ev, m)
+}
+
 // appendHolds decides a batch in arrival order and appends its SeatsHeld
-// events in one append; every request gets its result.
+// events in one unit with the ReservationHeld that open the fresh
+// requests' reservation streams; every request gets its result.
 //
 // A batch decides on the show's cached snapshot without reading the stream
 // when that snapshot is the one this process's previous batch on the show
@@ -286,11 +318,13 @@ func (h *Handler) decideHolds(e *showEntry, prior map[string]heldRecord, showID 
 // that missed another writer's events fails the append, and the batch reads
 // the stream's tail and decides once more. A refusal (sold out, no such
 // show) is only ever decided on a snapshot just read from the stream, since
-// it is recorded and answered without an append to check it.
+// it is recorded and answered without an append to check it. A reservation
+// stream that exists already fails the unit too: the batch then decides
+// again without opening any (the requests open them as a follow-up).
 func (h *Handler) appendHolds(ctx context.Context, showID string, batch []*holdReq) {
-	fail := func(err error) {
+	answer := func(d holdDecision) {
 		for _, r := range batch {
-			r.done <- holdResult{err: err}
+			r.done <- d.results[r]
 		}
 	}
 	// The clock is read before the show's lock is taken: holds are decided
@@ -298,66 +332,33 @@ func (h *Handler) appendHolds(ctx context.Context, showID string, batch []*holdR
 	// every other user of the show waits.
 	now, err := h.now(ctx)
 	if err != nil {
-		fail(err)
+		answer(failedHolds(batch, err))
 		return
 	}
-	b := &h.holds
-	var d holdDecision
+	open := true
 	for attempt := 0; ; attempt++ {
-		unlock := h.shows.Lock(showID)
-		e := h.showCache.get(showID)
-		b.mu.Lock()
-		own, trusted := b.own[showID]
-		b.mu.Unlock()
-		trusted = trusted && attempt == 0 && e.exists && e.last == own.last && time.Since(own.at) <= ownHoldTrust
-		if !trusted {
-			if e, err = h.refreshShow(ctx, showID); err != nil {
-				unlock()
-				fail(err)
-				return
-			}
-		}
-		prior, err := h.priorHolds(ctx, e, showID, batch)
+		d, exp, trusted, err := h.decideBatch(ctx, showID, batch, now, attempt == 0, open)
 		if err != nil {
-			unlock()
-			fail(err)
+			answer(failedHolds(batch, err))
 			return
 		}
-		d = h.decideHolds(e, prior, showID, batch, now)
-		if trusted && d.refusals > 0 {
-			if e, err = h.refreshShow(ctx, showID); err == nil {
-				prior, err = h.priorHolds(ctx, e, showID, batch)
-			}
-			if err != nil {
-				unlock()
-				fail(err)
-				return
-			}
-			trusted = false
-			d = h.decideHolds(e, prior, showID, batch, now)
-		}
-		exp := e.expected()
-		// The lock guards the cached snapshot, not the stream: it is
-		// released before the append, so the requests' own checks of the
-		// show (and releases) proceed while the batch commits. No other
-		// batch of this show starts before this one has its outcome
-		// (holdBatcher.running), and every writer of the stream appends at
-		// an expected revision: whoever loses decides again.
-		unlock()
 		if len(d.data) == 0 {
-			break
+			answer(d)
+			return
 		}
-		res, err := h.appendResolving(ctx, domain.ShowStream(showID), exp, d.data...)
+		err = h.commitHolds(ctx, showID, exp, &d)
 		if err == nil {
-			h.noteOwnHolds(showID, exp, res.NextRevision, d.appended)
-			for _, a := range d.appended {
-				d.results[a.req] = holdResult{held: a.held, ok: true}
-			}
-			break
+			answer(d)
+			return
 		}
-		b.mu.Lock()
-		delete(b.own, showID)
-		b.mu.Unlock()
+		h.holds.mu.Lock()
+		delete(h.holds.own, showID)
+		h.holds.mu.Unlock()
+		var part *eventstore.AppendPartError
+		if open && errors.As(err, &part) && part.Part > 0 && errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+			open = false // a reservation stream exists: decide again on a read, opening none
+			continue
+		}
 		if trusted && errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 			continue // the snapshot missed another writer: read the tail, decide again
 		}
@@ -365,18 +366,91 @@ func (h *Handler) appendHolds(ctx context.Context, showID string, batch []*holdR
 		// unknown after repeats (503, never stored: a repeat of the request
 		// or recovery learns it); refusals (sold out) may have counted seats
 		// of holds that do not exist. Every request decides again or fails.
-		for _, r := range batch {
-			if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-				d.results[r] = holdResult{}
-			} else {
-				d.results[r] = holdResult{err: err}
+		if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+			err = nil
+		}
+		answer(failedHolds(batch, err))
+		return
+	}
+}
+
+// failedHolds is the decision that answers every request of batch with err
+// (nil: decide again).
+func failedHolds(batch []*holdReq, err error) holdDecision {
+	d := holdDecision{results: make(map[*holdReq]holdResult, len(batch))}
+	for _, r := range batch {
+		d.results[r] = holdResult{err: err}
+	}
+	return d
+}
+
+// decideBatch decides batch under the show's lock: on the cached snapshot
+// when trust allows it (the first try, on the snapshot this process's last
+// batch left within ownHoldTrust, and no refusal), on a fresh read of the
+// stream otherwise. It returns the decision, the show stream's expected
+// revision for its append, and whether it was decided on the cached
+// snapshot. open is decideHolds'.
+func (h *Handler) decideBatch(ctx context.Context, showID string, batch []*holdReq, now time.Time, first, open bool) (holdDecision, eventstore.ExpectedRevision, bool, error) {
+	unlock := h.shows.Lock(showID)
+	// The lock guards the cached snapshot, not the stream: it is released
+	// before the append, so the requests' own checks of the show (and
+	// releases) proceed while the batch commits. No other batch of this
+	// show starts before this one has its outcome (holdBatcher.running),
+	// and every writer of the stream appends at an expected revision:
+	// whoever loses decides again.
+	defer unlock()
+	e := h.showCache.get(showID)
+	h.holds.mu.Lock()
+	own, trusted := h.holds.own[showID]
+	h.holds.mu.Unlock()
+	trusted = trusted && first && e.exists && e.last == own.last && time.Since(own.at) <= ownHoldTrust
+	for {
+		if !trusted {
+			var err error
+			if e, err = h.refreshShow(ctx, showID); err != nil {
+				return holdDecision{}, eventstore.ExpectedRevision{}, false, err
 			}
 		}
-		break
+		prior, err := h.priorHolds(ctx, e, showID, batch)
+		if err != nil {
+			return holdDecision{}, eventstore.ExpectedRevision{}, false, err
+		}
+		d := h.decideHolds(e, prior, showID, batch, now, open)
+		if trusted && d.refusals > 0 {
+			trusted = false // a refusal is decided on a fresh read only
+			continue
+		}
+		return d, e.expected(), trusted, nil
 	}
-	for _, r := range batch {
-		r.done <- d.results[r]
+}
+
+// commitHolds appends d's SeatsHeld to the show stream at exp with d's
+// ReservationHeld, one unit, and on success records every appended
+// request's result in d (with the revision its reservation stream was
+// opened at) and the snapshot the batch left.
+func (h *Handler) commitHolds(ctx context.Context, showID string, exp eventstore.ExpectedRevision, d *holdDecision) error {
+	parts := make([]unitPart, 0, 1+len(d.opens))
+	parts = append(parts, unitPart{s: expectedStream(domain.ShowStream(showID), exp), data: d.data})
+	for _, o := range d.opens {
+		parts = append(parts, unitPart{s: newStream(domain.ReservationStream(o.req.resID)), data: []eventstore.EventData{o.data}})
 	}
+	res, err := h.commitUnit(ctx, parts...)
+	if err != nil {
+		return err
+	}
+	h.noteOwnHolds(showID, exp, res[0].NextRevision, d.appended)
+	opened := make(map[*holdReq]eventstore.Revision, len(d.opens))
+	for i, o := range d.opens {
+		opened[o.req] = res[1+i].NextRevision
+	}
+	for _, a := range d.appended {
+		held := a.held
+		if rev, ok := opened[a.req]; ok {
+			held.opened, held.openedAt = true, rev
+		}
+		d.results[a.req] = holdResult{held: held, ok: true}
+	}
+	return nil
 }
 
 // advanceOwn records that this process appended to show showID's stream

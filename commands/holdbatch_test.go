@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -95,6 +96,21 @@ type pausingStore struct {
 func (s *pausingStore) Append(ctx context.Context, stream string, exp eventstore.ExpectedRevision, evs ...eventstore.EventData) (eventstore.AppendResult, error) {
 	res, err := s.EventStore.Append(ctx, stream, exp, evs...)
 	if stream != s.stream {
+		return res, err
+	}
+	s.mu.Lock()
+	s.appends++
+	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		s.conflict++
+	}
+	s.mu.Unlock()
+	s.once.Do(func() { close(s.paused); <-s.resume })
+	return res, err
+}
+
+func (s *pausingStore) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	res, err := s.EventStore.AppendMulti(ctx, appends...)
+	if !slices.ContainsFunc(appends, func(a eventstore.StreamAppend) bool { return a.Stream == s.stream }) {
 		return res, err
 	}
 	s.mu.Lock()

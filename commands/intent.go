@@ -222,132 +222,42 @@ func (r *intentRun) targetID() string { return r.intent.Recorded.TargetID }
 // anything, while a repeat still answers the intent's outcome. prep, when
 // not nil, runs right before a new intent is recorded (see intentPrep).
 func (h *Handler) beginIntent(ctx context.Context, req Request, command map[string]any, prep *intentPrep, validate func(now time.Time) error) (*intentRun, error) {
-	stream := IntentStream(req.Actor, req.Operation, req.Key)
 	fp, err := Fingerprint(CanonicalVersion, req.Operation, command)
 	if err != nil {
 		return nil, err
 	}
 	// The target id is chosen once: prep's work under it stays valid when
 	// a lost race makes the loop record again.
-	targetID := NewID()
-	prepared, keep := false, false
-	var sendBy time.Time // the last instant to send the intent record that names prep's work
+	b := &intentBegin{req: req, stream: IntentStream(req.Actor, req.Operation, req.Key), fp: fp, command: command,
+		targetID: NewID(), prep: prep, validate: validate}
 	defer func() {
-		if prepared && !keep {
-			prep.discard(h.detach(ctx), targetID)
+		if b.prepared && !b.keep {
+			prep.discard(h.detach(ctx), b.targetID)
 		}
 	}()
-	prepare := func(now time.Time) error {
-		if prep == nil || prepared {
-			return nil
-		}
-		started := time.Now()
-		if err := prep.prepare(ctx, targetID, now); err != nil {
-			return err
-		}
-		prepared, sendBy = true, started.Add(prepWindow)
-		return nil
-	}
-	var purgedAt *eventstore.Revision
-	if !h.intents.has(stream) {
+	if !h.intents.has(b.stream) {
 		// Record first, read only when that conflicts (see recordFirst).
-		run, conflict, err := h.recordFirst(ctx, req, stream, fp, command, targetID, validate, prepare, &sendBy)
+		run, conflict, err := h.recordFirst(ctx, b)
 		if run != nil {
-			keep = true
+			b.keep = true
 			return run, nil
 		}
 		if conflict == nil {
-			keep = err != nil && prepared // the append may have committed
+			b.keep = err != nil && b.prepared // the append may have committed
 			if err != nil {
 				return nil, err
 			}
 		} else if conflict.Actual >= 0 {
 			// The stream exists, or was purged: it keeps its last revision.
 			a := eventstore.Revision(conflict.Actual)
-			purgedAt = &a
+			b.purgedAt = &a
 		}
 	}
 	var run *intentRun
 	err = h.retryConflicts(ctx, func() error {
-		leaseFrom := time.Now()
-		now, s, err := h.loadIntent(ctx, stream)
-		if err != nil {
-			return err
-		}
-		in := fold[domain.Intent](s.events)
-		if s.exists {
-			in.RecordedAt = intentOpened(s)
-			h.intents.note(stream)
-		}
-		at := newStream(stream) // the revision the intent is recorded at
-		if purgedAt != nil {
-			at = streamAt(stream, *purgedAt)
-		}
-		if s.exists && in.Expired(now, h.cfg.IntentRetention) {
-			if err := h.store.Truncate(ctx, stream, s.last+1); err != nil {
-				return unavailable(err)
-			}
-			at = streamAt(stream, s.last)
-			s.exists, in = false, domain.Intent{}
-		}
-		// A repeat is fingerprinted under the intent's canonical version,
-		// so a deploy never turns retries into 422s.
-		storedFP := fp
-		if v := in.Recorded.CanonicalVersion; in.Exists() && v != CanonicalVersion {
-			if storedFP, err = Fingerprint(v, req.Operation, command); err != nil {
-				return err
-			}
-		}
-		switch in.Resolve(storedFP, now, h.cfg.IntentRetention) {
-		case domain.ResolveMismatch:
-			h.metrics.FingerprintConflict(req.Operation)
-			h.metrics.Intent(req.Operation, IntentRefused, domain.ErrKeyReused.Code)
-			// Compared as the fingerprint compares: strings in NFC.
-			fields := domain.DiffFields(nfcCommand(in.Recorded.Command), nfcCommand(normalizeJSON(command)))
-			e := *domain.ErrKeyReused
-			e.Fields = fields
-			if len(fields) > 0 {
-				e.Msg = fmt.Sprintf("this idempotency key was used with a different request; differing fields: %s", strings.Join(fields, ", "))
-			}
-			return &e
-		case domain.ResolveRejected:
-			h.metrics.Replay(req.Operation)
-			h.metrics.Intent(req.Operation, IntentReplayed, "")
-			return rejectionOf(in.Rejection, true)
-		case domain.ResolveContinue:
-			h.metrics.Replay(req.Operation)
-			h.metrics.Intent(req.Operation, IntentReplayed, "")
-			h.log.DebugContext(ctx, "intent repeated", "operation", req.Operation, "intent", stream, "target_id", in.Recorded.TargetID)
-			run = &intentRun{req: req, stream: stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command,
-				opened: s.records[0].Revision, lineage: requestLineage(ctx, &s.records[0], "")}
-			return nil
-		}
-		// domain.ResolveNew: record the intent.
-		if validate != nil {
-			if err := validate(now); err != nil {
-				return err
-			}
-		}
-		if err := prepare(now); err != nil {
-			return err
-		}
-		rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, at, now, sendBy)
-		var rc *eventstore.RevisionConflictError
-		if errors.As(err, &rc) {
-			if rc.Actual >= 0 && purgedAt == nil {
-				// Purged earlier: the stream keeps its last revision.
-				a := eventstore.Revision(rc.Actual)
-				purgedAt = &a
-			}
-			return err
-		}
-		keep = true // the append may have committed: keep what prep made for it
-		if err != nil {
-			return err
-		}
-		h.recorded(ctx, rn, res, leaseFrom)
-		run = rn
-		return nil
+		var err error
+		run, err = h.beginOnRead(ctx, b)
+		return err
 	})
 	if errors.Is(err, domain.ErrContention) {
 		return nil, domain.ErrContention.With("the idempotency key is being recorded concurrently; retry")
@@ -356,6 +266,137 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		return nil, err
 	}
 	return run, nil
+}
+
+// intentBegin is what beginIntent carries across its tries: the request,
+// its intent stream, fingerprint and command, the target id chosen once,
+// prep and validate, and what prep made (prepared, the last instant sendBy
+// to send the intent record that names it, and keep once that record may
+// have been sent). purgedAt is the revision a purged intent stream kept,
+// once an append learned it.
+type intentBegin struct {
+	req      Request
+	stream   string
+	fp       string
+	command  map[string]any
+	targetID string
+	prep     *intentPrep
+	validate func(now time.Time) error
+	prepared bool
+	keep     bool
+	sendBy   time.Time
+	purgedAt *eventstore.Revision
+}
+
+// prepare runs prep once, before the first record of the intent at now.
+func (b *intentBegin) prepare(ctx context.Context, now time.Time) error {
+	if b.prep == nil || b.prepared {
+		return nil
+	}
+	started := time.Now()
+	if err := b.prep.prepare(ctx, b.targetID, now); err != nil {
+		return err
+	}
+	b.prepared, b.sendBy = true, started.Add(prepWindow)
+	return nil
+}
+
+// beginOnRead is one try of beginIntent on a read of the intent stream: an
+// expired intent is truncated (its key starts anew), a live one resolved
+// (resolveExisting), and a new one recorded after validate and prep.
+func (h *Handler) beginOnRead(ctx context.Context, b *intentBegin) (*intentRun, error) {
+	leaseFrom := time.Now()
+	now, s, err := h.loadIntent(ctx, b.stream)
+	if err != nil {
+		return nil, err
+	}
+	in := fold[domain.Intent](s.events)
+	if s.exists {
+		in.RecordedAt = intentOpened(s)
+		h.intents.note(b.stream)
+	}
+	at := newStream(b.stream) // the revision the intent is recorded at
+	if b.purgedAt != nil {
+		at = streamAt(b.stream, *b.purgedAt)
+	}
+	if s.exists && in.Expired(now, h.cfg.IntentRetention) {
+		if err := h.store.Truncate(ctx, b.stream, s.last+1); err != nil {
+			return nil, unavailable(err)
+		}
+		at = streamAt(b.stream, s.last)
+		s.exists, in = false, domain.Intent{}
+	}
+	if in.Exists() {
+		if run, done, err := h.resolveExisting(ctx, b, in, s, now); done {
+			return run, err
+		}
+	}
+	// domain.ResolveNew: record the intent.
+	if b.validate != nil {
+		if err := b.validate(now); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.prepare(ctx, now); err != nil {
+		return nil, err
+	}
+	rn, res, err := h.recordIntent(ctx, b.req, b.stream, b.fp, b.command, b.targetID, at, now, b.sendBy)
+	var rc *eventstore.RevisionConflictError
+	if errors.As(err, &rc) {
+		if rc.Actual >= 0 && b.purgedAt == nil {
+			// Purged earlier: the stream keeps its last revision.
+			a := eventstore.Revision(rc.Actual)
+			b.purgedAt = &a
+		}
+		return nil, err
+	}
+	b.keep = true // the append may have committed: keep what prep made for it
+	if err != nil {
+		return nil, err
+	}
+	h.recorded(ctx, rn, res, leaseFrom)
+	return rn, nil
+}
+
+// resolveExisting answers a request under a live intent in (read as s at
+// now) by the domain's table: a different fingerprint is
+// domain.ErrKeyReused with the differing fields, a recorded rejection is
+// answered again, and the same request continues the intent as a repeat;
+// done is false when the intent is to be recorded anew (domain.ResolveNew).
+// A repeat is fingerprinted under the intent's canonical version, so a
+// deploy never turns retries into 422s.
+func (h *Handler) resolveExisting(ctx context.Context, b *intentBegin, in domain.Intent, s *stream, now time.Time) (run *intentRun, done bool, err error) {
+	req := b.req
+	storedFP := b.fp
+	if v := in.Recorded.CanonicalVersion; v != CanonicalVersion {
+		if storedFP, err = Fingerprint(v, req.Operation, b.command); err != nil {
+			return nil, true, err
+		}
+	}
+	switch in.Resolve(storedFP, now, h.cfg.IntentRetention) {
+	case domain.ResolveNew:
+		return nil, false, nil
+	case domain.ResolveMismatch:
+		h.metrics.FingerprintConflict(req.Operation)
+		h.metrics.Intent(req.Operation, IntentRefused, domain.ErrKeyReused.Code)
+		// Compared as the fingerprint compares: strings in NFC.
+		fields := domain.DiffFields(nfcCommand(in.Recorded.Command), nfcCommand(normalizeJSON(b.command)))
+		e := *domain.ErrKeyReused
+		e.Fields = fields
+		if len(fields) > 0 {
+			e.Msg = fmt.Sprintf("this idempotency key was used with a different request; differing fields: %s", strings.Join(fields, ", "))
+		}
+		return nil, true, &e
+	case domain.ResolveRejected:
+		h.metrics.Replay(req.Operation)
+		h.metrics.Intent(req.Operation, IntentReplayed, "")
+		return nil, true, rejectionOf(in.Rejection, true)
+	}
+	h.metrics.Replay(req.Operation)
+	h.metrics.Intent(req.Operation, IntentReplayed, "")
+	h.log.DebugContext(ctx, "intent repeated", "operation", req.Operation, "intent", b.stream, "target_id", in.Recorded.TargetID)
+	return &intentRun{req: req, stream: b.stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command,
+		opened: s.records[0].Revision, lineage: requestLineage(ctx, &s.records[0], "")}, true, nil
 }
 
 // keptTarget answers, for a repeat of an intent this process keeps
@@ -466,22 +507,21 @@ func (h *Handler) loadIntent(ctx context.Context, name string) (time.Time, *stre
 // failed append, and for an order the key-table row its prepare made,
 // deleted again within shredDelay. A repeat on the process that recorded or
 // read the intent reads it first (ARCHITECTURE.md, "Performance", "Record
-// first, read on conflict"). *sendBy is the last instant the record may be
+// first, read on conflict"). b.sendBy is the last instant the record may be
 // sent, once prepare set it.
-func (h *Handler) recordFirst(ctx context.Context, req Request, stream, fp string, command map[string]any, targetID string,
-	validate, prepare func(now time.Time) error, sendBy *time.Time) (*intentRun, *eventstore.RevisionConflictError, error) {
+func (h *Handler) recordFirst(ctx context.Context, b *intentBegin) (*intentRun, *eventstore.RevisionConflictError, error) {
 	leaseFrom := time.Now()
 	now, err := h.now(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if validate != nil && validate(now) != nil {
+	if b.validate != nil && b.validate(now) != nil {
 		return nil, nil, nil
 	}
-	if err := prepare(now); err != nil {
+	if err := b.prepare(ctx, now); err != nil {
 		return nil, nil, err
 	}
-	rn, res, err := h.recordIntent(ctx, req, stream, fp, command, targetID, newStream(stream), now, *sendBy)
+	rn, res, err := h.recordIntent(ctx, b.req, b.stream, b.fp, b.command, b.targetID, newStream(b.stream), now, b.sendBy)
 	var rc *eventstore.RevisionConflictError
 	if errors.As(err, &rc) {
 		return nil, rc, nil

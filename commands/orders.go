@@ -119,16 +119,12 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 // A repeat reads the order first: once it exists, the claim and the order's
 // follow-ups are done (or the process manager finishes them), and the
 // repeat is answered from that one read (paying on, if the payment is not
-// final). A request that has just recorded the intent, alone on it (see
-// intentRun.alone), claims without reading the claim stream (a claim of
-// someone else makes the append conflict, and the next try reads it),
-// decides on the reservation as this process wrote or last read it (what it
-// decides on is fixed by ReservationHeld, and the claim fences the rest),
-// and places and pays the order from what it appended, without reading it
-// back.
+// final). The request that has just recorded the intent, alone on it (see
+// intentRun.alone), places the order in one unit of work (placeAlone);
+// everything else, and that request when its unit cannot be decided alone
+// or lost a race, claims on reads (claimOrder) and then places the order.
 func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID string) (OrderResult, error) {
 	req := run.req
-	cmd := PlaceOrderCommand{ReservationID: reservationID}
 	out := Outcome{Replayed: !run.created}
 	if !run.created {
 		o, s, err := h.LoadOrder(ctx, run.targetID())
@@ -139,96 +135,163 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 			return h.payAndWait(ctx, o.ID, req.Wait, out, &orderState{o: o, s: s})
 		}
 	}
-	claimStream := domain.ClaimStream(cmd.ReservationID)
+	var placed *orderState
+	sec := run.secrets
+	if sec != nil && run.alone(h.cfg.IntentLease) {
+		var err error
+		if placed, err = h.placeAlone(ctx, run, reservationID, sec); err != nil {
+			return OrderResult{}, err
+		}
+	}
+	if placed == nil {
+		claim, claimID, claimedAt, err := h.claimOrder(ctx, run, reservationID)
+		if err != nil {
+			return OrderResult{}, err
+		}
+		if sec != nil && run.alone(h.cfg.IntentLease) {
+			placed, err = h.placeClaimed(ctx, claim.Order, claimID, claimedAt, sec)
+		} else {
+			_, err = h.finishClaim(ctx, claim.Order, claimID, claimedAt)
+		}
+		if err != nil {
+			return OrderResult{}, err
+		}
+	}
+	h.step(ctx, "order.placed")
+	return h.payAndWait(ctx, run.targetID(), req.Wait, out, placed)
+}
+
+// placeAlone places the order of the request that recorded its intent and
+// is still alone on it, holding its secrets (sec), in one unit of work: the
+// claim (the commit point), OrderPlaced with the held token, the
+// reservation marked ordered and the start of payment attempt 1 under this
+// process's lease, all decided on the reservation as this process last
+// wrote or read it (what the claim decides on is fixed by ReservationHeld;
+// the unit's expected revisions fence the rest). The key is made due at the
+// payment deadline first (Keys.Placing), so a process stopped right after
+// the unit still has it deleted at the deadline. It returns the order as
+// the unit left it, with the attempt ready to send; or nil and no error
+// when the unit cannot be decided alone (a refusal is decided on reads, the
+// key holds no token) or lost a race, for placeOrder to claim on reads; or
+// the unit's error when its outcome stayed unknown (503).
+func (h *Handler) placeAlone(ctx context.Context, run *intentRun, reservationID string, sec *heldSecrets) (*orderState, error) {
+	r, rs, err := h.cachedReservation(ctx, reservationID)
+	if err != nil {
+		return nil, err
+	}
+	now, err := h.now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	evs, derr := domain.DecideClaim(domain.Claim{}, r, domain.ClaimOrder{ReservationID: reservationID,
+		OrderID: run.targetID(), Actor: run.req.Actor, Intent: run.stream}, now)
+	ordered := r.MarkOrdered(run.targetID())
+	if derr != nil || len(evs) == 0 || len(ordered) == 0 {
+		return nil, nil
+	}
+	c := evs[0].(domain.OrderClaimed)
+	h.step(ctx, "order.claiming")
+	deadline := now.Add(h.cfg.PaymentDeadline)
+	held, exists, err := h.keys.Placing(ctx, c.OrderID, deadline)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if !exists || held == nil {
+		return nil, nil
+	}
+	u, err := h.placingUnit(ctx, run, c, rs, ordered[0], held, sec, now)
+	if err != nil || u == nil {
+		return nil, err
+	}
+	res, err := h.commitUnit(ctx, u.parts...)
+	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		h.reservations.drop(rs.name) // decide again on reads
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	h.step(ctx, "order.claimed")
+	r.Apply(ordered[0])
+	h.reservations.put(rs.name, r, res[2].NextRevision)
+	u.order.s.last = res[1].NextRevision
+	return u.order, nil
+}
+
+// placingUnit is placeAlone's unit of work, decided.
+type placingUnit struct {
+	parts []unitPart
+	order *orderState // as the unit leaves it (but its revision)
+}
+
+// placingUnit decides placeAlone's unit for claim c at now: the claim at no
+// stream, OrderPlaced (with held, the sealed token, due at the claim's
+// payment deadline) and the start of attempt 1 at no stream, and ordered at
+// the reservation's revision rs. nil when the attempt cannot start.
+func (h *Handler) placingUnit(ctx context.Context, run *intentRun, c domain.OrderClaimed, rs *stream, ordered domain.Event,
+	held []byte, sec *heldSecrets, now time.Time) (*placingUnit, error) {
+	claimID := DerivedID(run.cause(), "order-claimed")
+	placed := domain.PlacedFrom(c, now.Add(h.cfg.PaymentDeadline), held)
+	var o domain.Order
+	o.Apply(placed)
+	start, err := h.attemptStart(ctx, o, 1, now, sec.dk)
+	if errors.Is(err, errRetry) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	o.Apply(start)
+	m := eventstore.Metadata{Actor: c.Actor, Intent: c.Intent, CausationID: claimID, OccurredAt: now}
+	orderEvents, err := encodeEvents(ctx, m, pending{DerivedID(claimID, "order-placed"), placed})
+	if err == nil {
+		var lease []eventstore.EventData
+		lease, err = encodeEvents(ctx, eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}, pending{NewID(), start})
+		orderEvents = append(orderEvents, lease...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	name := domain.OrderStream(c.OrderID)
+	return &placingUnit{
+		parts: []unitPart{
+			{s: newStream(domain.ClaimStream(c.ReservationID)), m: run.meta(now, ""), evs: []pending{{claimID, c}}},
+			{s: newStream(name), data: orderEvents},
+			{s: rs, m: m, evs: []pending{{DerivedID(claimID, "reservation-ordered"), ordered}}},
+		},
+		order: &orderState{o: o, s: &stream{name: name, exists: true, events: []domain.Event{placed, start}}, dk: sec.dk, held: true, unsent: 1},
+	}, nil
+}
+
+// claimOrder claims the reservation for the run's order on reads, under the
+// retry policy: a claim of this intent is found (a repeat, a takeover); a
+// claim of another, or a refusal, rejects the intent; before the commit
+// point a repeat waits for the executor (awaitExecutor); otherwise the
+// claim is decided on the reservation just read and appended at no stream,
+// then read back. An expired hold gets its expiry claim written (with the
+// id the expiry job would use) and the intent refused. It returns the
+// claim, its event id and its time.
+func (h *Handler) claimOrder(ctx context.Context, run *intentRun, reservationID string) (domain.Claim, string, time.Time, error) {
 	var claim domain.Claim
 	var claimID string
 	var claimedAt time.Time
-	alone := run.alone(h.cfg.IntentLease)
 	err := h.retryConflicts(ctx, func() error {
-		var c domain.Claim
-		var res domain.Reservation
-		trusted := alone
-		alone = false
-		if trusted {
-			var err error
-			if res, _, err = h.cachedReservation(ctx, cmd.ReservationID); err != nil {
-				return err
-			}
-		} else {
-			c, cs, err := h.loadClaim(ctx, cmd.ReservationID)
-			if err != nil {
-				return err
-			}
-			if c.Kind == domain.ClaimKindOrder && c.OrderID == run.targetID() {
-				claim, claimID, claimedAt = c, cs.records[0].ID, openedAt(cs.records[0])
-				return nil
-			}
-			if c.Kind != domain.ClaimNone {
-				// Another actor must not learn that the reservation exists.
-				res, err := h.loadReservation(ctx, cmd.ReservationID)
-				if err != nil {
-					return err
-				}
-				if !res.Exists() || res.Actor != req.Actor {
-					return h.rejectOrder(ctx, run, domain.ErrReservationNotFound, "")
-				}
-				return h.rejectClaimed(ctx, run, c)
-			}
-			if err := h.awaitExecutor(ctx, run, func() (bool, error) {
-				c, _, err := h.loadClaim(ctx, cmd.ReservationID)
-				return c.Kind != domain.ClaimNone, err
-			}); err != nil {
-				return err
-			}
-			if res, err = h.loadReservation(ctx, cmd.ReservationID); err != nil {
-				return err
-			}
-		}
-		now, err := h.now(ctx)
+		c, cs, err := h.loadClaim(ctx, reservationID)
 		if err != nil {
 			return err
 		}
-		evs, derr := domain.DecideClaim(c, res, domain.ClaimOrder{ReservationID: cmd.ReservationID,
-			OrderID: run.targetID(), Actor: req.Actor, Intent: run.stream}, now)
-		if len(evs) == 0 && derr != nil {
-			if trusted {
-				return errRetry // decided on the cache: read the streams before refusing
-			}
-			return h.rejectOrder(ctx, run, asDomain(derr), "")
-		}
-		id := DerivedID(run.cause(), "order-claimed")
-		if _, ok := evs[0].(domain.ExpiryClaimed); ok {
-			id = ExpiryClaimID(cmd.ReservationID)
-		}
-		if derr == nil {
-			h.step(ctx, "order.claiming")
-		}
-		// The commit point. If its answer is lost, appendEvents repeats the
-		// claim (same id, no stream): success means the claim is this
-		// intent's and the request goes on; a conflict means it did not
-		// commit and someone else claimed (decided again below); still
-		// unknown is a 503, and a committed claim is then finished by the
-		// process manager and replayed to a repeat.
-		_, err = h.commit(ctx, newStream(claimStream), run.meta(now, ""), pending{id, evs[0]})
-		if err != nil {
-			return err // a conflict: someone claimed first, decide again from the claim
-		}
-		if derr != nil { // we wrote the expiry claim ourselves
-			if err := h.finishExpiry(ctx, evs[0].(domain.ExpiryClaimed), id, run.meta(now, id)); err != nil {
-				return err
-			}
-			return h.rejectOrder(ctx, run, asDomain(derr), "")
-		}
-		h.step(ctx, "order.claimed")
-		if trusted && run.alone(h.cfg.IntentLease) {
-			// Only this request writes this intent's claim: the stream holds
-			// exactly what it appended, at the time it appended.
-			claim.Apply(evs[0])
-			claimID, claimedAt = id, now
+		if c.Kind == domain.ClaimKindOrder && c.OrderID == run.targetID() {
+			claim, claimID, claimedAt = c, cs.records[0].ID, openedAt(cs.records[0])
 			return nil
 		}
-		c, cs, err := h.loadClaim(ctx, cmd.ReservationID)
+		res, err := h.claimable(ctx, run, reservationID, c)
 		if err != nil {
+			return err
+		}
+		if err := h.appendClaim(ctx, run, res); err != nil {
+			return err
+		}
+		if c, cs, err = h.loadClaim(ctx, reservationID); err != nil {
 			return err
 		}
 		if c.Kind != domain.ClaimKindOrder || c.OrderID != run.targetID() {
@@ -237,20 +300,68 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 		claim, claimID, claimedAt = c, cs.records[0].ID, openedAt(cs.records[0])
 		return nil
 	})
+	return claim, claimID, claimedAt, err
+}
+
+// claimable returns the reservation to decide an order claim on, read now,
+// when the claim stream (c) is free: a claim of something else rejects
+// the intent, and before the commit point a repeat waits for the executor.
+func (h *Handler) claimable(ctx context.Context, run *intentRun, reservationID string, c domain.Claim) (domain.Reservation, error) {
+	if c.Kind != domain.ClaimNone {
+		// Another actor must not learn that the reservation exists.
+		res, err := h.loadReservation(ctx, reservationID)
+		if err != nil {
+			return domain.Reservation{}, err
+		}
+		if !res.Exists() || res.Actor != run.req.Actor {
+			return domain.Reservation{}, h.rejectOrder(ctx, run, domain.ErrReservationNotFound, "")
+		}
+		return domain.Reservation{}, h.rejectClaimed(ctx, run, c)
+	}
+	if err := h.awaitExecutor(ctx, run, func() (bool, error) {
+		c, _, err := h.loadClaim(ctx, reservationID)
+		return c.Kind != domain.ClaimNone, err
+	}); err != nil {
+		return domain.Reservation{}, err
+	}
+	return h.loadReservation(ctx, reservationID)
+}
+
+// appendClaim decides the run's claim on res and appends it at no stream:
+// the commit point. If its answer is lost, appendResolving repeats the
+// claim (same id, no stream): success means the claim is this intent's; a
+// conflict means it did not commit and someone else claimed (decided again
+// on the next read); still unknown is a 503, and a committed claim is then
+// finished by the process manager and replayed to a repeat. A refusal is
+// recorded on the intent; an expired hold gets its expiry claim first.
+func (h *Handler) appendClaim(ctx context.Context, run *intentRun, res domain.Reservation) error {
+	now, err := h.now(ctx)
 	if err != nil {
-		return OrderResult{}, err
+		return err
 	}
-	var placed *orderState
-	if sec := run.secrets; sec != nil && run.alone(h.cfg.IntentLease) {
-		placed, err = h.placeClaimed(ctx, claim.Order, claimID, claimedAt, sec)
-	} else {
-		_, err = h.finishClaim(ctx, claim.Order, claimID, claimedAt)
+	evs, derr := domain.DecideClaim(domain.Claim{}, res, domain.ClaimOrder{ReservationID: res.ID,
+		OrderID: run.targetID(), Actor: run.req.Actor, Intent: run.stream}, now)
+	if len(evs) == 0 && derr != nil {
+		return h.rejectOrder(ctx, run, asDomain(derr), "")
 	}
-	if err != nil {
-		return OrderResult{}, err
+	id := DerivedID(run.cause(), "order-claimed")
+	if exp, ok := evs[0].(domain.ExpiryClaimed); ok {
+		id = ExpiryClaimID(exp.ReservationID)
 	}
-	h.step(ctx, "order.placed")
-	return h.payAndWait(ctx, claim.OrderID, req.Wait, out, placed)
+	if derr == nil {
+		h.step(ctx, "order.claiming")
+	}
+	if _, err := h.commit(ctx, newStream(domain.ClaimStream(res.ID)), run.meta(now, ""), pending{id, evs[0]}); err != nil {
+		return err // a conflict: someone claimed first, decide again from the claim
+	}
+	if derr != nil { // we wrote the expiry claim ourselves
+		if err := h.finishExpiry(ctx, evs[0].(domain.ExpiryClaimed), id, run.meta(now, id)); err != nil {
+			return err
+		}
+		return h.rejectOrder(ctx, run, asDomain(derr), "")
+	}
+	h.step(ctx, "order.claimed")
+	return nil
 }
 
 // ExpiryClaimID is the deterministic id of a reservation's expiry claim: the
@@ -343,6 +454,9 @@ type orderState struct {
 	// which the order stream carries now (placeClaimed): Keys.Placed drops
 	// it unless the order ends first.
 	held bool
+	// unsent is the attempt whose lease the state's own append started and
+	// under which nothing was sent yet (placeAlone), or 0.
+	unsent int
 }
 
 // placeClaimed is finishClaim for the request that recorded the order's

@@ -109,7 +109,7 @@ func (h *Handler) drivePayment(ctx context.Context, orderID string, known *order
 	bo := newBackoff(100*time.Millisecond, 2*time.Second)
 	st := driveState{known: known}
 	if known != nil {
-		st.dk = known.dk
+		st.dk, st.unsent = known.dk, known.unsent
 		st.placing = known.dk != nil && len(known.o.Attempts) == 0
 	}
 	for range maxDriveSteps {
@@ -342,9 +342,26 @@ func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n
 	if err != nil {
 		return err
 	}
-	token, err := h.paymentMethod(ctx, o, dk)
+	ev, err := h.attemptStart(ctx, o, n, now, dk)
 	if err != nil {
 		return err
+	}
+	if err := h.appendLease(ctx, o, s, ev, now, st); err != nil {
+		return err
+	}
+	st.unsent = n
+	return nil
+}
+
+// attemptStart decides the start of attempt n of o at now with this process
+// as the lease owner: its inputs and the digest of its request, the token
+// opened under the order's data key dk. It returns the
+// PaymentAttemptStarted; errRetry when o refuses the start (the caller
+// reloads and decides again), or the error of opening the token.
+func (h *Handler) attemptStart(ctx context.Context, o domain.Order, n int, now time.Time, dk *envelope.DataKey) (domain.Event, error) {
+	token, err := h.paymentMethod(ctx, o, dk)
+	if err != nil {
+		return nil, err
 	}
 	req := provider.PaymentRequest{Amount: o.Amount.Amount, Currency: o.Amount.Currency, PaymentMethod: token, OrderID: o.ID, Attempt: n,
 		Deployment: h.cfg.Deployment, Description: fmt.Sprintf("%d ticket(s), order %s", o.Quantity, o.ID)}
@@ -353,13 +370,9 @@ func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n
 		Settle: h.cfg.SettleMargin}, now)
 	if err != nil {
 		h.log.DebugContext(ctx, "payment attempt not started", "order_id", o.ID, "attempt", n, "why", err)
-		return errRetry
+		return nil, errRetry
 	}
-	if err := h.appendLease(ctx, o, s, evs[0], now, st); err != nil {
-		return err
-	}
-	st.unsent = n
-	return nil
+	return evs[0], nil
 }
 
 // takeOverAttempt renews or takes over the lease of attempt a (same key, same

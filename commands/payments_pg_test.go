@@ -104,6 +104,17 @@ func (s clockedStore) Append(ctx context.Context, stream string, exp eventstore.
 	return res, err
 }
 
+// AppendMulti implements EventStore.
+func (s clockedStore) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	res, err := s.Store.AppendMulti(ctx, appends...)
+	for i := range res {
+		if !res[i].Now.IsZero() {
+			res[i].Now = res[i].Now.Add(time.Duration(s.clock.offset.Load()))
+		}
+	}
+	return res, err
+}
+
 // events returns the fixture's event store for a Handler (see clockedStore).
 func (f *pgFix) events() EventStore { return clockedStore{Store: f.store, clock: f.clock} }
 

@@ -42,81 +42,28 @@ func (h *Handler) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeat
 	return h.reserveSeats(ctx, run, cmd)
 }
 
-// reserveSeats runs a reservation intent from wherever it stands.
+// reserveSeats runs a reservation intent from wherever it stands. A request
+// that has just recorded the intent, alone on it, knows that neither the
+// reservation nor its hold exists: it goes straight to the hold, the first
+// time; every other try finds out first how far the intent got
+// (reservationSoFar).
 func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
 	out := Outcome{Replayed: !run.created}
-	resID := run.targetID()
-	// committed reports the reservation's SeatsHeld if the show stream has it.
-	committed := func() (heldRecord, bool, error) {
-		unlock := h.shows.Lock(cmd.ShowID)
-		defer unlock()
-		e, err := h.refreshShow(ctx, cmd.ShowID)
-		if err != nil {
-			return heldRecord{}, false, err
-		}
-		return h.findHold(ctx, cmd.ShowID, e, resID)
-	}
 	var res domain.Reservation
-	// opened reads the reservation: errRetry until its stream exists.
-	opened := func() error {
-		var err error
-		if res, err = h.loadReservation(ctx, resID); err != nil || res.Exists() {
-			return err
-		}
-		return errRetry
-	}
-	// A request that has just recorded the intent, alone on it, knows that
-	// neither the reservation nor its hold exists: it goes straight to the
-	// hold, the first time.
 	alone := run.alone(h.cfg.IntentLease)
 	err := h.retryConflicts(ctx, func() error {
-		if !alone {
-			if err := opened(); !errors.Is(err, errRetry) {
-				return err
-			}
-			held, ok, err := committed()
-			if err != nil {
-				return err
-			}
-			if ok {
-				// Committed; finish the follow-up, then read the reservation.
-				if err := h.ensureReservationHeld(ctx, held); err != nil {
-					return err
-				}
-				return opened()
-			}
-			if err := h.awaitExecutor(ctx, run, func() (bool, error) {
-				_, ok, err := committed()
-				return ok, err
-			}); err != nil {
-				return err
-			}
-		}
 		trusted := alone
 		alone = false
-		h.step(ctx, "reservation.holding")
-		held, decided, err := h.holdSeats(ctx, run, cmd, resID, trusted)
-		if err != nil {
-			return err
-		}
-		if !decided {
-			return errRetry // lost a race on the show stream: decide again
-		}
-		h.step(ctx, "reservation.held")
-		if trusted && run.alone(h.cfg.IntentLease) {
-			// Still alone: the hold is this request's own, and the
-			// reservation stream, derived from it, holds what it opens.
-			res, err = h.openReservation(ctx, held)
-			if err == nil {
-				return nil
-			}
-			if !errors.Is(err, errRetry) {
+		if !trusted {
+			r, done, err := h.reservationSoFar(ctx, run, cmd)
+			if err != nil || done {
+				res = r
 				return err
 			}
-		} else if err := h.ensureReservationHeld(ctx, held); err != nil {
-			return err
 		}
-		return opened()
+		var err error
+		res, err = h.holdAndOpen(ctx, run, cmd, trusted)
+		return err
 	})
 	if errors.Is(err, domain.ErrContention) {
 		h.metrics.Contention()
@@ -127,11 +74,95 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 	return res, out, nil
 }
 
-// heldRecord is a SeatsHeld event with its id and metadata.
+// reservationSoFar reads how far the run's reservation got: opened (done,
+// the reservation), held on the show stream (its follow-up finished, then
+// done), or neither, when a repeat waits for the executor first
+// (awaitExecutor) and the caller then holds the seats itself.
+func (h *Handler) reservationSoFar(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand) (domain.Reservation, bool, error) {
+	resID := run.targetID()
+	res, err := h.loadReservation(ctx, resID)
+	if err != nil || res.Exists() {
+		return res, err == nil, err
+	}
+	// committed reports the reservation's SeatsHeld if the show stream has it.
+	committed := func() (heldRecord, bool, error) {
+		unlock := h.shows.Lock(cmd.ShowID)
+		defer unlock()
+		e, err := h.refreshShow(ctx, cmd.ShowID)
+		if err != nil {
+			return heldRecord{}, false, err
+		}
+		return h.findHold(ctx, cmd.ShowID, e, resID)
+	}
+	held, ok, err := committed()
+	if err != nil {
+		return domain.Reservation{}, false, err
+	}
+	if ok {
+		// Committed; finish the follow-up, then read the reservation.
+		if err := h.ensureReservationHeld(ctx, held); err != nil {
+			return domain.Reservation{}, false, err
+		}
+		return h.openedOnRead(ctx, resID)
+	}
+	return domain.Reservation{}, false, h.awaitExecutor(ctx, run, func() (bool, error) {
+		_, ok, err := committed()
+		return ok, err
+	})
+}
+
+// openedOnRead reads reservation id: done when its stream exists, errRetry
+// otherwise.
+func (h *Handler) openedOnRead(ctx context.Context, id string) (domain.Reservation, bool, error) {
+	res, err := h.loadReservation(ctx, id)
+	if err == nil && !res.Exists() {
+		err = errRetry
+	}
+	return res, err == nil, err
+}
+
+// holdAndOpen holds the run's seats on the show stream (the commit point,
+// batched: holdSeats) and opens its reservation stream: in the hold's own
+// unit when the batch could (a fresh request), else as the hold's
+// follow-up. trusted is holdReq.fresh. errRetry after a lost race.
+func (h *Handler) holdAndOpen(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand, trusted bool) (domain.Reservation, error) {
+	resID := run.targetID()
+	h.step(ctx, "reservation.holding")
+	held, decided, err := h.holdSeats(ctx, run, cmd, resID, trusted)
+	if err != nil {
+		return domain.Reservation{}, err
+	}
+	if !decided {
+		return domain.Reservation{}, errRetry // lost a race on the show stream: decide again
+	}
+	h.step(ctx, "reservation.held")
+	if held.opened {
+		// The batch opened the reservation stream with the hold.
+		return h.openedReservation(held), nil
+	}
+	if trusted && run.alone(h.cfg.IntentLease) {
+		// Still alone: the hold is this request's own, and the
+		// reservation stream, derived from it, holds what it opens.
+		res, err := h.openReservation(ctx, held)
+		if !errors.Is(err, errRetry) {
+			return res, err
+		}
+	} else if err := h.ensureReservationHeld(ctx, held); err != nil {
+		return domain.Reservation{}, err
+	}
+	res, _, err := h.openedOnRead(ctx, resID)
+	return res, err
+}
+
+// heldRecord is a SeatsHeld event with its id and metadata. opened is
+// true when the hold batch opened the reservation stream in the same unit
+// (ReservationHeld at revision openedAt).
 type heldRecord struct {
-	id   string
-	e    domain.SeatsHeld
-	meta eventstore.Metadata
+	id       string
+	e        domain.SeatsHeld
+	meta     eventstore.Metadata
+	opened   bool
+	openedAt eventstore.Revision
 }
 
 // ensureReservationHeld is the follow-up of SeatsHeld: it opens the
@@ -168,6 +199,16 @@ func (h *Handler) openReservation(ctx context.Context, held heldRecord) (domain.
 	r.Apply(ev)
 	h.reservations.put(name, r, res.NextRevision)
 	return r, nil
+}
+
+// openedReservation is the reservation a hold batch opened with held (its
+// ReservationHeld appended in the same unit as the hold), cached at the
+// revision the unit left.
+func (h *Handler) openedReservation(held heldRecord) domain.Reservation {
+	var r domain.Reservation
+	r.Apply(domain.HeldFrom(held.e))
+	h.reservations.put(domain.ReservationStream(held.e.ReservationID), r, held.openedAt)
+	return r
 }
 
 func (h *Handler) loadReservation(ctx context.Context, id string) (domain.Reservation, error) {

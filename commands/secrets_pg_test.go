@@ -267,13 +267,15 @@ func (f *pgFix) mustShow(h *Handler) string {
 }
 
 // TestPGOrderWithoutKeyFailsUncharged: the key row disappears after the
-// claim and before the order is placed: the order is placed without a
-// token and fails as no attempt is possible; nothing is charged.
+// intent is recorded and before the order is placed (the hook deletes it
+// at order.claiming, before the unit that places the order): the order is
+// claimed on reads and placed without a token, and fails as no attempt is
+// possible; nothing is charged.
 func TestPGOrderWithoutKeyFailsUncharged(t *testing.T) {
 	t.Parallel()
 	f := newPGFix(t, providersim.Config{})
 	hooks := Hooks{Step: func(step string) {
-		if step == "order.claimed" {
+		if step == "order.claiming" {
 			if _, err := f.pool.Exec(context.Background(), `DELETE FROM order_keys`); err != nil {
 				t.Error(err)
 			}
@@ -327,8 +329,9 @@ func TestPGDeadlineShredsKey(t *testing.T) {
 	if _, ok, err := f.keys.Key(ctx, id); ok || err != nil {
 		t.Fatalf("at the deadline the key is still there (ok %v, %v)", ok, err)
 	}
-	if o := f.order(h, id); o.Status != domain.OrderStatusPending || len(o.Attempts) != 0 {
-		t.Fatalf("the key pass changed the order: %s with %d attempts", o.Status, len(o.Attempts))
+	// The unit that placed the order started its first attempt, unsent.
+	if o := f.order(h, id); o.Status != domain.OrderStatusPending || len(o.Attempts) != 1 || o.Attempts[0].Outcome != domain.OutcomeNone {
+		t.Fatalf("the key pass changed the order: %s with attempts %+v; want pending with attempt 1 started, no outcome", o.Status, o.Attempts)
 	}
 	close(release)
 	res := <-done

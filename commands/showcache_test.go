@@ -191,6 +191,21 @@ func (s *failingStore) Append(ctx context.Context, stream string, exp eventstore
 	return s.EventStore.Append(ctx, stream, exp, evs...)
 }
 
+// AppendMulti implements EventStore as a store without atomic units
+// (KurrentDB's part-by-part AppendMulti) in a process that dies at the
+// first refused part: the parts before it are written.
+func (s *failingStore) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	res := make([]eventstore.AppendResult, 0, len(appends))
+	for _, a := range appends {
+		r, err := s.Append(ctx, a.Stream, a.Expected, a.Events...)
+		if err != nil {
+			return nil, err
+		}
+		res = append(res, r)
+	}
+	return res, nil
+}
+
 // TestShowCache_RepeatsAfterTheHoldWasForgotten: with a cache that keeps 4
 // SeatsHeld, a repeat of a reservation whose hold the cache has forgotten
 // and whose reservation stream was never written finds the hold on the

@@ -157,6 +157,18 @@ func (s tracedStore) Append(ctx context.Context, stream string, expected eventst
 	return res, err
 }
 
+func (s tracedStore) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	streams, n := make([]string, len(appends)), 0
+	for i, a := range appends {
+		streams[i], n = a.Stream, n+len(a.Events)
+	}
+	ctx, span := s.start(ctx, "append_multi", appends[0].Stream, attribute.Int("booking.events", n), attribute.StringSlice("booking.streams", streams))
+	defer span.End()
+	res, err := s.next.AppendMulti(ctx, appends...)
+	endSpan(span, err)
+	return res, err
+}
+
 func (s tracedStore) ReadStream(ctx context.Context, stream string, from eventstore.Revision, limit int) ([]eventstore.RecordedEvent, error) {
 	ctx, span := s.start(ctx, "read", stream, attribute.Int64("booking.from_revision", int64(from)))
 	defer span.End()

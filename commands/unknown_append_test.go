@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -58,6 +59,33 @@ func (l *lossyStore) Append(ctx context.Context, stream string, expected eventst
 		}
 	}
 	return eventstore.AppendResult{}, fmt.Errorf("pgstore: append to %q (outcome unknown): %w", stream, io.ErrUnexpectedEOF)
+}
+
+// AppendMulti implements EventStore: a unit with a part of a matching
+// stream that holds an event of the armed type loses its answer as a whole
+// (committed as a whole, or not at all).
+func (l *lossyStore) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	l.mu.Lock()
+	hit := false
+	for _, a := range appends {
+		hit = hit || (l.lose > 0 && strings.HasPrefix(a.Stream, l.prefix) &&
+			slices.ContainsFunc(a.Events, func(e eventstore.EventData) bool { return e.Type == l.typ }))
+	}
+	commit := l.commit
+	if hit {
+		l.lose--
+		l.lost++
+	}
+	l.mu.Unlock()
+	if !hit {
+		return l.memStore.AppendMulti(ctx, appends...)
+	}
+	if commit {
+		if _, err := l.memStore.AppendMulti(ctx, appends...); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("pgstore: append to %d streams (outcome unknown): %w", len(appends), io.ErrUnexpectedEOF)
 }
 
 // lostFix is a scheduled show with a held reservation of alice's on fakes.
@@ -242,8 +270,13 @@ func TestLostAppendAnswerStillUnknownIs503(t *testing.T) {
 		t.Parallel()
 		f := newLostFix(t)
 		f.orderUnavailable(t, "reservation-order-", "OrderClaimed", lost)
-		if n := f.count("order-", "OrderPlaced"); n != 0 {
-			t.Errorf("%d OrderPlaced, want 0 (the request stopped at the claim)", n)
+		// The claim's unit committed whole: the order placed with its
+		// first attempt started; the request stopped there, unsent.
+		if n := f.count("order-", "OrderPlaced"); n != 1 {
+			t.Errorf("%d OrderPlaced, want 1 (committed in the claim's unit)", n)
+		}
+		if n := f.pay.count("create"); n != 0 {
+			t.Errorf("%d payments created, want 0 (the request stopped at the claim's unit)", n)
 		}
 		if n := f.count("intent-", "IntentRejected"); n != 0 {
 			t.Errorf("%d IntentRejected, want 0 (nothing transient stored)", n)

@@ -147,13 +147,13 @@ func (h *Handler) decideOnce(ctx context.Context, name string, from *stream, mod
 		}
 		ctx = withStreamCorrelation(ctx, s)
 	}
-	res, err := h.appendEvents(ctx, name, s.expected(), c.meta, c.events...)
+	res, err := h.appendEvents(ctx, unitPart{s: s, m: c.meta, evs: c.events})
 	if err != nil {
-		return change{}, nil, res, err
+		return change{}, nil, eventstore.AppendResult{}, err
 	}
-	after := &stream{name: name, records: s.records, exists: true, last: res.NextRevision,
+	after := &stream{name: name, records: s.records, exists: true, last: res[0].NextRevision,
 		events: append(append([]domain.Event(nil), s.events...), c.domainEvents()...)}
-	return c, after, res, nil
+	return c, after, res[0], nil
 }
 
 // newStream returns stream name as known before it exists: a commit on it
@@ -166,6 +166,15 @@ func streamAt(name string, last eventstore.Revision) *stream {
 	return &stream{name: name, exists: true, last: last}
 }
 
+// expectedStream returns stream name known only by the expected revision
+// exp of an append to it (no stream, or an exact revision).
+func expectedStream(name string, exp eventstore.ExpectedRevision) *stream {
+	if rev, ok := exp.ExactRevision(); ok {
+		return streamAt(name, rev)
+	}
+	return newStream(name)
+}
+
 // commit appends events decided on s (the stream as the caller knows it,
 // or known only by its revision) at s's revision with metadata m, through
 // decideOnce: the helper for a caller that decided before and fences the
@@ -176,4 +185,14 @@ func (h *Handler) commit(ctx context.Context, s *stream, m eventstore.Metadata, 
 		return change{events: evs, meta: m}, nil
 	})
 	return res, err
+}
+
+// commitUnit appends parts, each decided before on its stream as the caller
+// knows it, as one unit of work (appendEvents): on an atomic store all of
+// them or none. It returns one result per part, in order. A lost race on a
+// part is eventstore.ErrWrongExpectedRevision (an
+// *eventstore.AppendPartError names the part when there are several), for
+// the caller to decide again.
+func (h *Handler) commitUnit(ctx context.Context, parts ...unitPart) ([]eventstore.AppendResult, error) {
+	return h.appendEvents(ctx, parts...)
 }

@@ -25,6 +25,11 @@ func (c *appendCounter) Append(ctx context.Context, stream string, exp eventstor
 	return c.memStore.Append(ctx, stream, exp, evs...)
 }
 
+func (c *appendCounter) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	c.appends.Add(1)
+	return c.memStore.AppendMulti(ctx, appends...)
+}
+
 // TestFollowUpsTheRequestWroteAreNotAppendedAgain: the process manager
 // recognises the follow-ups of SeatsHeld and OrderClaimed that the request
 // of the same process appended, and sends no append for them; a process

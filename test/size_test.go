@@ -23,20 +23,8 @@ const maxFuncLines = 80
 // the wiring and the command line: the rest lives in packages beneath it.
 const maxMainLines = 1200
 
-// longFuncsAllowed are the functions still over maxFuncLines while they are
-// being split, by file and name; each must still be over it (a function
-// split is taken off the list). The list only shrinks.
-var longFuncsAllowed = map[string]bool{
-	// The use cases of commands, restructured under one write path.
-	"commands/followups.go Handler.followUp":        true,
-	"commands/holdbatch.go Handler.appendHolds":     true,
-	"commands/intent.go Handler.beginIntent":        true,
-	"commands/orders.go Handler.placeOrder":         true,
-	"commands/reservations.go Handler.reserveSeats": true,
-}
-
 // TestCode_FunctionsAndMainStaySmall: no non-test function outside test/
-// runs over maxFuncLines lines (but those of longFuncsAllowed), and package
+// runs over maxFuncLines lines, and package
 // main stays within maxMainLines lines, so each reads at once and serve
 // reads as a list of its parts.
 func TestCode_FunctionsAndMainStaySmall(t *testing.T) {
@@ -55,14 +43,7 @@ func TestCode_FunctionsAndMainStaySmall(t *testing.T) {
 			mainLines, maxMainLines)
 	}
 	for _, name := range sortedKeys(long) {
-		if !longFuncsAllowed[name] {
-			t.Errorf("%s has %d lines, want at most %d: split it into named steps", name, long[name], maxFuncLines)
-		}
-	}
-	for name := range longFuncsAllowed {
-		if _, ok := long[name]; !ok {
-			t.Errorf("%s is allowed to run over %d lines but does not (or no longer exists): take it off longFuncsAllowed", name, maxFuncLines)
-		}
+		t.Errorf("%s has %d lines, want at most %d: split it into named steps", name, long[name], maxFuncLines)
 	}
 }
 
