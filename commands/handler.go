@@ -169,6 +169,7 @@ type Handler struct {
 	clock    Clock
 	payments Payments
 	keys     Keys
+	units    KeyUnits // nil: the key table's writes are statements of their own
 	// processed remembers the webhook events processed; see webhooks.go.
 	processed ProcessedEvents
 	registry  *eventstore.Registry
@@ -448,8 +449,9 @@ type unitPart struct {
 // and appends them as one unit (see appendResolving). The lineage a part's
 // m leaves empty (correlation, cause, request) is stamped from ctx (stamp,
 // correlation.go): a follow-up carries the ids of the request or of the
-// event that caused it. It returns one result per part, in order.
-func (h *Handler) appendEvents(ctx context.Context, parts ...unitPart) ([]eventstore.AppendResult, error) {
+// event that caused it. kw joins the unit (KeyUnits). It returns one result
+// per part, in order.
+func (h *Handler) appendEvents(ctx context.Context, kw keyWrite, parts ...unitPart) ([]eventstore.AppendResult, error) {
 	appends := make([]eventstore.StreamAppend, len(parts))
 	for i, p := range parts {
 		appends[i] = eventstore.StreamAppend{Stream: p.s.name, Expected: p.s.expected(), Events: p.data}
@@ -462,7 +464,7 @@ func (h *Handler) appendEvents(ctx context.Context, parts ...unitPart) ([]events
 		}
 		appends[i].Events = data
 	}
-	return h.appendResolving(ctx, appends...)
+	return h.appendResolving(ctx, kw, appends...)
 }
 
 // encodeEvents encodes evs with metadata m, each with its own schema
@@ -491,7 +493,9 @@ var outcomeRepeatDelays = []time.Duration{0, 50 * time.Millisecond, 250 * time.M
 // Append, several with its AppendMulti (one transaction on PostgreSQL: all
 // or nothing). Every commit point (the intent record, the order claim, a
 // payment attempt's lease, a seat hold) and every follow-up goes through
-// it. It returns one result per part, in order.
+// it. With kw, the unit writes the key table too (KeyUnits); a placement
+// whose key is gone is errKeyGone, with nothing written. It returns one
+// result per part, in order.
 //
 // A unit is one statement in its own transaction, so when its answer is
 // lost (the connection dropped after the server received it) it may have
@@ -512,9 +516,9 @@ var outcomeRepeatDelays = []time.Duration{0, 50 * time.Millisecond, 250 * time.M
 // domain.ErrUnavailable: the request answers 503, which is never stored as
 // an outcome, and a repeat of the request, or recovery after the
 // executor's lease, resolves what committed.
-func (h *Handler) appendResolving(ctx context.Context, parts ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
-	res, err := h.appendUnit(ctx, parts)
-	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+func (h *Handler) appendResolving(ctx context.Context, kw keyWrite, parts ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	res, err := h.appendUnit(ctx, kw, parts)
+	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) || errors.Is(err, errKeyGone) {
 		return res, err
 	}
 	if !outcomeUnknown(ctx, err) {
@@ -526,7 +530,7 @@ func (h *Handler) appendResolving(ctx context.Context, parts ...eventstore.Strea
 		if tick.Sleep(ctx, d) != nil {
 			break
 		}
-		res, err = h.appendUnit(ctx, parts)
+		res, err = h.appendUnit(ctx, kw, parts)
 		switch {
 		case err == nil:
 			h.metrics.UnknownAppend("resolved")
@@ -551,20 +555,11 @@ func (h *Handler) appendResolving(ctx context.Context, parts ...eventstore.Strea
 // records what the service learns from an acknowledged append: the event
 // ids written (writtenSet), the clock sample, the skew sample and the
 // request's count of events.
-func (h *Handler) appendUnit(ctx context.Context, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+func (h *Handler) appendUnit(ctx context.Context, kw keyWrite, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
 	tk, sent := h.clockTicket(), time.Now()
-	var res []eventstore.AppendResult
-	if len(parts) == 1 {
-		r, err := h.store.Append(ctx, parts[0].Stream, parts[0].Expected, parts[0].Events...)
-		if err != nil {
-			return nil, err
-		}
-		res = []eventstore.AppendResult{r}
-	} else {
-		var err error
-		if res, err = h.store.AppendMulti(ctx, parts...); err != nil {
-			return nil, err
-		}
+	res, err := h.sendUnit(ctx, kw, parts)
+	if err != nil {
+		return nil, err
 	}
 	n := 0
 	for i, p := range parts {
@@ -574,7 +569,42 @@ func (h *Handler) appendUnit(ctx context.Context, parts []eventstore.StreamAppen
 	}
 	h.noteAppendClock(tk, res[len(res)-1], sent)
 	noteAppended(ctx, n)
+	if kw.place != nil {
+		h.written.note(keyPlaced(kw.place.orderID)) // the process manager need not repeat it
+	}
 	return res, nil
+}
+
+// sendUnit sends parts to the store once: with kw's key-table write
+// through the key units, else one part with Append and more with
+// AppendMulti.
+func (h *Handler) sendUnit(ctx context.Context, kw keyWrite, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	switch {
+	case kw.create != nil:
+		c := kw.create
+		ctx, span := h.unitSpan(ctx, parts)
+		defer span.End()
+		res, err := h.units.AppendCreatingKey(ctx, c.orderID, c.intent, c.dk, c.held, c.shredAt, parts...)
+		endSpan(span, err)
+		return res, err
+	case kw.place != nil:
+		ctx, span := h.unitSpan(ctx, parts)
+		defer span.End()
+		res, keyed, err := h.units.AppendPlacingKey(ctx, kw.place.orderID, kw.place.deadline, parts...)
+		endSpan(span, err)
+		if err == nil && !keyed {
+			return nil, fmt.Errorf("order %s: %w", kw.place.orderID, errKeyGone)
+		}
+		return res, err
+	case len(parts) == 1:
+		r, err := h.store.Append(ctx, parts[0].Stream, parts[0].Expected, parts[0].Events...)
+		if err != nil {
+			return nil, err
+		}
+		return []eventstore.AppendResult{r}, nil
+	default:
+		return h.store.AppendMulti(ctx, parts...)
+	}
 }
 
 // outcomeUnknown reports whether a failed append (not a revision conflict)

@@ -434,7 +434,7 @@ func (h *Handler) commitHolds(ctx context.Context, showID string, exp eventstore
 	for _, o := range d.opens {
 		parts = append(parts, unitPart{s: newStream(domain.ReservationStream(o.req.resID)), data: []eventstore.EventData{o.data}})
 	}
-	res, err := h.commitUnit(ctx, parts...)
+	res, err := h.commitUnit(ctx, keyWrite{}, parts...)
 	if err != nil {
 		return err
 	}

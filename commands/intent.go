@@ -168,9 +168,14 @@ func (r *intentRun) alone(lease time.Duration) bool {
 // start of prepare, or not at all (the request answers 503): what prepare
 // made for an intent that was never recorded is found by that bound
 // (shredUnplaced).
+//
+// With key units (WithKeyUnits), unit is used instead when set: it returns
+// the key-table write that joins the unit recording the intent, so what it
+// makes is durable with the intent or not at all, and nothing is discarded.
 type intentPrep struct {
 	prepare func(ctx context.Context, targetID string, now time.Time) error
 	discard func(ctx context.Context, targetID string)
+	unit    func(targetID string, now time.Time) keyWrite
 }
 
 // cause is what the ids of the intent's deterministic events derive from
@@ -229,7 +234,7 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 	// The target id is chosen once: prep's work under it stays valid when
 	// a lost race makes the loop record again.
 	b := &intentBegin{req: req, stream: IntentStream(req.Actor, req.Operation, req.Key), fp: fp, command: command,
-		targetID: NewID(), prep: prep, validate: validate}
+		targetID: NewID(), prep: prep, validate: validate, units: h.units != nil}
 	defer func() {
 		if b.prepared && !b.keep {
 			prep.discard(h.detach(ctx), b.targetID)
@@ -272,8 +277,9 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 // its intent stream, fingerprint and command, the target id chosen once,
 // prep and validate, and what prep made (prepared, the last instant sendBy
 // to send the intent record that names it, and keep once that record may
-// have been sent). purgedAt is the revision a purged intent stream kept,
-// once an append learned it.
+// have been sent); with key units (units), the key-table write that joins
+// the intent's unit instead (kw). purgedAt is the revision a purged intent
+// stream kept, once an append learned it.
 type intentBegin struct {
 	req      Request
 	stream   string
@@ -285,12 +291,19 @@ type intentBegin struct {
 	prepared bool
 	keep     bool
 	sendBy   time.Time
+	units    bool
+	kw       keyWrite
 	purgedAt *eventstore.Revision
 }
 
-// prepare runs prep once, before the first record of the intent at now.
+// prepare runs prep once, before the first record of the intent at now
+// (with key units, makes the write that joins the record instead).
 func (b *intentBegin) prepare(ctx context.Context, now time.Time) error {
-	if b.prep == nil || b.prepared {
+	if b.prep == nil || b.prepared || b.kw.create != nil {
+		return nil
+	}
+	if b.units && b.prep.unit != nil {
+		b.kw = b.prep.unit(b.targetID, now)
 		return nil
 	}
 	started := time.Now()
@@ -340,7 +353,7 @@ func (h *Handler) beginOnRead(ctx context.Context, b *intentBegin) (*intentRun, 
 	if err := b.prepare(ctx, now); err != nil {
 		return nil, err
 	}
-	rn, res, err := h.recordIntent(ctx, b.req, b.stream, b.fp, b.command, b.targetID, at, now, b.sendBy)
+	rn, res, err := h.recordIntent(ctx, b, at, now)
 	var rc *eventstore.RevisionConflictError
 	if errors.As(err, &rc) {
 		if rc.Actual >= 0 && b.purgedAt == nil {
@@ -521,7 +534,7 @@ func (h *Handler) recordFirst(ctx context.Context, b *intentBegin) (*intentRun, 
 	if err := b.prepare(ctx, now); err != nil {
 		return nil, nil, err
 	}
-	rn, res, err := h.recordIntent(ctx, b.req, b.stream, b.fp, b.command, b.targetID, newStream(b.stream), now, b.sendBy)
+	rn, res, err := h.recordIntent(ctx, b, newStream(b.stream), now)
 	var rc *eventstore.RevisionConflictError
 	if errors.As(err, &rc) {
 		return nil, rc, nil
@@ -591,24 +604,28 @@ func (s *intentHints) has(stream string) bool {
 // means it is, and this request is its executor; a conflict means it was
 // not; still unknown after the repeats is a 503 and the intent (if
 // recorded) waits for a repeat or recovery after its lease. A non-zero
-// sendBy bounds every send of the append (prepWindow): the append is not
-// sent, or repeated, after it.
-func (h *Handler) recordIntent(ctx context.Context, req Request, stream, fp string, command map[string]any, targetID string,
-	at *stream, now, sendBy time.Time) (*intentRun, eventstore.AppendResult, error) {
-	if !sendBy.IsZero() {
+// b.sendBy bounds every send of the append (prepWindow): the append is not
+// sent, or repeated, after it. b.kw, the key of an order with key units,
+// is written in the same unit.
+func (h *Handler) recordIntent(ctx context.Context, b *intentBegin, at *stream, now time.Time) (*intentRun, eventstore.AppendResult, error) {
+	if !b.sendBy.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, sendBy)
+		ctx, cancel = context.WithDeadline(ctx, b.sendBy)
 		defer cancel()
 	}
+	req := b.req
 	rec := domain.IntentRecorded{Actor: req.Actor, Operation: req.Operation, KeySHA256: sha256Hex([]byte(req.Key)),
-		Fingerprint: fp, CanonicalVersion: CanonicalVersion, Command: command, TargetID: targetID,
+		Fingerprint: b.fp, CanonicalVersion: CanonicalVersion, Command: b.command, TargetID: b.targetID,
 		Executor: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.IntentLease)}
 	id := NewID()
-	rn := &intentRun{req: req, stream: stream, created: true, now: now, command: command, lineage: requestLineage(ctx, nil, id)}
+	rn := &intentRun{req: req, stream: b.stream, created: true, now: now, command: b.command, lineage: requestLineage(ctx, nil, id)}
 	rn.intent.Apply(rec)
 	rn.intent.RecordedAt = now
-	res, err := h.commit(ctx, at, rn.meta(now, ""), pending{id, rec})
-	return rn, res, err
+	res, err := h.commitUnit(ctx, b.kw, unitPart{s: at, m: rn.meta(now, ""), evs: []pending{{id, rec}}})
+	if err != nil {
+		return rn, eventstore.AppendResult{}, err
+	}
+	return rn, res[0], nil
 }
 
 // recorded completes rn after its IntentRecorded was appended with result

@@ -12,6 +12,7 @@ import (
 
 	"github.com/retrysafe/booking/commands/envelope"
 	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
 )
 
 // Secrets at rest (crypto-shredding). An order's payment token (the
@@ -105,6 +106,53 @@ type Keys interface {
 	ForgetErasures(ctx context.Context, orderIDs []string) error
 }
 
+// KeyUnits is the event store and the key table in one PostgreSQL database
+// (keystore.Units): a unit of work may then write the key table in the same
+// transaction as its events. With it (WithKeyUnits), an order's key is
+// created in the unit that records the order's intent, and its held token
+// dropped in the unit that places the order, so neither is a statement of
+// its own; without it (events on KurrentDB) each is, in the order the Keys
+// methods say. Implementations are safe for concurrent use.
+type KeyUnits interface {
+	// AppendCreatingKey appends as EventStore.AppendMulti does and creates
+	// orderID's key as Keys.Create does (nothing when orderID has one), in
+	// one transaction: all of it or none.
+	AppendCreatingKey(ctx context.Context, orderID, intent string, dk *envelope.DataKey, heldToken []byte, shredAt time.Time,
+		appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error)
+	// AppendPlacingKey appends as EventStore.AppendMulti does and marks
+	// orderID's key placed as Keys.Placed does, in one transaction; keyed
+	// is false, with nothing written, when orderID has no key.
+	AppendPlacingKey(ctx context.Context, orderID string, deadline time.Time,
+		appends ...eventstore.StreamAppend) (res []eventstore.AppendResult, keyed bool, err error)
+}
+
+// WithKeyUnits installs the key units: the key table's writes then join the
+// event store's units of work. Only for an event store and a key table in
+// one database (booking serve on PostgreSQL).
+func WithKeyUnits(u KeyUnits) Option { return func(h *Handler) { h.units = u } }
+
+// keyWrite is a key-table write that joins a unit of work (KeyUnits): the
+// creation of an order's key with the intent that names the order, or its
+// placement with OrderPlaced. The zero value writes nothing.
+type keyWrite struct {
+	create *keyCreate
+	place  *keyPlace
+}
+
+// keyCreate is Keys.Create's arguments.
+type keyCreate struct {
+	orderID, intent string
+	dk              *envelope.DataKey
+	held            []byte
+	shredAt         time.Time
+}
+
+// keyPlace is Keys.Placed's arguments.
+type keyPlace struct {
+	orderID  string
+	deadline time.Time
+}
+
 // WithKeys installs the key table. A Handler without one refuses orders
 // (503) and keeps no secrets.
 func WithKeys(k Keys) Option { return func(h *Handler) { h.keys = k } }
@@ -160,16 +208,28 @@ type heldSecrets struct {
 // returns the key the table holds for orderID, with the sealed token when
 // it is this call's.
 func (h *Handler) holdToken(ctx context.Context, orderID, intent, token string, now time.Time) (*heldSecrets, error) {
-	dk := envelope.NewDataKey()
-	sealed := dk.Seal([]byte(token), TokenAAD(orderID))
-	stored, err := h.keys.Create(ctx, orderID, intent, dk, sealed, now.Add(h.cfg.IntentRetention))
+	sec := sealToken(orderID, token)
+	stored, err := h.keys.Create(ctx, orderID, intent, sec.dk, sec.sealed, now.Add(h.cfg.IntentRetention))
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	if stored != dk {
+	if stored != sec.dk {
 		return &heldSecrets{dk: stored}, nil
 	}
-	return &heldSecrets{dk: dk, sealed: sealed}, nil
+	return sec, nil
+}
+
+// sealToken makes a fresh data key for orderID and seals token under it.
+func sealToken(orderID, token string) *heldSecrets {
+	dk := envelope.NewDataKey()
+	return &heldSecrets{dk: dk, sealed: dk.Seal([]byte(token), TokenAAD(orderID))}
+}
+
+// heldKey is the key-table write that holds the token sealed in sec for
+// orderID's intent, due after the intent's retention: holdToken's, as part
+// of the unit that records the intent (KeyUnits).
+func (h *Handler) heldKey(orderID, intent string, sec *heldSecrets, now time.Time) keyWrite {
+	return keyWrite{create: &keyCreate{orderID: orderID, intent: intent, dk: sec.dk, held: sec.sealed, shredAt: now.Add(h.cfg.IntentRetention)}}
 }
 
 // sealedTokenOf returns the sealed token to place order c with: the one held

@@ -81,6 +81,12 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 		// within shredDelay, or by the reconciler after the intent
 		// retention should this process stop first.
 		discard: func(_ context.Context, orderID string) { h.shredSoon(orderID) },
+		// With key units the key is written in the intent's unit.
+		unit: func(orderID string, now time.Time) keyWrite {
+			secrets = sealToken(orderID, cmd.PaymentToken)
+			h.step(ctx, "order.token-held")
+			return h.heldKey(orderID, intent, secrets, now)
+		},
 	}
 	// Another actor's reservation, like an absent one, is refused before
 	// the intent is recorded: a probe writes nothing and leaves the key
@@ -167,9 +173,9 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 // reservation marked ordered and the start of payment attempt 1 under this
 // process's lease, all decided on the reservation as this process last
 // wrote or read it (what the claim decides on is fixed by ReservationHeld;
-// the unit's expected revisions fence the rest). The key is made due at the
-// payment deadline first (Keys.Placing), so a process stopped right after
-// the unit still has it deleted at the deadline. It returns the order as
+// the unit's expected revisions fence the rest). The key table's part is
+// tokenToPlace's: in the unit with key units, else a round trip before it.
+// It returns the order as
 // the unit left it, with the attempt ready to send; or nil and no error
 // when the unit cannot be decided alone (a refusal is decided on reads, the
 // key holds no token) or lost a race, for placeOrder to claim on reads; or
@@ -191,22 +197,21 @@ func (h *Handler) placeAlone(ctx context.Context, run *intentRun, reservationID 
 	}
 	c := evs[0].(domain.OrderClaimed)
 	h.step(ctx, "order.claiming")
-	deadline := now.Add(h.cfg.PaymentDeadline)
-	held, exists, err := h.keys.Placing(ctx, c.OrderID, deadline)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	if !exists || held == nil {
-		return nil, nil
+	held, kw, err := h.tokenToPlace(ctx, c.OrderID, now.Add(h.cfg.PaymentDeadline), sec)
+	if err != nil || held == nil {
+		return nil, err
 	}
 	u, err := h.placingUnit(ctx, run, c, rs, ordered[0], held, sec, now)
 	if err != nil || u == nil {
 		return nil, err
 	}
-	res, err := h.commitUnit(ctx, u.parts...)
+	res, err := h.commitUnit(ctx, kw, u.parts...)
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		h.reservations.drop(rs.name) // decide again on reads
 		return nil, nil
+	}
+	if errors.Is(err, errKeyGone) {
+		return nil, nil // placed on reads, without a token
 	}
 	if err != nil {
 		return nil, err
@@ -215,7 +220,30 @@ func (h *Handler) placeAlone(ctx context.Context, run *intentRun, reservationID 
 	r.Apply(ordered[0])
 	h.reservations.put(rs.name, r, res[2].NextRevision)
 	u.order.s.last = res[1].NextRevision
+	u.order.held = kw.place == nil
 	return u.order, nil
+}
+
+// tokenToPlace returns the sealed token placeAlone places the order with,
+// and the key-table write of its unit. With key units and the token this
+// request sealed, the unit drops the held token and makes the key due at
+// deadline itself; otherwise the key is made due at deadline first, in a
+// round trip that reads the held token (Keys.Placing), so a process
+// stopped right after the unit still has the key deleted at the deadline.
+// A nil token (no key, or the token placed already) leaves the order to be
+// placed on reads.
+func (h *Handler) tokenToPlace(ctx context.Context, orderID string, deadline time.Time, sec *heldSecrets) ([]byte, keyWrite, error) {
+	if h.units != nil && sec.sealed != nil {
+		return sec.sealed, keyWrite{place: &keyPlace{orderID: orderID, deadline: deadline}}, nil
+	}
+	held, exists, err := h.keys.Placing(ctx, orderID, deadline)
+	if err != nil {
+		return nil, keyWrite{}, unavailable(err)
+	}
+	if !exists {
+		return nil, keyWrite{}, nil
+	}
+	return held, keyWrite{}, nil
 }
 
 // placingUnit is placeAlone's unit of work, decided.

@@ -7,12 +7,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/provider"
@@ -273,25 +275,36 @@ func (f *pgFix) mustShow(h *Handler) string {
 // possible; nothing is charged.
 func TestPGOrderWithoutKeyFailsUncharged(t *testing.T) {
 	t.Parallel()
-	f := newPGFix(t, providersim.Config{})
-	hooks := Hooks{Step: func(step string) {
-		if step == "order.claiming" {
-			if _, err := f.pool.Exec(context.Background(), `DELETE FROM order_keys`); err != nil {
-				t.Error(err)
+	for _, units := range []bool{false, true} {
+		t.Run(fmt.Sprintf("key units %v", units), func(t *testing.T) {
+			t.Parallel()
+			f := newPGFix(t, providersim.Config{})
+			hooks := Hooks{Step: func(step string) {
+				if step == "order.claiming" {
+					if _, err := f.pool.Exec(context.Background(), `DELETE FROM order_keys`); err != nil {
+						t.Error(err)
+					}
+				}
+			}}
+			opts := []Option{WithHooks(hooks)}
+			if units {
+				// The key table's writes join the units of work: the
+				// placing unit finds the key gone and writes nothing.
+				opts = append(opts, WithKeyUnits(keystore.Units{Events: f.store, Keys: f.keys}))
 			}
-		}
-	}}
-	h := f.handler("pg-a", nil, WithHooks(hooks))
-	res := f.placeOrder(h, distinctToken(providersim.TokenVisa), 10*time.Second)
-	o := res.Order
-	if !res.Final || o.Status != domain.OrderStatusFailed || o.FailReason != domain.FailNoAttempt {
-		t.Fatalf("PlaceOrder = final %v, %s (%s); want failed, %s", res.Final, o.Status, o.FailReason, domain.FailNoAttempt)
-	}
-	if o.HasPaymentToken() || len(o.Attempts) != 0 {
-		t.Errorf("order has a token %v and %d attempts, want none", o.HasPaymentToken(), len(o.Attempts))
-	}
-	if net, n := f.charges(o.ID); net != 0 || n != 0 {
-		t.Errorf("simulator: net %d over %d charges, want none", net, n)
+			h := f.handler("pg-a", nil, opts...)
+			res := f.placeOrder(h, distinctToken(providersim.TokenVisa), 10*time.Second)
+			o := res.Order
+			if !res.Final || o.Status != domain.OrderStatusFailed || o.FailReason != domain.FailNoAttempt {
+				t.Fatalf("PlaceOrder = final %v, %s (%s); want failed, %s", res.Final, o.Status, o.FailReason, domain.FailNoAttempt)
+			}
+			if o.HasPaymentToken() || len(o.Attempts) != 0 {
+				t.Errorf("order has a token %v and %d attempts, want none", o.HasPaymentToken(), len(o.Attempts))
+			}
+			if net, n := f.charges(o.ID); net != 0 || n != 0 {
+				t.Errorf("simulator: net %d over %d charges, want none", net, n)
+			}
+		})
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/provider"
@@ -158,15 +159,31 @@ func (s tracedStore) Append(ctx context.Context, stream string, expected eventst
 }
 
 func (s tracedStore) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
-	streams, n := make([]string, len(appends)), 0
-	for i, a := range appends {
-		streams[i], n = a.Stream, n+len(a.Events)
-	}
-	ctx, span := s.start(ctx, "append_multi", appends[0].Stream, attribute.Int("booking.events", n), attribute.StringSlice("booking.streams", streams))
+	ctx, span := s.startMulti(ctx, appends)
 	defer span.End()
 	res, err := s.next.AppendMulti(ctx, appends...)
 	endSpan(span, err)
 	return res, err
+}
+
+// startMulti starts the span of a multi-stream append, named by its first
+// stream's category, with every stream and the number of events.
+func (s tracedStore) startMulti(ctx context.Context, appends []eventstore.StreamAppend) (context.Context, trace.Span) {
+	streams, n := make([]string, len(appends)), 0
+	for i, a := range appends {
+		streams[i], n = a.Stream, n+len(a.Events)
+	}
+	return s.start(ctx, "append_multi", appends[0].Stream, attribute.Int("booking.events", n), attribute.StringSlice("booking.streams", streams))
+}
+
+// unitSpan starts the span of a unit of work the key units append, named as
+// tracedStore names a multi-stream append; a span that records nothing
+// without a tracer.
+func (h *Handler) unitSpan(ctx context.Context, parts []eventstore.StreamAppend) (context.Context, trace.Span) {
+	if h.tracer == nil {
+		return ctx, noop.Span{}
+	}
+	return tracedStore{tracer: h.tracer}.startMulti(ctx, parts)
 }
 
 func (s tracedStore) ReadStream(ctx context.Context, stream string, from eventstore.Revision, limit int) ([]eventstore.RecordedEvent, error) {

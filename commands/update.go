@@ -147,7 +147,7 @@ func (h *Handler) decideOnce(ctx context.Context, name string, from *stream, mod
 		}
 		ctx = withStreamCorrelation(ctx, s)
 	}
-	res, err := h.appendEvents(ctx, unitPart{s: s, m: c.meta, evs: c.events})
+	res, err := h.appendEvents(ctx, keyWrite{}, unitPart{s: s, m: c.meta, evs: c.events})
 	if err != nil {
 		return change{}, nil, eventstore.AppendResult{}, err
 	}
@@ -192,7 +192,7 @@ func (h *Handler) commit(ctx context.Context, s *stream, m eventstore.Metadata, 
 // them or none. It returns one result per part, in order. A lost race on a
 // part is eventstore.ErrWrongExpectedRevision (an
 // *eventstore.AppendPartError names the part when there are several), for
-// the caller to decide again.
-func (h *Handler) commitUnit(ctx context.Context, parts ...unitPart) ([]eventstore.AppendResult, error) {
-	return h.appendEvents(ctx, parts...)
+// the caller to decide again. kw joins the unit (KeyUnits).
+func (h *Handler) commitUnit(ctx context.Context, kw keyWrite, parts ...unitPart) ([]eventstore.AppendResult, error) {
+	return h.appendEvents(ctx, kw, parts...)
 }

@@ -13,9 +13,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/commands/envelope"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgstore"
 )
 
 // shredBatch bounds the rows one ShredDue statement deletes.
@@ -258,4 +261,48 @@ func (s *Store) CheckMasterKeys(ctx context.Context) error {
 		return fmt.Errorf("master keys %v wrap stored order keys but are not configured: keep them listed until no order key uses them", missing)
 	}
 	return nil
+}
+
+// Units is the key table and the event store in one PostgreSQL database: a
+// unit of work of the event store (pgstore.Store.AppendMultiWith) may then
+// write the key table in the same transaction. It implements
+// commands.KeyUnits.
+type Units struct {
+	Events *pgstore.Store
+	Keys   *Store
+}
+
+// keyGoneState is the SQLSTATE order_key_placed raises for an order without
+// a key (migration 00014).
+const keyGoneState = "KY404"
+
+// AppendCreatingKey appends as AppendMulti does and stores dk as orderID's
+// data key as Create does (held for intent, holding heldToken, due at
+// shredAt; nothing when orderID has a key), in one transaction: the key is
+// durable with the events, or neither is written. Errors are
+// AppendMultiWith's.
+func (u Units) AppendCreatingKey(ctx context.Context, orderID, intent string, dk *envelope.DataKey, heldToken []byte, shredAt time.Time,
+	appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	w := u.Keys.ring.Wrap(dk, wrapAAD(orderID))
+	return u.Events.AppendMultiWith(ctx, func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO order_keys (order_id, intent, master_key_id, wrapped_key, held_token, shred_at)
+			VALUES ($1, nullif($2, ''), $3, $4, $5, $6) ON CONFLICT (order_id) DO NOTHING`, orderID, intent, w.KeyID, w.Ciphertext, heldToken, shredAt)
+	}, appends...)
+}
+
+// AppendPlacingKey appends as AppendMulti does and marks orderID's key
+// placed as Placed does (the held token dropped, due at deadline unless
+// due earlier), in one transaction. keyed is false, with nothing written
+// and no error, when orderID has no key. Other errors are
+// AppendMultiWith's.
+func (u Units) AppendPlacingKey(ctx context.Context, orderID string, deadline time.Time,
+	appends ...eventstore.StreamAppend) (res []eventstore.AppendResult, keyed bool, err error) {
+	res, err = u.Events.AppendMultiWith(ctx, func(b *pgx.Batch) {
+		b.Queue(`SELECT order_key_placed($1, $2)`, orderID, deadline)
+	}, appends...)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == keyGoneState {
+		return nil, false, nil
+	}
+	return res, err == nil, err
 }

@@ -2,7 +2,8 @@
 // round-trip budgets of ARCHITECTURE.md ("Performance"): a test installs a
 // Counter as the pool's tracer, does some work, and compares Total with the
 // budget. Each query, each statement of a batch and each COPY counts as one
-// statement; what the statement text was is kept for the failure message.
+// statement, and each transaction that writes as one commit (Commits); what
+// the statement text was is kept for the failure message.
 package sqlcount
 
 import (
@@ -20,9 +21,31 @@ import (
 // pgx.CopyFromTracer) that counts statements by their normalized text. It is
 // safe for concurrent use; the zero value is ready.
 type Counter struct {
-	mu     sync.Mutex
-	counts map[string]int
-	total  int
+	mu      sync.Mutex
+	counts  map[string]int
+	total   int
+	commits int
+}
+
+// batchWrites is what TraceBatchStart puts in a batch's context: whether a
+// statement of the batch writes.
+type batchWrites struct{ writes bool }
+
+type batchKey struct{}
+
+// writes reports whether statement sql changes data: a plain INSERT,
+// UPDATE or DELETE (also inside a WITH), or a call of one of the
+// project's writing functions (the event store's appends, the key
+// table's placement). A heuristic over the text, for the project's own
+// statements.
+func writes(sql string) bool {
+	s := strings.ToLower(sql)
+	for _, w := range []string{"insert into", "update ", "delete from", "eventstore_append", "order_key_placed("} {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
 }
 
 var (
@@ -57,27 +80,45 @@ func normalize(sql string) string {
 }
 
 // TraceQueryStart counts one statement (Query, QueryRow or Exec).
+// A statement that writes (see writes) is one commit: it runs in a
+// transaction of its own.
 func (c *Counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	c.add(data.SQL)
+	if writes(data.SQL) {
+		c.mu.Lock()
+		c.commits++
+		c.mu.Unlock()
+	}
 	return ctx
 }
 
 // TraceQueryEnd does nothing; the statement was counted at its start.
 func (c *Counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// TraceBatchStart does nothing; each statement of the batch is counted by
-// TraceBatchQuery (a batch is one round trip but several statements).
+// TraceBatchStart notes the batch in ctx; each statement of the batch is
+// counted by TraceBatchQuery (a batch is one round trip but several
+// statements) and the batch, one implicit transaction, is one commit when
+// a statement of it writes (TraceBatchEnd).
 func (c *Counter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
+	return context.WithValue(ctx, batchKey{}, &batchWrites{})
 }
 
 // TraceBatchQuery counts one statement of a batch.
-func (c *Counter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+func (c *Counter) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
 	c.add(data.SQL)
+	if b, ok := ctx.Value(batchKey{}).(*batchWrites); ok && writes(data.SQL) {
+		b.writes = true
+	}
 }
 
-// TraceBatchEnd does nothing.
-func (c *Counter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+// TraceBatchEnd counts the batch as one commit when it wrote.
+func (c *Counter) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) {
+	if b, ok := ctx.Value(batchKey{}).(*batchWrites); ok && b.writes {
+		c.mu.Lock()
+		c.commits++
+		c.mu.Unlock()
+	}
+}
 
 // TraceCopyFromStart counts a COPY FROM as one statement.
 func (c *Counter) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceCopyFromStartData) context.Context {
@@ -95,10 +136,20 @@ func (c *Counter) Total() int {
 	return c.total
 }
 
+// Commits returns the number of transactions that wrote since the last
+// Reset: each writing statement sent on its own, and each batch with a
+// writing statement (an implicit transaction). Statements in an explicit
+// transaction count one commit each (none of the request path's are).
+func (c *Counter) Commits() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.commits
+}
+
 // Reset forgets every count.
 func (c *Counter) Reset() {
 	c.mu.Lock()
-	c.counts, c.total = nil, 0
+	c.counts, c.total, c.commits = nil, 0, 0
 	c.mu.Unlock()
 }
 

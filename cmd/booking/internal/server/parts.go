@@ -206,6 +206,11 @@ func (s *Server) newHandler(ctx context.Context) error {
 	if hooks.Step != nil {
 		opts = append(opts, commands.WithHooks(hooks))
 	}
+	if events, ok := s.elog.Store.(*pgstore.Store); ok {
+		// The events and the key table share one database: a unit of work
+		// writes both in one transaction.
+		opts = append(opts, commands.WithKeyUnits(keystore.Units{Events: events, Keys: s.keys}))
+	}
 	s.clock = pgcoord.NewClock(s.pool)
 	s.handler = commands.New(hcfg, s.elog.Store, s.clock, s.payments, commands.NewRegistry(), s.log, opts...)
 
