@@ -14,8 +14,10 @@ func TestParseLines(t *testing.T) {
 	if m := benchRE.FindStringSubmatch("BenchmarkRelay-2 1 5 relay/raw"); m == nil || m[1] != "BenchmarkRelay" {
 		t.Errorf("benchRE(relay) = %q", m)
 	}
-	got := statementsRE.FindAllStringSubmatch("    x_test.go:12: statements per booking: request path 11.5\n    y_test.go:9: statements per booking: whole service 28\n", -1)
-	if len(got) != 2 || got[0][1] != "request path" || got[0][2] != "11.5" || got[1][1] != "whole service" || got[1][2] != "28" {
+	got := statementsRE.FindAllStringSubmatch("    x_test.go:12: statements per booking: request path 11.5\n    y_test.go:9: statements per booking: whole service 28\n"+
+		"    x_test.go:13: commits per booking: request path 5.05\n", -1)
+	if len(got) != 3 || got[0][1] != "statements" || got[0][2] != "request path" || got[0][3] != "11.5" ||
+		got[1][2] != "whole service" || got[1][3] != "28" || got[2][1] != "commits" || got[2][3] != "5.05" {
 		t.Errorf("statementsRE = %q", got)
 	}
 	if s := medRange([]float64{3, 1, 2}, "%.0f"); s != "2 (1–3)" {
