@@ -23,7 +23,7 @@ const pruneBatch = 10000
 // (a database that refuses the writes makes MarkProcessed fail past it).
 const (
 	markBatch      = 256
-	markDelay      = 200 * time.Millisecond
+	markDelay      = time.Second
 	maxUnwritten   = 10000
 	flushTimeout   = 10 * time.Second
 	insertMarksSQL = `INSERT INTO provider_events (event_id, processed_at)
