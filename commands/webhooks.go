@@ -193,7 +193,10 @@ func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) err
 	if res.Outcome == domain.OutcomeRequiresAction {
 		res.SealedAction = h.sealAction(ctx, o, res.Attempt, p, nil)
 	}
-	if err := h.recordPayment(ctx, orderID, res, ObservedByWebhook); err != nil {
+	// Decided on the stream just read (LoadOrder read its tail): the
+	// append at its revision fences the decision, a conflict reads it
+	// again, and a fact the order holds already costs no second read.
+	if err := h.recordPaymentFrom(ctx, orderID, s, res, ObservedByWebhook, nil); err != nil {
 		return err
 	}
 	if p.AmountRefunded > 0 {

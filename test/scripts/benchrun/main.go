@@ -108,7 +108,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "regular expression of row ids to run (default all)")
 	flag.BoolVar(&o.quick, "quick", os.Getenv("BENCH_QUICK") == "1", "one short repetition of each row (BENCH_QUICK=1)")
 	flag.IntVar(&o.reps, "reps", 3, "repetitions of each row")
-	flag.StringVar(&o.profileDir, "profile-dir", os.Getenv("BENCH_PROFILE_DIR"), "directory for CPU profiles of booking serve, one per timed HTTP window (BENCH_PROFILE_DIR; empty: none)")
+	flag.StringVar(&o.profileDir, "profile-dir", os.Getenv("BENCH_PROFILE_DIR"), "directory for CPU profiles of booking serve, one per timed HTTP window, and heap profiles after each P2 repetition (BENCH_PROFILE_DIR; empty: none)")
 	flag.Parse()
 	o.dur, o.warm, o.rawDur, o.rebuildEvents = 15*time.Second, 3*time.Second, 5*time.Second, 1_000_000
 	if o.quick {
@@ -568,6 +568,26 @@ func (e *env) profile(s *service, name string, d time.Duration) (wait func()) {
 	return func() { <-done }
 }
 
+// saveHeap saves the heap profile of s (pprof's binary format, as of the
+// last collection) as profileDir/name.pprof when --profile-dir is set:
+// `go tool pprof -base` of two repetitions' shows what the heap kept
+// between them. A failure is logged, never fatal.
+func (e *env) saveHeap(s *service, name string) {
+	if s.pprof == "" {
+		return
+	}
+	body, err := s.adminGet("/debug/pprof/heap")
+	if err == nil {
+		err = os.MkdirAll(e.o.profileDir, 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(e.o.profileDir, name+".pprof"), []byte(body), 0o644)
+	}
+	if err != nil {
+		e.logf("heap profile %s: %v", name, err)
+	}
+}
+
 // profileAfter is profile for the timed window d of a load that starts
 // now with a warm-up of warm: the profile starts once the warm-up is over.
 func (e *env) profileAfter(s *service, name string, warm, d time.Duration) (wait func()) {
@@ -719,6 +739,7 @@ func (e *env) bookings(p2, p6 *row, st *steadyRows, external bool) error {
 			return err
 		}
 		heap, heapErr := s.heapAfterGC()
+		e.saveHeap(s, fmt.Sprintf("p2-%s-heap-rep%d", mode, rep+1))
 		if err := errors.Join(gcErr, gcErr1, heapErr); err != nil {
 			e.logf("%s rep %d: the service's collector and heap: %v", p2.id, rep+1, err)
 			gc0, gc1, heap = math.NaN(), math.NaN(), heapStats{math.NaN(), math.NaN()}

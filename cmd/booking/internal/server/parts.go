@@ -197,7 +197,8 @@ func (s *Server) newHandler(ctx context.Context) error {
 	hcfg.ClockSkew = cfg.ProviderClockSkew
 	hcfg.InUseWait = cfg.InUseWait
 	s.executor = hcfg.Executor
-	opts := []commands.Option{commands.WithMetrics(s.mx), commands.WithKeys(s.keys), commands.WithProcessedEvents(webhookstore.New(s.pool)),
+	s.webhooks = webhookstore.New(s.pool)
+	opts := []commands.Option{commands.WithMetrics(s.mx), commands.WithKeys(s.keys), commands.WithProcessedEvents(s.webhooks),
 		commands.WithTracerProvider(s.opts.TracerProvider)}
 	hooks, testAPI, err := faults.FromEnv(ctx, s.log)
 	if err != nil {

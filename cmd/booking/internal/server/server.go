@@ -31,6 +31,7 @@ import (
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/envelope"
 	"github.com/retrysafe/booking/commands/keystore"
+	"github.com/retrysafe/booking/commands/webhookstore"
 	"github.com/retrysafe/booking/eventstore/fanout"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/provider/stripe"
@@ -63,6 +64,7 @@ type Server struct {
 	pool        *pgxpool.Pool
 	elog        *storage.EventLog
 	keys        *keystore.Store
+	webhooks    *webhookstore.Store // processed webhook events, marks written in batches
 	ln          *connlimit.Listener
 	apiURL      string
 	mx          *metrics.Metrics
@@ -164,7 +166,8 @@ const abandonTimeout = 5 * time.Second
 const shredFlushTimeout = 5 * time.Second
 
 // shutdown stops the API (in-flight requests finish within the shutdown
-// timeout) and the workers, then sends the waiting key deletes.
+// timeout) and the workers, then sends the waiting key deletes and the
+// processed webhook events' marks.
 func (s *Server) shutdown() error {
 	s.log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
@@ -193,6 +196,9 @@ func (s *Server) shutdown() error {
 	// own: the grace period may be spent by now.
 	fctx, fcancel := context.WithTimeout(context.Background(), shredFlushTimeout)
 	s.handler.FlushShreds(fctx)
+	if err := s.webhooks.Flush(fctx); err != nil {
+		s.log.Warn("processed webhook events not recorded; their redeliveries are processed again", "err", err)
+	}
 	fcancel()
 	return err
 }
