@@ -256,6 +256,9 @@ func requested(want commands.Request) func(t *testing.T, f *fakeService, doc map
 	}
 }
 
+// badCurrency is the detail of a price in a currency cards cannot be charged in.
+const badCurrency = "price.currency must be an active ISO 4217 code, in upper case, of a currency that card payments are taken in, such as EUR"
+
 func contractCases() []contractCase {
 	keyReused := domain.ErrKeyReused.With("this idempotency key was used with a different request (quantity)")
 	keyReused.Fields = []string{"quantity"}
@@ -387,12 +390,31 @@ func contractCases() []contractCase {
 			fields: []string{"price.amount"}, detail: "price.amount must be an integer of minor units from 1 to 450359962737049"},
 		{name: "a lower-case currency is 400 asking for upper case", method: "POST", path: "/v1/shows", token: tokAdmin,
 			body: strings.Replace(showBody(""), `"EUR"`, `"eur"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"},
-			detail: "price.currency must be an ISO 4217 currency code in upper case, such as EUR"},
+			detail: badCurrency},
 		{name: "an empty show body names every missing field", method: "POST", path: "/v1/shows", token: tokAdmin,
 			body: `{}`, status: 400, code: "invalid-request", fields: []string{"name", "starts_at", "capacity", "price"},
 			detail: "name, starts_at, capacity, price are required"},
 		{name: "an unknown currency is 400 naming price.currency", method: "POST", path: "/v1/shows", token: tokAdmin,
 			body: strings.Replace(showBody(""), `"EUR"`, `"ZZZ"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"}},
+		{name: "XXX (\"no currency\") is 400 naming price.currency", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"EUR"`, `"XXX"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"},
+			detail: badCurrency},
+		{name: "XAU (gold) is 400 naming price.currency", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"EUR"`, `"XAU"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"},
+			detail: badCurrency},
+		{name: "XTS (the test code) is 400 naming price.currency", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"EUR"`, `"XTS"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"},
+			detail: badCurrency},
+		{name: "HRK (a withdrawn code) is 400 naming price.currency", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"EUR"`, `"HRK"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"},
+			detail: badCurrency},
+		{name: "a show priced in VES (an active code) is 201", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"EUR"`, `"VES"`, 1), status: 201, calls: []string{"ScheduleShow"},
+			check: member("price", map[string]any{"amount": 4500.0, "currency": "VES"})},
+		{name: "a KWD price not ending in 0 is 400 naming price.amount", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `{"amount":4500,"currency":"EUR"}`, `{"amount":4505,"currency":"KWD"}`, 1), status: 400,
+			code: "invalid-request", fields: []string{"price.amount"},
+			detail: "price.amount must be a multiple of 10 in KWD: card payments in a three-decimal currency end in 0"},
 		{name: "a missing price.amount is 400 naming it", method: "POST", path: "/v1/shows", token: tokAdmin,
 			body: strings.Replace(showBody(""), `"amount":4500,`, ``, 1), status: 400, code: "invalid-request", fields: []string{"price.amount"}},
 		{name: "a reused key is 422 naming the differing fields", method: "POST", path: "/v1/shows", token: tokAdmin,
