@@ -336,6 +336,15 @@ func contractCases() []contractCase {
 					t.Errorf("show = %v, want the name as sent, the start in UTC and capacity 100", doc)
 				}
 			}},
+		{name: "a starts_at with lower-case t and z (RFC 3339 §5.6) is the same instant", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), "2030-06-01T20:00:00Z", "2030-06-01t20:00:00z", 1), status: 201, calls: []string{"ScheduleShow"},
+			check: member("starts_at", "2030-06-01T20:00:00Z")},
+		{name: "a starts_at with lower-case t and an offset is the same instant", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), "2030-06-01T20:00:00Z", "2030-06-01t22:00:00.000+02:00", 1), status: 201, calls: []string{"ScheduleShow"},
+			check: member("starts_at", "2030-06-01T20:00:00Z")},
+		{name: "a starts_at without an offset is 400 naming it", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), "2030-06-01T20:00:00Z", "2030-06-01t20:00:00", 1), status: 400, code: "invalid-request",
+			fields: []string{"starts_at"}, detail: "starts_at must be an RFC 3339 timestamp such as 2027-06-01T20:00:00Z"},
 		{name: "a missing Idempotency-Key is 400 and nothing is recorded", method: "POST", path: "/v1/shows", token: tokAdmin,
 			key: "-", body: showBody(""), status: 400, code: "idempotency-key-invalid", fields: []string{"Idempotency-Key"}},
 		{name: "an empty Idempotency-Key is 400", method: "POST", path: "/v1/shows", token: tokAdmin, key: `""`,
