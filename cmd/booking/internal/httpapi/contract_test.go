@@ -519,13 +519,13 @@ func contractCases() []contractCase {
 		{name: "a pending order is 202 with Location and Retry-After", method: "POST", path: "/v1/orders", body: orderBody,
 			setup: orderResult(order(domain.OrderStatusPending, ""), false, false), status: 202, calls: []string{"PlaceOrder"},
 			want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": "1"}, check: member("status", "pending")},
-		{name: "an order whose payment requires the customer's action is 202 with the client secret and next action, without Retry-After", method: "POST",
+		{name: "an order whose payment requires the customer's action is 202 with the client secret and next action", method: "POST",
 			path: "/v1/orders", body: orderBody, status: 202, calls: []string{"PlaceOrder"},
 			setup: func(f *fakeService) {
 				orderResult(actionOrder(), false, false)(f)
 				f.action = &commands.PaymentAction{ClientSecret: "pi_1_secret_abc", NextAction: json.RawMessage(`{"type":"use_stripe_sdk"}`)}
 			},
-			want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": ""},
+			want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": "1"},
 			check: member("payment", map[string]any{"status": "requires_action", "attempts": float64(1),
 				"client_secret": "pi_1_secret_abc", "next_action": map[string]any{"type": "use_stripe_sdk"}})},
 		{name: "Prefer: wait=5 waits 5 s and says so", method: "POST", path: "/v1/orders", body: orderBody,
@@ -603,12 +603,12 @@ func contractCases() []contractCase {
 		{name: "a pending order is 200 with a Retry-After poll hint", method: "GET", path: "/v1/orders/" + orderID,
 			setup: func(f *fakeService) { f.order = order(domain.OrderStatusPending, "") }, status: 200, calls: []string{"GetOrder"},
 			want: map[string]string{"Retry-After": "1"}},
-		{name: "an order whose payment requires the customer's action shows its owner the client secret, without Retry-After", method: "GET", path: "/v1/orders/" + orderID,
+		{name: "an order whose payment requires the customer's action shows its owner the client secret", method: "GET", path: "/v1/orders/" + orderID,
 			setup: func(f *fakeService) {
 				f.order = actionOrder()
 				f.action = &commands.PaymentAction{ClientSecret: "pi_1_secret_abc", NextAction: json.RawMessage(`{"type":"use_stripe_sdk"}`)}
 			},
-			status: 200, calls: []string{"GetOrder"}, want: map[string]string{"Retry-After": ""},
+			status: 200, calls: []string{"GetOrder"}, want: map[string]string{"Retry-After": "1"},
 			check: member("payment", map[string]any{"status": "requires_action", "attempts": float64(1),
 				"client_secret": "pi_1_secret_abc", "next_action": map[string]any{"type": "use_stripe_sdk"}})},
 		{name: "a cancelling order is 200 with a Retry-After poll hint", method: "GET", path: "/v1/orders/" + orderID,
@@ -625,22 +625,6 @@ func contractCases() []contractCase {
 			setup: orderResult(order(domain.OrderStatusCancelled, domain.OrderStatusConfirmed), true, false), status: 200,
 			calls: []string{"CancelOrder"}, want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": ""},
 			check: requested(commands.Request{Actor: "alice", Operation: commands.OpCancelOrder, Key: "c-1"})},
-		{name: "a cancel of an order whose payment requires the customer's action is 202 with Retry-After", method: "POST",
-			path: "/v1/orders/" + orderID + "/cancel", status: 202, calls: []string{"CancelOrder"},
-			setup: func(f *fakeService) {
-				o := actionOrder()
-				o.Status = domain.OrderStatusCancelling
-				orderResult(o, false, false)(f)
-			},
-			want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": "1"}},
-		{name: "a pending order retried after its payment's outcome went unknown is 202 with Retry-After", method: "POST",
-			path: "/v1/orders", body: orderBody, status: 202, calls: []string{"PlaceOrder"},
-			setup: func(f *fakeService) {
-				o := order(domain.OrderStatusPending, "")
-				o.Attempts = []domain.Attempt{{N: 1, Outcome: domain.OutcomeUnknown}}
-				orderResult(o, false, false)(f)
-			},
-			want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": "1"}},
 		{name: "a cancel while the payment is in flight is 202 with Retry-After", method: "POST", path: "/v1/orders/" + orderID + "/cancel",
 			setup: orderResult(order(domain.OrderStatusCancelling, ""), false, false), status: 202, calls: []string{"CancelOrder"},
 			want: map[string]string{"Location": "/v1/orders/" + orderID, "Retry-After": "1"}},

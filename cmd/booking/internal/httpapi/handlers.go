@@ -333,8 +333,7 @@ func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 
 // writeOrderResult answers an order by the intent's first final outcome:
 // success status when confirmed (or cancelled by its owner), 402 when the
-// payment failed, 202 with Location while pending, with Retry-After unless
-// the payment waits for the customer (pollHint).
+// payment failed, 202 with Location and Retry-After while pending.
 func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res commands.OrderResult, success int) {
 	markReplayed(w, res.Outcome)
 	o := res.Order
@@ -345,7 +344,7 @@ func (a *api) writeOrderResult(w http.ResponseWriter, r *http.Request, res comma
 			a.writeError(w, r, err)
 			return
 		}
-		pollHint(w, o)
+		setRetryAfter(w, time.Second)
 		writeJSON(w, http.StatusAccepted, v)
 		return
 	}
@@ -389,28 +388,9 @@ func (a *api) getOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if o.Status == domain.OrderStatusPending || o.Status == domain.OrderStatusCancelling {
-		pollHint(w, o)
+		setRetryAfter(w, time.Second) // a poll hint while the outcome is not final
 	}
 	writeJSON(w, http.StatusOK, v)
-}
-
-// pollHint sets Retry-After (1 s) on an answer about order o while its
-// outcome is not final, unless o waits for its customer's authentication
-// (awaitsCustomer): then nothing changes until the customer acts in the
-// client, so a poll interval would only invite needless requests.
-func pollHint(w http.ResponseWriter, o domain.Order) {
-	if !awaitsCustomer(o) {
-		setRetryAfter(w, time.Second)
-	}
-}
-
-// awaitsCustomer reports whether o is pending with a payment that requires
-// the customer's action (Stripe's requires_action,
-// https://docs.stripe.com/payments/paymentintents/lifecycle): only the
-// customer, the webhook that follows or the payment deadline moves it on.
-func awaitsCustomer(o domain.Order) bool {
-	last := o.LastAttempt()
-	return o.Status == domain.OrderStatusPending && o.ChargeID == "" && last != nil && last.Outcome == domain.OutcomeRequiresAction
 }
 
 func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
