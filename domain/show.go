@@ -73,24 +73,14 @@ func validateShow(cmd ScheduleShow, now time.Time) error {
 		// Free tickets would need an order path without payment; until then a
 		// show has a price, and every reservation's total stays JSON-safe.
 		return invalidField("price.amount", fmt.Sprintf("price.amount must be an integer of minor units from 1 to %d", MaxAmountMinor/MaxSeatsPerHold))
-	case !isCurrency(cmd.Price.Currency):
-		return invalidField("price.currency", "price.currency must be an ISO 4217 currency code in upper case, such as EUR")
-	case !cmd.StartsAt.After(now):
+	}
+	if err := CheckPrice("price", cmd.Price); err != nil {
+		return err
+	}
+	if !cmd.StartsAt.After(now) {
 		return invalidField("starts_at", "starts_at must be in the future")
 	}
 	return nil
-}
-
-func isCurrency(c string) bool {
-	if len(c) != 3 {
-		return false
-	}
-	for i := 0; i < 3; i++ {
-		if c[i] < 'A' || c[i] > 'Z' {
-			return false
-		}
-	}
-	return true
 }
 
 func invalidField(field, msg string) *Error {

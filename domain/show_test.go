@@ -55,7 +55,7 @@ func TestShowSchedule(t *testing.T) {
 		badNameControl = invalid("name", "name must not contain control characters (U+0000–U+001F, U+007F–U+009F)")
 		badCapacity    = invalid("capacity", "capacity must be between 1 and 1000000")
 		badAmount      = invalid("price.amount", "price.amount must be an integer of minor units from 1 to 450359962737049")
-		badCurrency    = invalid("price.currency", "price.currency must be an ISO 4217 currency code in upper case, such as EUR")
+		badCurrency    = invalid("price.currency", "price.currency must be an active ISO 4217 code, in upper case, of a currency that card payments are taken in, such as EUR")
 		badStart       = invalid("starts_at", "starts_at must be in the future")
 	)
 	type tc = decideCase[domain.ScheduleShow]
@@ -106,6 +106,26 @@ func TestShowSchedule(t *testing.T) {
 		{name: "A currency with a digit is refused.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "E1R" }), now: showNow, wantErr: badCurrency},
 		{name: "A currency with a non-ASCII letter is refused.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "ÉU" }), now: showNow, wantErr: badCurrency},
 		{name: "A currency with surrounding space is refused.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = " EU" }), now: showNow, wantErr: badCurrency},
+		{name: "XXX (the ISO code for no currency) is refused.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "XXX" }), now: showNow, wantErr: badCurrency},
+		{name: "XTS (the ISO code reserved for testing) is refused.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "XTS" }), now: showNow, wantErr: badCurrency},
+		{name: "XAU (gold) is refused.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "XAU" }), now: showNow, wantErr: badCurrency},
+		{name: "XDR (the IMF's special drawing right, a unit of account) is refused.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "XDR" }), now: showNow, wantErr: badCurrency},
+		{name: "HRK (withdrawn when Croatia adopted the euro) is refused.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "HRK" }), now: showNow, wantErr: badCurrency},
+		{name: "VEF (withdrawn for VES) is refused.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "VEF" }), now: showNow, wantErr: badCurrency},
+		{name: "MRO (withdrawn for MRU) is refused.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "MRO" }), now: showNow, wantErr: badCurrency},
+		{name: "VES (Venezuela's active code) is accepted.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "VES" }), now: showNow,
+			want: accepted(with(func(c *domain.ScheduleShow) { c.Price.Currency = "VES" }))},
+		{name: "JPY (a zero-decimal currency) is accepted.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "JPY" }), now: showNow,
+			want: accepted(with(func(c *domain.ScheduleShow) { c.Price.Currency = "JPY" }))},
+		{name: "XOF (an active X code) is accepted.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "XOF" }), now: showNow,
+			want: accepted(with(func(c *domain.ScheduleShow) { c.Price.Currency = "XOF" }))},
+		{name: "SLE (Sierra Leone's redenominated leone) is accepted.", when: with(func(c *domain.ScheduleShow) { c.Price.Currency = "SLE" }), now: showNow,
+			want: accepted(with(func(c *domain.ScheduleShow) { c.Price.Currency = "SLE" }))},
+		{name: "A three-decimal currency's amount ending in 0 is accepted.", when: with(func(c *domain.ScheduleShow) { c.Price = domain.Money{Amount: 4510, Currency: "KWD"} }), now: showNow,
+			want: accepted(with(func(c *domain.ScheduleShow) { c.Price = domain.Money{Amount: 4510, Currency: "KWD"} }))},
+		{name: "A three-decimal currency's amount not ending in 0 is refused, since card payments in it end in 0.",
+			when: with(func(c *domain.ScheduleShow) { c.Price = domain.Money{Amount: 4505, Currency: "KWD"} }), now: showNow,
+			wantErr: invalid("price.amount", "price.amount must be a multiple of 10 in KWD: card payments in a three-decimal currency end in 0")},
 
 		{name: "A start in the past is refused.", when: with(func(c *domain.ScheduleShow) { c.StartsAt = showNow.Add(-time.Minute) }), now: showNow, wantErr: badStart},
 		{name: "A start exactly at now is refused.", when: with(func(c *domain.ScheduleShow) { c.StartsAt = showNow }), now: showNow, wantErr: badStart},

@@ -109,10 +109,10 @@ func SnakeCase(name string) string {
 	return b.String()
 }
 
-// Payload is the JSON body of a notification: the event without its private
-// part. Position is in the "commit/prepare" form of the Booking-Position
-// header; OccurredAt comes from the event's metadata (the recording time if
-// the metadata has none).
+// Payload is the JSON body of a notification: the event, with its data as
+// PublicData leaves it. Position is in the "commit/prepare" form of the
+// Booking-Position header; OccurredAt comes from the event's metadata (the
+// recording time if the metadata has none).
 type Payload struct {
 	ID         string          `json:"id"`
 	Type       string          `json:"type"`
@@ -127,22 +127,41 @@ type Payload struct {
 // (docs/secrets.md); it is never published.
 var privateKey = []byte(`"private"`)
 
-// PublicData returns the event data with its top-level "private" member
-// removed. Data without that member is returned as is (no copy). It returns
-// an error for data that mentions "private" but is not a JSON object, so a
-// secret is never published by mistake.
-func PublicData(data []byte) (json.RawMessage, error) {
+// internalMembers lists, by event type, the top-level members of event data
+// that are never published beside "private": they describe how the service
+// coordinates, not what happened. SeatsHeld and OrderPlaced name the
+// intent stream, a digest of the client's idempotency key; a
+// PaymentAttemptStarted names the replica holding the attempt's lease
+// (owner), the lease's end, and request_sha256, the digest of the attempt's
+// inputs, the payment token among them.
+var internalMembers = map[string][]string{
+	domain.TypeSeatsHeld:             {"intent"},
+	domain.TypeOrderPlaced:           {"intent"},
+	domain.TypePaymentAttemptStarted: {"owner", "lease_until", "request_sha256"},
+}
+
+// PublicData returns the data of an event of type eventType as published:
+// without its top-level "private" member and without the internal members
+// internalMembers lists for the type. Data with none of them is returned
+// as is (no copy); otherwise the members keep their values, in key order.
+// It returns an error for data that must be pruned but is not a JSON
+// object, so a secret or an internal is never published by mistake.
+func PublicData(eventType string, data []byte) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return json.RawMessage("{}"), nil
 	}
-	if !bytes.Contains(data, privateKey) {
+	internal := internalMembers[eventType]
+	if len(internal) == 0 && !bytes.Contains(data, privateKey) {
 		return data, nil
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("notify: event data mentions \"private\" but is not a JSON object: %w", err)
+		return nil, fmt.Errorf("notify: %s data must be pruned (private or internal members) but is not a JSON object: %w", eventType, err)
 	}
 	delete(m, "private")
+	for _, k := range internal {
+		delete(m, k)
+	}
 	out, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("notify: re-encode event data: %w", err)
@@ -158,7 +177,7 @@ func NewMessage(e eventstore.RecordedEvent) (msg *nats.Msg, ok bool, err error) 
 	if !ok || err != nil {
 		return nil, ok, err
 	}
-	data, err := PublicData(e.Data)
+	data, err := PublicData(e.Type, e.Data)
 	if err != nil {
 		return nil, true, fmt.Errorf("notify: event %s (%s@%d): %w", e.ID, e.Stream, e.Revision, err)
 	}

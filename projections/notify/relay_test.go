@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 )
@@ -54,22 +55,25 @@ func TestSubject(t *testing.T) {
 
 func TestPublicData(t *testing.T) {
 	t.Parallel()
-	got, err := PublicData([]byte(`{"order_id":"o","private":{"payment_token":"tok"},"amount":{"amount":1}}`))
+	got, err := PublicData(domain.TypeOrderPlaced, []byte(`{"order_id":"o","private":{"payment_token":"tok"},"amount":{"amount":1}}`))
 	if err != nil || bytes.Contains(got, []byte("tok")) || !bytes.Contains(got, []byte(`"order_id":"o"`)) {
 		t.Errorf("PublicData = %s, %v; want order_id kept and private removed", got, err)
 	}
 	// A payment waiting for the customer's action is published without its
 	// sealed client secret and next action.
-	got, err = PublicData([]byte(`{"order_id":"o","attempt":1,"payment_id":"pi_1","private":{"sealed_action":"AVp8"}}`))
+	got, err = PublicData(domain.TypePaymentActionRequired, []byte(`{"order_id":"o","attempt":1,"payment_id":"pi_1","private":{"sealed_action":"AVp8"}}`))
 	if err != nil || bytes.Contains(got, []byte("sealed_action")) || !bytes.Contains(got, []byte(`"payment_id":"pi_1"`)) {
 		t.Errorf("PublicData(PaymentActionRequired) = %s, %v; want payment_id kept and private removed", got, err)
 	}
 	in := []byte(`{"order_id":"o"}`)
-	if got, err := PublicData(in); err != nil || !bytes.Equal(got, in) {
+	if got, err := PublicData(domain.TypeOrderConfirmed, in); err != nil || !bytes.Equal(got, in) {
 		t.Errorf("PublicData(%s) = %s, %v, want it unchanged", in, got, err)
 	}
-	if _, err := PublicData([]byte(`["private"]`)); err == nil {
+	if _, err := PublicData(domain.TypeOrderConfirmed, []byte(`["private"]`)); err == nil {
 		t.Error("PublicData of a non-object mentioning private: no error, want one")
+	}
+	if _, err := PublicData(domain.TypePaymentAttemptStarted, []byte(`["order_id"]`)); err == nil {
+		t.Error("PublicData of a PaymentAttemptStarted that is not an object: no error, want one")
 	}
 }
 

@@ -256,6 +256,9 @@ func requested(want commands.Request) func(t *testing.T, f *fakeService, doc map
 	}
 }
 
+// badCurrency is the detail of a price in a currency cards cannot be charged in.
+const badCurrency = "price.currency must be an active ISO 4217 code, in upper case, of a currency that card payments are taken in, such as EUR"
+
 func contractCases() []contractCase {
 	keyReused := domain.ErrKeyReused.With("this idempotency key was used with a different request (quantity)")
 	keyReused.Fields = []string{"quantity"}
@@ -286,9 +289,9 @@ func contractCases() []contractCase {
 		{name: "GET /metrics is 404 not-found: the metrics are the admin listener's", method: "GET", path: "/metrics", token: "-", status: 404, code: "not-found"},
 		{name: "an unknown path is 404 not-found", method: "GET", path: "/v2/shows", token: "-", status: 404, code: "not-found"},
 		{name: "DELETE /v1/shows is 405 with Allow", method: "DELETE", path: "/v1/shows", status: 405, code: "method-not-allowed",
-			want: map[string]string{"Allow": "GET, POST"}},
-		{name: "PUT /v1/orders/{id} is 405 with Allow: GET", method: "PUT", path: "/v1/orders/" + orderID, status: 405,
-			code: "method-not-allowed", want: map[string]string{"Allow": "GET"}},
+			want: map[string]string{"Allow": "GET, HEAD, POST"}},
+		{name: "PUT /v1/orders/{id} is 405 with Allow: GET, HEAD", method: "PUT", path: "/v1/orders/" + orderID, status: 405,
+			code: "method-not-allowed", want: map[string]string{"Allow": "GET, HEAD"}},
 		{name: "GET /v1/orders/{id}/cancel is 405 with Allow: POST", method: "GET", path: "/v1/orders/" + orderID + "/cancel",
 			status: 405, code: "method-not-allowed", want: map[string]string{"Allow": "POST"}},
 		{name: "GET /v1/provider/webhooks is 405 with Allow: POST", method: "GET", path: "/v1/provider/webhooks", token: "-",
@@ -333,6 +336,15 @@ func contractCases() []contractCase {
 					t.Errorf("show = %v, want the name as sent, the start in UTC and capacity 100", doc)
 				}
 			}},
+		{name: "a starts_at with lower-case t and z (RFC 3339 §5.6) is the same instant", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), "2030-06-01T20:00:00Z", "2030-06-01t20:00:00z", 1), status: 201, calls: []string{"ScheduleShow"},
+			check: member("starts_at", "2030-06-01T20:00:00Z")},
+		{name: "a starts_at with lower-case t and an offset is the same instant", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), "2030-06-01T20:00:00Z", "2030-06-01t22:00:00.000+02:00", 1), status: 201, calls: []string{"ScheduleShow"},
+			check: member("starts_at", "2030-06-01T20:00:00Z")},
+		{name: "a starts_at without an offset is 400 naming it", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), "2030-06-01T20:00:00Z", "2030-06-01t20:00:00", 1), status: 400, code: "invalid-request",
+			fields: []string{"starts_at"}, detail: "starts_at must be an RFC 3339 timestamp such as 2027-06-01T20:00:00Z"},
 		{name: "a missing Idempotency-Key is 400 and nothing is recorded", method: "POST", path: "/v1/shows", token: tokAdmin,
 			key: "-", body: showBody(""), status: 400, code: "idempotency-key-invalid", fields: []string{"Idempotency-Key"}},
 		{name: "an empty Idempotency-Key is 400", method: "POST", path: "/v1/shows", token: tokAdmin, key: `""`,
@@ -387,12 +399,31 @@ func contractCases() []contractCase {
 			fields: []string{"price.amount"}, detail: "price.amount must be an integer of minor units from 1 to 450359962737049"},
 		{name: "a lower-case currency is 400 asking for upper case", method: "POST", path: "/v1/shows", token: tokAdmin,
 			body: strings.Replace(showBody(""), `"EUR"`, `"eur"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"},
-			detail: "price.currency must be an ISO 4217 currency code in upper case, such as EUR"},
+			detail: badCurrency},
 		{name: "an empty show body names every missing field", method: "POST", path: "/v1/shows", token: tokAdmin,
 			body: `{}`, status: 400, code: "invalid-request", fields: []string{"name", "starts_at", "capacity", "price"},
 			detail: "name, starts_at, capacity, price are required"},
 		{name: "an unknown currency is 400 naming price.currency", method: "POST", path: "/v1/shows", token: tokAdmin,
 			body: strings.Replace(showBody(""), `"EUR"`, `"ZZZ"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"}},
+		{name: "XXX (\"no currency\") is 400 naming price.currency", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"EUR"`, `"XXX"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"},
+			detail: badCurrency},
+		{name: "XAU (gold) is 400 naming price.currency", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"EUR"`, `"XAU"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"},
+			detail: badCurrency},
+		{name: "XTS (the test code) is 400 naming price.currency", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"EUR"`, `"XTS"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"},
+			detail: badCurrency},
+		{name: "HRK (a withdrawn code) is 400 naming price.currency", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"EUR"`, `"HRK"`, 1), status: 400, code: "invalid-request", fields: []string{"price.currency"},
+			detail: badCurrency},
+		{name: "a show priced in VES (an active code) is 201", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `"EUR"`, `"VES"`, 1), status: 201, calls: []string{"ScheduleShow"},
+			check: member("price", map[string]any{"amount": 4500.0, "currency": "VES"})},
+		{name: "a KWD price not ending in 0 is 400 naming price.amount", method: "POST", path: "/v1/shows", token: tokAdmin,
+			body: strings.Replace(showBody(""), `{"amount":4500,"currency":"EUR"}`, `{"amount":4505,"currency":"KWD"}`, 1), status: 400,
+			code: "invalid-request", fields: []string{"price.amount"},
+			detail: "price.amount must be a multiple of 10 in KWD: card payments in a three-decimal currency end in 0"},
 		{name: "a missing price.amount is 400 naming it", method: "POST", path: "/v1/shows", token: tokAdmin,
 			body: strings.Replace(showBody(""), `"amount":4500,`, ``, 1), status: 400, code: "invalid-request", fields: []string{"price.amount"}},
 		{name: "a reused key is 422 naming the differing fields", method: "POST", path: "/v1/shows", token: tokAdmin,

@@ -366,18 +366,33 @@ func allDigits(s string) bool {
 	return true
 }
 
-// Time returns a required RFC 3339 timestamp field, in UTC.
+// Time returns a required RFC 3339 timestamp field (parseTimestamp), in UTC.
 func (b *body) Time(field string) time.Time {
 	s := b.String(field)
 	if b.err != nil {
 		return time.Time{}
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := parseTimestamp(s)
 	if err != nil {
 		b.fail(field, fmt.Sprintf("%s%s must be an RFC 3339 timestamp such as 2027-06-01T20:00:00Z", b.path, field))
 		return time.Time{}
 	}
 	return t.UTC()
+}
+
+// parseTimestamp parses an RFC 3339 date-time (section 5.6), with or
+// without fractional seconds, in any offset. Its "T" separator and "Z"
+// offset may be lower case, as the NOTE of section 5.6 allows
+// (https://www.rfc-editor.org/rfc/rfc3339#section-5.6); time.Parse accepts
+// only upper case. Every timestamp a client sends goes through it.
+func parseTimestamp(s string) (time.Time, error) {
+	if len(s) > 10 && s[10] == 't' {
+		s = s[:10] + "T" + s[11:]
+	}
+	if n := len(s); n > 0 && s[n-1] == 'z' {
+		s = s[:n-1] + "Z"
+	}
+	return time.Parse(time.RFC3339Nano, s)
 }
 
 // Object returns a required nested object field.

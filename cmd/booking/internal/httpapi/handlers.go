@@ -12,7 +12,6 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
-	"golang.org/x/text/currency"
 
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
@@ -154,8 +153,8 @@ func showCommand(b *body) (commands.ScheduleShowCommand, error) {
 		return commands.ScheduleShowCommand{}, err
 	}
 	cmd.Capacity = int(capacity)
-	if _, err := currency.ParseISO(cmd.Price.Currency); err != nil || len(cmd.Price.Currency) != 3 || strings.ToUpper(cmd.Price.Currency) != cmd.Price.Currency {
-		return commands.ScheduleShowCommand{}, httpError(domain.Invalid, "invalid-request", "price.currency must be an ISO 4217 currency code in upper case, such as EUR", "price.currency")
+	if err := domain.CheckPrice("price", cmd.Price); err != nil {
+		return commands.ScheduleShowCommand{}, err
 	}
 	return cmd, nil
 }

@@ -62,8 +62,8 @@ func TestMethodNotAllowedHasAllow(t *testing.T) {
 		}}
 	h := a.routes()
 	for _, tt := range []struct{ method, path, route, allow string }{
-		{"DELETE", "/v1/shows", "/v1/shows", "GET, POST"},
-		{"PUT", "/v1/orders/ord_1", "/v1/orders/{id}", "GET"},
+		{"DELETE", "/v1/shows", "/v1/shows", "GET, HEAD, POST"},
+		{"PUT", "/v1/orders/ord_1", "/v1/orders/{id}", "GET, HEAD"},
 		{"GET", "/v1/orders/ord_1/cancel", "/v1/orders/{id}/cancel", "POST"},
 	} {
 		logs.Reset()

@@ -70,6 +70,10 @@ func (a *api) routes() http.Handler {
 	r.Use(middleware.RequestLogger(accessLog{log: a.log, observe: a.observe}))
 	r.Use(middleware.Recoverer)
 	r.Use(lingerAfterBodyTimeout)
+	// HEAD on a GET route runs the GET handler, with its authentication,
+	// metrics and problem answers (RFC 9110 §9.3.2); net/http sends the
+	// headers and drops the body.
+	r.Use(middleware.GetHead)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	r.Get("/readyz", a.readyz)
 	r.Get("/openapi.yaml", serveOpenAPI)
@@ -97,13 +101,16 @@ func (a *api) routes() http.Handler {
 		a.writeError(w, r, httpError(domain.NotFound, "not-found", "no such endpoint"))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		// Allow lists the methods the path does support (RFC 9110 §15.5.6);
-		// the metrics and the access line get the route template the path
-		// matched (chi records none for a 405).
+		// Allow lists the methods the path does support (RFC 9110 §15.5.6),
+		// HEAD wherever GET is; the metrics and the access line get the
+		// route template the path matched (chi records none for a 405).
 		var allow []string
 		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 			if pattern := rt.Find(chi.NewRouteContext(), m, r.URL.Path); pattern != "" {
 				allow = append(allow, m)
+				if m == http.MethodGet {
+					allow = append(allow, http.MethodHead)
+				}
 				if ri := info(r.Context()); ri != nil && ri.route == "" {
 					ri.route = pattern
 				}
