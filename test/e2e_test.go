@@ -449,16 +449,20 @@ func TestOrder_UnknownTokenIsRefusedAsInvalid(t *testing.T) {
 }
 
 // TestOrder_KilledAfterClaimIsFinishedWithoutRepeat: the process is killed
-// right after the order claim (its commit point); after a restart, with no
-// repeat from the client, the order is placed, the reservation marked
-// ordered and the order paid within a bound; a later repeat answers that
-// same order.
+// right after the order's unit (its commit point: the claim, with the order
+// placed, the reservation marked ordered and attempt 1 leased, nothing
+// sent); after a restart, with no repeat from the client, the order is paid
+// within a bound, once its payment lease has passed; a later repeat answers
+// that same order.
 func TestOrder_KilledAfterClaimIsFinishedWithoutRepeat(t *testing.T) {
 	t.Parallel()
-	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"order.claimed"}}, 2)
+	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"order.claimed"}, Env: fastEnv()}, 2)
 	order, id := s.crashOrder(t, res, "tok_visa", "order.claimed")
-	if n := s.orders(t); n != 0 {
-		t.Fatalf("event store after the crash: %d OrderPlaced, want 0 (killed right after the claim)", n)
+	if n := s.orders(t); n != 1 {
+		t.Fatalf("event store after the crash: %d OrderPlaced, want 1 (committed with the claim)", n)
+	}
+	if types := typesOf(s.orderEvents(t, id)); !slices.Equal(types, []string{"OrderPlaced", "PaymentAttemptStarted"}) {
+		t.Fatalf("order-%s after the crash: %v, want [OrderPlaced PaymentAttemptStarted] (the claim's unit, nothing sent)", id, types)
 	}
 
 	s.Restart(withoutCrash)

@@ -26,9 +26,9 @@ import (
 //
 // It understands just enough of the PostgreSQL protocol (version 3; message
 // frames, Parse and Bind decoded with pgproto3) to recognise the append:
-// a Bind of a statement that calls eventstore_append, whose first parameter
-// (the stream name) has the chosen prefix and whose fifth (the event types,
-// text[]) holds the chosen type. SSL and GSS encryption requests are
+// a Bind of a statement that calls eventstore_append or
+// eventstore_append_multi with a part whose stream has the chosen prefix and
+// whose events hold the chosen type (appendTargets). SSL and GSS encryption requests are
 // refused, so the session stays readable (the test URL has sslmode=disable
 // anyway). Safe for concurrent use.
 type pgProxy struct {
@@ -239,8 +239,11 @@ func (pc *proxyConn) clientToServer() {
 		case 'B':
 			var m pgproto3.Bind
 			if m.Decode(msg[5:]) == nil && strings.Contains(stmts[m.PreparedStatement], "eventstore_append") {
-				if stream, types, ok := appendTarget(&m); ok && pc.p.take(stream, types) {
-					pc.cut.Store(&cutAnswer{Stream: stream, Types: types})
+				for _, part := range appendTargets(&m) {
+					if pc.p.take(part.Stream, part.Types) {
+						pc.cut.Store(&cutAnswer{Stream: part.Stream, Types: part.Types})
+						break
+					}
 				}
 			}
 		}
@@ -288,12 +291,18 @@ func (pc *proxyConn) serverToClient() {
 	}
 }
 
-// appendTarget returns the stream (parameter 1) and event types (parameter
-// 5, text[]) of an eventstore_append Bind.
-func appendTarget(m *pgproto3.Bind) (string, []string, bool) {
-	if len(m.Parameters) != 8 {
-		return "", nil, false
-	}
+// appendPart is one stream of an append and the types of its events.
+type appendPart struct {
+	Stream string
+	Types  []string
+}
+
+// appendTargets returns the parts of an append's Bind: for eventstore_append
+// (8 parameters) its stream (parameter 1) and event types (parameter 5,
+// text[]); for eventstore_append_multi (9 parameters) each part's stream
+// (parameter 1, text[]) with its share, by the counts of parameter 4
+// (int4[]), of the event types of parameter 6 (text[]).
+func appendTargets(m *pgproto3.Bind) []appendPart {
 	format := func(i int) int16 {
 		switch len(m.ParameterFormatCodes) {
 		case 0:
@@ -303,11 +312,30 @@ func appendTarget(m *pgproto3.Bind) (string, []string, bool) {
 		}
 		return m.ParameterFormatCodes[i]
 	}
+	tm := pgtype.NewMap()
 	var types []string
-	if err := pgtype.NewMap().Scan(pgtype.TextArrayOID, format(4), m.Parameters[4], &types); err != nil {
-		return "", nil, false
+	switch len(m.Parameters) {
+	case 8:
+		if err := tm.Scan(pgtype.TextArrayOID, format(4), m.Parameters[4], &types); err != nil {
+			return nil
+		}
+		return []appendPart{{Stream: string(m.Parameters[0]), Types: types}}
+	case 9:
+		var streams []string
+		var counts []int32
+		if tm.Scan(pgtype.TextArrayOID, format(0), m.Parameters[0], &streams) != nil ||
+			tm.Scan(pgtype.Int4ArrayOID, format(3), m.Parameters[3], &counts) != nil ||
+			tm.Scan(pgtype.TextArrayOID, format(5), m.Parameters[5], &types) != nil || len(counts) != len(streams) {
+			return nil
+		}
+		parts := make([]appendPart, len(streams))
+		for i, st := range streams {
+			n := min(int(counts[i]), len(types))
+			parts[i], types = appendPart{Stream: st, Types: types[:n]}, types[n:]
+		}
+		return parts
 	}
-	return string(m.Parameters[0]), types, true
+	return nil
 }
 
 // readUntyped reads a startup-phase message: a 4-byte length (itself
