@@ -9,30 +9,29 @@ import (
 )
 
 // TestShutdown_BoundedWhileAPaymentStepHangs: booking serve is killed right
-// before an order's commit point (order.claiming, its intent recorded) and
-// restarted, so its recovery claims and places the order and starts the
-// payment (not the request, whose own background step is not waited for at
-// shutdown either). The provider holds that send
-// (tok_slow, 80 s, longer than the 70 s provider timeout, so the send is
-// still in flight when SIGTERM arrives even on a starved machine). With
-// BOOKING_SHUTDOWN_TIMEOUT=1s the process abandons the step after the grace
-// period and exits with status 0 well before the send could end (the bound
-// is 30 s; it takes about 2 s, and a shutdown that waited for the step
-// took 21 s with a 20 s provider timeout), logging that recovery finishes
-// the step. The next
-// process does: one order, confirmed, one charge, the seats ordered.
+// before an order's commit point (order.claiming, its intent recorded); the
+// restarted process's recovery claims the order on reads and is killed
+// right after the claim (order.claimed); the third process's process
+// manager places the order and starts the payment (not the request or
+// recovery, whose background steps are not waited for at shutdown). The
+// provider holds that send (tok_slow, 80 s, longer than the 70 s provider
+// timeout, so the send is still in flight when SIGTERM arrives even on a
+// starved machine). With BOOKING_SHUTDOWN_TIMEOUT=1s the process abandons
+// the step after the grace period and exits with status 0 well before the
+// send could end (the bound is 30 s; it takes about 2 s, and a shutdown
+// that waited for the step took 21 s with a 20 s provider timeout), logging
+// that recovery finishes the step. The next process does: one order,
+// confirmed, one charge, the seats ordered.
 func TestShutdown_BoundedWhileAPaymentStepHangs(t *testing.T) {
 	t.Parallel()
 	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"order.claiming"}, ExternalSim: true, Env: fastEnv(
 		"BOOKING_PROVIDER_TIMEOUT", "70s", "BOOKING_PAYMENT_LEASE", "75s", "BOOKING_PROVIDER_SLOW_DELAY", "80s",
 		"BOOKING_SHUTDOWN_TIMEOUT", "1s")}, 2)
 	s.crashCall(t, orderCall(tokAlice, newKey(), res, "tok_slow"), "order.claiming")
+	s.Restart(func(o *Options) { o.CrashAt = []string{"order.claimed"} })
+	s.WaitExit(60 * time.Second)
+	id := s.onlyClaimedOrder(t, "after recovery's crash at order.claimed")
 	s.Restart(withoutCrash)
-	var ids []string
-	if !eventually(60*time.Second, func() bool { ids = s.claimedOrderIDs(t); return len(ids) == 1 }) {
-		t.Fatalf("OrderClaimed %v within 60 s of the restart, want the recovered order's one claim", ids)
-	}
-	id := ids[0]
 
 	var attempts []orderEvent
 	if !eventually(60*time.Second, func() bool {
