@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -191,7 +192,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var pe *kong.ParseError
 		if errors.As(err, &pe) && pe.Context != nil {
 			if name, ok := unknownCommand(pe); ok {
-				return &usageError{fmt.Errorf("unknown command %q; run %s --help", name, commandPath(pe.Context))}
+				return &usageError{fmt.Errorf("unknown command %s; run %s --help", name, commandPath(pe.Context))}
 			}
 			err = withFlagNamed(pe.Context, err) // a Validate hook's refusal (serve)
 			// A refused configuration value is answered with its message
@@ -267,16 +268,15 @@ func (e *renamedError) Unwrap() error { return e.err }
 
 // unknownCommand reports whether pe is an argument where a command was
 // expected (`booking frobnicate`, `booking projections frob`) and returns
-// that argument. An extra argument after a complete command is not one.
+// that argument quoted, with kong's suggestion. An extra argument after a
+// complete command is not one.
 func unknownCommand(pe *kong.ParseError) (string, bool) {
-	name, ok := strings.CutPrefix(pe.Error(), "unexpected argument ")
-	if !ok {
+	rest, ok := strings.CutPrefix(pe.Error(), "unexpected argument ")
+	if sel := pe.Context.Selected(); !ok || (sel != nil && len(sel.Children) == 0) {
 		return "", false
 	}
-	if sel := pe.Context.Selected(); sel != nil && len(sel.Children) == 0 {
-		return "", false
-	}
-	return name, true
+	name, hint, _ := strings.Cut(rest, ", ") // kong may add `did you mean "serve"?`
+	return strings.TrimSuffix(strconv.Quote(name)+" ("+hint+")", " ()"), true
 }
 
 // commandPath is "booking" followed by the commands kctx has selected so
