@@ -73,8 +73,9 @@ func natsMessages(t testing.TB, js jetstream.JetStream) [][]byte {
 
 // TestSecrets_NoTokenInClearAfterMixedWorkloadAndCrash: every order of a
 // mixed workload pays with its own token. One request is SIGKILLed right
-// after its order claim; after the restart the process manager places and
-// pays it with the token held sealed in the key table. Then: confirmed,
+// after its order's unit (the claim, with OrderPlaced carrying the token
+// sealed and the key table's copy dropped); after the restart the
+// reconciler pays it, opening the token with the key in the key table. Then: confirmed,
 // declined, cancelled (confirmed then refunded), cancelling (tok_slow), one
 // whose payment requires the customer's action (its client secret shown in
 // the 202, then cancelled) and a pending order (the provider fails every
@@ -109,8 +110,8 @@ func TestSecrets_NoTokenInClearAfterMixedWorkloadAndCrash(t *testing.T) {
 		t.Fatalf("OrderClaimed %v after the crash, want 1", ids)
 	}
 	crashedID := ids[0]
-	if n := s.queryInt(t, `SELECT count(*) FROM order_keys WHERE order_id = $1 AND held_token IS NOT NULL`, crashedID); n != 1 {
-		t.Fatalf("order_keys: %d rows holding the crashed order's token, want 1 (held before the intent was recorded)", n)
+	if n := s.queryInt(t, `SELECT count(*) FROM order_keys WHERE order_id = $1 AND held_token IS NULL`, crashedID); n != 1 {
+		t.Fatalf("order_keys: %d rows of the crashed order's key with its token dropped, want 1 (the order's unit moved the token to OrderPlaced)", n)
 	}
 	s.Restart(withoutCrash)
 	if !eventually(recoveryBound, func() bool { return s.orderStatus(t, tokAlice, crashedID) == "confirmed" }) {
