@@ -172,7 +172,7 @@ func (e *env) writeReport(took time.Duration) error {
 	for _, r := range e.results {
 		fig, base, ratio := "–", "–", "–"
 		f := "%.0f"
-		if r.unit == "statements" || r.unit == "x" || r.unit == "GC/s" {
+		if r.unit == "statements" || r.unit == "commits" || r.unit == "x" || r.unit == "GC/s" {
 			f = "%.2f"
 		}
 		if len(r.value) > 0 {
@@ -181,7 +181,7 @@ func (e *env) writeReport(took time.Duration) error {
 		if len(r.base) > 0 {
 			base = medRange(r.base, "%.0f") + "/s"
 		}
-		if len(r.ratio) > 0 && r.unit != "statements" {
+		if len(r.ratio) > 0 && r.unit != "statements" && r.unit != "commits" {
 			ratio = medRange(r.ratio, "%.3f") + "×"
 		}
 		w("| %s | %s | %s | %s | %s | %s | %s |", r.id, r.measure, fig, base, ratio, r.goal, r.met())
