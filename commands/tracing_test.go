@@ -288,7 +288,8 @@ func (m *providerCalls) ProviderCall(op, result string, elapsed time.Duration) {
 // TestProviderCalls_EveryCallIsReported: a Handler reports each provider
 // call its use cases make, by operation and result, without a use case
 // counting: an order paid inline is one create_payment ok; a webhook's
-// fetch one get_payment ok; a declined card one create_payment declined.
+// fetch one get_payment ok (a payment_intent.succeeded the order holds
+// already fetches nothing); a declined card one create_payment declined.
 func TestProviderCalls_EveryCallIsReported(t *testing.T) {
 	t.Parallel()
 	w := newLineageWorld()
@@ -319,7 +320,12 @@ func TestProviderCalls_EveryCallIsReported(t *testing.T) {
 	}
 	paid := order("a", "tok_visa")
 	p, _ := w.pay.GetPayment(ctx, paid.Order.ChargeID)
+	// The order records the payment as succeeded: that notice fetches
+	// nothing; a notice of another state is fetched.
 	if err := h.HandleProviderEvent(ctx, payEvent("evt_1", provider.EventPaymentIntentSucceeded, p)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.HandleProviderEvent(ctx, payEvent("evt_2", provider.EventPaymentIntentProcessing, p)); err != nil {
 		t.Fatal(err)
 	}
 	order("b", "tok_visa") // declined by the fake's second fault

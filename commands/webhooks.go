@@ -113,7 +113,8 @@ func (h *Handler) CheckWebhookHeader(ctx context.Context, signature string) erro
 // not ours are acknowledged and ignored: another kind of object, a payment
 // whose metadata names no order, or names another deployment. The event's
 // own payload is not trusted for state (it may be stale, duplicated or
-// reordered): the payment is fetched and its state recorded as a fact
+// reordered): the payment is fetched (unless the order records it as
+// succeeded already: heldAlready) and its state recorded as a fact
 // (Order.Record), the order found by the payment's metadata in the event
 // store; a payment that requires the customer's action is recorded with
 // its client secret sealed; a refunded payment also records the refund
@@ -154,6 +155,10 @@ func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) err
 		h.log.DebugContext(ctx, "provider event ignored: not about a payment of this deployment", "event_id", ev.ID, "type", ev.Type)
 		return nil
 	}
+	known, held, err := h.heldAlready(ctx, ev)
+	if err != nil || held {
+		return err
+	}
 	qctx, cancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
 	defer cancel()
 	p, err := h.payments.GetPayment(qctx, ev.PaymentID)
@@ -171,9 +176,11 @@ func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) err
 		return nil
 	}
 	orderID := p.OrderID()
-	o, s, err := h.LoadOrder(ctx, orderID)
-	if err != nil {
-		return err
+	o, s := known.o, known.s
+	if s == nil || o.ID != orderID {
+		if o, s, err = h.LoadOrder(ctx, orderID); err != nil {
+			return err
+		}
 	}
 	if !o.Exists() {
 		return domain.ErrOrderNotFound.With("payment " + p.ID + " names an order this service does not know")
@@ -209,6 +216,25 @@ func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) err
 		}
 	}
 	return nil
+}
+
+// heldAlready reads the order a payment_intent.succeeded event names in its
+// metadata (which the signature vouches for) and reports whether the order
+// records that payment as succeeded already: the notice then tells the
+// order nothing new and is acknowledged without fetching the payment (a
+// succeeded payment stays succeeded; a refund of it comes as its own
+// charge.refunded event, which is fetched). It returns the order read, for
+// the fetch's path to decide on; the zero orderState for other events.
+func (h *Handler) heldAlready(ctx context.Context, ev provider.WebhookEvent) (orderState, bool, error) {
+	if ev.Type != provider.EventPaymentIntentSucceeded {
+		return orderState{}, false, nil
+	}
+	o, s, err := h.LoadOrder(ctx, ev.OrderID())
+	if err != nil {
+		return orderState{}, false, err
+	}
+	c, ok := o.Charges[ev.PaymentID]
+	return orderState{o: o, s: s}, ok && c.Outcome == domain.OutcomeSucceeded, nil
 }
 
 // ours reports whether payment metadata names an order (a UUID, as this
