@@ -145,8 +145,33 @@ func (a followUpAhead) at(i int, stream string) laterOf {
 	return laterOf{drive: okD && d > i, ends: okE && e > i}
 }
 
+// followedTypes are the event types followUp acts on; the others are not
+// decoded.
+var followedTypes = map[string]bool{
+	domain.TypeSeatsHeld: true, domain.TypeOrderClaimed: true, domain.TypeExpiryClaimed: true,
+	domain.TypeOrderPlaced: true, domain.TypePaymentOutcomeUnknown: true, domain.TypeOrderCancelRequested: true,
+	domain.TypeOrderFailed: true, domain.TypeOrderCancelled: true, domain.TypeOrderConfirmed: true,
+	domain.TypeOrderNeedsReview: true, domain.TypeIntentRejected: true, domain.TypeRefundRequested: true,
+}
+
+// doneHere reports whether a request of this process did the follow-ups of
+// commit point r itself (Handler.written): the opening of a held
+// reservation, the placing of a claimed order, an expiry's release. It
+// needs r's id only, so such an event is not decoded.
+func (h *Handler) doneHere(r eventstore.RecordedEvent) bool {
+	switch r.Type {
+	case domain.TypeSeatsHeld:
+		return h.written.has(DerivedID(r.ID, "reservation-held"))
+	case domain.TypeOrderClaimed:
+		return h.written.has(DerivedID(r.ID, "order-placed"), DerivedID(r.ID, "reservation-ordered"))
+	case domain.TypeExpiryClaimed:
+		return h.written.has(DerivedID(r.ID, "seats-released"), DerivedID(r.ID, "reservation-expired"))
+	}
+	return false
+}
+
 func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, later laterOf, wg *sync.WaitGroup) error {
-	if !h.registry.Known(r.Type) {
+	if !followedTypes[r.Type] || !h.registry.Known(r.Type) || h.doneHere(r) {
 		return nil
 	}
 	ev, err := h.registry.Decode(r.Type, r.Data)
@@ -161,16 +186,10 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, late
 	ctx = withCause(ctx, m, r.ID)
 	switch e := ev.(type) {
 	case domain.SeatsHeld:
-		if h.written.has(DerivedID(r.ID, "reservation-held")) {
-			return nil // the request opened the reservation
-		}
 		return h.ensureReservationHeld(ctx, heldRecord{id: r.ID, e: e, meta: m})
 	case domain.OrderClaimed:
 		return h.followClaim(ctx, r, e)
 	case domain.ExpiryClaimed:
-		if h.written.has(DerivedID(r.ID, "seats-released"), DerivedID(r.ID, "reservation-expired")) {
-			return nil // the expiry job or a late order request finished it
-		}
 		return h.finishExpiry(ctx, e, r.ID, m)
 	case domain.OrderPlaced, domain.PaymentOutcomeUnknown, domain.OrderCancelRequested:
 		return h.followPayment(ctx, ev, later, wg)
@@ -199,11 +218,9 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, late
 }
 
 // followClaim is the follow-up of OrderClaimed r (e): the order placed and
-// the reservation marked ordered, unless this process's request did both.
+// the reservation marked ordered (unless this process's request did both:
+// doneHere).
 func (h *Handler) followClaim(ctx context.Context, r eventstore.RecordedEvent, e domain.OrderClaimed) error {
-	if h.written.has(DerivedID(r.ID, "order-placed"), DerivedID(r.ID, "reservation-ordered")) {
-		return nil // the request placed the order and marked the reservation
-	}
 	before, _, err := h.LoadOrder(ctx, e.OrderID)
 	if err != nil {
 		return err

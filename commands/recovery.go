@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,7 +30,8 @@ const (
 // failed resume (a dependency down) is retried every retry without advancing
 // the checkpoint.
 func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
-	return h.delayedFollower(ctx, log, cps, RecoveryName, retry, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob {
+	intents := []string{domain.TypeIntentRecorded, domain.TypeIntentResumed}
+	return h.delayedFollower(ctx, log, cps, RecoveryName, retry, intents, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob {
 		var until time.Time
 		var op string
 		cause := r.Stream // an IntentResumed's intent may have opened earlier: a miss reads
@@ -82,7 +84,8 @@ func (h *Handler) finishedHere(cause, op string, after eventstore.Position) bool
 // exactly one claim and never changes it, so ExpireReservation would read
 // that claim and do nothing. It blocks until ctx is done.
 func (h *Handler) RunExpiry(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
-	return h.delayedFollower(ctx, log, cps, ExpiryName, retry, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob {
+	holds := []string{domain.TypeSeatsHeld, domain.TypeOrderClaimed}
+	return h.delayedFollower(ctx, log, cps, ExpiryName, retry, holds, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob {
 		switch e := e.(type) {
 		case domain.SeatsHeld:
 			return plannedJob{key: e.ReservationID, due: e.ExpiresAt, job: func(ctx context.Context) error { return h.ExpireReservation(ctx, e.ReservationID) }}
@@ -127,7 +130,9 @@ const (
 // idempotent; a job already done is a no-op). A failing job is retried every
 // retry without holding back the others. Pending jobs are kept in memory: at
 // most one per reservation held or intent recorded within the window.
-func (h *Handler) delayedFollower(ctx context.Context, log Log, cps Checkpoints, name string, retry time.Duration,
+// Only events of the types plan acts on (types) are decoded and planned;
+// the others only move the checkpoint.
+func (h *Handler) delayedFollower(ctx context.Context, log Log, cps Checkpoints, name string, retry time.Duration, types []string,
 	plan func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob) error {
 	from, err := cps.Load(ctx, name)
 	if err != nil {
@@ -141,7 +146,7 @@ func (h *Handler) delayedFollower(ctx context.Context, log Log, cps Checkpoints,
 	err = log.SubscribeAll(ctx, from, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
 		for _, r := range batch {
 			var p plannedJob
-			if h.registry.Known(r.Type) {
+			if slices.Contains(types, r.Type) && h.registry.Known(r.Type) {
 				ev, err := h.registry.Decode(r.Type, r.Data)
 				if err != nil {
 					return err

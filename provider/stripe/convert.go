@@ -19,7 +19,9 @@ func paymentOf(pi *stripego.PaymentIntent) provider.Payment {
 	var next []byte
 	replayed := false
 	if pi.LastResponse != nil {
-		next = nextActionIn(pi.LastResponse.RawJSON)
+		if pi.NextAction != nil { // the body is read again only for a payment with a next action
+			next = nextActionIn(pi.LastResponse.RawJSON)
+		}
 		replayed = pi.LastResponse.Header.Get(headerReplayed) == "true"
 	}
 	return paymentFrom(pi, next, replayed)
