@@ -95,9 +95,15 @@ type pausingStore struct {
 
 func (s *pausingStore) Append(ctx context.Context, stream string, exp eventstore.ExpectedRevision, evs ...eventstore.EventData) (eventstore.AppendResult, error) {
 	res, err := s.EventStore.Append(ctx, stream, exp, evs...)
-	if stream != s.stream {
-		return res, err
+	if stream == s.stream {
+		s.noted(err)
 	}
+	return res, err
+}
+
+// noted counts an append to the watched stream that ended with err, and
+// pauses the first one.
+func (s *pausingStore) noted(err error) {
 	s.mu.Lock()
 	s.appends++
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
@@ -105,21 +111,13 @@ func (s *pausingStore) Append(ctx context.Context, stream string, exp eventstore
 	}
 	s.mu.Unlock()
 	s.once.Do(func() { close(s.paused); <-s.resume })
-	return res, err
 }
 
 func (s *pausingStore) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
 	res, err := s.EventStore.AppendMulti(ctx, appends...)
-	if !slices.ContainsFunc(appends, func(a eventstore.StreamAppend) bool { return a.Stream == s.stream }) {
-		return res, err
+	if slices.ContainsFunc(appends, func(a eventstore.StreamAppend) bool { return a.Stream == s.stream }) {
+		s.noted(err)
 	}
-	s.mu.Lock()
-	s.appends++
-	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-		s.conflict++
-	}
-	s.mu.Unlock()
-	s.once.Do(func() { close(s.paused); <-s.resume })
 	return res, err
 }
 

@@ -40,16 +40,24 @@ func (l *lossyStore) arm(prefix, typ string, n int, commit bool) {
 	l.prefix, l.typ, l.lose, l.commit = prefix, typ, n, commit
 }
 
-// Append implements EventStore.
-func (l *lossyStore) Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) (eventstore.AppendResult, error) {
+// take reports whether an append that matches (called under the lock)
+// loses its answer, counting it, and whether the armed appends commit.
+func (l *lossyStore) take(matches func() bool) (hit, commit bool) {
 	l.mu.Lock()
-	hit := l.lose > 0 && strings.HasPrefix(stream, l.prefix) && len(events) > 0 && events[0].Type == l.typ
-	commit := l.commit
+	defer l.mu.Unlock()
+	hit = l.lose > 0 && matches()
 	if hit {
 		l.lose--
 		l.lost++
 	}
-	l.mu.Unlock()
+	return hit, l.commit
+}
+
+// Append implements EventStore.
+func (l *lossyStore) Append(ctx context.Context, stream string, expected eventstore.ExpectedRevision, events ...eventstore.EventData) (eventstore.AppendResult, error) {
+	hit, commit := l.take(func() bool {
+		return strings.HasPrefix(stream, l.prefix) && len(events) > 0 && events[0].Type == l.typ
+	})
 	if !hit {
 		return l.memStore.Append(ctx, stream, expected, events...)
 	}
@@ -65,18 +73,11 @@ func (l *lossyStore) Append(ctx context.Context, stream string, expected eventst
 // stream that holds an event of the armed type loses its answer as a whole
 // (committed as a whole, or not at all).
 func (l *lossyStore) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
-	l.mu.Lock()
-	hit := false
-	for _, a := range appends {
-		hit = hit || (l.lose > 0 && strings.HasPrefix(a.Stream, l.prefix) &&
-			slices.ContainsFunc(a.Events, func(e eventstore.EventData) bool { return e.Type == l.typ }))
-	}
-	commit := l.commit
-	if hit {
-		l.lose--
-		l.lost++
-	}
-	l.mu.Unlock()
+	hit, commit := l.take(func() bool {
+		return slices.ContainsFunc(appends, func(a eventstore.StreamAppend) bool {
+			return strings.HasPrefix(a.Stream, l.prefix) && slices.ContainsFunc(a.Events, func(e eventstore.EventData) bool { return e.Type == l.typ })
+		})
+	})
 	if !hit {
 		return l.memStore.AppendMulti(ctx, appends...)
 	}
