@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/retrysafe/booking/provider"
-	stripego "github.com/stripe/stripe-go/v84"
 	"github.com/stripe/stripe-go/v84/webhook"
 )
 
@@ -26,36 +25,31 @@ const maxSignatureHeader = 4096
 // the caller's clock, not the host's); the event must be rendered in
 // APIVersion's release train unless IgnoreAPIVersionMismatch is set.
 //
-// The event's PaymentID is data.object.id for a payment_intent object and
+// The verified body is decoded once, into the members the adapter reads
+// (decodeEvent), where stripe-go's ConstructEvent would check the
+// signature a second time and decode the whole object into a map. The
+// event's PaymentID is data.object.id for a payment_intent object and
 // data.object.payment_intent for a charge or refund; Metadata is
 // data.object.metadata.
 //
 // Errors wrap ErrBadSignature (no secret configured; header missing,
 // malformed or too long; no signature matches), ErrStaleTimestamp (valid
 // signature, timestamp outside the tolerance) or ErrMalformedEvent (not an
-// event, another API version, no id or type, a payment_intent without id).
-// The signature is checked first, so an unauthenticated sender learns
-// nothing about the others. It is safe for concurrent use.
+// event, another API version, no id, type or data.object, a payment_intent
+// without id). The signature is checked first, so an unauthenticated sender
+// learns nothing about the others. It is safe for concurrent use.
 func (c *Client) ParseWebhook(body []byte, signatureHeader string, now time.Time) (provider.WebhookEvent, error) {
 	t, err := c.headerTime(signatureHeader)
 	if err != nil {
 		return provider.WebhookEvent{}, err
 	}
-	secret, err := c.matchSecret(body, signatureHeader)
-	if err != nil {
+	if err := c.matchSecret(body, signatureHeader); err != nil {
 		return provider.WebhookEvent{}, err
 	}
 	if err := c.checkTime(t, now); err != nil {
 		return provider.WebhookEvent{}, err
 	}
-	ev, err := webhook.ConstructEventWithOptions(body, signatureHeader, secret, webhook.ConstructEventOptions{
-		IgnoreTolerance:          true, // checked above against now
-		IgnoreAPIVersionMismatch: c.ignoreVersion,
-	})
-	if err != nil {
-		return provider.WebhookEvent{}, eventError(body)
-	}
-	return eventOf(ev)
+	return decodeEvent(body, c.ignoreVersion)
 }
 
 // CheckWebhookHeader checks what can be checked of a delivery's
@@ -139,25 +133,26 @@ func signatureTime(header string) (time.Time, error) {
 	return time.Unix(unix, 0), nil
 }
 
-// matchSecret returns the configured secret whose signature the header
-// carries, checked by stripe-go, or an error wrapping ErrBadSignature.
-func (c *Client) matchSecret(body []byte, header string) (string, error) {
+// matchSecret checks, with stripe-go, that the header carries the
+// signature of body under one of the configured secrets; an error wraps
+// ErrBadSignature.
+func (c *Client) matchSecret(body []byte, header string) error {
 	for _, s := range c.secrets {
 		err := webhook.ValidatePayloadIgnoringTolerance(body, header, s)
 		switch {
 		case err == nil:
-			return s, nil
+			return nil
 		case errors.Is(err, webhook.ErrNoValidSignature):
 			continue
 		default: // ErrInvalidHeader, ErrNotSigned
-			return "", fmt.Errorf("%w: malformed Stripe-Signature header", provider.ErrBadSignature)
+			return fmt.Errorf("%w: malformed Stripe-Signature header", provider.ErrBadSignature)
 		}
 	}
-	return "", fmt.Errorf("%w: no signature matches", provider.ErrBadSignature)
+	return fmt.Errorf("%w: no signature matches", provider.ErrBadSignature)
 }
 
-// eventError says why stripe-go refused a correctly signed body, without
-// quoting it.
+// eventError says why a correctly signed body is no event of the
+// accepted API versions, without quoting it.
 func eventError(body []byte) error {
 	var head struct {
 		Object     string `json:"object"`
@@ -173,6 +168,20 @@ func eventError(body []byte) error {
 		provider.ErrMalformedEvent, head.APIVersion, APIVersion, APIVersion)
 }
 
+// eventEnvelope is the part of an event
+// (https://docs.stripe.com/api/events/object) the adapter reads; the
+// members it leaves out are skipped unread.
+type eventEnvelope struct {
+	ID         string `json:"id"`
+	Object     string `json:"object"`
+	Type       string `json:"type"`
+	Created    int64  `json:"created"`
+	APIVersion string `json:"api_version"`
+	Data       *struct {
+		Object *eventObject `json:"object"`
+	} `json:"data"`
+}
+
 // eventObject is the part of an event's data.object the adapter reads.
 type eventObject struct {
 	ID            string            `json:"id"`
@@ -181,23 +190,30 @@ type eventObject struct {
 	Metadata      map[string]string `json:"metadata"`
 }
 
-// eventOf maps a verified event (https://docs.stripe.com/api/events/object).
-func eventOf(ev stripego.Event) (provider.WebhookEvent, error) {
+// decodeEvent maps a verified event body in one pass
+// (https://docs.stripe.com/api/events/object). It refuses, wrapping
+// ErrMalformedEvent, what stripe-go's ConstructEvent refuses of a body
+// whose signature matches: invalid JSON, an object other than "event", an
+// api_version outside APIVersion's release train (unless ignoreVersion),
+// a data.object that is not a JSON object; and what the adapter needs: an
+// id, a type, a data.object (not null), a payment_intent's id.
+func decodeEvent(body []byte, ignoreVersion bool) (provider.WebhookEvent, error) {
+	var ev eventEnvelope
+	if json.Unmarshal(body, &ev) != nil || ev.Object != "event" || (!ignoreVersion && !sameReleaseTrain(ev.APIVersion)) {
+		return provider.WebhookEvent{}, eventError(body)
+	}
 	switch {
 	case ev.ID == "":
 		return provider.WebhookEvent{}, fmt.Errorf("%w: missing id", provider.ErrMalformedEvent)
 	case ev.Type == "":
 		return provider.WebhookEvent{}, fmt.Errorf("%w: missing type", provider.ErrMalformedEvent)
-	case ev.Data == nil:
+	case ev.Data == nil || ev.Data.Object == nil:
 		return provider.WebhookEvent{}, fmt.Errorf("%w: missing data.object", provider.ErrMalformedEvent)
 	}
-	var obj eventObject
-	if err := json.Unmarshal(ev.Data.Raw, &obj); err != nil {
-		return provider.WebhookEvent{}, fmt.Errorf("%w: data.object is not an object", provider.ErrMalformedEvent)
-	}
+	obj := ev.Data.Object
 	out := provider.WebhookEvent{
 		ID:         ev.ID,
-		Type:       string(ev.Type),
+		Type:       ev.Type,
 		Created:    time.Unix(ev.Created, 0).UTC(),
 		APIVersion: ev.APIVersion,
 		Metadata:   obj.Metadata,
@@ -212,6 +228,25 @@ func eventOf(ev stripego.Event) (provider.WebhookEvent, error) {
 		out.PaymentID = objectID(obj.PaymentIntent)
 	}
 	return out, nil
+}
+
+// sameReleaseTrain reports whether an event's api_version is of
+// APIVersion's release train ("2025-09-30.clover": the part after the
+// dot), the rule stripe-go's ConstructEvent applies
+// (https://docs.stripe.com/api/versioning); a preview version matches only
+// itself, and a version without a release train matches none.
+func sameReleaseTrain(version string) bool {
+	_, train, ok := strings.Cut(version, ".")
+	if !ok {
+		return false
+	}
+	_, ours, _ := strings.Cut(APIVersion, ".")
+	if ours == "preview" {
+		return version == APIVersion
+	}
+	train, _, _ = strings.Cut(train, ".")
+	ours, _, _ = strings.Cut(ours, ".")
+	return train == ours
 }
 
 // objectID returns the id of an expandable field: the string itself, or

@@ -2,6 +2,7 @@ package stripe
 
 import (
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -232,5 +233,83 @@ func TestParseWebhook_AcceptsWhatStripeGoSigns(t *testing.T) {
 	p := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: "whsec_lib", Timestamp: signedAt})
 	if _, err := c.ParseWebhook(body, p.Header, signedAt); err != nil {
 		t.Fatalf("ParseWebhook(stripe-go's test header) = %v", err)
+	}
+}
+
+// libraryEvent decodes a signed body as stripe-go's ConstructEvent does
+// and maps the stripe.Event it returns: the oracle decodeEvent is held to.
+func libraryEvent(body []byte, header, secret string, ignoreVersion bool) (provider.WebhookEvent, bool) {
+	ev, err := webhook.ConstructEventWithOptions(body, header, secret, webhook.ConstructEventOptions{
+		IgnoreTolerance: true, IgnoreAPIVersionMismatch: ignoreVersion})
+	if err != nil || ev.ID == "" || ev.Type == "" || ev.Data == nil {
+		return provider.WebhookEvent{}, false
+	}
+	var obj eventObject
+	if json.Unmarshal(ev.Data.Raw, &obj) != nil {
+		return provider.WebhookEvent{}, false
+	}
+	out := provider.WebhookEvent{ID: ev.ID, Type: string(ev.Type), Created: time.Unix(ev.Created, 0).UTC(),
+		APIVersion: ev.APIVersion, Metadata: obj.Metadata}
+	switch obj.Object {
+	case "payment_intent":
+		if obj.ID == "" {
+			return provider.WebhookEvent{}, false
+		}
+		out.PaymentID = obj.ID
+	case "charge", "refund":
+		out.PaymentID = objectID(obj.PaymentIntent)
+	}
+	return out, true
+}
+
+func TestParseWebhook_DecodesAsStripeGoDoes(t *testing.T) {
+	t.Parallel()
+	train := strings.SplitN(APIVersion, ".", 2)[1]
+	bodies := map[string][]byte{
+		"payment_intent.succeeded":              eventBody(provider.EventPaymentIntentSucceeded, APIVersion, benchPI),
+		"charge.refunded, id":                   eventBody(provider.EventChargeRefunded, APIVersion, `{"id":"ch_1","object":"charge","payment_intent":"pi_2","metadata":{"a":"b"}}`),
+		"charge.refunded, expanded":             eventBody(provider.EventChargeRefunded, APIVersion, `{"id":"ch_1","object":"charge","payment_intent":{"id":"pi_3","object":"payment_intent"}}`),
+		"refund, null payment_intent":           eventBody("refund.created", APIVersion, `{"id":"re_1","object":"refund","payment_intent":null}`),
+		"another object":                        eventBody("customer.created", APIVersion, `{"id":"cus_1","object":"customer","metadata":{}}`),
+		"same train, other date":                eventBody(provider.EventPaymentIntentCanceled, "2099-01-01."+train, succeededPI),
+		"other train":                           eventBody(provider.EventPaymentIntentSucceeded, "2025-03-31.basil", succeededPI),
+		"no train":                              eventBody(provider.EventPaymentIntentSucceeded, "2024-06-20", succeededPI),
+		"empty version":                         eventBody(provider.EventPaymentIntentSucceeded, "", succeededPI),
+		"payment_intent without id":             eventBody(provider.EventPaymentIntentSucceeded, APIVersion, `{"object":"payment_intent"}`),
+		"data.object not an object":             eventBody(provider.EventPaymentIntentSucceeded, APIVersion, `"pi_1"`),
+		"metadata not strings":                  eventBody(provider.EventPaymentIntentSucceeded, APIVersion, `{"id":"pi_1","object":"payment_intent","metadata":{"a":1}}`),
+		"not an event":                          []byte(`{"id":"pi_1","object":"payment_intent"}`),
+		"not JSON":                              []byte(`{"id":`),
+		"no data":                               []byte(`{"id":"evt_1","object":"event","api_version":"` + APIVersion + `","type":"x.y"}`),
+		"data without object":                   []byte(`{"id":"evt_1","object":"event","api_version":"` + APIVersion + `","type":"x.y","data":{}}`),
+		"unknown members, nested":               []byte(`{"id":"evt_1","object":"event","api_version":"` + APIVersion + `","type":"x.y","request":{"id":null,"idempotency_key":"k"},"data":{"object":{"id":"o","object":"thing","deep":[1,{"a":[]}]},"previous_attributes":{"status":"x"}}}`),
+		"created as a string (refused by both)": []byte(`{"id":"evt_1","object":"event","api_version":"` + APIVersion + `","created":"1","type":"x.y","data":{"object":{}}}`),
+	}
+	for name, body := range bodies {
+		for _, ignore := range []bool{false, true} {
+			header := sign(body, signedAt, "whsec_1")
+			want, wantOK := libraryEvent(body, header, "whsec_1", ignore)
+			got, err := decodeEvent(body, ignore)
+			if (err == nil) != wantOK {
+				t.Errorf("%s (ignore version %t): decodeEvent error %v, stripe-go accepts: %t", name, ignore, err, wantOK)
+				continue
+			}
+			if err != nil && !errors.Is(err, provider.ErrMalformedEvent) {
+				t.Errorf("%s (ignore version %t): decodeEvent error %v, want ErrMalformedEvent", name, ignore, err)
+			}
+			if diff := cmp.Diff(want, got); wantOK && diff != "" {
+				t.Errorf("%s (ignore version %t): decodeEvent mismatch (-stripe-go +got):\n%s", name, ignore, diff)
+			}
+		}
+	}
+}
+
+func TestParseWebhook_RefusesANullDataObject(t *testing.T) {
+	t.Parallel()
+	// stripe-go decodes a null data.object as an empty one; no event Stripe
+	// sends has one, and the adapter refuses it as it refuses a missing one.
+	body := eventBody(provider.EventPaymentIntentSucceeded, APIVersion, `null`)
+	if _, err := decodeEvent(body, false); !errors.Is(err, provider.ErrMalformedEvent) {
+		t.Errorf("decodeEvent(null data.object) = %v, want ErrMalformedEvent", err)
 	}
 }
