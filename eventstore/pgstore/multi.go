@@ -23,7 +23,7 @@ type multiArgs struct {
 	kinds     []int16
 	revisions []int64
 	counts    []int32
-	ids       []uuid.UUID
+	ids       [][16]byte
 	types     []string
 	data      [][]byte
 	metadata  [][]byte
@@ -42,23 +42,22 @@ func newMultiArgs(appends []eventstore.StreamAppend) (multiArgs, error) {
 	m.kinds = make([]int16, 0, len(appends))
 	m.revisions = make([]int64, 0, len(appends))
 	m.counts = make([]int32, 0, len(appends))
-	m.ids = make([]uuid.UUID, 0, n)
+	m.ids = make([][16]byte, 0, n)
 	m.types = make([]string, 0, n)
 	m.data = make([][]byte, 0, n)
 	m.metadata = make([][]byte, 0, n)
 	for _, a := range appends {
-		one, err := newAppendArgs(a.Stream, a.Expected, a.Events)
+		kind, revision, err := expectedArgs(a.Stream, a.Expected, len(a.Events))
 		if err != nil {
 			return m, err
 		}
-		m.streams = append(m.streams, one.stream)
-		m.kinds = append(m.kinds, one.kind)
-		m.revisions = append(m.revisions, one.revision)
-		m.counts = append(m.counts, int32(len(one.ids)))
-		m.ids = append(m.ids, one.ids...)
-		m.types = append(m.types, one.types...)
-		m.data = append(m.data, one.data...)
-		m.metadata = append(m.metadata, one.metadata...)
+		m.streams = append(m.streams, a.Stream)
+		m.kinds = append(m.kinds, kind)
+		m.revisions = append(m.revisions, revision)
+		m.counts = append(m.counts, int32(len(a.Events)))
+		if err := addEventArgs(a.Stream, a.Events, &m.ids, &m.types, &m.data, &m.metadata); err != nil {
+			return m, err
+		}
 	}
 	return m, nil
 }
@@ -168,6 +167,12 @@ type batcher interface {
 const appendMultiSQL = `SELECT o_status, o_revision, o_tx, o_seq, now()
 FROM eventstore_append_multi($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
+// multiParams returns eventstore_append_multi's parameters for a; bounded
+// as in an explicit transaction when inTx (see timeoutArg).
+func (s *Store) multiParams(a multiArgs, inTx bool) []any {
+	return []any{a.streams, a.kinds, a.revisions, a.counts, a.ids, a.types, a.data, a.metadata, s.timeoutArg(inTx)}
+}
+
 // conflictState is the SQLSTATE eventstore_append_multi raises for a part
 // whose expected revision does not hold (migration 00013).
 const conflictState = "EV409"
@@ -180,7 +185,7 @@ const conflictState = "EV409"
 func (s *Store) appendMultiOnce(ctx context.Context, q batcher, a multiArgs, queue func(*pgx.Batch), inTx bool) (results []eventstore.AppendResult, written bool, err error) {
 	// A unit with statements of the caller's is bounded like an explicit
 	// transaction: it spans several statements.
-	params := []any{a.streams, a.kinds, a.revisions, a.counts, a.ids, a.types, a.data, a.metadata, s.timeoutArg(inTx || queue != nil)}
+	params := s.multiParams(a, inTx || queue != nil)
 	scan := func(rows pgx.Rows) error {
 		results, written, err = scanMulti(rows, a)
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -126,7 +127,10 @@ type appendArgs struct {
 	expected eventstore.ExpectedRevision
 	kind     int16
 	revision int64
-	ids      []uuid.UUID
+	// ids are the events' UUIDs as [16]byte, which pgx encodes into uuid[]
+	// directly; a uuid.UUID element would go through its driver.Valuer
+	// (a string, parsed back), some 20 allocations an id.
+	ids      [][16]byte
 	types    []string
 	data     [][]byte
 	metadata [][]byte
@@ -149,46 +153,79 @@ const (
 
 func newAppendArgs(stream string, expected eventstore.ExpectedRevision, events []eventstore.EventData) (appendArgs, error) {
 	a := appendArgs{stream: stream, expected: expected}
-	if stream == "" {
-		return a, errors.New("pgstore: append: empty stream name")
+	var err error
+	if a.kind, a.revision, err = expectedArgs(stream, expected, len(events)); err != nil {
+		return a, err
 	}
-	if len(events) == 0 {
-		return a, fmt.Errorf("pgstore: append to %q: no events", stream)
+	a.ids = make([][16]byte, 0, len(events))
+	a.types = make([]string, 0, len(events))
+	a.data = make([][]byte, 0, len(events))
+	a.metadata = make([][]byte, 0, len(events))
+	err = addEventArgs(stream, events, &a.ids, &a.types, &a.data, &a.metadata)
+	return a, err
+}
+
+// expectedArgs checks a part's stream name and event count and returns
+// its expected revision as eventstore_append takes it (kind, revision).
+func expectedArgs(stream string, expected eventstore.ExpectedRevision, events int) (int16, int64, error) {
+	if stream == "" {
+		return 0, 0, errors.New("pgstore: append: empty stream name")
+	}
+	if events == 0 {
+		return 0, 0, fmt.Errorf("pgstore: append to %q: no events", stream)
 	}
 	switch {
 	case expected.IsNoStream():
-		a.kind = kindNoStream
+		return kindNoStream, 0, nil
 	case expected.IsStreamExists():
-		a.kind = kindStreamExists
+		return kindStreamExists, 0, nil
 	case expected.IsAny():
-		a.kind = kindAny
-	default:
-		rev, _ := expected.ExactRevision()
-		if rev > math.MaxInt64-uint64(len(events)) {
-			return a, fmt.Errorf("pgstore: append to %q: expected revision %d out of range", stream, rev)
-		}
-		a.kind, a.revision = kindExact, int64(rev)
+		return kindAny, 0, nil
 	}
-	a.ids = make([]uuid.UUID, len(events))
-	a.types = make([]string, len(events))
-	a.data = make([][]byte, len(events))
-	a.metadata = make([][]byte, len(events))
-	seen := make(map[uuid.UUID]struct{}, len(events))
+	rev, _ := expected.ExactRevision()
+	if rev > math.MaxInt64-uint64(events) {
+		return 0, 0, fmt.Errorf("pgstore: append to %q: expected revision %d out of range", stream, rev)
+	}
+	return kindExact, int64(rev), nil
+}
+
+// smallBatch is the most events of one part whose ids addEventArgs checks
+// for repeats by comparing each with the ones before (no map to allocate).
+const smallBatch = 16
+
+// addEventArgs checks the events of one append to stream (each id a UUID,
+// none twice, each type named) and appends their columns to ids, types,
+// data and metadata.
+func addEventArgs(stream string, events []eventstore.EventData, ids *[][16]byte, types *[]string, data, metadata *[][]byte) error {
+	first := len(*ids)
+	var seen map[uuid.UUID]struct{}
+	if len(events) > smallBatch {
+		seen = make(map[uuid.UUID]struct{}, len(events))
+	}
 	for i, e := range events {
 		id, err := uuid.Parse(e.ID)
 		if err != nil {
-			return a, fmt.Errorf("pgstore: append to %q: event %d: id %q is not a UUID", stream, i, e.ID)
+			return fmt.Errorf("pgstore: append to %q: event %d: id %q is not a UUID", stream, i, e.ID)
 		}
-		if _, dup := seen[id]; dup {
-			return a, fmt.Errorf("pgstore: append to %q: event %d: id %s appears twice in the batch", stream, i, id)
+		dup := false
+		if seen != nil {
+			_, dup = seen[id]
+			seen[id] = struct{}{}
+		} else {
+			dup = slices.Contains((*ids)[first:], [16]byte(id))
 		}
-		seen[id] = struct{}{}
+		if dup {
+			return fmt.Errorf("pgstore: append to %q: event %d: id %s appears twice in the batch", stream, i, id)
+		}
 		if e.Type == "" {
-			return a, fmt.Errorf("pgstore: append to %q: event %d (%s): empty type", stream, i, id)
+			return fmt.Errorf("pgstore: append to %q: event %d (%s): empty type", stream, i, id)
 		}
-		a.ids[i], a.types[i], a.data[i], a.metadata[i] = id, e.Type, e.Data, e.Metadata
+		*ids = append(*ids, id)
+		*types = append(*types, e.Type)
+		*data = append(*data, e.Data)
+		*metadata = append(*metadata, e.Metadata)
 	}
-	return a, nil
+	return nil
 }
 
 // Append writes events to stream atomically if expected holds, in one
@@ -357,14 +394,14 @@ func scanEvent(row pgx.Row) (eventstore.RecordedEvent, error) {
 		e        eventstore.RecordedEvent
 		revision int64
 		seq      int64
-		id       uuid.UUID
+		id       [16]byte // pgx scans a uuid into [16]byte directly; a uuid.UUID goes through its sql.Scanner (a string)
 	)
 	if err := row.Scan(&e.Stream, &revision, &e.Position.Commit, &seq, &id, &e.Type, &e.Data, &e.Metadata, &e.RecordedAt); err != nil {
 		return e, err
 	}
 	e.Revision = uint64(revision)
 	e.Position.Prepare = uint64(seq)
-	e.ID = id.String()
+	e.ID = uuid.UUID(id).String()
 	e.RecordedAt = e.RecordedAt.UTC()
 	return e, nil
 }
@@ -418,7 +455,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 			e        eventstore.RecordedEvent
 			revision int64
 			seq      int64
-			id       uuid.UUID
+			id       [16]byte // as in scanEvent
 		)
 		if err := rows.Scan(&e.Stream, &revision, &e.Position.Commit, &seq, &id, &e.Type, &e.Data, &e.Metadata, &e.RecordedAt, &live); err != nil {
 			return nil, fmt.Errorf("pgstore: read stream %q: %w", stream, err)
@@ -428,7 +465,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 		}
 		e.Revision = uint64(revision)
 		e.Position.Prepare = uint64(seq)
-		e.ID = id.String()
+		e.ID = uuid.UUID(id).String()
 		e.RecordedAt = e.RecordedAt.UTC()
 		events = append(events, e)
 	}
