@@ -18,7 +18,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 )
@@ -83,11 +82,36 @@ func New(ctx context.Context, getenv func(string) string, stdout io.Writer) (tp 
 // Transport returns base (nil: http.DefaultTransport) with otelhttp's
 // client instrumentation: every outgoing request carries the W3C
 // traceparent and tracestate of its context, and with a tracer provider tp
-// it is a client span. Without tp only the context's span (a caller's
-// remote one) is propagated.
+// it is a client span. Without tp no span is recorded, so the transport
+// only propagates the context's span (a caller's remote one), and a
+// request whose context has none is sent as it is.
 func Transport(base http.RoundTripper, tp trace.TracerProvider) http.RoundTripper {
-	if tp == nil {
-		tp = noop.NewTracerProvider()
+	if base == nil {
+		base = http.DefaultTransport
 	}
-	return otelhttp.NewTransport(base, otelhttp.WithPropagators(propagation.TraceContext{}), otelhttp.WithTracerProvider(tp))
+	if tp == nil {
+		return propagating{base: base}
+	}
+	return otelhttp.NewTransport(base, otelhttp.WithPropagators(traceContext), otelhttp.WithTracerProvider(tp))
+}
+
+// traceContext is the W3C Trace Context propagator
+// (https://www.w3.org/TR/trace-context/) of outgoing requests.
+var traceContext = propagation.TraceContext{}
+
+// propagating is the transport without a tracer provider: what otelhttp's
+// would send with a no-op provider, without its per-request attributes
+// and wrappers.
+type propagating struct{ base http.RoundTripper }
+
+// RoundTrip sends req through the base transport; when req's context
+// carries a valid span context, it sends a copy carrying its traceparent
+// and tracestate (a RoundTripper must not change the request it is given).
+func (p propagating) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !trace.SpanContextFromContext(req.Context()).IsValid() {
+		return p.base.RoundTrip(req)
+	}
+	out := req.Clone(req.Context())
+	traceContext.Inject(out.Context(), propagation.HeaderCarrier(out.Header))
+	return p.base.RoundTrip(out)
 }
