@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/retrysafe/booking/eventstore"
 )
@@ -215,11 +216,11 @@ func scanMulti(rows pgx.Rows, a multiArgs) ([]eventstore.AppendResult, bool, err
 	results := make([]eventstore.AppendResult, 0, len(a.streams))
 	written := false
 	for rows.Next() {
-		var (
+		var ( // pgtype values: filled in place, where pointer targets are allocated
 			status   int16
-			revision *int64
-			tx       *uint64
-			seq      *int64
+			revision pgtype.Int8
+			tx       pgtype.Uint64
+			seq      pgtype.Int8
 			now      time.Time
 		)
 		if err := rows.Scan(&status, &revision, &tx, &seq, &now); err != nil {
@@ -227,13 +228,13 @@ func scanMulti(rows pgx.Rows, a multiArgs) ([]eventstore.AppendResult, bool, err
 		}
 		part := len(results)
 		if part >= len(a.streams) || (status != statusAppended && status != statusRepeat) ||
-			revision == nil || *revision < 0 || tx == nil || seq == nil {
+			!revision.Valid || revision.Int64 < 0 || !tx.Valid || !seq.Valid {
 			return nil, false, fmt.Errorf("pgstore: append to %d streams: unexpected result %d (status %d) from eventstore_append_multi", len(a.streams), part, status)
 		}
 		written = written || status == statusAppended
 		results = append(results, eventstore.AppendResult{
-			NextRevision: uint64(*revision),
-			Position:     eventstore.Position{Commit: *tx, Prepare: uint64(*seq)},
+			NextRevision: uint64(revision.Int64),
+			Position:     eventstore.Position{Commit: tx.Uint64, Prepare: uint64(seq.Int64)},
 			Now:          now.UTC(),
 		})
 	}

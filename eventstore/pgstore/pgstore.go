@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/eventstore"
@@ -295,14 +296,16 @@ FROM eventstore_append($1, $2, $3, $4, $5, $6, $7, $8)`
 // is returned as a *eventstore.RevisionConflictError, possibly wrapped;
 // database errors as they come.
 func (s *Store) appendOnce(ctx context.Context, q querier, a appendArgs, inTx bool) (res eventstore.AppendResult, written bool, err error) {
+	// The nullable columns are scanned into pgtype values, which pgx fills
+	// in place (a pointer target is allocated per column and row).
 	var (
 		status      int16
 		revision    int64
-		tx          *uint64
-		seq         *int64
-		dupID       *uuid.UUID
-		dupStream   *string
-		dupRevision *int64
+		tx          pgtype.Uint64
+		seq         pgtype.Int8
+		dupID       pgtype.UUID
+		dupStream   pgtype.Text
+		dupRevision pgtype.Int8
 		now         time.Time
 	)
 	err = q.QueryRow(ctx, appendSQL, a.stream, a.kind, a.revision, a.ids, a.types, a.data, a.metadata, s.timeoutArg(inTx)).
@@ -312,20 +315,20 @@ func (s *Store) appendOnce(ctx context.Context, q querier, a appendArgs, inTx bo
 	}
 	switch status {
 	case statusAppended, statusRepeat:
-		if tx == nil || seq == nil || revision < 0 {
+		if !tx.Valid || !seq.Valid || revision < 0 {
 			return res, false, fmt.Errorf("pgstore: append to %q: incomplete result from eventstore_append (status %d)", a.stream, status)
 		}
 		res = eventstore.AppendResult{
 			NextRevision: uint64(revision),
-			Position:     eventstore.Position{Commit: *tx, Prepare: uint64(*seq)},
+			Position:     eventstore.Position{Commit: tx.Uint64, Prepare: uint64(seq.Int64)},
 			Now:          now.UTC(),
 		}
 		return res, status == statusAppended, nil
 	case statusConflict:
 		conflict := &eventstore.RevisionConflictError{Stream: a.stream, Expected: a.expected, Actual: revision}
-		if dupID != nil && dupStream != nil && dupRevision != nil {
+		if dupID.Valid && dupStream.Valid && dupRevision.Valid {
 			return res, false, fmt.Errorf("pgstore: event id %s is already stored in stream %q at revision %d: %w",
-				*dupID, *dupStream, *dupRevision, conflict)
+				uuid.UUID(dupID.Bytes), dupStream.String, dupRevision.Int64, conflict)
 		}
 		return res, false, conflict
 	default:
@@ -457,12 +460,14 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from eventstore.R
 			seq      int64
 			id       [16]byte // as in scanEvent
 		)
-		if err := rows.Scan(&e.Stream, &revision, &e.Position.Commit, &seq, &id, &e.Type, &e.Data, &e.Metadata, &e.RecordedAt, &live); err != nil {
+		// The first column is stream itself: skipped, not copied per row.
+		if err := rows.Scan(nil, &revision, &e.Position.Commit, &seq, &id, &e.Type, &e.Data, &e.Metadata, &e.RecordedAt, &live); err != nil {
 			return nil, fmt.Errorf("pgstore: read stream %q: %w", stream, err)
 		}
 		if revision < 0 {
 			continue // the stream exists, no event at or after from
 		}
+		e.Stream = stream
 		e.Revision = uint64(revision)
 		e.Position.Prepare = uint64(seq)
 		e.ID = uuid.UUID(id).String()
