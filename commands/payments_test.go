@@ -582,14 +582,11 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 type memProcessed struct {
 	mu   sync.Mutex
 	seen map[string]time.Time
-	// lookups counts the calls of Processed.
-	lookups int
 }
 
 func (m *memProcessed) Processed(_ context.Context, id string) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.lookups++
 	_, ok := m.seen[id]
 	return ok, nil
 }
@@ -711,29 +708,6 @@ func TestHandleProviderEvent(t *testing.T) {
 		err := f.h.HandleProviderEvent(context.Background(), payEvent("evt_2", provider.EventPaymentIntentSucceeded, p))
 		if !errors.Is(err, domain.ErrOrderNotFound) {
 			t.Errorf("HandleProviderEvent() = %v, want ErrOrderNotFound", err)
-		}
-	})
-	t.Run("A success notice of a payment the order records as succeeded is acknowledged on the order alone.", func(t *testing.T) {
-		t.Parallel()
-		pay := newFakePayments()
-		p := pay.addPayment(payOrder, 1, payAmount)
-		f := newPayFix(t, payConfig(), "tok_visa", nil, live, domain.PaymentSucceeded{OrderID: payOrder, Attempt: 1, ChargeID: p.ID, Amount: payAmount},
-			domain.OrderConfirmed{OrderID: payOrder, Tickets: []domain.Ticket{{ID: "t1"}, {ID: "t2"}}})
-		processed := &memProcessed{}
-		f.pay = pay
-		f.h = New(f.cfg, f.store, f.clock, f.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), WithMetrics(f.metrics),
-			WithKeys(f.keys), WithProcessedEvents(processed))
-		for range 2 {
-			if err := f.h.HandleProviderEvent(context.Background(), payEvent("evt_4", provider.EventPaymentIntentSucceeded, p)); err != nil {
-				t.Fatalf("HandleProviderEvent() = %v", err)
-			}
-		}
-		f.wantAppended(t, "appended", nil)
-		if g := pay.count("get"); g != 0 {
-			t.Errorf("payment fetches = %d, want 0", g)
-		}
-		if processed.lookups != 0 || len(processed.seen) != 0 {
-			t.Errorf("processed events: %d look-ups, %d recorded; want none (the order is the record)", processed.lookups, len(processed.seen))
 		}
 	})
 	t.Run("A refund notice records the refund of a cancelled order.", func(t *testing.T) {

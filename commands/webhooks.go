@@ -121,27 +121,19 @@ func (h *Handler) CheckWebhookHeader(ctx context.Context, signature string) erro
 // (charge.refunded; Order.RecordRefund). An event processed before (by id,
 // ProcessedEvents) is acknowledged without a fetch; facts are
 // deduplicated by payment id in any case, and a payment the order does not
-// need becomes a redundant effect, refunded. A success the order records
-// already is acknowledged before ProcessedEvents is consulted, and its id
-// is not recorded there: the order is its record, so such a notice (the
-// one each payment this service sent itself brings back) costs one order
-// read and no write, and each redelivery finds the same.
+// need becomes a redundant effect, refunded.
 //
 // Returns domain.ErrOrderNotFound for a payment of this deployment whose
 // order the event store does not know (yet), or an error wrapping
 // domain.ErrUnavailable.
 func (h *Handler) HandleProviderEvent(ctx context.Context, ev provider.WebhookEvent) error {
-	known, held, err := h.heldAlready(ctx, ev)
-	if err != nil || held {
-		return err
-	}
 	if seen, err := h.processed.Processed(ctx, ev.ID); err != nil {
 		return unavailable(err)
 	} else if seen {
 		h.metrics.Reconciliation("webhook_duplicate")
 		return nil
 	}
-	if err := h.handleEvent(ctx, ev, known); err != nil {
+	if err := h.handleEvent(ctx, ev); err != nil {
 		return err
 	}
 	now, err := h.now(ctx)
@@ -154,15 +146,18 @@ func (h *Handler) HandleProviderEvent(ctx context.Context, ev provider.WebhookEv
 	return nil
 }
 
-// handleEvent is HandleProviderEvent without the deduplication by event
-// id; known is the order heldAlready read (zero when it read none).
-func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent, known orderState) error {
+// handleEvent is HandleProviderEvent without the deduplication by event id.
+func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) error {
 	// A payment_intent.* event carries the payment's metadata: one that is
 	// not ours needs no fetch. A charge.* event carries none.
 	if !ev.IsPaymentEvent() || (strings.HasPrefix(ev.Type, "payment_intent.") && !h.ours(ev.Metadata)) {
 		ignoreWebhook(ctx)
 		h.log.DebugContext(ctx, "provider event ignored: not about a payment of this deployment", "event_id", ev.ID, "type", ev.Type)
 		return nil
+	}
+	known, held, err := h.heldAlready(ctx, ev)
+	if err != nil || held {
+		return err
 	}
 	qctx, cancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
 	defer cancel()
@@ -223,16 +218,15 @@ func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent, kno
 	return nil
 }
 
-// heldAlready reads the order a payment_intent.succeeded event of this
-// deployment names in its metadata (which the signature vouches for) and
-// reports whether the order
+// heldAlready reads the order a payment_intent.succeeded event names in its
+// metadata (which the signature vouches for) and reports whether the order
 // records that payment as succeeded already: the notice then tells the
 // order nothing new and is acknowledged without fetching the payment (a
 // succeeded payment stays succeeded; a refund of it comes as its own
 // charge.refunded event, which is fetched). It returns the order read, for
 // the fetch's path to decide on; the zero orderState for other events.
 func (h *Handler) heldAlready(ctx context.Context, ev provider.WebhookEvent) (orderState, bool, error) {
-	if ev.Type != provider.EventPaymentIntentSucceeded || !h.ours(ev.Metadata) {
+	if ev.Type != provider.EventPaymentIntentSucceeded {
 		return orderState{}, false, nil
 	}
 	o, s, err := h.LoadOrder(ctx, ev.OrderID())
