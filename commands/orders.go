@@ -108,9 +108,12 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 		}
 		return show.AcceptsOrders(now)
 	}
-	run, err := h.beginIntent(ctx, req, command, prep, admissible)
+	run, err := h.beginDeferred(ctx, req, command, prep, admissible)
 	if err != nil {
 		return OrderResult{}, err
+	}
+	if p := run.pending; p != nil {
+		defer h.inflight.release(run.stream, p.flight) // whatever became of the unit
 	}
 	ctx = run.context(ctx)
 	if !run.leaseFrom.IsZero() {
@@ -132,6 +135,19 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID string) (OrderResult, error) {
 	req := run.req
 	out := Outcome{Replayed: !run.created}
+	if run.pending != nil {
+		placed, rn, err := h.placeDeferred(ctx, run, reservationID)
+		if err != nil {
+			return OrderResult{}, err
+		}
+		if rn != run { // recorded by another request first: a repeat
+			return h.placeOrder(rn.context(ctx), rn, reservationID)
+		}
+		if placed != nil {
+			h.step(ctx, "order.placed")
+			return h.payAndWait(ctx, run.targetID(), req.Wait, out, placed)
+		}
+	}
 	if !run.created {
 		o, s, err := h.LoadOrder(ctx, run.targetID())
 		if err != nil {
@@ -165,6 +181,29 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 	}
 	h.step(ctx, "order.placed")
 	return h.payAndWait(ctx, run.targetID(), req.Wait, out, placed)
+}
+
+// placeDeferred places the order of a run whose intent is not recorded yet
+// (intentRun.pending) in placeAlone's unit, which records the intent as
+// well: it returns the order as the unit left it and the run, recorded.
+// When another request recorded the intent first it returns the run that
+// request's repeat gets instead (resolveTaken); when the unit did not
+// commit otherwise (it cannot be decided alone, or a part other than the
+// intent lost a race) the intent is recorded alone, and a nil order with
+// the run, recorded, leaves placeOrder to go on as for any recorded intent.
+func (h *Handler) placeDeferred(ctx context.Context, run *intentRun, reservationID string) (*orderState, *intentRun, error) {
+	if run.secrets != nil {
+		placed, err := h.placeAlone(ctx, run, reservationID, run.secrets)
+		if errors.Is(err, errIntentTaken) {
+			rn, err := h.resolveTaken(ctx, run)
+			return nil, rn, err
+		}
+		if err != nil || placed != nil {
+			return placed, run, err
+		}
+	}
+	rn, err := h.recordPending(ctx, run)
+	return nil, rn, err
 }
 
 // placeAlone places the order of the request that recorded its intent and
@@ -201,11 +240,15 @@ func (h *Handler) placeAlone(ctx context.Context, run *intentRun, reservationID 
 	if err != nil || held == nil {
 		return nil, err
 	}
+	if run.pending != nil && kw.place != nil {
+		// The key is created with the intent, placed: the order carries the token.
+		kw = keyWrite{create: &keyCreate{orderID: c.OrderID, intent: run.stream, dk: sec.dk, shredAt: kw.place.deadline}}
+	}
 	u, err := h.placingUnit(ctx, run, c, rs, ordered[0], held, sec, now)
 	if err != nil || u == nil {
 		return nil, err
 	}
-	res, err := h.commitUnit(ctx, kw, u.parts...)
+	res, err := h.commitWithIntent(ctx, run, kw, u.parts...)
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		h.reservations.drop(rs.name) // decide again on reads
 		return nil, nil
@@ -220,7 +263,7 @@ func (h *Handler) placeAlone(ctx context.Context, run *intentRun, reservationID 
 	r.Apply(ordered[0])
 	h.reservations.put(rs.name, r, res[2].NextRevision)
 	u.order.s.last = res[1].NextRevision
-	u.order.held = kw.place == nil
+	u.order.held = kw.place == nil && kw.create == nil
 	return u.order, nil
 }
 
