@@ -27,17 +27,17 @@ import (
 // BENCHMARKS.md ("How the figures came about") lists where the statements
 // go. Lower them whenever a change removes a round trip or a commit.
 //
-// A booking commits four times: the reservation's intent, its hold unit
-// (SeatsHeld with ReservationHeld), the order's unit (its intent with its
+// A booking commits three times: the reservation's hold unit (its intent,
+// SeatsHeld and ReservationHeld), the order's unit (its intent with its
 // key row, created placed, the claim, OrderPlaced, ReservationOrdered and
 // the first attempt's start), and the payment's result. A repeat that
-// arrives before the order's unit commits finds the intent in flight in
-// this process (inFlight) and waits for it, or answers 409 in use. The
-// ended orders' keys are deleted in batches, a fraction of a commit each
-// (commitBudget's .1).
+// arrives before a unit commits finds the intent in flight in this process
+// (inFlight) and waits for it, or answers 409 in use. The ended orders'
+// keys are deleted in batches, a fraction of a commit each (commitBudget's
+// .1).
 const (
-	requestPathBudget = 6
-	commitBudget      = 4.1
+	requestPathBudget = 5
+	commitBudget      = 3.1
 	replayBudget      = 3
 )
 

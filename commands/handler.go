@@ -235,17 +235,18 @@ type Hooks struct {
 //   - order.token-held: an order's payment token was sealed (and, without
 //     key units, held in the key table: Keys.Create), before its
 //     IntentRecorded is appended.
-//   - intent.recorded: a new IntentRecorded was appended. An order's is
-//     appended in the unit that claims the order (see inflight.go), so
-//     there it comes after that unit, right before order.claimed; for the
-//     other operations (and an order intent recorded alone) the commit
-//     point is still ahead.
+//   - intent.recorded: a new IntentRecorded was appended. An order's and
+//     a reservation's are appended in the unit of their commit point (see
+//     inflight.go), so there it comes after that unit, right before
+//     order.claimed or reservation.held; for the other operations (and an
+//     intent recorded alone) the commit point is still ahead.
 //   - intent.waiting: a repeat found the intent's executor inside its lease
 //     before the commit point, or its intent in flight in this process
 //     (not recorded yet), and is about to wait for it (up to InUseWait); a
 //     repeat parked here has not started its wait yet.
-//   - reservation.holding: before SeatsHeld joins the show's next append
-//     (the reservation's commit point).
+//   - reservation.holding: before SeatsHeld, with a new reservation's
+//     IntentRecorded, joins the show's next append (the reservation's
+//     commit point): a request parked here has recorded nothing yet.
 //   - reservation.held: after SeatsHeld was appended.
 //   - order.claiming: before the no-stream append of OrderClaimed to
 //     reservation-order-{id} (the order's commit point), in a new order's

@@ -231,11 +231,7 @@ func (h *Handler) recordedPending(ctx context.Context, run *intentRun, res event
 // when another request recorded the intent first, the run a repeat gets
 // (resolveTaken). A run recorded already is returned as it is.
 func (h *Handler) recordPending(ctx context.Context, run *intentRun) (*intentRun, error) {
-	p := run.pending
-	if p == nil {
-		return run, nil
-	}
-	_, err := h.commitWithIntent(ctx, run, p.b.kw)
+	err := h.ensureRecorded(ctx, run)
 	if errors.Is(err, errIntentTaken) {
 		return h.resolveTaken(ctx, run)
 	}
@@ -243,6 +239,17 @@ func (h *Handler) recordPending(ctx context.Context, run *intentRun) (*intentRun
 		return nil, err
 	}
 	return run, nil
+}
+
+// ensureRecorded records a pending run's intent alone (recordPending), or
+// does nothing for a run recorded already. errIntentTaken, the run still
+// pending, when another request recorded the intent first.
+func (h *Handler) ensureRecorded(ctx context.Context, run *intentRun) error {
+	if run.pending == nil {
+		return nil
+	}
+	_, err := h.commitWithIntent(ctx, run, run.pending.b.kw)
+	return err
 }
 
 // resolveTaken answers a pending run whose intent another request recorded
