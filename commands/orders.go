@@ -46,10 +46,13 @@ type OrderResult struct {
 // same to every repeat; domain.ErrKeyReused, *InUseError, and
 // domain.ErrUnavailable-wrapped errors as for every intent.
 //
-// The token is held sealed in the key table under the new order's id before
-// the intent is recorded; a repeat finds it there. (A repeat that reaches a
-// process which has not seen its intent holds its token under an id that
-// never becomes an order, deleted again within shredDelay: see recordFirst.)
+// The token is sealed under the new order's data key before the intent is
+// recorded: in the unit that records the intent and places the order, with
+// the key row, under key units; held in the key table first otherwise. A
+// new intent is recorded in that unit (beginDeferred, placeDeferred). (A
+// repeat that reaches a process which has not seen its intent may hold its
+// token under an id that never becomes an order, deleted again within
+// shredDelay: see resolveTaken.)
 func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
 	// A repeat of an intent this process keeps is answered from its order,
 	// read once, when the order exists (keptTarget).
@@ -214,11 +217,14 @@ func (h *Handler) placeDeferred(ctx context.Context, run *intentRun, reservation
 // wrote or read it (what the claim decides on is fixed by ReservationHeld;
 // the unit's expected revisions fence the rest). The key table's part is
 // tokenToPlace's: in the unit with key units, else a round trip before it.
-// It returns the order as
-// the unit left it, with the attempt ready to send; or nil and no error
-// when the unit cannot be decided alone (a refusal is decided on reads, the
-// key holds no token) or lost a race, for placeOrder to claim on reads; or
-// the unit's error when its outcome stayed unknown (503).
+// For a run whose intent is pending, the unit records it too, first
+// (commitWithIntent), and with key units creates the order's key already
+// placed instead of dropping its held token. It returns the order as the
+// unit left it, with the attempt ready to send; or nil and no error when
+// the unit cannot be decided alone (a refusal is decided on reads, the key
+// holds no token) or lost a race on another part, for placeOrder to claim
+// on reads; errIntentTaken when a pending intent was recorded by another
+// request first; or the unit's error when its outcome stayed unknown (503).
 func (h *Handler) placeAlone(ctx context.Context, run *intentRun, reservationID string, sec *heldSecrets) (*orderState, error) {
 	r, rs, err := h.cachedReservation(ctx, reservationID)
 	if err != nil {
