@@ -190,6 +190,73 @@ func TestDocs_RelativeLinksResolve(t *testing.T) {
 	}
 }
 
+// docsSectionRef is a reference from code to a section of a reference
+// document: docs/F.md followed by `, "Heading"`, ` ("Heading")`, `, Heading)`
+// (an unquoted heading of capitalised words) or `#anchor`, after the
+// comment markers of joined lines and Go's \" escapes were dropped.
+var docsSectionRef = regexp.MustCompile(`docs/([a-z0-9-]+\.md)(?:(?:,\s*|\s+\()(?:"([^"]+)"|([A-Z][a-z][A-Za-z ]*)[),;])|#([a-z0-9_-]+))`)
+
+// commentMarker is the start of a line of code up to its comment's text
+// (Go's //, SQL's --, YAML's and the Makefile's #), dropped so a reference
+// wrapped across comment lines reads as one phrase.
+var commentMarker = regexp.MustCompile(`\n\s*(?://|--|#)?\s*`)
+
+// TestDocs_SectionReferencesResolve: every reference from the code (Go,
+// OpenAPI and other YAML, SQL migrations, the Makefile; tests aside) to a
+// section of docs/F.md names a file that exists and a heading it has, so a
+// message or comment that sends a reader to the reference finds it.
+func TestDocs_SectionReferencesResolve(t *testing.T) {
+	t.Parallel()
+	checked := 0
+	err := filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != ".." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		ext := filepath.Ext(name)
+		if strings.HasSuffix(name, "_test.go") || (ext != ".go" && ext != ".yaml" && ext != ".yml" && ext != ".sql" && name != "Makefile") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		text := commentMarker.ReplaceAllString(strings.ReplaceAll(string(b), `\"`, `"`), " ")
+		for _, m := range docsSectionRef.FindAllStringSubmatch(text, -1) {
+			checked++
+			doc := filepath.Join("..", "docs", m[1])
+			where := fmt.Sprintf("%s: %q", filepath.ToSlash(strings.TrimPrefix(path, ".."+string(filepath.Separator))), m[0])
+			if _, err := os.Stat(doc); err != nil {
+				t.Errorf("%s: docs/%s does not exist", where, m[1])
+				continue
+			}
+			anchor := m[4]
+			if anchor == "" {
+				anchor = githubSlug(m[2] + m[3])
+			}
+			if !headingSlugs(t, doc)[anchor] {
+				t.Errorf("%s: docs/%s has no such heading (#%s)", where, m[1], anchor)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server's messages, the OpenAPI description, a migration and the
+	// deployment files name sections: far fewer would mean a broken parser.
+	t.Logf("checked %d references", checked)
+	if checked < 10 {
+		t.Errorf("checked %d references to sections of docs/*.md, want at least 10 (is the parser broken?)", checked)
+	}
+}
+
 // TestDocs_GitHubSlugs pins githubSlug to the anchors GitHub renders for
 // headings of the kinds these documents use.
 func TestDocs_GitHubSlugs(t *testing.T) {

@@ -1,10 +1,16 @@
 package test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
+	"time"
 )
 
 // explainItem is one intent of GET /v1/intents.
@@ -187,4 +193,66 @@ func TestExplain_UnknownPaymentOutcomeThenReconciledShowsEachStep(t *testing.T) 
 	}
 	s.resumeWebhooks(t, "payment_intent.succeeded")
 	s.settle(t)
+}
+
+// explainCLI runs `booking intents explain --actor actor --key key` as its
+// own process with only DATABASE_URL and returns its exit status, stdout
+// and stderr.
+func (s *server) explainCLI(t testing.TB, actor, key string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bookingBin, "intents", "explain", "--actor", actor, "--key", key)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "BOOKING_") && !strings.HasPrefix(kv, "DATABASE_URL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "DATABASE_URL="+s.dbURL)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		code = -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+	}
+	fmt.Fprintf(s.logs, "=== e2e: booking intents explain --actor %s --key %s (exit %d):\n%s%s", actor, key, code, stdout.String(), stderr.String())
+	return code, stdout.String(), stderr.String()
+}
+
+// TestExplain_CLIFindsOrExitsOne: `booking intents explain` prints alice's
+// reservation intent with its correlation_id (the one GET /v1/intents
+// shows) and each event's event_id and request_id under those names, and
+// exits 0; for bob, who has no intent under the key, it prints nothing on
+// stdout, names the actor and key on stderr and exits 1.
+func TestExplain_CLIFindsOrExitsOne(t *testing.T) {
+	t.Parallel()
+	s := mustStart(t, Options{})
+	show := s.mustCreateShow(t, 10)
+	key := newKey()
+	r := s.do(t, "POST", "/v1/reservations", tokAlice, key, map[string]any{"show_id": show, "quantity": 1})
+	wantStatus(t, r, http.StatusCreated)
+	items := s.explain(t, tokAlice, key)
+	if len(items) != 1 || !isUUIDv7(items[0].CorrelationID) {
+		t.Fatalf("GET /v1/intents: %+v, want the one reservation intent with a correlation_id", items)
+	}
+
+	code, out, errOut := s.explainCLI(t, "alice", key)
+	if code != 0 {
+		t.Fatalf("booking intents explain --actor alice: exit %d, want 0; stderr %q", code, errOut)
+	}
+	for _, want := range []string{"POST /v1/reservations", "correlation_id  " + items[0].CorrelationID, " event_id=", " request_id=" + items[0].CorrelationID, " causation_id="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("booking intents explain --actor alice printed:\n%s\nwant %q", out, want)
+		}
+	}
+
+	code, out, errOut = s.explainCLI(t, "bob", key)
+	want := fmt.Sprintf("booking: no intent of actor %q under Idempotency-Key %q", "bob", key)
+	if code != 1 || out != "" || !strings.HasPrefix(errOut, want) {
+		t.Errorf("booking intents explain --actor bob: exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, stderr beginning %q", code, out, errOut, want)
+	}
 }

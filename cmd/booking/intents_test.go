@@ -1,36 +1,45 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
-	"github.com/retrysafe/booking/commands"
+	"github.com/retrysafe/booking/cmd/booking/internal/explaintext"
+	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
-// TestPrintExplanations: the text of `booking intents explain` names the
-// request that recorded the intent and, on each timeline line, the request
-// behind the event (the service's id and the client's), with times of the
-// service clock as the explanation carries them.
-func TestPrintExplanations(t *testing.T) {
+// TestIntentsExplainNothingFoundExitsOne: `booking intents explain` for an
+// actor with no intent under the key exits 1 (a lookup that found nothing,
+// docs/cli.md), not 0, with a message naming the actor and the key it
+// looked up; the text output is empty, and --json still prints the API's
+// empty document, so a script reads the answer from the exit status.
+func TestIntentsExplainNothingFoundExitsOne(t *testing.T) {
 	t.Parallel()
-	at := time.Date(2030, 5, 20, 10, 3, 7, 0, time.UTC)
-	x := commands.IntentExplanation{Operation: commands.OpPlaceOrder, Stream: "intent-x", RecordedAt: at, ExpiresAt: at.Add(24 * time.Hour),
-		CorrelationID: "0197c000-0000-7000-8000-00000000000a",
-		Outcome:       commands.IntentOutcome{State: commands.OutcomeSucceeded, Result: "confirmed"},
-		Timeline: []commands.TimelineEntry{{Step: "intent_recorded", Stream: "intent-x", Position: "1/1", At: at,
-			RequestID: "0197c000-0000-7000-8000-00000000000a", ClientRequestID: "checkout-7"}}}
-	var b strings.Builder
-	printExplanations(&b, "alice", httpapi.ExplainDocument([]commands.IntentExplanation{x}))
-	for _, want := range []string{
-		"recorded     2030-05-20T10:03:07Z, expires 2030-05-21T10:03:07Z (service clock)",
-		"request      0197c000-0000-7000-8000-00000000000a",
-		"10:03:07.000  intent_recorded",
-		"request=0197c000-0000-7000-8000-00000000000a client_request=checkout-7",
-	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("booking intents explain printed:\n%s\nwant a line with %q", b.String(), want)
+	db := pgtest.NewDatabase(t)
+	for _, asJSON := range []bool{false, true} {
+		args := []string{"intents", "explain", "--database-url", db, "--actor", "bob", "--key", `"order-1"`}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, &stdout, &stderr)
+		if !errors.Is(err, explaintext.ErrNoIntent) || exitCode(err) != exitFailure {
+			t.Errorf("booking %v = %v, want %q, exit %d", args, err, explaintext.ErrNoIntent, exitFailure)
+			continue
+		}
+		if want := `no intent of actor "bob" under Idempotency-Key "order-1"`; !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("booking %v = %q, want it to begin %q", args, err, want)
+		}
+		var doc struct{ Items []json.RawMessage }
+		switch {
+		case !asJSON && stdout.Len() != 0:
+			t.Errorf("booking %v printed %q, want nothing on stdout", args, stdout.String())
+		case asJSON && (json.Unmarshal(stdout.Bytes(), &doc) != nil || doc.Items == nil || len(doc.Items) != 0):
+			t.Errorf("booking %v printed %q, want {\"items\": []}", args, stdout.String())
 		}
 	}
 }

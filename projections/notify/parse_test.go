@@ -22,9 +22,9 @@ func (m fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
 	return nil, errors.New("not a JetStream message")
 }
 
-// TestParseNotificationRequestID: the Booking-Request-Id header is the
-// notification's RequestID, empty when the message has none.
-func TestParseNotificationRequestID(t *testing.T) {
+// TestParseNotificationCorrelationID: the Booking-Request-Id header is the
+// notification's CorrelationID, empty when the message has none.
+func TestParseNotificationCorrelationID(t *testing.T) {
 	t.Parallel()
 	for _, want := range []string{"trace-me-123", ""} {
 		h := nats.Header{HeaderMsgID: {"e1"}, HeaderStream: {"order-o1"}, HeaderRevision: {"0"}}
@@ -35,8 +35,8 @@ func TestParseNotificationRequestID(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parseNotification: %v", err)
 		}
-		if n.RequestID != want || n.MsgID != "e1" || n.Stream != "order-o1" {
-			t.Errorf("parseNotification with request id %q = RequestID %q, MsgID %q, Stream %q", want, n.RequestID, n.MsgID, n.Stream)
+		if n.CorrelationID != want || n.MsgID != "e1" || n.Stream != "order-o1" {
+			t.Errorf("parseNotification with Booking-Request-Id %q = CorrelationID %q, MsgID %q, Stream %q", want, n.CorrelationID, n.MsgID, n.Stream)
 		}
 	}
 }

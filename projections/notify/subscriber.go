@@ -119,13 +119,16 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 // delivery says about it.
 type Notification struct {
 	Payload
-	MsgID     string // Nats-Msg-Id (the event id)
-	RequestID string // Booking-Request-Id (the event's correlation id), empty when absent
-	Subject   string
-	StreamSeq uint64 // JetStream stream sequence
-	Delivered uint64 // delivery count, 1 on the first delivery
-	Gap       bool   // applied although earlier revisions of the entity were never applied
-	Body      []byte // the payload as published
+	MsgID string // Nats-Msg-Id (the event id)
+	// CorrelationID is the Booking-Request-Id header: the event's
+	// correlation_id (the service's id of the request that recorded the
+	// event's intent), not the event's own request_id; empty when absent.
+	CorrelationID string
+	Subject       string
+	StreamSeq     uint64 // JetStream stream sequence
+	Delivered     uint64 // delivery count, 1 on the first delivery
+	Gap           bool   // applied although earlier revisions of the entity were never applied
+	Body          []byte // the payload as published
 }
 
 // SubscriberStats counts a subscriber's outcomes since NewSubscriber.
@@ -330,7 +333,7 @@ func (s *Subscriber) Handle(ctx context.Context, msg jetstream.Msg) {
 // parseNotification reads the headers and payload of msg.
 func parseNotification(msg jetstream.Msg) (*Notification, error) {
 	h := msg.Headers()
-	n := &Notification{MsgID: h.Get(HeaderMsgID), RequestID: h.Get(HeaderRequestID), Subject: msg.Subject(), Body: msg.Data()}
+	n := &Notification{MsgID: h.Get(HeaderMsgID), CorrelationID: h.Get(HeaderRequestID), Subject: msg.Subject(), Body: msg.Data()}
 	stream := h.Get(HeaderStream)
 	rev, err := strconv.ParseUint(h.Get(HeaderRevision), 10, 63)
 	if n.MsgID == "" || stream == "" || err != nil {

@@ -89,25 +89,25 @@ func Tail(ctx context.Context, cfg TailConfig, pool *pgxpool.Pool, out io.Writer
 }
 
 // writeNotification prints n as one line: the payload as compact JSON
-// with a "request_id" member added (the Booking-Request-Id header; absent
-// when the message has none), or "occurred_at subject stream@revision
-// id=… position=…" plus " request_id=…" when the header is present and
-// " gap=true" when it was applied after missing revisions. The request id
-// is quoted (strconv.Quote) when it has spaces, quotes or non-printable
-// characters.
+// with a "correlation_id" member added (the Booking-Request-Id header, the
+// event's correlation_id; absent when the message has none), or
+// "occurred_at subject stream@revision id=… position=…" plus
+// " correlation_id=…" when the header is present and " gap=true" when it
+// was applied after missing revisions. The correlation id is quoted
+// (strconv.Quote) when it has spaces, quotes or non-printable characters.
 func writeNotification(w io.Writer, n *notify.Notification, asJSON bool) {
 	if asJSON {
 		var b bytes.Buffer
 		if err := json.Compact(&b, n.Body); err != nil {
 			b.Reset()
 			b.Write(bytes.ReplaceAll(n.Body, []byte("\n"), nil))
-		} else if n.RequestID != "" && bytes.HasSuffix(b.Bytes(), []byte("}")) {
-			id, _ := json.Marshal(n.RequestID)
+		} else if n.CorrelationID != "" && bytes.HasSuffix(b.Bytes(), []byte("}")) {
+			id, _ := json.Marshal(n.CorrelationID)
 			b.Truncate(b.Len() - 1)
 			if !bytes.HasSuffix(b.Bytes(), []byte("{")) {
 				b.WriteByte(',')
 			}
-			b.WriteString(`"request_id":`)
+			b.WriteString(`"correlation_id":`)
 			b.Write(id)
 			b.WriteByte('}')
 		}
@@ -115,20 +115,20 @@ func writeNotification(w io.Writer, n *notify.Notification, asJSON bool) {
 		w.Write(b.Bytes())
 		return
 	}
-	rid := ""
-	if n.RequestID != "" {
-		v := n.RequestID
+	cid := ""
+	if n.CorrelationID != "" {
+		v := n.CorrelationID
 		if strings.ContainsAny(v, " \"=\\") || !isPrint(v) {
 			v = strconv.Quote(v)
 		}
-		rid = " request_id=" + v
+		cid = " correlation_id=" + v
 	}
 	gap := ""
 	if n.Gap {
 		gap = " gap=true"
 	}
 	fmt.Fprintf(w, "%s %s %s@%d id=%s position=%s%s%s\n",
-		n.OccurredAt.UTC().Format(time.RFC3339Nano), n.Subject, n.Stream, n.Revision, n.MsgID, n.Position, rid, gap)
+		n.OccurredAt.UTC().Format(time.RFC3339Nano), n.Subject, n.Stream, n.Revision, n.MsgID, n.Position, cid, gap)
 }
 
 // isPrint reports whether s is printable ASCII.

@@ -10,7 +10,9 @@ import (
 )
 
 // TestWriteNotification: one line per notification, the summary form or
-// the payload as compact JSON.
+// the payload as compact JSON; the Booking-Request-Id header, which carries
+// the event's correlation_id, is labelled correlation_id (never
+// request_id, the name of another of the event's ids).
 func TestWriteNotification(t *testing.T) {
 	t.Parallel()
 	n := &notify.Notification{
@@ -20,23 +22,23 @@ func TestWriteNotification(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		gap, asJSON bool
-		requestID   string
+		correlation string
 		want        string
 	}{
 		{false, false, "", "2027-06-01T18:00:00.0000005Z booking.v1.order.OrderConfirmed order-o1@3 id=e1 position=7/12\n"},
 		{true, false, "", "2027-06-01T18:00:00.0000005Z booking.v1.order.OrderConfirmed order-o1@3 id=e1 position=7/12 gap=true\n"},
 		{false, true, "", `{"id":"e1","revision":3}` + "\n"},
-		// The Booking-Request-Id header, in both forms.
-		{false, false, "trace-me-123", "2027-06-01T18:00:00.0000005Z booking.v1.order.OrderConfirmed order-o1@3 id=e1 position=7/12 request_id=trace-me-123\n"},
-		{true, false, `a "b"`, "2027-06-01T18:00:00.0000005Z booking.v1.order.OrderConfirmed order-o1@3 id=e1 position=7/12 request_id=\"a \\\"b\\\"\" gap=true\n"},
-		{false, true, "trace-me-123", `{"id":"e1","revision":3,"request_id":"trace-me-123"}` + "\n"},
-		{false, true, `a "b"`, `{"id":"e1","revision":3,"request_id":"a \"b\""}` + "\n"},
+		// The Booking-Request-Id header (the correlation id), in both forms.
+		{false, false, "trace-me-123", "2027-06-01T18:00:00.0000005Z booking.v1.order.OrderConfirmed order-o1@3 id=e1 position=7/12 correlation_id=trace-me-123\n"},
+		{true, false, `a "b"`, "2027-06-01T18:00:00.0000005Z booking.v1.order.OrderConfirmed order-o1@3 id=e1 position=7/12 correlation_id=\"a \\\"b\\\"\" gap=true\n"},
+		{false, true, "trace-me-123", `{"id":"e1","revision":3,"correlation_id":"trace-me-123"}` + "\n"},
+		{false, true, `a "b"`, `{"id":"e1","revision":3,"correlation_id":"a \"b\""}` + "\n"},
 	} {
-		n.Gap, n.RequestID = tt.gap, tt.requestID
+		n.Gap, n.CorrelationID = tt.gap, tt.correlation
 		var b bytes.Buffer
 		writeNotification(&b, n, tt.asJSON)
 		if b.String() != tt.want {
-			t.Errorf("writeNotification(gap %v, json %v, request id %q) = %q, want %q", tt.gap, tt.asJSON, tt.requestID, b.String(), tt.want)
+			t.Errorf("writeNotification(gap %v, json %v, correlation id %q) = %q, want %q", tt.gap, tt.asJSON, tt.correlation, b.String(), tt.want)
 		}
 	}
 }
