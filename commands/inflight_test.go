@@ -55,11 +55,43 @@ func (p *parkAt) waitParked(t *testing.T) {
 // request: the same reservation and order, replayed; one IntentRecorded per
 // intent, one hold, one charge; the key row A made for an order that never
 // exists is deleted.
+//
+// It runs on an atomic store and on one that appends a unit part by part
+// and stops at the first part that fails, as KurrentDB does (partwise).
 func TestDeferredIntentLostToAnotherProcessIsARepeat(t *testing.T) {
 	t.Parallel()
+	for _, partwise := range []bool{false, true} {
+		t.Run(map[bool]string{false: "atomic", true: "part by part"}[partwise], func(t *testing.T) {
+			t.Parallel()
+			p := newProcesses()
+			var store EventStore
+			if partwise {
+				store = partwiseStore{p.mem}
+			}
+			deferredIntentLost(t, p, p.handler(execA, store, nil), p.handler(execB, store, nil))
+		})
+	}
+}
+
+// partwiseStore appends a unit's parts one by one and stops at the first
+// that fails, the parts before it written: AppendMulti as KurrentDB's
+// store does it.
+type partwiseStore struct{ *memStore }
+
+func (s partwiseStore) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	res := make([]eventstore.AppendResult, len(appends))
+	for i, a := range appends {
+		r, err := s.Append(ctx, a.Stream, a.Expected, a.Events...)
+		if err != nil {
+			return nil, &eventstore.AppendPartError{Part: i, Parts: len(appends), Stream: a.Stream, Err: err}
+		}
+		res[i] = r
+	}
+	return res, nil
+}
+
+func deferredIntentLost(t *testing.T, p *processes, a, b *Handler) {
 	ctx := context.Background()
-	p := newProcesses()
-	a, b := p.handler(execA, nil, nil), p.handler(execB, nil, nil)
 	show := scheduleShow(t, b, 3, 48*time.Hour)
 
 	hold := newParkAt("reservation.holding")
