@@ -164,6 +164,7 @@ func (h *Handler) awaitInFlight(ctx context.Context, b *intentBegin, fl *flight)
 	}
 	h.metrics.Intent(op, IntentWaited, "")
 	h.step(ctx, "intent.waiting")
+	b.waitUntil = time.Now().Add(h.cfg.InUseWait)
 	t := time.NewTimer(h.cfg.InUseWait)
 	defer t.Stop()
 	select {

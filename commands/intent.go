@@ -112,6 +112,9 @@ type intentRun struct {
 	// pending is the run's IntentRecorded while it is not appended yet
 	// (beginDeferred): the use case's unit appends it; nil once recorded.
 	pending *pendingIntent
+	// waitUntil ends the bounded wait a repeat began in flight
+	// (intentBegin.waitUntil); zero when it has not waited.
+	waitUntil time.Time
 }
 
 // context returns ctx carrying the run's lineage, so every event the run
@@ -349,6 +352,10 @@ type intentBegin struct {
 	units    bool
 	kw       keyWrite
 	purgedAt *eventstore.Revision
+	// waitUntil is the host instant this request's bounded wait ends, once
+	// it began waiting for the intent in flight here (awaitInFlight);
+	// awaitExecutor waits no further, so a repeat waits InUseWait in all.
+	waitUntil time.Time
 	// deferred is true when the use case's unit records a new intent
 	// (beginDeferred); deferRecord sets it false when it cannot.
 	deferred bool
@@ -458,7 +465,7 @@ func (h *Handler) resolveExisting(ctx context.Context, b *intentBegin, in domain
 	h.metrics.Intent(req.Operation, IntentReplayed, "")
 	h.log.DebugContext(ctx, "intent repeated", "operation", req.Operation, "intent", b.stream, "target_id", in.Recorded.TargetID)
 	return &intentRun{req: req, stream: b.stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command,
-		opened: s.records[0].Revision, lineage: requestLineage(ctx, &s.records[0], "")}, true, nil
+		opened: s.records[0].Revision, lineage: requestLineage(ctx, &s.records[0], ""), waitUntil: b.waitUntil}, true, nil
 }
 
 // keptTarget answers, for a repeat of an intent this process keeps
@@ -784,11 +791,14 @@ func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed f
 		case domain.ResolveExecute:
 			return nil
 		case domain.ResolveWait:
-			if !waited {
+			if !waited && run.waitUntil.IsZero() {
 				h.metrics.Intent(run.req.Operation, IntentWaited, "")
 				h.step(ctx, "intent.waiting")
 			}
 			wait := min(h.cfg.InUseWait, run.intent.LeaseUntil.Sub(now)+50*time.Millisecond)
+			if !run.waitUntil.IsZero() {
+				wait = min(wait, time.Until(run.waitUntil))
+			}
 			done, err := waitFor(ctx, wait, committed)
 			if err != nil {
 				return err
