@@ -27,17 +27,17 @@ import (
 // BENCHMARKS.md ("How the figures came about") lists where the statements
 // go. Lower them whenever a change removes a round trip or a commit.
 //
-// A booking commits five times: the reservation's intent, its hold unit
-// (SeatsHeld with ReservationHeld), the order's intent with its key row,
-// the order's unit (claim, OrderPlaced, ReservationOrdered, the first
-// attempt's start, the key's token dropped), and the payment's result.
-// The two intent records stay commits of their own: a repeat that arrives
-// before the commit point must find its intent in flight, and wait for it
-// and answer 409 in use, rather than race it. The ended orders' keys are
-// deleted in batches, a fraction of a commit each (commitBudget's .1).
+// A booking commits three times: the reservation's hold unit (its intent,
+// SeatsHeld and ReservationHeld), the order's unit (its intent with its
+// key row, created placed, the claim, OrderPlaced, ReservationOrdered and
+// the first attempt's start), and the payment's result. A repeat that
+// arrives before a unit commits finds the intent in flight in this process
+// (inFlight) and waits for it, or answers 409 in use. The ended orders'
+// keys are deleted in batches, a fraction of a commit each (commitBudget's
+// .1).
 const (
-	requestPathBudget = 8
-	commitBudget      = 5.1
+	requestPathBudget = 5
+	commitBudget      = 3.1
 	replayBudget      = 3
 )
 

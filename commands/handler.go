@@ -198,6 +198,9 @@ type Handler struct {
 	// intents remembers the intent streams this process has seen; see
 	// intentHints in intent.go.
 	intents intentHints
+	// inflight registers the intents whose record waits for their use
+	// case's unit; see inflight.go.
+	inflight inFlight
 	// skew samples the event store's clock against the service's; see
 	// skew.go.
 	skew skewSampler
@@ -229,18 +232,26 @@ type Hooks struct {
 // before the append, so a process stopped or parked there has not reached
 // it.
 //
-//   - order.token-held: an order's payment token was sealed and held in
-//     the key table (Keys.Create), before its IntentRecorded is appended.
-//   - intent.recorded: a new IntentRecorded was appended (every operation);
-//     the commit point is still ahead.
+//   - order.token-held: an order's payment token was sealed (and, without
+//     key units, held in the key table: Keys.Create), before its
+//     IntentRecorded is appended.
+//   - intent.recorded: a new IntentRecorded was appended. An order's and
+//     a reservation's are appended in the unit of their commit point (see
+//     inflight.go), so there it comes after that unit, right before
+//     order.claimed or reservation.held; for the other operations (and an
+//     intent recorded alone) the commit point is still ahead.
 //   - intent.waiting: a repeat found the intent's executor inside its lease
-//     before the commit point, and is about to wait for it (up to InUseWait);
-//     a repeat parked here has not started its wait yet.
-//   - reservation.holding: before SeatsHeld joins the show's next append
-//     (the reservation's commit point).
+//     before the commit point, or its intent in flight in this process
+//     (not recorded yet), and is about to wait for it (up to InUseWait); a
+//     repeat parked here has not started its wait yet.
+//   - reservation.holding: before SeatsHeld, with a new reservation's
+//     IntentRecorded, joins the show's next append (the reservation's
+//     commit point): a request parked here has recorded nothing yet.
 //   - reservation.held: after SeatsHeld was appended.
 //   - order.claiming: before the no-stream append of OrderClaimed to
-//     reservation-order-{id} (the order's commit point).
+//     reservation-order-{id} (the order's commit point), in a new order's
+//     unit with its IntentRecorded: a request parked here has recorded
+//     nothing yet (a repeat reaching its process waits for it).
 //   - order.claimed: after that append.
 //   - order.placed: after OrderPlaced and the reservation's follow-up.
 //   - payment.fenced: after PaymentAttemptStarted (the lease) and the send's
@@ -571,6 +582,8 @@ func (h *Handler) appendUnit(ctx context.Context, kw keyWrite, parts []eventstor
 	noteAppended(ctx, n)
 	if kw.place != nil {
 		h.written.note(keyPlaced(kw.place.orderID)) // the process manager need not repeat it
+	} else if kw.create != nil && kw.create.held == nil && kw.create.intent != "" {
+		h.written.note(keyPlaced(kw.create.orderID)) // created placed, with its order
 	}
 	return res, nil
 }

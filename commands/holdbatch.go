@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,12 +34,15 @@ type holdReq struct {
 
 // holdResult is what the batch decided for one request: the SeatsHeld (ok),
 // a definitive refusal to record (rejection), a lost race to retry
-// (neither), or a dependency error.
+// (neither), or a dependency error (errIntentTaken: another request
+// recorded the request's pending intent first). intent is the result of
+// the request's pending IntentRecorded when the batch's unit appended it.
 type holdResult struct {
 	held      heldRecord
 	ok        bool
 	rejection *domain.Error
 	err       error
+	intent    *eventstore.AppendResult
 }
 
 // holdBatcher is a per-show group commit of seat holds: while one batch is
@@ -122,7 +126,15 @@ func (h *Handler) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeat
 	switch {
 	case res.err != nil:
 		return heldRecord{}, false, res.err
-	case res.rejection != nil:
+	case res.intent != nil:
+		h.recordedPending(ctx, run, *res.intent)
+	case res.rejection != nil || res.ok:
+		// The refusal, or a hold found, is recorded on the intent: record it first.
+		if err := h.ensureRecorded(ctx, run); err != nil {
+			return heldRecord{}, false, err
+		}
+	}
+	if res.rejection != nil {
 		return heldRecord{}, false, h.reject(ctx, run, res.rejection, "")
 	}
 	return res.held, res.ok, nil
@@ -189,8 +201,11 @@ type holdDecision struct {
 	data     []eventstore.EventData
 	// opens are the ReservationHeld that open the reservation streams of
 	// the fresh requests decided, appended with the SeatsHeld as one unit.
-	opens    []openedHold
-	refusals int
+	opens []openedHold
+	// recording are the requests decided whose intent is pending
+	// (intentRun.pending): their IntentRecorded lead the unit.
+	recording []*holdReq
+	refusals  int
 }
 
 // openedHold is the encoded ReservationHeld that opens a fresh request's
@@ -283,6 +298,9 @@ func (h *Handler) decideHolds(e *showEntry, prior map[string]heldRecord, showID 
 		extra += r.cmd.Quantity
 		d.data = append(d.data, ed)
 		d.appended = append(d.appended, decidedHold{r, held})
+		if r.run.pending != nil {
+			d.recording = append(d.recording, r)
+		}
 		if r.fresh && open {
 			od, err := encodeOpen(held, r.trace)
 			if err != nil {
@@ -308,7 +326,11 @@ func encodeOpen(held heldRecord, sc trace.SpanContext) (eventstore.EventData, er
 
 // appendHolds decides a batch in arrival order and appends its SeatsHeld
 // events in one unit with the ReservationHeld that open the fresh
-// requests' reservation streams; every request gets its result.
+// requests' reservation streams, led by the IntentRecorded of the requests
+// whose intent is pending; every request gets its result. An intent that
+// another request recorded first fails the unit on its part: its request
+// is answered errIntentTaken (it answers as a repeat) and the rest decide
+// again.
 //
 // A batch decides on the show's cached snapshot without reading the stream
 // when that snapshot is the one this process's previous batch on the show
@@ -355,7 +377,19 @@ func (h *Handler) appendHolds(ctx context.Context, showID string, batch []*holdR
 		delete(h.holds.own, showID)
 		h.holds.mu.Unlock()
 		var part *eventstore.AppendPartError
-		if open && errors.As(err, &part) && part.Part > 0 && errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		conflict := errors.As(err, &part) && errors.Is(err, eventstore.ErrWrongExpectedRevision)
+		if conflict && part.Part < len(d.recording) {
+			// Another request recorded this one's intent first: it is
+			// answered as a repeat, and the rest decide again.
+			taken := d.recording[part.Part]
+			taken.done <- holdResult{err: errIntentTaken}
+			batch = slices.DeleteFunc(slices.Clone(batch), func(r *holdReq) bool { return r == taken })
+			if len(batch) == 0 {
+				return
+			}
+			continue
+		}
+		if open && conflict && part.Part > len(d.recording) {
 			open = false // a reservation stream exists: decide again on a read, opening none
 			continue
 		}
@@ -425,11 +459,16 @@ func (h *Handler) decideBatch(ctx context.Context, showID string, batch []*holdR
 }
 
 // commitHolds appends d's SeatsHeld to the show stream at exp with d's
-// ReservationHeld, one unit, and on success records every appended
+// ReservationHeld, one unit led by the pending IntentRecorded of
+// d.recording (appended first, so KurrentDB, appending part by part,
+// writes no hold before its intent), and on success records every appended
 // request's result in d (with the revision its reservation stream was
-// opened at) and the snapshot the batch left.
+// opened at, and its intent's append) and the snapshot the batch left.
 func (h *Handler) commitHolds(ctx context.Context, showID string, exp eventstore.ExpectedRevision, d *holdDecision) error {
-	parts := make([]unitPart, 0, 1+len(d.opens))
+	parts := make([]unitPart, 0, len(d.recording)+1+len(d.opens))
+	for _, r := range d.recording {
+		parts = append(parts, r.run.pending.part)
+	}
 	parts = append(parts, unitPart{s: expectedStream(domain.ShowStream(showID), exp), data: d.data})
 	for _, o := range d.opens {
 		parts = append(parts, unitPart{s: newStream(domain.ReservationStream(o.req.resID)), data: []eventstore.EventData{o.data}})
@@ -438,6 +477,11 @@ func (h *Handler) commitHolds(ctx context.Context, showID string, exp eventstore
 	if err != nil {
 		return err
 	}
+	recorded := make(map[*holdReq]*eventstore.AppendResult, len(d.recording))
+	for i, r := range d.recording {
+		recorded[r] = &res[i]
+	}
+	res = res[len(d.recording):]
 	h.noteOwnHolds(showID, exp, res[0].NextRevision, d.appended)
 	opened := make(map[*holdReq]eventstore.Revision, len(d.opens))
 	for i, o := range d.opens {
@@ -448,7 +492,7 @@ func (h *Handler) commitHolds(ctx context.Context, showID string, exp eventstore
 		if rev, ok := opened[a.req]; ok {
 			held.opened, held.openedAt = true, rev
 		}
-		d.results[a.req] = holdResult{held: held, ok: true}
+		d.results[a.req] = holdResult{held: held, ok: true, intent: recorded[a.req]}
 	}
 	return nil
 }

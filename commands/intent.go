@@ -23,10 +23,8 @@ package commands
 import (
 	"context"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -111,6 +109,12 @@ type intentRun struct {
 	// intent's latest event that keeps one (tracing.go); invalid for a run
 	// a request serves, which is in its own.
 	trace trace.SpanContext
+	// pending is the run's IntentRecorded while it is not appended yet
+	// (beginDeferred): the use case's unit appends it; nil once recorded.
+	pending *pendingIntent
+	// waitUntil ends the bounded wait a repeat began in flight
+	// (intentBegin.waitUntil); zero when it has not waited.
+	waitUntil time.Time
 }
 
 // context returns ctx carrying the run's lineage, so every event the run
@@ -227,6 +231,21 @@ func (r *intentRun) targetID() string { return r.intent.Recorded.TargetID }
 // anything, while a repeat still answers the intent's outcome. prep, when
 // not nil, runs right before a new intent is recorded (see intentPrep).
 func (h *Handler) beginIntent(ctx context.Context, req Request, command map[string]any, prep *intentPrep, validate func(now time.Time) error) (*intentRun, error) {
+	return h.begin(ctx, req, command, prep, validate, false)
+}
+
+// beginDeferred is beginIntent for a use case whose own unit of work
+// records a new intent (see deferRecord): an intent stream this process has
+// not seen comes back as a run whose IntentRecorded is not appended yet
+// (intentRun.pending), registered in flight (inFlight) until the unit
+// commits or fails. A request that finds its intent in flight in this
+// process waits for it (awaitInFlight) before it reads.
+func (h *Handler) beginDeferred(ctx context.Context, req Request, command map[string]any, prep *intentPrep, validate func(now time.Time) error) (*intentRun, error) {
+	return h.begin(ctx, req, command, prep, validate, true)
+}
+
+// begin is beginIntent, deferring the record when deferred is true.
+func (h *Handler) begin(ctx context.Context, req Request, command map[string]any, prep *intentPrep, validate func(now time.Time) error, deferred bool) (*intentRun, error) {
 	fp, err := Fingerprint(CanonicalVersion, req.Operation, command)
 	if err != nil {
 		return nil, err
@@ -234,32 +253,23 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 	// The target id is chosen once: prep's work under it stays valid when
 	// a lost race makes the loop record again.
 	b := &intentBegin{req: req, stream: IntentStream(req.Actor, req.Operation, req.Key), fp: fp, command: command,
-		targetID: NewID(), prep: prep, validate: validate, units: h.units != nil}
+		targetID: NewID(), prep: prep, validate: validate, units: h.units != nil, deferred: deferred}
 	defer func() {
 		if b.prepared && !b.keep {
 			prep.discard(h.detach(ctx), b.targetID)
 		}
 	}()
-	if !h.intents.has(b.stream) {
-		// Record first, read only when that conflicts (see recordFirst).
-		run, conflict, err := h.recordFirst(ctx, b)
-		if run != nil {
-			b.keep = true
-			return run, nil
-		}
-		if conflict == nil {
-			b.keep = err != nil && b.prepared // the append may have committed
-			if err != nil {
-				return nil, err
-			}
-		} else if conflict.Actual >= 0 {
-			// The stream exists, or was purged: it keeps its last revision.
-			a := eventstore.Revision(conflict.Actual)
-			b.purgedAt = &a
-		}
+	if run, done, err := h.beginFirst(ctx, b); done {
+		return run, err
 	}
+	return h.beginOnReads(ctx, b)
+}
+
+// beginOnReads decides b on reads of the intent stream (beginOnRead) under
+// the retry policy.
+func (h *Handler) beginOnReads(ctx context.Context, b *intentBegin) (*intentRun, error) {
 	var run *intentRun
-	err = h.retryConflicts(ctx, func() error {
+	err := h.retryConflicts(ctx, func() error {
 		var err error
 		run, err = h.beginOnRead(ctx, b)
 		return err
@@ -271,6 +281,54 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 		return nil, err
 	}
 	return run, nil
+}
+
+// beginFirst is what begin does before it reads the intent stream: a
+// deferred intent in flight in this process is waited for (then read); an
+// intent stream this process has not seen is recorded first (recordFirst)
+// or, deferred, made a run to record in the use case's unit (deferRecord).
+// done is true when that settled the request (a run, or an error); false
+// when begin goes on to read.
+func (h *Handler) beginFirst(ctx context.Context, b *intentBegin) (run *intentRun, done bool, err error) {
+	if b.deferred {
+		if e := h.inflight.get(b.stream); e != nil {
+			err := h.awaitInFlight(ctx, b, e)
+			return nil, err != nil, err
+		}
+	}
+	if h.intents.has(b.stream) {
+		return nil, false, nil
+	}
+	if b.deferred {
+		run, e, err := h.deferRecord(ctx, b)
+		switch {
+		case err != nil || run != nil:
+			b.keep = run != nil // the run records it, or discards what prep made (dropPending)
+			return run, true, err
+		case e != nil: // another request of this process defers the same intent
+			err := h.awaitInFlight(ctx, b, e)
+			return nil, err != nil, err
+		case !b.deferred: // no room in flight: record first
+		default:
+			return nil, false, nil // validate refused: decide on a read
+		}
+	}
+	// Record first, read only when that conflicts (see recordFirst).
+	run, conflict, err := h.recordFirst(ctx, b)
+	if run != nil {
+		b.keep = true
+		return run, true, nil
+	}
+	if conflict == nil {
+		b.keep = err != nil && b.prepared // the append may have committed
+		return nil, err != nil, err
+	}
+	if conflict.Actual >= 0 {
+		// The stream exists, or was purged: it keeps its last revision.
+		a := eventstore.Revision(conflict.Actual)
+		b.purgedAt = &a
+	}
+	return nil, false, nil
 }
 
 // intentBegin is what beginIntent carries across its tries: the request,
@@ -294,6 +352,13 @@ type intentBegin struct {
 	units    bool
 	kw       keyWrite
 	purgedAt *eventstore.Revision
+	// waitUntil is the host instant this request's bounded wait ends, once
+	// it began waiting for the intent in flight here (awaitInFlight);
+	// awaitExecutor waits no further, so a repeat waits InUseWait in all.
+	waitUntil time.Time
+	// deferred is true when the use case's unit records a new intent
+	// (beginDeferred); deferRecord sets it false when it cannot.
+	deferred bool
 }
 
 // prepare runs prep once, before the first record of the intent at now
@@ -390,16 +455,7 @@ func (h *Handler) resolveExisting(ctx context.Context, b *intentBegin, in domain
 	case domain.ResolveNew:
 		return nil, false, nil
 	case domain.ResolveMismatch:
-		h.metrics.FingerprintConflict(req.Operation)
-		h.metrics.Intent(req.Operation, IntentRefused, domain.ErrKeyReused.Code)
-		// Compared as the fingerprint compares: strings in NFC.
-		fields := domain.DiffFields(nfcCommand(in.Recorded.Command), nfcCommand(normalizeJSON(b.command)))
-		e := *domain.ErrKeyReused
-		e.Fields = fields
-		if len(fields) > 0 {
-			e.Msg = fmt.Sprintf("this idempotency key was used with a different request; differing fields: %s", strings.Join(fields, ", "))
-		}
-		return nil, true, &e
+		return nil, true, h.keyReused(req.Operation, in.Recorded.Command, b.command)
 	case domain.ResolveRejected:
 		h.metrics.Replay(req.Operation)
 		h.metrics.Intent(req.Operation, IntentReplayed, "")
@@ -409,7 +465,7 @@ func (h *Handler) resolveExisting(ctx context.Context, b *intentBegin, in domain
 	h.metrics.Intent(req.Operation, IntentReplayed, "")
 	h.log.DebugContext(ctx, "intent repeated", "operation", req.Operation, "intent", b.stream, "target_id", in.Recorded.TargetID)
 	return &intentRun{req: req, stream: b.stream, intent: in, rev: s.last, now: now, command: in.Recorded.Command,
-		opened: s.records[0].Revision, lineage: requestLineage(ctx, &s.records[0], "")}, true, nil
+		opened: s.records[0].Revision, lineage: requestLineage(ctx, &s.records[0], ""), waitUntil: b.waitUntil}, true, nil
 }
 
 // keptTarget answers, for a repeat of an intent this process keeps
@@ -613,6 +669,18 @@ func (h *Handler) recordIntent(ctx context.Context, b *intentBegin, at *stream, 
 		ctx, cancel = context.WithDeadline(ctx, b.sendBy)
 		defer cancel()
 	}
+	rn, part := h.newIntent(ctx, b, at, now)
+	res, err := h.commitUnit(ctx, b.kw, part)
+	if err != nil {
+		return rn, eventstore.AppendResult{}, err
+	}
+	return rn, res[0], nil
+}
+
+// newIntent decides b's IntentRecorded at now, to append at at's revision:
+// the run it starts (created; its revision and lease start are set once it
+// is recorded) and the unit part that records it.
+func (h *Handler) newIntent(ctx context.Context, b *intentBegin, at *stream, now time.Time) (*intentRun, unitPart) {
 	req := b.req
 	rec := domain.IntentRecorded{Actor: req.Actor, Operation: req.Operation, KeySHA256: sha256Hex([]byte(req.Key)),
 		Fingerprint: b.fp, CanonicalVersion: CanonicalVersion, Command: b.command, TargetID: b.targetID,
@@ -621,11 +689,7 @@ func (h *Handler) recordIntent(ctx context.Context, b *intentBegin, at *stream, 
 	rn := &intentRun{req: req, stream: b.stream, created: true, now: now, command: b.command, lineage: requestLineage(ctx, nil, id)}
 	rn.intent.Apply(rec)
 	rn.intent.RecordedAt = now
-	res, err := h.commitUnit(ctx, b.kw, unitPart{s: at, m: rn.meta(now, ""), evs: []pending{{id, rec}}})
-	if err != nil {
-		return rn, eventstore.AppendResult{}, err
-	}
-	return rn, res[0], nil
+	return rn, unitPart{s: at, m: rn.meta(now, ""), evs: []pending{{id, rec}}}
 }
 
 // recorded completes rn after its IntentRecorded was appended with result
@@ -727,11 +791,14 @@ func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed f
 		case domain.ResolveExecute:
 			return nil
 		case domain.ResolveWait:
-			if !waited {
+			if !waited && run.waitUntil.IsZero() {
 				h.metrics.Intent(run.req.Operation, IntentWaited, "")
 				h.step(ctx, "intent.waiting")
 			}
 			wait := min(h.cfg.InUseWait, run.intent.LeaseUntil.Sub(now)+50*time.Millisecond)
+			if !run.waitUntil.IsZero() {
+				wait = min(wait, time.Until(run.waitUntil))
+			}
 			done, err := waitFor(ctx, wait, committed)
 			if err != nil {
 				return err

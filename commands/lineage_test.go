@@ -247,7 +247,7 @@ func TestLineage_ABookingNamesItsRequests(t *testing.T) {
 }
 
 // TestLineage_RecoveryKeepsTheRequest: an order request stops right after
-// recording its intent (its process dies); after the intent's lease another
+// recording its intent alone (its process dies); after the intent's lease another
 // process's recovery claims, places and pays the order. Every event it
 // appends keeps the correlation id of the request that recorded the intent
 // and names that request, and names the intent's event as the cause of
@@ -273,6 +273,11 @@ func TestLineage_RecoveryKeepsTheRequest(t *testing.T) {
 			panic(died{})
 		}
 	}})
+	// A process that has seen the intent stream (intentHints) reads it
+	// first and records the intent alone, before its claim: the state a
+	// request that dies then leaves. (One that has not seen it records the
+	// intent in the unit that claims the order.)
+	dies.intents.note(IntentStream("alice", OpPlaceOrder, "order"))
 	func() {
 		defer func() {
 			if r := recover(); r != (died{}) {

@@ -46,10 +46,13 @@ type OrderResult struct {
 // same to every repeat; domain.ErrKeyReused, *InUseError, and
 // domain.ErrUnavailable-wrapped errors as for every intent.
 //
-// The token is held sealed in the key table under the new order's id before
-// the intent is recorded; a repeat finds it there. (A repeat that reaches a
-// process which has not seen its intent holds its token under an id that
-// never becomes an order, deleted again within shredDelay: see recordFirst.)
+// The token is sealed under the new order's data key before the intent is
+// recorded: in the unit that records the intent and places the order, with
+// the key row, under key units; held in the key table first otherwise. A
+// new intent is recorded in that unit (beginDeferred, placeDeferred). (A
+// repeat that reaches a process which has not seen its intent may hold its
+// token under an id that never becomes an order, deleted again within
+// shredDelay: see resolveTaken.)
 func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
 	// A repeat of an intent this process keeps is answered from its order,
 	// read once, when the order exists (keptTarget).
@@ -108,9 +111,12 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 		}
 		return show.AcceptsOrders(now)
 	}
-	run, err := h.beginIntent(ctx, req, command, prep, admissible)
+	run, err := h.beginDeferred(ctx, req, command, prep, admissible)
 	if err != nil {
 		return OrderResult{}, err
+	}
+	if p := run.pending; p != nil {
+		defer h.inflight.release(run.stream, p.flight) // whatever became of the unit
 	}
 	ctx = run.context(ctx)
 	if !run.leaseFrom.IsZero() {
@@ -132,6 +138,19 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID string) (OrderResult, error) {
 	req := run.req
 	out := Outcome{Replayed: !run.created}
+	if run.pending != nil {
+		placed, rn, err := h.placeDeferred(ctx, run, reservationID)
+		if err != nil {
+			return OrderResult{}, err
+		}
+		if rn != run { // recorded by another request first: a repeat
+			return h.placeOrder(rn.context(ctx), rn, reservationID)
+		}
+		if placed != nil {
+			h.step(ctx, "order.placed")
+			return h.payAndWait(ctx, run.targetID(), req.Wait, out, placed)
+		}
+	}
 	if !run.created {
 		o, s, err := h.LoadOrder(ctx, run.targetID())
 		if err != nil {
@@ -167,6 +186,29 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 	return h.payAndWait(ctx, run.targetID(), req.Wait, out, placed)
 }
 
+// placeDeferred places the order of a run whose intent is not recorded yet
+// (intentRun.pending) in placeAlone's unit, which records the intent as
+// well: it returns the order as the unit left it and the run, recorded.
+// When another request recorded the intent first it returns the run that
+// request's repeat gets instead (resolveTaken); when the unit did not
+// commit otherwise (it cannot be decided alone, or a part other than the
+// intent lost a race) the intent is recorded alone, and a nil order with
+// the run, recorded, leaves placeOrder to go on as for any recorded intent.
+func (h *Handler) placeDeferred(ctx context.Context, run *intentRun, reservationID string) (*orderState, *intentRun, error) {
+	if run.secrets != nil {
+		placed, err := h.placeAlone(ctx, run, reservationID, run.secrets)
+		if errors.Is(err, errIntentTaken) {
+			rn, err := h.resolveTaken(ctx, run)
+			return nil, rn, err
+		}
+		if err != nil || placed != nil {
+			return placed, run, err
+		}
+	}
+	rn, err := h.recordPending(ctx, run)
+	return nil, rn, err
+}
+
 // placeAlone places the order of the request that recorded its intent and
 // is still alone on it, holding its secrets (sec), in one unit of work: the
 // claim (the commit point), OrderPlaced with the held token, the
@@ -175,11 +217,14 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 // wrote or read it (what the claim decides on is fixed by ReservationHeld;
 // the unit's expected revisions fence the rest). The key table's part is
 // tokenToPlace's: in the unit with key units, else a round trip before it.
-// It returns the order as
-// the unit left it, with the attempt ready to send; or nil and no error
-// when the unit cannot be decided alone (a refusal is decided on reads, the
-// key holds no token) or lost a race, for placeOrder to claim on reads; or
-// the unit's error when its outcome stayed unknown (503).
+// For a run whose intent is pending, the unit records it too, first
+// (commitWithIntent), and with key units creates the order's key already
+// placed instead of dropping its held token. It returns the order as the
+// unit left it, with the attempt ready to send; or nil and no error when
+// the unit cannot be decided alone (a refusal is decided on reads, the key
+// holds no token) or lost a race on another part, for placeOrder to claim
+// on reads; errIntentTaken when a pending intent was recorded by another
+// request first; or the unit's error when its outcome stayed unknown (503).
 func (h *Handler) placeAlone(ctx context.Context, run *intentRun, reservationID string, sec *heldSecrets) (*orderState, error) {
 	r, rs, err := h.cachedReservation(ctx, reservationID)
 	if err != nil {
@@ -201,11 +246,15 @@ func (h *Handler) placeAlone(ctx context.Context, run *intentRun, reservationID 
 	if err != nil || held == nil {
 		return nil, err
 	}
+	if run.pending != nil && kw.place != nil {
+		// The key is created with the intent, placed: the order carries the token.
+		kw = keyWrite{create: &keyCreate{orderID: c.OrderID, intent: run.stream, dk: sec.dk, shredAt: kw.place.deadline}}
+	}
 	u, err := h.placingUnit(ctx, run, c, rs, ordered[0], held, sec, now)
 	if err != nil || u == nil {
 		return nil, err
 	}
-	res, err := h.commitUnit(ctx, kw, u.parts...)
+	res, err := h.commitWithIntent(ctx, run, kw, u.parts...)
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		h.reservations.drop(rs.name) // decide again on reads
 		return nil, nil
@@ -220,7 +269,7 @@ func (h *Handler) placeAlone(ctx context.Context, run *intentRun, reservationID 
 	r.Apply(ordered[0])
 	h.reservations.put(rs.name, r, res[2].NextRevision)
 	u.order.s.last = res[1].NextRevision
-	u.order.held = kw.place == nil
+	u.order.held = kw.place == nil && kw.create == nil
 	return u.order, nil
 }
 

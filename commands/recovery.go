@@ -29,6 +29,15 @@ const (
 // bounded by the intent lease plus one pass. It blocks until ctx is done; a
 // failed resume (a dependency down) is retried every retry without advancing
 // the checkpoint.
+//
+// An order or reservation intent recorded in the unit of its commit point
+// (the order's claim, the hold batch: inflight.go) is never left before
+// that point on PostgreSQL or memstore: a crash before the unit leaves no
+// intent at all (nor an order's key, made in the same unit), and the
+// request's repeat starts afresh. Recovery finds such an intent without
+// its commit point only when it was recorded alone (its unit failed on
+// another part, or the process had seen its stream), or on KurrentDB,
+// where a unit's parts are appended one by one, the intents first.
 func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
 	intents := []string{domain.TypeIntentRecorded, domain.TypeIntentResumed}
 	return h.delayedFollower(ctx, log, cps, RecoveryName, retry, intents, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob {

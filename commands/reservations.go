@@ -34,19 +34,31 @@ func (h *Handler) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeat
 		_, err := h.scheduledShow(ctx, cmd.ShowID)
 		return err
 	}
-	run, err := h.beginIntent(ctx, req, cmd.Canonical(), nil, visible)
+	run, err := h.beginDeferred(ctx, req, cmd.Canonical(), nil, visible)
 	if err != nil {
 		return domain.Reservation{}, Outcome{}, err
 	}
-	ctx = run.context(ctx)
-	return h.reserveSeats(ctx, run, cmd)
+	if p := run.pending; p != nil {
+		defer h.inflight.release(run.stream, p.flight) // whatever became of the hold
+	}
+	res, out, err := h.reserveSeats(run.context(ctx), run, cmd)
+	if errors.Is(err, errIntentTaken) {
+		// Another request recorded the intent first: answer as its repeat.
+		if run, err = h.resolveTaken(ctx, run); err != nil {
+			return domain.Reservation{}, Outcome{}, err
+		}
+		return h.reserveSeats(run.context(ctx), run, cmd)
+	}
+	return res, out, err
 }
 
 // reserveSeats runs a reservation intent from wherever it stands. A request
-// that has just recorded the intent, alone on it, knows that neither the
-// reservation nor its hold exists: it goes straight to the hold, the first
-// time; every other try finds out first how far the intent got
-// (reservationSoFar).
+// that has just recorded the intent, alone on it, or whose intent the hold
+// batch records (intentRun.pending), knows that neither the reservation nor
+// its hold exists: it goes straight to the hold, the first time; every
+// other try records a pending intent alone first (ensureRecorded:
+// errIntentTaken when another request recorded it first) and finds out
+// how far the intent got (reservationSoFar).
 func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
 	out := Outcome{Replayed: !run.created}
 	var res domain.Reservation
@@ -55,6 +67,9 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 		trusted := alone
 		alone = false
 		if !trusted {
+			if err := h.ensureRecorded(ctx, run); err != nil {
+				return err
+			}
 			r, done, err := h.reservationSoFar(ctx, run, cmd)
 			if err != nil || done {
 				res = r

@@ -42,6 +42,22 @@ type heldBeforeIntent struct {
 }
 
 func (s *heldBeforeIntent) Append(ctx context.Context, stream string, exp eventstore.ExpectedRevision, events ...eventstore.EventData) (eventstore.AppendResult, error) {
+	s.check(ctx, events)
+	return s.EventStore.Append(ctx, stream, exp, events...)
+}
+
+// AppendMulti checks every part as Append does: an order's intent is
+// recorded in the unit that claims the order.
+func (s *heldBeforeIntent) AppendMulti(ctx context.Context, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	for _, a := range appends {
+		s.check(ctx, a.Events)
+	}
+	return s.EventStore.AppendMulti(ctx, appends...)
+}
+
+// check fails the test for an order's IntentRecorded among events while
+// the key table does not hold its sealed token, and counts those checked.
+func (s *heldBeforeIntent) check(ctx context.Context, events []eventstore.EventData) {
 	for _, e := range events {
 		if e.Type != "IntentRecorded" {
 			continue
@@ -63,7 +79,6 @@ func (s *heldBeforeIntent) Append(ctx context.Context, stream string, exp events
 		}
 		s.checked.Add(1)
 	}
-	return s.EventStore.Append(ctx, stream, exp, events...)
 }
 
 // rawEvents returns every event's type, data and metadata as stored.
@@ -272,29 +287,48 @@ func (f *pgFix) mustShow(h *Handler) string {
 // intent is recorded and before the order is placed (the hook deletes it
 // at order.claiming, before the unit that places the order): the order is
 // claimed on reads and placed without a token, and fails as no attempt is
-// possible; nothing is charged.
+// possible; nothing is charged. With key units there is no key row to
+// delete there: the order's intent, its key and the order are written in
+// one unit, so the hook deletes nothing and the order is confirmed, paid
+// once.
 func TestPGOrderWithoutKeyFailsUncharged(t *testing.T) {
 	t.Parallel()
 	for _, units := range []bool{false, true} {
 		t.Run(fmt.Sprintf("key units %v", units), func(t *testing.T) {
 			t.Parallel()
 			f := newPGFix(t, providersim.Config{})
+			var deleted atomic.Int64
 			hooks := Hooks{Step: func(step string) {
 				if step == "order.claiming" {
-					if _, err := f.pool.Exec(context.Background(), `DELETE FROM order_keys`); err != nil {
+					tag, err := f.pool.Exec(context.Background(), `DELETE FROM order_keys`)
+					if err != nil {
 						t.Error(err)
 					}
+					deleted.Add(tag.RowsAffected())
 				}
 			}}
 			opts := []Option{WithHooks(hooks)}
 			if units {
-				// The key table's writes join the units of work: the
-				// placing unit finds the key gone and writes nothing.
 				opts = append(opts, WithKeyUnits(keystore.Units{Events: f.store, Keys: f.keys}))
 			}
 			h := f.handler("pg-a", nil, opts...)
 			res := f.placeOrder(h, distinctToken(providersim.TokenVisa), 10*time.Second)
 			o := res.Order
+			if units {
+				if n := deleted.Load(); n != 0 {
+					t.Errorf("the hook deleted %d key rows at order.claiming, want 0 (the key is written with the order)", n)
+				}
+				if !res.Final || o.Status != domain.OrderStatusConfirmed {
+					t.Fatalf("PlaceOrder = final %v, %s; want confirmed", res.Final, o.Status)
+				}
+				if net, n := f.charges(o.ID); net != 1500 || n != 1 {
+					t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
+				}
+				return
+			}
+			if n := deleted.Load(); n != 1 {
+				t.Errorf("the hook deleted %d key rows at order.claiming, want 1", n)
+			}
 			if !res.Final || o.Status != domain.OrderStatusFailed || o.FailReason != domain.FailNoAttempt {
 				t.Fatalf("PlaceOrder = final %v, %s (%s); want failed, %s", res.Final, o.Status, o.FailReason, domain.FailNoAttempt)
 			}

@@ -105,9 +105,10 @@ func TestTracing_ABookingIsOneTrace(t *testing.T) {
 			t.Errorf("span %s: result %q, want ok", spanLine(s), attr(s, "booking.provider.result"))
 		}
 	}
-	// The claim, OrderPlaced, the reservation marked ordered and the
-	// attempt's start are one unit, named by its first stream (the claim).
-	for _, want := range []string{"srv-order", "append intent", "append_multi reservation", "append order", "provider " + ProviderCreatePayment} {
+	// The intent, the claim, OrderPlaced, the reservation marked ordered
+	// and the attempt's start are one unit, named by its first stream (the
+	// intent).
+	for _, want := range []string{"srv-order", "append_multi intent", "append order", "provider " + ProviderCreatePayment} {
 		if !slices.Contains(names, want) {
 			t.Errorf("the order request's trace has no span %q; it has %q", want, names)
 		}

@@ -2,7 +2,6 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -243,28 +242,31 @@ func TestLostAppendAnswerStillUnknownIs503(t *testing.T) {
 		if n := f.metrics.get("unknown_append:unresolved"); n != 1 {
 			t.Errorf("UnknownAppend(unresolved) counted %d, want 1", n)
 		}
+		// The order's intent is recorded in the unit that claims the order:
+		// that unit committed whole, the order placed with its first
+		// attempt started; the request stopped there, unsent.
 		stream := IntentStream("alice", OpPlaceOrder, "k1")
 		if got := f.store.Types(stream); !cmp.Equal(got, []string{"IntentRecorded"}) {
 			t.Errorf("intent stream %v, want [IntentRecorded] (nothing transient stored)", got)
 		}
-		if n := f.count("reservation-order-", "OrderClaimed"); n != 0 {
-			t.Errorf("%d OrderClaimed, want 0", n)
+		if n := f.count("reservation-order-", "OrderClaimed"); n != 1 {
+			t.Errorf("%d OrderClaimed, want 1 (committed with the intent)", n)
 		}
-		// A repeat inside the dead request's lease is in use; after it, the
-		// repeat takes the intent over and finishes it.
-		_, err := f.order("k1")
-		var inUse *InUseError
-		if !errors.As(err, &inUse) {
-			t.Fatalf("repeat inside the lease: PlaceOrder() = %v, want *InUseError", err)
+		if n := f.count("order-", "OrderPlaced"); n != 1 {
+			t.Errorf("%d OrderPlaced, want 1 (committed with the intent)", n)
 		}
-		f.clock.Advance(f.h.Config().IntentLease + time.Second)
+		if n := f.pay.count("create"); n != 0 {
+			t.Errorf("%d payments created, want 0 (the request stopped at the intent's unit)", n)
+		}
+		// A repeat finds the intent past its commit point and answers the
+		// order, paid once; no takeover is needed.
 		out, err := f.order("k1")
 		if err != nil || !out.Replayed {
-			t.Fatalf("repeat after the lease: PlaceOrder() = %+v, %v; want the order, replayed", out, err)
+			t.Fatalf("repeat: PlaceOrder() = %+v, %v; want the order, replayed", out, err)
 		}
 		f.checkOneOrder(t, out)
-		if got := f.store.Types(stream); !cmp.Equal(got, []string{"IntentRecorded", "IntentResumed"}) {
-			t.Errorf("intent stream %v, want [IntentRecorded IntentResumed]", got)
+		if got := f.store.Types(stream); !cmp.Equal(got, []string{"IntentRecorded"}) {
+			t.Errorf("intent stream %v, want [IntentRecorded]", got)
 		}
 	})
 	t.Run("The order claim.", func(t *testing.T) {

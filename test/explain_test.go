@@ -196,8 +196,8 @@ func TestExplain_UnknownPaymentOutcomeThenReconciledShowsEachStep(t *testing.T) 
 }
 
 // explainCLI runs `booking intents explain --actor actor --key key` as its
-// own process with only DATABASE_URL and returns its exit status, stdout
-// and stderr.
+// own process with only DATABASE_URL and, when the suite runs on KurrentDB,
+// BOOKING_EVENT_STORE, and returns its exit status, stdout and stderr.
 func (s *server) explainCLI(t testing.TB, actor, key string) (int, string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -209,6 +209,9 @@ func (s *server) explainCLI(t testing.TB, actor, key string) (int, string, strin
 		}
 	}
 	cmd.Env = append(cmd.Env, "DATABASE_URL="+s.dbURL)
+	if s.eventStore != "" {
+		cmd.Env = append(cmd.Env, "BOOKING_EVENT_STORE="+s.eventStore)
+	}
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -144,10 +144,12 @@ func (s *server) waitGauge(t testing.TB, name, what string, ok func(v float64) b
 // /metrics before and after, the exact change of its metric and that no
 // other funnel counter moved:
 //
-//   - an order request held before its commit point: booking_intents_pending
-//     is 1 while it is held; its repeat waits BOOKING_IN_USE_WAIT and is
-//     answered 409, +1 in_use and +1 replays (the repeat found the intent);
-//     released, the gauge returns to 0;
+//   - an order request held before its commit point: its intent commits
+//     with the claim, so booking_intents_pending stays 0 and intents
+//     {created} does not move while it is held; its repeat finds it in
+//     flight in the process, waits BOOKING_IN_USE_WAIT and is answered 409,
+//     +1 in_use and +1 replays; released, intents{created} +1 and the gauge
+//     is 0;
 //   - the finished order repeated: +1 replays; with another card: 422, +1
 //     fingerprint conflicts;
 //   - an actor over its retry budget: one 429, +1 retry budget exceeded;
@@ -191,16 +193,22 @@ func TestMetrics_FunnelDeltas(t *testing.T) {
 	c := orderCall(tokAlice, newKey(), res, "tok_visa")
 	first := s.sendTimed(t, c)
 	s.waitHeld(t, "order.claiming", 1)
-	s.waitGauge(t, "booking_intents_pending", "1 while the order is held", func(v float64) bool { return v == 1 })
+	if v, present := s.gauge(t, "booking_intents_pending"); !present || v != 0 {
+		t.Errorf("booking_intents_pending = %v (present %t) while the order is held, want 0 (its intent commits with its claim)", v, present)
+	}
 	checkProblem(t, s.doCall(t, c), http.StatusConflict, "idempotency-key-in-use")
-	checkDeltas(t, "a repeat while held", before, s.samples(t), map[string]float64{inUse: 1, replays: 1,
-		intents("created"): 1, intents("replayed"): 1, intents("waited"): 1, intents("in_use"): 1}, nil)
+	held := s.samples(t)
+	checkDeltas(t, "a repeat while held", before, held, map[string]float64{inUse: 1, replays: 1,
+		intents("replayed"): 1, intents("waited"): 1, intents("in_use"): 1}, nil)
 	s.releaseHold(t, "order.claiming")
 	f := <-first
 	if f.r == nil {
 		t.FailNow()
 	}
 	wantStatus(t, f.r, http.StatusCreated)
+	if d := s.samples(t)[intents("created")] - held[intents("created")]; d != 1 {
+		t.Errorf("%s changed by %v once the held order was answered, want 1", intents("created"), d)
+	}
 	s.waitGauge(t, "booking_intents_pending", "0 once the order is confirmed", func(v float64) bool { return v == 0 })
 	checkProviderCreates(t, "a confirmed order", before, s.samples(t), map[string]float64{"ok": 1, "declined": 0})
 

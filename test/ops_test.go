@@ -14,8 +14,10 @@ import (
 // the show's), whose correlation_id is the server's id of the request, and
 // both are on the request's access line with method, route template,
 // status and actor; a request without one is answered with the server's
-// UUIDv7, also in its problem details; a repeat carries its own id, not the
-// first request's.
+// UUIDv7; a repeat carries its own id, not the first request's. Problem
+// details label the ids as the access line does: request_id is the server's
+// UUIDv7 (the access line's request_id), client_request_id the client's
+// kept id, absent when it sent none or an invalid one.
 func TestRequestIDs(t *testing.T) {
 	t.Parallel()
 	s := mustStart(t, Options{Env: map[string]string{"BOOKING_LOG_FORMAT": "json"}})
@@ -48,15 +50,22 @@ func TestRequestIDs(t *testing.T) {
 	missing := s.doCall(t, call{Method: "GET", Path: "/v1/shows/" + uuid.Must(uuid.NewV7()).String(), Token: tokAlice,
 		Header: map[string]string{"X-Request-Id": "bad id with spaces"}})
 	pid := missing.Header.Get("X-Request-Id")
-	if missing.Status != 404 || missing.str("request_id") != pid || pid == "bad id with spaces" || pid == "" {
-		t.Errorf("GET an unknown show = %d, request_id %q, X-Request-Id %q; want 404 with a new id in both",
-			missing.Status, missing.str("request_id"), pid)
+	if missing.Status != 404 || missing.str("request_id") != pid || !isUUIDv7(pid) || missing.get("client_request_id") != nil {
+		t.Errorf("GET an unknown show = %d, request_id %q, client_request_id %v, X-Request-Id %q; want 404 with a new UUIDv7 in both and no client_request_id",
+			missing.Status, missing.str("request_id"), missing.get("client_request_id"), pid)
+	}
+	traced := s.doCall(t, call{Method: "GET", Path: "/v1/shows/" + uuid.Must(uuid.NewV7()).String(), Token: tokAlice,
+		Header: map[string]string{"X-Request-Id": "e2e-missing-1"}})
+	if traced.Status != 404 || traced.Header.Get("X-Request-Id") != "e2e-missing-1" || traced.str("client_request_id") != "e2e-missing-1" {
+		t.Errorf("GET an unknown show with X-Request-Id e2e-missing-1 = %d, X-Request-Id %q, client_request_id %q; want 404 with e2e-missing-1 in both",
+			traced.Status, traced.Header.Get("X-Request-Id"), traced.str("client_request_id"))
 	}
 
 	want := map[string]map[string]any{
-		"e2e-show-1": {"method": "POST", "route": "/v1/shows", "status": 201.0, "actor": "admin", "replayed": false},
-		id:           {"method": "POST", "route": "/v1/shows", "status": 201.0, "actor": "admin", "replayed": true},
-		pid:          {"method": "GET", "route": "/v1/shows/{id}", "status": 404.0, "actor": "alice"},
+		"e2e-show-1":    {"method": "POST", "route": "/v1/shows", "status": 201.0, "actor": "admin", "replayed": false},
+		id:              {"method": "POST", "route": "/v1/shows", "status": 201.0, "actor": "admin", "replayed": true},
+		pid:             {"method": "GET", "route": "/v1/shows/{id}", "status": 404.0, "actor": "alice"},
+		"e2e-missing-1": {"method": "GET", "route": "/v1/shows/{id}", "status": 404.0, "actor": "alice"},
 	}
 	lines := map[string]map[string]any{}
 	if !eventually(30*time.Second, func() bool {
@@ -79,6 +88,9 @@ func TestRequestIDs(t *testing.T) {
 	}
 	if srv, _ := lines["e2e-show-1"]["request_id"].(string); len(correlations) != 1 || !correlations[srv] {
 		t.Errorf("access line of e2e-show-1: request_id %q, want the events' correlation_id %v", srv, correlations)
+	}
+	if srv, _ := lines["e2e-missing-1"]["request_id"].(string); !isUUIDv7(srv) || traced.str("request_id") != srv {
+		t.Errorf("problem of e2e-missing-1: request_id %q, want its access line's server UUIDv7 %q", traced.str("request_id"), srv)
 	}
 	for rid, w := range want {
 		for k, v := range w {

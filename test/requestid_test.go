@@ -237,12 +237,31 @@ func TestRequestID_EndToEnd(t *testing.T) {
 			t.Errorf("%s: %d with X-Request-Id %q, want 200 with the server's UUIDv7", c.name, g.Status, got[0])
 		}
 	}
-	// A refused id is not echoed in problem details either.
+	// Problem details label the ids as log lines do: request_id is the
+	// server's UUIDv7 (its access line's request_id), client_request_id
+	// the client's kept id; a refused id is named nowhere.
 	p := s.doCall(t, call{Method: "GET", Path: "/v1/orders/" + uuid.NewString(), Token: tokAlice,
 		Header: map[string]string{"X-Request-Id": long + "y"}})
-	if pid := p.Header.Get("X-Request-Id"); p.Status != 404 || p.str("request_id") != pid || !isUUIDv7(pid) {
-		t.Errorf("GET an unknown order with a 129-character id: %d, request_id %q, X-Request-Id %q; want 404 with the server's id in both",
-			p.Status, p.str("request_id"), pid)
+	pid := p.Header.Get("X-Request-Id")
+	if p.Status != 404 || p.str("request_id") != pid || !isUUIDv7(pid) || p.get("client_request_id") != nil {
+		t.Errorf("GET an unknown order with a 129-character id: %d, request_id %q, client_request_id %v, X-Request-Id %q; want 404 with the server's id in both and no client_request_id",
+			p.Status, p.str("request_id"), p.get("client_request_id"), pid)
+	}
+	kept := s.doCall(t, call{Method: "GET", Path: "/v1/orders/" + uuid.NewString(), Token: tokAlice,
+		Header: map[string]string{"X-Request-Id": "e2e-problem-1"}})
+	if kept.Status != 404 || kept.Header.Get("X-Request-Id") != "e2e-problem-1" || kept.str("client_request_id") != "e2e-problem-1" {
+		t.Errorf("GET an unknown order with X-Request-Id e2e-problem-1: %d, X-Request-Id %q, client_request_id %q; want 404 with e2e-problem-1 in both",
+			kept.Status, kept.Header.Get("X-Request-Id"), kept.str("client_request_id"))
+	}
+	var problemLines []map[string]any
+	if !eventually(30*time.Second, func() bool {
+		problemLines = s.accessLines("e2e-problem-1")
+		return len(problemLines) == 1 && len(s.logLines(pid)) > 0
+	}) {
+		t.Fatalf("access lines with client_request_id e2e-problem-1: %v, log lines with request_id %s: %v; want one, and some", problemLines, pid, s.logLines(pid))
+	}
+	if srv, _ := problemLines[0]["request_id"].(string); !isUUIDv7(srv) || kept.str("request_id") != srv {
+		t.Errorf("problem of e2e-problem-1: request_id %q, want its access line's server UUIDv7 %q", kept.str("request_id"), srv)
 	}
 }
 

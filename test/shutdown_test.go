@@ -2,6 +2,7 @@ package test
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -9,38 +10,43 @@ import (
 )
 
 // TestShutdown_BoundedWhileAPaymentStepHangs: booking serve is killed right
-// before an order's commit point (order.claiming, its intent recorded); the
-// restarted process's recovery claims the order on reads and is killed
-// right after the claim (order.claimed); the third process's process
-// manager places the order and starts the payment (not the request or
-// recovery, whose background steps are not waited for at shutdown). The
-// provider holds that send (tok_slow, 80 s, longer than the 70 s provider
-// timeout, so the send is still in flight when SIGTERM arrives even on a
-// starved machine). With BOOKING_SHUTDOWN_TIMEOUT=1s the process abandons
-// the step after the grace period and exits with status 0 well before the
-// send could end (the bound is 30 s; it takes about 2 s, and a shutdown
-// that waited for the step took 21 s with a 20 s provider timeout), logging
-// that recovery finishes the step. The next process does: one order,
-// confirmed, one charge, the seats ordered.
+// after an order's unit committed (order.claimed: its intent, the claim,
+// the order placed and attempt 1's lease, nothing sent); the restarted
+// process's reconciler takes the attempt over once that lease (75 s) has
+// passed and sends it (not the request or recovery, whose background steps
+// are not waited for at shutdown). The provider holds that send (tok_slow,
+// 80 s, longer than the 70 s provider timeout, so the send is still in
+// flight when SIGTERM arrives even on a starved machine). With
+// BOOKING_SHUTDOWN_TIMEOUT=1s the process abandons the step after the
+// grace period and exits with status 0 well before the send could end
+// (the bound is 30 s; it takes about 2 s, and a shutdown that waited for
+// the step took 21 s with a 20 s provider timeout), logging that recovery
+// finishes the step. The next process does: one order, confirmed, one
+// charge, the seats ordered.
 func TestShutdown_BoundedWhileAPaymentStepHangs(t *testing.T) {
 	t.Parallel()
-	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"order.claiming"}, ExternalSim: true, Env: fastEnv(
+	s, show, res := mustStartReserved(t, Options{CrashAt: []string{"order.claimed"}, ExternalSim: true, Env: fastEnv(
 		"BOOKING_PROVIDER_TIMEOUT", "70s", "BOOKING_PAYMENT_LEASE", "75s", "BOOKING_PROVIDER_SLOW_DELAY", "80s",
 		"BOOKING_SHUTDOWN_TIMEOUT", "1s")}, 2)
-	s.crashCall(t, orderCall(tokAlice, newKey(), res, "tok_slow"), "order.claiming")
-	s.Restart(func(o *Options) { o.CrashAt = []string{"order.claimed"} })
-	s.WaitExit(60 * time.Second)
-	id := s.onlyClaimedOrder(t, "after recovery's crash at order.claimed")
+	s.crashCall(t, orderCall(tokAlice, newKey(), res, "tok_slow"), "order.claimed")
+	id := s.onlyClaimedOrder(t, "after the crash at order.claimed")
+	attempts := ofType(s.orderEvents(t, id), "PaymentAttemptStarted")
+	if len(attempts) != 1 {
+		t.Fatalf("order-%s after the crash: stream %v, want attempt 1 started (the order's unit), nothing sent", id, typesOf(s.orderEvents(t, id)))
+	}
 	s.Restart(withoutCrash)
 
-	var attempts []orderEvent
-	if !eventually(60*time.Second, func() bool {
-		attempts = ofType(s.orderEvents(t, id), "PaymentAttemptStarted")
-		return len(attempts) > 0
-	}) {
-		t.Fatalf("order-%s: the restarted process started no payment attempt within 60 s (stream %v)", id, typesOf(s.orderEvents(t, id)))
+	// The attempt is sent once its lease (75 s from the unit) has passed.
+	var inFlight struct {
+		Keys []string `json:"idempotency_keys"`
 	}
-	s.waitInFlight(t, attempts[0].str("provider_key")) // the send is at the provider for 70 s
+	if !eventually(180*time.Second, func() bool {
+		s.simGet(t, "/_sim/in-flight", &inFlight)
+		return slices.Contains(inFlight.Keys, attempts[0].str("provider_key"))
+	}) {
+		t.Fatalf("GET /_sim/in-flight = %v 180 s after the restart, want %s in flight (order-%s: %v)",
+			inFlight.Keys, attempts[0].str("provider_key"), id, typesOf(s.orderEvents(t, id)))
+	}
 
 	s.mu.Lock()
 	p := s.cur

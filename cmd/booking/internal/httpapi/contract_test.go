@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
 	"github.com/retrysafe/booking/cmd/booking/internal/identity"
@@ -453,6 +454,9 @@ func contractCases() []contractCase {
 			code: "show-not-found"},
 		{name: "an unknown show is 404", method: "GET", path: "/v1/shows/" + showID, setup: withErr(domain.ErrShowNotFound),
 			status: 404, code: "show-not-found", calls: []string{"GetShow"}},
+		{name: "a problem names the client's X-Request-Id as client_request_id beside the server's request_id", method: "GET",
+			path: "/v1/shows/" + showID, header: map[string]string{httpapi.HeaderRequestID: "trace-7"}, setup: withErr(domain.ErrShowNotFound),
+			status: 404, code: "show-not-found", calls: []string{"GetShow"}, want: map[string]string{httpapi.HeaderRequestID: "trace-7"}},
 
 		// POST /v1/reservations and GET /v1/reservations/{id}.
 		{name: "POST /v1/reservations is 201 with Location", method: "POST", path: "/v1/reservations", key: "res-1", body: resBody,
@@ -859,8 +863,23 @@ func checkProblem(t *testing.T, tc contractCase, h http.Header, doc map[string]a
 	} else if tc.detail != "" && d != tc.detail {
 		t.Errorf("problem detail = %q, want %q", d, tc.detail)
 	}
-	if id, _ := doc["request_id"].(string); id == "" || id != h.Get(httpapi.HeaderRequestID) {
-		t.Errorf("problem request_id = %q, want the answer's %s %q", id, httpapi.HeaderRequestID, h.Get(httpapi.HeaderRequestID))
+	// request_id is the server's UUIDv7 whatever the client sent;
+	// client_request_id the client's id, which X-Request-Id then echoes
+	// (every id a case sends is a valid one), else absent, and X-Request-Id
+	// is request_id.
+	id, _ := doc["request_id"].(string)
+	if u, err := uuid.Parse(id); err != nil || u.Version() != 7 {
+		t.Errorf("problem request_id = %q, want the server's UUIDv7", id)
+	}
+	sent, echo := tc.header[httpapi.HeaderRequestID], id
+	if sent != "" {
+		echo = sent
+	}
+	if c, ok := doc["client_request_id"]; (sent == "" && ok) || (sent != "" && c != sent) {
+		t.Errorf("problem client_request_id = %v, want %q (absent when empty)", c, sent)
+	}
+	if got := h.Get(httpapi.HeaderRequestID); got != echo {
+		t.Errorf("%s = %q, want %q", httpapi.HeaderRequestID, got, echo)
 	}
 	if tc.fields != nil {
 		var fields []string

@@ -122,7 +122,8 @@ type Config struct {
 // the API's: /metrics answers 404 here). reads may be nil, and then the list
 // endpoints answer 503. log receives internal errors in full and one access
 // line per request; every line logged with a request's context carries its
-// request_id (X-Request-Id, which every answer echoes). The handler is safe
+// request_id (the service's id) and client_request_id (the client's kept
+// X-Request-Id), as problem details do. The handler is safe
 // for concurrent use.
 func New(cfg Config, svc Service, reads Reads, log *slog.Logger) http.Handler {
 	log = slog.New(logging.Handler(log.Handler()))

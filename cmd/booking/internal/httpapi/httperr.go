@@ -92,8 +92,11 @@ type problem struct {
 	Fields   []string `json:"fields,omitempty"`
 	OrderID  string   `json:"order_id,omitempty"`
 	Order    any      `json:"order,omitempty"`
-	// RequestID is the answer's X-Request-Id, to quote when reporting it.
-	RequestID string `json:"request_id,omitempty"`
+	// RequestID is the id the service assigned the request (a UUIDv7),
+	// the request_id of its log lines and events; ClientRequestID is the
+	// client's X-Request-Id when kept, their client_request_id.
+	RequestID       string `json:"request_id,omitempty"`
+	ClientRequestID string `json:"client_request_id,omitempty"`
 }
 
 // writeError answers err as application/problem+json. Internal errors are
@@ -102,7 +105,10 @@ type problem struct {
 func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	err = budgetSpent(r, err)
 	status := statusOf(err)
-	p := problem{Status: status, Title: http.StatusText(status), Instance: r.URL.Path, RequestID: RequestIDFrom(r.Context())}
+	p := problem{Status: status, Title: http.StatusText(status), Instance: r.URL.Path}
+	if ri := info(r.Context()); ri != nil {
+		p.RequestID, p.ClientRequestID = ri.server, ri.client
+	}
 	if r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		// The client went away; nobody reads this answer (nginx's 499).
 		a.log.InfoContext(r.Context(), "client closed the request", "method", r.Method, "path", r.URL.Path)

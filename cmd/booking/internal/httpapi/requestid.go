@@ -27,9 +27,6 @@ var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 // handled: its ids, and the actor once authenticated. One request's
 // middleware and handler run on one goroutine, so it needs no lock.
 type requestInfo struct {
-	// id is the request's X-Request-Id: the client's when valid, else
-	// server.
-	id string
 	// server is the id the service assigned the request (a UUIDv7);
 	// client the client's valid X-Request-Id, "" when it sent none or an
 	// invalid one.
@@ -48,15 +45,6 @@ const requestInfoKey ctxKey = iota + 100
 func info(ctx context.Context) *requestInfo {
 	ri, _ := ctx.Value(requestInfoKey).(*requestInfo)
 	return ri
-}
-
-// RequestIDFrom returns the X-Request-Id of a request handled by New's
-// handler (the client's valid id, else the server's), or "" outside one.
-func RequestIDFrom(ctx context.Context) string {
-	if ri := info(ctx); ri != nil {
-		return ri.id
-	}
-	return ""
 }
 
 // routeOf returns the route template that served the request whose context
@@ -86,24 +74,24 @@ func validRequestID(id string) bool { return requestIDPattern.MatchString(id) }
 // value (validRequestID), else none — an invalid value is dropped, never
 // logged, stored or passed on. The answer's one X-Request-Id is the
 // client's id when kept, else the server's, set before anything else is
-// written (problem details repeat it as request_id). Every log line logged
-// with the request's context carries request_id (the server id, so two
-// clients sending one id are told apart) and, when kept,
-// client_request_id; the commands layer gets both
-// (commands.WithRequestIDs), so the events the request appends name them.
+// written. Problem details, every log line logged with the request's
+// context and the events the request appends (commands.WithRequestIDs)
+// label the ids alike: request_id is always the server id (so two clients
+// sending one id are told apart, and a problem's request_id finds its log
+// lines), client_request_id the client's id when kept.
 func requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ri := &requestInfo{server: uuid.Must(uuid.NewV7()).String()}
 		if vs := r.Header.Values(HeaderRequestID); len(vs) == 1 && validRequestID(vs[0]) {
 			ri.client = vs[0]
 		}
-		ri.id = ri.server
+		echo := ri.server
 		attrs := []slog.Attr{slog.String("request_id", ri.server)}
 		if ri.client != "" {
-			ri.id = ri.client
+			echo = ri.client
 			attrs = append(attrs, slog.String("client_request_id", ri.client))
 		}
-		w.Header().Set(HeaderRequestID, ri.id)
+		w.Header().Set(HeaderRequestID, echo)
 		ctx := context.WithValue(r.Context(), requestInfoKey, ri)
 		ctx = logging.WithAttrs(ctx, attrs...)
 		ctx = commands.WithRequestIDs(ctx, commands.RequestIDs{Server: ri.server, Client: ri.client})

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -118,45 +117,80 @@ func TestRequestID(t *testing.T) {
 	}
 }
 
-// TestRequestIDInProblemAndLogs: a refused request's problem carries the
-// answer's X-Request-Id (the client's kept id), and the internal error's
-// log line and the access line carry it as client_request_id beside the
-// server's request_id.
+// TestRequestIDInProblemAndLogs: a refused request's problem labels its
+// ids as its log lines do — request_id is the server's UUIDv7, the
+// request_id of the internal error's line and of the access line;
+// client_request_id is the client's kept id, absent when it sent none or
+// an invalid one — while X-Request-Id echoes the client's kept id, else
+// the server's.
 func TestRequestIDInProblemAndLogs(t *testing.T) {
 	t.Parallel()
-	var logs bytes.Buffer
-	log, err := logging.New(&logs, "text", "info")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeService{err: errInternal}
-	h := httpapi.New(httpapi.Config{Tokens: map[string]httpapi.Actor{tokAlice: {ID: "alice"}},
-		RetryBudgetRate: 1000, RetryBudgetBurst: 1000}, f, f, log)
-	req := httptest.NewRequest("GET", "/v1/orders/"+resID, nil)
-	req.Header.Set("Authorization", "Bearer "+tokAlice)
-	req.Header.Set(httpapi.HeaderRequestID, "trace-42")
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	var p map[string]any
-	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != 500 {
-		t.Fatalf("GET /v1/orders/{id} = %d %s, want a 500 problem", rec.Code, rec.Body)
-	}
-	if p["request_id"] != "trace-42" || rec.Header().Get(httpapi.HeaderRequestID) != "trace-42" {
-		t.Errorf("problem request_id = %v, X-Request-Id %q, want trace-42 in both", p["request_id"], rec.Header().Get(httpapi.HeaderRequestID))
-	}
-	for _, want := range []string{`msg="internal error"`, `msg="http request" method=GET route=/v1/orders/{id} status=500`} {
-		found := false
-		for _, l := range strings.Split(logs.String(), "\n") {
-			if strings.Contains(l, want) {
-				found = true
-				if !strings.Contains(l, " client_request_id=trace-42") || !regexp.MustCompile(` request_id=[0-9a-f-]{36}( |$)`).MatchString(l) {
-					t.Errorf("log line %q lacks client_request_id=trace-42 and a server request_id", l)
+	for _, tt := range []struct {
+		name, sent, client string
+	}{
+		{"a kept client id", "trace-42", "trace-42"},
+		{"no client id", "", ""},
+		{"a refused client id", "trace 42", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var logs bytes.Buffer
+			log, err := logging.New(&logs, "json", "info")
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := &fakeService{err: errInternal}
+			h := httpapi.New(httpapi.Config{Tokens: map[string]httpapi.Actor{tokAlice: {ID: "alice"}},
+				RetryBudgetRate: 1000, RetryBudgetBurst: 1000}, f, f, log)
+			req := httptest.NewRequest("GET", "/v1/orders/"+resID, nil)
+			req.Header.Set("Authorization", "Bearer "+tokAlice)
+			if tt.sent != "" {
+				req.Header.Set(httpapi.HeaderRequestID, tt.sent)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			var p map[string]any
+			if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != 500 {
+				t.Fatalf("GET /v1/orders/{id} = %d %s, want a 500 problem", rec.Code, rec.Body)
+			}
+			lines := map[string]map[string]any{}
+			for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+				var line map[string]any
+				if err := json.Unmarshal([]byte(l), &line); err != nil {
+					t.Fatalf("log line %q: %v", l, err)
+				}
+				msg, _ := line["msg"].(string)
+				lines[msg] = line
+			}
+			access, internal := lines["http request"], lines["internal error"]
+			if access == nil || internal == nil {
+				t.Fatalf("want an access line and an internal error line, logged:\n%s", logs.String())
+			}
+			server, _ := access["request_id"].(string)
+			if u, err := uuid.Parse(server); err != nil || u.Version() != 7 {
+				t.Fatalf("access line request_id = %q, want a UUIDv7", server)
+			}
+			echo := server
+			if tt.client != "" {
+				echo = tt.client
+			}
+			if got := rec.Header().Get(httpapi.HeaderRequestID); got != echo {
+				t.Errorf("%s = %q, want %q", httpapi.HeaderRequestID, got, echo)
+			}
+			for _, doc := range []struct {
+				name string
+				m    map[string]any
+			}{{"problem", p}, {"access line", access}, {"internal error line", internal}} {
+				if doc.m["request_id"] != server {
+					t.Errorf("%s request_id = %v, want the server's %s", doc.name, doc.m["request_id"], server)
+				}
+				if c, ok := doc.m["client_request_id"]; tt.client == "" && ok {
+					t.Errorf("%s client_request_id = %v, want none", doc.name, c)
+				} else if tt.client != "" && c != tt.client {
+					t.Errorf("%s client_request_id = %v, want %s", doc.name, c, tt.client)
 				}
 			}
-		}
-		if !found {
-			t.Errorf("no log line with %s in:\n%s", want, logs.String())
-		}
+		})
 	}
 }
 
