@@ -68,12 +68,9 @@ type inFlight struct {
 	m  map[string]*flight
 }
 
-// flight is one deferred intent in flight: its fingerprint and normalized
-// command (a repeat with another body is refused at once), the lease its
-// IntentRecorded carries (Retry-After), and done, closed on release.
+// flight is one deferred intent in flight: the lease its IntentRecorded
+// carries (Retry-After), and done, closed on release.
 type flight struct {
-	fp         string
-	command    map[string]any
 	leaseUntil time.Time
 	done       chan struct{}
 	once       sync.Once
@@ -88,7 +85,7 @@ func (f *inFlight) get(name string) *flight {
 
 // enter registers a flight for name unless one is there (returned as
 // existing) or the registry is full (both nil).
-func (f *inFlight) enter(name, fp string, command map[string]any, leaseUntil time.Time) (mine, existing *flight) {
+func (f *inFlight) enter(name string, leaseUntil time.Time) (mine, existing *flight) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if e := f.m[name]; e != nil {
@@ -100,7 +97,7 @@ func (f *inFlight) enter(name, fp string, command map[string]any, leaseUntil tim
 	if len(f.m) >= inFlightCap {
 		return nil, nil
 	}
-	fl := &flight{fp: fp, command: command, leaseUntil: leaseUntil, done: make(chan struct{})}
+	fl := &flight{leaseUntil: leaseUntil, done: make(chan struct{})}
 	f.m[name] = fl
 	return fl, nil
 }
@@ -133,7 +130,7 @@ func (h *Handler) deferRecord(ctx context.Context, b *intentBegin) (*intentRun, 
 	if b.validate != nil && b.validate(now) != nil {
 		return nil, nil, nil
 	}
-	fl, existing := h.inflight.enter(b.stream, b.fp, normalizeJSON(b.command), now.Add(h.cfg.IntentLease))
+	fl, existing := h.inflight.enter(b.stream, now.Add(h.cfg.IntentLease))
 	if fl == nil {
 		b.deferred = existing != nil
 		return nil, existing, nil
@@ -153,41 +150,45 @@ func (h *Handler) deferRecord(ctx context.Context, b *intentBegin) (*intentRun, 
 }
 
 // awaitInFlight is what a request does with its intent in flight in this
-// process (fl): another body is domain.ErrKeyReused at once; the same one
-// waits up to InUseWait for the flight to end (step intent.waiting), and
-// then returns nil for the caller to read the intent, or answers
-// *InUseError (409) when it is still in flight.
+// process (fl), whatever its body: it waits up to InUseWait for the flight
+// to end (step intent.waiting) and returns nil for the caller to read the
+// intent. A flight is not a recorded intent: its body may never commit, so
+// only the intent read decides between the outcome, 422 for another body
+// and the wait for a recorded executor. When the wait ends with fl still
+// in flight, b.busy keeps it: a read that finds no intent then answers
+// *InUseError (409; inUseInFlight) instead of recording one.
 func (h *Handler) awaitInFlight(ctx context.Context, b *intentBegin, fl *flight) error {
-	op := b.req.Operation
-	if fl.fp != b.fp {
-		return h.keyReused(op, fl.command, b.command)
-	}
-	h.metrics.Intent(op, IntentWaited, "")
+	h.metrics.Intent(b.req.Operation, IntentWaited, "")
 	h.step(ctx, "intent.waiting")
 	b.waitUntil = time.Now().Add(h.cfg.InUseWait)
 	t := time.NewTimer(h.cfg.InUseWait)
 	defer t.Stop()
 	select {
 	case <-fl.done:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
+		b.busy = fl
 	}
+	return nil
+}
+
+// inUseInFlight is the answer to a request whose bounded wait for the
+// flight b.busy ended while it was still in flight and no intent is
+// recorded under its key: *InUseError (409) with the flight's lease as
+// Retry-After, counted; nil when the flight has ended since.
+func (h *Handler) inUseInFlight(b *intentBegin, now time.Time) error {
 	select {
-	case <-fl.done:
+	case <-b.busy.done:
 		return nil
 	default:
 	}
-	now, err := h.now(ctx)
-	if err != nil {
-		return err
-	}
+	op := b.req.Operation
 	h.metrics.Replay(op)
 	h.metrics.Intent(op, IntentReplayed, "")
 	h.metrics.InUse(op)
 	h.metrics.Intent(op, IntentInUse, "")
-	return &InUseError{RetryAfter: max(time.Second, fl.leaseUntil.Sub(now))}
+	return &InUseError{RetryAfter: max(time.Second, b.busy.leaseUntil.Sub(now))}
 }
 
 // commitWithIntent is commitUnit for a run: a pending run's IntentRecorded

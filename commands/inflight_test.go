@@ -168,9 +168,10 @@ func deferredIntentLost(t *testing.T, p *processes, a, b *Handler) {
 // TestInFlightRepeatWaitsInTheProcess: while an order request is parked
 // before the unit that records its intent (order.claiming), a repeat on
 // the same process waits InUseWait and answers *InUseError (409) with a
-// Retry-After inside the lease; another body answers the key-reused error
-// at once; a repeat that starts waiting (parked at intent.waiting, then
-// let go) answers the order, replayed, once the first request is released.
+// Retry-After inside the lease, and so does another body (nothing is
+// recorded for a 422 to compare with); a repeat that starts waiting (parked
+// at intent.waiting, then let go) answers the order, replayed, once the
+// first request is released, and another body then the key-reused error.
 // Nothing is recorded while the first request is parked.
 func TestInFlightRepeatWaitsInTheProcess(t *testing.T) {
 	t.Parallel()
@@ -214,8 +215,8 @@ func TestInFlightRepeatWaitsInTheProcess(t *testing.T) {
 	}
 	other := ocmd
 	other.PaymentToken = "tok_decline"
-	if _, err := h.PlaceOrder(ctx, oreq, other); !errors.Is(err, domain.ErrKeyReused) {
-		t.Errorf("another body while parked = %v, want the key-reused error", err)
+	if _, err := h.PlaceOrder(ctx, oreq, other); !errors.As(err, &inUse) {
+		t.Errorf("another body while parked = %v, want *InUseError: no body is recorded yet", err)
 	}
 	recs, err := p.mem.ReadStream(ctx, IntentStream(oreq.Actor, oreq.Operation, oreq.Key), 0, 0)
 	if len(recs) != 0 {
@@ -244,6 +245,67 @@ func TestInFlightRepeatWaitsInTheProcess(t *testing.T) {
 	}
 	if !r.Replayed || r.Order.ID != f.Order.ID {
 		t.Fatalf("waiting repeat = %+v, want order %s replayed", r, f.Order.ID)
+	}
+	if _, err := h.PlaceOrder(ctx, oreq, other); !errors.Is(err, domain.ErrKeyReused) {
+		t.Errorf("another body once the intent is recorded = %v, want the key-reused error", err)
+	}
+	if net, n := p.pay.net(); net != payPrice.Amount || n != 1 {
+		t.Errorf("provider: net %d over %d charges, want %d over 1", net, n, payPrice.Amount)
+	}
+}
+
+// TestInFlightOtherBodyNeverDecidesARepeat: an order is placed on process
+// B under key o; on process A, which has not seen the key, a request with
+// another body under o (another reservation) parks before its unit
+// (order.claiming). A repeat of
+// B's request on A waits for that flight, then answers from the recorded
+// intent: B's order, replayed — never 422 for a body that nothing
+// recorded. Released, A's flight loses on the intent stream and answers
+// the key-reused error. One order, one charge, one IntentRecorded.
+func TestInFlightOtherBodyNeverDecidesARepeat(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := newProcesses()
+	a := p.handler(execA, nil, func(c *Config) { c.InUseWait = 200 * time.Millisecond })
+	b := p.handler(execB, nil, nil)
+	show := scheduleShow(t, b, 3, 48*time.Hour)
+	req, cmd := aliceReserves(show.ID, "r", 1)
+	res, _, err := b.ReserveSeats(ctx, req, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oreq := Request{Actor: "alice", Operation: OpPlaceOrder, Key: "o", Wait: 10 * time.Second}
+	ocmd := PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_visa"}
+	placed, err := b.PlaceOrder(ctx, oreq, ocmd)
+	if err != nil || placed.Order.Status != domain.OrderStatusConfirmed {
+		t.Fatalf("PlaceOrder on B = %+v, %v; want a confirmed order", placed, err)
+	}
+
+	req2, cmd2 := aliceReserves(show.ID, "r2", 1)
+	res2, _, err := b.ReserveSeats(ctx, req2, cmd2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := newParkAt("order.claiming")
+	a.hooks = Hooks{Step: claim.hook}
+	other := PlaceOrderCommand{ReservationID: res2.ID, PaymentToken: "tok_visa"}
+	otherErr := make(chan error, 1)
+	go func() {
+		_, err := a.PlaceOrder(ctx, oreq, other)
+		otherErr <- err
+	}()
+	claim.waitParked(t)
+	r, err := a.PlaceOrder(ctx, oreq, ocmd)
+	if err != nil || !r.Replayed || r.Order.ID != placed.Order.ID {
+		t.Errorf("repeat on A beside another body's flight = %+v, %v; want order %s replayed", r, err, placed.Order.ID)
+	}
+	close(claim.release)
+	if err := <-otherErr; !errors.Is(err, domain.ErrKeyReused) {
+		t.Errorf("the other body on A = %v, want the key-reused error", err)
+	}
+	recs, err := p.mem.ReadStream(ctx, IntentStream(oreq.Actor, oreq.Operation, oreq.Key), 0, 0)
+	if n := countTypes(recs, domain.TypeIntentRecorded); err != nil || n != 1 {
+		t.Errorf("intent stream: %d IntentRecorded (%v), want 1", n, err)
 	}
 	if net, n := p.pay.net(); net != payPrice.Amount || n != 1 {
 		t.Errorf("provider: net %d over %d charges, want %d over 1", net, n, payPrice.Amount)

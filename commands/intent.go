@@ -356,6 +356,9 @@ type intentBegin struct {
 	// it began waiting for the intent in flight here (awaitInFlight);
 	// awaitExecutor waits no further, so a repeat waits InUseWait in all.
 	waitUntil time.Time
+	// busy is the flight this request waited for in vain (awaitInFlight):
+	// still in flight when its wait ended.
+	busy *flight
 	// deferred is true when the use case's unit records a new intent
 	// (beginDeferred); deferRecord sets it false when it cannot.
 	deferred bool
@@ -409,7 +412,13 @@ func (h *Handler) beginOnRead(ctx context.Context, b *intentBegin) (*intentRun, 
 			return run, err
 		}
 	}
-	// domain.ResolveNew: record the intent.
+	// domain.ResolveNew: record the intent, unless it is still in flight
+	// here after this request's bounded wait.
+	if b.busy != nil {
+		if err := h.inUseInFlight(b, now); err != nil {
+			return nil, err
+		}
+	}
 	if b.validate != nil {
 		if err := b.validate(now); err != nil {
 			return nil, err
