@@ -123,12 +123,9 @@ func (f *inFlight) release(name string, fl *flight) {
 // and prep's.
 func (h *Handler) deferRecord(ctx context.Context, b *intentBegin) (*intentRun, *flight, error) {
 	leaseFrom := time.Now()
-	now, err := h.now(ctx)
-	if err != nil {
+	now, ok, err := h.firstRecordAt(ctx, b)
+	if err != nil || !ok {
 		return nil, nil, err
-	}
-	if b.validate != nil && b.validate(now) != nil {
-		return nil, nil, nil
 	}
 	fl, existing := h.inflight.enter(b.stream, now.Add(h.cfg.IntentLease))
 	if fl == nil {

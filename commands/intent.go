@@ -589,12 +589,9 @@ func (h *Handler) loadIntent(ctx context.Context, name string) (time.Time, *stre
 // sent, once prepare set it.
 func (h *Handler) recordFirst(ctx context.Context, b *intentBegin) (*intentRun, *eventstore.RevisionConflictError, error) {
 	leaseFrom := time.Now()
-	now, err := h.now(ctx)
-	if err != nil {
+	now, ok, err := h.firstRecordAt(ctx, b)
+	if err != nil || !ok {
 		return nil, nil, err
-	}
-	if b.validate != nil && b.validate(now) != nil {
-		return nil, nil, nil
 	}
 	if err := b.prepare(ctx, now); err != nil {
 		return nil, nil, err
@@ -612,6 +609,16 @@ func (h *Handler) recordFirst(ctx context.Context, b *intentBegin) (*intentRun, 
 	}
 	h.recorded(ctx, rn, res, leaseFrom)
 	return rn, nil, nil
+}
+
+// firstRecordAt reads the database clock for a first record of b's
+// intent: ok is false when b.validate refuses the request at that now
+// (nothing is recorded; a repeat answers the intent's outcome on reads).
+func (h *Handler) firstRecordAt(ctx context.Context, b *intentBegin) (now time.Time, ok bool, err error) {
+	if now, err = h.now(ctx); err != nil {
+		return now, false, err
+	}
+	return now, b.validate == nil || b.validate(now) == nil, nil
 }
 
 // intentHintCap bounds the intent streams intentHints remembers.
