@@ -370,15 +370,17 @@ func TestPGSlowProviderLeaseTakeover(t *testing.T) {
 	// it still executing and must take the lease over, however late B runs
 	// on a busy machine (at 6 s, a stall of 5 s would let the charge and its
 	// notice confirm the order first); B's own lease (2 min) outlasts the
-	// charge, so B takes over once, and B's calls get 5 s each (only the
-	// owner's send is meant to time out).
+	// charge, so B takes over once, and B's calls get 30 s each (only the
+	// owner's send is meant to time out: a call of B's timing out on a
+	// starved machine would leave an unknown outcome, and B would renew its
+	// own lease before the next send, a second Takeovers count).
 	f := newPGFix(t, providersim.Config{SlowDelay: 20 * time.Second})
 	short := func(c *Config) {
 		c.PaymentLease, c.ProviderTimeout, c.SendMargin, c.SettleMargin = time.Second, 300*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond
 	}
 	long := func(c *Config) {
 		short(c)
-		c.PaymentLease, c.ProviderTimeout = 2*time.Minute, 5*time.Second
+		c.PaymentLease, c.ProviderTimeout = 2*time.Minute, 30*time.Second
 	}
 	hooks, reached, release := blockAt("payment.sent")
 	a := f.handler("pg-owner", short, WithHooks(hooks))
