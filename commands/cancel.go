@@ -58,7 +58,7 @@ func (h *core) cancelOrder(ctx context.Context, run *intentRun, orderID string) 
 		if err != nil {
 			return err
 		}
-		now, err := h.now(ctx)
+		now, err := h.streams.now(ctx)
 		if err != nil {
 			return err
 		}

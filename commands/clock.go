@@ -10,8 +10,8 @@ import (
 
 // The service clock of one process (ARCHITECTURE.md, "Performance", "One
 // clock reading per process"). Every decision uses the database clock
-// (Clock), never the host's. The Handler keeps one reading of it for the
-// whole process, requests and background jobs alike: a decision takes the
+// (Clock), never the host's. One reading of it (streams) serves the whole
+// process, requests and background jobs alike: a decision takes the
 // reading plus the time elapsed since on the host's monotonic clock, as the
 // payment send fence holds a lease end. A reading is anchored at the moment
 // its answer arrived, so the extrapolation never runs ahead of the database
@@ -32,7 +32,7 @@ import (
 // reaches every decision within that time.
 //
 // Tests: the reading is dropped at every fault point when the clock is one
-// tests move (core.step), since a test may move it while a request is
+// tests move (streams.parked), since a test may move it while a request is
 // parked there; and such a clock (movableClock) counts its moves: a reading
 // taken before a move, or whose read or append began before one, is never
 // used, so a test that moves its clock between requests sees the move at
@@ -54,7 +54,7 @@ type movableClock interface {
 
 // clockReading is the process's reading of the service clock: db is the
 // clock's value at the host's monotonic instant at. Bound: one value per
-// Handler; eviction: replaced by any later answer, unused after
+// streams; eviction: replaced by any later answer, unused after
 // maxReadingAge, dropped by drop or a clock move. Safe for concurrent use.
 type clockReading struct {
 	mu sync.Mutex
@@ -121,35 +121,36 @@ func (r *clockReading) drop() {
 	r.mu.Unlock()
 }
 
-// clockTicket returns the ticket of a clock read or an append beginning now.
-func (h *core) clockTicket() clockTicket {
+// ticket returns the ticket of a clock read or an append beginning now.
+func (s *streams) ticket() clockTicket {
 	var moves uint64
-	if m, ok := h.clock.(movableClock); ok {
+	if m, ok := s.clock.(movableClock); ok {
 		moves = m.Moves()
 	}
-	return h.reading.ticket(moves)
+	return s.reading.ticket(moves)
 }
 
 // now returns the service clock: the process's reading extrapolated (see
 // above), or a fresh read of the database clock, which then becomes the
-// reading. A failed read is Unavailable (503), never a result.
-func (h *core) now(ctx context.Context) (time.Time, error) {
-	tk := h.clockTicket()
-	if t, ok := h.reading.now(tk); ok {
+// reading. A failed read is Unavailable (503), never a result. Safe for
+// concurrent use.
+func (s *streams) now(ctx context.Context) (time.Time, error) {
+	tk := s.ticket()
+	if t, ok := s.reading.now(tk); ok {
 		return t, nil
 	}
-	t, err := h.clock.Now(ctx)
+	t, err := s.clock.Now(ctx)
 	if err != nil {
 		return time.Time{}, unavailable(err)
 	}
-	h.reading.set(tk, t, time.Now())
+	s.reading.set(tk, t, time.Now())
 	return t.UTC(), nil
 }
 
 // noteAppendClock renews the reading from an append that reports the
 // store's clock; tk was taken and sent noted right before the append was
 // sent, and its answer arrived just now.
-func (h *core) noteAppendClock(tk clockTicket, res eventstore.AppendResult, sent time.Time) {
+func (s *streams) noteAppendClock(tk clockTicket, res eventstore.AppendResult, sent time.Time) {
 	if res.Now.IsZero() {
 		return
 	}
@@ -157,5 +158,15 @@ func (h *core) noteAppendClock(tk clockTicket, res eventstore.AppendResult, sent
 	if at.Sub(sent) > maxAppendClockTrip {
 		return
 	}
-	h.reading.set(tk, res.Now, at)
+	s.reading.set(tk, res.Now, at)
+}
+
+// parked is called when a fault point parked a caller: where the clock is
+// one tests move (movableClock) the reading is dropped, since a test may
+// have moved it meanwhile. The database's own clock moves only forward with
+// the host's, so its reading stays valid across a park.
+func (s *streams) parked() {
+	if _, ok := s.clock.(movableClock); ok {
+		s.reading.drop()
+	}
 }

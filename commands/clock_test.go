@@ -74,14 +74,14 @@ func TestHandlerClockIsProcessWide(t *testing.T) {
 	clock := newFakeClock(payT0)
 	h := New(Config{}, newMemStore(), clock, nil, newTestRegistry(), nil)
 	ctx := context.Background()
-	if got, err := h.now(ctx); err != nil || got.Before(payT0) || got.After(payT0.Add(maxReadingAge)) {
+	if got, err := h.streams.now(ctx); err != nil || got.Before(payT0) || got.After(payT0.Add(maxReadingAge)) {
 		t.Fatalf("now() = %v, %v; want from %v", got, err, payT0)
 	}
 	if clock.reads() != 1 {
 		t.Fatalf("%d clock reads, want 1", clock.reads())
 	}
 	for range 5 {
-		if _, err := h.now(context.Background()); err != nil {
+		if _, err := h.streams.now(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -89,20 +89,20 @@ func TestHandlerClockIsProcessWide(t *testing.T) {
 		t.Errorf("%d clock reads after 6 decisions in one second, want 1 (one reading for the process)", clock.reads())
 	}
 	clock.Advance(time.Hour)
-	if got, err := h.now(ctx); err != nil || got.Before(payT0.Add(time.Hour)) {
+	if got, err := h.streams.now(ctx); err != nil || got.Before(payT0.Add(time.Hour)) {
 		t.Fatalf("now() after the clock moved = %v, %v; want from %v", got, err, payT0.Add(time.Hour))
 	}
 	later := payT0.Add(2 * time.Hour)
-	h.noteAppendClock(h.clockTicket(), eventstore.AppendResult{Now: later}, time.Now().Add(-2*maxAppendClockTrip))
-	if got, _ := h.now(ctx); !got.Before(later) {
+	h.streams.noteAppendClock(h.streams.ticket(), eventstore.AppendResult{Now: later}, time.Now().Add(-2*maxAppendClockTrip))
+	if got, _ := h.streams.now(ctx); !got.Before(later) {
 		t.Fatalf("a slow append renewed the reading: %v", got)
 	}
-	h.noteAppendClock(h.clockTicket(), eventstore.AppendResult{}, time.Now())
-	if got, _ := h.now(ctx); !got.Before(later) {
+	h.streams.noteAppendClock(h.streams.ticket(), eventstore.AppendResult{}, time.Now())
+	if got, _ := h.streams.now(ctx); !got.Before(later) {
 		t.Fatalf("an append without a clock renewed the reading: %v", got)
 	}
-	h.noteAppendClock(h.clockTicket(), eventstore.AppendResult{Now: later}, time.Now())
-	if got, _ := h.now(ctx); got.Before(later) || got.After(later.Add(maxReadingAge)) {
+	h.streams.noteAppendClock(h.streams.ticket(), eventstore.AppendResult{Now: later}, time.Now())
+	if got, _ := h.streams.now(ctx); got.Before(later) || got.After(later.Add(maxReadingAge)) {
 		t.Fatalf("reading after a quick append = %v; want from %v", got, later)
 	}
 }

@@ -161,11 +161,11 @@ var followedTypes = map[string]bool{
 func (h *core) doneHere(r eventstore.RecordedEvent) bool {
 	switch r.Type {
 	case domain.TypeSeatsHeld:
-		return h.written.has(DerivedID(r.ID, "reservation-held"))
+		return h.streams.wrote(DerivedID(r.ID, "reservation-held"))
 	case domain.TypeOrderClaimed:
-		return h.written.has(DerivedID(r.ID, "order-placed"), DerivedID(r.ID, "reservation-ordered"))
+		return h.streams.wrote(DerivedID(r.ID, "order-placed"), DerivedID(r.ID, "reservation-ordered"))
 	case domain.TypeExpiryClaimed:
-		return h.written.has(DerivedID(r.ID, "seats-released"), DerivedID(r.ID, "reservation-expired"))
+		return h.streams.wrote(DerivedID(r.ID, "seats-released"), DerivedID(r.ID, "reservation-expired"))
 	}
 	return false
 }
@@ -247,11 +247,11 @@ func (h *core) followPayment(ctx context.Context, ev domain.Event, later laterOf
 		// The order carries the token now: drop it from the key table
 		// (unless this process's request did, or the key is gone, or a
 		// later event already received deletes it).
-		if !later.ends && !h.written.has(keyPlaced(orderID)) && !h.written.has(keyShredded(orderID)) {
+		if !later.ends && !h.streams.wrote(keyPlaced(orderID)) && !h.streams.wrote(keyShredded(orderID)) {
 			if err := h.keys.Placed(ctx, orderID, e.PaymentDeadline); err != nil {
 				return unavailable(err)
 			}
-			h.written.note(keyPlaced(orderID))
+			h.streams.noteDone(keyPlaced(orderID))
 		}
 	case domain.OrderCancelRequested:
 		if err := h.shred(ctx, orderID); err != nil {
@@ -286,7 +286,7 @@ func orderIDOf(e domain.Event) string {
 // finishEnded does the follow-ups of the event causeID that ended order
 // orderID, unless this process did them.
 func (h *core) finishEnded(ctx context.Context, orderID, reason, causeID string) error {
-	if h.written.has(DerivedID(orderID, "seats-released"), DerivedID(orderID, "reservation-released")) {
+	if h.streams.wrote(DerivedID(orderID, "seats-released"), DerivedID(orderID, "reservation-released")) {
 		return nil // the payment step that ended the order released its seats and reservation
 	}
 	o, _, err := h.loadOrder(ctx, orderID)
@@ -299,7 +299,7 @@ func (h *core) finishEnded(ctx context.Context, orderID, reason, causeID string)
 // shredRefusedOrder deletes the key held for the order of a refused order
 // intent: that order never exists.
 func (h *core) shredRefusedOrder(ctx context.Context, intentStream string) error {
-	s, err := h.load(ctx, intentStream)
+	s, err := h.streams.load(ctx, intentStream)
 	if err != nil {
 		return err
 	}

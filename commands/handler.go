@@ -184,22 +184,12 @@ type core struct {
 	showCache showCache
 	// holds batches concurrent seat holds per show; see holdbatch.go.
 	holds holdBatcher
-	// written holds the ids of the events this process appended, for the
-	// process manager; see written.go.
-	written writtenSet
-	// reservations caches reservation streams; see streamcache.go.
-	reservations streamCache[domain.Reservation]
-	// keptOrders and keptIntents keep loaded order and intent streams
-	// (maxKeptStreams each), so the next load reads only their tails; see
-	// loadKept.
-	keptOrders, keptIntents streamCache[*stream]
-	// reading is the process's reading of the database clock; see clock.go.
-	reading clockReading
+	// streams is the event store and the clock as the use cases load and
+	// read them, with the kept streams, the clock reading and the written
+	// set beneath; see streams.go.
+	streams *streams
 	// shredder batches the deletes of order keys; see keys.go.
 	shredder keyShredder
-	// intents remembers the intent streams this process has seen; see
-	// intentHints in intent.go.
-	intents intentHints
 	// inflight registers the intents whose record waits for their use
 	// case's unit; see inflight.go.
 	inflight inFlight
@@ -289,9 +279,7 @@ var Steps = []string{
 func (h *core) step(ctx context.Context, name string) {
 	if h.hooks.Step != nil {
 		h.hooks.Step(name)
-		if _, ok := h.clock.(movableClock); ok {
-			h.reading.drop()
-		}
+		h.streams.parked()
 	}
 }
 
@@ -310,7 +298,6 @@ func newCore(cfg Config, store EventStore, clock Clock, payments Payments, regis
 	h := &core{cfg: cfg, store: store, clock: clock, payments: payments, registry: registry, log: log,
 		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}, keys: noKeys{}, processed: noProcessedEvents{},
 		erasureWake: make(chan struct{}, 1)}
-	h.keptOrders.limit, h.keptIntents.limit = maxKeptStreams, maxKeptStreams
 	h.abandoned, h.abandon = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(h)
@@ -325,6 +312,7 @@ func newCore(cfg Config, store EventStore, clock Clock, payments Payments, regis
 	if h.tracer != nil {
 		h.store = tracedStore{next: store, tracer: h.tracer}
 	}
+	h.streams = newStreams(h.store, registry, clock, cfg.IntentRetention/2)
 	return h
 }
 
@@ -398,7 +386,7 @@ type stream struct {
 	exists  bool
 	last    eventstore.Revision
 	// opened is openedAt of the first record, set on the intent streams
-	// kept in keptIntents (so a replay does not decode its metadata
+	// kept by streams.loadAt (so a replay does not decode its metadata
 	// again); zero elsewhere.
 	opened time.Time
 }
@@ -409,30 +397,6 @@ func (s *stream) expected() eventstore.ExpectedRevision {
 		return eventstore.NoStream()
 	}
 	return eventstore.Exact(s.last)
-}
-
-func (h *core) load(ctx context.Context, name string) (*stream, error) {
-	recs, err := h.store.ReadStream(ctx, name, 0, 0)
-	s := &stream{name: name}
-	if errors.Is(err, eventstore.ErrStreamNotFound) {
-		return s, nil
-	}
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	s.records = recs
-	s.events = make([]domain.Event, 0, len(recs))
-	for _, r := range recs {
-		e, err := h.registry.Decode(r.Type, r.Data)
-		if err != nil {
-			return nil, fmt.Errorf("load %s@%d: %w", name, r.Revision, err)
-		}
-		s.events = append(s.events, e.(domain.Event))
-	}
-	if len(recs) > 0 {
-		s.exists, s.last = true, recs[len(recs)-1].Revision
-	}
-	return s, nil
 }
 
 // openedAt is when the fact of an event was decided by the service's clock
@@ -457,7 +421,8 @@ type pending struct {
 // unitPart is one stream's share of a unit of work: events decided on s (the
 // stream as the caller knows it, or known only by its revision) to append at
 // s's revision with metadata m. data, when set, is the part's events already
-// encoded (each with metadata of its own), and evs and m are unused.
+// encoded (each with metadata of its own): m is unused, and evs, when given,
+// are the same events decoded, for the state streams keeps of the stream.
 type unitPart struct {
 	s    *stream
 	m    eventstore.Metadata
@@ -470,7 +435,7 @@ type unitPart struct {
 // m leaves empty (correlation, cause, request) is stamped from ctx (stamp,
 // correlation.go): a follow-up carries the ids of the request or of the
 // event that caused it. kw joins the unit (KeyUnits). It returns one result
-// per part, in order.
+// per part, in order, and tells streams the unit's outcome (committed).
 func (h *core) appendEvents(ctx context.Context, kw keyWrite, parts ...unitPart) ([]eventstore.AppendResult, error) {
 	appends := make([]eventstore.StreamAppend, len(parts))
 	for i, p := range parts {
@@ -484,7 +449,9 @@ func (h *core) appendEvents(ctx context.Context, kw keyWrite, parts ...unitPart)
 		}
 		appends[i].Events = data
 	}
-	return h.appendResolving(ctx, kw, appends...)
+	res, err := h.appendResolving(ctx, kw, appends...)
+	h.streams.committed(parts, res, err)
+	return res, err
 }
 
 // encodeEvents encodes evs with metadata m, each with its own schema
@@ -576,23 +543,22 @@ func (h *core) appendResolving(ctx context.Context, kw keyWrite, parts ...events
 // ids written (writtenSet), the clock sample, the skew sample and the
 // request's count of events.
 func (h *core) appendUnit(ctx context.Context, kw keyWrite, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
-	tk, sent := h.clockTicket(), time.Now()
+	tk, sent := h.streams.ticket(), time.Now()
 	res, err := h.sendUnit(ctx, kw, parts)
 	if err != nil {
 		return nil, err
 	}
+	h.streams.appended(tk, sent, parts, res)
 	n := 0
 	for i, p := range parts {
-		h.written.add(p.Events, res[i].Position)
 		h.sampleSkew(p.Stream, p.Events, res[i])
 		n += len(p.Events)
 	}
-	h.noteAppendClock(tk, res[len(res)-1], sent)
 	noteAppended(ctx, n)
 	if kw.place != nil {
-		h.written.note(keyPlaced(kw.place.orderID)) // the process manager need not repeat it
+		h.streams.noteDone(keyPlaced(kw.place.orderID)) // the process manager need not repeat it
 	} else if kw.create != nil && kw.create.held == nil && kw.create.intent != "" {
-		h.written.note(keyPlaced(kw.create.orderID)) // created placed, with its order
+		h.streams.noteDone(keyPlaced(kw.create.orderID)) // created placed, with its order
 	}
 	return res, nil
 }
@@ -649,7 +615,7 @@ type applier[S any] interface {
 // with the loaded stream (whose revision is the expected revision of the next
 // append). A stream that does not exist is the zero S; errors are load's.
 func loadState[S any, P applier[S]](ctx context.Context, h *core, name string) (S, *stream, error) {
-	s, err := h.load(ctx, name)
+	s, err := h.streams.load(ctx, name)
 	if err != nil {
 		var zero S
 		return zero, nil, err

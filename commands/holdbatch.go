@@ -65,25 +65,11 @@ type holdBatcher struct {
 	// flight; eviction: a show leaves both once its queue is empty.
 	queue   map[string][]*holdReq
 	running map[string]bool
-	// own is, for a show this process appended a batch to, the show
-	// stream's revision that batch left and when its answer arrived: the
-	// snapshot the next batch may decide on without reading the stream,
-	// for ownHoldTrust after it. Bound: the shows with a batch running or
-	// appended within ownHoldTrust; eviction: an entry is dropped when an
-	// append fails, and every entry older than ownHoldTrust when a run of
-	// batches ends.
-	own map[string]ownHolds
 }
 
-// ownHolds is the show stream's revision a batch of this process appended,
-// at the host instant its answer arrived.
-type ownHolds struct {
-	last eventstore.Revision
-	at   time.Time
-}
-
-// ownHoldTrust is how long after its append the snapshot a batch left is
-// decided on without reading the show stream. Another writer's append in
+// ownHoldTrust is how long after this process's append to a show stream
+// the snapshot it left is decided on without reading the stream
+// (streams.trusted). Another writer's append in
 // that time costs the next batch one failed append and a read of the tail
 // (as it does within a run of batches), instead of the read every hold
 // would pay; a longer gap is read first, since other replicas' holds and
@@ -100,7 +86,7 @@ func (h *core) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCo
 	b := &h.holds
 	b.mu.Lock()
 	if b.queue == nil {
-		b.queue, b.running, b.own = map[string][]*holdReq{}, map[string]bool{}, map[string]ownHolds{}
+		b.queue, b.running = map[string][]*holdReq{}, map[string]bool{}
 	}
 	b.queue[cmd.ShowID] = append(b.queue[cmd.ShowID], req)
 	lead := !b.running[cmd.ShowID]
@@ -160,11 +146,6 @@ func (h *core) leadHolds(ctx context.Context, showID string) {
 	b.mu.Lock()
 	if len(b.queue[showID]) == 0 {
 		delete(b.running, showID)
-		for id, o := range b.own {
-			if !b.running[id] && time.Since(o.at) > ownHoldTrust {
-				delete(b.own, id)
-			}
-		}
 		b.mu.Unlock()
 		return
 	}
@@ -213,6 +194,7 @@ type holdDecision struct {
 type openedHold struct {
 	req  *holdReq
 	data eventstore.EventData
+	ev   pending
 }
 
 // decidedHold is a request of the batch and the SeatsHeld decided for it.
@@ -307,7 +289,7 @@ func (h *core) decideHolds(e *showEntry, prior map[string]heldRecord, showID str
 				d.results[r] = holdResult{err: err}
 				continue
 			}
-			d.opens = append(d.opens, openedHold{r, od})
+			d.opens = append(d.opens, openedHold{r, od, pending{od.ID, domain.HeldFrom(held.e)}})
 		}
 	}
 	return d
@@ -333,8 +315,8 @@ func encodeOpen(held heldRecord, sc trace.SpanContext) (eventstore.EventData, er
 // again.
 //
 // A batch decides on the show's cached snapshot without reading the stream
-// when that snapshot is the one this process's previous batch on the show
-// left, within ownHoldTrust (holdBatcher.own: the stream as this process
+// when that snapshot is the one this process's last append to the show
+// left, within ownHoldTrust (streams.trusted: the stream as this process
 // last wrote it).
 // The snapshot is a hint: the append is at its exact revision, so a snapshot
 // that missed another writer's events fails the append, and the batch reads
@@ -352,7 +334,7 @@ func (h *core) appendHolds(ctx context.Context, showID string, batch []*holdReq)
 	// The clock is read before the show's lock is taken: holds are decided
 	// at a time no later than the decision, and the read is not paid while
 	// every other user of the show waits.
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		answer(failedHolds(batch, err))
 		return
@@ -373,9 +355,6 @@ func (h *core) appendHolds(ctx context.Context, showID string, batch []*holdReq)
 			answer(d)
 			return
 		}
-		h.holds.mu.Lock()
-		delete(h.holds.own, showID)
-		h.holds.mu.Unlock()
 		var part *eventstore.AppendPartError
 		conflict := errors.As(err, &part) && errors.Is(err, eventstore.ErrWrongExpectedRevision)
 		if conflict && part.Part < len(d.recording) {
@@ -434,10 +413,7 @@ func (h *core) decideBatch(ctx context.Context, showID string, batch []*holdReq,
 	// whoever loses decides again.
 	defer unlock()
 	e := h.showCache.get(showID)
-	h.holds.mu.Lock()
-	own, trusted := h.holds.own[showID]
-	h.holds.mu.Unlock()
-	trusted = trusted && first && e.exists && e.last == own.last && time.Since(own.at) <= ownHoldTrust
+	trusted := first && e.exists && h.streams.trusted(domain.ShowStream(showID), e.last)
 	for {
 		if !trusted {
 			var err error
@@ -471,7 +447,7 @@ func (h *core) commitHolds(ctx context.Context, showID string, exp eventstore.Ex
 	}
 	parts = append(parts, unitPart{s: expectedStream(domain.ShowStream(showID), exp), data: d.data})
 	for _, o := range d.opens {
-		parts = append(parts, unitPart{s: newStream(domain.ReservationStream(o.req.resID)), data: []eventstore.EventData{o.data}})
+		parts = append(parts, unitPart{s: newStream(domain.ReservationStream(o.req.resID)), data: []eventstore.EventData{o.data}, evs: []pending{o.ev}})
 	}
 	res, err := h.commitUnit(ctx, keyWrite{}, parts...)
 	if err != nil {
@@ -497,23 +473,11 @@ func (h *core) commitHolds(ctx context.Context, showID string, exp eventstore.Ex
 	return nil
 }
 
-// advanceOwn records that this process appended to show showID's stream
-// right after revision prev, ending at next, and applied the append to the
-// cached snapshot (a release): when the snapshot a batch left was at prev,
-// it is the stream as this process last wrote it again, at next.
-func (b *holdBatcher) advanceOwn(showID string, prev, next eventstore.Revision) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if o, ok := b.own[showID]; ok && o.last == prev {
-		b.own[showID] = ownHolds{last: next, at: time.Now()}
-	}
-}
-
 // noteOwnHolds applies a batch's appended SeatsHeld (now at revisions up to
 // last of the show stream, written after exp) to the cached snapshot, unless
 // the snapshot moved meanwhile (a reader brought it to the head, or it was
-// evicted), and records the revision the batch left for the next batch of
-// this run (holdBatcher.own).
+// evicted). A snapshot brought to last is the stream as this process's
+// append left it, which the next batch may decide on (streams.trusted).
 func (h *core) noteOwnHolds(showID string, exp eventstore.ExpectedRevision, last eventstore.Revision, appended []decidedHold) {
 	unlock := h.shows.Lock(showID)
 	defer unlock()
@@ -530,12 +494,4 @@ func (h *core) noteOwnHolds(showID string, exp eventstore.ExpectedRevision, last
 		}
 		e.exists, e.last = true, last
 	}
-	b := &h.holds
-	b.mu.Lock()
-	if e.exists && e.last == last {
-		b.own[showID] = ownHolds{last: last, at: time.Now()}
-	} else {
-		delete(b.own, showID)
-	}
-	b.mu.Unlock()
 }

@@ -296,7 +296,7 @@ func (h *core) beginFirst(ctx context.Context, b *intentBegin) (run *intentRun, 
 			return nil, err != nil, err
 		}
 	}
-	if h.intents.has(b.stream) {
+	if h.streams.seen(b.stream) {
 		return nil, false, nil
 	}
 	if b.deferred {
@@ -387,14 +387,13 @@ func (b *intentBegin) prepare(ctx context.Context, now time.Time) error {
 // (resolveExisting), and a new one recorded after validate and prep.
 func (h *core) beginOnRead(ctx context.Context, b *intentBegin) (*intentRun, error) {
 	leaseFrom := time.Now()
-	now, s, err := h.loadIntent(ctx, b.stream)
+	now, s, err := h.streams.loadAt(ctx, b.stream)
 	if err != nil {
 		return nil, err
 	}
 	in := fold[domain.Intent](s.events)
 	if s.exists {
 		in.RecordedAt = intentOpened(s)
-		h.intents.note(b.stream)
 	}
 	at := newStream(b.stream) // the revision the intent is recorded at
 	if b.purgedAt != nil {
@@ -477,30 +476,25 @@ func (h *core) resolveExisting(ctx context.Context, b *intentBegin, in domain.In
 		opened: s.records[0].Revision, lineage: requestLineage(ctx, &s.records[0], ""), waitUntil: b.waitUntil}, true, nil
 }
 
-// keptTarget answers, for a repeat of an intent this process keeps
-// (loadIntent) and that is young by the service clock, the id of the
+// keptTarget answers, for a repeat of an intent this process knows
+// (streams.knownIntent: kept and young by the service clock), the id of the
 // intent's target when the repeat would continue it (same fingerprint, no
 // rejection): what a replay needs of the intent once the target exists.
 // That part of an intent never changes — the recorded command, fingerprint
 // and target are written once, and a young intent is not truncated or
 // replaced — so the caller may answer from the target alone, read once,
 // without reading the intent's tail. ok is false when the intent is not
-// kept, is old, or would not continue (a mismatch, a rejection); the caller
-// then goes through beginIntent, which reads it. Errors are the clock's and
-// the fingerprint's.
+// known or would not continue (a mismatch, a rejection); the caller then
+// goes through beginIntent, which reads it. Errors are the clock's and the
+// fingerprint's.
 func (h *core) keptTarget(ctx context.Context, req Request, command map[string]any) (target string, ok bool, err error) {
-	name := IntentStream(req.Actor, req.Operation, req.Key)
-	k, _, kept := h.keptIntents.get(name)
-	if !kept || !k.exists {
-		return "", false, nil
-	}
-	now, err := h.now(ctx)
-	if err != nil {
+	now, k, err := h.streams.knownIntent(ctx, IntentStream(req.Actor, req.Operation, req.Key))
+	if err != nil || k == nil {
 		return "", false, err
 	}
 	in := fold[domain.Intent](k.events)
 	in.RecordedAt = intentOpened(k)
-	if !now.Before(in.RecordedAt.Add(h.cfg.IntentRetention/2)) || in.Recorded.TargetID == "" {
+	if in.Recorded.TargetID == "" {
 		return "", false, nil
 	}
 	fp, err := Fingerprint(in.Recorded.CanonicalVersion, req.Operation, command)
@@ -520,52 +514,6 @@ func intentOpened(s *stream) time.Time {
 		return s.opened
 	}
 	return openedAt(s.records[0])
-}
-
-// loadIntent reads the service clock and intent stream name. An intent
-// this process loaded before is kept (loadKept) while it is younger than
-// half the intent retention — an intent stream is truncated or purged only
-// once its intent expired, so a kept young one is only ever appended to —
-// and then only its tail is read, after the clock (usually the process's
-// reading, no round trip). Otherwise the clock and the whole stream are read
-// at once: two statements, one round trip of waiting; the stream is kept
-// when it is young enough.
-func (h *core) loadIntent(ctx context.Context, name string) (time.Time, *stream, error) {
-	young := func(s *stream, now time.Time) bool {
-		return s.exists && now.Before(intentOpened(s).Add(h.cfg.IntentRetention/2))
-	}
-	if k, _, ok := h.keptIntents.get(name); ok {
-		now, err := h.now(ctx)
-		if err != nil {
-			return time.Time{}, nil, err
-		}
-		if young(k, now) {
-			s, err := h.loadKept(ctx, &h.keptIntents, name)
-			return now, s, err
-		}
-		h.keptIntents.drop(name)
-	}
-	var now time.Time
-	nowErr := make(chan error, 1)
-	go func() {
-		var err error
-		now, err = h.now(ctx)
-		nowErr <- err
-	}()
-	s, err := h.load(ctx, name)
-	if nerr := <-nowErr; err == nil {
-		err = nerr
-	}
-	if err != nil {
-		return time.Time{}, nil, err
-	}
-	if young(s, now) {
-		k := s.keptCopy()
-		k.opened = intentOpened(s) // k is not shared yet
-		h.keptIntents.put(name, k, k.last)
-		s = k.clipped()
-	}
-	return now, s, nil
 }
 
 // recordFirst is beginIntent's first try for an intent stream this process
@@ -615,7 +563,7 @@ func (h *core) recordFirst(ctx context.Context, b *intentBegin) (*intentRun, *ev
 // intent: ok is false when b.validate refuses the request at that now
 // (nothing is recorded; a repeat answers the intent's outcome on reads).
 func (h *core) firstRecordAt(ctx context.Context, b *intentBegin) (now time.Time, ok bool, err error) {
-	if now, err = h.now(ctx); err != nil {
+	if now, err = h.streams.now(ctx); err != nil {
 		return now, false, err
 	}
 	return now, b.validate == nil || b.validate(now) == nil, nil
@@ -712,7 +660,6 @@ func (h *core) newIntent(ctx context.Context, b *intentBegin, at *stream, now ti
 // res; leaseFrom is the host instant taken before the clock reading the
 // lease was computed from.
 func (h *core) recorded(ctx context.Context, rn *intentRun, res eventstore.AppendResult, leaseFrom time.Time) {
-	h.intents.note(rn.stream)
 	rn.rev, rn.opened = res.NextRevision, res.NextRevision
 	if res.NextRevision == 0 {
 		// Only an intent stream's first intent may be alone. An intent
@@ -739,7 +686,7 @@ func rejectionOf(r *domain.IntentRejected, replayed bool) *Rejection {
 // intent stream's revision. Returns errRetry if someone else changed the
 // intent first.
 func (h *core) takeOver(ctx context.Context, run *intentRun) error {
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return err
 	}
@@ -760,7 +707,7 @@ func (h *core) takeOver(ctx context.Context, run *intentRun) error {
 // rejection wins) and returns it. A repeat answers the same.
 func (h *core) reject(ctx context.Context, run *intentRun, derr *domain.Error, resourceID string) error {
 	ev := domain.IntentRejected{Kind: derr.Kind.String(), Code: derr.Code, Detail: derr.Error(), ResourceID: resourceID}
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return err
 	}
@@ -776,7 +723,7 @@ func (h *core) reject(ctx context.Context, run *intentRun, derr *domain.Error, r
 	// rejection may have won, or another executor took the intent over and
 	// may have reached the commit point. Only the former is final; otherwise
 	// answer a transient 503 (never stored), and a repeat resolves it.
-	s, err := h.load(ctx, run.stream)
+	s, err := h.streams.load(ctx, run.stream)
 	if err != nil {
 		return err
 	}
@@ -799,7 +746,7 @@ func (h *core) awaitExecutor(ctx context.Context, run *intentRun, committed func
 		var now time.Time
 		if !run.created {
 			var err error
-			if now, err = h.now(ctx); err != nil {
+			if now, err = h.streams.now(ctx); err != nil {
 				return err
 			}
 		}
@@ -866,7 +813,7 @@ func asDomain(err error) *domain.Error {
 
 // reloadIntent refreshes run from its stream.
 func (h *core) reloadIntent(ctx context.Context, run *intentRun) error {
-	s, err := h.load(ctx, run.stream)
+	s, err := h.streams.load(ctx, run.stream)
 	if err != nil {
 		return err
 	}

@@ -241,7 +241,7 @@ func (h *core) sealedTokenOf(ctx context.Context, c domain.OrderClaimed) ([]byte
 	if err != nil || exists {
 		return held, unavailable(err)
 	}
-	s, err := h.load(ctx, c.Intent)
+	s, err := h.streams.load(ctx, c.Intent)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +250,7 @@ func (h *core) sealedTokenOf(ctx context.Context, c domain.OrderClaimed) ([]byte
 	if token == "" {
 		return nil, nil
 	}
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +316,7 @@ func (h *core) legacyBody(ctx context.Context, o domain.Order, a domain.Attempt,
 // logged by the caller): the process manager repeats it, and the reconciler
 // deletes every key whose due time passed.
 func (h *core) shred(ctx context.Context, orderID string) error {
-	if h.written.has(keyShredded(orderID)) {
+	if h.streams.wrote(keyShredded(orderID)) {
 		return nil // deleted by this process already: a key is never made again once its order can send no more
 	}
 	b := h.shredder.add(h, orderID, true)
@@ -336,7 +336,7 @@ func (h *core) shred(ctx context.Context, orderID string) error {
 // of the order's end deletes it (at least once), and the reconciler's due
 // sweep is the last resort (ARCHITECTURE.md, "Performance").
 func (h *core) shredSoon(orderID string) {
-	if h.written.has(keyShredded(orderID)) {
+	if h.streams.wrote(keyShredded(orderID)) {
 		return
 	}
 	h.shredder.add(h, orderID, false)
@@ -448,7 +448,7 @@ func (s *keyShredder) send(ctx context.Context, h *core, b *shredBatch) {
 	cancel()
 	if err == nil {
 		for _, id := range b.ids {
-			h.written.note(keyShredded(id))
+			h.streams.noteDone(keyShredded(id))
 		}
 		h.wakeErasures()
 	} else {
@@ -494,7 +494,7 @@ const unplacedBatch = 100
 // (ShredDue, the intent's retention) stays the backstop. Failures are
 // logged; the next pass retries. Called by each reconciler pass.
 func (h *core) shredUnplaced(ctx context.Context) {
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	var held map[string]string
 	if err == nil {
 		held, err = h.keys.Unplaced(ctx, now.Add(-unplacedAge), unplacedBatch)
@@ -507,7 +507,7 @@ func (h *core) shredUnplaced(ctx context.Context) {
 	}
 	deleted := 0
 	for orderID, intent := range held {
-		s, err := h.load(ctx, intent)
+		s, err := h.streams.load(ctx, intent)
 		if err != nil {
 			h.log.WarnContext(ctx, "the intent of a key not placed cannot be read; next pass retries", "order_id", orderID, "err", err)
 			continue

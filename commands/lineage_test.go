@@ -277,7 +277,7 @@ func TestLineage_RecoveryKeepsTheRequest(t *testing.T) {
 	// first and records the intent alone, before its claim: the state a
 	// request that dies then leaves. (One that has not seen it records the
 	// intent in the unit that claims the order.)
-	dies.intents.note(IntentStream("alice", OpPlaceOrder, "order"))
+	dies.streams.seenIntents.note(IntentStream("alice", OpPlaceOrder, "order"))
 	func() {
 		defer func() {
 			if r := recover(); r != (died{}) {

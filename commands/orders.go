@@ -98,7 +98,7 @@ func (h *Commands) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCo
 	// a show that has begun (at the database clock's now), which no later
 	// repeat could place either.
 	admissible := func(now time.Time) error {
-		r, _, err := h.cachedReservation(ctx, cmd.ReservationID)
+		r, _, err := h.streams.knownReservation(ctx, cmd.ReservationID)
 		if err != nil {
 			return err
 		}
@@ -226,11 +226,11 @@ func (h *core) placeDeferred(ctx context.Context, run *intentRun, reservationID 
 // on reads; errIntentTaken when a pending intent was recorded by another
 // request first; or the unit's error when its outcome stayed unknown (503).
 func (h *core) placeAlone(ctx context.Context, run *intentRun, reservationID string, sec *heldSecrets) (*orderState, error) {
-	r, rs, err := h.cachedReservation(ctx, reservationID)
+	r, rs, err := h.streams.knownReservation(ctx, reservationID)
 	if err != nil {
 		return nil, err
 	}
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -256,8 +256,7 @@ func (h *core) placeAlone(ctx context.Context, run *intentRun, reservationID str
 	}
 	res, err := h.commitWithIntent(ctx, run, kw, u.parts...)
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-		h.reservations.drop(rs.name) // decide again on reads
-		return nil, nil
+		return nil, nil // decide again on reads
 	}
 	if errors.Is(err, errKeyGone) {
 		return nil, nil // placed on reads, without a token
@@ -266,8 +265,6 @@ func (h *core) placeAlone(ctx context.Context, run *intentRun, reservationID str
 		return nil, err
 	}
 	h.step(ctx, "order.claimed")
-	r.Apply(ordered[0])
-	h.reservations.put(rs.name, r, res[2].NextRevision)
 	u.order.s.last = res[1].NextRevision
 	u.order.held = kw.place == nil && kw.create == nil
 	return u.order, nil
@@ -412,7 +409,7 @@ func (h *core) claimable(ctx context.Context, run *intentRun, reservationID stri
 // finished by the process manager and replayed to a repeat. A refusal is
 // recorded on the intent; an expired hold gets its expiry claim first.
 func (h *core) appendClaim(ctx context.Context, run *intentRun, res domain.Reservation) error {
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return err
 	}
@@ -493,7 +490,7 @@ func (h *core) finishClaim(ctx context.Context, c domain.OrderClaimed, claimID s
 			return false, err
 		}
 	}
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -508,7 +505,7 @@ func (h *core) finishClaim(ctx context.Context, c domain.OrderClaimed, claimID s
 		if err := h.keys.Placed(ctx, c.OrderID, ev.PaymentDeadline); err != nil {
 			h.log.WarnContext(ctx, "held token not dropped yet; the process manager retries", "order_id", c.OrderID, "err", err)
 		} else {
-			h.written.note(keyPlaced(c.OrderID)) // the process manager need not repeat it
+			h.streams.noteDone(keyPlaced(c.OrderID)) // the process manager need not repeat it
 		}
 	}
 	return placed, h.markOrdered(ctx, c, claimID, m)
@@ -570,7 +567,7 @@ func (h *core) placeClaimed(ctx context.Context, c domain.OrderClaimed, claimID 
 	if !exists {
 		dk = nil // the key is gone: the order is placed without a token
 	}
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -604,27 +601,23 @@ func (h *core) placeClaimed(ctx context.Context, c domain.OrderClaimed, claimID 
 	return &orderState{o: o, s: &stream{name: name, exists: true, last: res.NextRevision, events: []domain.Event{ev}}, dk: dk, held: exists}, nil
 }
 
-// markOrdered is the reservation's follow-up of an order claim: at the
-// revision this process knows when it has the reservation cached (a
-// conflict reads it), by a read otherwise.
+// markOrdered is the reservation's follow-up of an order claim: decided
+// on the reservation as this process knows it (streams.knownReservation)
+// and appended at that revision; a conflict, or a reservation that needs
+// nothing, decides again on a read.
 func (h *core) markOrdered(ctx context.Context, c domain.OrderClaimed, claimID string, m eventstore.Metadata) error {
-	name := domain.ReservationStream(c.ReservationID)
 	id := DerivedID(claimID, "reservation-ordered")
-	if r, last, ok := h.reservations.get(name); ok {
-		if evs := r.MarkOrdered(c.OrderID); len(evs) > 0 {
-			res, err := h.commit(ctx, streamAt(name, last), m, pending{id, evs[0]})
-			if err == nil {
-				r.Apply(evs[0])
-				h.reservations.put(name, r, res.NextRevision)
-				return nil
-			}
-			if !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
-				return err
-			}
-		}
-		h.reservations.drop(name)
+	r, rs, err := h.streams.knownReservation(ctx, c.ReservationID)
+	if err != nil {
+		return err
 	}
-	return h.appendFollowUp(ctx, name, m, func(s *stream) []pending {
+	if evs := r.MarkOrdered(c.OrderID); len(evs) > 0 {
+		_, err := h.commit(ctx, rs, m, pending{id, evs[0]})
+		if !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+			return err
+		}
+	}
+	return h.appendFollowUp(ctx, rs.name, m, func(s *stream) []pending {
 		r := fold[domain.Reservation](s.events)
 		evs := r.MarkOrdered(c.OrderID)
 		if len(evs) == 0 {
@@ -665,7 +658,7 @@ func (h *core) releaseSeats(ctx context.Context, showID, reservationID, reason, 
 		if len(evs) == 0 {
 			return nil
 		}
-		now, err := h.now(ctx)
+		now, err := h.streams.now(ctx)
 		if err != nil {
 			return err
 		}
@@ -673,11 +666,10 @@ func (h *core) releaseSeats(ctx context.Context, showID, reservationID, reason, 
 		res, err := h.commit(ctx, e.at(showID), m, pending{DerivedID(cause, "seats-released"), evs[0]})
 		if err == nil {
 			// The snapshot (held under the show's lock) follows the
-			// append, so the next hold batch need not read it back.
-			prev := e.last
+			// append, so the next hold batch need not read it back
+			// (streams.trusted).
 			e.show.Apply(evs[0])
 			e.exists, e.last = true, res.NextRevision
-			h.holds.advanceOwn(showID, prev, res.NextRevision)
 		}
 		return err
 	})
@@ -693,7 +685,7 @@ func (h *core) releaseSeats(ctx context.Context, showID, reservationID, reason, 
 // "" names what ctx carries as the cause (the request, or the event a job
 // acts on).
 func (h *core) finishOrderEnd(ctx context.Context, o domain.Order, reason, causeID string) error {
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return err
 	}
@@ -711,16 +703,17 @@ func (h *core) finishOrderEnd(ctx context.Context, o domain.Order, reason, cause
 	})
 }
 
-// LoadOrder returns the order with id and its loaded stream. Order streams
-// are kept (loadKept): a load of an order this process loaded before reads
-// only the events appended since.
+// LoadOrder returns the order with id and its loaded stream, as the event
+// store holds it now (streams.load: a load of an order this process loaded
+// before reads only the events appended since). Errors wrap
+// domain.ErrUnavailable when the store cannot be read.
 func (h *Queries) LoadOrder(ctx context.Context, id string) (domain.Order, *stream, error) {
 	return h.loadOrder(ctx, id)
 }
 
 // loadOrder is LoadOrder.
 func (h *core) loadOrder(ctx context.Context, id string) (domain.Order, *stream, error) {
-	s, err := h.loadKept(ctx, &h.keptOrders, domain.OrderStream(id))
+	s, err := h.streams.load(ctx, domain.OrderStream(id))
 	if err != nil {
 		return domain.Order{}, nil, err
 	}

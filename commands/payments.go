@@ -136,7 +136,7 @@ func (h *core) drivePayment(ctx context.Context, orderID string, known *orderSta
 		if o.Status != domain.OrderStatusPending && o.Status != domain.OrderStatusCancelling {
 			return &orderState{o: o, s: s}, nil
 		}
-		now, err := h.now(ctx)
+		now, err := h.streams.now(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -264,7 +264,7 @@ func (h *core) paymentStep(ctx context.Context, o domain.Order, s *stream, now t
 	// of the database clock. The order's state is as loaded: a lease append
 	// below is fenced by its revision, and a direct send needs our own lease
 	// with ProviderTimeout + SendMargin left, which no one can take over.
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return stepDone, err
 	}
@@ -617,7 +617,7 @@ func (h *core) endOrder(ctx context.Context, o domain.Order, s *stream, evs []do
 	if len(evs) == 0 {
 		return nil
 	}
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return err
 	}

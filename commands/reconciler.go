@@ -152,7 +152,7 @@ func (h *Workers) ReconcileOrder(ctx context.Context, orderID string) error {
 // shredDue deletes the order keys due by the database clock; a failure is
 // logged and the next pass retries.
 func (h *core) shredDue(ctx context.Context) {
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err == nil {
 		var n int64
 		if n, err = h.keys.ShredDue(ctx, now); err == nil && n > 0 {
@@ -169,7 +169,7 @@ func (h *core) shredDue(ctx context.Context) {
 // ProcessedEventsRetention ago (database clock); a failure is logged and
 // the next pass retries.
 func (h *core) pruneProcessed(ctx context.Context) {
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err == nil {
 		_, err = h.processed.PruneProcessed(ctx, now.Add(-ProcessedEventsRetention))
 	}

@@ -71,16 +71,16 @@ func (h *Workers) RunRecovery(ctx context.Context, log Log, cps Checkpoints, ret
 // position is a second guard: only an append after the intent's record
 // counts.
 func (h *core) finishedHere(cause, op string, after eventstore.Position) bool {
-	if h.written.hasAfter(after, DerivedID(cause, "rejected")) {
+	if h.streams.wroteAfter(after, DerivedID(cause, "rejected")) {
 		return true
 	}
 	switch op {
 	case OpScheduleShow:
-		return h.written.hasAfter(after, DerivedID(cause, "show-scheduled"))
+		return h.streams.wroteAfter(after, DerivedID(cause, "show-scheduled"))
 	case OpReserveSeats:
-		return h.written.hasAfter(after, DerivedID(DerivedID(cause, "seats-held"), "reservation-held"))
+		return h.streams.wroteAfter(after, DerivedID(DerivedID(cause, "seats-held"), "reservation-held"))
 	case OpPlaceOrder:
-		return h.written.hasAfter(after, DerivedID(cause, "order-claimed"))
+		return h.streams.wroteAfter(after, DerivedID(cause, "order-claimed"))
 	}
 	return false
 }
@@ -193,7 +193,7 @@ func (h *core) runSchedule(ctx context.Context, cps Checkpoints, name string, re
 		var now time.Time
 		var err error
 		if sched.waiting() { // the clock is read only when a job may be due
-			now, err = h.now(ctx)
+			now, err = h.streams.now(ctx)
 		} else {
 			err = errNothingWaiting
 		}
@@ -416,7 +416,7 @@ func (h *dueHeap) Pop() any {
 // loadRun reads an intent stream into a run as a repeat would find it.
 // Returns nil when the stream has no live intent.
 func (h *core) loadRun(ctx context.Context, stream string) (*intentRun, error) {
-	s, err := h.load(ctx, stream)
+	s, err := h.streams.load(ctx, stream)
 	if err != nil || !s.exists {
 		return nil, err
 	}
@@ -453,7 +453,7 @@ func (h *core) recoverIntent(ctx context.Context, stream string) error {
 		return err
 	}
 	ctx = run.context(ctx)
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return err
 	}
@@ -494,10 +494,10 @@ func (h *core) recoverIntent(ctx context.Context, stream string) error {
 func (h *core) committed(ctx context.Context, run *intentRun, str func(string) string) (bool, error) {
 	switch run.req.Operation {
 	case OpScheduleShow:
-		s, err := h.load(ctx, domain.ShowStream(run.targetID()))
+		s, err := h.streams.load(ctx, domain.ShowStream(run.targetID()))
 		return err == nil && s.exists, err
 	case OpReserveSeats:
-		s, err := h.load(ctx, domain.ReservationStream(run.targetID()))
+		s, err := h.streams.load(ctx, domain.ReservationStream(run.targetID()))
 		return err == nil && s.exists, err
 	case OpPlaceOrder:
 		c, _, err := h.loadClaim(ctx, str("reservation_id"))
@@ -521,7 +521,7 @@ func (h *Workers) ExpireReservation(ctx context.Context, reservationID string) e
 		if c.Kind == domain.ClaimKindOrder {
 			return nil
 		}
-		res, rs, err := h.loadReservationStream(ctx, reservationID)
+		res, rs, err := loadState[domain.Reservation](ctx, h.core, domain.ReservationStream(reservationID))
 		if err != nil {
 			return err
 		}
@@ -529,7 +529,7 @@ func (h *Workers) ExpireReservation(ctx context.Context, reservationID string) e
 		// intent's correlation, and names the reservation's latest event
 		// as its cause.
 		ctx := withStreamCorrelation(ctx, rs)
-		now, err := h.now(ctx)
+		now, err := h.streams.now(ctx)
 		if err != nil {
 			return err
 		}

@@ -153,7 +153,7 @@ func (h *core) holdAndOpen(ctx context.Context, run *intentRun, cmd ReserveSeats
 	h.step(ctx, "reservation.held")
 	if held.opened {
 		// The batch opened the reservation stream with the hold.
-		return h.openedReservation(held), nil
+		return openedReservation(held), nil
 	}
 	if trusted && run.alone(h.cfg.IntentLease) {
 		// Still alone: the hold is this request's own, and the
@@ -196,14 +196,14 @@ func (h *core) ensureReservationHeld(ctx context.Context, held heldRecord) error
 // openReservation is ensureReservationHeld for a request alone on its
 // intent: it returns the reservation the stream holds after the append
 // without reading it (the event is derived from held, so whoever wrote it
-// first wrote the same), and caches it. errRetry when the stream held
-// something else (read it).
+// first wrote the same). errRetry when the stream held something else
+// (read it).
 func (h *core) openReservation(ctx context.Context, held heldRecord) (domain.Reservation, error) {
 	m := held.meta
 	m.CausationID = held.id
 	ev := domain.HeldFrom(held.e)
 	name := domain.ReservationStream(held.e.ReservationID)
-	res, err := h.commit(ctx, newStream(name), m, pending{DerivedID(held.id, "reservation-held"), ev})
+	_, err := h.commit(ctx, newStream(name), m, pending{DerivedID(held.id, "reservation-held"), ev})
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
 		return domain.Reservation{}, errRetry
 	}
@@ -212,45 +212,22 @@ func (h *core) openReservation(ctx context.Context, held heldRecord) (domain.Res
 	}
 	var r domain.Reservation
 	r.Apply(ev)
-	h.reservations.put(name, r, res.NextRevision)
 	return r, nil
 }
 
 // openedReservation is the reservation a hold batch opened with held (its
-// ReservationHeld appended in the same unit as the hold), cached at the
-// revision the unit left.
-func (h *core) openedReservation(held heldRecord) domain.Reservation {
+// ReservationHeld appended in the same unit as the hold).
+func openedReservation(held heldRecord) domain.Reservation {
 	var r domain.Reservation
 	r.Apply(domain.HeldFrom(held.e))
-	h.reservations.put(domain.ReservationStream(held.e.ReservationID), r, held.openedAt)
 	return r
 }
 
+// loadReservation reads reservation id (a reservation that does not exist
+// is the zero Reservation). Errors are streams.load's.
 func (h *core) loadReservation(ctx context.Context, id string) (domain.Reservation, error) {
-	r, _, err := h.loadReservationStream(ctx, id)
+	r, _, err := loadState[domain.Reservation](ctx, h, domain.ReservationStream(id))
 	return r, err
-}
-
-// loadReservationStream reads reservation id's stream (and caches what it
-// found).
-func (h *core) loadReservationStream(ctx context.Context, id string) (domain.Reservation, *stream, error) {
-	r, s, err := loadState[domain.Reservation](ctx, h, domain.ReservationStream(id))
-	if err == nil && s.exists {
-		h.reservations.put(s.name, r, s.last)
-	}
-	return r, s, err
-}
-
-// cachedReservation returns reservation id as this process last wrote or
-// read it, reading the stream only when it is not cached. A hint (see
-// streamCache): only for decisions that depend on what ReservationHeld
-// fixed, or that an append at the returned revision fences.
-func (h *core) cachedReservation(ctx context.Context, id string) (domain.Reservation, *stream, error) {
-	name := domain.ReservationStream(id)
-	if r, last, ok := h.reservations.get(name); ok {
-		return r, &stream{name: name, exists: true, last: last}, nil
-	}
-	return h.loadReservationStream(ctx, id)
 }
 
 // GetReservation returns the caller's reservation, strongly consistent.

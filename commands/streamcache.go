@@ -2,12 +2,8 @@ package commands
 
 import (
 	"cmp"
-	"context"
-	"errors"
-	"fmt"
 	"sync"
 
-	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
 )
 
@@ -15,8 +11,8 @@ import (
 // reservations) by entry count; see streamCache for the eviction rule.
 const maxCachedStreams = 4096
 
-// maxKeptStreams bounds the kept order and intent streams (keptOrders,
-// keptIntents), each: whole streams weigh more than a reservation's state,
+// maxKeptStreams bounds the kept order and intent streams (streams.orders,
+// streams.intents), each: whole streams weigh more than a reservation's state,
 // and a repeat comes soon after its request or not at all.
 const maxKeptStreams = 1024
 
@@ -80,94 +76,4 @@ func (c *streamCache[S]) drop(name string) {
 	c.mu.Lock()
 	delete(c.m, name)
 	c.mu.Unlock()
-}
-
-// loadKept is load for a stream this process keeps in c (orders; intents
-// while they are young, see beginIntent): when c holds the stream, only its
-// tail after the kept revision is read and decoded — for a finished order
-// or intent, one read that returns no event — and the longer stream is kept
-// in its place (ARCHITECTURE.md, "Performance": streams kept, tails read).
-// A stream that is not held is loaded whole and kept if it exists.
-//
-// It is exact for streams that are only appended to while they are kept:
-// a stream's events never change, so the kept prefix plus the tail is what
-// a whole read returns. Orders are never truncated; an intent stream is
-// truncated only after its intent expired, so beginIntent keeps intents
-// only while they are far from expiry. A tail that does not continue the
-// kept revision, a tail that records an intent again (the stream was
-// truncated and its key reused: by a replica whose retention is shorter, or
-// whose clock is ahead by half the retention), or a stream that has no live
-// event any more, is read whole instead. The caller gets its own copy of the stream value, whose
-// slices it may read but not write in place (appending is safe: their
-// capacity ends at their length).
-func (h *core) loadKept(ctx context.Context, c *streamCache[*stream], name string) (*stream, error) {
-	if k, last, ok := c.get(name); ok {
-		recs, err := h.store.ReadStream(ctx, name, last+1, 0)
-		switch {
-		case errors.Is(err, eventstore.ErrStreamNotFound):
-			c.drop(name)
-		case err != nil:
-			return nil, unavailable(err)
-		case len(recs) == 0:
-			return k.clipped(), nil
-		case recs[0].Revision != last+1:
-			c.drop(name)
-		default:
-			next := k.clipped()
-			for _, r := range recs {
-				e, err := h.registry.Decode(r.Type, r.Data)
-				if err != nil {
-					return nil, fmt.Errorf("load %s@%d: %w", name, r.Revision, err)
-				}
-				if _, again := e.(domain.IntentRecorded); again {
-					// A new intent of the key: the stream was truncated
-					// and recorded again, continuing the revisions.
-					next = nil
-					break
-				}
-				r.Data = nil // decoded in events; see keptCopy
-				next.events = append(next.events, e.(domain.Event))
-				next.records = append(next.records, r)
-				next.last = r.Revision
-			}
-			if next != nil {
-				c.put(name, next, next.last)
-				return next.clipped(), nil
-			}
-			c.drop(name)
-		}
-	}
-	s, err := h.load(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	if s.exists {
-		k := s.keptCopy()
-		c.put(name, k, k.last)
-		return k.clipped(), nil
-	}
-	return s, nil
-}
-
-// keptCopy returns s as a stream cache keeps it: its records without their
-// data, which its events hold decoded (every use of a loaded stream's
-// records reads their ids, revisions, positions, times and metadata), so a
-// kept stream costs its decoded events and metadata only.
-func (s *stream) keptCopy() *stream {
-	cp := *s
-	cp.records = make([]eventstore.RecordedEvent, len(s.records))
-	for i, r := range s.records {
-		r.Data = nil
-		cp.records[i] = r
-	}
-	return &cp
-}
-
-// clipped returns a copy of s whose slices end at their capacity, so that
-// appending to them never writes into s's arrays.
-func (s *stream) clipped() *stream {
-	cp := *s
-	cp.events = cp.events[:len(cp.events):len(cp.events)]
-	cp.records = cp.records[:len(cp.records):len(cp.records)]
-	return &cp
 }

@@ -133,7 +133,7 @@ func (h *core) decideOnce(ctx context.Context, name string, from *stream, mode o
 	s := from
 	if s == nil {
 		var err error
-		if s, err = h.load(ctx, name); err != nil {
+		if s, err = h.streams.load(ctx, name); err != nil {
 			return change{}, nil, eventstore.AppendResult{}, err
 		}
 	}
@@ -142,7 +142,7 @@ func (h *core) decideOnce(ctx context.Context, name string, from *stream, mode o
 		return change{}, nil, eventstore.AppendResult{}, err
 	}
 	if mode == onceStamped {
-		if c.meta.OccurredAt, err = h.now(ctx); err != nil {
+		if c.meta.OccurredAt, err = h.streams.now(ctx); err != nil {
 			return change{}, nil, eventstore.AppendResult{}, err
 		}
 		ctx = withStreamCorrelation(ctx, s)

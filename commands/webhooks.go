@@ -68,7 +68,7 @@ func (noProcessedEvents) PruneProcessed(context.Context, time.Time) (int64, erro
 // domain.ErrUnavailable. Safe for concurrent use; repeats and concurrent
 // duplicates record nothing twice.
 func (h *Commands) ReceiveWebhook(ctx context.Context, signature string, body []byte) error {
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (h *Commands) ReceiveWebhook(ctx context.Context, signature string, body []
 // signature, which needs the body: ReceiveWebhook verifies it. Safe for
 // concurrent use.
 func (h *Commands) CheckWebhookHeader(ctx context.Context, signature string) error {
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (h *Commands) HandleProviderEvent(ctx context.Context, ev provider.WebhookE
 	if err := h.handleEvent(ctx, ev); err != nil {
 		return err
 	}
-	now, err := h.now(ctx)
+	now, err := h.streams.now(ctx)
 	if err == nil {
 		err = h.processed.MarkProcessed(ctx, ev.ID, now)
 	}
