@@ -180,8 +180,6 @@ type core struct {
 	metrics   Metrics
 	shows     *keyedMutex
 	sends     *keyedMutex
-	// showCache holds per-show snapshots; see showcache.go.
-	showCache showCache
 	// holds batches concurrent seat holds per show; see holdbatch.go.
 	holds holdBatcher
 	// streams is the event store and the clock as the use cases load and

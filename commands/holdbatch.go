@@ -213,10 +213,10 @@ func (h *core) priorHolds(ctx context.Context, e *showEntry, showID string, batc
 		var held heldRecord
 		var ok bool
 		if r.fresh {
-			held, ok, _ = h.showCache.lookup(e, r.resID)
+			held, ok, _ = h.streams.heldIn(e, r.resID)
 		} else {
 			var err error
-			if held, ok, err = h.findHold(ctx, showID, e, r.resID); err != nil {
+			if held, ok, err = h.streams.findHold(ctx, showID, e, r.resID); err != nil {
 				return nil, err
 			}
 		}
@@ -412,12 +412,12 @@ func (h *core) decideBatch(ctx context.Context, showID string, batch []*holdReq,
 	// and every writer of the stream appends at an expected revision:
 	// whoever loses decides again.
 	defer unlock()
-	e := h.showCache.get(showID)
+	e := h.streams.snapshot(showID)
 	trusted := first && e.exists && h.streams.trusted(domain.ShowStream(showID), e.last)
 	for {
 		if !trusted {
 			var err error
-			if e, err = h.refreshShow(ctx, showID); err != nil {
+			if e, err = h.streams.refreshShow(ctx, showID); err != nil {
 				return holdDecision{}, eventstore.ExpectedRevision{}, false, err
 			}
 		}
@@ -481,7 +481,7 @@ func (h *core) commitHolds(ctx context.Context, showID string, exp eventstore.Ex
 func (h *core) noteOwnHolds(showID string, exp eventstore.ExpectedRevision, last eventstore.Revision, appended []decidedHold) {
 	unlock := h.shows.Lock(showID)
 	defer unlock()
-	e := h.showCache.get(showID)
+	e := h.streams.snapshot(showID)
 	if e.expected() == exp {
 		seen := map[string]bool{}
 		for _, a := range appended {
@@ -490,7 +490,7 @@ func (h *core) noteOwnHolds(showID string, exp eventstore.ExpectedRevision, last
 			}
 			seen[a.held.e.ReservationID] = true
 			e.show.Apply(a.held.e)
-			h.showCache.remember(e, a.held)
+			h.streams.keepHeld(e, a.held)
 		}
 		e.exists, e.last = true, last
 	}

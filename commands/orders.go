@@ -650,7 +650,7 @@ func (h *core) releaseSeats(ctx context.Context, showID, reservationID, reason, 
 	unlock := h.shows.Lock(showID)
 	defer unlock()
 	err := h.retryConflicts(ctx, func() error {
-		e, err := h.refreshShow(ctx, showID)
+		e, err := h.streams.refreshShow(ctx, showID)
 		if err != nil {
 			return err
 		}

@@ -103,11 +103,11 @@ func (h *core) reservationSoFar(ctx context.Context, run *intentRun, cmd Reserve
 	committed := func() (heldRecord, bool, error) {
 		unlock := h.shows.Lock(cmd.ShowID)
 		defer unlock()
-		e, err := h.refreshShow(ctx, cmd.ShowID)
+		e, err := h.streams.refreshShow(ctx, cmd.ShowID)
 		if err != nil {
 			return heldRecord{}, false, err
 		}
-		return h.findHold(ctx, cmd.ShowID, e, resID)
+		return h.streams.findHold(ctx, cmd.ShowID, e, resID)
 	}
 	held, ok, err := committed()
 	if err != nil {

@@ -42,7 +42,7 @@ type showEntry struct {
 	// partial is set once an earlier SeatsHeld of the stream is not in
 	// held (the cache forgot it, or the entry left the cache): a
 	// reservation missing from held may then be on the stream all the
-	// same (see core.findHold). Guarded by showCache.mu.
+	// same (see streams.findHold). Guarded by showCache.mu.
 	partial bool
 }
 
@@ -145,13 +145,13 @@ func (c *showCache) lookup(e *showEntry, res string) (heldRecord, bool, bool) {
 
 // refreshShow brings the cached snapshot of show id up to the stream's head
 // by reading only the events after it. The caller holds h.shows.Lock(id).
-func (h *core) refreshShow(ctx context.Context, id string) (*showEntry, error) {
-	e := h.showCache.get(id)
+func (s *streams) refreshShow(ctx context.Context, id string) (*showEntry, error) {
+	e := s.shows.get(id)
 	from := eventstore.Revision(0)
 	if e.exists {
 		from = e.last + 1
 	}
-	recs, err := h.store.ReadStream(ctx, domain.ShowStream(id), from, 0)
+	recs, err := s.store.ReadStream(ctx, domain.ShowStream(id), from, 0)
 	if errors.Is(err, eventstore.ErrStreamNotFound) {
 		return e, nil
 	}
@@ -159,7 +159,7 @@ func (h *core) refreshShow(ctx context.Context, id string) (*showEntry, error) {
 		return nil, unavailable(err)
 	}
 	for _, r := range recs {
-		ev, err := h.registry.Decode(r.Type, r.Data)
+		ev, err := s.registry.Decode(r.Type, r.Data)
 		if err != nil {
 			return nil, fmt.Errorf("load show %s@%d: %w", id, r.Revision, err)
 		}
@@ -167,7 +167,7 @@ func (h *core) refreshShow(ctx context.Context, id string) (*showEntry, error) {
 		e.show.Apply(de)
 		if held, ok := de.(domain.SeatsHeld); ok {
 			m, _ := eventstore.DecodeMetadata(r.Metadata)
-			h.showCache.remember(e, heldRecord{id: r.ID, e: held, meta: m})
+			s.shows.remember(e, heldRecord{id: r.ID, e: held, meta: m})
 		}
 		e.exists, e.last = true, r.Revision
 	}
@@ -185,13 +185,13 @@ func (h *core) refreshShow(ctx context.Context, id string) (*showEntry, error) {
 // uniqueness stream (an order or an expiry), which is read; only then is
 // the show stream scanned for the event. Returns a dependency error
 // (unavailable) when the store cannot be read.
-func (h *core) findHold(ctx context.Context, showID string, e *showEntry, resID string) (heldRecord, bool, error) {
-	rec, ok, partial := h.showCache.lookup(e, resID)
+func (s *streams) findHold(ctx context.Context, showID string, e *showEntry, resID string) (heldRecord, bool, error) {
+	rec, ok, partial := s.shows.lookup(e, resID)
 	if ok || !partial {
 		return rec, ok, nil
 	}
 	if _, live := e.show.Holds[resID]; !live {
-		_, err := h.store.ReadStream(ctx, domain.ClaimStream(resID), 0, 1)
+		_, err := s.store.ReadStream(ctx, domain.ClaimStream(resID), 0, 1)
 		if errors.Is(err, eventstore.ErrStreamNotFound) {
 			return heldRecord{}, false, nil // never held: neither live nor released
 		}
@@ -199,17 +199,17 @@ func (h *core) findHold(ctx context.Context, showID string, e *showEntry, resID 
 			return heldRecord{}, false, unavailable(err)
 		}
 	}
-	return h.scanHold(ctx, showID, resID, e.last)
+	return s.scanHold(ctx, showID, resID, e.last)
 }
 
 // scanHold reads the show stream up to revision last for the SeatsHeld of
 // reservation resID (the rare path of findHold). It is an error when there
 // is none: the reservation's seats are held, or it was claimed, so its
 // SeatsHeld is on the stream.
-func (h *core) scanHold(ctx context.Context, showID, resID string, last eventstore.Revision) (heldRecord, bool, error) {
+func (s *streams) scanHold(ctx context.Context, showID, resID string, last eventstore.Revision) (heldRecord, bool, error) {
 	name := domain.ShowStream(showID)
 	for from := eventstore.Revision(0); from <= last; {
-		recs, err := h.store.ReadStream(ctx, name, from, scanPage)
+		recs, err := s.store.ReadStream(ctx, name, from, scanPage)
 		if err != nil {
 			return heldRecord{}, false, unavailable(err)
 		}
@@ -220,7 +220,7 @@ func (h *core) scanHold(ctx context.Context, showID, resID string, last eventsto
 			if r.Type != domain.TypeSeatsHeld || !bytes.Contains(r.Data, []byte(resID)) {
 				continue
 			}
-			ev, err := h.registry.Decode(r.Type, r.Data)
+			ev, err := s.registry.Decode(r.Type, r.Data)
 			if err != nil {
 				return heldRecord{}, false, fmt.Errorf("load show %s@%d: %w", showID, r.Revision, err)
 			}

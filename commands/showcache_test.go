@@ -110,7 +110,7 @@ func TestShowCache_PastHundredThousandReservations(t *testing.T) {
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	unlock := h.shows.Lock(show)
-	e, err := h.refreshShow(ctx, show)
+	e, err := h.streams.refreshShow(ctx, show)
 	unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func TestShowCache_PastHundredThousandReservations(t *testing.T) {
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
-	held, shows := h.showCache.keptHolds()
+	held, shows := h.streams.shows.keptHolds()
 	if held > maxHeldRecords || shows != 1 {
 		t.Errorf("after %d reservations the cache keeps %d SeatsHeld in %d entries, want at most %d in 1", total, held, shows, maxHeldRecords)
 	}
@@ -149,7 +149,7 @@ func TestShowCache_PastHundredThousandReservations(t *testing.T) {
 		{"a hold in the middle, released", ids[total/2], true},
 		{"a reservation never held", NewID(), false},
 	} {
-		rec, ok, err := h.findHold(ctx, show, e, tt.res)
+		rec, ok, err := h.streams.findHold(ctx, show, e, tt.res)
 		if err != nil || ok != tt.found || (ok && rec.e.ReservationID != tt.res) {
 			t.Errorf("%s: findHold = %v, %v, %v; want found %v", tt.name, rec.e.ReservationID, ok, err, tt.found)
 		}
@@ -169,7 +169,7 @@ func TestShowCache_PastHundredThousandReservations(t *testing.T) {
 	if !errors.Is(err, domain.ErrSoldOut) {
 		t.Errorf("a reservation past capacity = %v, want sold out", err)
 	}
-	if held, _ := h.showCache.keptHolds(); held > maxHeldRecords {
+	if held, _ := h.streams.shows.keptHolds(); held > maxHeldRecords {
 		t.Errorf("after new holds the cache keeps %d SeatsHeld, want at most %d", held, maxHeldRecords)
 	}
 }
@@ -218,7 +218,7 @@ func TestShowCache_RepeatsAfterTheHoldWasForgotten(t *testing.T) {
 	store := &failingStore{EventStore: mem}
 	clock := newFakeClock(time.Date(2029, 6, 1, 12, 0, 0, 0, time.UTC))
 	h := newCacheTestHandler(store, clock)
-	h.showCache.limit = 4
+	h.streams.shows.limit = 4
 	show := scheduleTestShow(t, h, 100)
 	reserve := func(actor string) error {
 		_, _, err := h.ReserveSeats(ctx, Request{Actor: actor, Operation: OpReserveSeats, Key: "k"}, ReserveSeatsCommand{ShowID: show, Quantity: 1})
@@ -263,7 +263,7 @@ func TestShowCache_RepeatsAfterTheHoldWasForgotten(t *testing.T) {
 	mustAppend(t, mem, domain.ClaimStream(rel), domain.ExpiryClaimed{ReservationID: rel, ShowID: show, Quantity: 1})
 	mustAppend(t, mem, domain.ShowStream(show), domain.SeatsReleased{ShowID: show, ReservationID: rel, Quantity: 1, Reason: domain.ReleaseExpired})
 	forget()
-	if held, _ := h.showCache.keptHolds(); held > 4 {
+	if held, _ := h.streams.shows.keptHolds(); held > 4 {
 		t.Fatalf("the cache keeps %d SeatsHeld, want at most 4", held)
 	}
 

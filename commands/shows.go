@@ -118,7 +118,7 @@ func (h *core) loadShow(ctx context.Context, id string) (domain.Show, *stream, e
 // domain.ErrShowNotFound.
 func (h *core) scheduledShow(ctx context.Context, id string) (domain.Show, error) {
 	unlock := h.shows.Lock(id)
-	e := h.showCache.get(id)
+	e := h.streams.snapshot(id)
 	var show domain.Show
 	if e.exists && e.show.Scheduled {
 		show = e.view()
@@ -140,7 +140,7 @@ func (h *Queries) GetShow(ctx context.Context, id string) (domain.Show, error) {
 // getShow is GetShow.
 func (h *core) getShow(ctx context.Context, id string) (domain.Show, error) {
 	unlock := h.shows.Lock(id)
-	e, err := h.refreshShow(ctx, id)
+	e, err := h.streams.refreshShow(ctx, id)
 	var show domain.Show
 	if e != nil {
 		show = e.view()

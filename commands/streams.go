@@ -24,6 +24,8 @@ import (
 //   - reservations (reservations), the folded state this process last read
 //     or appended, answered without a read (knownReservation) for decisions
 //     an append at its revision fences;
+//   - show snapshots (shows, showcache.go), brought to the stream's head
+//     by reading its tail (refreshShow) under the show's keyed lock;
 //   - show streams, the revision this process's last append to each left
 //     and when (own): a show snapshot at that revision may be decided on
 //     without a read for ownHoldTrust (trusted);
@@ -33,9 +35,14 @@ import (
 //     (written.go).
 //
 // A load answers what a whole read of the stream answers at that moment;
-// only knownIntent and knownReservation, which say so, answer from memory
-// alone. Each cache's bound and eviction are its type's. Safe for
-// concurrent use.
+// only knownIntent, knownReservation and snapshot, which say so, answer
+// from memory alone, for facts a stream never changes or decisions an
+// append at the answered revision fences. Bounds: orders and intents
+// maxKeptStreams each, reservations maxCachedStreams (streamCache: an
+// arbitrary entry is dropped past the bound), shows maxCachedShows and
+// maxHeldRecords (showCache), seen intents intentHintCap, written ids
+// writtenCap (first in, first out), own below. A dropped entry costs a
+// read, never a wrong answer. Safe for concurrent use.
 type streams struct {
 	store    EventStore
 	registry *eventstore.Registry
@@ -52,6 +59,8 @@ type streams struct {
 	intents      streamCache[*stream]
 	reservations streamCache[domain.Reservation]
 	seenIntents  intentHints
+	// shows holds the show snapshots (showcache.go): refreshShow, snapshot.
+	shows showCache
 
 	ownMu sync.Mutex
 	// own is, per show stream this process appended to within
@@ -180,6 +189,23 @@ func (s *streams) loadAt(ctx context.Context, name string) (time.Time, *stream, 
 	}
 	return now, st, nil
 }
+
+// snapshot returns the snapshot of show id as this process holds it,
+// possibly behind the stream (an empty one when it holds none): for what a
+// show fixes when it is scheduled, or for a decision an append at its
+// revision fences. The caller holds the show's keyed lock (core.shows).
+func (s *streams) snapshot(id string) *showEntry { return s.shows.get(id) }
+
+// heldIn returns the SeatsHeld of reservation res that snapshot e keeps,
+// without reading, and whether e is partial (a reservation it does not
+// keep may be on the stream all the same; findHold reads then).
+func (s *streams) heldIn(e *showEntry, res string) (heldRecord, bool, bool) {
+	return s.shows.lookup(e, res)
+}
+
+// keepHeld keeps rec, a SeatsHeld on snapshot e's stream, with e (bounded:
+// see showCache).
+func (s *streams) keepHeld(e *showEntry, rec heldRecord) { s.shows.remember(e, rec) }
 
 // seen reports whether this process loaded intent stream name and found
 // it, or appended to it (intentHints: a hint; a miss proves nothing).
