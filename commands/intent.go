@@ -400,8 +400,8 @@ func (h *core) beginOnRead(ctx context.Context, b *intentBegin) (*intentRun, err
 		at = streamAt(b.stream, *b.purgedAt)
 	}
 	if s.exists && in.Expired(now, h.cfg.IntentRetention) {
-		if err := h.store.Truncate(ctx, b.stream, s.last+1); err != nil {
-			return nil, unavailable(err)
+		if err := h.streams.truncate(ctx, b.stream, s.last+1); err != nil {
+			return nil, err
 		}
 		at = streamAt(b.stream, s.last)
 		s.exists, in = false, domain.Intent{}

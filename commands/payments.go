@@ -206,23 +206,12 @@ func (st *driveState) advance(o domain.Order, s *stream, last eventstore.Revisio
 // readOrderTail brings o, folded from s, up to the order stream's head by
 // reading only the events after s.last.
 func (h *core) readOrderTail(ctx context.Context, o domain.Order, s *stream) (domain.Order, *stream, error) {
-	recs, err := h.store.ReadStream(ctx, s.name, s.last+1, 0)
+	next, evs, err := h.streams.tail(ctx, s)
 	if err != nil {
-		return o, s, unavailable(err)
+		return o, s, err
 	}
-	if len(recs) == 0 {
-		return o, s, nil
-	}
-	next := &stream{name: s.name, records: s.records, exists: true, last: s.last,
-		events: append([]domain.Event(nil), s.events...)}
-	for _, r := range recs {
-		e, err := h.registry.Decode(r.Type, r.Data)
-		if err != nil {
-			return o, s, fmt.Errorf("load %s@%d: %w", s.name, r.Revision, err)
-		}
-		o.Apply(e.(domain.Event))
-		next.events = append(next.events, e.(domain.Event))
-		next.last = r.Revision
+	for _, e := range evs {
+		o.Apply(e)
 	}
 	return o, next, nil
 }

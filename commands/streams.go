@@ -207,6 +207,41 @@ func (s *streams) heldIn(e *showEntry, res string) (heldRecord, bool, bool) {
 // see showCache).
 func (s *streams) keepHeld(e *showEntry, rec heldRecord) { s.shows.remember(e, rec) }
 
+// tail returns st brought to its stream's head by reading and decoding
+// only the events after st.last (st itself when none came), and the events
+// read. The stream returned has st's records (the tail's events only in
+// its events). Errors: a failed read wraps domain.ErrUnavailable; an event
+// the registry cannot decode is an internal error.
+func (s *streams) tail(ctx context.Context, st *stream) (*stream, []domain.Event, error) {
+	recs, err := s.store.ReadStream(ctx, st.name, st.last+1, 0)
+	if err != nil {
+		return nil, nil, unavailable(err)
+	}
+	if len(recs) == 0 {
+		return st, nil, nil
+	}
+	next := &stream{name: st.name, records: st.records, exists: true, last: st.last,
+		events: append([]domain.Event(nil), st.events...)}
+	for _, r := range recs {
+		e, err := s.registry.Decode(r.Type, r.Data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("load %s@%d: %w", st.name, r.Revision, err)
+		}
+		next.events = append(next.events, e.(domain.Event))
+		next.last = r.Revision
+	}
+	return next, next.events[len(st.events):], nil
+}
+
+// truncate deletes the events of intent stream name before revision
+// before (an expired intent, whose key starts anew) and forgets the stream
+// if it is kept. Errors wrap domain.ErrUnavailable.
+func (s *streams) truncate(ctx context.Context, name string, before eventstore.Revision) error {
+	err := s.store.Truncate(ctx, name, before)
+	s.intents.drop(name)
+	return unavailable(err)
+}
+
 // seen reports whether this process loaded intent stream name and found
 // it, or appended to it (intentHints: a hint; a miss proves nothing).
 func (s *streams) seen(name string) bool { return s.seenIntents.has(name) }
