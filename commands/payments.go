@@ -663,7 +663,8 @@ func (h *Handler) afterOrderEventsOf(ctx context.Context, known *domain.Order, o
 		switch {
 		case endsOrder(e):
 			// Final: nothing can send whatever its key, so the delete is
-			// batched off the request (within shredDelay).
+			// batched off the request (within shredDelay), unless the
+			// unit that appended e deleted it (shredIn).
 			h.shredSoon(orderID)
 		case endsSending(e):
 			if err := h.shred(ctx, orderID); err != nil {
