@@ -157,13 +157,20 @@ type keyWrite struct {
 // does not end an order deletes nothing. A kw that writes the key table
 // already is returned as it is (no unit creates or places a key and ends
 // the order), as is every kw without key units: the order's end then
-// deletes the key after the commit (afterOrderEvents).
+// deletes the key after the commit (afterOrderEvents). Neither is a key
+// this process deleted already (the written set): a unit that repeats an
+// order's end, such as a webhook's record of a result the request
+// recorded, finds nothing to delete (no key is made again once its order
+// can send no more).
 func (h *Handler) shredIn(kw keyWrite, parts []unitPart) keyWrite {
 	if h.units == nil || kw != (keyWrite{}) {
 		return kw
 	}
 	for _, p := range parts {
 		if cat, id, _ := domain.CategoryOf(p.s.name); cat == domain.CategoryOrder && slices.ContainsFunc(p.evs, endsSendingPending) {
+			if h.written.has(keyShredded(id)) {
+				return kw
+			}
 			return keyWrite{shred: id}
 		}
 	}
