@@ -293,8 +293,9 @@ test-stress: ## Run `make test` STRESS_RUNS times while a CPU hog keeps every co
 
 .PHONY: test-short
 test-short: ## Like test, with -short (skips the slow end-to-end scenarios)
-	@$(use_stripe_mock); \
-	$(PG_SH) throwaway -- $(GO) test -race -short -count=1 -timeout $(TEST_TIMEOUT) $(TEST_ARGS) $(PKG)
+	@echo "==> make test-short: go test -race -short; results print package by package, the end-to-end package (test) after several minutes"; \
+	$(use_stripe_mock); \
+	$(PG_SH) throwaway -- $(GO) test -race -short -count=1 -timeout $(TEST_TIMEOUT) $(TEST_ARGS) $(or $(filter-out ./test/,$(PKG)),./test/)
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target (test/scripts/fuzz.sh list) for FUZZTIME each, one after the other

@@ -18,11 +18,11 @@ import (
 // (Final true, 200 to the cancel and its repeats). Refusals (show started,
 // order failed or in review) are *Rejection with 409, answered the same to
 // every repeat; another actor's order is 404.
-func (h *Handler) CancelOrder(ctx context.Context, req Request, orderID string) (OrderResult, error) {
+func (h *Commands) CancelOrder(ctx context.Context, req Request, orderID string) (OrderResult, error) {
 	// Another actor's order, like an absent one, is refused before the
 	// intent is recorded: a probe writes nothing and leaves the key unused.
 	visible := func(time.Time) error {
-		o, _, err := h.LoadOrder(ctx, orderID)
+		o, _, err := h.loadOrder(ctx, orderID)
 		if err == nil && (!o.Exists() || o.Actor != req.Actor) {
 			err = domain.ErrOrderNotFound
 		}
@@ -37,12 +37,12 @@ func (h *Handler) CancelOrder(ctx context.Context, req Request, orderID string) 
 }
 
 // cancelOrder runs a cancel intent from wherever it stands (recovery calls it).
-func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID string) (OrderResult, error) {
+func (h *core) cancelOrder(ctx context.Context, run *intentRun, orderID string) (OrderResult, error) {
 	req := run.req
 	out := Outcome{Replayed: !run.created}
 	var result OrderResult
 	err := h.retryConflicts(ctx, func() error {
-		o, s, err := h.LoadOrder(ctx, orderID)
+		o, s, err := h.loadOrder(ctx, orderID)
 		if err != nil {
 			return err
 		}
@@ -54,7 +54,7 @@ func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID strin
 			result = OrderResult{Order: o, Final: o.Status != domain.OrderStatusCancelling, Outcome: out}
 			return nil
 		}
-		show, err := h.GetShow(ctx, o.ShowID)
+		show, err := h.getShow(ctx, o.ShowID)
 		if err != nil {
 			return err
 		}
@@ -78,7 +78,7 @@ func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID strin
 		if err := h.afterOrderEvents(ctx, orderID, evs); err != nil {
 			return err
 		}
-		if o, _, err = h.LoadOrder(ctx, orderID); err != nil {
+		if o, _, err = h.loadOrder(ctx, orderID); err != nil {
 			return err
 		}
 		h.resolveCancelling(ctx, o)
@@ -95,12 +95,12 @@ func (h *Handler) cancelOrder(ctx context.Context, run *intentRun, orderID strin
 // background (detached from the request), so it ends cancelled as soon as
 // the payment resolves; the process manager and the reconciler do the same
 // if this process dies.
-func (h *Handler) resolveCancelling(ctx context.Context, o domain.Order) {
+func (h *core) resolveCancelling(ctx context.Context, o domain.Order) {
 	if o.Status != domain.OrderStatusCancelling {
 		return
 	}
 	go func() {
-		if err := h.DrivePayment(h.detach(ctx), o.ID); err != nil {
+		if _, err := h.drivePayment(h.detach(ctx), o.ID, nil); err != nil {
 			h.log.WarnContext(ctx, "cancelling order not resolved yet; the reconciler retries", "order_id", o.ID, "err", err)
 		}
 	}()

@@ -32,7 +32,7 @@ import (
 // reaches every decision within that time.
 //
 // Tests: the reading is dropped at every fault point when the clock is one
-// tests move (Handler.step), since a test may move it while a request is
+// tests move (core.step), since a test may move it while a request is
 // parked there; and such a clock (movableClock) counts its moves: a reading
 // taken before a move, or whose read or append began before one, is never
 // used, so a test that moves its clock between requests sees the move at
@@ -122,7 +122,7 @@ func (r *clockReading) drop() {
 }
 
 // clockTicket returns the ticket of a clock read or an append beginning now.
-func (h *Handler) clockTicket() clockTicket {
+func (h *core) clockTicket() clockTicket {
 	var moves uint64
 	if m, ok := h.clock.(movableClock); ok {
 		moves = m.Moves()
@@ -133,7 +133,7 @@ func (h *Handler) clockTicket() clockTicket {
 // now returns the service clock: the process's reading extrapolated (see
 // above), or a fresh read of the database clock, which then becomes the
 // reading. A failed read is Unavailable (503), never a result.
-func (h *Handler) now(ctx context.Context) (time.Time, error) {
+func (h *core) now(ctx context.Context) (time.Time, error) {
 	tk := h.clockTicket()
 	if t, ok := h.reading.now(tk); ok {
 		return t, nil
@@ -149,7 +149,7 @@ func (h *Handler) now(ctx context.Context) (time.Time, error) {
 // noteAppendClock renews the reading from an append that reports the
 // store's clock; tk was taken and sent noted right before the append was
 // sent, and its answer arrived just now.
-func (h *Handler) noteAppendClock(tk clockTicket, res eventstore.AppendResult, sent time.Time) {
+func (h *core) noteAppendClock(tk clockTicket, res eventstore.AppendResult, sent time.Time) {
 	if res.Now.IsZero() {
 		return
 	}

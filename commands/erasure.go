@@ -45,7 +45,7 @@ const (
 // runErasures records the erasures left to record (recordErasures) every
 // interval and whenever this process deleted keys (wakeErasures), until
 // ctx ends. RunReconciler runs it, so one process across replicas does.
-func (h *Handler) runErasures(ctx context.Context, interval time.Duration) {
+func (h *core) runErasures(ctx context.Context, interval time.Duration) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -62,7 +62,7 @@ func (h *Handler) runErasures(ctx context.Context, interval time.Duration) {
 
 // wakeErasures asks runErasures, if this process runs it, to record now:
 // keys were just deleted. It never blocks.
-func (h *Handler) wakeErasures() {
+func (h *core) wakeErasures() {
 	select {
 	case h.erasureWake <- struct{}{}:
 	default:
@@ -72,7 +72,7 @@ func (h *Handler) wakeErasures() {
 // recordErasures records every erasure left to record (see above), a batch
 // at a time, and returns how many it recorded. A failure is logged; the
 // next pass retries what is left.
-func (h *Handler) recordErasures(ctx context.Context) int {
+func (h *core) recordErasures(ctx context.Context) int {
 	n := 0
 	for ctx.Err() == nil {
 		due, err := h.keys.Erasures(ctx, erasureBatch)
@@ -116,7 +116,7 @@ func (h *Handler) recordErasures(ctx context.Context) int {
 // append). appended says whether this call appended it; exists is false
 // when the order has no stream (its key was held for an order never
 // placed).
-func (h *Handler) recordErasure(ctx context.Context, orderID string, shreddedAt time.Time) (appended, exists bool, err error) {
+func (h *core) recordErasure(ctx context.Context, orderID string, shreddedAt time.Time) (appended, exists bool, err error) {
 	c, err := h.update(ctx, domain.OrderStream(orderID), func(s *stream) (change, error) {
 		exists = s.exists
 		if !s.exists || slices.ContainsFunc(s.events, isSecretsShredded) {

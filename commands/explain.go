@@ -179,7 +179,7 @@ type RefundView struct {
 // the intent streams and the streams of their targets. Returns an error
 // wrapping domain.ErrUnavailable when the store fails. Safe for concurrent
 // use.
-func (h *Handler) ExplainIntents(ctx context.Context, actor, key string) ([]IntentExplanation, error) {
+func (h *Queries) ExplainIntents(ctx context.Context, actor, key string) ([]IntentExplanation, error) {
 	out := []IntentExplanation{}
 	for _, op := range Operations {
 		stream := IntentStream(actor, op, key)
@@ -202,7 +202,7 @@ func (h *Handler) ExplainIntents(ctx context.Context, actor, key string) ([]Inte
 }
 
 // explain builds the explanation of the loaded intent stream s.
-func (h *Handler) explain(ctx context.Context, op string, s *stream) (*IntentExplanation, error) {
+func (h *core) explain(ctx context.Context, op string, s *stream) (*IntentExplanation, error) {
 	var in domain.Intent
 	first := -1
 	for i, e := range s.events {
@@ -284,7 +284,7 @@ type timeline struct {
 
 // read adds up to limit (0: all) events of stream name, those for which keep
 // (nil: all) is true. A stream that does not exist adds nothing.
-func (tl *timeline) read(ctx context.Context, h *Handler, name string, limit int, keep func(eventstore.Metadata) bool) error {
+func (tl *timeline) read(ctx context.Context, h *core, name string, limit int, keep func(eventstore.Metadata) bool) error {
 	recs, err := h.store.ReadStream(ctx, name, 0, limit)
 	if errors.Is(err, eventstore.ErrStreamNotFound) {
 		return nil

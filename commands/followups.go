@@ -31,7 +31,7 @@ const FollowUpsName = "process-manager"
 // rounds at most followUpRound apart, and saves its checkpoint once per
 // round. The request that wrote a commit point appends its follow-ups
 // inline within that time as a rule, so the process manager then finds them
-// done (Handler.written, and the order's later events in the rounds' look
+// done (core.written, and the order's later events in the rounds' look
 // ahead) instead of repeating reads and no-op appends; it is a safety net
 // for requests that stopped, and its added delay is at most followUpRound
 // (ARCHITECTURE.md, "Performance").
@@ -51,10 +51,10 @@ const (
 // followUpRound) and the checkpoint advances after each round is handled,
 // so a crash replays at most one round, harmlessly. A follow-up whose
 // events this process already appended (the request or a payment step
-// wrote them: Handler.written) is recognised without reading or appending,
+// wrote them: core.written) is recognised without reading or appending,
 // and so is one that a later event of the same order, already received,
 // makes moot (followUpAhead).
-func (h *Handler) RunFollowUps(ctx context.Context, log Log, cps Checkpoints) error {
+func (h *Workers) RunFollowUps(ctx context.Context, log Log, cps Checkpoints) error {
 	from, err := cps.Load(ctx, FollowUpsName)
 	if err != nil {
 		return fmt.Errorf("process manager: load checkpoint: %w", err)
@@ -155,10 +155,10 @@ var followedTypes = map[string]bool{
 }
 
 // doneHere reports whether a request of this process did the follow-ups of
-// commit point r itself (Handler.written): the opening of a held
+// commit point r itself (core.written): the opening of a held
 // reservation, the placing of a claimed order, an expiry's release. It
 // needs r's id only, so such an event is not decoded.
-func (h *Handler) doneHere(r eventstore.RecordedEvent) bool {
+func (h *core) doneHere(r eventstore.RecordedEvent) bool {
 	switch r.Type {
 	case domain.TypeSeatsHeld:
 		return h.written.has(DerivedID(r.ID, "reservation-held"))
@@ -170,7 +170,7 @@ func (h *Handler) doneHere(r eventstore.RecordedEvent) bool {
 	return false
 }
 
-func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, later laterOf, wg *sync.WaitGroup) error {
+func (h *core) followUp(ctx context.Context, r eventstore.RecordedEvent, later laterOf, wg *sync.WaitGroup) error {
 	if !followedTypes[r.Type] || !h.registry.Known(r.Type) || h.doneHere(r) {
 		return nil
 	}
@@ -220,8 +220,8 @@ func (h *Handler) followUp(ctx context.Context, r eventstore.RecordedEvent, late
 // followClaim is the follow-up of OrderClaimed r (e): the order placed and
 // the reservation marked ordered (unless this process's request did both:
 // doneHere).
-func (h *Handler) followClaim(ctx context.Context, r eventstore.RecordedEvent, e domain.OrderClaimed) error {
-	before, _, err := h.LoadOrder(ctx, e.OrderID)
+func (h *core) followClaim(ctx context.Context, r eventstore.RecordedEvent, e domain.OrderClaimed) error {
+	before, _, err := h.loadOrder(ctx, e.OrderID)
 	if err != nil {
 		return err
 	}
@@ -240,7 +240,7 @@ func (h *Handler) followClaim(ctx context.Context, r eventstore.RecordedEvent, e
 // token dropped from the key table once the order carries it, the key
 // deleted on a cancel, and the payment driven in the background unless a
 // later event of the order does it (later).
-func (h *Handler) followPayment(ctx context.Context, ev domain.Event, later laterOf, wg *sync.WaitGroup) error {
+func (h *core) followPayment(ctx context.Context, ev domain.Event, later laterOf, wg *sync.WaitGroup) error {
 	orderID := orderIDOf(ev)
 	switch e := ev.(type) {
 	case domain.OrderPlaced:
@@ -264,7 +264,7 @@ func (h *Handler) followPayment(ctx context.Context, ev domain.Event, later late
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := h.DrivePayment(h.detach(ctx), orderID); err != nil {
+		if _, err := h.drivePayment(h.detach(ctx), orderID, nil); err != nil {
 			h.log.WarnContext(ctx, "payment step failed; the reconciler retries", "order_id", orderID, "err", err)
 		}
 	}()
@@ -285,11 +285,11 @@ func orderIDOf(e domain.Event) string {
 
 // finishEnded does the follow-ups of the event causeID that ended order
 // orderID, unless this process did them.
-func (h *Handler) finishEnded(ctx context.Context, orderID, reason, causeID string) error {
+func (h *core) finishEnded(ctx context.Context, orderID, reason, causeID string) error {
 	if h.written.has(DerivedID(orderID, "seats-released"), DerivedID(orderID, "reservation-released")) {
 		return nil // the payment step that ended the order released its seats and reservation
 	}
-	o, _, err := h.LoadOrder(ctx, orderID)
+	o, _, err := h.loadOrder(ctx, orderID)
 	if err != nil || !o.Exists() {
 		return err
 	}
@@ -298,7 +298,7 @@ func (h *Handler) finishEnded(ctx context.Context, orderID, reason, causeID stri
 
 // shredRefusedOrder deletes the key held for the order of a refused order
 // intent: that order never exists.
-func (h *Handler) shredRefusedOrder(ctx context.Context, intentStream string) error {
+func (h *core) shredRefusedOrder(ctx context.Context, intentStream string) error {
 	s, err := h.load(ctx, intentStream)
 	if err != nil {
 		return err

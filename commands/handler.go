@@ -1,5 +1,6 @@
-// Package commands holds one handler per use case of the booking service.
-// Each handler loads a stream, decides with the pure deciders of package
+// Package commands holds the use cases of the booking service, as the
+// methods of a Handler's Commands, Queries and Workers (app.go). Each
+// command loads a stream, decides with the pure deciders of package
 // domain, and appends the decision with an expected revision to one stream,
 // its commit point; follow-ups on other streams carry deterministic event ids
 // and are done both inline and by the process manager (RunFollowUps), so a
@@ -162,8 +163,9 @@ func DefaultConfig() Config {
 	}
 }
 
-// Handler executes the booking use cases. It is safe for concurrent use.
-type Handler struct {
+// core is what the use cases share: the ports, the configuration and the
+// speed mechanisms beneath the use cases. Safe for concurrent use.
+type core struct {
 	cfg      Config
 	store    EventStore
 	clock    Clock
@@ -284,7 +286,7 @@ var Steps = []string{
 // (booking serve, also when built with fault points) moves only forward
 // with the host's, so its reading stays valid across a park and the fault
 // points cost no clock reads.
-func (h *Handler) step(ctx context.Context, name string) {
+func (h *core) step(ctx context.Context, name string) {
 	if h.hooks.Step != nil {
 		h.hooks.Step(name)
 		if _, ok := h.clock.(movableClock); ok {
@@ -293,12 +295,19 @@ func (h *Handler) step(ctx context.Context, name string) {
 	}
 }
 
-// New returns a Handler. registry must know every domain event type.
+// New returns a Handler whose Commands, Queries and Workers share one core.
+// registry must know every domain event type.
 func New(cfg Config, store EventStore, clock Clock, payments Payments, registry *eventstore.Registry, log *slog.Logger, opts ...Option) *Handler {
+	c := newCore(cfg, store, clock, payments, registry, log, opts...)
+	return &Handler{core: c, Commands: &Commands{c}, Queries: &Queries{c}, Workers: &Workers{c}}
+}
+
+// newCore returns the core New shares among the Handler's parts.
+func newCore(cfg Config, store EventStore, clock Clock, payments Payments, registry *eventstore.Registry, log *slog.Logger, opts ...Option) *core {
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &Handler{cfg: cfg, store: store, clock: clock, payments: payments, registry: registry, log: log,
+	h := &core{cfg: cfg, store: store, clock: clock, payments: payments, registry: registry, log: log,
 		shows: newKeyedMutex(), sends: newKeyedMutex(), metrics: nopMetrics{}, keys: noKeys{}, processed: noProcessedEvents{},
 		erasureWake: make(chan struct{}, 1)}
 	h.keptOrders.limit, h.keptIntents.limit = maxKeptStreams, maxKeptStreams
@@ -326,11 +335,11 @@ func New(cfg Config, store EventStore, clock Clock, payments Payments, registry 
 // as a crash leaves it, for recovery and reconciliation to finish (a send
 // cut short is an unknown outcome, reconciled by its key). Safe to call
 // more than once and concurrently.
-func (h *Handler) Abandon() { h.abandon() }
+func (h *Workers) Abandon() { h.abandon() }
 
 // detach returns a context with ctx's values that ctx's cancellation and
 // deadline do not reach (context.WithoutCancel), ended by Abandon instead.
-func (h *Handler) detach(ctx context.Context) context.Context {
+func (h *core) detach(ctx context.Context) context.Context {
 	return detached{Context: context.WithoutCancel(ctx), abandoned: h.abandoned}
 }
 
@@ -354,13 +363,13 @@ func (d detached) Err() error { return d.abandoned.Err() }
 func (d detached) AfterFunc(f func()) func() bool { return context.AfterFunc(d.abandoned, f) }
 
 // Option configures a Handler.
-type Option func(*Handler)
+type Option func(*core)
 
 // WithHooks installs test-only fault hooks.
-func WithHooks(hk Hooks) Option { return func(h *Handler) { h.hooks = hk } }
+func WithHooks(hk Hooks) Option { return func(h *core) { h.hooks = hk } }
 
 // WithMetrics installs the metrics sink.
-func WithMetrics(m Metrics) Option { return func(h *Handler) { h.metrics = m } }
+func WithMetrics(m Metrics) Option { return func(h *core) { h.metrics = m } }
 
 // Config returns the handler's configuration.
 func (h *Handler) Config() Config { return h.cfg }
@@ -402,7 +411,7 @@ func (s *stream) expected() eventstore.ExpectedRevision {
 	return eventstore.Exact(s.last)
 }
 
-func (h *Handler) load(ctx context.Context, name string) (*stream, error) {
+func (h *core) load(ctx context.Context, name string) (*stream, error) {
 	recs, err := h.store.ReadStream(ctx, name, 0, 0)
 	s := &stream{name: name}
 	if errors.Is(err, eventstore.ErrStreamNotFound) {
@@ -463,7 +472,7 @@ type unitPart struct {
 // event that caused it. kw joins the unit (KeyUnits), and so does the
 // delete of the key of an order whose sends the parts end (shredIn). It
 // returns one result per part, in order.
-func (h *Handler) appendEvents(ctx context.Context, kw keyWrite, parts ...unitPart) ([]eventstore.AppendResult, error) {
+func (h *core) appendEvents(ctx context.Context, kw keyWrite, parts ...unitPart) ([]eventstore.AppendResult, error) {
 	appends := make([]eventstore.StreamAppend, len(parts))
 	for i, p := range parts {
 		appends[i] = eventstore.StreamAppend{Stream: p.s.name, Expected: p.s.expected(), Events: p.data}
@@ -529,7 +538,7 @@ var outcomeRepeatDelays = []time.Duration{0, 50 * time.Millisecond, 250 * time.M
 // domain.ErrUnavailable: the request answers 503, which is never stored as
 // an outcome, and a repeat of the request, or recovery after the
 // executor's lease, resolves what committed.
-func (h *Handler) appendResolving(ctx context.Context, kw keyWrite, parts ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+func (h *core) appendResolving(ctx context.Context, kw keyWrite, parts ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
 	res, err := h.appendUnit(ctx, kw, parts)
 	if err == nil || errors.Is(err, eventstore.ErrWrongExpectedRevision) || errors.Is(err, errKeyGone) {
 		return res, err
@@ -568,7 +577,7 @@ func (h *Handler) appendResolving(ctx context.Context, kw keyWrite, parts ...eve
 // records what the service learns from an acknowledged append: the event
 // ids written (writtenSet), the clock sample, the skew sample and the
 // request's count of events.
-func (h *Handler) appendUnit(ctx context.Context, kw keyWrite, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+func (h *core) appendUnit(ctx context.Context, kw keyWrite, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
 	tk, sent := h.clockTicket(), time.Now()
 	res, err := h.sendUnit(ctx, kw, parts)
 	if err != nil {
@@ -596,7 +605,7 @@ func (h *Handler) appendUnit(ctx context.Context, kw keyWrite, parts []eventstor
 // sendUnit sends parts to the store once: with kw's key-table write
 // through the key units, else one part with Append and more with
 // AppendMulti.
-func (h *Handler) sendUnit(ctx context.Context, kw keyWrite, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+func (h *core) sendUnit(ctx context.Context, kw keyWrite, parts []eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
 	switch {
 	case kw.create != nil:
 		c := kw.create
@@ -650,7 +659,7 @@ type applier[S any] interface {
 // loadState loads stream name and returns the state S its events evolve to
 // with the loaded stream (whose revision is the expected revision of the next
 // append). A stream that does not exist is the zero S; errors are load's.
-func loadState[S any, P applier[S]](ctx context.Context, h *Handler, name string) (S, *stream, error) {
+func loadState[S any, P applier[S]](ctx context.Context, h *core, name string) (S, *stream, error) {
 	s, err := h.load(ctx, name)
 	if err != nil {
 		var zero S

@@ -95,7 +95,7 @@ const ownHoldTrust = 5 * time.Second
 // It returns the appended SeatsHeld, or decided false after a revision
 // conflict (another replica appended first), or the recorded *Rejection.
 // fresh is holdReq.fresh.
-func (h *Handler) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand, resID string, fresh bool) (heldRecord, bool, error) {
+func (h *core) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand, resID string, fresh bool) (heldRecord, bool, error) {
 	req := &holdReq{run: run, cmd: cmd, resID: resID, fresh: fresh, done: make(chan holdResult, 1), trace: trace.SpanContextFromContext(ctx)}
 	b := &h.holds
 	b.mu.Lock()
@@ -143,7 +143,7 @@ func (h *Handler) holdSeats(ctx context.Context, run *intentRun, cmd ReserveSeat
 // leadHolds appends batches for showID until its queue is empty. The leader
 // runs one batch itself (the one with its own request) and hands any further
 // batches to a new goroutine, so its own caller is not kept waiting.
-func (h *Handler) leadHolds(ctx context.Context, showID string) {
+func (h *core) leadHolds(ctx context.Context, showID string) {
 	b := &h.holds
 	b.mu.Lock()
 	batch := b.queue[showID]
@@ -175,7 +175,7 @@ func (h *Handler) leadHolds(ctx context.Context, showID string) {
 // appendHoldsSafely runs appendHolds and turns a panic into an error for
 // every request of the batch, so a bug cannot leave the show's queue without
 // a leader (and its requests waiting out their budget).
-func (h *Handler) appendHoldsSafely(ctx context.Context, showID string, batch []*holdReq) {
+func (h *core) appendHoldsSafely(ctx context.Context, showID string, batch []*holdReq) {
 	answered := false
 	defer func() {
 		if p := recover(); p != nil && !answered {
@@ -225,7 +225,7 @@ type decidedHold struct {
 // snapshot e has read it) of the batch's reservations: findHold for a
 // request that is not fresh, the cache alone for one that is (its
 // reservation cannot be on the stream). The caller holds the show's lock.
-func (h *Handler) priorHolds(ctx context.Context, e *showEntry, showID string, batch []*holdReq) (map[string]heldRecord, error) {
+func (h *core) priorHolds(ctx context.Context, e *showEntry, showID string, batch []*holdReq) (map[string]heldRecord, error) {
 	prior := map[string]heldRecord{}
 	for _, r := range batch {
 		var held heldRecord
@@ -251,7 +251,7 @@ func (h *Handler) priorHolds(ctx context.Context, e *showEntry, showID string, b
 // (priorHolds). With open, the reservation streams of fresh requests are
 // opened in the same unit (holdDecision.opens). The caller holds the
 // show's lock; e is left as it was.
-func (h *Handler) decideHolds(e *showEntry, prior map[string]heldRecord, showID string, batch []*holdReq, now time.Time, open bool) holdDecision {
+func (h *core) decideHolds(e *showEntry, prior map[string]heldRecord, showID string, batch []*holdReq, now time.Time, open bool) holdDecision {
 	d := holdDecision{results: make(map[*holdReq]holdResult, len(batch))}
 	byRes := map[string]heldRecord{}
 	extra := 0 // seats taken by earlier requests of this batch
@@ -343,7 +343,7 @@ func encodeOpen(held heldRecord, sc trace.SpanContext) (eventstore.EventData, er
 // it is recorded and answered without an append to check it. A reservation
 // stream that exists already fails the unit too: the batch then decides
 // again without opening any (the requests open them as a follow-up).
-func (h *Handler) appendHolds(ctx context.Context, showID string, batch []*holdReq) {
+func (h *core) appendHolds(ctx context.Context, showID string, batch []*holdReq) {
 	answer := func(d holdDecision) {
 		for _, r := range batch {
 			r.done <- d.results[r]
@@ -424,7 +424,7 @@ func failedHolds(batch []*holdReq, err error) holdDecision {
 // stream otherwise. It returns the decision, the show stream's expected
 // revision for its append, and whether it was decided on the cached
 // snapshot. open is decideHolds'.
-func (h *Handler) decideBatch(ctx context.Context, showID string, batch []*holdReq, now time.Time, first, open bool) (holdDecision, eventstore.ExpectedRevision, bool, error) {
+func (h *core) decideBatch(ctx context.Context, showID string, batch []*holdReq, now time.Time, first, open bool) (holdDecision, eventstore.ExpectedRevision, bool, error) {
 	unlock := h.shows.Lock(showID)
 	// The lock guards the cached snapshot, not the stream: it is released
 	// before the append, so the requests' own checks of the show (and
@@ -464,7 +464,7 @@ func (h *Handler) decideBatch(ctx context.Context, showID string, batch []*holdR
 // writes no hold before its intent), and on success records every appended
 // request's result in d (with the revision its reservation stream was
 // opened at, and its intent's append) and the snapshot the batch left.
-func (h *Handler) commitHolds(ctx context.Context, showID string, exp eventstore.ExpectedRevision, d *holdDecision) error {
+func (h *core) commitHolds(ctx context.Context, showID string, exp eventstore.ExpectedRevision, d *holdDecision) error {
 	parts := make([]unitPart, 0, len(d.recording)+1+len(d.opens))
 	for _, r := range d.recording {
 		parts = append(parts, r.run.pending.part)
@@ -514,7 +514,7 @@ func (b *holdBatcher) advanceOwn(showID string, prev, next eventstore.Revision) 
 // the snapshot moved meanwhile (a reader brought it to the head, or it was
 // evicted), and records the revision the batch left for the next batch of
 // this run (holdBatcher.own).
-func (h *Handler) noteOwnHolds(showID string, exp eventstore.ExpectedRevision, last eventstore.Revision, appended []decidedHold) {
+func (h *core) noteOwnHolds(showID string, exp eventstore.ExpectedRevision, last eventstore.Revision, appended []decidedHold) {
 	unlock := h.shows.Lock(showID)
 	defer unlock()
 	e := h.showCache.get(showID)

@@ -121,7 +121,7 @@ func (f *inFlight) release(name string, fl *flight) {
 // repeat answers the intent's outcome, on reads) or, with b.deferred set
 // false, when the registry is full (record first). Errors are the clock's
 // and prep's.
-func (h *Handler) deferRecord(ctx context.Context, b *intentBegin) (*intentRun, *flight, error) {
+func (h *core) deferRecord(ctx context.Context, b *intentBegin) (*intentRun, *flight, error) {
 	leaseFrom := time.Now()
 	now, ok, err := h.firstRecordAt(ctx, b)
 	if err != nil || !ok {
@@ -154,7 +154,7 @@ func (h *Handler) deferRecord(ctx context.Context, b *intentBegin) (*intentRun, 
 // and the wait for a recorded executor. When the wait ends with fl still
 // in flight, b.busy keeps it: a read that finds no intent then answers
 // *InUseError (409; inUseInFlight) instead of recording one.
-func (h *Handler) awaitInFlight(ctx context.Context, b *intentBegin, fl *flight) error {
+func (h *core) awaitInFlight(ctx context.Context, b *intentBegin, fl *flight) error {
 	h.metrics.Intent(b.req.Operation, IntentWaited, "")
 	h.step(ctx, "intent.waiting")
 	b.waitUntil = time.Now().Add(h.cfg.InUseWait)
@@ -174,7 +174,7 @@ func (h *Handler) awaitInFlight(ctx context.Context, b *intentBegin, fl *flight)
 // flight b.busy ended while it was still in flight and no intent is
 // recorded under its key: *InUseError (409) with the flight's lease as
 // Retry-After, counted; nil when the flight has ended since.
-func (h *Handler) inUseInFlight(b *intentBegin, now time.Time) error {
+func (h *core) inUseInFlight(b *intentBegin, now time.Time) error {
 	select {
 	case <-b.busy.done:
 		return nil
@@ -193,7 +193,7 @@ func (h *Handler) inUseInFlight(b *intentBegin, now time.Time) error {
 // (recordedPending). It returns the results of parts (without the
 // intent's); errIntentTaken when the unit lost the race on the intent part;
 // other errors as commitUnit's, the run still pending.
-func (h *Handler) commitWithIntent(ctx context.Context, run *intentRun, kw keyWrite, parts ...unitPart) ([]eventstore.AppendResult, error) {
+func (h *core) commitWithIntent(ctx context.Context, run *intentRun, kw keyWrite, parts ...unitPart) ([]eventstore.AppendResult, error) {
 	p := run.pending
 	if p == nil {
 		return h.commitUnit(ctx, kw, parts...)
@@ -217,7 +217,7 @@ func (h *Handler) commitWithIntent(ctx context.Context, run *intentRun, kw keyWr
 
 // recordedPending completes a pending run whose IntentRecorded was appended
 // with result res, as recorded does, and ends its flight.
-func (h *Handler) recordedPending(ctx context.Context, run *intentRun, res eventstore.AppendResult) {
+func (h *core) recordedPending(ctx context.Context, run *intentRun, res eventstore.AppendResult) {
 	p := run.pending
 	run.pending = nil
 	h.recorded(ctx, run, res, p.leaseFrom)
@@ -229,7 +229,7 @@ func (h *Handler) recordedPending(ctx context.Context, run *intentRun, res event
 // unit did not commit on another part. It returns the run, recorded; or,
 // when another request recorded the intent first, the run a repeat gets
 // (resolveTaken). A run recorded already is returned as it is.
-func (h *Handler) recordPending(ctx context.Context, run *intentRun) (*intentRun, error) {
+func (h *core) recordPending(ctx context.Context, run *intentRun) (*intentRun, error) {
 	err := h.ensureRecorded(ctx, run)
 	if errors.Is(err, errIntentTaken) {
 		return h.resolveTaken(ctx, run)
@@ -243,7 +243,7 @@ func (h *Handler) recordPending(ctx context.Context, run *intentRun) (*intentRun
 // ensureRecorded records a pending run's intent alone (recordPending), or
 // does nothing for a run recorded already. errIntentTaken, the run still
 // pending, when another request recorded the intent first.
-func (h *Handler) ensureRecorded(ctx context.Context, run *intentRun) error {
+func (h *core) ensureRecorded(ctx context.Context, run *intentRun) error {
 	if run.pending == nil {
 		return nil
 	}
@@ -255,7 +255,7 @@ func (h *Handler) ensureRecorded(ctx context.Context, run *intentRun) error {
 // first, exactly as a repeat: it ends the run's flight and decides on reads
 // (beginOnReads). What prep made for the run's target is discarded unless
 // the read recorded the intent under it after all.
-func (h *Handler) resolveTaken(ctx context.Context, run *intentRun) (*intentRun, error) {
+func (h *core) resolveTaken(ctx context.Context, run *intentRun) (*intentRun, error) {
 	p := run.pending
 	run.pending = nil
 	h.inflight.release(run.stream, p.flight)
@@ -271,7 +271,7 @@ func (h *Handler) resolveTaken(ctx context.Context, run *intentRun) (*intentRun,
 // keyReused is domain.ErrKeyReused for a request on operation op whose
 // command differs from the intent's stored one, naming the differing
 // fields (compared as the fingerprint compares: strings in NFC), counted.
-func (h *Handler) keyReused(op string, stored, command map[string]any) error {
+func (h *core) keyReused(op string, stored, command map[string]any) error {
 	h.metrics.FingerprintConflict(op)
 	h.metrics.Intent(op, IntentRefused, domain.ErrKeyReused.Code)
 	fields := domain.DiffFields(nfcCommand(stored), nfcCommand(normalizeJSON(command)))

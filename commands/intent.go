@@ -192,7 +192,7 @@ type intentPrep struct {
 func (r *intentRun) cause() string { return intentCause(r.stream, r.opened) }
 
 // at returns the intent stream as the run knows it: its revision only (for
-// Handler.commit, which fences a step of the run by it).
+// core.commit, which fences a step of the run by it).
 func (r *intentRun) at() *stream { return streamAt(r.stream, r.rev) }
 
 // intentCause is intentRun.cause of the intent opened at revision opened
@@ -230,7 +230,7 @@ func (r *intentRun) targetID() string { return r.intent.Recorded.TargetID }
 // that is invalid at the database clock's now is refused without recording
 // anything, while a repeat still answers the intent's outcome. prep, when
 // not nil, runs right before a new intent is recorded (see intentPrep).
-func (h *Handler) beginIntent(ctx context.Context, req Request, command map[string]any, prep *intentPrep, validate func(now time.Time) error) (*intentRun, error) {
+func (h *core) beginIntent(ctx context.Context, req Request, command map[string]any, prep *intentPrep, validate func(now time.Time) error) (*intentRun, error) {
 	return h.begin(ctx, req, command, prep, validate, false)
 }
 
@@ -240,12 +240,12 @@ func (h *Handler) beginIntent(ctx context.Context, req Request, command map[stri
 // (intentRun.pending), registered in flight (inFlight) until the unit
 // commits or fails. A request that finds its intent in flight in this
 // process waits for it (awaitInFlight) before it reads.
-func (h *Handler) beginDeferred(ctx context.Context, req Request, command map[string]any, prep *intentPrep, validate func(now time.Time) error) (*intentRun, error) {
+func (h *core) beginDeferred(ctx context.Context, req Request, command map[string]any, prep *intentPrep, validate func(now time.Time) error) (*intentRun, error) {
 	return h.begin(ctx, req, command, prep, validate, true)
 }
 
 // begin is beginIntent, deferring the record when deferred is true.
-func (h *Handler) begin(ctx context.Context, req Request, command map[string]any, prep *intentPrep, validate func(now time.Time) error, deferred bool) (*intentRun, error) {
+func (h *core) begin(ctx context.Context, req Request, command map[string]any, prep *intentPrep, validate func(now time.Time) error, deferred bool) (*intentRun, error) {
 	fp, err := Fingerprint(CanonicalVersion, req.Operation, command)
 	if err != nil {
 		return nil, err
@@ -267,7 +267,7 @@ func (h *Handler) begin(ctx context.Context, req Request, command map[string]any
 
 // beginOnReads decides b on reads of the intent stream (beginOnRead) under
 // the retry policy.
-func (h *Handler) beginOnReads(ctx context.Context, b *intentBegin) (*intentRun, error) {
+func (h *core) beginOnReads(ctx context.Context, b *intentBegin) (*intentRun, error) {
 	var run *intentRun
 	err := h.retryConflicts(ctx, func() error {
 		var err error
@@ -289,7 +289,7 @@ func (h *Handler) beginOnReads(ctx context.Context, b *intentBegin) (*intentRun,
 // or, deferred, made a run to record in the use case's unit (deferRecord).
 // done is true when that settled the request (a run, or an error); false
 // when begin goes on to read.
-func (h *Handler) beginFirst(ctx context.Context, b *intentBegin) (run *intentRun, done bool, err error) {
+func (h *core) beginFirst(ctx context.Context, b *intentBegin) (run *intentRun, done bool, err error) {
 	if b.deferred {
 		if e := h.inflight.get(b.stream); e != nil {
 			err := h.awaitInFlight(ctx, b, e)
@@ -385,7 +385,7 @@ func (b *intentBegin) prepare(ctx context.Context, now time.Time) error {
 // beginOnRead is one try of beginIntent on a read of the intent stream: an
 // expired intent is truncated (its key starts anew), a live one resolved
 // (resolveExisting), and a new one recorded after validate and prep.
-func (h *Handler) beginOnRead(ctx context.Context, b *intentBegin) (*intentRun, error) {
+func (h *core) beginOnRead(ctx context.Context, b *intentBegin) (*intentRun, error) {
 	leaseFrom := time.Now()
 	now, s, err := h.loadIntent(ctx, b.stream)
 	if err != nil {
@@ -452,7 +452,7 @@ func (h *Handler) beginOnRead(ctx context.Context, b *intentBegin) (*intentRun, 
 // done is false when the intent is to be recorded anew (domain.ResolveNew).
 // A repeat is fingerprinted under the intent's canonical version, so a
 // deploy never turns retries into 422s.
-func (h *Handler) resolveExisting(ctx context.Context, b *intentBegin, in domain.Intent, s *stream, now time.Time) (run *intentRun, done bool, err error) {
+func (h *core) resolveExisting(ctx context.Context, b *intentBegin, in domain.Intent, s *stream, now time.Time) (run *intentRun, done bool, err error) {
 	req := b.req
 	storedFP := b.fp
 	if v := in.Recorded.CanonicalVersion; v != CanonicalVersion {
@@ -488,7 +488,7 @@ func (h *Handler) resolveExisting(ctx context.Context, b *intentBegin, in domain
 // kept, is old, or would not continue (a mismatch, a rejection); the caller
 // then goes through beginIntent, which reads it. Errors are the clock's and
 // the fingerprint's.
-func (h *Handler) keptTarget(ctx context.Context, req Request, command map[string]any) (target string, ok bool, err error) {
+func (h *core) keptTarget(ctx context.Context, req Request, command map[string]any) (target string, ok bool, err error) {
 	name := IntentStream(req.Actor, req.Operation, req.Key)
 	k, _, kept := h.keptIntents.get(name)
 	if !kept || !k.exists {
@@ -530,7 +530,7 @@ func intentOpened(s *stream) time.Time {
 // reading, no round trip). Otherwise the clock and the whole stream are read
 // at once: two statements, one round trip of waiting; the stream is kept
 // when it is young enough.
-func (h *Handler) loadIntent(ctx context.Context, name string) (time.Time, *stream, error) {
+func (h *core) loadIntent(ctx context.Context, name string) (time.Time, *stream, error) {
 	young := func(s *stream, now time.Time) bool {
 		return s.exists && now.Before(intentOpened(s).Add(h.cfg.IntentRetention/2))
 	}
@@ -587,7 +587,7 @@ func (h *Handler) loadIntent(ctx context.Context, name string) (time.Time, *stre
 // read the intent reads it first (ARCHITECTURE.md, "Performance", "Record
 // first, read on conflict"). b.sendBy is the last instant the record may be
 // sent, once prepare set it.
-func (h *Handler) recordFirst(ctx context.Context, b *intentBegin) (*intentRun, *eventstore.RevisionConflictError, error) {
+func (h *core) recordFirst(ctx context.Context, b *intentBegin) (*intentRun, *eventstore.RevisionConflictError, error) {
 	leaseFrom := time.Now()
 	now, ok, err := h.firstRecordAt(ctx, b)
 	if err != nil || !ok {
@@ -614,7 +614,7 @@ func (h *Handler) recordFirst(ctx context.Context, b *intentBegin) (*intentRun, 
 // firstRecordAt reads the database clock for a first record of b's
 // intent: ok is false when b.validate refuses the request at that now
 // (nothing is recorded; a repeat answers the intent's outcome on reads).
-func (h *Handler) firstRecordAt(ctx context.Context, b *intentBegin) (now time.Time, ok bool, err error) {
+func (h *core) firstRecordAt(ctx context.Context, b *intentBegin) (now time.Time, ok bool, err error) {
 	if now, err = h.now(ctx); err != nil {
 		return now, false, err
 	}
@@ -679,7 +679,7 @@ func (s *intentHints) has(stream string) bool {
 // b.sendBy bounds every send of the append (prepWindow): the append is not
 // sent, or repeated, after it. b.kw, the key of an order with key units,
 // is written in the same unit.
-func (h *Handler) recordIntent(ctx context.Context, b *intentBegin, at *stream, now time.Time) (*intentRun, eventstore.AppendResult, error) {
+func (h *core) recordIntent(ctx context.Context, b *intentBegin, at *stream, now time.Time) (*intentRun, eventstore.AppendResult, error) {
 	if !b.sendBy.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, b.sendBy)
@@ -696,7 +696,7 @@ func (h *Handler) recordIntent(ctx context.Context, b *intentBegin, at *stream, 
 // newIntent decides b's IntentRecorded at now, to append at at's revision:
 // the run it starts (created; its revision and lease start are set once it
 // is recorded) and the unit part that records it.
-func (h *Handler) newIntent(ctx context.Context, b *intentBegin, at *stream, now time.Time) (*intentRun, unitPart) {
+func (h *core) newIntent(ctx context.Context, b *intentBegin, at *stream, now time.Time) (*intentRun, unitPart) {
 	req := b.req
 	rec := domain.IntentRecorded{Actor: req.Actor, Operation: req.Operation, KeySHA256: sha256Hex([]byte(req.Key)),
 		Fingerprint: b.fp, CanonicalVersion: CanonicalVersion, Command: b.command, TargetID: b.targetID,
@@ -711,7 +711,7 @@ func (h *Handler) newIntent(ctx context.Context, b *intentBegin, at *stream, now
 // recorded completes rn after its IntentRecorded was appended with result
 // res; leaseFrom is the host instant taken before the clock reading the
 // lease was computed from.
-func (h *Handler) recorded(ctx context.Context, rn *intentRun, res eventstore.AppendResult, leaseFrom time.Time) {
+func (h *core) recorded(ctx context.Context, rn *intentRun, res eventstore.AppendResult, leaseFrom time.Time) {
 	h.intents.note(rn.stream)
 	rn.rev, rn.opened = res.NextRevision, res.NextRevision
 	if res.NextRevision == 0 {
@@ -738,7 +738,7 @@ func rejectionOf(r *domain.IntentRejected, replayed bool) *Rejection {
 // takeOver resumes an intent whose executor's lease expired, fenced by the
 // intent stream's revision. Returns errRetry if someone else changed the
 // intent first.
-func (h *Handler) takeOver(ctx context.Context, run *intentRun) error {
+func (h *core) takeOver(ctx context.Context, run *intentRun) error {
 	now, err := h.now(ctx)
 	if err != nil {
 		return err
@@ -758,7 +758,7 @@ func (h *Handler) takeOver(ctx context.Context, run *intentRun) error {
 
 // reject records a definitive refusal on the intent stream (the first
 // rejection wins) and returns it. A repeat answers the same.
-func (h *Handler) reject(ctx context.Context, run *intentRun, derr *domain.Error, resourceID string) error {
+func (h *core) reject(ctx context.Context, run *intentRun, derr *domain.Error, resourceID string) error {
 	ev := domain.IntentRejected{Kind: derr.Kind.String(), Code: derr.Code, Detail: derr.Error(), ResourceID: resourceID}
 	now, err := h.now(ctx)
 	if err != nil {
@@ -793,7 +793,7 @@ func (h *Handler) reject(ctx context.Context, run *intentRun, derr *domain.Error
 // for committed to turn true (then returns errRetry so the caller re-reads)
 // and otherwise answers *InUseError (domain.ErrKeyInUse, 409); after the
 // lease it takes over (errRetry on a lost race).
-func (h *Handler) awaitExecutor(ctx context.Context, run *intentRun, committed func() (bool, error)) error {
+func (h *core) awaitExecutor(ctx context.Context, run *intentRun, committed func() (bool, error)) error {
 	waited := false
 	for {
 		var now time.Time
@@ -865,7 +865,7 @@ func asDomain(err error) *domain.Error {
 }
 
 // reloadIntent refreshes run from its stream.
-func (h *Handler) reloadIntent(ctx context.Context, run *intentRun) error {
+func (h *core) reloadIntent(ctx context.Context, run *intentRun) error {
 	s, err := h.load(ctx, run.stream)
 	if err != nil {
 		return err

@@ -137,7 +137,7 @@ type KeyUnits interface {
 // WithKeyUnits installs the key units: the key table's writes then join the
 // event store's units of work. Only for an event store and a key table in
 // one database (booking serve on PostgreSQL).
-func WithKeyUnits(u KeyUnits) Option { return func(h *Handler) { h.units = u } }
+func WithKeyUnits(u KeyUnits) Option { return func(h *core) { h.units = u } }
 
 // keyWrite is a key-table write that joins a unit of work (KeyUnits): the
 // creation of an order's key with the intent that names the order, its
@@ -162,7 +162,7 @@ type keyWrite struct {
 // order's end, such as a webhook's record of a result the request
 // recorded, finds nothing to delete (no key is made again once its order
 // can send no more).
-func (h *Handler) shredIn(kw keyWrite, parts []unitPart) keyWrite {
+func (h *core) shredIn(kw keyWrite, parts []unitPart) keyWrite {
 	if h.units == nil || kw != (keyWrite{}) {
 		return kw
 	}
@@ -195,7 +195,7 @@ type keyPlace struct {
 
 // WithKeys installs the key table. A Handler without one refuses orders
 // (503) and keeps no secrets.
-func WithKeys(k Keys) Option { return func(h *Handler) { h.keys = k } }
+func WithKeys(k Keys) Option { return func(h *core) { h.keys = k } }
 
 // errNoKeys is the failure of a handler built without a key table.
 var errNoKeys = errors.New("commands: no key table configured")
@@ -247,7 +247,7 @@ type heldSecrets struct {
 // intent's retention: called before the order's intent is recorded. It
 // returns the key the table holds for orderID, with the sealed token when
 // it is this call's.
-func (h *Handler) holdToken(ctx context.Context, orderID, intent, token string, now time.Time) (*heldSecrets, error) {
+func (h *core) holdToken(ctx context.Context, orderID, intent, token string, now time.Time) (*heldSecrets, error) {
 	sec := sealToken(orderID, token)
 	stored, err := h.keys.Create(ctx, orderID, intent, sec.dk, sec.sealed, now.Add(h.cfg.IntentRetention))
 	if err != nil {
@@ -268,7 +268,7 @@ func sealToken(orderID, token string) *heldSecrets {
 // heldKey is the key-table write that holds the token sealed in sec for
 // orderID's intent, due after the intent's retention: holdToken's, as part
 // of the unit that records the intent (KeyUnits).
-func (h *Handler) heldKey(orderID, intent string, sec *heldSecrets, now time.Time) keyWrite {
+func (h *core) heldKey(orderID, intent string, sec *heldSecrets, now time.Time) keyWrite {
 	return keyWrite{create: &keyCreate{orderID: orderID, intent: intent, dk: sec.dk, held: sec.sealed, shredAt: now.Add(h.cfg.IntentRetention)}}
 }
 
@@ -276,7 +276,7 @@ func (h *Handler) heldKey(orderID, intent string, sec *heldSecrets, now time.Tim
 // in the key table, or, for an intent recorded before tokens were held there
 // (schema version 1, token in clear on the intent), that token sealed under
 // a new key. nil when neither is known (the payment then fails).
-func (h *Handler) sealedTokenOf(ctx context.Context, c domain.OrderClaimed) ([]byte, error) {
+func (h *core) sealedTokenOf(ctx context.Context, c domain.OrderClaimed) ([]byte, error) {
 	held, exists, err := h.keys.HeldToken(ctx, c.OrderID)
 	if err != nil || exists {
 		return held, unavailable(err)
@@ -308,7 +308,7 @@ var errKeyGone = errors.New("the order's data key is gone (shredded)")
 // orderKey returns o's data key. create makes one (due at the payment
 // deadline) for an order placed before secrets were sealed (schema version
 // 1), which has none. Returns errKeyGone (wrapped) when there is none.
-func (h *Handler) orderKey(ctx context.Context, o domain.Order, create bool) (*envelope.DataKey, error) {
+func (h *core) orderKey(ctx context.Context, o domain.Order, create bool) (*envelope.DataKey, error) {
 	dk, ok, err := h.keys.Key(ctx, o.ID)
 	if err != nil {
 		h.log.ErrorContext(ctx, "an order's data key cannot be read: is every master key that wraps one configured?", "order_id", o.ID, "err", err)
@@ -329,7 +329,7 @@ func (h *Handler) orderKey(ctx context.Context, o domain.Order, create bool) (*e
 // when not nil, is that key as the placing request holds it) event, checked
 // against the attempt's RequestSHA256. Returns errKeyGone (wrapped) when
 // the key is gone.
-func (h *Handler) legacyBody(ctx context.Context, o domain.Order, a domain.Attempt, held *envelope.DataKey) ([]byte, error) {
+func (h *core) legacyBody(ctx context.Context, o domain.Order, a domain.Attempt, held *envelope.DataKey) ([]byte, error) {
 	body := []byte(a.RequestBody)
 	if a.RequestBody == "" {
 		dk, err := held, error(nil)
@@ -355,7 +355,7 @@ func (h *Handler) legacyBody(ctx context.Context, o domain.Order, a domain.Attem
 // keyShredder) and sends that batch at once. A failure is returned (and
 // logged by the caller): the process manager repeats it, and the reconciler
 // deletes every key whose due time passed.
-func (h *Handler) shred(ctx context.Context, orderID string) error {
+func (h *core) shred(ctx context.Context, orderID string) error {
 	if h.written.has(keyShredded(orderID)) {
 		return nil // deleted by this process already: a key is never made again once its order can send no more
 	}
@@ -376,7 +376,7 @@ func (h *Handler) shred(ctx context.Context, orderID string) error {
 // (key units, shredIn). Should this process stop first, the process
 // manager's follow-up of the order's end deletes it (at least once), and
 // the reconciler's due sweep is the last resort.
-func (h *Handler) shredSoon(orderID string) {
+func (h *core) shredSoon(orderID string) {
 	if h.written.has(keyShredded(orderID)) {
 		return
 	}
@@ -421,7 +421,7 @@ type shredBatch struct {
 // add puts orderID in the batch being filled (unless it is waiting or in
 // flight already) and returns its batch. now sends the batch at once when
 // orderID is still waiting in it.
-func (s *keyShredder) add(h *Handler, orderID string, now bool) *shredBatch {
+func (s *keyShredder) add(h *core, orderID string, now bool) *shredBatch {
 	s.mu.Lock()
 	if s.of == nil {
 		s.of = map[string]*shredBatch{}
@@ -449,7 +449,7 @@ func (s *keyShredder) add(h *Handler, orderID string, now bool) *shredBatch {
 // keyShredder) and waits for them, or for ctx's end: call it when the
 // process stops, before its pool closes. What it cannot delete is left to
 // the process manager and the reconciler's due sweep.
-func (h *Handler) FlushShreds(ctx context.Context) {
+func (h *Workers) FlushShreds(ctx context.Context) {
 	s := &h.shredder
 	s.mu.Lock()
 	var waiting []*shredBatch
@@ -462,7 +462,7 @@ func (h *Handler) FlushShreds(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	for _, b := range waiting {
-		go s.send(ctx, h, b) // a no-op for a batch in flight
+		go s.send(ctx, h.core, b) // a no-op for a batch in flight
 		select {
 		case <-b.done:
 		case <-ctx.Done():
@@ -475,7 +475,7 @@ func (h *Handler) FlushShreds(ctx context.Context) {
 // and ctx (FlushShreds's budget; a timer's send has none), and records the
 // outcome: the deleted keys are noted in the written set before they leave
 // the shredder, so a later shred finds them deleted.
-func (s *keyShredder) send(ctx context.Context, h *Handler, b *shredBatch) {
+func (s *keyShredder) send(ctx context.Context, h *core, b *shredBatch) {
 	s.mu.Lock()
 	if s.filling != b {
 		s.mu.Unlock()
@@ -534,7 +534,7 @@ const unplacedBatch = 100
 // the key), by the request or by recovery after its lease. The due sweep
 // (ShredDue, the intent's retention) stays the backstop. Failures are
 // logged; the next pass retries. Called by each reconciler pass.
-func (h *Handler) shredUnplaced(ctx context.Context) {
+func (h *core) shredUnplaced(ctx context.Context) {
 	now, err := h.now(ctx)
 	var held map[string]string
 	if err == nil {

@@ -53,14 +53,14 @@ type OrderResult struct {
 // repeat that reaches a process which has not seen its intent may hold its
 // token under an id that never becomes an order, deleted again within
 // shredDelay: see resolveTaken.)
-func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
+func (h *Commands) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCommand) (OrderResult, error) {
 	// A repeat of an intent this process keeps is answered from its order,
 	// read once, when the order exists (keptTarget).
 	command := cmd.Canonical()
 	if id, ok, err := h.keptTarget(ctx, req, command); err != nil {
 		return OrderResult{}, err
 	} else if ok {
-		o, s, err := h.LoadOrder(ctx, id)
+		o, s, err := h.loadOrder(ctx, id)
 		if err != nil {
 			return OrderResult{}, err
 		}
@@ -135,7 +135,7 @@ func (h *Handler) PlaceOrder(ctx context.Context, req Request, cmd PlaceOrderCom
 // intentRun.alone), places the order in one unit of work (placeAlone);
 // everything else, and that request when its unit cannot be decided alone
 // or lost a race, claims on reads (claimOrder) and then places the order.
-func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID string) (OrderResult, error) {
+func (h *core) placeOrder(ctx context.Context, run *intentRun, reservationID string) (OrderResult, error) {
 	req := run.req
 	out := Outcome{Replayed: !run.created}
 	if run.pending != nil {
@@ -152,7 +152,7 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 		}
 	}
 	if !run.created {
-		o, s, err := h.LoadOrder(ctx, run.targetID())
+		o, s, err := h.loadOrder(ctx, run.targetID())
 		if err != nil {
 			return OrderResult{}, err
 		}
@@ -194,7 +194,7 @@ func (h *Handler) placeOrder(ctx context.Context, run *intentRun, reservationID 
 // commit otherwise (it cannot be decided alone, or a part other than the
 // intent lost a race) the intent is recorded alone, and a nil order with
 // the run, recorded, leaves placeOrder to go on as for any recorded intent.
-func (h *Handler) placeDeferred(ctx context.Context, run *intentRun, reservationID string) (*orderState, *intentRun, error) {
+func (h *core) placeDeferred(ctx context.Context, run *intentRun, reservationID string) (*orderState, *intentRun, error) {
 	if run.secrets != nil {
 		placed, err := h.placeAlone(ctx, run, reservationID, run.secrets)
 		if errors.Is(err, errIntentTaken) {
@@ -225,7 +225,7 @@ func (h *Handler) placeDeferred(ctx context.Context, run *intentRun, reservation
 // holds no token) or lost a race on another part, for placeOrder to claim
 // on reads; errIntentTaken when a pending intent was recorded by another
 // request first; or the unit's error when its outcome stayed unknown (503).
-func (h *Handler) placeAlone(ctx context.Context, run *intentRun, reservationID string, sec *heldSecrets) (*orderState, error) {
+func (h *core) placeAlone(ctx context.Context, run *intentRun, reservationID string, sec *heldSecrets) (*orderState, error) {
 	r, rs, err := h.cachedReservation(ctx, reservationID)
 	if err != nil {
 		return nil, err
@@ -281,7 +281,7 @@ func (h *Handler) placeAlone(ctx context.Context, run *intentRun, reservationID 
 // stopped right after the unit still has the key deleted at the deadline.
 // A nil token (no key, or the token placed already) leaves the order to be
 // placed on reads.
-func (h *Handler) tokenToPlace(ctx context.Context, orderID string, deadline time.Time, sec *heldSecrets) ([]byte, keyWrite, error) {
+func (h *core) tokenToPlace(ctx context.Context, orderID string, deadline time.Time, sec *heldSecrets) ([]byte, keyWrite, error) {
 	if h.units != nil && sec.sealed != nil {
 		return sec.sealed, keyWrite{place: &keyPlace{orderID: orderID, deadline: deadline}}, nil
 	}
@@ -305,7 +305,7 @@ type placingUnit struct {
 // stream, OrderPlaced (with held, the sealed token, due at the claim's
 // payment deadline) and the start of attempt 1 at no stream, and ordered at
 // the reservation's revision rs. nil when the attempt cannot start.
-func (h *Handler) placingUnit(ctx context.Context, run *intentRun, c domain.OrderClaimed, rs *stream, ordered domain.Event,
+func (h *core) placingUnit(ctx context.Context, run *intentRun, c domain.OrderClaimed, rs *stream, ordered domain.Event,
 	held []byte, sec *heldSecrets, now time.Time) (*placingUnit, error) {
 	claimID := DerivedID(run.cause(), "order-claimed")
 	placed := domain.PlacedFrom(c, now.Add(h.cfg.PaymentDeadline), held)
@@ -348,7 +348,7 @@ func (h *Handler) placingUnit(ctx context.Context, run *intentRun, c domain.Orde
 // then read back. An expired hold gets its expiry claim written (with the
 // id the expiry job would use) and the intent refused. It returns the
 // claim, its event id and its time.
-func (h *Handler) claimOrder(ctx context.Context, run *intentRun, reservationID string) (domain.Claim, string, time.Time, error) {
+func (h *core) claimOrder(ctx context.Context, run *intentRun, reservationID string) (domain.Claim, string, time.Time, error) {
 	var claim domain.Claim
 	var claimID string
 	var claimedAt time.Time
@@ -383,7 +383,7 @@ func (h *Handler) claimOrder(ctx context.Context, run *intentRun, reservationID 
 // claimable returns the reservation to decide an order claim on, read now,
 // when the claim stream (c) is free: a claim of something else rejects
 // the intent, and before the commit point a repeat waits for the executor.
-func (h *Handler) claimable(ctx context.Context, run *intentRun, reservationID string, c domain.Claim) (domain.Reservation, error) {
+func (h *core) claimable(ctx context.Context, run *intentRun, reservationID string, c domain.Claim) (domain.Reservation, error) {
 	if c.Kind != domain.ClaimNone {
 		// Another actor must not learn that the reservation exists.
 		res, err := h.loadReservation(ctx, reservationID)
@@ -411,7 +411,7 @@ func (h *Handler) claimable(ctx context.Context, run *intentRun, reservationID s
 // on the next read); still unknown is a 503, and a committed claim is then
 // finished by the process manager and replayed to a repeat. A refusal is
 // recorded on the intent; an expired hold gets its expiry claim first.
-func (h *Handler) appendClaim(ctx context.Context, run *intentRun, res domain.Reservation) error {
+func (h *core) appendClaim(ctx context.Context, run *intentRun, res domain.Reservation) error {
 	now, err := h.now(ctx)
 	if err != nil {
 		return err
@@ -447,7 +447,7 @@ func ExpiryClaimID(reservationID string) string { return DerivedID(reservationID
 
 // rejectOrder records the refusal of an order intent (see reject): its
 // order never exists, so the key held for it is deleted.
-func (h *Handler) rejectOrder(ctx context.Context, run *intentRun, derr *domain.Error, resourceID string) error {
+func (h *core) rejectOrder(ctx context.Context, run *intentRun, derr *domain.Error, resourceID string) error {
 	err := h.reject(ctx, run, derr, resourceID)
 	var rej *Rejection
 	if errors.As(err, &rej) {
@@ -460,7 +460,7 @@ func (h *Handler) rejectOrder(ctx context.Context, run *intentRun, derr *domain.
 
 // rejectClaimed records the refusal of an order whose reservation was
 // claimed by something else.
-func (h *Handler) rejectClaimed(ctx context.Context, run *intentRun, c domain.Claim) error {
+func (h *core) rejectClaimed(ctx context.Context, run *intentRun, c domain.Claim) error {
 	if c.Kind == domain.ClaimKindExpiry {
 		return h.rejectOrder(ctx, run, domain.ErrReservationExpired, "")
 	}
@@ -470,7 +470,7 @@ func (h *Handler) rejectClaimed(ctx context.Context, run *intentRun, c domain.Cl
 	return h.rejectOrder(ctx, run, domain.ErrReservationAlreadyOrdered, "")
 }
 
-func (h *Handler) loadClaim(ctx context.Context, reservationID string) (domain.Claim, *stream, error) {
+func (h *core) loadClaim(ctx context.Context, reservationID string) (domain.Claim, *stream, error) {
 	return loadState[domain.Claim](ctx, h, domain.ClaimStream(reservationID))
 }
 
@@ -482,8 +482,8 @@ func (h *Handler) loadClaim(ctx context.Context, reservationID string) (domain.C
 // intent expired, or its key is gone) the payment fails. claimedAt is the
 // claim's time (its metadata's occurred_at): the payment deadline counts
 // from it, so every path that places the order writes the same OrderPlaced.
-func (h *Handler) finishClaim(ctx context.Context, c domain.OrderClaimed, claimID string, claimedAt time.Time) (placed bool, err error) {
-	before, _, err := h.LoadOrder(ctx, c.OrderID)
+func (h *core) finishClaim(ctx context.Context, c domain.OrderClaimed, claimID string, claimedAt time.Time) (placed bool, err error) {
+	before, _, err := h.loadOrder(ctx, c.OrderID)
 	if err != nil {
 		return false, err
 	}
@@ -555,7 +555,7 @@ type orderState struct {
 // since an order placed late (recovery after a crash, a repeat after the
 // lease) keeps its key until its own deadline (ARCHITECTURE.md,
 // "Performance", "The key table on the request path").
-func (h *Handler) placeClaimed(ctx context.Context, c domain.OrderClaimed, claimID string, claimedAt time.Time, sec *heldSecrets) (*orderState, error) {
+func (h *core) placeClaimed(ctx context.Context, c domain.OrderClaimed, claimID string, claimedAt time.Time, sec *heldSecrets) (*orderState, error) {
 	deadline := claimedAt.Add(h.cfg.PaymentDeadline)
 	held, exists, err := h.keys.Placing(ctx, c.OrderID, deadline)
 	if err != nil {
@@ -607,7 +607,7 @@ func (h *Handler) placeClaimed(ctx context.Context, c domain.OrderClaimed, claim
 // markOrdered is the reservation's follow-up of an order claim: at the
 // revision this process knows when it has the reservation cached (a
 // conflict reads it), by a read otherwise.
-func (h *Handler) markOrdered(ctx context.Context, c domain.OrderClaimed, claimID string, m eventstore.Metadata) error {
+func (h *core) markOrdered(ctx context.Context, c domain.OrderClaimed, claimID string, m eventstore.Metadata) error {
 	name := domain.ReservationStream(c.ReservationID)
 	id := DerivedID(claimID, "reservation-ordered")
 	if r, last, ok := h.reservations.get(name); ok {
@@ -636,7 +636,7 @@ func (h *Handler) markOrdered(ctx context.Context, c domain.OrderClaimed, claimI
 
 // finishExpiry does the follow-ups of an expiry claim: the seats go back to
 // the show and the reservation is marked expired.
-func (h *Handler) finishExpiry(ctx context.Context, e domain.ExpiryClaimed, claimID string, m eventstore.Metadata) error {
+func (h *core) finishExpiry(ctx context.Context, e domain.ExpiryClaimed, claimID string, m eventstore.Metadata) error {
 	m.CausationID = claimID
 	if err := h.releaseSeats(ctx, e.ShowID, e.ReservationID, domain.ReleaseExpired, claimID, m); err != nil {
 		return err
@@ -653,7 +653,7 @@ func (h *Handler) finishExpiry(ctx context.Context, e domain.ExpiryClaimed, clai
 
 // releaseSeats returns a reservation's seats to its show (a no-op when
 // already released).
-func (h *Handler) releaseSeats(ctx context.Context, showID, reservationID, reason, cause string, m eventstore.Metadata) error {
+func (h *core) releaseSeats(ctx context.Context, showID, reservationID, reason, cause string, m eventstore.Metadata) error {
 	unlock := h.shows.Lock(showID)
 	defer unlock()
 	err := h.retryConflicts(ctx, func() error {
@@ -692,7 +692,7 @@ func (h *Handler) releaseSeats(ctx context.Context, showID, reservationID, reaso
 // event that ended the order when the caller has it (the process manager);
 // "" names what ctx carries as the cause (the request, or the event a job
 // acts on).
-func (h *Handler) finishOrderEnd(ctx context.Context, o domain.Order, reason, causeID string) error {
+func (h *core) finishOrderEnd(ctx context.Context, o domain.Order, reason, causeID string) error {
 	now, err := h.now(ctx)
 	if err != nil {
 		return err
@@ -714,7 +714,12 @@ func (h *Handler) finishOrderEnd(ctx context.Context, o domain.Order, reason, ca
 // LoadOrder returns the order with id and its loaded stream. Order streams
 // are kept (loadKept): a load of an order this process loaded before reads
 // only the events appended since.
-func (h *Handler) LoadOrder(ctx context.Context, id string) (domain.Order, *stream, error) {
+func (h *Queries) LoadOrder(ctx context.Context, id string) (domain.Order, *stream, error) {
+	return h.loadOrder(ctx, id)
+}
+
+// loadOrder is LoadOrder.
+func (h *core) loadOrder(ctx context.Context, id string) (domain.Order, *stream, error) {
 	s, err := h.loadKept(ctx, &h.keptOrders, domain.OrderStream(id))
 	if err != nil {
 		return domain.Order{}, nil, err
@@ -724,8 +729,8 @@ func (h *Handler) LoadOrder(ctx context.Context, id string) (domain.Order, *stre
 
 // GetOrder returns the caller's order, strongly consistent (from the event
 // store). Returns domain.ErrOrderNotFound also for another actor's.
-func (h *Handler) GetOrder(ctx context.Context, actor, id string) (domain.Order, error) {
-	o, _, err := h.LoadOrder(ctx, id)
+func (h *Queries) GetOrder(ctx context.Context, actor, id string) (domain.Order, error) {
+	o, _, err := h.loadOrder(ctx, id)
 	if err != nil {
 		return domain.Order{}, err
 	}
@@ -737,7 +742,7 @@ func (h *Handler) GetOrder(ctx context.Context, actor, id string) (domain.Order,
 
 // awaitReleased polls the reservation until it is no longer ordered or the
 // deadline passes; errors end the wait (the answer does not depend on it).
-func (h *Handler) awaitReleased(ctx context.Context, reservationID string, deadline time.Time) {
+func (h *core) awaitReleased(ctx context.Context, reservationID string, deadline time.Time) {
 	for {
 		r, err := h.loadReservation(ctx, reservationID)
 		if err != nil || r.Status != domain.ReservationStatusOrdered || !time.Now().Before(deadline) {
@@ -754,7 +759,7 @@ func (h *Handler) awaitReleased(ctx context.Context, reservationID string, deadl
 // payInBackground is payAndWait's drive of the payment, detached from the
 // request: it stores the state the drive ended on in *last, closes done,
 // and then drops the held token (drop) unless the order ended.
-func (h *Handler) payInBackground(ctx context.Context, orderID string, known *orderState, last **orderState, done chan<- struct{}, drop func(context.Context)) {
+func (h *core) payInBackground(ctx context.Context, orderID string, known *orderState, last **orderState, done chan<- struct{}, drop func(context.Context)) {
 	dctx := h.detach(ctx)
 	st, err := h.drivePayment(dctx, orderID, known)
 	if err != nil {
@@ -776,7 +781,7 @@ func (h *Handler) payInBackground(ctx context.Context, orderID string, known *or
 // (orderState.held), it is dropped (Keys.Placed) before an answer that is
 // not final and after a drive that left the order unended; an order that
 // ended had its key deleted instead.
-func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Duration, out Outcome, known *orderState) (OrderResult, error) {
+func (h *core) payAndWait(ctx context.Context, orderID string, wait time.Duration, out Outcome, known *orderState) (OrderResult, error) {
 	var dropOnce sync.Once
 	drop := func(ctx context.Context) {
 		if known == nil || !known.held {
@@ -818,7 +823,7 @@ func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Dura
 	if finished && last != nil && last.o.FirstOutcome != "" {
 		o = last.o
 	} else {
-		o, _, err = h.LoadOrder(ctx, orderID)
+		o, _, err = h.loadOrder(ctx, orderID)
 	}
 	for err == nil && o.FirstOutcome == "" && !awaitingAction(o) && time.Now().Before(deadline) {
 		// Another executor (a repeat, or another replica) is paying: poll.
@@ -827,7 +832,7 @@ func (h *Handler) payAndWait(ctx context.Context, orderID string, wait time.Dura
 			return OrderResult{}, ctx.Err()
 		case <-time.After(min(50*time.Millisecond, time.Until(deadline))):
 		}
-		o, _, err = h.LoadOrder(ctx, orderID)
+		o, _, err = h.loadOrder(ctx, orderID)
 	}
 	if err != nil {
 		return OrderResult{}, err

@@ -64,7 +64,7 @@ func resultOf(attempt int, p provider.Payment) domain.PaymentResult {
 // SendMargin before the lease's end, and one still executing at the
 // provider is over SettleMargin after it), padded by ClockSkew on both
 // sides for the difference between the database clock and the provider's.
-func (h *Handler) attemptRange(a domain.Attempt) (from, to time.Time) {
+func (h *core) attemptRange(a domain.Attempt) (from, to time.Time) {
 	return a.StartedAt.Add(-h.cfg.ClockSkew), a.LeaseUntil.Add(h.cfg.SettleMargin + h.cfg.ClockSkew)
 }
 
@@ -80,7 +80,7 @@ func (h *Handler) attemptRange(a domain.Attempt) (from, to time.Time) {
 // metadata stands in: what it finds is a fact, but a miss proves nothing
 // (search lags), so unproven returns why absence is not proved. Succeeded
 // payments come first, then failed ones.
-func (h *Handler) lookupPayments(ctx context.Context, o domain.Order, a domain.Attempt) (found []provider.Payment, unproven error) {
+func (h *core) lookupPayments(ctx context.Context, o domain.Order, a domain.Attempt) (found []provider.Payment, unproven error) {
 	from, to := h.attemptRange(a)
 	qctx, cancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
 	list, err := h.payments.ListPayments(qctx, from, to)
@@ -127,7 +127,7 @@ func paymentsOfAttempt(list []provider.Payment, orderID string, n int, deploymen
 // payment still processing is recorded as an unknown outcome and waited
 // for (the webhook or the next pass settles it); anything else is decided
 // again at once.
-func (h *Handler) recordFound(ctx context.Context, o domain.Order, a domain.Attempt, found []provider.Payment) (step, error) {
+func (h *core) recordFound(ctx context.Context, o domain.Order, a domain.Attempt, found []provider.Payment) (step, error) {
 	next := stepDone
 	for _, p := range found {
 		res := resultOf(a.N, p)
@@ -152,7 +152,7 @@ func (h *Handler) recordFound(ctx context.Context, o domain.Order, a domain.Atte
 // caller was deciding (a new attempt, the order's failure past its
 // deadline, a finished cancel): the order goes to review rather than risk
 // a second charge.
-func (h *Handler) unproven(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, cause error) error {
+func (h *core) unproven(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, cause error) error {
 	if errors.Is(cause, provider.ErrUnavailable) || errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
 		return unavailable(cause)
 	}
@@ -172,7 +172,7 @@ func (h *Handler) unproven(ctx context.Context, o domain.Order, s *stream, a dom
 // a cancelling order has it cancelled, and past the payment deadline the
 // order fails (seats released) and the payment is cancelled
 // (afterOrderEvents); before the deadline the customer has time.
-func (h *Handler) awaitAction(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time) (step, error) {
+func (h *core) awaitAction(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time) (step, error) {
 	qctx, cancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
 	p, err := h.payments.GetPayment(qctx, a.ChargeID)
 	cancel()
@@ -197,7 +197,7 @@ func (h *Handler) awaitAction(ctx context.Context, o domain.Order, s *stream, a 
 // cancelPayments cancels the payments of o that wait for the customer's
 // action while o can no longer use them (Order.PaymentsToCancel). Returns
 // the first error; the reconciler retries.
-func (h *Handler) cancelPayments(ctx context.Context, o domain.Order) error {
+func (h *core) cancelPayments(ctx context.Context, o domain.Order) error {
 	var first error
 	for _, id := range o.PaymentsToCancel() {
 		n := 0
@@ -221,7 +221,7 @@ func (h *Handler) cancelPayments(ctx context.Context, o domain.Order) error {
 // of an order that can no longer use it is a redundant effect, refunded
 // (Order.Record). Returns an error while the payment's final state is not
 // recorded.
-func (h *Handler) cancelPayment(ctx context.Context, orderID string, n int, id string) error {
+func (h *core) cancelPayment(ctx context.Context, orderID string, n int, id string) error {
 	unlock := h.sends.Lock("cancel/" + id)
 	defer unlock()
 	cctx, cancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
@@ -251,7 +251,7 @@ func (h *Handler) cancelPayment(ctx context.Context, orderID string, n int, id s
 // (legacyRequest); either is checked against the attempt's RequestSHA256,
 // so every send of the attempt carries identical parameters. Returns
 // errKeyGone (wrapped) when the key is gone.
-func (h *Handler) attemptRequest(ctx context.Context, o domain.Order, a domain.Attempt, held *envelope.DataKey) (provider.PaymentRequest, error) {
+func (h *core) attemptRequest(ctx context.Context, o domain.Order, a domain.Attempt, held *envelope.DataKey) (provider.PaymentRequest, error) {
 	if a.Legacy() {
 		return h.legacyRequest(ctx, o, a, held)
 	}
@@ -272,7 +272,7 @@ func (h *Handler) attemptRequest(ctx context.Context, o domain.Order, a domain.A
 // order, which is used only while the order's key exists (its deletion
 // ends the sends, as it does for sealed tokens). Returns errKeyGone
 // (wrapped) when the key is gone.
-func (h *Handler) paymentMethod(ctx context.Context, o domain.Order, held *envelope.DataKey) (string, error) {
+func (h *core) paymentMethod(ctx context.Context, o domain.Order, held *envelope.DataKey) (string, error) {
 	dk := held
 	if dk == nil {
 		var err error
@@ -321,7 +321,7 @@ func attemptDigest(r provider.PaymentRequest) string {
 // ("{deployment}-order-{id}-{n}"). The bytes are checked against the
 // attempt's RequestSHA256 first, so every send of the attempt rebuilds the
 // same parameters.
-func (h *Handler) legacyRequest(ctx context.Context, o domain.Order, a domain.Attempt, held *envelope.DataKey) (provider.PaymentRequest, error) {
+func (h *core) legacyRequest(ctx context.Context, o domain.Order, a domain.Attempt, held *envelope.DataKey) (provider.PaymentRequest, error) {
 	body, err := h.legacyBody(ctx, o, a, held)
 	if err != nil {
 		return provider.PaymentRequest{}, err
@@ -378,7 +378,7 @@ type actionSecrets struct {
 // sealAction returns p's client secret and next action sealed under o's
 // data key (held when not nil) for attempt n, or nil when p has neither or
 // the key is gone (the payment is then recorded without them).
-func (h *Handler) sealAction(ctx context.Context, o domain.Order, n int, p provider.Payment, held *envelope.DataKey) []byte {
+func (h *core) sealAction(ctx context.Context, o domain.Order, n int, p provider.Payment, held *envelope.DataKey) []byte {
 	if p.ClientSecret == "" {
 		return nil
 	}
@@ -424,7 +424,7 @@ func (a PaymentAction) GoString() string { return a.String() }
 // customer's action, opened under o's data key; nil otherwise, or once the
 // key is gone. The caller shows it only to o's actor. Returns an error
 // wrapping domain.ErrUnavailable when the key table cannot be read.
-func (h *Handler) PaymentAction(ctx context.Context, o domain.Order) (*PaymentAction, error) {
+func (h *Queries) PaymentAction(ctx context.Context, o domain.Order) (*PaymentAction, error) {
 	a := o.LastAttempt()
 	if o.Status != domain.OrderStatusPending || a == nil || a.Outcome != domain.OutcomeRequiresAction || len(a.SealedAction) == 0 {
 		return nil, nil

@@ -42,10 +42,10 @@ const maxDriveSteps = 12
 // recordTimeout bounds recording a send's outcome, detached from the caller.
 const recordTimeout = 15 * time.Second
 
-// ProviderKey returns the provider idempotency key of attempt n (1-based) of
+// providerKey returns the provider idempotency key of attempt n (1-based) of
 // an order: "{deployment}-order-{orderID}-{n}", without the prefix when the
 // deployment is empty (dev).
-func (h *Handler) ProviderKey(orderID string, n int) string {
+func (h *core) providerKey(orderID string, n int) string {
 	k := "order-" + orderID + "-" + strconv.Itoa(n)
 	if h.cfg.Deployment != "" {
 		k = h.cfg.Deployment + "-" + k
@@ -89,7 +89,7 @@ const (
 // wrapping domain.ErrUnavailable for a dependency failure. Safe for concurrent use and repeatable: one call
 // per order runs at a time in this process (others return at once), and
 // leases fence other processes.
-func (h *Handler) DrivePayment(ctx context.Context, orderID string) error {
+func (h *Workers) DrivePayment(ctx context.Context, orderID string) error {
 	_, err := h.drivePayment(ctx, orderID, nil)
 	return err
 }
@@ -100,7 +100,7 @@ func (h *Handler) DrivePayment(ctx context.Context, orderID string) error {
 // makes the next step read it). It returns the order's state when it
 // stopped because the order is no longer pending or cancelling, as far as
 // this call knows it exactly; nil otherwise.
-func (h *Handler) drivePayment(ctx context.Context, orderID string, known *orderState) (*orderState, error) {
+func (h *core) drivePayment(ctx context.Context, orderID string, known *orderState) (*orderState, error) {
 	unlock := h.sends.TryLock(orderID)
 	if unlock == nil {
 		return nil, nil
@@ -128,7 +128,7 @@ func (h *Handler) drivePayment(ctx context.Context, orderID string, known *order
 			}
 		} else {
 			var err error
-			if o, s, err = h.LoadOrder(ctx, orderID); err != nil {
+			if o, s, err = h.loadOrder(ctx, orderID); err != nil {
 				return nil, err
 			}
 		}
@@ -205,7 +205,7 @@ func (st *driveState) advance(o domain.Order, s *stream, last eventstore.Revisio
 
 // readOrderTail brings o, folded from s, up to the order stream's head by
 // reading only the events after s.last.
-func (h *Handler) readOrderTail(ctx context.Context, o domain.Order, s *stream) (domain.Order, *stream, error) {
+func (h *core) readOrderTail(ctx context.Context, o domain.Order, s *stream) (domain.Order, *stream, error) {
 	recs, err := h.store.ReadStream(ctx, s.name, s.last+1, 0)
 	if err != nil {
 		return o, s, unavailable(err)
@@ -228,7 +228,7 @@ func (h *Handler) readOrderTail(ctx context.Context, o domain.Order, s *stream) 
 }
 
 // paymentStep decides and does one step of an order's payment.
-func (h *Handler) paymentStep(ctx context.Context, o domain.Order, s *stream, now time.Time, st *driveState) (step, error) {
+func (h *core) paymentStep(ctx context.Context, o domain.Order, s *stream, now time.Time, st *driveState) (step, error) {
 	me := h.cfg.Executor
 	budget := h.cfg.ProviderTimeout + h.cfg.SendMargin
 	last := o.LastAttempt()
@@ -311,7 +311,7 @@ func (h *Handler) paymentStep(ctx context.Context, o domain.Order, s *stream, no
 // the provider while it still remembers the attempt's key: the window is
 // measured from the attempt's first start (database clock), which is no
 // later than any commit under the key.
-func (h *Handler) insideWindow(a domain.Attempt, now time.Time) bool {
+func (h *core) insideWindow(a domain.Attempt, now time.Time) bool {
 	if h.cfg.ProviderWindow <= 0 {
 		return false
 	}
@@ -325,7 +325,7 @@ func (h *Handler) insideWindow(a domain.Attempt, now time.Time) bool {
 // The attempt's inputs are stored, and the digest of its request (the
 // token opened under the order's data key) with them; with the key gone
 // (or no token) the order fails, as no attempt can start.
-func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n int, now time.Time, st *driveState) error {
+func (h *core) startAttempt(ctx context.Context, o domain.Order, s *stream, n int, now time.Time, st *driveState) error {
 	noToken := func(why string) error {
 		return h.endOrder(ctx, o, s, []domain.Event{domain.OrderFailed{OrderID: o.ID, Reason: domain.FailNoAttempt}}, why)
 	}
@@ -358,14 +358,14 @@ func (h *Handler) startAttempt(ctx context.Context, o domain.Order, s *stream, n
 // opened under the order's data key dk. It returns the
 // PaymentAttemptStarted; errRetry when o refuses the start (the caller
 // reloads and decides again), or the error of opening the token.
-func (h *Handler) attemptStart(ctx context.Context, o domain.Order, n int, now time.Time, dk *envelope.DataKey) (domain.Event, error) {
+func (h *core) attemptStart(ctx context.Context, o domain.Order, n int, now time.Time, dk *envelope.DataKey) (domain.Event, error) {
 	token, err := h.paymentMethod(ctx, o, dk)
 	if err != nil {
 		return nil, err
 	}
 	req := provider.PaymentRequest{Amount: o.Amount.Amount, Currency: o.Amount.Currency, PaymentMethod: token, OrderID: o.ID, Attempt: n,
 		Deployment: h.cfg.Deployment, Description: fmt.Sprintf("%d ticket(s), order %s", o.Quantity, o.ID)}
-	evs, err := o.Start(domain.StartAttempt{N: n, ProviderKey: h.ProviderKey(o.ID, n), Owner: h.cfg.Executor,
+	evs, err := o.Start(domain.StartAttempt{N: n, ProviderKey: h.providerKey(o.ID, n), Owner: h.cfg.Executor,
 		LeaseUntil: now.Add(h.cfg.PaymentLease), RequestSHA256: attemptDigest(req), Description: req.Description, Deployment: req.Deployment,
 		Settle: h.cfg.SettleMargin}, now)
 	if err != nil {
@@ -377,7 +377,7 @@ func (h *Handler) attemptStart(ctx context.Context, o domain.Order, n int, now t
 
 // takeOverAttempt renews or takes over the lease of attempt a (same key, same
 // inputs), fenced by the revision o was loaded at. errRetry on a lost race.
-func (h *Handler) takeOverAttempt(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time, st *driveState) error {
+func (h *core) takeOverAttempt(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time, st *driveState) error {
 	evs, err := o.Start(domain.StartAttempt{N: a.N, Owner: h.cfg.Executor, LeaseUntil: now.Add(h.cfg.PaymentLease)}, now)
 	if err != nil {
 		return errRetry
@@ -401,7 +401,7 @@ func (h *Handler) takeOverAttempt(ctx context.Context, o domain.Order, s *stream
 // unknown returns the error and nothing is sent (the request answers 202,
 // and the reconciler finds the lease, or its end, on a later pass). On
 // success the next step starts from the order with the lease applied (st).
-func (h *Handler) appendLease(ctx context.Context, o domain.Order, s *stream, e domain.Event, now time.Time, st *driveState) error {
+func (h *core) appendLease(ctx context.Context, o domain.Order, s *stream, e domain.Event, now time.Time, st *driveState) error {
 	m := eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, OccurredAt: now}
 	res, err := h.commit(ctx, s, m, pending{NewID(), e})
 	if errors.Is(err, eventstore.ErrWrongExpectedRevision) {
@@ -419,7 +419,7 @@ func (h *Handler) appendLease(ctx context.Context, o domain.Order, s *stream, e 
 // minus the send margin, held on the local monotonic clock from the database
 // time just read, so a process paused past its lease cannot start the call),
 // then records the outcome as a fact.
-func (h *Handler) send(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time, st *driveState) (step, error) {
+func (h *core) send(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time, st *driveState) (step, error) {
 	req, err := h.attemptRequest(ctx, o, a, st.dk)
 	if errors.Is(err, errKeyGone) {
 		// A key is deleted once the order can send no more (a cancel came
@@ -450,7 +450,7 @@ func (h *Handler) send(ctx context.Context, o domain.Order, s *stream, a domain.
 	}
 	// What the provider did is recorded even if the caller is going away:
 	// otherwise only a later reconciliation would learn it. Only a
-	// shutdown past its grace period (Handler.Abandon) cuts the record
+	// shutdown past its grace period (Workers.Abandon) cuts the record
 	// short, and then the reconciler learns the outcome from the list.
 	rctx, rcancel := context.WithTimeout(h.detach(ctx), recordTimeout)
 	defer rcancel()
@@ -472,7 +472,7 @@ func (h *Handler) send(ctx context.Context, o domain.Order, s *stream, a domain.
 // sendOutcome classifies the answer to attempt a's CreatePayment: the fact
 // to record, or (nil) what the drive does next and its error. A 409 is
 // "in progress" and an idempotency error an alert: neither is a decline.
-func (h *Handler) sendOutcome(ctx context.Context, o domain.Order, a domain.Attempt, p provider.Payment, err error) (*domain.PaymentResult, step, error) {
+func (h *core) sendOutcome(ctx context.Context, o domain.Order, a domain.Attempt, p provider.Payment, err error) (*domain.PaymentResult, step, error) {
 	var apiErr *provider.APIError
 	var res domain.PaymentResult
 	switch {
@@ -546,7 +546,7 @@ const (
 // id through Order.Record and deterministic event ids; never fenced) and
 // runs the follow-ups of what it appended. via (ObservedBy…) is kept in the
 // events' metadata, so the order's timeline says how the fact was learned.
-func (h *Handler) recordPayment(ctx context.Context, orderID string, res domain.PaymentResult, via string) error {
+func (h *core) recordPayment(ctx context.Context, orderID string, res domain.PaymentResult, via string) error {
 	return h.recordPaymentFrom(ctx, orderID, nil, res, via, nil)
 }
 
@@ -554,7 +554,7 @@ func (h *Handler) recordPayment(ctx context.Context, orderID string, res domain.
 // stream as the caller knows it (nil reads it; a conflict reads it again).
 // When st is not nil and the fact was appended, the next payment step
 // starts from the order as the append left it.
-func (h *Handler) recordPaymentFrom(ctx context.Context, orderID string, from *stream, res domain.PaymentResult, via string, st *driveState) error {
+func (h *core) recordPaymentFrom(ctx context.Context, orderID string, from *stream, res domain.PaymentResult, via string, st *driveState) error {
 	c, after, err := h.updateFrom(ctx, domain.OrderStream(orderID), from, func(s *stream) (change, error) {
 		o := fold[domain.Order](s.events)
 		cause := orderID + "/" + res.ChargeID
@@ -595,7 +595,7 @@ func derived(cause string, evs []domain.Event) []pending {
 }
 
 // observe counts and logs what appended order events mean for operators.
-func (h *Handler) observe(ctx context.Context, orderID string, evs []domain.Event) {
+func (h *core) observe(ctx context.Context, orderID string, evs []domain.Event) {
 	for _, e := range evs {
 		switch e := e.(type) {
 		case domain.RefundRequested:
@@ -613,7 +613,7 @@ func (h *Handler) observe(ctx context.Context, orderID string, evs []domain.Even
 // endOrder appends order-ending events decided by the caller (a failure past
 // the deadline, a finished cancel) at the loaded revision, and runs their
 // follow-ups. No events is a no-op; errRetry on a lost race.
-func (h *Handler) endOrder(ctx context.Context, o domain.Order, s *stream, evs []domain.Event, why string) error {
+func (h *core) endOrder(ctx context.Context, o domain.Order, s *stream, evs []domain.Event, why string) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -643,19 +643,19 @@ func (h *Handler) endOrder(ctx context.Context, o domain.Order, s *stream, evs [
 // requested, payments waiting for the customer's action cancelled once the
 // order ended. The process manager and the reconciler repeat them if this
 // process dies first.
-func (h *Handler) afterOrderEvents(ctx context.Context, orderID string, evs []domain.Event) error {
+func (h *core) afterOrderEvents(ctx context.Context, orderID string, evs []domain.Event) error {
 	return h.afterOrderEventsOf(ctx, nil, orderID, evs)
 }
 
 // afterOrderEventsOf is afterOrderEvents with the order as the caller knows
 // it after the events (nil reads it).
-func (h *Handler) afterOrderEventsOf(ctx context.Context, known *domain.Order, orderID string, evs []domain.Event) error {
+func (h *core) afterOrderEventsOf(ctx context.Context, known *domain.Order, orderID string, evs []domain.Event) error {
 	var o domain.Order
 	if known != nil {
 		o = *known
 	} else {
 		var err error
-		if o, _, err = h.LoadOrder(ctx, orderID); err != nil {
+		if o, _, err = h.loadOrder(ctx, orderID); err != nil {
 			return err
 		}
 	}

@@ -54,7 +54,7 @@ func OrderRule() eventstore.PendingRule {
 // ctx's error; failures of a pass or an order are logged and retried on the
 // next pass. The caller makes it the only instance across replicas (leases
 // would keep several safe, only busier).
-func (h *Handler) RunReconciler(ctx context.Context, pending PendingOrders, interval time.Duration) error {
+func (h *Workers) RunReconciler(ctx context.Context, pending PendingOrders, interval time.Duration) error {
 	var erasures sync.WaitGroup
 	erasures.Go(func() { h.runErasures(ctx, interval) })
 	defer erasures.Wait()
@@ -83,7 +83,7 @@ func (h *Handler) RunReconciler(ctx context.Context, pending PendingOrders, inte
 // can never be placed, within a minute (shredUnplaced); their erasures are
 // recorded by runErasures. It also forgets the webhook events processed
 // more than ProcessedEventsRetention ago. A failure there is logged.
-func (h *Handler) ReconcilePass(ctx context.Context, pending PendingOrders) (int, error) {
+func (h *Workers) ReconcilePass(ctx context.Context, pending PendingOrders) (int, error) {
 	h.shredDue(ctx)
 	h.shredUnplaced(ctx)
 	h.pruneProcessed(ctx)
@@ -127,8 +127,8 @@ func (h *Handler) ReconcilePass(ctx context.Context, pending PendingOrders) (int
 // start a new attempt only outside it, settle a payment waiting for the
 // customer's action, fail past the deadline, finish a cancel). It returns
 // the first error; safe to call concurrently and repeatedly.
-func (h *Handler) ReconcileOrder(ctx context.Context, orderID string) error {
-	o, s, err := h.LoadOrder(ctx, orderID)
+func (h *Workers) ReconcileOrder(ctx context.Context, orderID string) error {
+	o, s, err := h.loadOrder(ctx, orderID)
 	if err != nil || !o.Exists() {
 		return err
 	}
@@ -151,7 +151,7 @@ func (h *Handler) ReconcileOrder(ctx context.Context, orderID string) error {
 
 // shredDue deletes the order keys due by the database clock; a failure is
 // logged and the next pass retries.
-func (h *Handler) shredDue(ctx context.Context) {
+func (h *core) shredDue(ctx context.Context) {
 	now, err := h.now(ctx)
 	if err == nil {
 		var n int64
@@ -168,7 +168,7 @@ func (h *Handler) shredDue(ctx context.Context) {
 // pruneProcessed forgets the webhook events processed more than
 // ProcessedEventsRetention ago (database clock); a failure is logged and
 // the next pass retries.
-func (h *Handler) pruneProcessed(ctx context.Context) {
+func (h *core) pruneProcessed(ctx context.Context) {
 	now, err := h.now(ctx)
 	if err == nil {
 		_, err = h.processed.PruneProcessed(ctx, now.Add(-ProcessedEventsRetention))

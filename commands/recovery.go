@@ -38,7 +38,7 @@ const (
 // its commit point only when it was recorded alone (its unit failed on
 // another part, or the process had seen its stream), or on KurrentDB,
 // where a unit's parts are appended one by one, the intents first.
-func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
+func (h *Workers) RunRecovery(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
 	intents := []string{domain.TypeIntentRecorded, domain.TypeIntentResumed}
 	return h.delayedFollower(ctx, log, cps, RecoveryName, retry, intents, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob {
 		var until time.Time
@@ -62,15 +62,15 @@ func (h *Handler) RunRecovery(ctx context.Context, log Log, cps Checkpoints, ret
 }
 
 // finishedHere reports whether this process appended, after the intent
-// record at position after, the event that Handler.committed looks for —
+// record at position after, the event that core.committed looks for —
 // the show, the reservation's opening (after its seats were held), the
 // order claim — or the intent's recorded refusal, for the intent whose
 // deterministic ids derive from cause (intentRun.cause) and operation op
 // ("" when unknown). Recovery then has nothing to do and skips its reads
-// (Handler.written is a hint: a miss reads the intent). The
+// (core.written is a hint: a miss reads the intent). The
 // position is a second guard: only an append after the intent's record
 // counts.
-func (h *Handler) finishedHere(cause, op string, after eventstore.Position) bool {
+func (h *core) finishedHere(cause, op string, after eventstore.Position) bool {
 	if h.written.hasAfter(after, DerivedID(cause, "rejected")) {
 		return true
 	}
@@ -92,7 +92,7 @@ func (h *Handler) finishedHere(cause, op string, after eventstore.Position) bool
 // meanwhile settles the job without running it: the claim stream takes
 // exactly one claim and never changes it, so ExpireReservation would read
 // that claim and do nothing. It blocks until ctx is done.
-func (h *Handler) RunExpiry(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
+func (h *Workers) RunExpiry(ctx context.Context, log Log, cps Checkpoints, retry time.Duration) error {
 	holds := []string{domain.TypeSeatsHeld, domain.TypeOrderClaimed}
 	return h.delayedFollower(ctx, log, cps, ExpiryName, retry, holds, func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob {
 		switch e := e.(type) {
@@ -141,7 +141,7 @@ const (
 // most one per reservation held or intent recorded within the window.
 // Only events of the types plan acts on (types) are decoded and planned;
 // the others only move the checkpoint.
-func (h *Handler) delayedFollower(ctx context.Context, log Log, cps Checkpoints, name string, retry time.Duration, types []string,
+func (h *core) delayedFollower(ctx context.Context, log Log, cps Checkpoints, name string, retry time.Duration, types []string,
 	plan func(ctx context.Context, r eventstore.RecordedEvent, e domain.Event) plannedJob) error {
 	from, err := cps.Load(ctx, name)
 	if err != nil {
@@ -185,7 +185,7 @@ var errNothingWaiting = errors.New("no job waiting")
 // wakes when a job becomes the earliest (schedule.add), when the earliest
 // is due, and at least every retry, when it also saves the checkpoint if it
 // moved; it reads the database clock only while a job waits.
-func (h *Handler) runSchedule(ctx context.Context, cps Checkpoints, name string, retry time.Duration, sched *schedule) error {
+func (h *core) runSchedule(ctx context.Context, cps Checkpoints, name string, retry time.Duration, sched *schedule) error {
 	var saved eventstore.Position
 	var savedAt time.Time // process clock: only paces the saves
 	for {
@@ -415,7 +415,7 @@ func (h *dueHeap) Pop() any {
 
 // loadRun reads an intent stream into a run as a repeat would find it.
 // Returns nil when the stream has no live intent.
-func (h *Handler) loadRun(ctx context.Context, stream string) (*intentRun, error) {
+func (h *core) loadRun(ctx context.Context, stream string) (*intentRun, error) {
 	s, err := h.load(ctx, stream)
 	if err != nil || !s.exists {
 		return nil, err
@@ -447,7 +447,7 @@ func recoveryLineage(s *stream) lineage {
 // recoverIntent resumes one intent if it is live, has no rejection and its
 // lease has passed; it returns nil when there is nothing to do. Definitive
 // refusals reached on the way are recorded on the intent (not errors here).
-func (h *Handler) recoverIntent(ctx context.Context, stream string) error {
+func (h *core) recoverIntent(ctx context.Context, stream string) error {
 	run, err := h.loadRun(ctx, stream)
 	if err != nil || run == nil || run.intent.Rejection != nil {
 		return err
@@ -491,7 +491,7 @@ func (h *Handler) recoverIntent(ctx context.Context, stream string) error {
 // committed reports whether an intent already reached its commit point, by
 // one read of the stream that holds it, so recovery leaves finished intents
 // alone cheaply.
-func (h *Handler) committed(ctx context.Context, run *intentRun, str func(string) string) (bool, error) {
+func (h *core) committed(ctx context.Context, run *intentRun, str func(string) string) (bool, error) {
 	switch run.req.Operation {
 	case OpScheduleShow:
 		s, err := h.load(ctx, domain.ShowStream(run.targetID()))
@@ -503,7 +503,7 @@ func (h *Handler) committed(ctx context.Context, run *intentRun, str func(string
 		c, _, err := h.loadClaim(ctx, str("reservation_id"))
 		return err == nil && c.Kind == domain.ClaimKindOrder && c.OrderID == run.targetID(), err
 	case OpCancelOrder:
-		o, _, err := h.LoadOrder(ctx, str("order_id"))
+		o, _, err := h.loadOrder(ctx, str("order_id"))
 		return err == nil && o.CancelAccepted, err
 	}
 	return false, nil
@@ -512,7 +512,7 @@ func (h *Handler) committed(ctx context.Context, run *intentRun, str func(string
 // ExpireReservation writes the expiry claim of a reservation whose hold has
 // passed (database clock) and that no order claimed, with the same id a late
 // order request would use, then releases its seats; a no-op otherwise.
-func (h *Handler) ExpireReservation(ctx context.Context, reservationID string) error {
+func (h *Workers) ExpireReservation(ctx context.Context, reservationID string) error {
 	return h.retryConflicts(ctx, func() error {
 		c, _, err := h.loadClaim(ctx, reservationID)
 		if err != nil {

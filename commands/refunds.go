@@ -35,10 +35,10 @@ const (
 // process, sends of one payment's refund (the request inline, the process
 // manager, the reconciler) take turns, and one whose refund was recorded
 // meanwhile calls nothing.
-func (h *Handler) sendRefund(ctx context.Context, orderID string, r domain.RefundRequested) error {
+func (h *core) sendRefund(ctx context.Context, orderID string, r domain.RefundRequested) error {
 	unlock := h.sends.Lock("refund/" + r.ChargeID)
 	defer unlock()
-	if o, _, err := h.LoadOrder(ctx, orderID); err == nil {
+	if o, _, err := h.loadOrder(ctx, orderID); err == nil {
 		if done, ok := o.Refunds[r.ChargeID]; ok && (done.Succeeded || done.Refused) {
 			return nil
 		}
@@ -75,7 +75,7 @@ func (h *Handler) sendRefund(ctx context.Context, orderID string, r domain.Refun
 // findRefund returns the refunds the provider made of r's payment: the one
 // sent with r's key (by its metadata) if there is one, and the total
 // refunded.
-func (h *Handler) findRefund(ctx context.Context, r domain.RefundRequested) (provider.PaymentRefund, error) {
+func (h *core) findRefund(ctx context.Context, r domain.RefundRequested) (provider.PaymentRefund, error) {
 	list, err := h.payments.ListRefunds(ctx, r.ChargeID)
 	if err != nil {
 		return provider.PaymentRefund{}, err
@@ -120,7 +120,7 @@ func isUnknownPayment(err error) bool {
 
 // refuseRefund folds the provider's refusal of the refund of chargeID into
 // the order (RefundRefused, OrderNeedsReview), once.
-func (h *Handler) refuseRefund(ctx context.Context, orderID, chargeID string, refusal *provider.APIError) error {
+func (h *core) refuseRefund(ctx context.Context, orderID, chargeID string, refusal *provider.APIError) error {
 	reason := refusal.Message
 	if reason == "" {
 		reason = "the provider knows no such payment"
@@ -141,7 +141,7 @@ func (h *Handler) refuseRefund(ctx context.Context, orderID, chargeID string, re
 }
 
 // recordRefund folds a refund the provider made into the order.
-func (h *Handler) recordRefund(ctx context.Context, orderID, chargeID, refundID string, amount domain.Money) error {
+func (h *core) recordRefund(ctx context.Context, orderID, chargeID, refundID string, amount domain.Money) error {
 	c, err := h.update(ctx, domain.OrderStream(orderID), func(s *stream) (change, error) {
 		o := fold[domain.Order](s.events)
 		amt := amount

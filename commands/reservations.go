@@ -27,7 +27,7 @@ func (c ReserveSeatsCommand) Canonical() map[string]any {
 // refusals (show not found, sold out, show started) are *Rejection and are
 // answered the same to every repeat; domain.ErrContention (503) when bounded
 // retries on the show stream run out, never stored.
-func (h *Handler) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
+func (h *Commands) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
 	// An absent show is refused before the intent is recorded: a probe
 	// writes nothing and leaves the key unused.
 	visible := func(time.Time) error {
@@ -59,7 +59,7 @@ func (h *Handler) ReserveSeats(ctx context.Context, req Request, cmd ReserveSeat
 // other try records a pending intent alone first (ensureRecorded:
 // errIntentTaken when another request recorded it first) and finds out
 // how far the intent got (reservationSoFar).
-func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
+func (h *core) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand) (domain.Reservation, Outcome, error) {
 	out := Outcome{Replayed: !run.created}
 	var res domain.Reservation
 	alone := run.alone(h.cfg.IntentLease)
@@ -93,7 +93,7 @@ func (h *Handler) reserveSeats(ctx context.Context, run *intentRun, cmd ReserveS
 // the reservation), held on the show stream (its follow-up finished, then
 // done), or neither, when a repeat waits for the executor first
 // (awaitExecutor) and the caller then holds the seats itself.
-func (h *Handler) reservationSoFar(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand) (domain.Reservation, bool, error) {
+func (h *core) reservationSoFar(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand) (domain.Reservation, bool, error) {
 	resID := run.targetID()
 	res, err := h.loadReservation(ctx, resID)
 	if err != nil || res.Exists() {
@@ -128,7 +128,7 @@ func (h *Handler) reservationSoFar(ctx context.Context, run *intentRun, cmd Rese
 
 // openedOnRead reads reservation id: done when its stream exists, errRetry
 // otherwise.
-func (h *Handler) openedOnRead(ctx context.Context, id string) (domain.Reservation, bool, error) {
+func (h *core) openedOnRead(ctx context.Context, id string) (domain.Reservation, bool, error) {
 	res, err := h.loadReservation(ctx, id)
 	if err == nil && !res.Exists() {
 		err = errRetry
@@ -140,7 +140,7 @@ func (h *Handler) openedOnRead(ctx context.Context, id string) (domain.Reservati
 // batched: holdSeats) and opens its reservation stream: in the hold's own
 // unit when the batch could (a fresh request), else as the hold's
 // follow-up. trusted is holdReq.fresh. errRetry after a lost race.
-func (h *Handler) holdAndOpen(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand, trusted bool) (domain.Reservation, error) {
+func (h *core) holdAndOpen(ctx context.Context, run *intentRun, cmd ReserveSeatsCommand, trusted bool) (domain.Reservation, error) {
 	resID := run.targetID()
 	h.step(ctx, "reservation.holding")
 	held, decided, err := h.holdSeats(ctx, run, cmd, resID, trusted)
@@ -182,7 +182,7 @@ type heldRecord struct {
 
 // ensureReservationHeld is the follow-up of SeatsHeld: it opens the
 // reservation stream with a deterministic event id (a repeat is a no-op).
-func (h *Handler) ensureReservationHeld(ctx context.Context, held heldRecord) error {
+func (h *core) ensureReservationHeld(ctx context.Context, held heldRecord) error {
 	m := held.meta
 	m.CausationID = held.id
 	_, err := h.commit(ctx, newStream(domain.ReservationStream(held.e.ReservationID)), m,
@@ -198,7 +198,7 @@ func (h *Handler) ensureReservationHeld(ctx context.Context, held heldRecord) er
 // without reading it (the event is derived from held, so whoever wrote it
 // first wrote the same), and caches it. errRetry when the stream held
 // something else (read it).
-func (h *Handler) openReservation(ctx context.Context, held heldRecord) (domain.Reservation, error) {
+func (h *core) openReservation(ctx context.Context, held heldRecord) (domain.Reservation, error) {
 	m := held.meta
 	m.CausationID = held.id
 	ev := domain.HeldFrom(held.e)
@@ -219,21 +219,21 @@ func (h *Handler) openReservation(ctx context.Context, held heldRecord) (domain.
 // openedReservation is the reservation a hold batch opened with held (its
 // ReservationHeld appended in the same unit as the hold), cached at the
 // revision the unit left.
-func (h *Handler) openedReservation(held heldRecord) domain.Reservation {
+func (h *core) openedReservation(held heldRecord) domain.Reservation {
 	var r domain.Reservation
 	r.Apply(domain.HeldFrom(held.e))
 	h.reservations.put(domain.ReservationStream(held.e.ReservationID), r, held.openedAt)
 	return r
 }
 
-func (h *Handler) loadReservation(ctx context.Context, id string) (domain.Reservation, error) {
+func (h *core) loadReservation(ctx context.Context, id string) (domain.Reservation, error) {
 	r, _, err := h.loadReservationStream(ctx, id)
 	return r, err
 }
 
 // loadReservationStream reads reservation id's stream (and caches what it
 // found).
-func (h *Handler) loadReservationStream(ctx context.Context, id string) (domain.Reservation, *stream, error) {
+func (h *core) loadReservationStream(ctx context.Context, id string) (domain.Reservation, *stream, error) {
 	r, s, err := loadState[domain.Reservation](ctx, h, domain.ReservationStream(id))
 	if err == nil && s.exists {
 		h.reservations.put(s.name, r, s.last)
@@ -245,7 +245,7 @@ func (h *Handler) loadReservationStream(ctx context.Context, id string) (domain.
 // read it, reading the stream only when it is not cached. A hint (see
 // streamCache): only for decisions that depend on what ReservationHeld
 // fixed, or that an append at the returned revision fences.
-func (h *Handler) cachedReservation(ctx context.Context, id string) (domain.Reservation, *stream, error) {
+func (h *core) cachedReservation(ctx context.Context, id string) (domain.Reservation, *stream, error) {
 	name := domain.ReservationStream(id)
 	if r, last, ok := h.reservations.get(name); ok {
 		return r, &stream{name: name, exists: true, last: last}, nil
@@ -255,7 +255,7 @@ func (h *Handler) cachedReservation(ctx context.Context, id string) (domain.Rese
 
 // GetReservation returns the caller's reservation, strongly consistent.
 // Returns domain.ErrReservationNotFound also for another actor's.
-func (h *Handler) GetReservation(ctx context.Context, actor, id string) (domain.Reservation, error) {
+func (h *Queries) GetReservation(ctx context.Context, actor, id string) (domain.Reservation, error) {
 	r, err := h.loadReservation(ctx, id)
 	if err != nil {
 		return domain.Reservation{}, err
@@ -269,7 +269,7 @@ func (h *Handler) GetReservation(ctx context.Context, actor, id string) (domain.
 // appendFollowUp appends derived events to a stream with update (see the
 // retry policy in update.go): decide is called with the fresh stream and
 // returns the events to append (none when already done), with metadata m.
-func (h *Handler) appendFollowUp(ctx context.Context, name string, m eventstore.Metadata, decide func(s *stream) []pending) error {
+func (h *core) appendFollowUp(ctx context.Context, name string, m eventstore.Metadata, decide func(s *stream) []pending) error {
 	_, err := h.update(ctx, name, func(s *stream) (change, error) {
 		return change{events: decide(s), meta: m}, nil
 	})

@@ -42,7 +42,7 @@ type showEntry struct {
 	// partial is set once an earlier SeatsHeld of the stream is not in
 	// held (the cache forgot it, or the entry left the cache): a
 	// reservation missing from held may then be on the stream all the
-	// same (see Handler.findHold). Guarded by showCache.mu.
+	// same (see core.findHold). Guarded by showCache.mu.
 	partial bool
 }
 
@@ -63,7 +63,7 @@ type heldKey struct {
 // maxHeldRecords across all shows, first in, first out: the oldest is
 // forgotten when a new one arrives at the bound, and its entry becomes
 // partial. A forgotten SeatsHeld costs a repeat of its reservation's
-// request reads of the store (Handler.findHold), never a wrong answer.
+// request reads of the store (core.findHold), never a wrong answer.
 // Safe for concurrent use; the zero value is ready.
 type showCache struct {
 	mu sync.Mutex
@@ -145,7 +145,7 @@ func (c *showCache) lookup(e *showEntry, res string) (heldRecord, bool, bool) {
 
 // refreshShow brings the cached snapshot of show id up to the stream's head
 // by reading only the events after it. The caller holds h.shows.Lock(id).
-func (h *Handler) refreshShow(ctx context.Context, id string) (*showEntry, error) {
+func (h *core) refreshShow(ctx context.Context, id string) (*showEntry, error) {
 	e := h.showCache.get(id)
 	from := eventstore.Revision(0)
 	if e.exists {
@@ -185,7 +185,7 @@ func (h *Handler) refreshShow(ctx context.Context, id string) (*showEntry, error
 // uniqueness stream (an order or an expiry), which is read; only then is
 // the show stream scanned for the event. Returns a dependency error
 // (unavailable) when the store cannot be read.
-func (h *Handler) findHold(ctx context.Context, showID string, e *showEntry, resID string) (heldRecord, bool, error) {
+func (h *core) findHold(ctx context.Context, showID string, e *showEntry, resID string) (heldRecord, bool, error) {
 	rec, ok, partial := h.showCache.lookup(e, resID)
 	if ok || !partial {
 		return rec, ok, nil
@@ -206,7 +206,7 @@ func (h *Handler) findHold(ctx context.Context, showID string, e *showEntry, res
 // reservation resID (the rare path of findHold). It is an error when there
 // is none: the reservation's seats are held, or it was claimed, so its
 // SeatsHeld is on the stream.
-func (h *Handler) scanHold(ctx context.Context, showID, resID string, last eventstore.Revision) (heldRecord, bool, error) {
+func (h *core) scanHold(ctx context.Context, showID, resID string, last eventstore.Revision) (heldRecord, bool, error) {
 	name := domain.ShowStream(showID)
 	for from := eventstore.Revision(0); from <= last; {
 		recs, err := h.store.ReadStream(ctx, name, from, scanPage)
@@ -246,7 +246,7 @@ func (e *showEntry) expected() eventstore.ExpectedRevision {
 }
 
 // at returns the stream of show showID as the entry knows it: its
-// revision only (for Handler.commit).
+// revision only (for core.commit).
 func (e *showEntry) at(showID string) *stream {
 	return &stream{name: domain.ShowStream(showID), exists: e.exists, last: e.last}
 }

@@ -36,7 +36,7 @@ func (c ScheduleShowCommand) Canonical() map[string]any {
 // repeat with another body is domain.ErrKeyReused (422); a repeat while the
 // first is in flight waits, then domain.ErrKeyInUse; a dependency failure
 // wraps domain.ErrUnavailable.
-func (h *Handler) ScheduleShow(ctx context.Context, req Request, cmd ScheduleShowCommand) (domain.Show, Outcome, error) {
+func (h *Commands) ScheduleShow(ctx context.Context, req Request, cmd ScheduleShowCommand) (domain.Show, Outcome, error) {
 	validate := func(now time.Time) error {
 		var probe domain.Show
 		_, err := probe.Schedule(domain.ScheduleShow{ShowID: "-", Name: cmd.Name, StartsAt: cmd.StartsAt, Capacity: cmd.Capacity, Price: cmd.Price}, now)
@@ -66,18 +66,18 @@ func showCommandOf(command map[string]any) ScheduleShowCommand {
 }
 
 // scheduleShow runs a show intent from wherever it stands.
-func (h *Handler) scheduleShow(ctx context.Context, run *intentRun, cmd ScheduleShowCommand) (domain.Show, Outcome, error) {
+func (h *core) scheduleShow(ctx context.Context, run *intentRun, cmd ScheduleShowCommand) (domain.Show, Outcome, error) {
 	out := Outcome{Replayed: !run.created}
 	showID := run.targetID()
 	var show domain.Show
 	err := h.retryConflicts(ctx, func() error {
 		var s *stream
 		var err error
-		if show, s, err = h.LoadShow(ctx, showID); err != nil || s.exists {
+		if show, s, err = h.loadShow(ctx, showID); err != nil || s.exists {
 			return err
 		}
 		if err := h.awaitExecutor(ctx, run, func() (bool, error) {
-			_, s, err := h.LoadShow(ctx, showID)
+			_, s, err := h.loadShow(ctx, showID)
 			return err == nil && s.exists, err
 		}); err != nil {
 			return err
@@ -92,7 +92,7 @@ func (h *Handler) scheduleShow(ctx context.Context, run *intentRun, cmd Schedule
 		if err != nil {
 			return err // a conflict: scheduled meanwhile, read it on the next try
 		}
-		show, _, err = h.LoadShow(ctx, showID)
+		show, _, err = h.loadShow(ctx, showID)
 		return err
 	})
 	if err != nil {
@@ -103,17 +103,20 @@ func (h *Handler) scheduleShow(ctx context.Context, run *intentRun, cmd Schedule
 
 // LoadShow returns the show with id and its loaded stream; a show that does
 // not exist is the zero Show (Scheduled false).
-func (h *Handler) LoadShow(ctx context.Context, id string) (domain.Show, *stream, error) {
+func (h *Queries) LoadShow(ctx context.Context, id string) (domain.Show, *stream, error) {
+	return h.loadShow(ctx, id)
+}
+
+// loadShow is LoadShow.
+func (h *core) loadShow(ctx context.Context, id string) (domain.Show, *stream, error) {
 	return loadState[domain.Show](ctx, h, domain.ShowStream(id))
 }
 
-// GetShow returns the show with id, strongly consistent (the cached
-// snapshot is brought up to the stream's head first). Holds is not
 // scheduledShow returns show id, from the cached snapshot when it holds the
 // show (for what a show fixes when it is scheduled: its start, capacity and
 // price; never its seats), from the stream otherwise. Returns
 // domain.ErrShowNotFound.
-func (h *Handler) scheduledShow(ctx context.Context, id string) (domain.Show, error) {
+func (h *core) scheduledShow(ctx context.Context, id string) (domain.Show, error) {
 	unlock := h.shows.Lock(id)
 	e := h.showCache.get(id)
 	var show domain.Show
@@ -124,11 +127,18 @@ func (h *Handler) scheduledShow(ctx context.Context, id string) (domain.Show, er
 	if show.Scheduled {
 		return show, nil
 	}
-	return h.GetShow(ctx, id)
+	return h.getShow(ctx, id)
 }
 
+// GetShow returns the show with id, strongly consistent (the cached
+// snapshot is brought up to the stream's head first). Holds is not
 // returned. Returns domain.ErrShowNotFound.
-func (h *Handler) GetShow(ctx context.Context, id string) (domain.Show, error) {
+func (h *Queries) GetShow(ctx context.Context, id string) (domain.Show, error) {
+	return h.getShow(ctx, id)
+}
+
+// getShow is GetShow.
+func (h *core) getShow(ctx context.Context, id string) (domain.Show, error) {
 	unlock := h.shows.Lock(id)
 	e, err := h.refreshShow(ctx, id)
 	var show domain.Show

@@ -52,7 +52,7 @@ type skewSample struct {
 // sampleSkew is called after each successful append of data to stream
 // name with result res: at most once per ClockSkewEvery it takes the
 // append as the clock sample.
-func (h *Handler) sampleSkew(name string, data []eventstore.EventData, res eventstore.AppendResult) {
+func (h *core) sampleSkew(name string, data []eventstore.EventData, res eventstore.AppendResult) {
 	now := time.Now().UnixNano()
 	next := h.skew.next.Load()
 	if now < next || len(data) == 0 || !h.skew.next.CompareAndSwap(next, now+int64(ClockSkewEvery)) {
@@ -77,7 +77,7 @@ func (h *Handler) sampleSkew(name string, data []eventstore.EventData, res event
 // of it against the occurred_at of its metadata (Metrics.ClockSkew). A
 // failed read is logged at debug level and the sample dropped; the next
 // append is sampled instead. It blocks; every process runs its own.
-func (h *Handler) RunClockSkew(ctx context.Context) {
+func (h *Workers) RunClockSkew(ctx context.Context) {
 	tick.Every(ctx, ClockSkewEvery, func() bool {
 		h.readSkew(ctx)
 		return true
@@ -85,7 +85,7 @@ func (h *Handler) RunClockSkew(ctx context.Context) {
 }
 
 // readSkew reads the pending sample back and reports its skew.
-func (h *Handler) readSkew(ctx context.Context) {
+func (h *core) readSkew(ctx context.Context) {
 	h.skew.mu.Lock()
 	s := h.skew.pending
 	h.skew.pending = nil

@@ -100,7 +100,7 @@ func (c *streamCache[S]) drop(name string) {
 // event any more, is read whole instead. The caller gets its own copy of the stream value, whose
 // slices it may read but not write in place (appending is safe: their
 // capacity ends at their length).
-func (h *Handler) loadKept(ctx context.Context, c *streamCache[*stream], name string) (*stream, error) {
+func (h *core) loadKept(ctx context.Context, c *streamCache[*stream], name string) (*stream, error) {
 	if k, last, ok := c.get(name); ok {
 		recs, err := h.store.ReadStream(ctx, name, last+1, 0)
 		switch {

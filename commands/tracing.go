@@ -38,7 +38,7 @@ import (
 // per payment provider call with tp's tracer. A nil tp records nothing
 // (the default).
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(h *Handler) {
+	return func(h *core) {
 		if tp != nil {
 			h.tracer = tp.Tracer(tracerName)
 		}
@@ -179,7 +179,7 @@ func (s tracedStore) startMulti(ctx context.Context, appends []eventstore.Stream
 // unitSpan starts the span of a unit of work the key units append, named as
 // tracedStore names a multi-stream append; a span that records nothing
 // without a tracer.
-func (h *Handler) unitSpan(ctx context.Context, parts []eventstore.StreamAppend) (context.Context, trace.Span) {
+func (h *core) unitSpan(ctx context.Context, parts []eventstore.StreamAppend) (context.Context, trace.Span) {
 	if h.tracer == nil {
 		return ctx, noop.Span{}
 	}

@@ -36,7 +36,7 @@ const (
 // times. Returns try's first other result (nil included), ctx's error if it
 // is done while backing off, or domain.ErrContention. Blocks while backing
 // off.
-func (h *Handler) retryConflicts(ctx context.Context, try func() error) error {
+func (h *core) retryConflicts(ctx context.Context, try func() error) error {
 	bo := newBackoff(conflictBackoffBase, conflictBackoffMax)
 	attempts := h.cfg.ConflictAttempts
 	if attempts <= 0 {
@@ -80,7 +80,7 @@ func (c change) domainEvents() []domain.Event {
 // dependency failure (wrapping domain.ErrUnavailable) or
 // domain.ErrContention. decide may run several times and must not have side
 // effects.
-func (h *Handler) update(ctx context.Context, name string, decide func(s *stream) (change, error)) (change, error) {
+func (h *core) update(ctx context.Context, name string, decide func(s *stream) (change, error)) (change, error) {
 	c, _, err := h.updateFrom(ctx, name, nil, decide)
 	return c, err
 }
@@ -93,7 +93,7 @@ func (h *Handler) update(ctx context.Context, name string, decide func(s *stream
 // loaded the stream (a webhook, the reconciler) keeps the correlation of
 // the intent that last acted on it. It also returns the stream as the
 // append left it (nil when nothing was appended).
-func (h *Handler) updateFrom(ctx context.Context, name string, from *stream, decide func(s *stream) (change, error)) (change, *stream, error) {
+func (h *core) updateFrom(ctx context.Context, name string, from *stream, decide func(s *stream) (change, error)) (change, *stream, error) {
 	var done change
 	var after *stream
 	err := h.retryConflicts(ctx, func() error {
@@ -129,7 +129,7 @@ const (
 // as from held them) and the append's result. A lost race is returned,
 // not retried (eventstore.ErrWrongExpectedRevision): the caller decides
 // again, by update's policy or its own loop.
-func (h *Handler) decideOnce(ctx context.Context, name string, from *stream, mode onceMode, decide func(s *stream) (change, error)) (change, *stream, eventstore.AppendResult, error) {
+func (h *core) decideOnce(ctx context.Context, name string, from *stream, mode onceMode, decide func(s *stream) (change, error)) (change, *stream, eventstore.AppendResult, error) {
 	s := from
 	if s == nil {
 		var err error
@@ -180,7 +180,7 @@ func expectedStream(name string, exp eventstore.ExpectedRevision) *stream {
 // decideOnce: the helper for a caller that decided before and fences the
 // decision by the revision it saw. A lost race is
 // eventstore.ErrWrongExpectedRevision, for the caller to decide again.
-func (h *Handler) commit(ctx context.Context, s *stream, m eventstore.Metadata, evs ...pending) (eventstore.AppendResult, error) {
+func (h *core) commit(ctx context.Context, s *stream, m eventstore.Metadata, evs ...pending) (eventstore.AppendResult, error) {
 	_, _, res, err := h.decideOnce(ctx, s.name, s, onceAsGiven, func(*stream) (change, error) {
 		return change{events: evs, meta: m}, nil
 	})
@@ -193,6 +193,6 @@ func (h *Handler) commit(ctx context.Context, s *stream, m eventstore.Metadata, 
 // part is eventstore.ErrWrongExpectedRevision (an
 // *eventstore.AppendPartError names the part when there are several), for
 // the caller to decide again. kw joins the unit (KeyUnits).
-func (h *Handler) commitUnit(ctx context.Context, kw keyWrite, parts ...unitPart) ([]eventstore.AppendResult, error) {
+func (h *core) commitUnit(ctx context.Context, kw keyWrite, parts ...unitPart) ([]eventstore.AppendResult, error) {
 	return h.appendEvents(ctx, kw, parts...)
 }

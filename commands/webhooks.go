@@ -45,7 +45,7 @@ type ProcessedEvents interface {
 // WithProcessedEvents installs the table of processed webhook events. A
 // Handler without one processes every delivery (harmlessly: facts are
 // deduplicated by payment id).
-func WithProcessedEvents(p ProcessedEvents) Option { return func(h *Handler) { h.processed = p } }
+func WithProcessedEvents(p ProcessedEvents) Option { return func(h *core) { h.processed = p } }
 
 // noProcessedEvents remembers nothing.
 type noProcessedEvents struct{}
@@ -67,7 +67,7 @@ func (noProcessedEvents) PruneProcessed(context.Context, time.Time) (int64, erro
 // (answer non-2xx so the provider redelivers), or an error wrapping
 // domain.ErrUnavailable. Safe for concurrent use; repeats and concurrent
 // duplicates record nothing twice.
-func (h *Handler) ReceiveWebhook(ctx context.Context, signature string, body []byte) error {
+func (h *Commands) ReceiveWebhook(ctx context.Context, signature string, body []byte) error {
 	now, err := h.now(ctx)
 	if err != nil {
 		return err
@@ -93,7 +93,7 @@ func (h *Handler) ReceiveWebhook(ctx context.Context, signature string, body []b
 // when the clock cannot be read. A nil answer promises nothing about the
 // signature, which needs the body: ReceiveWebhook verifies it. Safe for
 // concurrent use.
-func (h *Handler) CheckWebhookHeader(ctx context.Context, signature string) error {
+func (h *Commands) CheckWebhookHeader(ctx context.Context, signature string) error {
 	now, err := h.now(ctx)
 	if err != nil {
 		return err
@@ -126,7 +126,7 @@ func (h *Handler) CheckWebhookHeader(ctx context.Context, signature string) erro
 // Returns domain.ErrOrderNotFound for a payment of this deployment whose
 // order the event store does not know (yet), or an error wrapping
 // domain.ErrUnavailable.
-func (h *Handler) HandleProviderEvent(ctx context.Context, ev provider.WebhookEvent) error {
+func (h *Commands) HandleProviderEvent(ctx context.Context, ev provider.WebhookEvent) error {
 	if seen, err := h.processed.Processed(ctx, ev.ID); err != nil {
 		return unavailable(err)
 	} else if seen {
@@ -147,7 +147,7 @@ func (h *Handler) HandleProviderEvent(ctx context.Context, ev provider.WebhookEv
 }
 
 // handleEvent is HandleProviderEvent without the deduplication by event id.
-func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) error {
+func (h *core) handleEvent(ctx context.Context, ev provider.WebhookEvent) error {
 	// A payment_intent.* event carries the payment's metadata: one that is
 	// not ours needs no fetch. A charge.* event carries none.
 	if !ev.IsPaymentEvent() || (strings.HasPrefix(ev.Type, "payment_intent.") && !h.ours(ev.Metadata)) {
@@ -178,7 +178,7 @@ func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) err
 	orderID := p.OrderID()
 	o, s := known.o, known.s
 	if s == nil || o.ID != orderID {
-		if o, s, err = h.LoadOrder(ctx, orderID); err != nil {
+		if o, s, err = h.loadOrder(ctx, orderID); err != nil {
 			return err
 		}
 	}
@@ -225,11 +225,11 @@ func (h *Handler) handleEvent(ctx context.Context, ev provider.WebhookEvent) err
 // succeeded payment stays succeeded; a refund of it comes as its own
 // charge.refunded event, which is fetched). It returns the order read, for
 // the fetch's path to decide on; the zero orderState for other events.
-func (h *Handler) heldAlready(ctx context.Context, ev provider.WebhookEvent) (orderState, bool, error) {
+func (h *core) heldAlready(ctx context.Context, ev provider.WebhookEvent) (orderState, bool, error) {
 	if ev.Type != provider.EventPaymentIntentSucceeded {
 		return orderState{}, false, nil
 	}
-	o, s, err := h.LoadOrder(ctx, ev.OrderID())
+	o, s, err := h.loadOrder(ctx, ev.OrderID())
 	if err != nil {
 		return orderState{}, false, err
 	}
@@ -240,7 +240,7 @@ func (h *Handler) heldAlready(ctx context.Context, ev provider.WebhookEvent) (or
 // ours reports whether payment metadata names an order (a UUID, as this
 // service writes it) of this deployment: metadata[deployment] is this
 // deployment's, or absent for a deployment without a name (dev).
-func (h *Handler) ours(meta map[string]string) bool {
+func (h *core) ours(meta map[string]string) bool {
 	orderID := meta[provider.MetadataOrderID]
 	if u, err := uuid.Parse(orderID); err != nil || u.String() != orderID {
 		return false

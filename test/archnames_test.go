@@ -343,8 +343,8 @@ func TestDocs_ArchitectureNamesExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := indexGoNames(t, root)
-	if !n.members["Handler"]["beginIntent"] || !n.inFile["commands/intent.go"]["beginIntent"] {
-		t.Fatal("the index does not see Handler.beginIntent in commands/intent.go: is the parser broken?")
+	if !n.members["core"]["beginIntent"] || !n.inFile["commands/intent.go"]["beginIntent"] {
+		t.Fatal("the index does not see core.beginIntent in commands/intent.go: is the parser broken?")
 	}
 	problems, names, located := archNameProblems(t, root, "ARCHITECTURE.md", n)
 	t.Logf("ARCHITECTURE.md: %d names checked, %d of them in their named file", names, located)
@@ -372,8 +372,8 @@ func TestDocs_ArchitectureNameCheckFails(t *testing.T) {
 		"commands/nosuch.go":            true,
 		"eventstore/fanout":             false,
 		"eventstore/nosuch":             true,
-		"Handler.beginIntent":           false,
-		"Handler.noSuchMethod":          true,
+		"core.beginIntent":              false,
+		"core.noSuchMethod":             true,
 		"domain.Intent.Resolve":         false,
 		"domain.NoSuchThing":            true,
 		"eventstore/logindex.Index":     false,
@@ -392,7 +392,7 @@ func TestDocs_ArchitectureNameCheckFails(t *testing.T) {
 	}
 	dir := t.TempDir()
 	doc := filepath.Join(dir, "doc.md")
-	text := "`commands/intent.go`: `Handler.beginIntent`, `Handler.placeOrder`; `Fingerprint` (`commands/ids.go`)\n"
+	text := "`commands/intent.go`: `core.beginIntent`, `core.placeOrder`; `Fingerprint` (`commands/ids.go`)\n"
 	if err := os.WriteFile(doc, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -184,7 +184,7 @@ func (s *Server) shutdown() error {
 	if !waitWithin(sctx, &s.running) {
 		s.log.Warn("shutdown timeout passed with background work still running; it is abandoned, and recovery finishes it",
 			"shutdown_timeout", s.cfg.ShutdownTimeout)
-		s.handler.Abandon()
+		s.handler.Workers.Abandon()
 		actx, acancel := context.WithTimeout(context.Background(), abandonTimeout)
 		if !waitWithin(actx, &s.running) {
 			s.log.Error("background work did not stop once abandoned; stopping without it", "waited", abandonTimeout)
@@ -195,7 +195,7 @@ func (s *Server) shutdown() error {
 	// The ended orders' keys waiting to be deleted get a budget of their
 	// own: the grace period may be spent by now.
 	fctx, fcancel := context.WithTimeout(context.Background(), shredFlushTimeout)
-	s.handler.FlushShreds(fctx)
+	s.handler.Workers.FlushShreds(fctx)
 	if err := s.webhooks.Flush(fctx); err != nil {
 		s.log.Warn("processed webhook events not recorded; their redeliveries are processed again", "err", err)
 	}

@@ -32,7 +32,7 @@ type worker struct {
 // projections rebuild`), and the notification relay (its own fenced
 // lease).
 func (s *Server) workers() []worker {
-	h, log, every := s.handler, s.followed, s.cfg.RecoveryInterval/3
+	h, log, every := s.handler.Workers, s.followed, s.cfg.RecoveryInterval/3
 	cps := pgcoord.NewCheckpoints(s.pool)
 	ws := []worker{
 		{commands.FollowUpsName, every, func(ctx context.Context) error { return h.RunFollowUps(ctx, log, cps) }},
