@@ -32,12 +32,12 @@ import (
 // key row, created placed, the claim, OrderPlaced, ReservationOrdered and
 // the first attempt's start), and the payment's result. A repeat that
 // arrives before a unit commits finds the intent in flight in this process
-// (inFlight) and waits for it, or answers 409 in use. The ended orders'
-// keys are deleted in batches, a fraction of a commit each (commitBudget's
-// .1).
+// (inFlight) and waits for it, or answers 409 in use. The ended order's
+// key is deleted in the payment result's unit (KeyUnits), not in a commit
+// of its own.
 const (
 	requestPathBudget = 5
-	commitBudget      = 3.1
+	commitBudget      = 3
 	replayBudget      = 3
 )
 
@@ -159,7 +159,7 @@ func TestPGRequestPathStatementBudget(t *testing.T) {
 		t.Errorf("request path: %.2f statements per booking, budget %d:\n%s", perBooking, requestPathBudget, bookingTable)
 	}
 	if commitsPerBooking > commitBudget {
-		t.Errorf("request path: %.2f commits per booking, budget %.1f:\n%s", commitsPerBooking, commitBudget, bookingTable)
+		t.Errorf("request path: %.2f commits per booking, budget %d:\n%s", commitsPerBooking, commitBudget, bookingTable)
 	}
 	if perReplay > replayBudget {
 		t.Errorf("replay: %.2f statements per replay, budget %d:\n%s", perReplay, replayBudget, replayTable)

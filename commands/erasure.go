@@ -16,8 +16,9 @@ import (
 // subscribers see it. The order of the two survives a crash at any point:
 //
 //  1. the key is deleted and, in the same statement, its erasure is left
-//     to record (Keys.Shred, ShredMany, ShredDue: one commit, both or
-//     neither) — so no erasure is recorded while the key exists;
+//     to record (Keys.Shred, ShredMany, ShredDue,
+//     KeyUnits.AppendShreddingKey: one commit, both or neither) — so no
+//     erasure is recorded while the key exists;
 //  2. the reconciler (runErasures: every interval, and at once when this
 //     process deleted keys) appends PaymentSecretsShredded
 //     to each order's stream, read and appended at its revision, with an id
@@ -26,10 +27,10 @@ import (
 //  3. then drops the erasures it recorded (Keys.ForgetErasures) — a crash
 //     before that only repeats step 2, which does nothing.
 //
-// Keys deleted in batches stay batched: the request path pays nothing (the
-// keys of ended orders are deleted off it, keyShredder), and the erasures
-// are recorded by the reconciler, erasureBatch per round trip of the key
-// table. A key held for an order that never existed (a refused intent, a
+// The request path pays no commit of its own for a delete (the key goes in
+// the unit that ends the order with key units, else in keyShredder's
+// batches off the request), and the erasures are recorded by the
+// reconciler, erasureBatch per round trip of the key table. A key held for an order that never existed (a refused intent, a
 // repeat's unused key) has no stream to record in: its erasure is dropped.
 
 // erasureBatch bounds the erasures one round of recordErasures reads.

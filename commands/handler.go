@@ -432,8 +432,10 @@ type unitPart struct {
 // and appends them as one unit (see appendResolving). The lineage a part's
 // m leaves empty (correlation, cause, request) is stamped from ctx (stamp,
 // correlation.go): a follow-up carries the ids of the request or of the
-// event that caused it. kw joins the unit (KeyUnits). It returns one result
-// per part, in order, and tells streams the unit's outcome (committed).
+// event that caused it. kw joins the unit (KeyUnits), and so does the
+// delete of the key of an order whose sends the parts end (shredIn). It
+// returns one result per part, in order, and tells streams the unit's
+// outcome (committed).
 func (h *core) appendEvents(ctx context.Context, kw keyWrite, parts ...unitPart) ([]eventstore.AppendResult, error) {
 	appends := make([]eventstore.StreamAppend, len(parts))
 	for i, p := range parts {
@@ -447,7 +449,7 @@ func (h *core) appendEvents(ctx context.Context, kw keyWrite, parts ...unitPart)
 		}
 		appends[i].Events = data
 	}
-	res, err := h.appendResolving(ctx, kw, appends...)
+	res, err := h.appendResolving(ctx, h.shredIn(kw, parts), appends...)
 	h.streams.committed(parts, res, err)
 	return res, err
 }
@@ -479,8 +481,9 @@ var outcomeRepeatDelays = []time.Duration{0, 50 * time.Millisecond, 250 * time.M
 // or nothing). Every commit point (the intent record, the order claim, a
 // payment attempt's lease, a seat hold) and every follow-up goes through
 // it. With kw, the unit writes the key table too (KeyUnits); a placement
-// whose key is gone is errKeyGone, with nothing written. It returns one
-// result per part, in order.
+// whose key is gone is errKeyGone, with nothing written. A repeat sends kw
+// again: its write is idempotent (a key created once, a key deleted once
+// with one erasure to record). It returns one result per part, in order.
 //
 // A unit is one statement in its own transaction, so when its answer is
 // lost (the connection dropped after the server received it) it may have
@@ -557,6 +560,9 @@ func (h *core) appendUnit(ctx context.Context, kw keyWrite, parts []eventstore.S
 		h.streams.noteDone(keyPlaced(kw.place.orderID)) // the process manager need not repeat it
 	} else if kw.create != nil && kw.create.held == nil && kw.create.intent != "" {
 		h.streams.noteDone(keyPlaced(kw.create.orderID)) // created placed, with its order
+	} else if kw.shred != "" {
+		h.streams.noteDone(keyShredded(kw.shred)) // neither the order's end nor the process manager deletes it again
+		h.wakeErasures()
 	}
 	return res, nil
 }
@@ -581,6 +587,12 @@ func (h *core) sendUnit(ctx context.Context, kw keyWrite, parts []eventstore.Str
 		if err == nil && !keyed {
 			return nil, fmt.Errorf("order %s: %w", kw.place.orderID, errKeyGone)
 		}
+		return res, err
+	case kw.shred != "":
+		ctx, span := h.unitSpan(ctx, parts)
+		defer span.End()
+		res, err := h.units.AppendShreddingKey(ctx, kw.shred, parts...)
+		endSpan(span, err)
 		return res, err
 	case len(parts) == 1:
 		r, err := h.store.Append(ctx, parts[0].Stream, parts[0].Expected, parts[0].Events...)

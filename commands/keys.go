@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -38,14 +39,16 @@ import (
 //   - A payment that requires the customer's action is recorded with its
 //     client secret and next action sealed (PaymentActionRequired), opened
 //     only to show them to the order's actor.
-//   - The key is deleted once the order can send no more (Keys.Shred): by
-//     the request and the process manager after OrderConfirmed, OrderFailed,
-//     OrderCancelRequested, OrderCancelled or OrderNeedsReview, and after a
-//     refused order intent (its order never exists); by the reconciler for
-//     every row whose due time passed (Keys.ShredDue: the payment deadline,
-//     or the intent's retention for a row whose order was never placed),
-//     and within a minute for a row still holding its token whose intent
-//     does not name its order or refused it: the order can never be placed
+//   - The key is deleted once the order can send no more (Keys.Shred): with
+//     key units in the unit that appends OrderConfirmed, OrderFailed,
+//     OrderCancelRequested, OrderCancelled or OrderNeedsReview (shredIn),
+//     else by the request after it; by the process manager after each of
+//     them, and after a refused order intent (its order never exists); by
+//     the reconciler for every row whose due time passed (Keys.ShredDue:
+//     the payment deadline, or the intent's retention for a row whose
+//     order was never placed), and within a minute for a row still holding
+//     its token whose intent does not name its order or refused it: the
+//     order can never be placed
 //     (Keys.Unplaced, shredUnplaced: a process stopped between the key and
 //     the intent, or before it deleted the key of a lost race).
 //     Deleting is idempotent, so every path may repeat it after a crash.
@@ -109,10 +112,11 @@ type Keys interface {
 // KeyUnits is the event store and the key table in one PostgreSQL database
 // (keystore.Units): a unit of work may then write the key table in the same
 // transaction as its events. With it (WithKeyUnits), an order's key is
-// created in the unit that records the order's intent, and its held token
-// dropped in the unit that places the order, so neither is a statement of
-// its own; without it (events on KurrentDB) each is, in the order the Keys
-// methods say. Implementations are safe for concurrent use.
+// created in the unit that records the order's intent, its held token
+// dropped in the unit that places the order, and the key deleted in the
+// unit that ends the order's sends, so none is a statement of its own;
+// without it (events on KurrentDB) each is, in the order the Keys methods
+// say. Implementations are safe for concurrent use.
 type KeyUnits interface {
 	// AppendCreatingKey appends as EventStore.AppendMulti does and creates
 	// orderID's key as Keys.Create does (nothing when orderID has one), in
@@ -124,6 +128,10 @@ type KeyUnits interface {
 	// is false, with nothing written, when orderID has no key.
 	AppendPlacingKey(ctx context.Context, orderID string, deadline time.Time,
 		appends ...eventstore.StreamAppend) (res []eventstore.AppendResult, keyed bool, err error)
+	// AppendShreddingKey appends as EventStore.AppendMulti does and deletes
+	// orderID's key as Keys.Shred does (its erasure left to record; nothing
+	// when orderID has no key), in one transaction; idempotent.
+	AppendShreddingKey(ctx context.Context, orderID string, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error)
 }
 
 // WithKeyUnits installs the key units: the key table's writes then join the
@@ -132,12 +140,46 @@ type KeyUnits interface {
 func WithKeyUnits(u KeyUnits) Option { return func(h *core) { h.units = u } }
 
 // keyWrite is a key-table write that joins a unit of work (KeyUnits): the
-// creation of an order's key with the intent that names the order, or its
-// placement with OrderPlaced. The zero value writes nothing.
+// creation of an order's key with the intent that names the order, its
+// placement with OrderPlaced, or its deletion (shred, the order's id) with
+// the event that ends the order's sends (shredIn). The zero value writes
+// nothing.
 type keyWrite struct {
 	create *keyCreate
 	place  *keyPlace
+	shred  string
 }
+
+// shredIn returns kw with, when the unit's parts end an order's sends (an
+// event of domain.EndsSending on the order's stream) and key units are
+// installed, that order's key deleted in the unit: the key is gone exactly
+// when the order can send no more, in the same commit, and a unit that
+// does not end an order deletes nothing. A kw that writes the key table
+// already is returned as it is (no unit creates or places a key and ends
+// the order), as is every kw without key units: the order's end then
+// deletes the key after the commit (afterOrderEvents). Neither is a key
+// this process deleted already (the written set): a unit that repeats an
+// order's end, such as a webhook's record of a result the request
+// recorded, finds nothing to delete (no key is made again once its order
+// can send no more).
+func (h *core) shredIn(kw keyWrite, parts []unitPart) keyWrite {
+	if h.units == nil || kw != (keyWrite{}) {
+		return kw
+	}
+	for _, p := range parts {
+		if cat, id, _ := domain.CategoryOf(p.s.name); cat == domain.CategoryOrder && slices.ContainsFunc(p.evs, endsSendingPending) {
+			if h.streams.wrote(keyShredded(id)) {
+				return kw
+			}
+			return keyWrite{shred: id}
+		}
+	}
+	return kw
+}
+
+// endsSendingPending reports whether p is an event after which its order can
+// send no more (endsSending).
+func endsSendingPending(p pending) bool { return endsSending(p.e) }
 
 // keyCreate is Keys.Create's arguments.
 type keyCreate struct {
@@ -332,9 +374,10 @@ func (h *core) shred(ctx context.Context, orderID string) error {
 // failed or cancelled: it can send nothing, whatever its key) within
 // shredDelay, batched with the keys of other orders that ended meanwhile,
 // without waiting: the request that ended the order does not pay the
-// delete. Should this process stop first, the process manager's follow-up
-// of the order's end deletes it (at least once), and the reconciler's due
-// sweep is the last resort (ARCHITECTURE.md, "Performance").
+// delete. A no-op when the unit that ended the order deleted the key
+// (key units, shredIn). Should this process stop first, the process
+// manager's follow-up of the order's end deletes it (at least once), and
+// the reconciler's due sweep is the last resort.
 func (h *core) shredSoon(orderID string) {
 	if h.streams.wrote(keyShredded(orderID)) {
 		return

@@ -652,7 +652,8 @@ func (h *core) afterOrderEventsOf(ctx context.Context, known *domain.Order, orde
 		switch {
 		case endsOrder(e):
 			// Final: nothing can send whatever its key, so the delete is
-			// batched off the request (within shredDelay).
+			// batched off the request (within shredDelay), unless the
+			// unit that appended e deleted it (shredIn).
 			h.shredSoon(orderID)
 		case endsSending(e):
 			if err := h.shred(ctx, orderID); err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -505,5 +506,103 @@ func TestPGRefusedOrderIntentLeavesNoKey(t *testing.T) {
 		func() bool { return f.keyRows() == 0 })
 	if net, n := f.charges(out.Order.ID); net != 1500 || n != 1 {
 		t.Errorf("simulator: net %d over %d charges, want 1500 over 1", net, n)
+	}
+}
+
+// lossyUnits are key units whose AppendShreddingKey loses its answer (an
+// error of unknown outcome, as pgstore returns when the connection drops)
+// lose times: after committing when commit, else before sending.
+type lossyUnits struct {
+	keystore.Units
+	commit bool
+	lose   atomic.Int64
+	calls  atomic.Int64
+}
+
+func (u *lossyUnits) AppendShreddingKey(ctx context.Context, orderID string, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	u.calls.Add(1)
+	if u.lose.Add(-1) < 0 {
+		return u.Units.AppendShreddingKey(ctx, orderID, appends...)
+	}
+	if u.commit {
+		if _, err := u.Units.AppendShreddingKey(ctx, orderID, appends...); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("pgstore: append to %d streams (outcome unknown): %w", len(appends), io.ErrUnexpectedEOF)
+}
+
+// TestPGOrderEndDeletesKeyInItsUnit: with key units, the unit that records
+// an order's payment result and ends the order (confirmed or failed)
+// deletes the order's key and leaves its erasure to record in its own
+// transaction: before it (at payment.fenced, the order placed and its
+// attempt started) the key is there and no erasure; once the request
+// answers, the key is gone, one erasure is left, the order ended once and
+// nothing waits in the batched shredder. When the unit's answer is lost,
+// before or after it committed, the repeat of the same unit leaves the
+// same: one ending event, one erasure.
+func TestPGOrderEndDeletesKeyInItsUnit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, token  string
+		lose         int64
+		commit       bool
+		status, ends string
+	}{
+		{"confirmed", providersim.TokenVisa, 0, false, domain.OrderStatusConfirmed, domain.TypeOrderConfirmed},
+		{"failed", providersim.TokenDecline, 0, false, domain.OrderStatusFailed, domain.TypeOrderFailed},
+		{"answer lost after the commit", providersim.TokenVisa, 1, true, domain.OrderStatusConfirmed, domain.TypeOrderConfirmed},
+		{"answer lost before the commit", providersim.TokenVisa, 1, false, domain.OrderStatusConfirmed, domain.TypeOrderConfirmed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newPGFix(t, providersim.Config{})
+			f.pauseWebhooks(true) // the request records the result, not a webhook
+			ctx := context.Background()
+			count := func(q string) int {
+				var n int
+				if err := f.pool.QueryRow(ctx, q).Scan(&n); err != nil {
+					t.Error(err)
+				}
+				return n
+			}
+			var fenced atomic.Bool
+			hooks := Hooks{Step: func(step string) {
+				if step == "payment.fenced" && fenced.CompareAndSwap(false, true) {
+					if k, e := count(`SELECT count(*) FROM order_keys`), count(`SELECT count(*) FROM order_key_erasures`); k != 1 || e != 0 {
+						t.Errorf("at payment.fenced: %d keys, %d erasures; want the order's key and no erasure", k, e)
+					}
+				}
+			}}
+			units := &lossyUnits{Units: keystore.Units{Events: f.store, Keys: f.keys}, commit: tc.commit}
+			units.lose.Store(tc.lose)
+			h := f.handler("pg-a", nil, WithHooks(hooks), WithKeyUnits(units))
+			res := f.placeOrder(h, distinctToken(tc.token), 10*time.Second)
+			o := res.Order
+			if !res.Final || o.Status != tc.status {
+				t.Fatalf("PlaceOrder = final %v, %s; want %s", res.Final, o.Status, tc.status)
+			}
+			if !fenced.Load() {
+				t.Error("payment.fenced was never reached")
+			}
+			if _, ok, err := f.keys.Key(ctx, o.ID); ok || err != nil {
+				t.Errorf("order %s's key after the answer: present %v (%v), want deleted", o.ID, ok, err)
+			}
+			if e, _ := f.keys.Erasures(ctx, 10); len(e) != 1 || e[o.ID].IsZero() {
+				t.Errorf("erasures to record = %v, want the order's only", e)
+			}
+			if n := count(fmt.Sprintf(`SELECT count(*) FROM events WHERE type = '%s'`, tc.ends)); n != 1 {
+				t.Errorf("%d %s, want 1", n, tc.ends)
+			}
+			if n := units.calls.Load(); n != 1+tc.lose {
+				t.Errorf("AppendShreddingKey called %d times, want %d (the unit and its repeats)", n, 1+tc.lose)
+			}
+			h.shredder.mu.Lock()
+			waiting := len(h.shredder.of)
+			h.shredder.mu.Unlock()
+			if waiting != 0 {
+				t.Errorf("%d keys wait in the batched shredder, want none", waiting)
+			}
+		})
 	}
 }

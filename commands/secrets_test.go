@@ -288,3 +288,60 @@ func TestAttemptDigestIsPinned(t *testing.T) {
 		}
 	}
 }
+
+// noUnits are key units that are never called: shredIn only asks whether
+// there are any.
+type noUnits struct{ KeyUnits }
+
+// TestShredIn: with key units, a unit deletes the key of the order whose
+// sends one of its parts ends (domain.EndsSending on the order's stream),
+// and nothing else: not for a unit that does not end the order, not for an
+// ending event on another stream, not for a unit that writes the key table
+// already, not for a key this process deleted already, and never without
+// key units.
+func TestShredIn(t *testing.T) {
+	t.Parallel()
+	id := NewID()
+	order := domain.OrderStream(id)
+	part := func(stream string, evs ...domain.Event) unitPart {
+		p := unitPart{s: newStream(stream)}
+		for _, e := range evs {
+			p.evs = append(p.evs, pending{NewID(), e})
+		}
+		return p
+	}
+	confirmed := domain.OrderConfirmed{OrderID: id}
+	placing := keyWrite{place: &keyPlace{orderID: id}}
+	for _, tc := range []struct {
+		name  string
+		units bool
+		kw    keyWrite
+		parts []unitPart
+		noted bool
+		want  string
+	}{
+		{"ends the order", true, keyWrite{}, []unitPart{part(order, domain.PaymentSucceeded{OrderID: id}, confirmed)}, false, id},
+		{"cancel requested", true, keyWrite{}, []unitPart{part(order, domain.OrderCancelRequested{OrderID: id})}, false, id},
+		{"another part ends it", true, keyWrite{}, []unitPart{part(domain.ShowStream(NewID()), domain.SeatsReleased{}), part(order, confirmed)}, false, id},
+		{"does not end it", true, keyWrite{}, []unitPart{part(order, domain.PaymentSucceeded{OrderID: id})}, false, ""},
+		{"not an order stream", true, keyWrite{}, []unitPart{part("other-"+id, confirmed)}, false, ""},
+		{"writes the key table already", true, placing, []unitPart{part(order, confirmed)}, false, ""},
+		{"deleted already", true, keyWrite{}, []unitPart{part(order, confirmed)}, true, ""},
+		{"without key units", false, keyWrite{}, []unitPart{part(order, confirmed)}, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []Option{WithKeys(newMemKeys())}
+			if tc.units {
+				opts = append(opts, WithKeyUnits(noUnits{}))
+			}
+			h := New(payConfig(), newMemStore(), newFakeClock(payT0), newFakePayments(), newTestRegistry(), nil, opts...)
+			if tc.noted {
+				h.streams.noteDone(keyShredded(id))
+			}
+			got := h.shredIn(tc.kw, tc.parts)
+			if got.shred != tc.want || (tc.kw.place != nil && got.place != tc.kw.place) {
+				t.Errorf("shredIn = %+v, want shred %q (and the placement kept)", got, tc.want)
+			}
+		})
+	}
+}

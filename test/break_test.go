@@ -2,30 +2,49 @@ package test
 
 import (
 	"testing"
-	"time"
 )
 
-// TestBreak_KilledBeforeTheShredderFlushedKeyIsStillDeleted: the request
-// that confirms an order leaves its key to the batched shredder (deleted
-// within its delay, or at shutdown by FlushShreds). A SIGKILL right after
-// the payment outcome was recorded loses that batch: after the restart the
-// process manager's follow-up of the order's end deletes the key, the order
-// is confirmed and charged once.
-func TestBreak_KilledBeforeTheShredderFlushedKeyIsStillDeleted(t *testing.T) {
+// TestBreak_KeyIsDeletedWithTheCommitThatEndsTheOrder: on PostgreSQL the
+// order's key is deleted in the unit that records the payment's result and
+// ends the order, its erasure left to record in the same transaction.
+// booking serve is SIGKILLed right before that unit (payment.sent, the
+// simulator's webhooks held so that no notice records the outcome first)
+// or right after it (payment.recorded). Before it, the key is still there
+// and no erasure is left; after it, the key is gone and its erasure left
+// (or already recorded). After the restart the order is confirmed and
+// charged once, its key is gone and exactly one PaymentSecretsShredded is
+// recorded.
+func TestBreak_KeyIsDeletedWithTheCommitThatEndsTheOrder(t *testing.T) {
 	t.Parallel()
-	s, _, res := mustStartReserved(t, Options{CrashAt: []string{"payment.recorded"}, Env: fastEnv(), ExternalSim: true}, 2)
-	_, id := s.crashOrder(t, res, "tok_visa", "payment.recorded")
-	if n := s.queryInt(t, `SELECT count(*) FROM order_keys WHERE order_id = $1`, id); n != 1 {
-		t.Fatalf("order_keys: %d rows of order %s right after the crash, want 1 (the shredder's batch died with the process)", n, id)
-	}
-	s.Restart(withoutCrash)
-	s.waitRecovered(t, id, recoveryBound)
-	if !eventually(30*time.Second, func() bool {
-		return s.queryInt(t, `SELECT count(*) FROM order_keys WHERE order_id = $1`, id) == 0
-	}) {
-		t.Fatalf("order_keys: order %s's key still there 30 s after the restart, want deleted", id)
-	}
-	if c := s.checkPaidOnce(t, id); c.Net != 2*priceAmount {
-		t.Errorf("GET /_sim/charges: net %d, want %d", c.Net, 2*priceAmount)
+	for _, tc := range []struct {
+		step  string
+		ended bool // the crash comes after the unit that ends the order
+	}{{"payment.sent", false}, {"payment.recorded", true}} {
+		t.Run(tc.step, func(t *testing.T) {
+			t.Parallel()
+			s, _, res := mustStartReserved(t, Options{CrashAt: []string{tc.step}, Env: fastEnv(), ExternalSim: true}, 2)
+			if !tc.ended {
+				s.pauseWebhooks(t)
+			}
+			_, id := s.crashOrder(t, res, "tok_visa", tc.step)
+			keys := s.queryInt(t, `SELECT count(*) FROM order_keys WHERE order_id = $1`, id)
+			left := s.queryInt(t, `SELECT count(*) FROM order_key_erasures WHERE order_id = $1`, id)
+			recorded := s.countType(t, "order-"+id, "PaymentSecretsShredded")
+			ends := s.countType(t, "order-"+id, "OrderConfirmed")
+			if tc.ended && (keys != 0 || ends != 1 || left+recorded == 0 || recorded > 1) {
+				t.Fatalf("after the crash at %s: %d key rows, %d OrderConfirmed, %d erasures left, %d PaymentSecretsShredded; want no key, the order ended, its erasure left or recorded once",
+					tc.step, keys, ends, left, recorded)
+			}
+			if !tc.ended && (keys != 1 || ends != 0 || left != 0 || recorded != 0) {
+				t.Fatalf("after the crash at %s: %d key rows, %d OrderConfirmed, %d erasures left, %d PaymentSecretsShredded; want the key, no end, no erasure",
+					tc.step, keys, ends, left, recorded)
+			}
+			s.Restart(withoutCrash)
+			s.waitRecovered(t, id, recoveryBound)
+			s.waitErasures(t, id)
+			if c := s.checkPaidOnce(t, id); c.Net != 2*priceAmount {
+				t.Errorf("GET /_sim/charges: net %d, want %d", c.Net, 2*priceAmount)
+			}
+		})
 	}
 }

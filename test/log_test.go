@@ -242,7 +242,8 @@ func (s *server) settle(t testing.TB) int {
 // erasuresSettled reports whether every order that can send no more has
 // its key deleted and its erasure recorded (PaymentSecretsShredded): no
 // such order keeps a key, and no erasure is left to record. The keys of
-// ended orders go within the shredder's delay (5 s) and the reconciler
+// ended orders go with the commit that ends them (events on PostgreSQL) or
+// within the shredder's delay (5 s, on KurrentDB), and the reconciler
 // records their erasures at once, so a settled log no longer grows by them.
 func (s *server) erasuresSettled(t testing.TB) bool {
 	t.Helper()

@@ -194,7 +194,7 @@ func TestSecrets_NoTokenInClearAfterMixedWorkloadAndCrash(t *testing.T) {
 	}
 
 	// ---- the key table: only the pending order's key, holding no token.
-	if !eventually(30*time.Second, func() bool { // an ended order's key goes within the shredder's delay
+	if !eventually(30*time.Second, func() bool { // an ended order's key goes with the commit that ends it
 		return s.queryInt(t, `SELECT count(*) FROM order_keys`) == 1
 	}) {
 		t.Errorf("order_keys: %d rows, want 1 (the pending order's)", s.queryInt(t, `SELECT count(*) FROM order_keys`))

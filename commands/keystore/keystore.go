@@ -159,6 +159,9 @@ func (s *Store) Shred(ctx context.Context, orderID string) error {
 const shredSQL = `WITH gone AS (DELETE FROM order_keys WHERE order_id IN (%s) RETURNING order_id)
 	INSERT INTO order_key_erasures (order_id) SELECT order_id FROM gone ON CONFLICT (order_id) DO NOTHING`
 
+// shredOneSQL is shredSQL for the one order id $1 (a UUID).
+var shredOneSQL = fmt.Sprintf(shredSQL, `$1::text::uuid`)
+
 // ShredMany deletes the data keys of every order in orderIDs (UUIDs) in one
 // statement, making everything sealed under them unreadable, and leaves
 // their erasures to record (Erasures). It is idempotent; no ids is a no-op.
@@ -305,4 +308,15 @@ func (u Units) AppendPlacingKey(ctx context.Context, orderID string, deadline ti
 		return nil, false, nil
 	}
 	return res, err == nil, err
+}
+
+// AppendShreddingKey appends as AppendMulti does and deletes orderID's data
+// key as Shred does (its erasure left to record, Erasures; nothing when
+// orderID has no key), in one transaction: the key is gone with the events
+// that end the order, or neither is written. Repeating the call deletes and
+// records nothing more. Errors are AppendMultiWith's.
+func (u Units) AppendShreddingKey(ctx context.Context, orderID string, appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
+	return u.Events.AppendMultiWith(ctx, func(b *pgx.Batch) {
+		b.Queue(shredOneSQL, orderID)
+	}, appends...)
 }

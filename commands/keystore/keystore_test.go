@@ -13,6 +13,8 @@ import (
 	"github.com/retrysafe/booking/commands/envelope"
 	"github.com/retrysafe/booking/commands/envelope/envelopetest"
 	"github.com/retrysafe/booking/commands/keystore"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
@@ -348,4 +350,84 @@ func TestWrappedKeyBoundToOrder(t *testing.T) {
 	if _, _, err := s.Key(ctx, o2); !errors.Is(err, envelope.ErrDecrypt) {
 		t.Errorf("Key(o2) with o1's wrapped key: error = %v, want ErrDecrypt", err)
 	}
+}
+
+// erasureRows returns how many erasures of orderID are left to record.
+func erasureRows(t *testing.T, pool *pgxpool.Pool, orderID string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM order_key_erasures WHERE order_id = $1", orderID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestAppendShreddingKey: a unit that ends an order deletes its key and
+// leaves its erasure to record in the transaction of its events; the same
+// unit repeated byte for byte (its outcome unknown) succeeds and deletes
+// and records nothing more, also once the erasure was recorded and
+// forgotten; a unit that loses its race writes neither; an order without a
+// key gets its events and no erasure.
+func TestAppendShreddingKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool, _ := newStore(t, "m1")
+	u := keystore.Units{Events: pgstore.New(pool), Keys: s}
+	order, lost, none := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	for _, id := range []string{order, lost} {
+		if _, err := s.Create(ctx, id, "", envelope.NewDataKey(), nil, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ended := func(id string, exp eventstore.ExpectedRevision) eventstore.StreamAppend {
+		return eventstore.StreamAppend{Stream: "order-" + id, Expected: exp, Events: []eventstore.EventData{
+			{ID: uuid.NewSHA1(uuid.NameSpaceURL, []byte(id)).String(), Type: "OrderConfirmed", Data: []byte(`{}`), Metadata: []byte(`{}`)}}}
+	}
+	unit := ended(order, eventstore.NoStream())
+	events := func(id string) int {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM events WHERE stream = $1", "order-"+id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	check := func(when string, id string, key bool, erasures, evs int) {
+		t.Helper()
+		_, has, err := s.Key(ctx, id)
+		if err != nil || has != key || erasureRows(t, pool, id) != erasures || events(id) != evs {
+			t.Errorf("%s: order %s key %t (%v), %d erasures, %d events; want key %t, %d erasures, %d events",
+				when, id, has, err, erasureRows(t, pool, id), events(id), key, erasures, evs)
+		}
+	}
+
+	if _, err := u.AppendShreddingKey(ctx, order, unit); err != nil {
+		t.Fatal(err)
+	}
+	check("after the unit", order, false, 1, 1)
+	if res, err := u.AppendShreddingKey(ctx, order, unit); err != nil || len(res) != 1 || res[0].NextRevision != 0 {
+		t.Fatalf("the unit repeated = %+v, %v; want the stored revision 0", res, err)
+	}
+	check("after a repeat", order, false, 1, 1)
+	if err := s.ForgetErasures(ctx, []string{order}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.AppendShreddingKey(ctx, order, unit); err != nil {
+		t.Fatal(err)
+	}
+	check("after a repeat once the erasure was recorded", order, false, 0, 1)
+
+	// A unit at a revision the stream left: nothing written.
+	if _, err := u.Events.Append(ctx, "order-"+lost, eventstore.NoStream(),
+		eventstore.EventData{ID: uuid.NewString(), Type: "OrderPlaced", Data: []byte(`{}`), Metadata: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.AppendShreddingKey(ctx, lost, ended(lost, eventstore.NoStream())); !errors.Is(err, eventstore.ErrWrongExpectedRevision) {
+		t.Fatalf("a unit that lost its race = %v, want a revision conflict", err)
+	}
+	check("after a lost race", lost, true, 0, 1)
+
+	if _, err := u.AppendShreddingKey(ctx, none, ended(none, eventstore.NoStream())); err != nil {
+		t.Fatal(err)
+	}
+	check("an order without a key", none, false, 0, 1)
 }
