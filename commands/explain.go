@@ -183,7 +183,7 @@ func (h *Queries) ExplainIntents(ctx context.Context, actor, key string) ([]Inte
 	out := []IntentExplanation{}
 	for _, op := range Operations {
 		stream := IntentStream(actor, op, key)
-		s, err := h.streams.load(ctx, stream)
+		s, err := h.streams.read(ctx, stream)
 		if err != nil {
 			return nil, err
 		}

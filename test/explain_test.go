@@ -34,6 +34,7 @@ type explainItem struct {
 		RequestID                     string `json:"request_id"`
 		ClientRequestID               string `json:"client_request_id"`
 		CausationID                   string `json:"causation_id"`
+		EventID                       string `json:"event_id"`
 	} `json:"timeline"`
 	Payments []struct {
 		Attempt         int    `json:"attempt"`
@@ -119,6 +120,12 @@ func TestExplain_OwnIntentsAreListedAndOthersAreInvisible(t *testing.T) {
 	if !isUUIDv7(ov.CorrelationID) || rv.CorrelationID == ov.CorrelationID {
 		t.Errorf("correlation ids: reservation %q, order %q; want two UUIDv7s of the two requests", rv.CorrelationID, ov.CorrelationID)
 	}
+	webhookFacts := map[string]int{} // event id -> index, of the facts the webhook recorded
+	for i, e := range ov.Timeline {
+		if e.ObservedBy == "webhook" {
+			webhookFacts[e.EventID] = i
+		}
+	}
 	for _, e := range ov.Timeline {
 		if e.CausationID == "" {
 			t.Errorf("order timeline: %s at %s has no causation_id", e.Step, e.Position)
@@ -130,9 +137,15 @@ func TestExplain_OwnIntentsAreListedAndOthersAreInvisible(t *testing.T) {
 			}
 			continue
 		}
-		if e.RequestID != ov.CorrelationID || e.ClientRequestID != "explain-order-1" {
-			t.Errorf("order timeline: %s names request %q (client %q), want %s (client explain-order-1)",
-				e.Step, e.RequestID, e.ClientRequestID, ov.CorrelationID)
+		// A consequence of a fact the webhook recorded (the erasure after
+		// the order's end) carries that request on, as its cause.
+		want, wantClient := ov.CorrelationID, "explain-order-1"
+		if i, ok := webhookFacts[e.CausationID]; ok {
+			want, wantClient = ov.Timeline[i].RequestID, ov.Timeline[i].ClientRequestID
+		}
+		if e.RequestID != want || e.ClientRequestID != wantClient {
+			t.Errorf("order timeline: %s names request %q (client %q), want %s (client %q)",
+				e.Step, e.RequestID, e.ClientRequestID, want, wantClient)
 		}
 	}
 	if len(ov.Payments) != 1 || ov.Payments[0].Outcome != "succeeded" || ov.Payments[0].ProviderKey != "order-"+o.str("id")+"-1" {
