@@ -221,7 +221,7 @@ EXCLUSIVE_TESTS := ^(TestOutage_|TestStatementBudget_)
 # double itself (test/backend_test.go, electMidRun).
 KURRENTDB_TESTS := ^(TestOrder_ConfirmedWithOneTicketPerSeat|TestOrder_RepeatReturnsSameOrder|TestOrder_TwentyConcurrentIdenticalRequestsMakeOneOrder|TestOrder_SameKeyDifferentBodyIsRefused|TestOrder_NewKeyForOrderedReservationIsConflict|TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats|TestOrder_KilledAfterClaimIsFinishedWithoutRepeat|TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce|TestPayment_RequiresActionAbandonedIsCancelledAtTheDeadline|TestRetention_KeyAfterExpiryIsNewIntentStillRefusedSecondOrder|TestRebuild_EqualsLiveTwiceAndTouchesNoProviderOrNATS|TestKurrentDB_.*)$$
 
-test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command), then a short chaos run
+test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command), then the alert rules' and OpenAPI checks, the KurrentDB scenarios and a short chaos run
 	@rc1=0; rc2=0; rc3=0; rc4=0; rc5=0; t_all=$$SECONDS; \
 	phase_start() { t_phase=$$SECONDS; echo "==> make test: phase $$1 of 5 (at +$$((SECONDS - t_all))s): $$2"; }; \
 	phase_end() { local d=$$((SECONDS - t_phase)); eval "d$$1=$$d"; echo "<== make test: phase $$1 took $${d}s (exit $$2)"; \
