@@ -120,7 +120,8 @@ type Keys interface {
 type KeyUnits interface {
 	// AppendCreatingKey appends as EventStore.AppendMulti does and creates
 	// orderID's key as Keys.Create does (nothing when orderID has one), in
-	// one transaction: all of it or none.
+	// one transaction: all of it or none. A repeat of a unit that committed
+	// before creates no key (one deleted since stays deleted).
 	AppendCreatingKey(ctx context.Context, orderID, intent string, dk *envelope.DataKey, heldToken []byte, shredAt time.Time,
 		appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error)
 	// AppendPlacingKey appends as EventStore.AppendMulti does and marks

@@ -282,15 +282,37 @@ const keyGoneState = "KY404"
 // AppendCreatingKey appends as AppendMulti does and stores dk as orderID's
 // data key as Create does (held for intent, holding heldToken, due at
 // shredAt; nothing when orderID has a key), in one transaction: the key is
-// durable with the events, or neither is written. Errors are
+// durable with the events, or neither is written. A repeat of a unit that
+// committed before (its events stored by an earlier transaction) creates
+// no key, so a repeat never makes again a key deleted since. Errors are
 // AppendMultiWith's.
 func (u Units) AppendCreatingKey(ctx context.Context, orderID, intent string, dk *envelope.DataKey, heldToken []byte, shredAt time.Time,
 	appends ...eventstore.StreamAppend) ([]eventstore.AppendResult, error) {
 	w := u.Keys.ring.Wrap(dk, wrapAAD(orderID))
+	ids := eventIDs(appends)
 	return u.Events.AppendMultiWith(ctx, func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO order_keys (order_id, intent, master_key_id, wrapped_key, held_token, shred_at)
-			VALUES ($1, nullif($2, ''), $3, $4, $5, $6) ON CONFLICT (order_id) DO NOTHING`, orderID, intent, w.KeyID, w.Ciphertext, heldToken, shredAt)
+		b.Queue(createWithUnitSQL, orderID, intent, w.KeyID, w.Ciphertext, heldToken, shredAt, ids)
 	}, appends...)
+}
+
+// createWithUnitSQL creates an order's key when the unit's append wrote its
+// events in this transaction (eventstore_wrote, migration 00015), and
+// only then: a repeat of a unit that committed before creates nothing, so
+// a key deleted since (the order ended in between) is not made again.
+const createWithUnitSQL = `INSERT INTO order_keys (order_id, intent, master_key_id, wrapped_key, held_token, shred_at)
+	SELECT $1::uuid, nullif($2::text, ''), $3::text, $4::bytea, $5::bytea, $6::timestamptz
+	WHERE eventstore_wrote($7::text[]::uuid[])
+	ON CONFLICT (order_id) DO NOTHING`
+
+// eventIDs returns the ids of every event of appends.
+func eventIDs(appends []eventstore.StreamAppend) []string {
+	var ids []string
+	for _, a := range appends {
+		for _, e := range a.Events {
+			ids = append(ids, e.ID)
+		}
+	}
+	return ids
 }
 
 // AppendPlacingKey appends as AppendMulti does and marks orderID's key

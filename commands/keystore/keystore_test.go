@@ -431,3 +431,47 @@ func TestAppendShreddingKey(t *testing.T) {
 	}
 	check("an order without a key", none, false, 0, 1)
 }
+
+// TestAppendCreatingKeyRepeatMakesNoKeyAgain: the unit that creates an
+// order's key creates it with its events; repeated byte for byte (its
+// answer lost) it creates nothing, also once the key was deleted in
+// between (the order ended while the repeat was on its way), so a deleted
+// key is never made again.
+func TestAppendCreatingKeyRepeatMakesNoKeyAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool, _ := newStore(t, "m1")
+	u := keystore.Units{Events: pgstore.New(pool), Keys: s}
+	order := uuid.NewString()
+	ev := func(typ string) eventstore.EventData {
+		return eventstore.EventData{ID: uuid.NewString(), Type: typ, Data: []byte(`{}`), Metadata: []byte(`{}`)}
+	}
+	unit := []eventstore.StreamAppend{
+		{Stream: "intent-" + order, Expected: eventstore.NoStream(), Events: []eventstore.EventData{ev("IntentRecorded")}},
+		{Stream: "order-" + order, Expected: eventstore.NoStream(), Events: []eventstore.EventData{ev("OrderPlaced")}},
+	}
+	create := func() {
+		t.Helper()
+		res, err := u.AppendCreatingKey(ctx, order, "intent-"+order, envelope.NewDataKey(), nil, time.Now().Add(time.Hour), unit...)
+		if err != nil || len(res) != 2 || res[0].NextRevision != 0 || res[1].NextRevision != 0 {
+			t.Fatalf("AppendCreatingKey = %+v, %v; want revision 0 on both streams", res, err)
+		}
+	}
+	hasKey := func(when string, want bool) {
+		t.Helper()
+		if _, has, err := s.Key(ctx, order); err != nil || has != want {
+			t.Errorf("%s: key %t (%v), want %t", when, has, err, want)
+		}
+	}
+
+	create()
+	hasKey("after the unit", true)
+	create()
+	hasKey("after a repeat", true)
+	if err := s.Shred(ctx, order); err != nil {
+		t.Fatal(err)
+	}
+	hasKey("after the delete", false)
+	create()
+	hasKey("after a repeat that came after the delete", false)
+}
