@@ -146,9 +146,9 @@ func (s *streams) young(st *stream, now time.Time) bool {
 // loadAt reads the service clock and stream name (an intent stream). A
 // kept intent stream still young at the clock's reading has only its tail
 // read, after the clock (usually the process's reading, no round trip);
-// otherwise the clock and the whole stream are read at once (two
-// statements, one round trip of waiting), and the stream is kept when it
-// is young. Errors are now's and load's.
+// otherwise the whole stream is read, with the clock beside it when the
+// process's reading is stale (two statements, one round trip of waiting),
+// and the stream is kept when it is young. Errors are now's and load's.
 func (s *streams) loadAt(ctx context.Context, name string) (time.Time, *stream, error) {
 	if k, _, ok := s.intents.get(name); ok {
 		now, err := s.now(ctx)
@@ -164,13 +164,17 @@ func (s *streams) loadAt(ctx context.Context, name string) (time.Time, *stream, 
 		}
 		s.intents.drop(name)
 	}
-	var now time.Time
+	now, fresh := s.reading.now(s.ticket())
 	nowErr := make(chan error, 1)
-	go func() {
-		var err error
-		now, err = s.now(ctx)
-		nowErr <- err
-	}()
+	if fresh {
+		nowErr <- nil
+	} else {
+		go func() {
+			var err error
+			now, err = s.now(ctx)
+			nowErr <- err
+		}()
+	}
 	st, err := s.read(ctx, name)
 	if nerr := <-nowErr; err == nil {
 		err = nerr
