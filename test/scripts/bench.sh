@@ -12,6 +12,10 @@
 #                                   (actor, key) constraint, synchronous commit on,
 #                                   BENCH_BASELINE_CLIENTS clients (default 8) for
 #                                   BENCH_BASELINE_SECONDS seconds (default 5)
+# Everything here (the baseline and CMD) reaches the server over its Unix socket
+# (BOOKING_TEST_PG_SOCKET_URL, when pg.sh gives one) unless BENCH_PG_TCP=1: the way a
+# service reaches a PostgreSQL on its own machine, and cheaper for both sides than
+# TCP over loopback.
 # The file is written as OUTFILE.tmp and renamed when CMD succeeds; on failure it is
 # kept as OUTFILE.failed. Exits with CMD's exit status.
 set -euo pipefail
@@ -43,6 +47,10 @@ report() { tee -a "$tmp"; }
 	echo "# command:   $*"
 } | report
 
+if [[ -n "${BOOKING_TEST_PG_SOCKET_URL:-}" && "${BENCH_PG_TCP:-0}" != 1 ]]; then
+	export BOOKING_TEST_DATABASE_URL="$BOOKING_TEST_PG_SOCKET_URL"
+fi
+echo "# database:  ${BOOKING_TEST_DATABASE_URL:-none}" | report
 baseline=""
 have_pg=0
 if [[ -n "${BOOKING_TEST_DATABASE_URL:-}" && -n "${BOOKING_TEST_PG_BINDIR:-}" ]]; then

@@ -14,6 +14,8 @@
 #         BOOKING_TEST_PG_CTL        an executable: `$BOOKING_TEST_PG_CTL stop|start|...`
 #                                    (same actions as `pg.sh ctl`), runs as the right user
 #         BOOKING_TEST_PG_PORT       the TCP port
+#         BOOKING_TEST_PG_SOCKET_URL the same database over the server's Unix socket
+#                                    (postgres://postgres@/postgres?host=DIR&port=PORT&...)
 #         BOOKING_TEST_PG_LOG        the server log file
 #   pg.sh dev-up DATADIR [PORT]
 #       Persistent server for development: initdb if DATADIR is missing or empty,
@@ -443,6 +445,7 @@ cmd_throwaway() {
 	export BOOKING_TEST_PG_DATADIR="$TW_DATA"
 	export BOOKING_TEST_PG_CTL="$ctl"
 	export BOOKING_TEST_PG_PORT="$port"
+	export BOOKING_TEST_PG_SOCKET_URL="postgres://postgres@/postgres?host=$TW_BASE&port=$port&sslmode=disable"
 	export BOOKING_TEST_PG_LOG="$TW_DATA/$LOG_NAME"
 	log "PostgreSQL $("$BINDIR/postgres" -V | awk '{print $3}') on 127.0.0.1:$port (data $TW_DATA)"
 	log "BOOKING_TEST_DATABASE_URL=$BOOKING_TEST_DATABASE_URL"

@@ -84,7 +84,7 @@ func (e *env) machine() []string {
 			settings = append(settings, s+"="+v)
 		}
 	}
-	out = append(out, "- PostgreSQL (throwaway server of test/scripts/pg.sh, same machine): "+strings.Join(settings, ", "))
+	out = append(out, "- PostgreSQL (throwaway server of test/scripts/pg.sh, same machine, reached over "+transport(conn)+" by the service and every baseline): "+strings.Join(settings, ", "))
 	out = append(out, "- the machine is shared: other processes ran meanwhile (load average at the end: "+loadavg()+"); only the ratios, each taken against a baseline measured next to it, are comparable between runs")
 	return out
 }
@@ -227,7 +227,7 @@ func (e *env) writeReport(took time.Duration) error {
 	}
 	w("## Method")
 	w("")
-	w("All rows run in one sitting on one throwaway PostgreSQL server (test/scripts/pg.sh: durability settings at their defaults, fsync and synchronous commit on).")
+	w("All rows run in one sitting on one throwaway PostgreSQL server (test/scripts/pg.sh: durability settings at their defaults, fsync and synchronous commit on), which the service, the Go benchmarks and pgbench all reach over its Unix socket, as a service reaches a PostgreSQL on its own machine (`BENCH_PG_TCP=1`: over TCP on 127.0.0.1 instead).")
 	w("")
 	w("- Raw-insert baseline (P2, P2h): pgbench, one-row `INSERT` into a table with `UNIQUE (actor, key)`, %d clients, measured right before each repetition of the row.", clients)
 	w("- P1, P7: `go test -bench` in eventstore/pgstore; each benchmark measures its own baseline in the same run (P1: the same number of raw UNIQUE inserts on the same pool and concurrency; P7: appends at 30k events stored). BenchmarkAppendNewStreams keeps reporting `x_of_raw_insert`.")
@@ -274,4 +274,12 @@ func keptSection(report string) string {
 		sec = sec[:len(head)+j+1]
 	}
 	return strings.TrimRight(sec, "\n") + "\n"
+}
+
+// transport names how conn reaches its server: its Unix socket or TCP.
+func transport(conn *pgx.Conn) string {
+	if strings.HasPrefix(conn.Config().Host, "/") {
+		return "its Unix socket"
+	}
+	return "TCP (" + conn.Config().Host + ")"
 }
