@@ -78,6 +78,23 @@ func TestUnknownCommand(t *testing.T) {
 	}
 }
 
+// TestFlagWithoutValue: a flag given without its value, at the end of the
+// line or before another flag, is a usage error (exit 2) that names the flag
+// and the form it wants.
+func TestFlagWithoutValue(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"intents", "explain", "--actor", "alice", "--key"},
+		{"intents", "explain", "--key", "--actor", "alice"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, &stdout, &stderr)
+		if want := "--key needs a value: --key=VALUE"; err == nil || err.Error() != want || exitCode(err) != exitUsage {
+			t.Errorf("booking %v = %v (exit %d), want %q (exit %d)", args, err, exitCode(err), want, exitUsage)
+		}
+	}
+}
+
 // TestUnreachableDatabaseIsNamed: every command that needs the database
 // names DATABASE_URL when it cannot reach it, exits 1 (a failure while
 // running, not a configuration error) and prints the dial error once.

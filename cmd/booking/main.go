@@ -194,7 +194,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if name, ok := unknownCommand(pe); ok {
 				return &usageError{fmt.Errorf("unknown command %s; run %s --help", name, commandPath(pe.Context))}
 			}
-			err = withFlagNamed(pe.Context, err) // a Validate hook's refusal (serve)
+			err = withFlagNamed(pe.Context, missingValue(err)) // a Validate hook's refusal (serve)
 			// A refused configuration value is answered with its message
 			// alone; a command line kong could not parse, with the usage.
 			if ce := (*configerr.Error)(nil); !errors.As(err, &ce) {
@@ -265,6 +265,19 @@ type renamedError struct {
 
 func (e *renamedError) Error() string { return e.msg }
 func (e *renamedError) Unwrap() error { return e.err }
+
+// missingValue rewrites kong's refusal of a flag given without its value
+// (`--key: expected string value but got "EOL" (<EOL>)`, also when the next
+// word is another flag) as `--key needs a value: --key=VALUE`; any other
+// error is returned as it is.
+func missingValue(err error) error {
+	flag, rest, ok := strings.Cut(err.Error(), ": expected ")
+	if !ok || !strings.HasPrefix(flag, "-") || !strings.Contains(rest, " value but got ") ||
+		!(strings.HasSuffix(rest, `"EOL" (<EOL>)`) || strings.Contains(rest, "(long flag)") || strings.Contains(rest, "(short flag)")) {
+		return err
+	}
+	return &renamedError{msg: flag + " needs a value: " + flag + "=VALUE", err: err}
+}
 
 // unknownCommand reports whether pe is an argument where a command was
 // expected (`booking frobnicate`, `booking projections frob`) and returns
