@@ -95,6 +95,7 @@ type row struct {
 	ratio             []float64
 	extra             []string  // per repetition details (latencies, repeats)
 	cpuMs, txs, syncs []float64 // per operation: service CPU (ms), transactions, WAL syncs (HTTP rows)
+	pgMs, clientMs    []float64 // per operation: PostgreSQL's CPU and the load's clients' (ms; HTTP rows)
 	goalMin, goalMax  float64   // on ratio (or value when ratio is empty); 0: none
 	note              string    // not measured, or a remark
 }
@@ -385,14 +386,11 @@ func (s *service) resetHWM() {
 
 // cpuSeconds returns the user+system CPU time of the service so far.
 func (s *service) cpuSeconds() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
-	if err != nil {
+	f, ok := procStat(s.cmd.Process.Pid)
+	if !ok {
 		return math.NaN()
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
+	return (ticks(f, 11) + ticks(f, 12)) / 100 // USER_HZ
 }
 
 func procStatusKB(pid int, field string) float64 {
@@ -639,6 +637,17 @@ func (e *env) stats(db string) pgStats {
 }
 
 // perOp formats the counters' growth from a to b per operation.
+// recordCPU keeps spent's three parts per operation (ops operations) in r
+// and describes them.
+func (r *row) recordCPU(spent cpuSplit, ops int) string {
+	n := float64(max(ops, 1))
+	r.cpuMs = append(r.cpuMs, 1000*spent.service/n)
+	r.pgMs = append(r.pgMs, 1000*spent.postgres/n)
+	r.clientMs = append(r.clientMs, 1000*spent.client/n)
+	return fmt.Sprintf("CPU per operation: service %.1f ms, PostgreSQL %.1f ms, the load's clients %.1f ms",
+		1000*spent.service/n, 1000*spent.postgres/n, 1000*spent.client/n)
+}
+
 func perOp(a, b pgStats, ops int) string {
 	n := float64(max(ops, 1))
 	return fmt.Sprintf("%.1f transactions and %.2f WAL syncs per operation", (b.commits-a.commits)/n, (b.walSyncs-a.walSyncs)/n)
@@ -715,7 +724,7 @@ func (e *env) bookings(p2, p6 *row, st *steadyRows, external bool) error {
 		}
 		s.resetHWM()
 		st0 := e.stats(s.db)
-		cpu0 := s.cpuSeconds()
+		cpu0 := cpuNow(s)
 		mode := "dev"
 		if external {
 			mode = "external"
@@ -731,7 +740,8 @@ func (e *env) bookings(p2, p6 *row, st *steadyRows, external bool) error {
 			_, r2, err := a.order(ctx, res, uuid.NewString())
 			return r1 + r2, err
 		})
-		cpu := s.cpuSeconds() - cpu0
+		spent := cpuNow(s).sub(cpu0)
+		cpu := spent.service
 		gc1, gcErr1 := s.gcCycles()
 		loadTook := time.Since(loadStart)
 		profiled()
@@ -749,9 +759,8 @@ func (e *env) bookings(p2, p6 *row, st *steadyRows, external bool) error {
 		p2.value = append(p2.value, res.rate())
 		p2.base = append(p2.base, raw)
 		p2.ratio = append(p2.ratio, res.rate()/raw)
-		p2.extra = append(p2.extra, fmt.Sprintf("rep %d: %d bookings in %s, %.0f/s; raw %.0f TPS; p50 %.0f ms, p99 %.0f ms; %d repeats; service CPU %.1f ms per booking; %s (warm-up included; the service's background work too)",
-			rep+1, res.ops, res.elapsed, res.rate(), raw, res.pct(50), res.pct(99), res.repeats, 1000*cpu/float64(max(res.total, 1)), perOp(st0, st1, res.total)))
-		p2.cpuMs = append(p2.cpuMs, 1000*cpu/float64(max(res.total, 1)))
+		p2.extra = append(p2.extra, fmt.Sprintf("rep %d: %d bookings in %s, %.0f/s; raw %.0f TPS; p50 %.0f ms, p99 %.0f ms; %d repeats; %s; %s (warm-up included; the service's background work too)",
+			rep+1, res.ops, res.elapsed, res.rate(), raw, res.pct(50), res.pct(99), res.repeats, p2.recordCPU(spent, res.total), perOp(st0, st1, res.total)))
 		p2.txs = append(p2.txs, (st1.commits-st0.commits)/float64(max(res.total, 1)))
 		p2.syncs = append(p2.syncs, (st1.walSyncs-st0.walSyncs)/float64(max(res.total, 1)))
 		p6.value = append(p6.value, s.vmHWM())
@@ -781,23 +790,23 @@ func (e *env) p2h() {
 			return err
 		}
 		st0 := e.stats(s.db)
-		cpu0 := s.cpuSeconds()
+		cpu0 := cpuNow(s)
 		profiled := e.profileAfter(s, fmt.Sprintf("p2h-rep%d", rep+1), e.o.warm, e.o.dur)
 		res, err := runLoad(e.ctx, clients, e.o.warm, e.o.dur, func(ctx context.Context, w, i int) (int, error) {
 			_, rep, err := a.reserve(ctx, show)
 			return rep, err
 		})
 		profiled()
-		cpu := s.cpuSeconds() - cpu0
+		spent := cpuNow(s).sub(cpu0)
 		if err != nil {
 			return err
 		}
 		st1 := e.stats(s.db)
 		n := float64(max(res.total, 1))
 		r.value, r.base, r.ratio = append(r.value, res.rate()), append(r.base, raw), append(r.ratio, res.rate()/raw)
-		r.cpuMs, r.txs, r.syncs = append(r.cpuMs, 1000*cpu/n), append(r.txs, (st1.commits-st0.commits)/n), append(r.syncs, (st1.walSyncs-st0.walSyncs)/n)
-		r.extra = append(r.extra, fmt.Sprintf("rep %d: %d holds, %.0f/s; raw %.0f TPS; p50 %.0f ms, p99 %.0f ms; %d repeats; service CPU %.1f ms per hold; %s",
-			rep+1, res.ops, res.rate(), raw, res.pct(50), res.pct(99), res.repeats, 1000*cpu/n, perOp(st0, st1, res.total)))
+		r.txs, r.syncs = append(r.txs, (st1.commits-st0.commits)/n), append(r.syncs, (st1.walSyncs-st0.walSyncs)/n)
+		r.extra = append(r.extra, fmt.Sprintf("rep %d: %d holds, %.0f/s; raw %.0f TPS; p50 %.0f ms, p99 %.0f ms; %d repeats; %s; %s",
+			rep+1, res.ops, res.rate(), raw, res.pct(50), res.pct(99), res.repeats, r.recordCPU(spent, res.total), perOp(st0, st1, res.total)))
 		e.logf("P2h rep %d: %.0f holds/s, raw %.0f, ratio %.4f", rep+1, res.rate(), raw, res.rate()/raw)
 		return nil
 	}

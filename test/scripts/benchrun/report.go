@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -201,6 +202,11 @@ func (e *env) writeReport(took time.Duration) error {
 			cpu := median(r.cpuMs)
 			w("  - where the time goes (medians): service CPU %.1f ms per operation, so the service alone could not pass %.0f operations/s on %d cores with nothing else running; %.1f database transactions (each statement outside a transaction is one) and %.2f WAL syncs per operation, against 1 and at most 1 for a raw insert",
 				cpu, float64(runtime.NumCPU())*1000/cpu, runtime.NumCPU(), median(r.txs), median(r.syncs))
+			if all := cpu + median(r.pgMs) + median(r.clientMs); len(r.pgMs) > 0 && !math.IsNaN(all) {
+				most := float64(runtime.NumCPU()) * 1000 / all
+				w("  - the ceiling the CPU implies: with PostgreSQL's %.1f ms and the load's clients' %.1f ms, an operation takes %.1f ms of CPU in all, so %d cores allow at most %.0f operations/s, %.3f× the raw rate's median (%.0f/s)",
+					median(r.pgMs), median(r.clientMs), all, runtime.NumCPU(), most, most/median(r.base), median(r.base))
+			}
 		}
 		for _, x := range r.extra {
 			w("  - %s", x)
