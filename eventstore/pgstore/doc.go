@@ -58,7 +58,11 @@
 // two batches that share ids, or a serialization failure makes Append try
 // again, at most three times in all; the next attempt sees the winner's rows
 // and classifies. The function plans with sequential scans disabled, so
-// plans cached while the tables were small stay on the indexes.
+// plans cached while the tables were small stay on the indexes, and with
+// generic plans (plan_cache_mode = force_generic_plan), made once per
+// session: PostgreSQL would otherwise plan eventstore_append_multi's
+// statements again on every call, as their custom plans look cheaper
+// (migration 00016).
 //
 // The now() beside the call is the database clock of the append's
 // transaction, the value the events' recorded_at defaults to: Append returns

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -154,4 +155,25 @@ func TestAppendMultiWith(t *testing.T) {
 			t.Errorf("stream %s holds %d events after a conflict, want none", call[0].Stream, n)
 		}
 	})
+}
+
+// TestAppendFunctionsPlanOncePerSession: both append functions run with
+// sequential scans off and generic plans forced (migration 00016), so their
+// statements are planned once per session on index paths. Without the
+// second setting PostgreSQL planned eventstore_append_multi's statements on
+// every call; a CREATE OR REPLACE that forgets either clause fails here.
+func TestAppendFunctionsPlanOncePerSession(t *testing.T) {
+	ctx := context.Background()
+	pool := newTestPool(t)
+	for _, fn := range []string{"eventstore_append", "eventstore_append_multi"} {
+		var config []string
+		if err := pool.QueryRow(ctx, `SELECT coalesce(proconfig, '{}') FROM pg_proc WHERE proname = $1`, fn).Scan(&config); err != nil {
+			t.Fatalf("reading %s's settings: %v", fn, err)
+		}
+		for _, want := range []string{"enable_seqscan=off", "plan_cache_mode=force_generic_plan"} {
+			if !slices.Contains(config, want) {
+				t.Errorf("%s runs with %q, want it to include %q", fn, config, want)
+			}
+		}
+	}
 }
