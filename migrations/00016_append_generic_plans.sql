@@ -10,6 +10,11 @@
 -- paths (enable_seqscan stays off), on an empty log as on a large one.
 --
 -- A later CREATE OR REPLACE of either function must repeat both SET clauses.
+--
+-- eventstore_wrote (migration 00015) becomes PL/pgSQL for the same reason:
+-- as a SQL function called from another statement (the key table's write
+-- in a unit of work) it was planned again on every call, which doubled its
+-- cost; PL/pgSQL keeps its plan for the session.
 
 -- +goose Up
 ALTER FUNCTION eventstore_append_multi(text[], smallint[], bigint[], integer[], uuid[], text[], bytea[], bytea[], integer)
@@ -17,7 +22,25 @@ ALTER FUNCTION eventstore_append_multi(text[], smallint[], bigint[], integer[], 
 ALTER FUNCTION eventstore_append(text, smallint, bigint, uuid[], text[], bytea[], bytea[], integer)
     SET plan_cache_mode = force_generic_plan;
 
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION eventstore_wrote(p_ids uuid[]) RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM events WHERE id = ANY (p_ids) AND tx = pg_current_xact_id());
+END;
+$$;
+-- +goose StatementEnd
+
 -- +goose Down
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION eventstore_wrote(p_ids uuid[]) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM events WHERE id = ANY (p_ids) AND tx = pg_current_xact_id())
+$$;
+-- +goose StatementEnd
 ALTER FUNCTION eventstore_append_multi(text[], smallint[], bigint[], integer[], uuid[], text[], bytea[], bytea[], integer)
     RESET plan_cache_mode;
 ALTER FUNCTION eventstore_append(text, smallint, bigint, uuid[], text[], bytea[], bytea[], integer)

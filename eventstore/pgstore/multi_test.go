@@ -157,15 +157,16 @@ func TestAppendMultiWith(t *testing.T) {
 	})
 }
 
-// TestAppendFunctionsPlanOncePerSession: both append functions run with
-// sequential scans off and generic plans forced (migration 00016), so their
-// statements are planned once per session on index paths. Without the
-// second setting PostgreSQL planned eventstore_append_multi's statements on
-// every call; a CREATE OR REPLACE that forgets either clause fails here.
+// TestAppendFunctionsPlanOncePerSession: both append functions and
+// eventstore_wrote run with sequential scans off and generic plans forced
+// (migration 00016), so their statements are planned once per session on
+// index paths. Without the second setting PostgreSQL planned
+// eventstore_append_multi's statements on every call; a CREATE OR REPLACE
+// that forgets either clause fails here.
 func TestAppendFunctionsPlanOncePerSession(t *testing.T) {
 	ctx := context.Background()
 	pool := newTestPool(t)
-	for _, fn := range []string{"eventstore_append", "eventstore_append_multi"} {
+	for _, fn := range []string{"eventstore_append", "eventstore_append_multi", "eventstore_wrote"} {
 		var config []string
 		if err := pool.QueryRow(ctx, `SELECT coalesce(proconfig, '{}') FROM pg_proc WHERE proname = $1`, fn).Scan(&config); err != nil {
 			t.Fatalf("reading %s's settings: %v", fn, err)
