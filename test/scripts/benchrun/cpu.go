@@ -19,9 +19,6 @@ func (c cpuSplit) sub(a cpuSplit) cpuSplit {
 	return cpuSplit{c.service - a.service, c.postgres - a.postgres, c.client - a.client}
 }
 
-// total is the CPU time of all three.
-func (c cpuSplit) total() float64 { return c.service + c.postgres + c.client }
-
 // cpuNow reads the CPU time of the service s, of the PostgreSQL server of
 // BOOKING_TEST_PG_DATADIR (NaN without one) and of this process.
 func cpuNow(s *service) cpuSplit {
