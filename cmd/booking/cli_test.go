@@ -32,23 +32,26 @@ func TestCommandLine(t *testing.T) {
 		t.Errorf("booking --version printed %q, want %q", got, want)
 	}
 
+	stdout.Reset()
+	if err := run(context.Background(), nil, &stdout, &stderr); err == nil || exitCode(err) != exitUsage || !strings.Contains(stderr.String(), "Commands:") {
+		t.Errorf("bare booking = %v (exit %d), stderr %q; want a usage error (exit %d) after the help", err, exitCode(err), stderr.String(), exitUsage)
+	}
 	for _, tt := range []struct {
-		name       string
-		args       []string
-		wantStderr string
+		name string
+		args []string
+		want string
 	}{
-		{"bare booking", nil, "Commands:"},
-		{"an unknown flag", []string{"serve", "--no-such-flag"}, "Usage: booking serve"},
-		{"a duration that does not parse", []string{"serve", "--intent-lease=soon"}, "Usage: booking serve"},
+		{"an unknown flag", []string{"serve", "--no-such-flag"}, "unknown flag --no-such-flag; run booking serve --help"},
+		{"a duration that does not parse", []string{"serve", "--intent-lease=soon"}, `--intent-lease: expected duration but got "soon"`},
 	} {
 		stdout.Reset()
 		stderr.Reset()
 		err := run(context.Background(), tt.args, &stdout, &stderr)
-		if err == nil || exitCode(err) != exitUsage {
-			t.Errorf("booking with %s = %v (exit %d), want a usage error (exit %d)", tt.name, err, exitCode(err), exitUsage)
+		if err == nil || exitCode(err) != exitUsage || !strings.Contains(err.Error(), tt.want) || !strings.HasSuffix(err.Error(), "; run booking serve --help") {
+			t.Errorf("booking with %s = %v (exit %d), want a usage error (exit %d) with %q, ending with where the help is", tt.name, err, exitCode(err), exitUsage, tt.want)
 		}
-		if !strings.Contains(stderr.String(), tt.wantStderr) {
-			t.Errorf("booking with %s wrote to stderr %q, want it to contain %q", tt.name, stderr.String(), tt.wantStderr)
+		if stderr.Len() != 0 {
+			t.Errorf("booking with %s wrote to stderr %q, want nothing besides the error", tt.name, stderr.String())
 		}
 	}
 	if got := exitCode(errors.New("database down")); got != exitFailure {
@@ -89,7 +92,7 @@ func TestFlagWithoutValue(t *testing.T) {
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), args, &stdout, &stderr)
-		if want := "--key needs a value: --key=VALUE"; err == nil || err.Error() != want || exitCode(err) != exitUsage {
+		if want := "--key needs a value: --key=VALUE; run booking intents explain --help"; err == nil || err.Error() != want || exitCode(err) != exitUsage {
 			t.Errorf("booking %v = %v (exit %d), want %q (exit %d)", args, err, exitCode(err), want, exitUsage)
 		}
 	}

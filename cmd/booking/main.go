@@ -196,11 +196,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			err = withFlagNamed(pe.Context, missingValue(err)) // a Validate hook's refusal (serve)
 			// A refused configuration value is answered with its message
-			// alone; a command line kong could not parse, with the usage.
+			// alone; a command line kong could not parse, with where its
+			// help is, so the message stays the one line a user reads.
 			if ce := (*configerr.Error)(nil); !errors.As(err, &ce) {
-				parser.Stdout = stderr
-				_ = pe.Context.PrintUsage(true)
-				fmt.Fprintln(stderr)
+				err = &renamedError{msg: err.Error() + "; run " + commandPath(pe.Context) + " --help", err: err}
 			}
 		}
 		return &usageError{err}

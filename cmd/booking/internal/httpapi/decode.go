@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -100,6 +101,9 @@ func decodeJSON(raw []byte) (*body, error) {
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
+		if len(bytes.TrimSpace(raw)) == 0 {
+			return nil, httpError(domain.Invalid, codeInvalidJSON, "the body is empty; want a JSON object")
+		}
 		return nil, httpError(domain.Invalid, codeInvalidJSON, "the body is not valid JSON: "+jsonErr(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -426,23 +430,31 @@ func (b *body) Money(field string) domain.Money {
 }
 
 // done reports the first error — when that is a missing required field,
-// every missing required field taken, in fields — or an unknown field
+// every missing required field taken, in fields, and any unknown field
+// beside them (a misspelt required field is both) — or an unknown field
 // (sorted names).
 func (b *body) done() error {
-	if b.err != nil {
-		if b.errMissing && len(b.missing) > 1 {
-			return httpError(domain.Invalid, "invalid-request", strings.Join(b.missing, ", ")+" are required", b.missing...)
-		}
-		return b.err
-	}
 	var unknown []string
 	for k := range b.m {
 		if !b.used[k] {
 			unknown = append(unknown, b.path+k)
 		}
 	}
+	sort.Strings(unknown)
+	if b.err != nil {
+		if !b.errMissing || (len(b.missing) == 1 && len(unknown) == 0) {
+			return b.err
+		}
+		msg := strings.Join(b.missing, ", ") + " is required"
+		if len(b.missing) > 1 {
+			msg = strings.Join(b.missing, ", ") + " are required"
+		}
+		if len(unknown) > 0 {
+			msg += "; unknown field(s): " + strings.Join(unknown, ", ")
+		}
+		return httpError(domain.Invalid, "invalid-request", msg, append(slices.Clone(b.missing), unknown...)...)
+	}
 	if len(unknown) > 0 {
-		sort.Strings(unknown)
 		return httpError(domain.Invalid, "unknown-field", fmt.Sprintf("unknown field(s): %s", strings.Join(unknown, ", ")), unknown...)
 	}
 	return nil
