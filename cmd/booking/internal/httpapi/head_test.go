@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -141,5 +142,28 @@ func TestHEADAnswersAsGET(t *testing.T) {
 	want := []string{"GetOrder", "GetOrder", "GetShow", "GetShow"}
 	if !slices.Equal(f.calls, want) {
 		t.Errorf("service calls %v, want %v", f.calls, want)
+	}
+}
+
+// TestProblemTextIsNotHTMLEscaped: a problem's detail reaches the wire as
+// written: the 401's `Bearer <token>` is not `\u003ctoken\u003e`.
+func TestProblemTextIsNotHTMLEscaped(t *testing.T) {
+	t.Parallel()
+	f := &fakeService{}
+	cfg := httpapi.Config{Tokens: map[string]httpapi.Actor{tokAlice: {ID: "alice"}}, RetryBudgetRate: 1000, RetryBudgetBurst: 1000,
+		Ready: func(context.Context) error { return nil }}
+	srv := httptest.NewServer(httpapi.New(cfg, f, f, slog.New(slog.DiscardHandler)))
+	t.Cleanup(srv.Close)
+	res, err := srv.Client().Get(srv.URL + "/v1/orders/0b8f2c1e-3a7d-4e5f-9a6b-1c2d3e4f5a6b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusUnauthorized || !bytes.Contains(body, []byte("Bearer <token>")) {
+		t.Errorf("GET without a token = %d %s, want 401 with `Bearer <token>` as written", res.StatusCode, body)
 	}
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -166,14 +167,19 @@ func budgetSpent(r *http.Request, err error) error {
 }
 
 // writeProblem writes p with its Content-Length, so the answer is complete
-// on the wire even when the connection is held open after it (lingerAfterBodyTimeout).
+// on the wire even when the connection is held open after it
+// (lingerAfterBodyTimeout). Messages keep <, > and & as they are (the
+// answer is JSON, never HTML), so `Bearer <token>` reads as written.
 func writeProblem(w http.ResponseWriter, p problem) {
-	raw, err := json.Marshal(p)
-	if err != nil {
-		raw = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500,"code":"internal"}`)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(p); err != nil { // Encode ends the value with "\n"
+		buf.Reset()
+		buf.WriteString(`{"type":"about:blank","title":"Internal Server Error","status":500,"code":"internal"}` + "\n")
 		p.Status = http.StatusInternalServerError
 	}
-	raw = append(raw, '\n')
+	raw := buf.Bytes()
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Length", strconv.Itoa(len(raw)))
