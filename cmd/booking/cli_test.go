@@ -81,19 +81,27 @@ func TestUnknownCommand(t *testing.T) {
 	}
 }
 
-// TestFlagWithoutValue: a flag given without its value, at the end of the
-// line or before another flag, is a usage error (exit 2) that names the flag
-// and the form it wants.
+// TestFlagWithoutValue: a flag given without its value is a usage error
+// (exit 2) that names the flag and the form it wants: at the end of the
+// line, for a list flag too, and before a word that reads as a flag, where
+// it also says how to give a value that starts with "-".
 func TestFlagWithoutValue(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{
-		{"intents", "explain", "--actor", "alice", "--key"},
-		{"intents", "explain", "--key", "--actor", "alice"},
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"intents", "explain", "--actor", "alice", "--key"}, "--key needs a value: --key=VALUE; run booking intents explain --help"},
+		{[]string{"loadgen", "--target"}, "--target needs a value: --target=VALUE; run booking loadgen --help"},
+		{[]string{"intents", "explain", "--key", "--actor", "alice"},
+			`--key needs a value: --key=VALUE ("--actor" reads as a flag: a value that starts with "-" takes the = form, --key=--actor); run booking intents explain --help`},
+		{[]string{"loadgen", "--clients", "-1"},
+			`--clients needs a value: --clients=VALUE ("-1" reads as a flag: a value that starts with "-" takes the = form, --clients=-1); run booking loadgen --help`},
 	} {
 		var stdout, stderr bytes.Buffer
-		err := run(context.Background(), args, &stdout, &stderr)
-		if want := "--key needs a value: --key=VALUE; run booking intents explain --help"; err == nil || err.Error() != want || exitCode(err) != exitUsage {
-			t.Errorf("booking %v = %v (exit %d), want %q (exit %d)", args, err, exitCode(err), want, exitUsage)
+		err := run(context.Background(), tt.args, &stdout, &stderr)
+		if err == nil || err.Error() != tt.want || exitCode(err) != exitUsage {
+			t.Errorf("booking %v = %v (exit %d), want %q (exit %d)", tt.args, err, exitCode(err), tt.want, exitUsage)
 		}
 	}
 }
@@ -158,6 +166,8 @@ func TestConfigurationErrorsExitTwo(t *testing.T) {
 		{[]string{"provider-sim", "--retention=-1s"}, "BOOKING_PROVIDER_RETENTION"},
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--target", "ftp://x"}, `--target: "ftp://x"`},
 		{[]string{"intents", "explain", "--actor", "alice", "--key", ""}, "invalid configuration: --key: the Idempotency-Key must not be empty"},
+		{[]string{"intents", "explain", "--actor=", "--key", "k"}, "invalid configuration: --actor: is empty; want the actor id, such as alice"},
+		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--url="}, "invalid configuration: --url: is empty"},
 		{[]string{"intents", "explain", "--actor", "alice", "--key", "  "}, "--key: the Idempotency-Key must not be blank"},
 		{[]string{"intents", "explain", "--actor", "alice", "--key", `"abc`}, "--key: the quoted Idempotency-Key lacks its closing quote"},
 		{[]string{"intents", "explain", "--actor", "alice", "--key", strings.Repeat("k", 256)}, "--key: the Idempotency-Key must have at most 255 characters"},

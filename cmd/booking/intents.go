@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,6 +34,9 @@ type intentsExplainCmd struct {
 // Run reads the actor's intent streams under the key and prints them; when
 // there is none it returns explaintext.NoIntent's error (exit status 1).
 func (c *intentsExplainCmd) Run(e *env) error {
+	if strings.TrimSpace(c.Actor) == "" {
+		return configError("--actor", "is empty; want the actor id, such as alice")
+	}
 	key, err := httpapi.ParseKey(c.Key)
 	if err != nil {
 		return configError("--key", "%v", err)

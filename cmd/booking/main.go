@@ -265,17 +265,33 @@ type renamedError struct {
 func (e *renamedError) Error() string { return e.msg }
 func (e *renamedError) Unwrap() error { return e.err }
 
-// missingValue rewrites kong's refusal of a flag given without its value
-// (`--key: expected string value but got "EOL" (<EOL>)`, also when the next
-// word is another flag) as `--key needs a value: --key=VALUE`; any other
-// error is returned as it is.
+// missingValue rewrites kong's refusal of a flag given without its value:
+// at the end of the line (`--key: expected string value but got "EOL"
+// (<EOL>)`, or `--target: missing value, expecting …` for a list) it is
+// `--key needs a value: --key=VALUE`; before a word that reads as a flag
+// (`--clients -1`, `--key --actor`) the message adds that a value starting
+// with "-" takes the = form (`--clients=-1`). Any other error is returned
+// as it is.
 func missingValue(err error) error {
-	flag, rest, ok := strings.Cut(err.Error(), ": expected ")
-	if !ok || !strings.HasPrefix(flag, "-") || !strings.Contains(rest, " value but got ") ||
-		!(strings.HasSuffix(rest, `"EOL" (<EOL>)`) || strings.Contains(rest, "(long flag)") || strings.Contains(rest, "(short flag)")) {
+	msg := err.Error()
+	flag, rest, ok := strings.Cut(msg, ": ")
+	if !ok || !strings.HasPrefix(flag, "-") {
 		return err
 	}
-	return &renamedError{msg: flag + " needs a value: " + flag + "=VALUE", err: err}
+	need := flag + " needs a value: " + flag + "=VALUE"
+	switch {
+	case strings.HasPrefix(rest, "missing value, expecting "),
+		strings.HasPrefix(rest, "expected ") && strings.HasSuffix(rest, `but got "EOL" (<EOL>)`):
+		return &renamedError{msg: need, err: err}
+	case strings.HasPrefix(rest, "expected ") && (strings.Contains(rest, `" (short flag)`) || strings.Contains(rest, `" (long flag)`)):
+		_, got, _ := strings.Cut(rest, " but got ")
+		got, _, _ = strings.Cut(got, " (")
+		if word, err := strconv.Unquote(got); err == nil {
+			need += fmt.Sprintf(" (%q reads as a flag: a value that starts with \"-\" takes the = form, %s=%s)", word, flag, word)
+		}
+		return &renamedError{msg: need, err: err}
+	}
+	return err
 }
 
 // unknownCommand reports whether pe is an argument where a command was

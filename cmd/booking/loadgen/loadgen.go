@@ -127,6 +127,8 @@ type Config struct {
 	Out             io.Writer // where the report goes
 	Progress        io.Writer // where the progress bar goes (nil: none)
 	ReportFile      string    // write the JSON report here (empty: none)
+
+	targetsFrom string // the flag Targets came from after normalize: --target, or --url when none was given
 }
 
 // Summary is the client side of a run, the "loadgen" member of the JSON
@@ -445,8 +447,9 @@ func (v Verdict) write(w io.Writer) {
 // normalize fills Targets from URL when none is given and trims the base
 // URLs' trailing slashes.
 func (c *Config) normalize() {
-	if len(c.Targets) == 0 && c.URL != "" {
-		c.Targets = []string{c.URL}
+	c.targetsFrom = "--target"
+	if len(c.Targets) == 0 {
+		c.Targets, c.targetsFrom = []string{c.URL}, "--url"
 	}
 	c.Targets = normalizeURLs(c.Targets)
 	c.SimURL = strings.TrimRight(c.SimURL, "/")
@@ -484,8 +487,10 @@ func (c *Config) validateFlags() error {
 		return configerr.New("--orders", "must be at least 1")
 	case c.ShowSize < 0:
 		return configerr.New("--show-size", "must be 0 (one show for all) or positive")
+	case len(c.Targets) == 0 && c.targetsFrom == "--url":
+		return configerr.New("--url", "is empty; want the API's base URL, such as http://127.0.0.1:8080 (or give --target)")
 	case len(c.Targets) == 0:
-		return configerr.New("--target", "needs at least one base URL")
+		return configerr.New("--target", "is empty; want at least one base URL, such as http://127.0.0.1:8080")
 	case !(c.Rate > 0): // also refuses NaN
 		return configerr.New("--rate", "must be positive")
 	}

@@ -167,3 +167,25 @@ func TestVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckFlagsNamesTheEmptyURLFlag: with no --target the load goes to
+// --url, so an empty --url is named as such; a --target list of nothing but
+// separators is named as --target.
+func TestCheckFlagsNamesTheEmptyURLFlag(t *testing.T) {
+	t.Parallel()
+	base := Config{Clients: 1, Orders: 1, Rate: 1, Timeout: time.Second, MaxDuration: time.Second}
+	for _, tc := range []struct {
+		url     string
+		targets []string
+		want    string
+	}{
+		{"", nil, "--url: is empty"},
+		{"http://127.0.0.1:8080", []string{" , "}, "--target: is empty"},
+	} {
+		c := base
+		c.URL, c.Targets = tc.url, tc.targets
+		if err := CheckFlags(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CheckFlags(url %q, targets %q) = %v, want an error containing %q", tc.url, tc.targets, err, tc.want)
+		}
+	}
+}
