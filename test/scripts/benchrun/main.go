@@ -636,7 +636,6 @@ func (e *env) stats(db string) pgStats {
 	return st
 }
 
-// perOp formats the counters' growth from a to b per operation.
 // recordCPU keeps spent's three parts per operation (ops operations) in r
 // and describes them.
 func (r *row) recordCPU(spent cpuSplit, ops int) string {
@@ -648,6 +647,7 @@ func (r *row) recordCPU(spent cpuSplit, ops int) string {
 		1000*spent.service/n, 1000*spent.postgres/n, 1000*spent.client/n)
 }
 
+// perOp formats the counters' growth from a to b per operation.
 func perOp(a, b pgStats, ops int) string {
 	n := float64(max(ops, 1))
 	return fmt.Sprintf("%.1f transactions and %.2f WAL syncs per operation", (b.commits-a.commits)/n, (b.walSyncs-a.walSyncs)/n)

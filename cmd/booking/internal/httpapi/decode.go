@@ -445,10 +445,11 @@ func (b *body) done() error {
 		if !b.errMissing || (len(b.missing) == 1 && len(unknown) == 0) {
 			return b.err
 		}
-		msg := strings.Join(b.missing, ", ") + " is required"
+		verb := " is required"
 		if len(b.missing) > 1 {
-			msg = strings.Join(b.missing, ", ") + " are required"
+			verb = " are required"
 		}
+		msg := strings.Join(b.missing, ", ") + verb
 		if len(unknown) > 0 {
 			msg += "; unknown field(s): " + strings.Join(unknown, ", ")
 		}
