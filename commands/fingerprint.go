@@ -23,7 +23,26 @@ const CanonicalVersion = 1
 // command must hold only JSON values (strings, integers as int64 within
 // ±(2^53−1), maps and slices of those). Returns an error for an unknown
 // version.
+//
+// A fingerprint computed lately is answered from a bounded memo keyed by the
+// exact input (fingerprintMemo), so a client's retry is not canonicalized
+// again.
 func Fingerprint(version int, operation string, command map[string]any) (string, error) {
+	key, memo := memoKey(version, operation, command)
+	if memo {
+		if fp, ok := fingerprints.get(key); ok {
+			return fp, nil
+		}
+	}
+	fp, err := fingerprint(version, operation, command)
+	if err == nil && memo {
+		fingerprints.put(key, fp)
+	}
+	return fp, err
+}
+
+// fingerprint is Fingerprint without the memo.
+func fingerprint(version int, operation string, command map[string]any) (string, error) {
 	switch version {
 	case 1:
 		raw, err := json.Marshal(map[string]any{"v": 1, "op": operation, "cmd": nfcValue(command)})
