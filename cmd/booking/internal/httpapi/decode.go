@@ -109,7 +109,8 @@ func decodeJSON(raw []byte) (*body, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, httpError(domain.Invalid, codeInvalidJSON, "the body has data after its JSON value")
 	}
-	switch scanJSONText(raw) {
+	members, err := scanJSONText(raw)
+	switch err {
 	case errLoneSurrogate:
 		return nil, httpError(domain.Invalid, codeInvalidUTF8, `the body has an escaped lone surrogate (such as "\ud800"), which is not a Unicode character`)
 	case errTooDeep:
@@ -119,10 +120,14 @@ func decodeJSON(raw []byte) (*body, error) {
 	if !ok {
 		return nil, httpError(domain.Invalid, codeInvalidJSON, "the body must be a JSON object")
 	}
-	if name, dup := duplicateMember(raw); dup {
-		// RFC 8785 and RFC 8259 §4 assume unique member names; "last one wins"
-		// would let two different-looking bodies share a fingerprint.
-		return nil, httpError(domain.Invalid, codeInvalidJSON, fmt.Sprintf("the body repeats the member %q", name), name)
+	// RFC 8785 and RFC 8259 §4 assume unique member names; "last one wins"
+	// would let two different-looking bodies share a fingerprint. A name
+	// repeated in one object leaves its map with fewer entries than the text
+	// has members; only then is the text searched for the name.
+	if members != memberCount(m) {
+		if name, dup := duplicateMember(raw); dup {
+			return nil, httpError(domain.Invalid, codeInvalidJSON, fmt.Sprintf("the body repeats the member %q", name), name)
+		}
 	}
 	return &body{m: m, used: map[string]bool{}}, nil
 }
@@ -136,10 +141,11 @@ var (
 // scanJSONText checks the text of a JSON document that encoding/json has
 // accepted: every \u escape of a surrogate (U+D800–U+DFFF) must be a high
 // one followed by an escaped low one (RFC 8259 §7), and objects and arrays
-// nest at most maxJSONDepth deep. It returns nil, errLoneSurrogate or
+// nest at most maxJSONDepth deep. It returns the number of object members in
+// the text (its name separators, RFC 8259 §4) and nil, errLoneSurrogate or
 // errTooDeep; on text that is not valid JSON its answer means nothing, but it
 // never panics.
-func scanJSONText(raw []byte) error {
+func scanJSONText(raw []byte) (members int, err error) {
 	depth := 0
 	inString := false
 	for i := 0; i < len(raw); i++ {
@@ -150,10 +156,12 @@ func scanJSONText(raw []byte) error {
 				inString = true
 			case '{', '[':
 				if depth++; depth > maxJSONDepth {
-					return errTooDeep
+					return members, errTooDeep
 				}
 			case '}', ']':
 				depth--
+			case ':':
+				members++
 			}
 			continue
 		}
@@ -164,19 +172,19 @@ func scanJSONText(raw []byte) error {
 			if i+1 < len(raw) && raw[i+1] == 'u' {
 				r, ok := hex4(raw, i+2)
 				if !ok {
-					return nil // not JSON
+					return members, nil // not JSON
 				}
 				i += 5 // at the escape's last hex digit
 				switch {
 				case r >= 0xdc00 && r <= 0xdfff:
-					return errLoneSurrogate
+					return members, errLoneSurrogate
 				case r >= 0xd800 && r <= 0xdbff:
 					if i+2 >= len(raw) || raw[i+1] != '\\' || raw[i+2] != 'u' {
-						return errLoneSurrogate
+						return members, errLoneSurrogate
 					}
 					lo, ok := hex4(raw, i+3)
 					if !ok || lo < 0xdc00 || lo > 0xdfff {
-						return errLoneSurrogate
+						return members, errLoneSurrogate
 					}
 					i += 6
 				}
@@ -185,7 +193,27 @@ func scanJSONText(raw []byte) error {
 			}
 		}
 	}
-	return nil
+	return members, nil
+}
+
+// memberCount returns the number of members in the objects of the decoded
+// JSON value v, nested ones included.
+func memberCount(v any) int {
+	switch v := v.(type) {
+	case map[string]any:
+		n := len(v)
+		for _, e := range v {
+			n += memberCount(e)
+		}
+		return n
+	case []any:
+		n := 0
+		for _, e := range v {
+			n += memberCount(e)
+		}
+		return n
+	}
+	return 0
 }
 
 // hex4 returns the value of the four hex digits at raw[i:i+4].
