@@ -8,9 +8,14 @@ import (
 	"sync"
 )
 
-// fingerprintMemoSize bounds fingerprintMemo: at about 200 bytes an entry
-// (key, fingerprint and map overhead), under a megabyte.
-const fingerprintMemoSize = 4096
+// fingerprintMemoSize bounds fingerprintMemo's entries, and maxMemoKey
+// (bytes) an entry's key: at most about 5 MB in all, under a megabyte for
+// the service's commands (about 200 bytes an entry with the fingerprint and
+// the map's overhead).
+const (
+	fingerprintMemoSize = 4096
+	maxMemoKey          = 1024
+)
 
 // fingerprints is the process's fingerprintMemo.
 var fingerprints = &fingerprintMemo{m: make(map[string]string, fingerprintMemoSize)}
@@ -47,13 +52,17 @@ func (f *fingerprintMemo) put(key, fp string) {
 // value, a length before every string and every map or slice, map members
 // in sorted order. Two inputs share a key only when they are the same
 // values of the same Go types, so they share a fingerprint. It reports
-// false for a command holding another type, which is not memoized.
+// false for a command holding another type or whose key would be longer
+// than maxMemoKey, which is not memoized.
 func memoKey(version int, operation string, command map[string]any) (string, bool) {
 	b := make([]byte, 0, 128)
 	b = binary.AppendUvarint(b, uint64(version))
 	b = appendMemoString(b, operation)
 	b, ok := appendMemoValue(b, command)
-	return string(b), ok
+	if !ok || len(b) > maxMemoKey {
+		return "", false
+	}
+	return string(b), true
 }
 
 // appendMemoValue appends v's encoding (see memoKey) to b; false when v

@@ -3,6 +3,7 @@ package commands
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -56,7 +57,7 @@ func TestFingerprintMemoAnswersAsComputed(t *testing.T) {
 
 // TestFingerprintMemoIsBoundedAndSkipsOtherTypes: the memo never holds more
 // than fingerprintMemoSize entries, and a command holding a type memoKey has
-// no tag for is refused or computed, never kept.
+// no tag for, or too long for a key, is never kept.
 func TestFingerprintMemoIsBoundedAndSkipsOtherTypes(t *testing.T) {
 	t.Parallel()
 	f := &fingerprintMemo{m: map[string]string{}}
@@ -75,5 +76,11 @@ func TestFingerprintMemoIsBoundedAndSkipsOtherTypes(t *testing.T) {
 	}
 	if _, ok := memoKey(CanonicalVersion, "op", map[string]any{"x": []any{"a", make(chan int)}}); ok {
 		t.Errorf("memoKey of a channel in a slice reports ok; want not memoized")
+	}
+	if _, ok := memoKey(CanonicalVersion, "op", map[string]any{"name": strings.Repeat("x", maxMemoKey)}); ok {
+		t.Errorf("memoKey of a %d-byte name reports ok; want not memoized (keys are at most %d bytes)", maxMemoKey, maxMemoKey)
+	}
+	if _, ok := memoKey(CanonicalVersion, "op", map[string]any{"name": strings.Repeat("x", maxMemoKey/2)}); !ok {
+		t.Errorf("memoKey of a %d-byte name reports not ok; want memoized", maxMemoKey/2)
 	}
 }
