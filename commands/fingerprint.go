@@ -45,6 +45,9 @@ func Fingerprint(version int, operation string, command map[string]any) (string,
 func fingerprint(version int, operation string, command map[string]any) (string, error) {
 	switch version {
 	case 1:
+		if a, b, ok := nfcNamesCollide(command); ok {
+			return "", fmt.Errorf("fingerprint: member names %q and %q of one object are equal in NFC", a, b)
+		}
 		raw, err := json.Marshal(map[string]any{"v": 1, "op": operation, "cmd": nfcValue(command)})
 		if err != nil {
 			return "", fmt.Errorf("fingerprint: %w", err)
@@ -95,6 +98,42 @@ func normalizeJSON(m map[string]any) map[string]any {
 		return m
 	}
 	return out
+}
+
+// nfcNamesCollide reports two member names of one object of the JSON value
+// v that differ as sent but are equal in NFC: nfcValue would keep only one
+// of the two members, picked by map order, so such a value has no canonical
+// form (RFC 8785 §3.2.3 wants unique names).
+func nfcNamesCollide(v any) (a, b string, ok bool) {
+	switch v := v.(type) {
+	case map[string]any:
+		var seen map[string]string
+		for k, e := range v {
+			if !norm.NFC.IsNormalString(k) {
+				if seen == nil {
+					seen = make(map[string]string, len(v))
+					for n := range v {
+						seen[n] = n
+					}
+				}
+				nk := norm.NFC.String(k)
+				if other, dup := seen[nk]; dup && other != k {
+					return min(k, other), max(k, other), true
+				}
+				seen[nk] = k
+			}
+			if a, b, ok := nfcNamesCollide(e); ok {
+				return a, b, true
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if a, b, ok := nfcNamesCollide(e); ok {
+				return a, b, true
+			}
+		}
+	}
+	return "", "", false
 }
 
 // nfcCommand is nfcValue on a command.

@@ -325,3 +325,29 @@ func TestFingerprintKeepsCommandsAsSent(t *testing.T) {
 func diffFieldsNFC(a, b map[string]any) []string {
 	return domain.DiffFields(nfcCommand(normalizeJSON(a)), nfcCommand(normalizeJSON(b)))
 }
+
+// TestFingerprintRefusesNamesEqualInNFC: an object whose member names differ
+// as sent but are equal in NFC has no canonical form (normalizing would keep
+// one member by map order), so Fingerprint refuses it; one such name alone
+// fingerprints as the name in NFC.
+func TestFingerprintRefusesNamesEqualInNFC(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []map[string]any{
+		{"\u00e9": int64(1), "e\u0301": int64(2)},
+		{"x": []any{map[string]any{"e\u0301": "a", "\u00e9": "b"}}},
+		{"e\u0301\u0301": nil, "\u00e9\u0301": nil},
+	} {
+		for i := range 20 {
+			if got, err := Fingerprint(CanonicalVersion, "op", cmd); err == nil || !strings.Contains(err.Error(), "equal in NFC") {
+				t.Fatalf("Fingerprint(%q) call %d = %q, %v; want an error naming the names equal in NFC", cmd, i+1, got, err)
+			}
+		}
+	}
+	nfd, err := Fingerprint(CanonicalVersion, "op", map[string]any{"e\u0301": int64(1), "x": "e\u0301"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nfc := mustFingerprint(t, CanonicalVersion, "op", map[string]any{"\u00e9": int64(1), "x": "\u00e9"}); nfd != nfc {
+		t.Errorf("Fingerprint of an NFD name = %s, of its NFC form %s; want equal", nfd, nfc)
+	}
+}
