@@ -22,7 +22,8 @@ const CanonicalVersion = 1
 // for the comparison: commands, events and answers keep strings as sent.
 // command must hold only JSON values (strings, integers as int64 within
 // ±(2^53−1), maps and slices of those). Returns an error for an unknown
-// version.
+// version, a value JSON cannot hold (NaN, a channel) and an object with two
+// member names equal in NFC.
 //
 // A fingerprint computed lately is answered from a bounded memo keyed by the
 // exact input (fingerprintMemo), so a client's retry is not canonicalized
