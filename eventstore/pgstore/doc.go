@@ -75,10 +75,8 @@
 // a row only for a stream that has been truncated: its truncation point and
 // its last revision at that time, which must survive when every event is
 // gone (a later append must still expect it); the last revision is the
-// greater of the two. (Until migration 00008 every append upserted the
-// stream's row too: a heap row, an index entry and a speculative insertion
-// more, a third of the append's writes.) Events below a truncation point are
-// deleted, so a stream's rows in events are exactly its live events.
+// greater of the two. Events below a truncation point are deleted, so a
+// stream's rows in events are exactly its live events.
 //
 // data and metadata are bytea: the bytes given are the bytes read, which
 // golden files need. recorded_at is the database clock (now(), the start of
