@@ -46,10 +46,11 @@ func Fingerprint(version int, operation string, command map[string]any) (string,
 func fingerprint(version int, operation string, command map[string]any) (string, error) {
 	switch version {
 	case 1:
-		if a, b, ok := nfcNamesCollide(command); ok {
-			return "", fmt.Errorf("fingerprint: member names %q and %q of one object are equal in NFC", a, b)
+		cmd, err := nfcValue(command)
+		if err != nil {
+			return "", fmt.Errorf("fingerprint: %w", err)
 		}
-		raw, err := json.Marshal(map[string]any{"v": 1, "op": operation, "cmd": nfcValue(command)})
+		raw, err := json.Marshal(map[string]any{"v": 1, "op": operation, "cmd": cmd})
 		if err != nil {
 			return "", fmt.Errorf("fingerprint: %w", err)
 		}
@@ -64,25 +65,40 @@ func fingerprint(version int, operation string, command map[string]any) (string,
 }
 
 // nfcValue returns a copy of the JSON value v with every string, member
-// names included, in Normalization Form C.
-func nfcValue(v any) any {
+// names included, in Normalization Form C. An object with two member names
+// that differ as sent but are equal in NFC has no canonical form (RFC 8785
+// §3.2.3 wants unique names; the copy would keep one of the two by map
+// order): nfcValue returns an error naming them.
+func nfcValue(v any) (any, error) {
 	switch v := v.(type) {
 	case string:
-		return norm.NFC.String(v)
+		return norm.NFC.String(v), nil
 	case map[string]any:
 		out := make(map[string]any, len(v))
 		for k, e := range v {
-			out[norm.NFC.String(k)] = nfcValue(e)
+			nk := norm.NFC.String(k)
+			if _, dup := out[nk]; dup {
+				return nil, fmt.Errorf("member name %q of an object is equal in NFC to another of its names", k)
+			}
+			ne, err := nfcValue(e)
+			if err != nil {
+				return nil, err
+			}
+			out[nk] = ne
 		}
-		return out
+		return out, nil
 	case []any:
 		out := make([]any, len(v))
 		for i, e := range v {
-			out[i] = nfcValue(e)
+			ne, err := nfcValue(e)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = ne
 		}
-		return out
+		return out, nil
 	default:
-		return v
+		return v, nil
 	}
 }
 
@@ -101,44 +117,10 @@ func normalizeJSON(m map[string]any) map[string]any {
 	return out
 }
 
-// nfcNamesCollide reports two member names of one object of the JSON value
-// v that differ as sent but are equal in NFC: nfcValue would keep only one
-// of the two members, picked by map order, so such a value has no canonical
-// form (RFC 8785 §3.2.3 wants unique names).
-func nfcNamesCollide(v any) (a, b string, ok bool) {
-	switch v := v.(type) {
-	case map[string]any:
-		var seen map[string]string
-		for k, e := range v {
-			if !norm.NFC.IsNormalString(k) {
-				if seen == nil {
-					seen = make(map[string]string, len(v))
-					for n := range v {
-						seen[n] = n
-					}
-				}
-				nk := norm.NFC.String(k)
-				if other, dup := seen[nk]; dup && other != k {
-					return min(k, other), max(k, other), true
-				}
-				seen[nk] = k
-			}
-			if a, b, ok := nfcNamesCollide(e); ok {
-				return a, b, true
-			}
-		}
-	case []any:
-		for _, e := range v {
-			if a, b, ok := nfcNamesCollide(e); ok {
-				return a, b, true
-			}
-		}
-	}
-	return "", "", false
-}
-
-// nfcCommand is nfcValue on a command.
+// nfcCommand is nfcValue on a command (nil when two of its names are equal
+// in NFC).
 func nfcCommand(m map[string]any) map[string]any {
-	out, _ := nfcValue(m).(map[string]any)
+	v, _ := nfcValue(m)
+	out, _ := v.(map[string]any)
 	return out
 }
