@@ -219,7 +219,7 @@ EXCLUSIVE_TESTS := ^(TestOutage_|TestStatementBudget_)
 # (restart, server not up at start). The double runs three nodes and the
 # harness stops its leader once during each scenario that does not stop the
 # double itself (test/backend_test.go, electMidRun).
-KURRENTDB_TESTS := ^(TestOrder_ConfirmedWithOneTicketPerSeat|TestOrder_RepeatReturnsSameOrder|TestOrder_TwentyConcurrentIdenticalRequestsMakeOneOrder|TestOrder_SameKeyDifferentBodyIsRefused|TestOrder_NewKeyForOrderedReservationIsConflict|TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats|TestOrder_KilledAfterClaimIsFinishedWithoutRepeat|TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce|TestPayment_RequiresActionAbandonedIsCancelledAtTheDeadline|TestRetention_KeyAfterExpiryIsNewIntentStillRefusedSecondOrder|TestRebuild_EqualsLiveTwiceAndTouchesNoProviderOrNATS|TestKurrentDB_.*)$$
+KURRENTDB_TESTS := ^(TestOrder_ConfirmedWithOneTicketPerSeat|TestOrder_RepeatReturnsSameOrder|TestOrder_TwentyConcurrentIdenticalRequestsMakeOneOrder|TestOrder_SameKeyDifferentBodyIsRefused|TestOrder_NewKeyForOrderedReservationIsConflict|TestOrder_DeclinedPaymentFailsOrderAndReleasesSeats|TestOrder_KilledAfterClaimIsFinishedWithoutRepeat|TestPayment_WebhooksEarlyDuplicatedLateAndReorderedConfirmOnce|TestPayment_RequiresActionAbandonedIsCancelledAtTheDeadline|TestRetention_KeyAfterExpiryIsNewIntentStillRefusedSecondOrder|TestRebuild_EqualsLiveTwiceAndTouchesNoProviderOrNATS|TestErasure_RecordedOnceAlsoAfterAKillBetweenDeleteAndRecord|TestKurrentDB_.*)$$
 
 test: ## Run all tests with -race against a throwaway PostgreSQL (the README's test command), then the alert rules' and OpenAPI checks, the KurrentDB scenarios and a short chaos run
 	@rc1=0; rc2=0; rc3=0; rc4=0; rc5=0; t_all=$$SECONDS; \

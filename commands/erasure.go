@@ -18,27 +18,33 @@ import (
 //  1. the key is deleted and, in the same statement, its erasure is left
 //     to record (Keys.Shred, ShredMany, ShredDue,
 //     KeyUnits.AppendShreddingKey: one commit, both or neither) — so no
-//     erasure is recorded while the key exists;
+//     erasure is recorded while the key exists. The unit that ends an
+//     order with key units (shredIn) also appends PaymentSecretsShredded
+//     in that commit when it was decided on the whole order stream
+//     (recordErasureIn);
 //  2. the reconciler (runErasures: every interval, and at once when this
-//     process deleted keys) appends PaymentSecretsShredded
-//     to each order's stream, read and appended at its revision, with an id
-//     derived from the order — so a repeat after a crash finds it there and
-//     appends nothing;
+//     process deleted keys) appends PaymentSecretsShredded to each order's
+//     stream that does not hold it yet, read and appended at its revision,
+//     with an id derived from the order (secretsShreddedID) — so a repeat
+//     after a crash, or an erasure its unit recorded, finds it there and
+//     appends nothing; one this process appended (the written set) needs
+//     no read;
 //  3. then drops the erasures it recorded (Keys.ForgetErasures) — a crash
 //     before that only repeats step 2, which does nothing.
 //
 // The request path pays no commit of its own for a delete (the key goes in
 // the unit that ends the order with key units, else in keyShredder's
-// batches off the request), and the erasures are recorded by the
-// reconciler, erasureBatch per round trip of the key table. A key held for an order that never existed (a refused intent, a
-// repeat's unused key) has no stream to record in: its erasure is dropped.
+// batches off the request), and the erasures are recorded in that unit or
+// by the reconciler, erasureBatch per round trip of the key table. A key
+// held for an order that never existed (a refused intent, a repeat's
+// unused key) has no stream to record in: its erasure is dropped.
 
 // erasureBatch bounds the erasures one round of recordErasures reads.
 const erasureBatch = 500
 
 // Erasure results (Metrics.Erasure).
 const (
-	ErasureRecorded = "recorded" // PaymentSecretsShredded appended to the order's stream
+	ErasureRecorded = "recorded" // the order's stream holds PaymentSecretsShredded (appended by the reconciler or by the unit that deleted the key)
 	ErasureNoOrder  = "no_order" // the key was held for an order that never existed
 )
 
@@ -70,7 +76,7 @@ func (h *core) wakeErasures() {
 }
 
 // recordErasures records every erasure left to record (see above), a batch
-// at a time, and returns how many it recorded. A failure is logged; the
+// at a time, and returns how many it appended. A failure is logged; the
 // next pass retries what is left.
 func (h *core) recordErasures(ctx context.Context) int {
 	n := 0
@@ -86,17 +92,18 @@ func (h *core) recordErasures(ctx context.Context) int {
 		h.step(ctx, "erasure.recording")
 		done := make([]string, 0, len(due))
 		for _, id := range slices.Sorted(maps.Keys(due)) {
-			appended, exists, err := h.recordErasure(ctx, id, due[id])
+			appended, recorded, err := h.recordErasure(ctx, id, due[id])
 			if err != nil {
 				h.log.WarnContext(ctx, "erasure not recorded yet; next pass retries", "order_id", id, "err", err)
 				continue
 			}
 			done = append(done, id)
-			switch {
-			case appended:
+			if appended {
 				n++
+			}
+			if recorded {
 				h.metrics.Erasure(ErasureRecorded)
-			case !exists:
+			} else {
 				h.metrics.Erasure(ErasureNoOrder)
 			}
 		}
@@ -112,23 +119,66 @@ func (h *core) recordErasures(ctx context.Context) int {
 }
 
 // recordErasure appends PaymentSecretsShredded{orderID, shreddedAt} to the
-// order's stream unless it is there already (a pass cut short after the
-// append). appended says whether this call appended it; exists is false
-// when the order has no stream (its key was held for an order never
-// placed).
-func (h *core) recordErasure(ctx context.Context, orderID string, shreddedAt time.Time) (appended, exists bool, err error) {
+// order's stream unless it is there already (recorded by the unit that
+// deleted the key, or by a pass cut short after the append); one this
+// process appended is known without a read. appended says whether this
+// call appended it; recorded whether the stream holds it when the call
+// returns, which it does unless the order has no stream (its key was held
+// for an order never placed).
+func (h *core) recordErasure(ctx context.Context, orderID string, shreddedAt time.Time) (appended, recorded bool, err error) {
+	if h.streams.wrote(secretsShreddedID(orderID)) {
+		return false, true, nil
+	}
 	c, err := h.update(ctx, domain.OrderStream(orderID), func(s *stream) (change, error) {
-		exists = s.exists
+		recorded = s.exists
 		if !s.exists || slices.ContainsFunc(s.events, isSecretsShredded) {
 			return change{}, nil
 		}
 		o := fold[domain.Order](s.events)
 		ev := domain.PaymentSecretsShredded{OrderID: orderID, ShreddedAt: shreddedAt.UTC()}
-		return change{events: []pending{{DerivedID(orderID, "secrets-shredded"), ev}},
+		return change{events: []pending{{secretsShreddedID(orderID), ev}},
 			meta: eventstore.Metadata{Actor: o.Actor, Intent: o.Intent}}, nil
 	})
-	return len(c.events) > 0, exists, err
+	return len(c.events) > 0, recorded && err == nil, err
 }
+
+// recordErasureIn adds PaymentSecretsShredded to p, the order's part of a
+// unit that deletes orderID's key (shredIn), when p was decided on the
+// whole order stream and neither the stream nor p records the erasure:
+// the key is then gone and its erasure recorded in one commit. A part
+// decided on the stream known only by its revision is left as it is, and
+// the reconciler records the erasure the delete leaves. The erasure's
+// time is the part's decision (its OccurredAt), else the clock's now; the
+// error is the clock's or the encoding's.
+func (h *core) recordErasureIn(ctx context.Context, p *unitPart, orderID string) error {
+	s := p.s
+	whole := s.exists && uint64(len(s.events)) == uint64(s.last)+1
+	if !whole || slices.ContainsFunc(s.events, isSecretsShredded) ||
+		slices.ContainsFunc(p.evs, func(e pending) bool { return isSecretsShredded(e.e) }) {
+		return nil
+	}
+	at := p.m.OccurredAt
+	if at.IsZero() {
+		var err error
+		if at, err = h.streams.now(ctx); err != nil {
+			return err
+		}
+	}
+	e := pending{secretsShreddedID(orderID), domain.PaymentSecretsShredded{OrderID: orderID, ShreddedAt: at.UTC()}}
+	if p.data != nil {
+		d, err := encodeEvents(ctx, p.m, e)
+		if err != nil {
+			return err
+		}
+		p.data = append(slices.Clip(p.data), d...)
+	}
+	p.evs = append(slices.Clip(p.evs), e)
+	return nil
+}
+
+// secretsShreddedID is the id of an order's PaymentSecretsShredded,
+// derived from the order: whoever records the erasure appends the same id.
+func secretsShreddedID(orderID string) string { return DerivedID(orderID, "secrets-shredded") }
 
 func isSecretsShredded(e domain.Event) bool {
 	_, ok := e.(domain.PaymentSecretsShredded)

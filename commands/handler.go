@@ -433,10 +433,15 @@ type unitPart struct {
 // m leaves empty (correlation, cause, request) is stamped from ctx (stamp,
 // correlation.go): a follow-up carries the ids of the request or of the
 // event that caused it. kw joins the unit (KeyUnits), and so does the
-// delete of the key of an order whose sends the parts end (shredIn). It
-// returns one result per part, in order, and tells streams the unit's
-// outcome (committed).
+// delete of the key of an order whose sends the parts end, with the record
+// of its erasure added to the order's part in parts (shredIn: the caller's
+// slice shows it). It returns one result per part, in order, and tells
+// streams the unit's outcome (committed).
 func (h *core) appendEvents(ctx context.Context, kw keyWrite, parts ...unitPart) ([]eventstore.AppendResult, error) {
+	kw, err := h.shredIn(ctx, kw, parts)
+	if err != nil {
+		return nil, err
+	}
 	appends := make([]eventstore.StreamAppend, len(parts))
 	for i, p := range parts {
 		appends[i] = eventstore.StreamAppend{Stream: p.s.name, Expected: p.s.expected(), Events: p.data}
@@ -449,7 +454,7 @@ func (h *core) appendEvents(ctx context.Context, kw keyWrite, parts ...unitPart)
 		}
 		appends[i].Events = data
 	}
-	res, err := h.appendResolving(ctx, h.shredIn(kw, parts), appends...)
+	res, err := h.appendResolving(ctx, kw, appends...)
 	h.streams.committed(parts, res, err)
 	return res, err
 }
@@ -562,7 +567,7 @@ func (h *core) appendUnit(ctx context.Context, kw keyWrite, parts []eventstore.S
 		h.streams.noteDone(keyPlaced(kw.create.orderID)) // created placed, with its order
 	} else if kw.shred != "" {
 		h.streams.noteDone(keyShredded(kw.shred)) // neither the order's end nor the process manager deletes it again
-		h.wakeErasures()
+		h.wakeErasures()                          // the reconciler drops the erasure the delete left (recorded here or not)
 	}
 	return res, nil
 }

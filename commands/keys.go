@@ -53,8 +53,9 @@ import (
 //     the intent, or before it deleted the key of a lost race).
 //     Deleting is idempotent, so every path may repeat it after a crash.
 //   - Each delete leaves the key's erasure to record, in the same statement;
-//     the reconciler records it in the order's stream
-//     (PaymentSecretsShredded, erasure.go).
+//     the unit that ends the order records it in the order's stream
+//     (PaymentSecretsShredded) in the same commit, else the reconciler does
+//     (erasure.go).
 //
 // A missing key means the secrets are gone: the order is then paid as if
 // it had no token (it fails), and an order that ended replays, renders and
@@ -155,27 +156,29 @@ type keyWrite struct {
 // event of domain.EndsSending on the order's stream) and key units are
 // installed, that order's key deleted in the unit: the key is gone exactly
 // when the order can send no more, in the same commit, and a unit that
-// does not end an order deletes nothing. A kw that writes the key table
-// already is returned as it is (no unit creates or places a key and ends
-// the order), as is every kw without key units: the order's end then
-// deletes the key after the commit (afterOrderEvents). Neither is a key
-// this process deleted already (the written set): a unit that repeats an
-// order's end, such as a webhook's record of a result the request
-// recorded, finds nothing to delete (no key is made again once its order
-// can send no more).
-func (h *core) shredIn(kw keyWrite, parts []unitPart) keyWrite {
+// does not end an order deletes nothing. The unit also records the
+// erasure (recordErasureIn), so the delete and its record are one commit.
+// A kw that writes the key table already is returned as it is (no unit
+// creates or places a key and ends the order), as is every kw without key
+// units: the order's end then deletes the key after the commit
+// (afterOrderEvents). Neither is a key this process deleted already (the
+// written set): a unit that repeats an order's end, such as a webhook's
+// record of a result the request recorded, finds nothing to delete (no
+// key is made again once its order can send no more). Its error is the
+// clock's (streams.now), wrapping domain.ErrUnavailable.
+func (h *core) shredIn(ctx context.Context, kw keyWrite, parts []unitPart) (keyWrite, error) {
 	if h.units == nil || kw != (keyWrite{}) {
-		return kw
+		return kw, nil
 	}
-	for _, p := range parts {
+	for i, p := range parts {
 		if cat, id, _ := domain.CategoryOf(p.s.name); cat == domain.CategoryOrder && slices.ContainsFunc(p.evs, endsSendingPending) {
 			if h.streams.wrote(keyShredded(id)) {
-				return kw
+				return kw, nil
 			}
-			return keyWrite{shred: id}
+			return keyWrite{shred: id}, h.recordErasureIn(ctx, &parts[i], id)
 		}
 	}
-	return kw
+	return kw, nil
 }
 
 // endsSendingPending reports whether p is an event after which its order can

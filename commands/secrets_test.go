@@ -3,11 +3,13 @@ package commands
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/provider"
 )
 
@@ -338,9 +340,79 @@ func TestShredIn(t *testing.T) {
 			if tc.noted {
 				h.streams.noteDone(keyShredded(id))
 			}
-			got := h.shredIn(tc.kw, tc.parts)
+			got, err := h.shredIn(context.Background(), tc.kw, tc.parts)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if got.shred != tc.want || (tc.kw.place != nil && got.place != tc.kw.place) {
 				t.Errorf("shredIn = %+v, want shred %q (and the placement kept)", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestShredInRecordsTheErasure: the unit that deletes an order's key
+// records its erasure in the same commit when its order part was decided
+// on the whole stream: PaymentSecretsShredded with the id derived from the
+// order and the decision's time, also in a part whose events were encoded
+// before; not when the stream or the part records it already, and not for
+// a part decided on the stream known only by its revision (the reconciler
+// records that one).
+func TestShredInRecordsTheErasure(t *testing.T) {
+	t.Parallel()
+	id := NewID()
+	order := domain.OrderStream(id)
+	at := payT0.Add(time.Minute)
+	whole := &stream{name: order, exists: true, last: 1, events: []domain.Event{domain.OrderPlaced{OrderID: id}, domain.PaymentSucceeded{OrderID: id}}}
+	shredded := &stream{name: order, exists: true, last: 2, events: append(slices.Clone(whole.events), domain.PaymentSecretsShredded{OrderID: id})}
+	confirmed := pending{NewID(), domain.OrderConfirmed{OrderID: id}}
+	encoded := func() []eventstore.EventData {
+		d, err := encodeEvents(context.Background(), eventstore.Metadata{OccurredAt: at}, confirmed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, tc := range []struct {
+		name string
+		part unitPart
+		want bool
+	}{
+		{"whole stream", unitPart{s: whole, m: eventstore.Metadata{OccurredAt: at}, evs: []pending{confirmed}}, true},
+		{"whole stream, encoded before", unitPart{s: whole, m: eventstore.Metadata{OccurredAt: at}, evs: []pending{confirmed}, data: encoded()}, true},
+		{"recorded in the stream", unitPart{s: shredded, m: eventstore.Metadata{OccurredAt: at}, evs: []pending{confirmed}}, false},
+		{"recorded in the part", unitPart{s: whole, m: eventstore.Metadata{OccurredAt: at},
+			evs: []pending{confirmed, {secretsShreddedID(id), domain.PaymentSecretsShredded{OrderID: id, ShreddedAt: at}}}}, false},
+		{"known by its revision", unitPart{s: streamAt(order, 1), m: eventstore.Metadata{OccurredAt: at}, evs: []pending{confirmed}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := New(payConfig(), newMemStore(), newFakeClock(payT0), newFakePayments(), newTestRegistry(), nil,
+				WithKeys(newMemKeys()), WithKeyUnits(noUnits{}))
+			parts := []unitPart{tc.part}
+			evs, data := len(tc.part.evs), len(tc.part.data)
+			kw, err := h.shredIn(context.Background(), keyWrite{}, parts)
+			if err != nil || kw.shred != id {
+				t.Fatalf("shredIn = %+v, %v; want the key of %s deleted", kw, err, id)
+			}
+			p := parts[0]
+			if !tc.want {
+				if len(p.evs) != evs || len(p.data) != data {
+					t.Fatalf("part has %d events (%d encoded), want %d (%d) as given", len(p.evs), len(p.data), evs, data)
+				}
+				return
+			}
+			if len(p.evs) != evs+1 || (data > 0 && len(p.data) != data+1) {
+				t.Fatalf("part has %d events (%d encoded), want %d (%d encoded when given encoded)", len(p.evs), len(p.data), evs+1, data+1)
+			}
+			last := p.evs[len(p.evs)-1]
+			if e, ok := last.e.(domain.PaymentSecretsShredded); !ok || last.id != secretsShreddedID(id) || e.OrderID != id || !e.ShreddedAt.Equal(at) {
+				t.Errorf("last event %+v, want PaymentSecretsShredded of %s at %s with id %s", last, id, at, secretsShreddedID(id))
+			}
+			if data > 0 && (p.data[len(p.data)-1].ID != secretsShreddedID(id) || p.data[len(p.data)-1].Type != domain.TypePaymentSecretsShredded) {
+				t.Errorf("last encoded event %s %s, want PaymentSecretsShredded %s", p.data[len(p.data)-1].Type, p.data[len(p.data)-1].ID, secretsShreddedID(id))
+			}
+			if len(tc.part.evs) != evs {
+				t.Errorf("the caller's events changed in place: %d, want %d", len(tc.part.evs), evs)
 			}
 		})
 	}

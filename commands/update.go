@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/retrysafe/booking/domain"
@@ -147,12 +148,13 @@ func (h *core) decideOnce(ctx context.Context, name string, from *stream, mode o
 		}
 		ctx = withStreamCorrelation(ctx, s)
 	}
-	res, err := h.appendEvents(ctx, keyWrite{}, unitPart{s: s, m: c.meta, evs: c.events})
+	part := []unitPart{{s: s, m: c.meta, evs: c.events}}
+	res, err := h.appendEvents(ctx, keyWrite{}, part...)
 	if err != nil {
 		return change{}, nil, eventstore.AppendResult{}, err
 	}
 	after := &stream{name: name, records: s.records, exists: true, last: res[0].NextRevision,
-		events: append(append([]domain.Event(nil), s.events...), c.domainEvents()...)}
+		events: append(slices.Clone(s.events), change{events: part[0].evs}.domainEvents()...)}
 	return c, after, res[0], nil
 }
 

@@ -133,7 +133,7 @@ func New(version string) *Metrics {
 			[]string{"operation", "result"}),
 		refusals: counterVec("booking_intent_refusals_total", "code", "Intents refused, by the refusal's stable code (idempotency-key-reused, sold-out, …)."),
 		webhooks: counterVec("booking_webhooks_total", "result", "Provider notifications by result: accepted (a new fact), duplicate (nothing new), ignored, bad_signature (header or signature refused, before or after the body), invalid (not an event, or over 64 KiB), unknown_order, failed (over the webhook route's budget, a dependency down, a body that did not arrive)."),
-		erasures: counterVec("booking_erasures_total", "result", "Deleted order keys whose erasure was recorded: recorded (PaymentSecretsShredded appended to the order), no_order (the key was held for an order that never existed)."),
+		erasures: counterVec("booking_erasures_total", "result", "Deleted order keys whose erasure was recorded: recorded (PaymentSecretsShredded in the order's stream), no_order (the key was held for an order that never existed)."),
 		providerCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "booking_provider_calls_total",
 			Help: "Calls of the payment provider that returned, by operation (create_payment, get_payment, …) and result (ok, declined, outcome_unknown, …)."},
 			[]string{"operation", "result"}),
