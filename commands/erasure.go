@@ -23,7 +23,7 @@ import (
 //     in that commit when it was decided on the whole order stream
 //     (recordErasureIn);
 //  2. the reconciler (runErasures: every interval, and at once when this
-//     process deleted keys) appends PaymentSecretsShredded to each order's
+//     process deleted keys whose erasure it did not record) appends PaymentSecretsShredded to each order's
 //     stream that does not hold it yet, read and appended at its revision,
 //     with an id derived from the order (secretsShreddedID) — so a repeat
 //     after a crash, or an erasure its unit recorded, finds it there and
@@ -147,33 +147,34 @@ func (h *core) recordErasure(ctx context.Context, orderID string, shreddedAt tim
 // whole order stream and neither the stream nor p records the erasure:
 // the key is then gone and its erasure recorded in one commit. A part
 // decided on the stream known only by its revision is left as it is, and
-// the reconciler records the erasure the delete leaves. The erasure's
-// time is the part's decision (its OccurredAt), else the clock's now; the
-// error is the clock's or the encoding's.
-func (h *core) recordErasureIn(ctx context.Context, p *unitPart, orderID string) error {
+// the reconciler records the erasure the delete leaves. It reports whether
+// it added the event. The erasure's time is the part's decision (its
+// OccurredAt), else the clock's now; the error is the clock's or the
+// encoding's.
+func (h *core) recordErasureIn(ctx context.Context, p *unitPart, orderID string) (bool, error) {
 	s := p.s
 	whole := s.exists && uint64(len(s.events)) == uint64(s.last)+1
 	if !whole || slices.ContainsFunc(s.events, isSecretsShredded) ||
 		slices.ContainsFunc(p.evs, func(e pending) bool { return isSecretsShredded(e.e) }) {
-		return nil
+		return false, nil
 	}
 	at := p.m.OccurredAt
 	if at.IsZero() {
 		var err error
 		if at, err = h.streams.now(ctx); err != nil {
-			return err
+			return false, err
 		}
 	}
 	e := pending{secretsShreddedID(orderID), domain.PaymentSecretsShredded{OrderID: orderID, ShreddedAt: at.UTC()}}
 	if p.data != nil {
 		d, err := encodeEvents(ctx, p.m, e)
 		if err != nil {
-			return err
+			return false, err
 		}
 		p.data = append(slices.Clip(p.data), d...)
 	}
 	p.evs = append(slices.Clip(p.evs), e)
-	return nil
+	return true, nil
 }
 
 // secretsShreddedID is the id of an order's PaymentSecretsShredded,

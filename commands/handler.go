@@ -567,7 +567,9 @@ func (h *core) appendUnit(ctx context.Context, kw keyWrite, parts []eventstore.S
 		h.streams.noteDone(keyPlaced(kw.create.orderID)) // created placed, with its order
 	} else if kw.shred != "" {
 		h.streams.noteDone(keyShredded(kw.shred)) // neither the order's end nor the process manager deletes it again
-		h.wakeErasures()                          // the reconciler drops the erasure the delete left (recorded here or not)
+		if !kw.recorded {
+			h.wakeErasures() // recorded here, its row waits for the reconciler's next pass, in a larger batch
+		}
 	}
 	return res, nil
 }

@@ -150,6 +150,10 @@ type keyWrite struct {
 	create *keyCreate
 	place  *keyPlace
 	shred  string
+	// recorded says that the unit also records shred's erasure
+	// (recordErasureIn): the reconciler only drops the row the delete
+	// leaves, on its next pass.
+	recorded bool
 }
 
 // shredIn returns kw with, when the unit's parts end an order's sends (an
@@ -175,7 +179,8 @@ func (h *core) shredIn(ctx context.Context, kw keyWrite, parts []unitPart) (keyW
 			if h.streams.wrote(keyShredded(id)) {
 				return kw, nil
 			}
-			return keyWrite{shred: id}, h.recordErasureIn(ctx, &parts[i], id)
+			recorded, err := h.recordErasureIn(ctx, &parts[i], id)
+			return keyWrite{shred: id, recorded: recorded}, err
 		}
 	}
 	return kw, nil

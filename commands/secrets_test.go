@@ -355,7 +355,7 @@ func TestShredIn(t *testing.T) {
 // records its erasure in the same commit when its order part was decided
 // on the whole stream: PaymentSecretsShredded with the id derived from the
 // order and the decision's time, also in a part whose events were encoded
-// before; not when the stream or the part records it already, and not for
+// before, and the key write says so (keyWrite.recorded); not when the stream or the part records it already, and not for
 // a part decided on the stream known only by its revision (the reconciler
 // records that one).
 func TestShredInRecordsTheErasure(t *testing.T) {
@@ -391,8 +391,8 @@ func TestShredInRecordsTheErasure(t *testing.T) {
 			parts := []unitPart{tc.part}
 			evs, data := len(tc.part.evs), len(tc.part.data)
 			kw, err := h.shredIn(context.Background(), keyWrite{}, parts)
-			if err != nil || kw.shred != id {
-				t.Fatalf("shredIn = %+v, %v; want the key of %s deleted", kw, err, id)
+			if err != nil || kw.shred != id || kw.recorded != tc.want {
+				t.Fatalf("shredIn = %+v, %v; want the key of %s deleted, its erasure recorded in the unit %t", kw, err, id, tc.want)
 			}
 			p := parts[0]
 			if !tc.want {
