@@ -546,11 +546,7 @@ func (h *core) recordPayment(ctx context.Context, orderID string, res domain.Pay
 func (h *core) recordPaymentFrom(ctx context.Context, orderID string, from *stream, res domain.PaymentResult, via string, st *driveState) error {
 	c, after, err := h.updateFrom(ctx, domain.OrderStream(orderID), from, func(s *stream) (change, error) {
 		o := fold[domain.Order](s.events)
-		cause := orderID + "/" + res.ChargeID
-		if res.ChargeID == "" {
-			cause = orderID + "/attempt-" + strconv.Itoa(res.Attempt) + "/" + res.Outcome
-		}
-		return change{events: derived(cause, o.Record(res, TicketIDs(orderID, o.Quantity))),
+		return change{events: derived(paymentCause(orderID, res), o.Record(res, TicketIDs(orderID, o.Quantity))),
 			meta: eventstore.Metadata{Actor: o.Actor, Intent: o.Intent, ObservedBy: via}}, nil
 	})
 	if err != nil || len(c.events) == 0 {
@@ -566,6 +562,24 @@ func (h *core) recordPaymentFrom(ctx context.Context, orderID string, from *stre
 	h.step(ctx, "payment.recorded")
 	h.observe(ctx, orderID, evs)
 	return h.afterOrderEventsOf(ctx, &o, orderID, evs)
+}
+
+// paymentCause is the cause the events recording result res of order
+// orderID derive their ids from (derived): the order and the charge, so
+// that whoever observes a charge's outcome appends the same ids; for a
+// result without a charge, the attempt and the outcome.
+func paymentCause(orderID string, res domain.PaymentResult) string {
+	if res.ChargeID == "" {
+		return orderID + "/attempt-" + strconv.Itoa(res.Attempt) + "/" + res.Outcome
+	}
+	return orderID + "/" + res.ChargeID
+}
+
+// succeededID is the id of the PaymentSucceeded that records payment
+// chargeID (not empty) of order orderID as succeeded, whoever appends it
+// (recordPaymentFrom).
+func succeededID(orderID, chargeID string) string {
+	return DerivedID(paymentCause(orderID, domain.PaymentResult{ChargeID: chargeID}), domain.TypePaymentSucceeded)
 }
 
 func isRefundRequested(e domain.Event) bool {

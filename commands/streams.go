@@ -35,14 +35,15 @@ import (
 //     (written.go).
 //
 // A load answers what a whole read of the stream answers at that moment;
-// only knownIntent, knownReservation and snapshot, which say so, answer
-// from memory alone, for facts a stream never changes or decisions an
-// append at the answered revision fences. Bounds: orders and intents
-// maxKeptStreams each, reservations maxCachedStreams (streamCache: an
-// arbitrary entry is dropped past the bound), shows maxCachedShows and
-// maxHeldRecords (showCache), seen intents intentHintCap, written ids
-// writtenCap (first in, first out), own below. A dropped entry costs a
-// read, never a wrong answer. Safe for concurrent use.
+// only knownIntent, knownReservation, keptOrder and snapshot, which say so,
+// answer from memory alone, for facts a stream never changes or never
+// un-records, or decisions an append at the answered revision fences.
+// Bounds: orders and intents maxKeptStreams each, reservations
+// maxCachedStreams (streamCache: an arbitrary entry is dropped past the
+// bound), shows maxCachedShows and maxHeldRecords (showCache), seen
+// intents intentHintCap, written ids writtenCap (first in, first out), own
+// below. A dropped entry costs a read, never a wrong answer. Safe for
+// concurrent use.
 type streams struct {
 	store    EventStore
 	registry *eventstore.Registry
@@ -283,6 +284,20 @@ func (s *streams) knownReservation(ctx context.Context, id string) (domain.Reser
 		return domain.Reservation{}, nil, err
 	}
 	return fold[domain.Reservation](st.events), st, nil
+}
+
+// keptOrder returns order stream name as this process keeps it (loadKept),
+// without reading it: nil when it keeps none. It answers from memory
+// alone, for a fact a stream never un-records (a charge the order records
+// as succeeded stays succeeded in the fold of every longer stream): what
+// was appended after the kept revision is missing, so it serves only a
+// fact it shows, never one it lacks. The caller may read the stream's
+// slices but not write them in place.
+func (s *streams) keptOrder(name string) *stream {
+	if k, _, ok := s.orders.get(name); ok {
+		return k.clipped()
+	}
+	return nil
 }
 
 // committed is told by the write path the outcome of a unit of parts: res

@@ -113,20 +113,33 @@ func (h *Commands) CheckWebhookHeader(ctx context.Context, signature string) err
 // not ours are acknowledged and ignored: another kind of object, a payment
 // whose metadata names no order, or names another deployment. The event's
 // own payload is not trusted for state (it may be stale, duplicated or
-// reordered): the payment is fetched (unless the order records it as
-// succeeded already: heldAlready) and its state recorded as a fact
+// reordered): the payment is fetched and its state recorded as a fact
 // (Order.Record), the order found by the payment's metadata in the event
 // store; a payment that requires the customer's action is recorded with
 // its client secret sealed; a refunded payment also records the refund
-// (charge.refunded; Order.RecordRefund). An event processed before (by id,
-// ProcessedEvents) is acknowledged without a fetch; facts are
-// deduplicated by payment id in any case, and a payment the order does not
-// need becomes a redundant effect, refunded.
+// (charge.refunded; Order.RecordRefund). Facts are deduplicated by payment
+// id in any case, and a payment the order does not need becomes a
+// redundant effect, refunded.
+//
+// The checks come in this order, each cheaper than the next: a
+// payment_intent.succeeded of ours whose order this process knows from
+// memory to record that payment as succeeded (succeededHere) is
+// acknowledged with no statement to the database; then an event processed
+// before (by id, ProcessedEvents) is acknowledged without a fetch, counted
+// as webhook_duplicate; then a payment_intent.succeeded whose order, read,
+// records the payment as succeeded (heldAlready) is acknowledged without a
+// fetch. Every event acknowledged but a duplicate by id is marked processed
+// (a batched write), so a redelivery that memory does not answer is still
+// recognised by id.
 //
 // Returns domain.ErrOrderNotFound for a payment of this deployment whose
 // order the event store does not know (yet), or an error wrapping
 // domain.ErrUnavailable.
 func (h *Commands) HandleProviderEvent(ctx context.Context, ev provider.WebhookEvent) error {
+	if h.succeededNotice(ev) && h.succeededHere(ev.OrderID(), ev.PaymentID) {
+		h.markProcessed(ctx, ev.ID)
+		return nil
+	}
 	if seen, err := h.processed.Processed(ctx, ev.ID); err != nil {
 		return unavailable(err)
 	} else if seen {
@@ -136,14 +149,21 @@ func (h *Commands) HandleProviderEvent(ctx context.Context, ev provider.WebhookE
 	if err := h.handleEvent(ctx, ev); err != nil {
 		return err
 	}
+	h.markProcessed(ctx, ev.ID)
+	return nil
+}
+
+// markProcessed remembers event id as processed (ProcessedEvents) at the
+// service clock; a failure is logged, since it only makes a redelivery
+// processed again.
+func (h *core) markProcessed(ctx context.Context, id string) {
 	now, err := h.streams.now(ctx)
 	if err == nil {
-		err = h.processed.MarkProcessed(ctx, ev.ID, now)
+		err = h.processed.MarkProcessed(ctx, id, now)
 	}
 	if err != nil {
-		h.log.WarnContext(ctx, "a processed webhook event was not remembered; a redelivery is processed again", "event_id", ev.ID, "err", err)
+		h.log.WarnContext(ctx, "a processed webhook event was not remembered; a redelivery is processed again", "event_id", id, "err", err)
 	}
-	return nil
 }
 
 // handleEvent is HandleProviderEvent without the deduplication by event id.
@@ -218,16 +238,21 @@ func (h *core) handleEvent(ctx context.Context, ev provider.WebhookEvent) error 
 	return nil
 }
 
-// heldAlready reads the order a payment_intent.succeeded event names in its
-// metadata (which the signature vouches for) and reports whether the order
-// records that payment as succeeded already: the notice then tells the
-// order nothing new and is acknowledged without fetching the payment (a
-// succeeded payment stays succeeded; a refund of it comes as its own
-// charge.refunded event, which is fetched). It returns the order read, for
-// the fetch's path to decide on; the zero orderState for other events.
+// heldAlready reports whether the order a payment_intent.succeeded event
+// names in its metadata (which the signature vouches for) records that
+// payment as succeeded already: the notice then tells the order nothing
+// new and is acknowledged without fetching the payment (a succeeded
+// payment stays succeeded; a refund of it comes as its own charge.refunded
+// event, which is fetched). It answers from memory when it can
+// (succeededHere: no read), else reads the order and returns it, for the
+// fetch's path to decide on; the zero orderState for other events and for
+// an answer from memory.
 func (h *core) heldAlready(ctx context.Context, ev provider.WebhookEvent) (orderState, bool, error) {
 	if ev.Type != provider.EventPaymentIntentSucceeded {
 		return orderState{}, false, nil
+	}
+	if h.succeededHere(ev.OrderID(), ev.PaymentID) {
+		return orderState{}, true, nil
 	}
 	o, s, err := h.loadOrder(ctx, ev.OrderID())
 	if err != nil {
@@ -235,6 +260,34 @@ func (h *core) heldAlready(ctx context.Context, ev provider.WebhookEvent) (order
 	}
 	c, ok := o.Charges[ev.PaymentID]
 	return orderState{o: o, s: s}, ok && c.Outcome == domain.OutcomeSucceeded, nil
+}
+
+// succeededNotice reports whether ev is a payment_intent.succeeded about a
+// payment of this deployment (by the metadata the signature vouches for).
+func (h *core) succeededNotice(ev provider.WebhookEvent) bool {
+	return ev.Type == provider.EventPaymentIntentSucceeded && ev.PaymentID != "" && h.ours(ev.Metadata)
+}
+
+// succeededHere reports, from this process's memory alone (no statement),
+// whether order orderID records payment paymentID (not empty) as
+// succeeded: this process appended that payment's PaymentSucceeded and the
+// store acknowledged it (streams.wrote of succeededID), or the order
+// stream it keeps (streams.keptOrder) folds to that charge succeeded. A
+// true answer is exact whatever was appended since: orders are only
+// appended to, their only OrderPlaced is their first event (appended at no
+// stream; it alone resets the fold), and in the fold no other event
+// removes a charge from Order.Charges or changes a succeeded one. A false
+// answer proves nothing (the caller reads).
+func (h *core) succeededHere(orderID, paymentID string) bool {
+	if h.streams.wrote(succeededID(orderID, paymentID)) {
+		return true
+	}
+	k := h.streams.keptOrder(domain.OrderStream(orderID))
+	if k == nil {
+		return false
+	}
+	c, ok := fold[domain.Order](k.events).Charges[paymentID]
+	return ok && c.Outcome == domain.OutcomeSucceeded
 }
 
 // ours reports whether payment metadata names an order (a UUID, as this

@@ -15,7 +15,8 @@ const writtenCap = 1 << 16
 // writtenSet remembers the ids of the events this process appended and the
 // store acknowledged (and a few side effects done for good, see note), so the process manager can recognise a follow-up the
 // request already wrote without appending it again (an idempotent repeat
-// that would be a no-op statement). It is a hint only: an id it does not
+// that would be a no-op statement), and the webhook a payment this process
+// recorded as succeeded (succeededHere). It is a hint only: an id it does not
 // hold (never written here, written by another replica, or evicted) sends
 // the process manager down the full path, which appends idempotently. An id
 // it holds is an event that committed; a hit never skips work that is not
