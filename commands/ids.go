@@ -1,10 +1,12 @@
 package commands
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -57,6 +59,43 @@ type keyedMutex struct {
 type keyedEntry struct {
 	mu   sync.Mutex
 	refs int
+	// gone, made by the first awaitFree, is closed when the entry is
+	// dropped.
+	gone chan struct{}
+}
+
+// drop removes e, the entry of key, from k and wakes awaitFree; k.mu is
+// held.
+func (k *keyedMutex) drop(key string, e *keyedEntry) {
+	delete(k.locks, key)
+	if e.gone != nil {
+		close(e.gone)
+	}
+}
+
+// awaitFree waits until nobody holds or waits for key, at most d and while
+// ctx lasts, and reports whether key is free.
+func (k *keyedMutex) awaitFree(ctx context.Context, key string, d time.Duration) bool {
+	k.mu.Lock()
+	e := k.locks[key]
+	if e == nil {
+		k.mu.Unlock()
+		return true
+	}
+	if e.gone == nil {
+		e.gone = make(chan struct{})
+	}
+	gone := e.gone
+	k.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-gone:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 func newKeyedMutex() *keyedMutex { return &keyedMutex{locks: map[string]*keyedEntry{}} }
@@ -77,7 +116,7 @@ func (k *keyedMutex) Lock(key string) func() {
 		k.mu.Lock()
 		e.refs--
 		if e.refs == 0 {
-			delete(k.locks, key)
+			k.drop(key, e)
 		}
 		k.mu.Unlock()
 	}
@@ -96,7 +135,7 @@ func (k *keyedMutex) TryLock(key string) func() {
 	return func() {
 		e.mu.Unlock()
 		k.mu.Lock()
-		delete(k.locks, key)
+		k.drop(key, e)
 		k.mu.Unlock()
 	}
 }

@@ -123,7 +123,8 @@ func (h *Commands) CheckWebhookHeader(ctx context.Context, signature string) err
 //
 // The checks come in this order, each cheaper than the next: a
 // payment_intent.succeeded of ours whose order this process knows from
-// memory to record that payment as succeeded (succeededHere) is
+// memory to record that payment as succeeded, at once or once its own
+// drive of the order's payment ended (succeededAfterDrive), is
 // acknowledged with no statement to the database; then an event processed
 // before (by id, ProcessedEvents) is acknowledged without a fetch, counted
 // as webhook_duplicate; then a payment_intent.succeeded whose order, read,
@@ -136,7 +137,7 @@ func (h *Commands) CheckWebhookHeader(ctx context.Context, signature string) err
 // order the event store does not know (yet), or an error wrapping
 // domain.ErrUnavailable.
 func (h *Commands) HandleProviderEvent(ctx context.Context, ev provider.WebhookEvent) error {
-	if h.succeededNotice(ev) && h.succeededHere(ev.OrderID(), ev.PaymentID) {
+	if h.succeededNotice(ev) && h.succeededAfterDrive(ctx, ev.OrderID(), ev.PaymentID) {
 		h.markProcessed(ctx, ev.ID)
 		return nil
 	}
@@ -288,6 +289,26 @@ func (h *core) succeededHere(orderID, paymentID string) bool {
 	}
 	c, ok := fold[domain.Order](k.events).Charges[paymentID]
 	return ok && c.Outcome == domain.OutcomeSucceeded
+}
+
+// noticeDriveWait bounds how long a notice waits for this process's drive
+// of its order's payment (succeededAfterDrive): about one provider call and
+// one append, the time a drive takes to record the result the notice
+// tells.
+const noticeDriveWait = time.Second
+
+// succeededAfterDrive is succeededHere, asked again once the drive of the
+// order's payment that this process runs, if any, has ended (waiting at
+// most noticeDriveWait): a provider sends its notice as it answers the
+// call, so the notice tends to arrive while the drive is recording that
+// very result, and is then answered from what the drive appended instead
+// of racing it with a read, a fetch and an append. A drive still running
+// after the wait leaves the answer to the caller's reads.
+func (h *core) succeededAfterDrive(ctx context.Context, orderID, paymentID string) bool {
+	if h.succeededHere(orderID, paymentID) {
+		return true
+	}
+	return h.sends.awaitFree(ctx, orderID, noticeDriveWait) && h.succeededHere(orderID, paymentID)
 }
 
 // ours reports whether payment metadata names an order (a UUID, as this

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -188,5 +189,92 @@ func TestHandleProviderEventAnswersFromMemory(t *testing.T) {
 	}
 	if o, _, err := a.LoadOrder(ctx, placed.Order.ID); err != nil || o.Status != domain.OrderStatusConfirmed || o.ChargeID != pay.ID {
 		t.Errorf("order after the notices = %+v, %v; want confirmed by %s", o, err, pay.ID)
+	}
+}
+
+// TestHandleProviderEventWaitsForTheDriveOfItsOrder: a success notice that
+// reaches a process while that process drives the order's payment waits
+// for the drive: once the drive has recorded the payment and ended, the
+// notice is answered from memory (no event store call, no look-up of the
+// processed events, no fetch; its id marked processed). A drive still
+// running after noticeDriveWait leaves the notice to the full path (one
+// look-up, one read of the order, which records the payment: no fetch).
+func TestHandleProviderEventWaitsForTheDriveOfItsOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := newProcesses()
+	store := &callCountingStore{EventStore: p.mem}
+	processed := &countingProcessed{}
+	handler := func(exec string) *Handler {
+		cfg := DefaultConfig()
+		cfg.Executor = exec
+		return New(cfg, store, p.clock, p.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)),
+			WithKeys(p.keys), WithProcessedEvents(processed))
+	}
+	a := handler(execA)
+	show := scheduleShow(t, a, 4, 72*time.Hour)
+	req, cmd := aliceReserves(show.ID, "k", 1)
+	res, _, err := a.ReserveSeats(ctx, req, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed, err := a.PlaceOrder(ctx, Request{Actor: "alice", Operation: OpPlaceOrder, Key: "o", Wait: 10 * time.Second},
+		PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_visa"})
+	if err != nil || placed.Order.Status != domain.OrderStatusConfirmed {
+		t.Fatalf("PlaceOrder = %+v, %v; want confirmed", placed, err)
+	}
+	orderID := placed.Order.ID
+	pay, err := p.pay.GetPayment(ctx, placed.Order.ChargeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type cost struct{ reads, lookups, marks, gets int }
+	costOf := func() cost {
+		processed.mu.Lock()
+		defer processed.mu.Unlock()
+		return cost{store.snapshot()["ReadStream"], processed.lookups, processed.marks, p.pay.count("get")}
+	}
+	deliver := func(h *Handler, id string) (cost, error) {
+		before := costOf()
+		err := h.HandleProviderEvent(ctx, payEvent(id, provider.EventPaymentIntentSucceeded, pay))
+		after := costOf()
+		return cost{after.reads - before.reads, after.lookups - before.lookups, after.marks - before.marks, after.gets - before.gets}, err
+	}
+
+	// A process driving the order's payment: the notice waits for the drive.
+	b := handler(execB)
+	unlock := b.sends.TryLock(orderID)
+	got := make(chan cost, 1)
+	go func() {
+		c, err := deliver(b, "evt_w1")
+		if err != nil {
+			t.Errorf("HandleProviderEvent(evt_w1) = %v", err)
+		}
+		got <- c
+	}()
+	waiting := func() bool {
+		b.sends.mu.Lock()
+		defer b.sends.mu.Unlock()
+		e := b.sends.locks[orderID]
+		return e != nil && e.gone != nil
+	}
+	for deadline := time.Now().Add(10 * time.Second); !waiting(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the notice did not wait for the drive of its order")
+		}
+		runtime.Gosched()
+	}
+	b.streams.noteDone(succeededID(orderID, pay.ID)) // what the drive's append of PaymentSucceeded teaches
+	unlock()
+	if c := <-got; c != (cost{marks: 1}) {
+		t.Errorf("notice during the drive: cost %+v, want only its mark (answered from memory)", c)
+	}
+
+	// A drive that outlasts the wait: the full path.
+	c := handler("exec-c")
+	unlock = c.sends.TryLock(orderID)
+	defer unlock()
+	if got, err := deliver(c, "evt_w2"); err != nil || got != (cost{reads: 1, lookups: 1, marks: 1}) {
+		t.Errorf("notice during a drive that outlasts the wait: cost %+v, %v; want one read, one look-up, one mark, no fetch", got, err)
 	}
 }
