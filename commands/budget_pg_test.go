@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore/pgstore"
@@ -59,12 +57,7 @@ const budgetBookings = 20
 func TestPGRequestPathStatementBudget(t *testing.T) {
 	ctx := context.Background()
 	var counter sqlcount.Counter
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter.Install(cfg)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := counter.Open(ctx, pgtest.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/commands/webhookstore"
 	"github.com/retrysafe/booking/domain"
@@ -30,12 +28,7 @@ import (
 func TestPGWebhookOfRecordedPaymentSendsNothing(t *testing.T) {
 	ctx := context.Background()
 	var counter sqlcount.Counter
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter.Install(cfg)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := counter.Open(ctx, pgtest.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,6 +94,51 @@ type webhookCost struct {
 	gets, appended, dupCount int
 }
 
+// paidWorld is an order confirmed and paid by process a of shared
+// processes whose store calls and processed-event look-ups are counted.
+type paidWorld struct {
+	p         *processes
+	store     *callCountingStore
+	processed *countingProcessed
+	metrics   *recordingMetrics
+	a         *Handler
+	order     OrderResult
+	pay       provider.Payment
+}
+
+// newPaidWorld places and pays alice's order of one seat through process
+// a (executor execA).
+func newPaidWorld(t *testing.T) *paidWorld {
+	t.Helper()
+	ctx := context.Background()
+	p := newProcesses()
+	w := &paidWorld{p: p, store: &callCountingStore{EventStore: p.mem}, processed: &countingProcessed{}, metrics: newRecordingMetrics()}
+	w.a = w.handler(execA)
+	show := scheduleShow(t, w.a, 4, 72*time.Hour)
+	req, cmd := aliceReserves(show.ID, "k", 1)
+	res, _, err := w.a.ReserveSeats(ctx, req, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.order, err = w.a.PlaceOrder(ctx, Request{Actor: "alice", Operation: OpPlaceOrder, Key: "o", Wait: 10 * time.Second},
+		PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_visa"})
+	if err != nil || w.order.Order.Status != domain.OrderStatusConfirmed || w.order.Order.ChargeID == "" {
+		t.Fatalf("PlaceOrder = %+v, %v; want confirmed, paid", w.order, err)
+	}
+	if w.pay, err = p.pay.GetPayment(ctx, w.order.Order.ChargeID); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// handler returns a process of w with executor exec.
+func (w *paidWorld) handler(exec string) *Handler {
+	cfg := DefaultConfig()
+	cfg.Executor = exec
+	return New(cfg, w.store, w.p.clock, w.p.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		WithKeys(w.p.keys), WithProcessedEvents(w.processed), WithMetrics(w.metrics))
+}
+
 // TestHandleProviderEventAnswersFromMemory: a payment_intent.succeeded
 // whose payment the process recorded as succeeded, or whose order stream it
 // keeps with that charge succeeded, is acknowledged from memory — no event
@@ -107,32 +152,9 @@ type webhookCost struct {
 func TestHandleProviderEventAnswersFromMemory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	p := newProcesses()
-	store := &callCountingStore{EventStore: p.mem}
-	processed := &countingProcessed{}
-	metrics := newRecordingMetrics()
-	handler := func(exec string) *Handler {
-		cfg := DefaultConfig()
-		cfg.Executor = exec
-		return New(cfg, store, p.clock, p.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)),
-			WithKeys(p.keys), WithProcessedEvents(processed), WithMetrics(metrics))
-	}
-	a, b := handler(execA), handler(execB)
-	show := scheduleShow(t, a, 4, 72*time.Hour)
-	req, cmd := aliceReserves(show.ID, "k", 1)
-	res, _, err := a.ReserveSeats(ctx, req, cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	placed, err := a.PlaceOrder(ctx, Request{Actor: "alice", Operation: OpPlaceOrder, Key: "o", Wait: 10 * time.Second},
-		PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_visa"})
-	if err != nil || placed.Order.Status != domain.OrderStatusConfirmed || placed.Order.ChargeID == "" {
-		t.Fatalf("PlaceOrder = %+v, %v; want confirmed, paid", placed, err)
-	}
-	pay, err := p.pay.GetPayment(ctx, placed.Order.ChargeID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newPaidWorld(t)
+	p, store, processed, metrics, pay, placed := w.p, w.store, w.processed, w.metrics, w.pay, w.order
+	a, b := w.a, w.handler(execB)
 	order := domain.OrderStream(placed.Order.ID)
 
 	state := func() webhookCost {
@@ -202,32 +224,9 @@ func TestHandleProviderEventAnswersFromMemory(t *testing.T) {
 func TestHandleProviderEventWaitsForTheDriveOfItsOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	p := newProcesses()
-	store := &callCountingStore{EventStore: p.mem}
-	processed := &countingProcessed{}
-	handler := func(exec string) *Handler {
-		cfg := DefaultConfig()
-		cfg.Executor = exec
-		return New(cfg, store, p.clock, p.pay, newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)),
-			WithKeys(p.keys), WithProcessedEvents(processed))
-	}
-	a := handler(execA)
-	show := scheduleShow(t, a, 4, 72*time.Hour)
-	req, cmd := aliceReserves(show.ID, "k", 1)
-	res, _, err := a.ReserveSeats(ctx, req, cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	placed, err := a.PlaceOrder(ctx, Request{Actor: "alice", Operation: OpPlaceOrder, Key: "o", Wait: 10 * time.Second},
-		PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_visa"})
-	if err != nil || placed.Order.Status != domain.OrderStatusConfirmed {
-		t.Fatalf("PlaceOrder = %+v, %v; want confirmed", placed, err)
-	}
-	orderID := placed.Order.ID
-	pay, err := p.pay.GetPayment(ctx, placed.Order.ChargeID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newPaidWorld(t)
+	p, store, processed, pay := w.p, w.store, w.processed, w.pay
+	orderID := w.order.Order.ID
 	type cost struct{ reads, lookups, marks, gets int }
 	costOf := func() cost {
 		processed.mu.Lock()
@@ -242,7 +241,7 @@ func TestHandleProviderEventWaitsForTheDriveOfItsOrder(t *testing.T) {
 	}
 
 	// A process driving the order's payment: the notice waits for the drive.
-	b := handler(execB)
+	b := w.handler(execB)
 	unlock := b.sends.TryLock(orderID)
 	got := make(chan cost, 1)
 	go func() {
@@ -271,7 +270,7 @@ func TestHandleProviderEventWaitsForTheDriveOfItsOrder(t *testing.T) {
 	}
 
 	// A drive that outlasts the wait: the full path.
-	c := handler("exec-c")
+	c := w.handler("exec-c")
 	unlock = c.sends.TryLock(orderID)
 	defer unlock()
 	if got, err := deliver(c, "evt_w2"); err != nil || got != (cost{reads: 1, lookups: 1, marks: 1}) {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/commands/webhookstore"
 	"github.com/retrysafe/booking/internal/sqlcount"
@@ -63,12 +61,7 @@ func TestMarksWrittenInBatches(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
 	var counter sqlcount.Counter
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter.Install(cfg)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := counter.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}

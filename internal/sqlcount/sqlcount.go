@@ -58,6 +58,18 @@ var (
 // tracer cfg had.
 func (c *Counter) Install(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = c }
 
+// Open returns a pool on databaseURL (a PostgreSQL connection string, as
+// pgxpool.ParseConfig reads it) whose statements c counts; its errors are
+// pgxpool's.
+func (c *Counter) Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	c.Install(cfg)
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
 func (c *Counter) add(sql string) {
 	key := normalize(sql)
 	c.mu.Lock()
