@@ -76,8 +76,10 @@ func (h *core) wakeErasures() {
 }
 
 // recordErasures records every erasure left to record (see above), a batch
-// at a time, and returns how many it appended. A failure is logged; the
-// next pass retries what is left.
+// at a time, and returns how many it appended. Each erasure is counted
+// (Metrics.Erasure) when its row is dropped, by the one pass that drops
+// it, so a pass whose drop is lost counts nothing and the next one counts
+// it once. A failure is logged; the next pass retries what is left.
 func (h *core) recordErasures(ctx context.Context) int {
 	n := 0
 	for ctx.Err() == nil {
@@ -90,28 +92,31 @@ func (h *core) recordErasures(ctx context.Context) int {
 			return n
 		}
 		h.step(ctx, "erasure.recording")
-		done := make([]string, 0, len(due))
+		recorded := make(map[string]bool, len(due))
 		for _, id := range slices.Sorted(maps.Keys(due)) {
-			appended, recorded, err := h.recordErasure(ctx, id, due[id])
+			appended, inStream, err := h.recordErasure(ctx, id, due[id])
 			if err != nil {
 				h.log.WarnContext(ctx, "erasure not recorded yet; next pass retries", "order_id", id, "err", err)
 				continue
 			}
-			done = append(done, id)
+			recorded[id] = inStream
 			if appended {
 				n++
 			}
-			if recorded {
+		}
+		dropped, err := h.keys.ForgetErasures(ctx, slices.Collect(maps.Keys(recorded)))
+		if err != nil {
+			h.log.WarnContext(ctx, "recorded erasures not dropped; next pass finds them recorded", "err", err)
+			return n
+		}
+		for _, id := range dropped {
+			if recorded[id] {
 				h.metrics.Erasure(ErasureRecorded)
 			} else {
 				h.metrics.Erasure(ErasureNoOrder)
 			}
 		}
-		if err := h.keys.ForgetErasures(ctx, done); err != nil {
-			h.log.WarnContext(ctx, "recorded erasures not dropped; next pass finds them recorded", "err", err)
-			return n
-		}
-		if len(done) < len(due) || len(due) < erasureBatch {
+		if len(recorded) < len(due) || len(due) < erasureBatch {
 			return n
 		}
 	}
@@ -146,15 +151,15 @@ func (h *core) recordErasure(ctx context.Context, orderID string, shreddedAt tim
 // unit that deletes orderID's key (shredIn), when p was decided on the
 // whole order stream and neither the stream nor p records the erasure:
 // the key is then gone and its erasure recorded in one commit. A part
-// decided on the stream known only by its revision is left as it is, and
-// the reconciler records the erasure the delete leaves. It reports whether
-// it added the event. The erasure's time is the part's decision (its
-// OccurredAt), else the clock's now; the error is the clock's or the
-// encoding's.
+// decided on the stream known only by its revision, or encoded before (its
+// metadata is in its bytes), is left as it is, and the reconciler records
+// the erasure the delete leaves. It reports whether it added the event.
+// The erasure's time is the part's decision (its OccurredAt), else the
+// clock's now; the error is the clock's.
 func (h *core) recordErasureIn(ctx context.Context, p *unitPart, orderID string) (bool, error) {
 	s := p.s
 	whole := s.exists && uint64(len(s.events)) == uint64(s.last)+1
-	if !whole || slices.ContainsFunc(s.events, isSecretsShredded) ||
+	if !whole || p.data != nil || slices.ContainsFunc(s.events, isSecretsShredded) ||
 		slices.ContainsFunc(p.evs, func(e pending) bool { return isSecretsShredded(e.e) }) {
 		return false, nil
 	}
@@ -166,13 +171,6 @@ func (h *core) recordErasureIn(ctx context.Context, p *unitPart, orderID string)
 		}
 	}
 	e := pending{secretsShreddedID(orderID), domain.PaymentSecretsShredded{OrderID: orderID, ShreddedAt: at.UTC()}}
-	if p.data != nil {
-		d, err := encodeEvents(ctx, p.m, e)
-		if err != nil {
-			return false, err
-		}
-		p.data = append(slices.Clip(p.data), d...)
-	}
 	p.evs = append(slices.Clip(p.evs), e)
 	return true, nil
 }

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -46,21 +47,7 @@ func TestErasure_RecordedOnceAfterTheKeyIsGone(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Executor = "exec"
 	h := New(cfg, w.store, w.clock, w.pay, newTestRegistry(), nil, WithKeys(w.keys), WithMetrics(mx))
-	show, _, err := h.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
-		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(48 * time.Hour), Capacity: 10, Price: payPrice})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, _, err := h.ReserveSeats(ctx, Request{Actor: "alice", Operation: OpReserveSeats, Key: "res"}, ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := h.PlaceOrder(ctx, Request{Actor: "alice", Operation: OpPlaceOrder, Key: "order", Wait: 10 * time.Second},
-		PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_visa"})
-	if err != nil || out.Order.Status != domain.OrderStatusConfirmed {
-		t.Fatalf("PlaceOrder = %+v, %v; want confirmed", out.Order, err)
-	}
-	id := out.Order.ID
+	id := confirmedOrder(t, h)
 	stream := domain.OrderStream(id)
 	shredded := func() int {
 		n := 0
@@ -133,4 +120,65 @@ func TestErasure_RecordedOnceAfterTheKeyIsGone(t *testing.T) {
 	if err != nil || o.Status != domain.OrderStatusConfirmed || !slices.Contains(w.store.Types(stream), "OrderConfirmed") {
 		t.Errorf("order after its erasure = %s, %v; want confirmed", o.Status, err)
 	}
+}
+
+// TestErasureCountedOncePerKey: booking_erasures_total counts each deleted
+// key once, when its row is dropped: a pass that records an order's erasure
+// but whose drop of the row fails counts nothing, and the next pass, which
+// finds the erasure recorded, drops the row and counts it once.
+func TestErasureCountedOncePerKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newLineageWorld()
+	mx := &erasureMetrics{got: map[string]int{}}
+	cfg := DefaultConfig()
+	cfg.Executor = "exec"
+	h := New(cfg, w.store, w.clock, w.pay, newTestRegistry(), nil, WithKeys(w.keys), WithMetrics(mx))
+	id := confirmedOrder(t, h)
+	h.FlushShreds(ctx)
+	due, _ := w.keys.Erasures(ctx, 10)
+	if _, ok := due[id]; !ok {
+		t.Fatalf("erasures to record = %v, want the order's", due)
+	}
+	failing := &dropFailingKeys{memKeys: w.keys}
+	h.keys = failing
+	if n := h.recordErasures(ctx); n != 1 || mx.count(ErasureRecorded) != 0 {
+		t.Fatalf("a pass whose drop failed: appended %d, counted %d; want 1 appended, nothing counted", n, mx.count(ErasureRecorded))
+	}
+	h.keys = w.keys
+	if n := h.recordErasures(ctx); n != 0 || mx.count(ErasureRecorded) != 1 {
+		t.Errorf("the next pass: appended %d, counted %d; want nothing appended, 1 counted", n, mx.count(ErasureRecorded))
+	}
+	if n := h.recordErasures(ctx); n != 0 || mx.count(ErasureRecorded) != 1 {
+		t.Errorf("a pass with nothing left: appended %d, counted %d; want 0 and still 1", n, mx.count(ErasureRecorded))
+	}
+}
+
+// dropFailingKeys is memKeys whose ForgetErasures fails (the drop lost).
+type dropFailingKeys struct{ *memKeys }
+
+func (dropFailingKeys) ForgetErasures(context.Context, []string) ([]string, error) {
+	return nil, errors.New("the key table is down")
+}
+
+// confirmedOrder books and pays alice's order of one seat through h and
+// returns its id.
+func confirmedOrder(t *testing.T, h *Handler) string {
+	t.Helper()
+	ctx := context.Background()
+	show, _, err := h.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
+		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(48 * time.Hour), Capacity: 10, Price: payPrice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _, err := h.ReserveSeats(ctx, Request{Actor: "alice", Operation: OpReserveSeats, Key: "res"}, ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.PlaceOrder(ctx, Request{Actor: "alice", Operation: OpPlaceOrder, Key: "order", Wait: 10 * time.Second},
+		PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_visa"})
+	if err != nil || out.Order.Status != domain.OrderStatusConfirmed {
+		t.Fatalf("PlaceOrder = %+v, %v; want confirmed", out.Order, err)
+	}
+	return out.Order.ID
 }

@@ -608,16 +608,20 @@ func (k *memKeys) Erasures(_ context.Context, limit int) (map[string]time.Time, 
 	return out, nil
 }
 
-func (k *memKeys) ForgetErasures(_ context.Context, orderIDs []string) error {
+func (k *memKeys) ForgetErasures(_ context.Context, orderIDs []string) ([]string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.fail != nil {
-		return k.fail
+		return nil, k.fail
 	}
+	var dropped []string
 	for _, id := range orderIDs {
-		delete(k.erased, id)
+		if _, ok := k.erased[id]; ok {
+			delete(k.erased, id)
+			dropped = append(dropped, id)
+		}
 	}
-	return nil
+	return dropped, nil
 }
 
 // testDataKey is a fixed data key per order, so fixtures can seal bytes

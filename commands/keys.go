@@ -105,9 +105,10 @@ type Keys interface {
 	// be recorded, the oldest first: when each order's key was deleted
 	// (database clock), by order id.
 	Erasures(ctx context.Context, limit int) (map[string]time.Time, error)
-	// ForgetErasures drops the erasures of orderIDs once recorded;
-	// idempotent.
-	ForgetErasures(ctx context.Context, orderIDs []string) error
+	// ForgetErasures drops the erasures of orderIDs once recorded and
+	// returns the ids whose erasure this call dropped (each one is dropped
+	// by one call only); idempotent.
+	ForgetErasures(ctx context.Context, orderIDs []string) ([]string, error)
 }
 
 // KeyUnits is the event store and the key table in one PostgreSQL database
@@ -232,7 +233,7 @@ func (noKeys) ShredDue(context.Context, time.Time) (int64, error) { return 0, ni
 func (noKeys) Erasures(context.Context, int) (map[string]time.Time, error) {
 	return nil, nil
 }
-func (noKeys) ForgetErasures(context.Context, []string) error { return nil }
+func (noKeys) ForgetErasures(context.Context, []string) ([]string, error) { return nil, nil }
 
 // TokenAAD is the associated data that binds an order's sealed payment
 // token to the order: a ciphertext copied to another order does not open.

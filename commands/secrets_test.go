@@ -354,8 +354,9 @@ func TestShredIn(t *testing.T) {
 // TestShredInRecordsTheErasure: the unit that deletes an order's key
 // records its erasure in the same commit when its order part was decided
 // on the whole stream: PaymentSecretsShredded with the id derived from the
-// order and the decision's time, also in a part whose events were encoded
-// before, and the key write says so (keyWrite.recorded); not when the stream or the part records it already, and not for
+// order and the decision's time, and the key write says so
+// (keyWrite.recorded); not in a part encoded before (its metadata is in
+// its bytes); not when the stream or the part records it already, and not for
 // a part decided on the stream known only by its revision (the reconciler
 // records that one).
 func TestShredInRecordsTheErasure(t *testing.T) {
@@ -379,7 +380,7 @@ func TestShredInRecordsTheErasure(t *testing.T) {
 		want bool
 	}{
 		{"whole stream", unitPart{s: whole, m: eventstore.Metadata{OccurredAt: at}, evs: []pending{confirmed}}, true},
-		{"whole stream, encoded before", unitPart{s: whole, m: eventstore.Metadata{OccurredAt: at}, evs: []pending{confirmed}, data: encoded()}, true},
+		{"whole stream, encoded before", unitPart{s: whole, m: eventstore.Metadata{OccurredAt: at}, evs: []pending{confirmed}, data: encoded()}, false},
 		{"recorded in the stream", unitPart{s: shredded, m: eventstore.Metadata{OccurredAt: at}, evs: []pending{confirmed}}, false},
 		{"recorded in the part", unitPart{s: whole, m: eventstore.Metadata{OccurredAt: at},
 			evs: []pending{confirmed, {secretsShreddedID(id), domain.PaymentSecretsShredded{OrderID: id, ShreddedAt: at}}}}, false},

@@ -217,16 +217,22 @@ func (s *Store) Erasures(ctx context.Context, limit int) (map[string]time.Time, 
 }
 
 // ForgetErasures drops the erasures of orderIDs (UUIDs), recorded in their
-// order streams, in one statement. It is idempotent; no ids is a no-op.
-// Errors are the database's.
-func (s *Store) ForgetErasures(ctx context.Context, orderIDs []string) error {
+// order streams, in one statement, and returns the ids whose erasure it
+// dropped (a row is deleted by one statement only, so each id is returned
+// by one call). It is idempotent; no ids is a no-op. Errors are the
+// database's.
+func (s *Store) ForgetErasures(ctx context.Context, orderIDs []string) ([]string, error) {
 	if len(orderIDs) == 0 {
-		return nil
+		return nil, nil
 	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM order_key_erasures WHERE order_id = ANY($1::text[]::uuid[])`, orderIDs); err != nil {
-		return fmt.Errorf("keystore: forget %d recorded erasures: %w", len(orderIDs), err)
+	rows, err := s.pool.Query(ctx, `DELETE FROM order_key_erasures WHERE order_id = ANY($1::text[]::uuid[]) RETURNING order_id::text`, orderIDs)
+	if err == nil {
+		var dropped []string
+		if dropped, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+			return dropped, nil
+		}
 	}
-	return nil
+	return nil, fmt.Errorf("keystore: forget %d recorded erasures: %w", len(orderIDs), err)
 }
 
 // MasterKeyUse returns how many data keys each master key id wraps.

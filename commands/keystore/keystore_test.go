@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -205,7 +206,8 @@ func TestShredDue(t *testing.T) {
 // TestErasuresAreLeftByEveryDelete: Shred and ShredMany leave, in the same
 // statement, the erasure of each key they delete (its time by the database
 // clock), none for an order without a key and none twice;
-// ForgetErasures drops them, idempotently; Erasures honours its limit.
+// ForgetErasures drops them, idempotently, and names each erasure it
+// dropped in one call only; Erasures honours its limit.
 func TestErasuresAreLeftByEveryDelete(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -239,9 +241,13 @@ func TestErasuresAreLeftByEveryDelete(t *testing.T) {
 	if two, err := s.Erasures(ctx, 2); err != nil || len(two) != 2 {
 		t.Errorf("Erasures(limit 2) = %v, %v; want 2", two, err)
 	}
-	for range 2 {
-		if err := s.ForgetErasures(ctx, []string{a, c}); err != nil {
+	for i, want := range [][]string{slices.Sorted(slices.Values([]string{a, c})), nil} {
+		got, err := s.ForgetErasures(ctx, []string{a, c})
+		if err != nil {
 			t.Fatal(err)
+		}
+		if slices.Sort(got); !slices.Equal(got, want) {
+			t.Errorf("ForgetErasures(a, c), call %d, dropped %v; want %v (each erasure dropped by one call)", i+1, got, want)
 		}
 	}
 	if got, err := s.Erasures(ctx, 10); err != nil || len(got) != 1 || got[b].IsZero() {
@@ -408,8 +414,8 @@ func TestAppendShreddingKey(t *testing.T) {
 		t.Fatalf("the unit repeated = %+v, %v; want the stored revision 0", res, err)
 	}
 	check("after a repeat", order, false, 1, 1)
-	if err := s.ForgetErasures(ctx, []string{order}); err != nil {
-		t.Fatal(err)
+	if dropped, err := s.ForgetErasures(ctx, []string{order}); err != nil || len(dropped) != 1 {
+		t.Fatalf("ForgetErasures = %v, %v; want the order's erasure dropped", dropped, err)
 	}
 	if _, err := u.AppendShreddingKey(ctx, order, unit); err != nil {
 		t.Fatal(err)
