@@ -23,12 +23,12 @@ import (
 //     in that commit when it was decided on the whole order stream
 //     (recordErasureIn);
 //  2. the reconciler (runErasures: every interval, and at once when this
-//     process deleted keys whose erasure it did not record) appends PaymentSecretsShredded to each order's
-//     stream that does not hold it yet, read and appended at its revision,
-//     with an id derived from the order (secretsShreddedID) — so a repeat
-//     after a crash, or an erasure its unit recorded, finds it there and
-//     appends nothing; one this process appended (the written set) needs
-//     no read;
+//     process deleted keys whose erasure it did not record) appends
+//     PaymentSecretsShredded to each order's stream that does not hold it
+//     yet, read and appended at its revision, with an id derived from the
+//     order (secretsShreddedID) — so a repeat after a crash, or an erasure
+//     its unit recorded, finds it there and appends nothing; one this
+//     process appended (the written set) needs no read;
 //  3. then drops the erasures it recorded (Keys.ForgetErasures) — a crash
 //     before that only repeats step 2, which does nothing.
 //
@@ -44,7 +44,7 @@ const erasureBatch = 500
 
 // Erasure results (Metrics.Erasure).
 const (
-	ErasureRecorded = "recorded" // the order's stream holds PaymentSecretsShredded (appended by the reconciler or by the unit that deleted the key)
+	ErasureRecorded = "recorded" // the order's stream holds PaymentSecretsShredded (appended by the reconciler or by the unit that deleted the key); counted when its row is dropped
 	ErasureNoOrder  = "no_order" // the key was held for an order that never existed
 )
 
