@@ -366,17 +366,20 @@ func TestPGDroppedConnectionIsReconciled(t *testing.T) {
 // stale owner's lease append at the revision it loaded is rejected. 1 charge.
 func TestPGSlowProviderLeaseTakeover(t *testing.T) {
 	t.Parallel()
-	// The charge takes far longer than the owner's lease (1 s), so B finds
+	// The charge takes far longer than the owner's lease (3 s), so B finds
 	// it still executing and must take the lease over, however late B runs
 	// on a busy machine (at 6 s, a stall of 5 s would let the charge and its
 	// notice confirm the order first); B's own lease (2 min) outlasts the
 	// charge, so B takes over once, and B's calls get 30 s each (only the
 	// owner's send is meant to time out: a call of B's timing out on a
 	// starved machine would leave an unknown outcome, and B would renew its
-	// own lease before the next send, a second Takeovers count).
+	// own lease before the next send, a second Takeovers count). The
+	// owner's lease leaves 2.6 s between the commit that starts it and its
+	// send: with less, a starved machine could leave the owner too little
+	// lease to send, and it would renew its own lease first, also counted.
 	f := newPGFix(t, providersim.Config{SlowDelay: 20 * time.Second})
 	short := func(c *Config) {
-		c.PaymentLease, c.ProviderTimeout, c.SendMargin, c.SettleMargin = time.Second, 300*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond
+		c.PaymentLease, c.ProviderTimeout, c.SendMargin, c.SettleMargin = 3*time.Second, 300*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond
 	}
 	long := func(c *Config) {
 		short(c)
