@@ -278,21 +278,11 @@ func TestPGBreakRepeatsOnAnotherProcess(t *testing.T) {
 	}
 
 	// A show that starts soon, repeated on B after its start passed.
-	now, err := f.clock.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sreq := f.req(OpScheduleShow)
-	sreq.Actor = "admin"
-	scmd := ScheduleShowCommand{Name: "Soon", StartsAt: now.Add(2 * time.Hour), Capacity: 3, Price: domain.Money{Amount: 1500, Currency: "EUR"}}
-	show, _, err := a.ScheduleShow(ctx, sreq, scmd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	soon := f.scheduleShowIn(t, a, "Soon", 2*time.Hour, 3)
 	f.clock.Advance(3 * time.Hour)
-	again, sout, err := b.ScheduleShow(ctx, sreq, scmd)
-	if err != nil || !sout.Replayed || again.ID != show.ID {
-		t.Fatalf("repeat on B after the start passed = %s, replayed %t, %v; want a replay of %s", again.ID, sout.Replayed, err, show.ID)
+	again, sout, err := b.ScheduleShow(ctx, soon.req, soon.cmd)
+	if err != nil || !sout.Replayed || again.ID != soon.show.ID {
+		t.Fatalf("repeat on B after the start passed = %s, replayed %t, %v; want a replay of %s", again.ID, sout.Replayed, err, soon.show.ID)
 	}
 
 }
@@ -308,23 +298,14 @@ func TestPGBreakExpiredKeyReuseStartsANewIntent(t *testing.T) {
 	b := f.handler("pg-b", nil)
 	c := f.handler("pg-c", nil)
 	ctx := context.Background()
-	now, err := f.clock.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sreq := f.req(OpScheduleShow)
-	sreq.Actor = "admin"
-	scmd := ScheduleShowCommand{Name: "Soon", StartsAt: now.Add(2 * time.Hour), Capacity: 3, Price: domain.Money{Amount: 1500, Currency: "EUR"}}
-	show, _, err := a.ScheduleShow(ctx, sreq, scmd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	soon := f.scheduleShowIn(t, a, "Soon", 2*time.Hour, 3)
+	now, sreq := soon.now, soon.req
 	f.clock.Advance(28 * time.Hour)
 	// An expired intent: the key starts anew on C, even with another body.
 	f.clock.Advance(25 * time.Hour)
 	s2 := ScheduleShowCommand{Name: "Later", StartsAt: now.Add(100 * time.Hour), Capacity: 4, Price: domain.Money{Amount: 1500, Currency: "EUR"}}
 	fresh, fout, err := c.ScheduleShow(ctx, sreq, s2)
-	if err != nil || fout.Replayed || fresh.ID == show.ID {
+	if err != nil || fout.Replayed || fresh.ID == soon.show.ID {
 		t.Fatalf("expired key reused on C = %s, replayed %t, %v; want a new show", fresh.ID, fout.Replayed, err)
 	}
 	// ... and its repeat on A (which saw the old intent) replays the new one.
@@ -333,7 +314,7 @@ func TestPGBreakExpiredKeyReuseStartsANewIntent(t *testing.T) {
 		t.Fatalf("repeat on A = %s, replayed %t, %v; want a replay of %s", rep.ID, rout.Replayed, err, fresh.ID)
 	}
 	// The old body on B is now a different request: 422.
-	if _, _, err := b.ScheduleShow(ctx, sreq, scmd); !errors.Is(err, domain.ErrKeyReused) {
+	if _, _, err := b.ScheduleShow(ctx, sreq, soon.cmd); !errors.Is(err, domain.ErrKeyReused) {
 		t.Fatalf("old body on B = %v, want key reused (422)", err)
 	}
 
@@ -580,15 +561,7 @@ func TestPGBreakKeptIntentReusedByAShorterRetention(t *testing.T) {
 	a := f.handler("pg-a", nil)
 	b := f.handler("pg-b", func(c *Config) { c.IntentRetention = 2 * time.Hour })
 	ctx := context.Background()
-	now, err := f.clock.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	show, _, err := a.ScheduleShow(ctx, Request{Actor: "admin", Operation: OpScheduleShow, Key: f.req(OpScheduleShow).Key},
-		ScheduleShowCommand{Name: "Kept", StartsAt: now.Add(72 * time.Hour), Capacity: 4, Price: domain.Money{Amount: 1500, Currency: "EUR"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	show := f.scheduleShow(t, a, "Kept", 4)
 	req := f.req(OpReserveSeats)
 	for i := range 2 { // the repeat reads the intent, and A keeps it
 		var rej *Rejection
@@ -613,19 +586,37 @@ func TestPGBreakKeptIntentReusedByAShorterRetention(t *testing.T) {
 // refused.
 func (f *pgFix) scheduleShow(t *testing.T, h *Handler, name string, capacity int) domain.Show {
 	t.Helper()
+	return f.scheduleShowIn(t, h, name, 72*time.Hour, capacity).show
+}
+
+// scheduledShow is a show the fixture scheduled, with the request and the
+// command that scheduled it (so that a test can repeat them) and the
+// database clock's now its start was counted from.
+type scheduledShow struct {
+	show domain.Show
+	req  Request
+	cmd  ScheduleShowCommand
+	now  time.Time
+}
+
+// scheduleShowIn schedules on h, as admin under a fresh key, a show named
+// name of capacity seats at 15.00 EUR starting in from the database
+// clock's now, and fails t if it is refused.
+func (f *pgFix) scheduleShowIn(t *testing.T, h *Handler, name string, in time.Duration, capacity int) scheduledShow {
+	t.Helper()
 	ctx := context.Background()
 	now, err := f.clock.Now(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := f.req(OpScheduleShow)
-	admin.Actor = "admin"
-	show, _, err := h.ScheduleShow(ctx, admin, ScheduleShowCommand{Name: name, StartsAt: now.Add(72 * time.Hour), Capacity: capacity,
-		Price: domain.Money{Amount: 1500, Currency: "EUR"}})
+	req := f.req(OpScheduleShow)
+	req.Actor = "admin"
+	cmd := ScheduleShowCommand{Name: name, StartsAt: now.Add(in), Capacity: capacity, Price: domain.Money{Amount: 1500, Currency: "EUR"}}
+	show, _, err := h.ScheduleShow(ctx, req, cmd)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("ScheduleShow %s: %v", name, err)
 	}
-	return show
+	return scheduledShow{show: show, req: req, cmd: cmd, now: now}
 }
 
 // TestPGOrderAfterTheShowStartedIsRefusedAndRecordsNothing: a reservation
@@ -637,17 +628,7 @@ func TestPGOrderAfterTheShowStartedIsRefusedAndRecordsNothing(t *testing.T) {
 	f := newPGFix(t, providersim.Config{})
 	a := f.handler("pg-a", nil)
 	ctx := context.Background()
-	now, err := f.clock.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := f.req(OpScheduleShow)
-	admin.Actor = "admin"
-	show, _, err := a.ScheduleShow(ctx, admin, ScheduleShowCommand{Name: "Soon", StartsAt: now.Add(5 * time.Minute), Capacity: 2,
-		Price: domain.Money{Amount: 1500, Currency: "EUR"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	show := f.scheduleShowIn(t, a, "Soon", 5*time.Minute, 2).show
 	res, _, err := a.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
 	if err != nil {
 		t.Fatal(err)

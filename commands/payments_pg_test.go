@@ -215,21 +215,7 @@ func (f *pgFix) req(op string) Request {
 func (f *pgFix) placeOrder(h *Handler, token string, wait time.Duration) OrderResult {
 	f.t.Helper()
 	ctx := context.Background()
-	if f.show == "" {
-		now, err := f.clock.Now(ctx)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		admin := f.req(OpScheduleShow)
-		admin.Actor = "admin"
-		show, _, err := h.ScheduleShow(ctx, admin, ScheduleShowCommand{Name: "PG Show", StartsAt: now.Add(72 * time.Hour), Capacity: 100,
-			Price: domain.Money{Amount: 1500, Currency: "EUR"}})
-		if err != nil {
-			f.t.Fatalf("ScheduleShow: %v", err)
-		}
-		f.show = show.ID
-	}
-	res, _, err := h.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: f.show, Quantity: 1})
+	res, _, err := h.ReserveSeats(ctx, f.req(OpReserveSeats), ReserveSeatsCommand{ShowID: f.mustShow(h), Quantity: 1})
 	if err != nil {
 		f.t.Fatalf("ReserveSeats: %v", err)
 	}

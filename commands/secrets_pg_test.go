@@ -268,18 +268,7 @@ func TestPGPaymentSecretsAtRest(t *testing.T) {
 func (f *pgFix) mustShow(h *Handler) string {
 	f.t.Helper()
 	if f.show == "" {
-		now, err := f.clock.Now(context.Background())
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		admin := f.req(OpScheduleShow)
-		admin.Actor = "admin"
-		show, _, err := h.ScheduleShow(context.Background(), admin, ScheduleShowCommand{Name: "PG Show", StartsAt: now.Add(72 * time.Hour), Capacity: 100,
-			Price: domain.Money{Amount: 1500, Currency: "EUR"}})
-		if err != nil {
-			f.t.Fatalf("ScheduleShow: %v", err)
-		}
-		f.show = show.ID
+		f.show = f.scheduleShow(f.t, h, "PG Show", 100).ID
 	}
 	return f.show
 }
