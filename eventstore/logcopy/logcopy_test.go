@@ -35,6 +35,23 @@ func mustAppend(t *testing.T, s eventstore.Store, stream string, exp eventstore.
 	return res
 }
 
+// newStores returns the two ends of a copy: a PostgreSQL store on a fresh
+// database and a KurrentDB store on a fresh test server, both closed when
+// t ends, and a context that ends after two minutes or with t.
+func newStores(t *testing.T) (context.Context, *pgstore.Store, *kurrentdb.Store) {
+	t.Helper()
+	pg := pgstore.New(pgtest.NewPool(t, pgtest.NewDatabase(t)))
+	srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
+	kdb, err := kurrentdb.New(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx, pg, kdb
+}
+
 // copyAll copies src to dst, mirrors the truncations and verifies them,
 // failing t on any difference.
 func copyAll(t *testing.T, ctx context.Context, src, dst eventstore.Store) logcopy.Result {
@@ -62,15 +79,7 @@ func copyAll(t *testing.T, ctx context.Context, src, dst eventstore.Store) logco
 // copied back into the same PostgreSQL log, where the events copied before
 // are recognised, not written twice.
 func TestCopyPostgresToKurrentDBAndBack(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	pg := pgstore.New(pgtest.NewPool(t, pgtest.NewDatabase(t)))
-	srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
-	kdb, err := kurrentdb.New(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kdb.Close() })
+	ctx, pg, kdb := newStores(t)
 
 	mustAppend(t, pg, "show-1", eventstore.NoStream(), events("ShowScheduled", 1)...)
 	mustAppend(t, pg, "intent-a", eventstore.NoStream(), events("IntentRecorded", 2)...)
@@ -92,7 +101,7 @@ func TestCopyPostgresToKurrentDBAndBack(t *testing.T) {
 	mustSettle(t, ctx, pg)
 	cut, stop := context.WithCancel(ctx)
 	batches := 0
-	_, err = logcopy.Copy(cut, pg, kdb, logcopy.Options{Batch: 3, Progress: func(r logcopy.Result) {
+	_, err := logcopy.Copy(cut, pg, kdb, logcopy.Options{Batch: 3, Progress: func(r logcopy.Result) {
 		if r.HeldBack > 0 {
 			t.Errorf("Copy reports %d events held back after PostgreSQL held back none", r.HeldBack)
 		}
@@ -211,15 +220,7 @@ func holdHorizon(t *testing.T, ctx context.Context) (release func()) {
 // without them. A whole stream held back would otherwise be missing from
 // the copy and from Verify, which compares the streams the copy saw.
 func TestCopyWaitsForHeldBackEvents(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	pg := pgstore.New(pgtest.NewPool(t, pgtest.NewDatabase(t)))
-	srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
-	kdb, err := kurrentdb.New(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kdb.Close() })
+	ctx, pg, kdb := newStores(t)
 
 	mustAppend(t, pg, "show-1", eventstore.NoStream(), events("ShowScheduled", 3)...)
 	release := holdHorizon(t, ctx)
@@ -227,7 +228,7 @@ func TestCopyWaitsForHeldBackEvents(t *testing.T) {
 	mustAppend(t, pg, "show-2", eventstore.NoStream(), events("ShowScheduled", 2)...)
 
 	var seen int64
-	_, err = logcopy.Copy(ctx, pg, kdb, logcopy.Options{Batch: 2, Wait: 300 * time.Millisecond, Progress: func(r logcopy.Result) {
+	_, err := logcopy.Copy(ctx, pg, kdb, logcopy.Options{Batch: 2, Wait: 300 * time.Millisecond, Progress: func(r logcopy.Result) {
 		seen = max(seen, r.HeldBack)
 	}})
 	// At least the 3 events after the transaction began are held back; a
@@ -259,15 +260,7 @@ func TestCopyWaitsForHeldBackEvents(t *testing.T) {
 // ends) rather than map a checkpoint to an earlier event, which would
 // make the workers handle events again.
 func TestMapPositionsWaitsForHeldBackEvents(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	pg := pgstore.New(pgtest.NewPool(t, pgtest.NewDatabase(t)))
-	srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
-	kdb, err := kurrentdb.New(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kdb.Close() })
+	ctx, pg, kdb := newStores(t)
 
 	mustAppend(t, kdb, "show-1", eventstore.NoStream(), events("ShowScheduled", 2)...)
 	release := holdHorizon(t, ctx)
