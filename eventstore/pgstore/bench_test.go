@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/eventstore"
 )
@@ -51,6 +52,45 @@ func runConcurrently(ctx context.Context, n, workers int, op func(ctx context.Co
 	return time.Since(start), context.Cause(ctx)
 }
 
+// createBaseline creates the baseline's plain table, bench_raw, with its
+// UNIQUE (actor, key) constraint, on pool.
+func createBaseline(b *testing.B, pool *pgxpool.Pool) {
+	b.Helper()
+	if _, err := pool.Exec(b.Context(), `CREATE TABLE bench_raw (
+		actor text NOT NULL, key text NOT NULL, body bytea NOT NULL, created_at timestamptz NOT NULL DEFAULT now(),
+		UNIQUE (actor, key))`); err != nil {
+		b.Fatalf("create baseline table: %v", err)
+	}
+}
+
+// alternate calls first then second, each once per round, for two rounds
+// of warm-up (connections, prepared statements) and then b.N timed
+// rounds, failing b at the first error, which it names by firstName or
+// secondName. It returns the sums of the durations each one reported over
+// the timed rounds, with b's timer stopped.
+func alternate(b *testing.B, firstName string, first func() (time.Duration, error), secondName string,
+	second func() (time.Duration, error)) (firstSum, secondSum time.Duration) {
+	b.Helper()
+	for i := range b.N + 2 {
+		f, err := first()
+		if err != nil {
+			b.Fatalf("%s: %v", firstName, err)
+		}
+		s, err := second()
+		if err != nil {
+			b.Fatalf("%s: %v", secondName, err)
+		}
+		if i == 1 {
+			b.ResetTimer()
+		}
+		if i >= 2 {
+			firstSum, secondSum = firstSum+f, secondSum+s
+		}
+	}
+	b.StopTimer()
+	return firstSum, secondSum
+}
+
 // BenchmarkAppendNewStreams measures single-event appends, each to a new
 // stream at NoStream, from 32 goroutines, and in the same run a baseline: the
 // same number of one-row INSERTs into a plain table with a UNIQUE (actor,
@@ -72,11 +112,7 @@ func BenchmarkAppendNewStreamsOneClient(b *testing.B) {
 	ctx := b.Context()
 	pool := newTestPool(b)
 	s := New(pool)
-	if _, err := pool.Exec(ctx, `CREATE TABLE bench_raw (
-		actor text NOT NULL, key text NOT NULL, body bytea NOT NULL, created_at timestamptz NOT NULL DEFAULT now(),
-		UNIQUE (actor, key))`); err != nil {
-		b.Fatalf("create baseline table: %v", err)
-	}
+	createBaseline(b, pool)
 	raw := func() (time.Duration, error) {
 		start := time.Now()
 		_, err := pool.Exec(ctx, `INSERT INTO bench_raw (actor, key, body) VALUES ($1, $2, $3)`,
@@ -90,24 +126,7 @@ func BenchmarkAppendNewStreamsOneClient(b *testing.B) {
 			eventstore.EventData{ID: id, Type: "Benchmarked", Data: benchData, Metadata: []byte(`{"actor":"actor-1"}`)})
 		return time.Since(start), err
 	}
-	var rawSum, appendSum time.Duration
-	for i := range b.N + 2 { // two rounds of warm-up (connection, prepared statements)
-		r, err := raw()
-		if err != nil {
-			b.Fatalf("baseline insert: %v", err)
-		}
-		a, err := appendOne()
-		if err != nil {
-			b.Fatalf("append: %v", err)
-		}
-		if i == 1 {
-			b.ResetTimer()
-		}
-		if i >= 2 {
-			rawSum, appendSum = rawSum+r, appendSum+a
-		}
-	}
-	b.StopTimer()
+	rawSum, appendSum := alternate(b, "baseline insert", raw, "append", appendOne)
 	b.ReportMetric(float64(b.N)/appendSum.Seconds(), "events/s")
 	b.ReportMetric(float64(b.N)/rawSum.Seconds(), "raw_inserts/s")
 	b.ReportMetric(rawSum.Seconds()/appendSum.Seconds(), "x_of_raw_insert")
@@ -119,11 +138,7 @@ func benchAppendNewStreams(b *testing.B, clients int) {
 	ctx := b.Context()
 	pool := newTestPool(b)
 	s := New(pool)
-	if _, err := pool.Exec(ctx, `CREATE TABLE bench_raw (
-		actor text NOT NULL, key text NOT NULL, body bytea NOT NULL, created_at timestamptz NOT NULL DEFAULT now(),
-		UNIQUE (actor, key))`); err != nil {
-		b.Fatalf("create baseline table: %v", err)
-	}
+	createBaseline(b, pool)
 	// Warm both paths (connections, prepared statements) outside the timing.
 	warm := func(ctx context.Context, w, i int) error {
 		if _, err := pool.Exec(ctx, `INSERT INTO bench_raw (actor, key, body) VALUES ($1, $2, $3)`,
@@ -346,24 +361,7 @@ func BenchmarkMultiStreamAppendOneClient(b *testing.B) {
 		}
 		return time.Since(start), nil
 	}
-	var multiSum, separateSum time.Duration
-	for i := range b.N + 2 { // two rounds of warm-up (connection, prepared statements)
-		m, err := multi()
-		if err != nil {
-			b.Fatalf("AppendMulti: %v", err)
-		}
-		p, err := separate()
-		if err != nil {
-			b.Fatalf("Append: %v", err)
-		}
-		if i == 1 {
-			b.ResetTimer()
-		}
-		if i >= 2 {
-			multiSum, separateSum = multiSum+m, separateSum+p
-		}
-	}
-	b.StopTimer()
+	multiSum, separateSum := alternate(b, "AppendMulti", multi, "Append", separate)
 	b.ReportMetric(float64(b.N)/multiSum.Seconds(), "multi_units/s")
 	b.ReportMetric(float64(b.N)/separateSum.Seconds(), "separate_units/s")
 	b.ReportMetric(separateSum.Seconds()/multiSum.Seconds(), "x_of_separate_appends")
