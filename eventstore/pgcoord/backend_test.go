@@ -14,6 +14,28 @@ import (
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
+// backendPools opens two pools on one fresh database, closed when t ends:
+// pg's sessions name the PostgreSQL backend and kdb's the KurrentDB one
+// (SetBackend), so the positions each writes are stamped with its backend.
+func backendPools(t *testing.T) (pg, kdb *pgxpool.Pool) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	open := func(backend string) *pgxpool.Pool {
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		SetBackend(cfg, backend)
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	return open(BackendPostgres), open(BackendKurrentDB)
+}
+
 // TestCheckBackend: positions written by a pool whose sessions name a
 // backend (SetBackend) are stamped with it by the migration's trigger;
 // CheckBackend accepts them on that backend, refuses them on the other
@@ -21,22 +43,8 @@ import (
 // the start of the log.
 func TestCheckBackend(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	open := func(backend string) *pgxpool.Pool {
-		cfg, err := pgxpool.ParseConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		SetBackend(cfg, backend)
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		return pool
-	}
-	kdb, pg := open(BackendKurrentDB), open(BackendPostgres)
+	pg, kdb := backendPools(t)
 	pos := eventstore.Position{Commit: 100, Prepare: 100}
 	if err := NewCheckpoints(kdb).Save(ctx, "process-manager", pos); err != nil {
 		t.Fatal(err)

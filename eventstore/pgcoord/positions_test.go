@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/eventstore"
-	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
 // TestStoredPositionsMove: StoredPositions lists the positions of the three
@@ -20,22 +18,8 @@ import (
 // position table.
 func TestStoredPositionsMove(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	open := func(backend string) *pgxpool.Pool {
-		cfg, err := pgxpool.ParseConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		SetBackend(cfg, backend)
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		return pool
-	}
-	pg, kdb := open(BackendPostgres), open(BackendKurrentDB)
+	pg, kdb := backendPools(t)
 	at := func(c uint64) eventstore.Position { return eventstore.Position{Commit: c, Prepare: c} }
 	for name, c := range map[string]uint64{"process-manager": 10, "follow-ups": 20} {
 		if err := NewCheckpoints(pg).Save(ctx, name, at(c)); err != nil {
