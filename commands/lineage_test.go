@@ -48,6 +48,24 @@ func (w *lineageWorld) handler(executor string, hooks Hooks) *Handler {
 		WithKeys(w.keys), WithHooks(hooks))
 }
 
+// holdASeat has h schedule the show "Show" (request srv-show) and hold one
+// seat of it for alice (request srv-res, of client id client), failing t
+// if either is refused, and returns the reservation's id.
+func holdASeat(t *testing.T, h *Handler, client string) string {
+	t.Helper()
+	show, _, err := h.ScheduleShow(request("srv-show", ""), Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
+		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(48 * time.Hour), Capacity: 10, Price: payPrice})
+	if err != nil {
+		t.Fatalf("ScheduleShow = %v", err)
+	}
+	res, _, err := h.ReserveSeats(request("srv-res", client), Request{Actor: "alice", Operation: OpReserveSeats, Key: "res"},
+		ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
+	if err != nil {
+		t.Fatalf("ReserveSeats = %v", err)
+	}
+	return res.ID
+}
+
 // request returns a context serving the request of server id srv and
 // client id client, in a span of a trace of its own (requestTrace).
 func request(srv, client string) context.Context {
@@ -197,18 +215,9 @@ func TestLineage_ABookingNamesItsRequests(t *testing.T) {
 	t.Parallel()
 	w := newLineageWorld()
 	h := w.handler("exec-a", Hooks{})
-	show, _, err := h.ScheduleShow(request("srv-show", ""), Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
-		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(48 * time.Hour), Capacity: 10, Price: payPrice})
-	if err != nil {
-		t.Fatalf("ScheduleShow = %v", err)
-	}
-	res, _, err := h.ReserveSeats(request("srv-res", "client-res"), Request{Actor: "alice", Operation: OpReserveSeats, Key: "res"},
-		ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
-	if err != nil {
-		t.Fatalf("ReserveSeats = %v", err)
-	}
+	resID := holdASeat(t, h, "client-res")
 	order := Request{Actor: "alice", Operation: OpPlaceOrder, Key: "order", Wait: 10 * time.Second}
-	cmd := PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_visa"}
+	cmd := PlaceOrderCommand{ReservationID: resID, PaymentToken: "tok_visa"}
 	out, err := h.PlaceOrder(request("srv-order", "client-order"), order, cmd)
 	if err != nil || out.Order.Status != domain.OrderStatusConfirmed {
 		t.Fatalf("PlaceOrder = %+v, %v; want a confirmed order", out.Order, err)
@@ -257,16 +266,7 @@ func TestLineage_RecoveryKeepsTheRequest(t *testing.T) {
 	t.Parallel()
 	w := newLineageWorld()
 	h := w.handler("exec-a", Hooks{})
-	show, _, err := h.ScheduleShow(request("srv-show", ""), Request{Actor: "admin", Operation: OpScheduleShow, Key: "show"},
-		ScheduleShowCommand{Name: "Show", StartsAt: payT0.Add(48 * time.Hour), Capacity: 10, Price: payPrice})
-	if err != nil {
-		t.Fatalf("ScheduleShow = %v", err)
-	}
-	res, _, err := h.ReserveSeats(request("srv-res", ""), Request{Actor: "alice", Operation: OpReserveSeats, Key: "res"},
-		ReserveSeatsCommand{ShowID: show.ID, Quantity: 1})
-	if err != nil {
-		t.Fatalf("ReserveSeats = %v", err)
-	}
+	resID := holdASeat(t, h, "")
 	type died struct{}
 	dies := w.handler("exec-dies", Hooks{Step: func(step string) {
 		if step == "intent.recorded" {
@@ -285,7 +285,7 @@ func TestLineage_RecoveryKeepsTheRequest(t *testing.T) {
 			}
 		}()
 		_, _ = dies.PlaceOrder(request("srv-order", "client-order"), Request{Actor: "alice", Operation: OpPlaceOrder, Key: "order"},
-			PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_visa"})
+			PlaceOrderCommand{ReservationID: resID, PaymentToken: "tok_visa"})
 	}()
 	w.clock.Advance(DefaultConfig().IntentLease + time.Second)
 	if err := w.handler("exec-recovery", Hooks{}).recoverIntent(context.Background(), IntentStream("alice", OpPlaceOrder, "order")); err != nil {
