@@ -67,18 +67,8 @@ func TestKeptStreamsUnderConcurrentReplays(t *testing.T) {
 	p := newProcesses()
 	pay := p.pay
 	a, b := p.handler(execA, slowTailStore{p.mem}, nil), p.handler(execB, slowTailStore{p.mem}, nil)
-	show := scheduleShow(t, a, 4, 72*time.Hour)
-	req, cmd := aliceReserves(show.ID, "k", 1)
-	res, _, err := a.ReserveSeats(ctx, req, cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	oreq := Request{Actor: "alice", Operation: OpPlaceOrder, Key: "o", Wait: 10 * time.Second}
-	ocmd := PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_visa"}
-	placed, err := a.PlaceOrder(ctx, oreq, ocmd)
-	if err != nil || placed.Order.Status != domain.OrderStatusConfirmed {
-		t.Fatalf("PlaceOrder = %+v, %v; want confirmed", placed, err)
-	}
+	seat := orderASeat(t, a)
+	oreq, ocmd, placed := seat.oreq, seat.ocmd, seat.placed
 	if _, err := a.PlaceOrder(ctx, oreq, ocmd); err != nil { // A keeps both streams
 		t.Fatal(err)
 	}

@@ -37,6 +37,40 @@ func (s *readCountingStore) reset() (read, calls map[string]int) {
 	return read, calls
 }
 
+// orderedSeat is alice's confirmed order of one seat of a new show, with
+// the requests and commands that held and ordered it, so that a test can
+// repeat them.
+type orderedSeat struct {
+	show   domain.Show
+	req    Request // the hold's
+	cmd    ReserveSeatsCommand
+	res    domain.Reservation
+	oreq   Request // the order's
+	ocmd   PlaceOrderCommand
+	placed OrderResult
+}
+
+// orderASeat has h schedule a show of 4 seats, hold one of them for alice
+// (key k) and order it paid with tok_visa (key o, waiting up to 10 s),
+// failing t unless the order is confirmed.
+func orderASeat(t *testing.T, h *Handler) orderedSeat {
+	t.Helper()
+	ctx := context.Background()
+	s := orderedSeat{show: scheduleShow(t, h, 4, 72*time.Hour)}
+	s.req, s.cmd = aliceReserves(s.show.ID, "k", 1)
+	var err error
+	if s.res, _, err = h.ReserveSeats(ctx, s.req, s.cmd); err != nil {
+		t.Fatal(err)
+	}
+	s.oreq = Request{Actor: "alice", Operation: OpPlaceOrder, Key: "o", Wait: 10 * time.Second}
+	s.ocmd = PlaceOrderCommand{ReservationID: s.res.ID, PaymentToken: "tok_visa"}
+	s.placed, err = h.PlaceOrder(ctx, s.oreq, s.ocmd)
+	if err != nil || s.placed.Order.Status != domain.OrderStatusConfirmed {
+		t.Fatalf("PlaceOrder = %+v, %v; want confirmed", s.placed, err)
+	}
+	return s
+}
+
 // TestKeptStreamsReadTailsAndSeeOtherProcesses: a process that loaded an
 // order and its intent before reads only their tails on a replay (no event
 // read again), yet sees what another process appended meanwhile — a cancel
@@ -50,18 +84,8 @@ func TestKeptStreamsReadTailsAndSeeOtherProcesses(t *testing.T) {
 	store := &readCountingStore{EventStore: p.mem}
 	store.reset()
 	a, b := p.handler(execA, store, nil), p.handler(execB, store, nil)
-	show := scheduleShow(t, a, 4, 72*time.Hour)
-	req, cmd := aliceReserves(show.ID, "k", 1)
-	res, _, err := a.ReserveSeats(ctx, req, cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	oreq := Request{Actor: "alice", Operation: OpPlaceOrder, Key: "o", Wait: 10 * time.Second}
-	ocmd := PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_visa"}
-	placed, err := a.PlaceOrder(ctx, oreq, ocmd)
-	if err != nil || placed.Order.Status != domain.OrderStatusConfirmed {
-		t.Fatalf("PlaceOrder = %+v, %v; want confirmed", placed, err)
-	}
+	seat := orderASeat(t, a)
+	oreq, ocmd, placed := seat.oreq, seat.ocmd, seat.placed
 	intent, order := IntentStream("alice", OpPlaceOrder, "o"), domain.OrderStream(placed.Order.ID)
 
 	// The first replay loads both streams; the second reads only the
@@ -80,7 +104,7 @@ func TestKeptStreamsReadTailsAndSeeOtherProcesses(t *testing.T) {
 	}
 
 	// A different body under the kept key is still the key-reused error.
-	if _, err := a.PlaceOrder(ctx, oreq, PlaceOrderCommand{ReservationID: res.ID, PaymentToken: "tok_decline"}); !errors.Is(err, domain.ErrKeyReused) {
+	if _, err := a.PlaceOrder(ctx, oreq, PlaceOrderCommand{ReservationID: seat.res.ID, PaymentToken: "tok_decline"}); !errors.Is(err, domain.ErrKeyReused) {
 		t.Fatalf("another body under the kept order key = %v, want the key-reused error (422)", err)
 	}
 
@@ -98,13 +122,13 @@ func TestKeptStreamsReadTailsAndSeeOtherProcesses(t *testing.T) {
 
 	// A key reused after the retention is a new intent on A too, though A
 	// kept the old one.
-	req2, cmd2 := aliceReserves(show.ID, "k", 2)
+	req2, cmd2 := aliceReserves(seat.show.ID, "k", 2)
 	if _, out, err := a.ReserveSeats(ctx, req2, cmd2); err == nil || out.Replayed {
 		t.Fatalf("another body under key k within the retention = %+v, %v; want the key-reused error", out, err)
 	}
 	clock.Advance(DefaultConfig().IntentRetention + time.Hour)
 	again, out, err := b.ReserveSeats(ctx, req2, cmd2)
-	if err != nil || out.Replayed || again.ID == res.ID {
+	if err != nil || out.Replayed || again.ID == seat.res.ID {
 		t.Fatalf("key k reused after the retention on B = %s, replayed %t, %v; want a new reservation", again.ID, out.Replayed, err)
 	}
 	// A kept the first intent of key k; its repeat of B's is a replay of
@@ -112,7 +136,7 @@ func TestKeptStreamsReadTailsAndSeeOtherProcesses(t *testing.T) {
 	if r, out, err := a.ReserveSeats(ctx, req2, cmd2); err != nil || !out.Replayed || r.ID != again.ID {
 		t.Fatalf("repeat on A of the reused key = %s, replayed %t, %v; want a replay of %s", r.ID, out.Replayed, err, again.ID)
 	}
-	if _, out, err := a.ReserveSeats(ctx, req, cmd); err == nil || out.Replayed {
+	if _, out, err := a.ReserveSeats(ctx, seat.req, seat.cmd); err == nil || out.Replayed {
 		t.Fatalf("the first body under the reused key on A = %+v, %v; want the key-reused error", out, err)
 	}
 	if pay.count("create") != 1 {
