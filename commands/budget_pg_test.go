@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore/pgstore"
@@ -42,6 +44,46 @@ const (
 // budgetBookings is how many bookings (and replays) are counted.
 const budgetBookings = 20
 
+// countedPG is a fresh PostgreSQL database on a pool whose statements
+// counter counts, the event store and key table on that one pool (as in
+// `booking serve`), and a provider simulator served over HTTP.
+type countedPG struct {
+	counter *sqlcount.Counter
+	pool    *pgxpool.Pool
+	events  *pgstore.Store
+	keys    *keystore.Store
+	sim     *providersim.Server
+	simURL  string
+}
+
+// newCountedPG opens a countedPG; its pool and simulator close when t
+// ends.
+func newCountedPG(t *testing.T) *countedPG {
+	t.Helper()
+	db := &countedPG{counter: &sqlcount.Counter{}}
+	pool, err := db.counter.Open(context.Background(), pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	sim := providersim.New(providersim.Config{})
+	simSrv := httptest.NewServer(sim.Handler())
+	t.Cleanup(func() { sim.Close(); simSrv.Close() })
+	db.pool, db.events, db.keys, db.sim, db.simURL = pool, pgstore.New(pool), keystore.New(pool, testKeyring(t)), sim, simSrv.URL
+	return db
+}
+
+// handler returns a Handler of executor exec on db: its event store, the
+// database clock, the simulator's provider, the key table with its key
+// units, no logging, and then opts.
+func (db *countedPG) handler(t *testing.T, exec string, opts ...Option) *Handler {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Executor = exec
+	return New(cfg, db.events, &pgClock{pool: db.pool}, simClient(t, db.simURL), newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		append([]Option{WithKeys(db.keys), WithKeyUnits(keystore.Units{Events: db.events, Keys: db.keys})}, opts...)...)
+}
+
 // TestPGRequestPathStatementBudget counts the SQL statements and commits
 // of whole bookings on the request path: the commands the HTTP API calls
 // (ReserveSeats, then PlaceOrder paying at the provider simulator in
@@ -56,21 +98,9 @@ const budgetBookings = 20
 // always.
 func TestPGRequestPathStatementBudget(t *testing.T) {
 	ctx := context.Background()
-	var counter sqlcount.Counter
-	pool, err := counter.Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-
-	sim := providersim.New(providersim.Config{})
-	simSrv := httptest.NewServer(sim.Handler())
-	t.Cleanup(func() { sim.Close(); simSrv.Close() })
-	hcfg := DefaultConfig()
-	hcfg.Executor = "budget"
-	events, keys := pgstore.New(pool), keystore.New(pool, testKeyring(t))
-	h := New(hcfg, events, &pgClock{pool: pool}, simClient(t, simSrv.URL), newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)),
-		WithKeys(keys), WithKeyUnits(keystore.Units{Events: events, Keys: keys}))
+	db := newCountedPG(t)
+	counter := db.counter
+	h := db.handler(t, "budget")
 
 	seq := 0
 	req := func(op string) Request {
@@ -140,7 +170,7 @@ func TestPGRequestPathStatementBudget(t *testing.T) {
 	perReplay := float64(counter.Total()) / budgetBookings
 	replayTable := counter.Report(budgetBookings)
 
-	if n := len(sim.Charges()); n != budgetBookings+1 {
+	if n := len(db.sim.Charges()); n != budgetBookings+1 {
 		t.Errorf("simulator: %d charges, want %d (one per booking)", n, budgetBookings+1)
 	}
 	// The lines make bench reads for row P2s (test/scripts/benchrun).

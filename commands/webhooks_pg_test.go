@@ -2,20 +2,12 @@ package commands
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/retrysafe/booking/commands/keystore"
 	"github.com/retrysafe/booking/commands/webhookstore"
 	"github.com/retrysafe/booking/domain"
-	"github.com/retrysafe/booking/eventstore/pgstore"
-	"github.com/retrysafe/booking/internal/sqlcount"
-	"github.com/retrysafe/booking/migrations/pgtest"
 	"github.com/retrysafe/booking/provider"
-	"github.com/retrysafe/booking/provider/providersim"
 )
 
 // TestPGWebhookOfRecordedPaymentSendsNothing counts, on PostgreSQL with
@@ -27,22 +19,11 @@ import (
 // of the order) for another notice of it there.
 func TestPGWebhookOfRecordedPaymentSendsNothing(t *testing.T) {
 	ctx := context.Background()
-	var counter sqlcount.Counter
-	pool, err := counter.Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	sim := providersim.New(providersim.Config{})
-	simSrv := httptest.NewServer(sim.Handler())
-	t.Cleanup(func() { sim.Close(); simSrv.Close() })
-	events, keys := pgstore.New(pool), keystore.New(pool, testKeyring(t))
+	db := newCountedPG(t)
+	counter := db.counter
 	process := func(exec string) (*Handler, *webhookstore.Store) {
-		hcfg := DefaultConfig()
-		hcfg.Executor = exec
-		marks := webhookstore.New(pool)
-		return New(hcfg, events, &pgClock{pool: pool}, simClient(t, simSrv.URL), newTestRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)),
-			WithKeys(keys), WithKeyUnits(keystore.Units{Events: events, Keys: keys}), WithProcessedEvents(marks)), marks
+		marks := webhookstore.New(db.pool)
+		return db.handler(t, exec, WithProcessedEvents(marks)), marks
 	}
 	a, marksA := process("webhook-a")
 	b, _ := process("webhook-b")
