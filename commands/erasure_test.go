@@ -31,6 +31,18 @@ func (m *erasureMetrics) count(result string) int {
 	return m.got[result]
 }
 
+// confirmedWithErasureMetrics returns a Handler of executor "exec" on w
+// (its keys, no logger) whose Metrics.Erasure calls mx records, and the id
+// of alice's confirmed order booked through it (confirmedOrder).
+func confirmedWithErasureMetrics(t *testing.T, w *lineageWorld) (h *Handler, mx *erasureMetrics, id string) {
+	t.Helper()
+	mx = &erasureMetrics{got: map[string]int{}}
+	cfg := DefaultConfig()
+	cfg.Executor = "exec"
+	h = New(cfg, w.store, w.clock, w.pay, newTestRegistry(), nil, WithKeys(w.keys), WithMetrics(mx))
+	return h, mx, confirmedOrder(t, h)
+}
+
 // TestErasure_RecordedOnceAfterTheKeyIsGone: a confirmed order's key is
 // deleted off the request (batched), which leaves its erasure to record
 // and appends nothing yet; the reconciler's pass appends one
@@ -43,11 +55,7 @@ func TestErasure_RecordedOnceAfterTheKeyIsGone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newLineageWorld()
-	mx := &erasureMetrics{got: map[string]int{}}
-	cfg := DefaultConfig()
-	cfg.Executor = "exec"
-	h := New(cfg, w.store, w.clock, w.pay, newTestRegistry(), nil, WithKeys(w.keys), WithMetrics(mx))
-	id := confirmedOrder(t, h)
+	h, mx, id := confirmedWithErasureMetrics(t, w)
 	stream := domain.OrderStream(id)
 	shredded := func() int {
 		n := 0
@@ -130,11 +138,7 @@ func TestErasureCountedOncePerKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newLineageWorld()
-	mx := &erasureMetrics{got: map[string]int{}}
-	cfg := DefaultConfig()
-	cfg.Executor = "exec"
-	h := New(cfg, w.store, w.clock, w.pay, newTestRegistry(), nil, WithKeys(w.keys), WithMetrics(mx))
-	id := confirmedOrder(t, h)
+	h, mx, id := confirmedWithErasureMetrics(t, w)
 	h.FlushShreds(ctx)
 	due, _ := w.keys.Erasures(ctx, 10)
 	if _, ok := due[id]; !ok {
