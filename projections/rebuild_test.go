@@ -81,18 +81,44 @@ func mustRebuild(t *testing.T, db *testDB, ps []*Projection, o RebuildOptions) R
 	return res
 }
 
+// startLive starts, on a fresh database, the live projectors of
+// All(time.Hour) in batches of at most 40 until ctx ends, and returns the
+// database, those projections, an appender on its log and the function
+// that waits for the projectors to stop.
+func startLive(t *testing.T, ctx context.Context) (*testDB, []*Projection, *appender, func()) {
+	t.Helper()
+	db := mustDB(t)
+	ps := All(time.Hour)
+	wait := runAll(t, ctx, db, ps, WithMaxBatch(40))
+	return db, ps, &appender{tb: t, store: db.store, clock: &clock{}}, wait
+}
+
+// purgeAndRecordAgain truncates the intent stream before its revision 1,
+// as the purge job does once the intent expired, and records alice's order
+// intent on it again at revision 1, as a reuse of its key does.
+func purgeAndRecordAgain(t *testing.T, ctx context.Context, db *testDB, a *appender, stream string) {
+	t.Helper()
+	if err := db.store.Truncate(ctx, stream, 1); err != nil {
+		t.Fatal(err)
+	}
+	d, err := eventstore.Encode(newID(), intentOf("alice", opPlaceOrder), eventstore.Metadata{OccurredAt: a.clock.now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.store.Append(ctx, stream, eventstore.Exact(0), d); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRebuildEqualsLive runs the live projectors during a mixed workload
 // (with intents past their retention, one of them purged and recorded
 // again), then rebuilds twice: both times the tables equal the live ones
 // row for row, every column, and so do the checkpoints.
 func TestRebuildEqualsLive(t *testing.T) {
 	t.Parallel()
-	db := mustDB(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ps := All(time.Hour)
-	wait := runAll(t, ctx, db, ps, WithMaxBatch(40))
-	a := &appender{tb: t, store: db.store, clock: &clock{}}
+	db, ps, a, wait := startLive(t, ctx)
 
 	old := epoch.Add(-3 * time.Hour)
 	purged, expired := "intent-purged", "intent-expired"
@@ -100,14 +126,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 	a.addAt(ctx, expired, old, intentOf("bob", opPlaceOrder), domain.IntentRejected{Status: 409, Code: "x"})
 	workload{shows: 6, perShow: 30, workers: 6, seed: 3}.run(ctx, a)
 	// The purge job truncates the expired stream; the key is used again.
-	if err := db.store.Truncate(ctx, purged, 1); err != nil {
-		t.Fatal(err)
-	}
-	again := intentOf("alice", opPlaceOrder)
-	d, _ := eventstore.Encode(newID(), again, eventstore.Metadata{OccurredAt: a.clock.now()})
-	if _, err := db.store.Append(ctx, purged, eventstore.Exact(0), d); err != nil {
-		t.Fatal(err)
-	}
+	purgeAndRecordAgain(t, ctx, db, a, purged)
 	workload{shows: 1, perShow: 5, workers: 1, seed: 4}.run(ctx, a)
 	waitCaughtUp(t, ctx, db, ps)
 	cancel()
@@ -267,23 +286,14 @@ func TestRebuildFailureSwapsNothing(t *testing.T) {
 // live ones row for row.
 func TestRebuildWithFewRowsInMemoryEqualsLive(t *testing.T) {
 	t.Parallel()
-	db := mustDB(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ps := All(time.Hour)
-	wait := runAll(t, ctx, db, ps, WithMaxBatch(40))
-	a := &appender{tb: t, store: db.store, clock: &clock{}}
+	db, ps, a, wait := startLive(t, ctx)
 
 	purged := "intent-purged"
 	a.addAt(ctx, purged, epoch.Add(-3*time.Hour), intentOf("alice", opPlaceOrder))
 	workload{shows: 6, perShow: 20, workers: 6, seed: 11}.run(ctx, a)
-	if err := db.store.Truncate(ctx, purged, 1); err != nil {
-		t.Fatal(err)
-	}
-	d, _ := eventstore.Encode(newID(), intentOf("alice", opPlaceOrder), eventstore.Metadata{OccurredAt: a.clock.now()})
-	if _, err := db.store.Append(ctx, purged, eventstore.Exact(0), d); err != nil {
-		t.Fatal(err)
-	}
+	purgeAndRecordAgain(t, ctx, db, a, purged)
 	workload{shows: 1, perShow: 5, workers: 1, seed: 12}.run(ctx, a)
 	waitCaughtUp(t, ctx, db, ps)
 	cancel()
