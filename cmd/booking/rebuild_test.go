@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,10 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/retrysafe/booking/cmd/booking/internal/readmodels"
+	"github.com/retrysafe/booking/cmd/booking/internal/readmodels/readmodelstest"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
-	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations/pgtest"
 	"github.com/retrysafe/booking/projections"
@@ -96,34 +94,15 @@ func TestRebuildCommandWhileServing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	wait := readmodelstest.RunLive(ctx, pool, store, log)
+	defer wait()
 	defer cancel()
-	locks := pgcoord.NewLocks(pool)
-	for _, p := range projections.All(24 * time.Hour) {
-		pr := readmodels.NewProjector(pool, locks, p)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			locks.RunExclusive(ctx, log, readmodels.LockName(p.Name()), 50*time.Millisecond, func(ctx context.Context) error { return pr.Run(ctx, store) })
-		}()
-	}
 
 	showID := uuid.Must(uuid.NewV7()).String()
 	price := domain.Money{Amount: 1000, Currency: "EUR"}
-	add := func(stream string, events ...domain.Event) {
+	add := func(stream string, events ...eventstore.Typed) {
 		t.Helper()
-		data := make([]eventstore.EventData, len(events))
-		for i, e := range events {
-			d, err := eventstore.Encode(uuid.Must(uuid.NewV7()).String(), e, eventstore.Metadata{OccurredAt: time.Now().UTC()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			data[i] = d
-		}
-		if _, err := store.Append(ctx, stream, eventstore.Any(), data...); err != nil {
-			t.Fatal(err)
-		}
+		readmodelstest.Append(t, ctx, store, stream, events...)
 	}
 	add(domain.ShowStream(showID), domain.ShowScheduled{ShowID: showID, Name: "S", StartsAt: time.Now().Add(time.Hour), Capacity: 50, Price: price})
 	hold := func() {

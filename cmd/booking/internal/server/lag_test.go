@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,10 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
-	"github.com/retrysafe/booking/cmd/booking/internal/readmodels"
+	"github.com/retrysafe/booking/cmd/booking/internal/readmodels/readmodelstest"
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
-	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/pgstore"
 	"github.com/retrysafe/booking/migrations/pgtest"
 	"github.com/retrysafe/booking/projections"
@@ -94,19 +92,9 @@ func TestLagMetrics(t *testing.T) {
 	defer cancel()
 	showID := uuid.Must(uuid.NewV7()).String()
 	price := domain.Money{Amount: 1000, Currency: "EUR"}
-	add := func(stream string, events ...domain.Event) {
+	add := func(stream string, events ...eventstore.Typed) {
 		t.Helper()
-		data := make([]eventstore.EventData, len(events))
-		for i, e := range events {
-			d, err := eventstore.Encode(uuid.Must(uuid.NewV7()).String(), e, eventstore.Metadata{OccurredAt: time.Now().UTC()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			data[i] = d
-		}
-		if _, err := store.Append(ctx, stream, eventstore.Any(), data...); err != nil {
-			t.Fatal(err)
-		}
+		readmodelstest.Append(t, ctx, store, stream, events...)
 	}
 	hold := func() { // 2 events
 		held := domain.SeatsHeld{ShowID: showID, ReservationID: uuid.Must(uuid.NewV7()).String(), Actor: "alice", Quantity: 2, Amount: price.Times(2)}
@@ -119,18 +107,9 @@ func TestLagMetrics(t *testing.T) {
 	hold()
 	waitLag(t, reg, lagWant(6, 6), "6 events, nothing running")
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	wait := readmodelstest.RunLive(ctx, pool, store, log)
+	defer wait()
 	defer cancel()
-	locks := pgcoord.NewLocks(pool)
-	for _, p := range projections.All(24 * time.Hour) {
-		pr := readmodels.NewProjector(pool, locks, p)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			locks.RunExclusive(ctx, log, readmodels.LockName(p.Name()), 50*time.Millisecond, func(ctx context.Context) error { return pr.Run(ctx, store) })
-		}()
-	}
 	waitLag(t, reg, lagWant(0, 6), "projectors running, relay stopped")
 
 	notif, err := natsrun.Start(ctx, natsrun.Config{Addr: "127.0.0.1:0", DuplicateWindow: 10 * time.Minute,
