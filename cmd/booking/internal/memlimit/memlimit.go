@@ -10,68 +10,59 @@ import (
 	"runtime/debug"
 )
 
-// Default soft memory limits of `booking serve` (runtime/debug.SetMemoryLimit:
-// the heap, stacks and runtime structures, not the binary's mapped code,
-// about 30 MiB more of RSS), set only when GOMEMLIMIT is unset. They are
-// ceilings, not targets, and never fail an allocation; set GOMEMLIMIT (for
-// example to the container's limit, or "off") to choose otherwise.
+// The default soft memory limit of `booking serve`
+// (runtime/debug.SetMemoryLimit: the heap, stacks and runtime structures,
+// not the binary's mapped code, about 30 MiB more of RSS), set only when
+// GOMEMLIMIT is unset and both the provider and NATS run outside the
+// process. It is a ceiling, not a target, and never fails an allocation;
+// set GOMEMLIMIT (for example to the container's limit, or "off") to
+// choose otherwise.
 //
-// They are derived so that the garbage collector runs at most about once a
+// It is derived so that the garbage collector runs at most about once a
 // second under the P2 load (whole bookings over HTTP at full speed,
 // BENCHMARKS.md). The collector runs when the heap has grown by as much as
 // it found live at its last run (GOGC=100), or when it reaches the limit,
-// whichever comes first; so the limit must leave, above the live heap, room
-// for what the service allocates in a second at P2's rate:
+// whichever comes first; so the limit must leave, above the live heap,
+// room for what the service allocates in a second at P2's rate:
 //
 //	limit = live + rate × allocated per booking + runtime
 //
-// (With external NATS and provider the live heap is about one second of
-// allocation, so GOGC's own pace is about once a second too; where the
-// live heap is larger, the limit sets the pace, once a second, with less
-// memory than GOGC would take.)
+// With every cache at its bound the live heap is about one second of
+// allocation, so GOGC's own pace is about once a second too; the limit
+// keeps that pace with less memory than GOGC would take at a larger heap.
 //
-// With the simulator and NATS in the process their state is live heap too,
-// and it grows with every booking (they keep every charge and every
-// notification), so dev mode's limit holds what a `make bench` P2 run adds.
+// With the simulator or NATS in the process there is no default limit:
+// their state is live heap that grows with every booking (they keep every
+// charge, every webhook event and an index of every subject), and a fixed
+// limit would make the collector run ever more often as that state
+// approaches it, each run marking all of it. GOGC alone keeps the
+// collector's work proportional to what is allocated, at up to twice the
+// live heap in memory.
+//
 // The figures are measurements on the reference machine (2 cores), to be
 // measured again when the service's allocation or caches change.
 const (
 	// p2BookingsPerSecond is P2's rate on the reference machine: 165–180
 	// bookings a second.
 	p2BookingsPerSecond = 180
-	// allocPerBooking and allocPerBookingEmbedded are the bytes the
-	// service allocates per booking under a booking load, with external
-	// NATS and provider and with both in the process
-	// (go_memstats_alloc_bytes_total over 3,000 bookings: 308 and 366 KB).
-	allocPerBooking         = 310 << 10
-	allocPerBookingEmbedded = 370 << 10
+	// allocPerBooking is the bytes the service allocates per booking
+	// under a booking load with external NATS and provider
+	// (go_memstats_alloc_bytes_total over 3,000 bookings: 308 KB).
+	allocPerBooking = 310 << 10
 	// boundedLiveHeap is the live heap once every cache and window of the
 	// service is at its bound (the written set, the intent hints, the show
 	// cache, the log reader's window, the kept streams, the read models'
 	// row caches, the pools): 48.5 MB after 9,000 bookings with external
 	// NATS and provider, after a forced collection; with a margin.
 	boundedLiveHeap = 56 << 20
-	// embeddedPerBooking is what the embedded NATS server (its index of
-	// stream BOOKING's subjects and the message ids of its duplicate
-	// window) and the simulator (its charges) keep per booking: 7.3 KB
-	// measured; embeddedBookings, the bookings of a P2 run of `make
-	// bench` (3 repetitions of 18 s at p2BookingsPerSecond).
-	embeddedPerBooking = 7500
-	embeddedBookings   = 10_000
 	// runtimeOverhead is the runtime's memory beside the heap: stacks, GC
 	// metadata, spans (about 7 MB measured).
 	runtimeOverhead = 8 << 20
 )
 
-// Default soft memory limits, derived as above.
-var (
-	// externalMemoryLimit is the default with an external provider and
-	// NATS server (119 MiB).
-	externalMemoryLimit = derivedLimit(boundedLiveHeap, allocPerBooking)
-	// devMemoryLimit is the default with the provider simulator or the
-	// NATS server running in the process (201 MiB).
-	devMemoryLimit = derivedLimit(boundedLiveHeap+embeddedBookings*embeddedPerBooking, allocPerBookingEmbedded)
-)
+// defaultMemoryLimit is the default with an external provider and NATS
+// server, derived as above (119 MiB).
+var defaultMemoryLimit = derivedLimit(boundedLiveHeap, allocPerBooking)
 
 // derivedLimit returns live + one second of allocation at P2's rate of
 // alloc bytes per booking + runtimeOverhead, in bytes rounded up to a MiB.
@@ -84,7 +75,8 @@ func derivedLimit(live, alloc int64) int64 {
 const (
 	// memLimitFromEnv: GOMEMLIMIT, which the Go runtime read at start.
 	memLimitFromEnv = "GOMEMLIMIT"
-	// memLimitFromDefault: GOMEMLIMIT unset, the service's default set.
+	// memLimitFromDefault: GOMEMLIMIT unset, the service's default set
+	// (none with the simulator or NATS in the process).
 	memLimitFromDefault = "default"
 	// memLimitFromRuntime: GOMEMLIMIT unset, but a limit was already in
 	// force in this process (debug.SetMemoryLimit before serve ran), kept.
@@ -103,10 +95,10 @@ type Limit struct {
 	Env string
 }
 
-// Apply sets the default soft memory limit of a service that
-// embeds the simulator or NATS (embedded) or not, unless GOMEMLIMIT is set
-// (lookup reads the environment) or a limit is already in force. It returns
-// the limit in force afterwards and where it came from.
+// Apply sets the default soft memory limit unless GOMEMLIMIT is set
+// (lookup reads the environment) or a limit is already in force; a service
+// that embeds the simulator or NATS (embedded) gets none. It returns the
+// limit in force afterwards and where it came from.
 func Apply(lookup func(string) (string, bool), embedded bool) Limit {
 	current := debug.SetMemoryLimit(-1)
 	if env, set := lookup("GOMEMLIMIT"); set {
@@ -115,12 +107,11 @@ func Apply(lookup func(string) (string, bool), embedded bool) Limit {
 	if current != math.MaxInt64 {
 		return Limit{Bytes: current, From: memLimitFromRuntime}
 	}
-	limit := externalMemoryLimit
 	if embedded {
-		limit = devMemoryLimit
+		return Limit{Bytes: math.MaxInt64, From: memLimitFromDefault}
 	}
-	debug.SetMemoryLimit(limit)
-	return Limit{Bytes: limit, From: memLimitFromDefault}
+	debug.SetMemoryLimit(defaultMemoryLimit)
+	return Limit{Bytes: defaultMemoryLimit, From: memLimitFromDefault}
 }
 
 // Log logs, at INFO, which limit applies and where it came from:

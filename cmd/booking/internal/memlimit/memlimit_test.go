@@ -9,7 +9,7 @@ import (
 )
 
 // TestApplyMemoryLimit: without GOMEMLIMIT the service gets its default
-// soft limit (higher with the simulator or NATS in the process); with
+// soft limit (none with the simulator or NATS in the process); with
 // GOMEMLIMIT set, or a limit already in force, the runtime's is kept. Each
 // case reports the limit in force and where it came from, and logs both.
 func TestApplyMemoryLimit(t *testing.T) {
@@ -27,10 +27,10 @@ func TestApplyMemoryLimit(t *testing.T) {
 		wantLog  string
 	}{
 		{"the simulator or NATS in the process", unset, true, math.MaxInt64,
-			Limit{Bytes: devMemoryLimit, From: "default"},
-			`level=INFO msg="memory limit" limit=201MiB bytes=210763776 from=default` + "\n"},
+			Limit{Bytes: math.MaxInt64, From: "default"},
+			`level=INFO msg="memory limit" limit=off from=default` + "\n"},
 		{"an external provider and NATS", unset, false, math.MaxInt64,
-			Limit{Bytes: externalMemoryLimit, From: "default"},
+			Limit{Bytes: defaultMemoryLimit, From: "default"},
 			`level=INFO msg="memory limit" limit=119MiB bytes=124780544 from=default` + "\n"},
 		{"GOMEMLIMIT set", env("1GiB"), true, 1 << 30,
 			Limit{Bytes: 1 << 30, From: "GOMEMLIMIT", Env: "1GiB"},
@@ -66,26 +66,13 @@ func TestApplyMemoryLimit(t *testing.T) {
 	}
 }
 
-// TestDerivedMemoryLimits: each default is the live heap, one second of
+// TestDerivedMemoryLimit: the default is the live heap, one second of
 // allocation at P2's rate and the runtime's own memory, rounded up to a
-// MiB; with the simulator and NATS in the process the live heap holds what
-// they keep over a bench run, and more is allocated per booking.
-func TestDerivedMemoryLimits(t *testing.T) {
-	for _, tt := range []struct {
-		name        string
-		got         int64
-		live, alloc int64
-	}{
-		{"external", externalMemoryLimit, boundedLiveHeap, allocPerBooking},
-		{"dev", devMemoryLimit, boundedLiveHeap + embeddedBookings*embeddedPerBooking, allocPerBookingEmbedded},
-	} {
-		least := tt.live + p2BookingsPerSecond*tt.alloc + runtimeOverhead
-		if tt.got < least || tt.got >= least+1<<20 || tt.got%(1<<20) != 0 {
-			t.Errorf("%s limit = %d, want %d (live %d + %d/s × %d + runtime %d) rounded up to a MiB",
-				tt.name, tt.got, least, tt.live, p2BookingsPerSecond, tt.alloc, runtimeOverhead)
-		}
-	}
-	if devMemoryLimit <= externalMemoryLimit {
-		t.Errorf("dev limit %d ≤ external %d, want more: the simulator and NATS live in the heap", devMemoryLimit, externalMemoryLimit)
+// MiB.
+func TestDerivedMemoryLimit(t *testing.T) {
+	least := int64(boundedLiveHeap + p2BookingsPerSecond*allocPerBooking + runtimeOverhead)
+	if defaultMemoryLimit < least || defaultMemoryLimit >= least+1<<20 || defaultMemoryLimit%(1<<20) != 0 {
+		t.Errorf("limit = %d, want %d (live %d + %d/s × %d + runtime %d) rounded up to a MiB",
+			defaultMemoryLimit, least, boundedLiveHeap, p2BookingsPerSecond, allocPerBooking, runtimeOverhead)
 	}
 }

@@ -41,7 +41,7 @@ const (
 )
 
 // limitMemory sets the default soft memory limit unless GOMEMLIMIT is set
-// (memlimit.Apply), higher when the simulator or NATS run in the process.
+// (memlimit.Apply); none when the simulator or NATS run in the process.
 func (s *Server) limitMemory(context.Context) error {
 	memlimit.Apply(os.LookupEnv, s.dev || s.cfg.NATSURL == "").Log(s.log)
 	return nil
