@@ -9,7 +9,8 @@ import (
 )
 
 // Every calls f every d (d > 0), the first time d after the call, until ctx
-// is done or f returns false, and returns then. f runs on the caller's
+// is done or f returns false, and returns then; f is not called once ctx is
+// done, even when a tick is due at the same time. f runs on the caller's
 // goroutine; a call that takes longer than d delays the next one (ticks are
 // dropped, as with time.Ticker).
 func Every(ctx context.Context, d time.Duration, f func() bool) {
@@ -20,7 +21,7 @@ func Every(ctx context.Context, d time.Duration, f func() bool) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if !f() {
+			if ctx.Err() != nil || !f() {
 				return
 			}
 		}

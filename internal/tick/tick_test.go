@@ -17,6 +17,9 @@ func TestEveryStopsWhenFReturnsFalse(t *testing.T) {
 	}
 }
 
+// TestEveryStopsWhenContextIsDone: f cancels the context on its second
+// call and outlasts the period, so a tick is due with the context done;
+// Every returns without a third call.
 func TestEveryStopsWhenContextIsDone(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	calls := 0
@@ -24,6 +27,7 @@ func TestEveryStopsWhenContextIsDone(t *testing.T) {
 		calls++
 		if calls == 2 {
 			cancel()
+			time.Sleep(5 * time.Millisecond) // a tick comes due meanwhile
 		}
 		return true
 	})
