@@ -120,6 +120,18 @@ func (c *conn) unreachable() bool {
 	return c.failures >= 2
 }
 
+// reconnecting reports whether a client was replaced after a failure and
+// no call has been answered since, while the server is not known to be
+// unreachable: what a cluster changing leader looks like to the calls in
+// flight (the stopped leader refuses connections, a fresh client's call is
+// cut off when another call replaces it, a node answers that it is not
+// ready), so their retry loops keep trying within the failover window.
+func (c *conn) reconnecting() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.down && c.failures < 2
+}
+
 // up records a call the server answered, logging "connected" if it was
 // known to be down.
 func (c *conn) up() {

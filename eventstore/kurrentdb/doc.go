@@ -25,10 +25,11 @@
 // NotLeader naming the leader, and the client moves there, so the service
 // reads its own writes even through a connection string that names a
 // follower, and never decides on what a demoted or lagging node holds.
-// While the cluster elects a leader (NotLeader, "Server Is Not Ready"),
+// While the cluster elects a leader (NotLeader, "Server Is Not Ready", or
+// connections failing while the client is replaced and nothing answers),
 // appends and reads keep retrying past their attempts for the failover
-// window (WithFailoverWindow, 10 s), so an election costs requests time,
-// not errors. Subscriptions may be served by followers.
+// window (WithFailoverWindow, 10 s) unless the server is known
+// unreachable, so an election costs requests time, not errors. Subscriptions may be served by followers.
 //
 // In secure mode (the default of KurrentDB) the user needs to read $all,
 // which by default only admins may: ReadAll, SubscribeAll, Head and Ping

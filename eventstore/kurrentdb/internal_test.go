@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/retrysafe/booking/eventstore"
 )
@@ -151,5 +153,41 @@ func TestResubscribeLogRateLimited(t *testing.T) {
 		if want := fmt.Sprintf(" attempt=%d ", i+2); !strings.Contains(l, want) {
 			t.Errorf("DEBUG resubscription line %d = %q, want%s", i+1, l, want)
 		}
+	}
+}
+
+// TestAgainKeepsTryingWhileTheClientIsReplaced: past its attempts, a call
+// that failed with a transient error (here cut off by its client's
+// replacement, as calls in flight are while a cluster changes leader) is
+// tried again within the failover window while the client is being
+// replaced and nothing has answered since; not once the server is known
+// unreachable, nor when no client was replaced, nor past the window, nor
+// for an error that will not pass or a client that panicked.
+func TestAgainKeepsTryingWhileTheClientIsReplaced(t *testing.T) {
+	cut := status.Error(codes.Canceled, "grpc: the client connection is closing")
+	for _, tt := range []struct {
+		name     string
+		down     bool
+		failures int
+		since    time.Duration
+		err      error
+		want     bool
+	}{
+		{"replaced, nothing answered since", true, 0, time.Second, cut, true},
+		{"replaced after a client could not connect", true, 1, time.Second, cut, true},
+		{"known unreachable", true, 2, time.Second, cut, false},
+		{"no client replaced", false, 0, time.Second, cut, false},
+		{"past the failover window", true, 0, 11 * time.Second, cut, false},
+		{"an error that will not pass", true, 0, time.Second, fmt.Errorf("bad request"), false},
+		{"a client that panicked", true, 0, time.Second, &clientPanicError{value: "unexpected reply"}, false},
+	} {
+		s := &Store{conn: &conn{down: tt.down, failures: tt.failures}, failoverWindow: 10 * time.Second}
+		if got := s.again(context.Background(), 3, 3, time.Now().Add(-tt.since), tt.err); got != tt.want {
+			t.Errorf("%s: again after the last attempt = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	s := &Store{conn: &conn{}, failoverWindow: 10 * time.Second}
+	if !s.again(context.Background(), 1, 3, time.Now(), cut) {
+		t.Error("again within the attempts = false, want true")
 	}
 }

@@ -543,13 +543,20 @@ func (s *Store) retryRead(ctx context.Context, read func(ctx context.Context) er
 // again reports whether a call that failed with err on its attempt-th try
 // (of attempts, the first at started) is tried again: if the error may pass
 // (transient), ctx is alive and the server is not known to be unreachable,
-// within the attempts, and past them while a cluster changes leader
-// (failover), until the failover window has passed since the first try.
+// within the attempts, and past them while a cluster changes leader (the
+// error says so, failover, or the connection failed while the client is
+// being replaced, conn.reconnecting; a client that panicked is not a
+// failover), until the failover window has passed since the first try.
 func (s *Store) again(ctx context.Context, attempt, attempts int, started time.Time, err error) bool {
 	if ctx.Err() != nil || !transient(err) || s.conn.unreachable() {
 		return false
 	}
-	return attempt < attempts || (failover(err) && time.Since(started) < s.failoverWindow)
+	if attempt < attempts {
+		return true
+	}
+	var panicked *clientPanicError
+	electing := failover(err) || (s.conn.reconnecting() && !errors.As(err, &panicked))
+	return electing && time.Since(started) < s.failoverWindow
 }
 
 // readStream reads up to count events of a stream (client ReadStream,
