@@ -13,17 +13,19 @@ type Typed interface {
 }
 
 // Registry maps stable event type names to Go types, for encoding events to
-// JSON and decoding them back. It is built explicitly (in run), never through
-// init-time registration. A Registry is immutable after NewRegistry and safe
-// for concurrent use.
+// JSON (encoding/json: the bytes stored) and decoding them back
+// (encoding/json's Unmarshal unless DecodingWith says otherwise). It is
+// built explicitly (in run), never through init-time registration. A
+// Registry is immutable after NewRegistry and safe for concurrent use.
 type Registry struct {
-	types map[string]reflect.Type
+	types     map[string]reflect.Type
+	unmarshal func(data []byte, v any) error
 }
 
 // NewRegistry returns a registry of the given event values' types (zero
 // values are fine). It panics on two types with one name, a programming error.
 func NewRegistry(events ...Typed) *Registry {
-	r := &Registry{types: make(map[string]reflect.Type, len(events))}
+	r := &Registry{types: make(map[string]reflect.Type, len(events)), unmarshal: json.Unmarshal}
 	for _, e := range events {
 		name := e.EventType()
 		if _, dup := r.types[name]; dup {
@@ -32,6 +34,13 @@ func NewRegistry(events ...Typed) *Registry {
 		r.types[name] = reflect.TypeOf(e)
 	}
 	return r
+}
+
+// DecodingWith returns a copy of r that decodes with unmarshal, which must
+// be a drop-in for encoding/json's Unmarshal: for any input, the same value
+// or an error where encoding/json gives one.
+func (r *Registry) DecodingWith(unmarshal func(data []byte, v any) error) *Registry {
+	return &Registry{types: r.types, unmarshal: unmarshal}
 }
 
 // ErrUnknownEventType is returned by Decode for a type name not registered.
@@ -46,7 +55,7 @@ func (r *Registry) Decode(name string, data []byte) (Typed, error) {
 		return nil, fmt.Errorf("%w %q", ErrUnknownEventType, name)
 	}
 	v := reflect.New(t)
-	if err := json.Unmarshal(data, v.Interface()); err != nil {
+	if err := r.unmarshal(data, v.Interface()); err != nil {
 		return nil, fmt.Errorf("eventstore: decode %s: %w", name, err)
 	}
 	return v.Elem().Interface().(Typed), nil

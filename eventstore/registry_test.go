@@ -1,6 +1,7 @@
 package eventstore_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -287,4 +288,25 @@ func TestRegistryConcurrentDecode(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestDecodingWith: a registry decodes with the Unmarshal given to
+// DecodingWith, and the one it was copied from still with encoding/json.
+func TestDecodingWith(t *testing.T) {
+	base := eventstore.NewRegistry(regReleased{})
+	var calls int
+	counted := base.DecodingWith(func(data []byte, v any) error {
+		calls++
+		return json.Unmarshal(data, v)
+	})
+	ev, err := counted.Decode("SeatsReleased", []byte(`{"show_id":"s1"}`))
+	if err != nil || ev != (regReleased{ShowID: "s1"}) || calls != 1 {
+		t.Fatalf("DecodingWith's Decode = %#v, %v after %d calls of its Unmarshal; want {s1}, nil after 1", ev, err, calls)
+	}
+	if _, err := base.Decode("SeatsReleased", []byte(`{"show_id":"s2"}`)); err != nil || calls != 1 {
+		t.Fatalf("the original registry's Decode = %v and called the copy's Unmarshal (%d calls in all, want 1)", err, calls)
+	}
+	if _, err := counted.Decode("Nope", nil); !errors.Is(err, eventstore.ErrUnknownEventType) || calls != 1 {
+		t.Fatalf("Decode of an unknown type = %v after %d calls; want ErrUnknownEventType without decoding", err, calls)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -69,7 +70,8 @@ func occurredAt(metadata []byte) (time.Time, bool) {
 	return m.OccurredAt, true
 }
 
-// registry is the domain's event registry (domain.EventTypes): every event
+// registry is the domain's event registry (domain.EventTypes), decoding
+// as the use cases' does (commands.NewRegistry: goccy/go-json): every event
 // a projection reads is decoded through it into the domain's own type, so
 // a projection reads what the deciders read, every schema version
 // included.
@@ -79,7 +81,7 @@ var registry = func() *eventstore.Registry {
 	for i, t := range types {
 		typed[i] = t
 	}
-	return eventstore.NewRegistry(typed...)
+	return eventstore.NewRegistry(typed...).DecodingWith(gojson.Unmarshal)
 }()
 
 // event returns the event's data decoded through the domain's registry;
