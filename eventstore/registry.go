@@ -37,8 +37,10 @@ func NewRegistry(events ...Typed) *Registry {
 }
 
 // DecodingWith returns a copy of r that decodes with unmarshal, which must
-// be a drop-in for encoding/json's Unmarshal: for any input, the same value
-// or an error where encoding/json gives one.
+// be a drop-in for encoding/json's Unmarshal: for any input, an error where
+// encoding/json gives one, and otherwise the same value, unless an object
+// repeats a member name (RFC 8259, section 4, leaves its meaning to the
+// parser; encoding/json never writes one).
 func (r *Registry) DecodingWith(unmarshal func(data []byte, v any) error) *Registry {
 	return &Registry{types: r.types, unmarshal: unmarshal}
 }
