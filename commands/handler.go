@@ -20,11 +20,11 @@ import (
 	"log/slog"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/internal/eventcodec"
 	"github.com/retrysafe/booking/internal/tick"
 	"github.com/retrysafe/booking/provider"
 )
@@ -651,16 +651,6 @@ func fold[S any, P applier[S]](events []domain.Event) S {
 }
 
 // NewRegistry returns the eventstore registry of every domain event type
-// (domain.EventTypes): the codec that encodes what the use cases append and
-// decodes every stream they load, with github.com/goccy/go-json, a drop-in
-// for encoding/json's Unmarshal about three times faster on stored events
-// (held to encoding/json by domain's FuzzDecodeStoredEvent; the two differ
-// only where an object repeats a member, which encoding/json never writes).
-func NewRegistry() *eventstore.Registry {
-	types := domain.EventTypes()
-	typed := make([]eventstore.Typed, len(types))
-	for i, t := range types {
-		typed[i] = t
-	}
-	return eventstore.NewRegistry(typed...).DecodingWith(gojson.Unmarshal)
-}
+// (eventcodec.Registry): the codec that encodes what the use cases append
+// and decodes every stream they load, as the projections do.
+func NewRegistry() *eventstore.Registry { return eventcodec.Registry() }

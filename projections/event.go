@@ -7,12 +7,12 @@ import (
 	"strings"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/internal/eventcodec"
 )
 
 // envelope is a recorded event as the projectors see it: where it is, when
@@ -70,19 +70,11 @@ func occurredAt(metadata []byte) (time.Time, bool) {
 	return m.OccurredAt, true
 }
 
-// registry is the domain's event registry (domain.EventTypes), decoding
-// as the use cases' does (commands.NewRegistry: goccy/go-json): every event
-// a projection reads is decoded through it into the domain's own type, so
-// a projection reads what the deciders read, every schema version
-// included.
-var registry = func() *eventstore.Registry {
-	types := domain.EventTypes()
-	typed := make([]eventstore.Typed, len(types))
-	for i, t := range types {
-		typed[i] = t
-	}
-	return eventstore.NewRegistry(typed...).DecodingWith(gojson.Unmarshal)
-}()
+// registry is the domain's event registry (eventcodec.Registry, as the use
+// cases decode): every event a projection reads is decoded through it into
+// the domain's own type, so a projection reads what the deciders read,
+// every schema version included.
+var registry = eventcodec.Registry()
 
 // event returns the event's data decoded through the domain's registry;
 // the error names the event and wraps the registry's (an unknown type, or
