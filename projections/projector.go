@@ -53,7 +53,9 @@ type checkpoint struct {
 // see pgcoord.Locks.RunExclusive). A Projector is used by one goroutine at a
 // time (Run blocks).
 type Projector struct {
-	pool       *pgxpool.Pool
+	pool *pgxpool.Pool
+	// db applies the batches: the pool (a benchmark's stand-in in tests).
+	db         beginner
 	p          *Projection
 	b          *bound
 	maxBatch   int
@@ -112,7 +114,7 @@ func WithYield(every time.Duration, should func(ctx context.Context) (bool, erro
 // NewProjector returns a Projector of p on pool. The pool's database must
 // have the migrations applied.
 func NewProjector(pool *pgxpool.Pool, p *Projection, opts ...ProjectorOption) *Projector {
-	pr := &Projector{pool: pool, p: p, b: bind(p, nil).withCaches(), maxBatch: DefaultMaxBatch}
+	pr := &Projector{pool: pool, db: pool, p: p, b: bind(p, nil).withCaches(), maxBatch: DefaultMaxBatch}
 	for _, o := range opts {
 		o(pr)
 	}
@@ -178,7 +180,7 @@ func (pr *Projector) applyAll(ctx context.Context, cp *checkpoint, batch []event
 	}
 	for len(envs) > 0 {
 		n := min(len(envs), pr.maxBatch)
-		next, err := applyBatch(ctx, pr.pool, []*bound{pr.b}, envs[:n], *cp, applyOptions{fence: pr.p.name, beforeCommit: pr.beforeCommit})
+		next, err := applyBatch(ctx, pr.db, []*bound{pr.b}, envs[:n], *cp, applyOptions{fence: pr.p.name, beforeCommit: pr.beforeCommit})
 		if err != nil {
 			pr.b.clearCaches() // the batch may have changed cached rows in memory
 			return err
