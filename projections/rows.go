@@ -248,21 +248,47 @@ func (s *rowSet[R]) written() []any {
 	if len(s.dirty) == 0 {
 		return nil
 	}
-	cols := make([][]pgtype.Text, len(s.spec.cols))
-	for i := range cols {
-		cols[i] = make([]pgtype.Text, len(s.dirty))
-	}
+	n := len(s.dirty)
+	// One allocation for every cell, column after column.
+	cells := make([]pgtype.Text, len(s.spec.cols)*n)
 	for j, k := range s.dirty {
 		for i, v := range s.text(s.rows[k]) {
-			cols[i][j] = v
+			cells[i*n+j] = v
 		}
 	}
+	cols := make([]textArray, len(s.spec.cols))
 	args := make([]any, len(cols))
 	for i := range cols {
-		args[i] = cols[i]
+		cols[i] = newTextArray(cells[i*n : (i+1)*n : (i+1)*n])
+		args[i] = &cols[i]
 	}
 	return args
 }
+
+// textArray is a one-dimensional text[] parameter (NULL elements where
+// not Valid). As a *textArray it is a pgtype.ArrayGetter whose elements are
+// *pgtype.Text, so pgx encodes it with the array codec's plan for text
+// elements — the same bytes as for a []pgtype.Text — without reflection and
+// without boxing an element into an interface (a pointer needs no
+// allocation). It must not be nil: the projector never writes a NULL array.
+type textArray struct {
+	vals []pgtype.Text
+	dims [1]pgtype.ArrayDimension
+}
+
+// newTextArray returns the text[] of vals.
+func newTextArray(vals []pgtype.Text) textArray {
+	return textArray{vals: vals, dims: [1]pgtype.ArrayDimension{{Length: int32(len(vals)), LowerBound: 1}}}
+}
+
+// Dimensions implements pgtype.ArrayGetter.
+func (a *textArray) Dimensions() []pgtype.ArrayDimension { return a.dims[:] }
+
+// Index implements pgtype.ArrayGetter: a pointer to element i.
+func (a *textArray) Index(i int) any { return &a.vals[i] }
+
+// IndexType implements pgtype.ArrayGetter.
+func (a *textArray) IndexType() any { return new(pgtype.Text) }
 
 // scanRow scans row into dest and converts the times listed in utc to UTC;
 // the error names table. A scan function returns its row with scanRow's
