@@ -2,13 +2,13 @@ package projections
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
@@ -102,42 +102,53 @@ func decodeAs[T domain.Event](e *envelope) (T, error) {
 	return t, nil
 }
 
-// streamID returns the id of the entity of e's stream, which must be
-// prefix + a UUID (the row key).
-func (e *envelope) streamID(prefix string) (pgtype.UUID, error) {
-	s, ok := strings.CutPrefix(e.stream, prefix)
-	if !ok {
-		return pgtype.UUID{}, e.badStream(prefix)
-	}
-	id, err := uuid.Parse(s)
-	if err != nil {
-		return pgtype.UUID{}, fmt.Errorf("%s %s@%d: stream id is not a UUID", e.typ, e.stream, e.revision)
-	}
-	return pgtype.UUID{Bytes: id, Valid: true}, nil
-}
-
 // opens reports whether e is an event of type typ that opens its stream
 // (revision 0), for rowSet.needOpened.
 func (e *envelope) opens(typ string) bool { return e.typ == typ && e.revision == 0 }
 
 // rowKey returns the canonical UUID text of e's stream id (prefix + a
 // UUID): the key of the row e's stream feeds.
-
 func (e *envelope) rowKey(prefix string) (string, error) {
-	id, err := e.streamID(prefix)
-	if err != nil {
-		return "", err
+	s, ok := strings.CutPrefix(e.stream, prefix)
+	if !ok {
+		return "", e.badStream(prefix)
 	}
-	return uuid.UUID(id.Bytes).String(), nil
+	key, ok := canonicalUUID(s)
+	if !ok {
+		return "", fmt.Errorf("%s %s@%d: stream id is not a UUID", e.typ, e.stream, e.revision)
+	}
+	return key, nil
 }
 
 // canonUUID returns s in canonical UUID text, or the error of field.
 func (e *envelope) canonUUID(s, field string) (string, error) {
-	id, err := uuid.Parse(s)
-	if err != nil {
+	c, ok := canonicalUUID(s)
+	if !ok {
 		return "", e.badField(field)
 	}
-	return id.String(), nil
+	return c, nil
+}
+
+// canonicalUUID returns s in canonical UUID text (uuid.UUID.String: lower
+// case, hyphenated) and true when s is a UUID in any form uuid.Parse
+// accepts, else false. When s already is canonical (as the domain writes
+// ids) it returns s itself, allocating nothing.
+func canonicalUUID(s string) (string, bool) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return "", false
+	}
+	var buf [36]byte
+	hex.Encode(buf[0:8], id[0:4])
+	hex.Encode(buf[9:13], id[4:6])
+	hex.Encode(buf[14:18], id[6:8])
+	hex.Encode(buf[19:23], id[8:10])
+	hex.Encode(buf[24:36], id[10:16])
+	buf[8], buf[13], buf[18], buf[23] = '-', '-', '-', '-'
+	if string(buf[:]) == s {
+		return s, true
+	}
+	return string(buf[:]), true
 }
 
 // Stream name prefixes: the domain's stream categories.
