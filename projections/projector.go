@@ -62,6 +62,9 @@ type Projector struct {
 	linger     time.Duration
 	yield      func(ctx context.Context) (bool, error)
 	yieldEvery time.Duration
+	// envs holds the envelopes of the batch applyAll is applying, reused
+	// from batch to batch: nothing keeps an envelope after applyAll.
+	envs []envelope
 	// beforeCommit is a test-only fault point: called inside each batch's
 	// transaction after its statements ran and before COMMIT.
 	beforeCommit func(ctx context.Context, tx pgx.Tx, batch []envelope) error
@@ -172,21 +175,29 @@ func (pr *Projector) watchYield(ctx context.Context, cancel context.CancelCauseF
 // applyAll applies a batch from the log in transactions of at most maxBatch
 // events, advancing cp after each.
 func (pr *Projector) applyAll(ctx context.Context, cp *checkpoint, batch []eventstore.RecordedEvent) error {
-	envs := make([]envelope, 0, len(batch))
+	envs := pr.envs[:0]
 	for i := range batch {
 		if cp.pos.Less(batch[i].Position) {
 			envs = append(envs, newEnvelope(&batch[i]))
 		}
 	}
-	for len(envs) > 0 {
-		n := min(len(envs), pr.maxBatch)
-		next, err := applyBatch(ctx, pr.db, []*bound{pr.b}, envs[:n], *cp, applyOptions{fence: pr.p.name, beforeCommit: pr.beforeCommit})
+	defer func() {
+		// The buffer keeps no event alive, and keeps the capacity of one
+		// log batch (fanout.Linger hands over at most maxBatch events).
+		clear(envs)
+		if cap(envs) <= 2*pr.maxBatch {
+			pr.envs = envs[:0]
+		}
+	}()
+	for rest := envs; len(rest) > 0; {
+		n := min(len(rest), pr.maxBatch)
+		next, err := applyBatch(ctx, pr.db, []*bound{pr.b}, rest[:n], *cp, applyOptions{fence: pr.p.name, beforeCommit: pr.beforeCommit})
 		if err != nil {
 			pr.b.clearCaches() // the batch may have changed cached rows in memory
 			return err
 		}
 		*cp = next
-		envs = envs[n:]
+		rest = rest[n:]
 	}
 	return nil
 }
