@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -73,6 +74,7 @@ func Linger(ctx context.Context, log Follower, after eventstore.Position, cfg Li
 		<-subDone
 		return err
 	}
+	var out []eventstore.RecordedEvent // the round's events, reused from round to round
 	for {
 		n, oldest := w.waiting()
 		if wait := cfg.Delay - time.Since(oldest); n == 0 || (n < cfg.Max && wait > 0) {
@@ -83,8 +85,11 @@ func Linger(ctx context.Context, log Follower, after eventstore.Position, cfg Li
 			}
 			continue
 		}
-		ready, ahead := w.round(cfg.Max, cfg.Age)
-		if err := fn(ctx, ready, ahead); err != nil {
+		var k int
+		out, k = w.round(out[:0], cfg.Max, cfg.Age)
+		err := fn(ctx, out[:k:k], out[k:len(out):len(out)])
+		clear(out) // the buffer keeps no event alive between rounds
+		if err != nil {
 			return stop(err)
 		}
 	}
@@ -179,31 +184,27 @@ func (w *lingerBuffer) await(ctx context.Context, timed bool, wait time.Duration
 	return false, nil
 }
 
-// round takes the events of a round out of the buffer: as ready, those
-// received at least age ago (no more than most; the first most when so
-// many wait, however young), and as ahead a copy of the rest, which stay.
-func (w *lingerBuffer) round(most int, age time.Duration) (ready, ahead []eventstore.RecordedEvent) {
+// round takes the events of a round out of the buffer and appends them to
+// out: first, as ready (the first k), those received at least age ago (no
+// more than most; the first most when so many wait, however young), then a
+// copy of the rest (ahead), which stay in the buffer.
+func (w *lingerBuffer) round(out []eventstore.RecordedEvent, most int, age time.Duration) (_ []eventstore.RecordedEvent, k int) {
 	w.mu.Lock()
 	cut := time.Now().Add(-age)
-	k := 0
 	for k < len(w.buf) && k < most && !w.buf[k].at.After(cut) {
 		k++
 	}
 	if k == 0 {
 		k = min(len(w.buf), most)
 	}
-	ready = make([]eventstore.RecordedEvent, k)
-	for i := range k {
-		ready[i] = w.buf[i].e
-	}
-	ahead = make([]eventstore.RecordedEvent, len(w.buf)-k)
-	for i := range ahead {
-		ahead[i] = w.buf[k+i].e
+	out = slices.Grow(out, len(w.buf))
+	for i := range w.buf {
+		out = append(out, w.buf[i].e)
 	}
 	rest := copy(w.buf, w.buf[k:])
 	clear(w.buf[rest:])
 	w.buf = w.buf[:rest]
 	w.mu.Unlock()
 	signal(w.room)
-	return ready, ahead
+	return out, k
 }
