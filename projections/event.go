@@ -2,7 +2,6 @@ package projections
 
 import (
 	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -132,23 +131,17 @@ func (e *envelope) canonUUID(s, field string) (string, error) {
 // canonicalUUID returns s in canonical UUID text (uuid.UUID.String: lower
 // case, hyphenated) and true when s is a UUID in any form uuid.Parse
 // accepts, else false. When s already is canonical (as the domain writes
-// ids) it returns s itself, allocating nothing.
+// ids) it returns s itself, allocating nothing: of the forms uuid.Parse
+// accepts, only the hyphenated one is 36 bytes long.
 func canonicalUUID(s string) (string, bool) {
 	id, err := uuid.Parse(s)
 	if err != nil {
 		return "", false
 	}
-	var buf [36]byte
-	hex.Encode(buf[0:8], id[0:4])
-	hex.Encode(buf[9:13], id[4:6])
-	hex.Encode(buf[14:18], id[6:8])
-	hex.Encode(buf[19:23], id[8:10])
-	hex.Encode(buf[24:36], id[10:16])
-	buf[8], buf[13], buf[18], buf[23] = '-', '-', '-', '-'
-	if string(buf[:]) == s {
+	if len(s) == 36 && !strings.ContainsAny(s, "ABCDEF") {
 		return s, true
 	}
-	return string(buf[:]), true
+	return id.String(), true
 }
 
 // Stream name prefixes: the domain's stream categories.
