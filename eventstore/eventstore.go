@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -87,7 +88,12 @@ func (p Position) Less(q Position) bool {
 func (p Position) IsZero() bool { return p == Position{} }
 
 // String formats p as "commit/prepare", the form of the Booking-Position header.
-func (p Position) String() string { return fmt.Sprintf("%d/%d", p.Commit, p.Prepare) }
+func (p Position) String() string {
+	var buf [41]byte // two uint64s of at most 20 digits, and '/'
+	b := strconv.AppendUint(buf[:0], p.Commit, 10)
+	b = append(b, '/')
+	return string(strconv.AppendUint(b, p.Prepare, 10))
+}
 
 // ParsePosition parses the "commit/prepare" form produced by String.
 func ParsePosition(s string) (Position, error) {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -72,17 +74,42 @@ func Subject(stream, eventType string) (subject string, ok bool, err error) {
 	if !ok {
 		return "", false, nil
 	}
-	event := SnakeCase(eventType)
-	if !validToken(id) || !validToken(event) {
+	event, cached := eventTokens()[eventType]
+	if !cached {
+		event = SnakeCase(eventType)
+	}
+	if !validToken(id) || !cached && !validToken(event) {
 		return "", true, fmt.Errorf("notify: stream %q, event type %q: not a valid subject token", stream, eventType)
 	}
 	return SubjectPrefix + category + "." + id + "." + event, true, nil
 }
 
+// eventTokens maps the type of every domain event (domain.EventTypes) to
+// its SnakeCase form, every one a valid subject token.
+var eventTokens = sync.OnceValue(func() map[string]string {
+	tokens := make(map[string]string)
+	for _, e := range domain.EventTypes() {
+		if t := SnakeCase(e.EventType()); validToken(t) {
+			tokens[e.EventType()] = t
+		}
+	}
+	return tokens
+})
+
+// validToken reports whether s can be a subject token: not empty, and
+// without '.', '*', '>' or white space (unicode.IsSpace).
 func validToken(s string) bool {
-	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
-		return r == '.' || r == '*' || r == '>' || unicode.IsSpace(r)
-	})
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= utf8.RuneSelf:
+			return !strings.ContainsFunc(s[i:], func(r rune) bool {
+				return r == '.' || r == '*' || r == '>' || unicode.IsSpace(r)
+			})
+		case c == '.' || c == '*' || c == '>' || c == ' ' || '\t' <= c && c <= '\r':
+			return false
+		}
+	}
+	return s != ""
 }
 
 // SnakeCase returns the snake_case form of an event type name:
