@@ -45,7 +45,10 @@ type LingerConfig struct {
 // next ones after the previous round's, never empty, at most Max — and the
 // events already received after them (ahead; possibly empty). ahead is only
 // a look further along the log: those events come again as ready in a later
-// round, unless Linger stops first. Neither slice may be modified.
+// round, unless Linger stops first. Neither slice may be modified or
+// used after fn returns: Linger reuses their array for the next round
+// (an event copied out of them stays valid; its Data and Metadata are
+// never written).
 //
 // Delivery is what the caller's checkpoint makes it: Linger keeps no
 // position of its own, so a caller that saves, in or after fn, only
