@@ -229,19 +229,27 @@ func NewMessage(e eventstore.RecordedEvent) (msg *nats.Msg, ok bool, err error) 
 	if err != nil {
 		return nil, true, fmt.Errorf("notify: encode payload of event %s: %w", e.ID, err)
 	}
-	h := make(nats.Header, 9)
-	h[HeaderMsgID] = []string{e.ID}
-	h[HeaderStream] = []string{e.Stream}
-	h[HeaderRevision] = []string{strconv.FormatUint(e.Revision, 10)}
-	h[HeaderPosition] = []string{pos}
-	h[HeaderEventType] = []string{e.Type}
+	// A map of one group (8 entries: the 5 headers every message has,
+	// and as a rule Booking-Request-Id, traceparent and the relay's
+	// Nats-Expected-Last-Msg-Id), its values in one array: each value is
+	// a slice of length and capacity 1, so no append can reach another.
+	h, vals := make(nats.Header, 8), make([]string, 0, 8)
+	set := func(key, val string) {
+		vals = append(vals, val)
+		h[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	set(HeaderMsgID, e.ID)
+	set(HeaderStream, e.Stream)
+	set(HeaderRevision, strconv.FormatUint(e.Revision, 10))
+	set(HeaderPosition, pos)
+	set(HeaderEventType, e.Type)
 	if correlation != "" {
-		h[HeaderRequestID] = []string{correlation}
+		set(HeaderRequestID, correlation)
 	}
 	if traceparent != "" {
-		h[HeaderTraceparent] = []string{traceparent}
+		set(HeaderTraceparent, traceparent)
 		if tracestate != "" {
-			h[HeaderTracestate] = []string{tracestate}
+			set(HeaderTracestate, tracestate)
 		}
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: body}, true, nil
