@@ -18,18 +18,20 @@ import (
 // set GOMEMLIMIT (for example to the container's limit, or "off") to
 // choose otherwise.
 //
-// It is derived so that the garbage collector runs at most about once a
-// second under the P2 load (whole bookings over HTTP at full speed,
-// BENCHMARKS.md). The collector runs when the heap has grown by as much as
-// it found live at its last run (GOGC=100), or when it reaches the limit,
-// whichever comes first; so the limit must leave, above the live heap,
-// room for what the service allocates in a second at P2's rate:
+// It leaves, above the bounded live heap, about one second of allocation
+// at a booking rate of p2BookingsPerSecond: the collector runs when the
+// heap has grown by as much as it found live at its last run (GOGC=100),
+// or when it reaches the limit, whichever comes first, so:
 //
 //	limit = live + rate × allocated per booking + runtime
 //
 // With every cache at its bound the live heap is about one second of
 // allocation, so GOGC's own pace is about once a second too; the limit
 // keeps that pace with less memory than GOGC would take at a larger heap.
+// Faster than that rate the collector runs more often: P2 on the reference
+// machine books 250–310 a second with external NATS and provider, 260–290
+// KB each, and collects 2–2.5 times a second (BENCHMARKS.md, P2g),
+// which a higher limit would trade for peak memory (P6).
 //
 // With the simulator or NATS in the process there is no default limit:
 // their state is live heap that grows with every booking (they keep every
@@ -39,15 +41,15 @@ import (
 // collector's work proportional to what is allocated, at up to twice the
 // live heap in memory.
 //
-// The figures are measurements on the reference machine (2 cores), to be
-// measured again when the service's allocation or caches change.
+// The figures are measurements on the reference machine (2 cores).
 const (
-	// p2BookingsPerSecond is P2's rate on the reference machine: 165–180
-	// bookings a second.
+	// p2BookingsPerSecond is the booking rate the limit allows one second
+	// of allocation for: 180 bookings a second.
 	p2BookingsPerSecond = 180
-	// allocPerBooking is the bytes the service allocates per booking
-	// under a booking load with external NATS and provider
-	// (go_memstats_alloc_bytes_total over 3,000 bookings: 308 KB).
+	// allocPerBooking is the bytes allocated per booking the limit allows
+	// for: 310 KB, above what P2 with external NATS and provider
+	// allocates (the heap profile's bytes allocated over its bookings,
+	// three repetitions: 260–290 KB).
 	allocPerBooking = 310 << 10
 	// boundedLiveHeap is the live heap once every cache and window of the
 	// service is at its bound (the written set, the intent hints, the show
