@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"database/sql/driver"
 	"fmt"
 	"strconv"
 	"strings"
@@ -271,6 +272,11 @@ func (s *rowSet[R]) written() []any {
 // elements — the same bytes as for a []pgtype.Text — without reflection and
 // without boxing an element into an interface (a pointer needs no
 // allocation). It must not be nil: the projector never writes a NULL array.
+//
+// Where the parameter's type is unknown (OID 0: the simple protocol and
+// QueryExecModeExec, which a database URL's default_query_exec_mode
+// selects), pgx finds no plan for an ArrayGetter; it then encodes what
+// Value returns, the []pgtype.Text itself, as it would that slice.
 type textArray struct {
 	vals []pgtype.Text
 	dims [1]pgtype.ArrayDimension
@@ -289,6 +295,12 @@ func (a *textArray) Index(i int) any { return &a.vals[i] }
 
 // IndexType implements pgtype.ArrayGetter.
 func (a *textArray) IndexType() any { return new(pgtype.Text) }
+
+// Value implements driver.Valuer for pgx's plan of last resort (the
+// parameter's type unknown): the elements as a []pgtype.Text, which pgx
+// then encodes with its own plan for that slice. It is not a
+// database/sql driver.Value; only pgx reads it.
+func (a *textArray) Value() (driver.Value, error) { return a.vals, nil }
 
 // scanRow scans row into dest and converts the times listed in utc to UTC;
 // the error names table. A scan function returns its row with scanRow's

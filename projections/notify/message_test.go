@@ -254,6 +254,8 @@ var fuzzDataSeeds = []string{
 	`{"a":[1,2.5e-3,-0,true,false,null,{"x":"y"}],"private":"\"private\""}`, `{"a":01}`, `{"a":1.}`, `{"a":.5}`,
 	`{"a":"\x01"}`, `{"a":"\ud800"}`, `{"a":"\x"}`, "{\"a\":\"\xff\"}", `{"owner":"o","lease_until":"t","order_id":"x"}`,
 	strings.Repeat("[", 600) + strings.Repeat("]", 600), `{"a":1}{"b":2}`, `tru`, `-`, `1e+`, `"\u00zz"`,
+	`{"a":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`, `{"priv\u0061te":1,"a":2}`, `{"a":1,"\u0061":2,"private":1}`,
+	`{"a":"\u0000","private":1}`, `{"a":1e999999,"private":1}`, `{"a":"x","private":1,}`, `{"a":"\q","private":1}`,
 }
 
 // fuzzMetadataSeeds are metadata as the service writes it and otherwise.
@@ -266,4 +268,9 @@ var fuzzMetadataSeeds = []string{
 	`{"actor":1}`, `{"actor":null}`, `{"schema_version":"1"}`, `{"schema_version":1.0}`, `{"schema_version":-0}`,
 	`{"schema_version":99999999999999999999}`, `{"schema_version":null}`, `{ "correlation_id":"c"}`, `{"correlation_id":"c"} `,
 	`{"correlation_id":"c","correlation_id":""}`, `{"correlation_id":"c"`, `{"ſchema_version":"x"}`,
+	`{"correlation\u005fid":"c"}`, `{"traceparent":"t","traceſtate":"s"}`, `{"correlation_id":"a","CORRELATION_ID":"b"}`,
+	`{"correlation_id":"c","future":tru}`, `{"correlation_id":"c","future":"\q"}`, `{"correlation_id":"c","future":[1,]}`,
+	`{"correlation_id":"c","future":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`, `{"correlation_id":"a\u0000b"}`,
+	"{\"correlation_id\":\"a\xffb\"}", `{"correlation_id":"\ud800"}`, `{"correlation_id":"c","schema_version":1e2}`,
+	`{"occurred_at":"2030-05-20T10:03:07+01"}`, `{"occurred_at":"2030-05-20T10:03:07.1234567890Z"}`, `{"occurred_at":"0000-12-31T23:00:00-01:00"}`,
 }
