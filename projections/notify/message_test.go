@@ -65,8 +65,8 @@ func BenchmarkNewMessage(b *testing.B) {
 	}
 }
 
-// refNewMessage is NewMessage as it was written first, on encoding/json
-// alone: the reference FuzzNewMessage holds NewMessage to, byte for byte.
+// refNewMessage is NewMessage written on encoding/json alone: the
+// reference FuzzNewMessage holds NewMessage to, byte for byte.
 func refNewMessage(e eventstore.RecordedEvent) (msg *nats.Msg, ok bool, err error) {
 	subject, ok, err := refSubject(e.Stream, e.Type)
 	if !ok || err != nil {

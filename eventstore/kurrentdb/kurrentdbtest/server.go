@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -240,7 +242,7 @@ func (s *Server) Start() error {
 			return err
 		}
 	}
-	lis, err := net.Listen("tcp", s.addr)
+	lis, err := listen(s.addr)
 	if err != nil {
 		if c.runningLocked() == 0 && c.db.file != nil {
 			c.db.file.Close()
@@ -351,6 +353,27 @@ func (s *Server) Stop() {
 	if f != nil {
 		f.Close()
 	}
+}
+
+// listen listens on TCP addr (host:port). Port 0 takes a free port below
+// Linux's ephemeral range (32768–60999), as test/scripts/pg.sh does: a
+// node starts again on the port it first took (Restart, a killed process
+// started again), and a port of the ephemeral range may meanwhile become
+// the local end of any outgoing connection on the machine, where one below
+// it can only be taken by another listener. If 100 random ports are taken,
+// it takes whatever free port the system gives.
+func listen(addr string) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port != "0" {
+		return net.Listen("tcp", addr)
+	}
+	for range 100 {
+		p := strconv.Itoa(20000 + rand.IntN(12000))
+		if lis, err := net.Listen("tcp", net.JoinHostPort(host, p)); err == nil {
+			return lis, nil
+		}
+	}
+	return net.Listen("tcp", addr)
 }
 
 // Restart stops the server and starts it again on the same address (see
