@@ -105,13 +105,24 @@ type Metadata struct {
 	SchemaVersion int       `json:"schema_version"`
 }
 
-// DecodeMetadata parses an event's metadata; empty input gives the zero Metadata.
-func DecodeMetadata(b []byte) (Metadata, error) {
+// DecodeMetadata parses an event's metadata with encoding/json; empty
+// input gives the zero Metadata. It returns the decoder's error for
+// anything but a JSON object of Metadata's members.
+func DecodeMetadata(b []byte) (Metadata, error) { return decodeMetadata(json.Unmarshal, b) }
+
+// DecodeMetadata is the package's DecodeMetadata with r's decoder (see
+// DecodingWith): the zero Metadata for empty input, else the decoder's
+// result and error.
+func (r *Registry) DecodeMetadata(b []byte) (Metadata, error) {
+	return decodeMetadata(r.unmarshal, b)
+}
+
+func decodeMetadata(unmarshal func(data []byte, v any) error, b []byte) (Metadata, error) {
 	var m Metadata
 	if len(b) == 0 {
 		return m, nil
 	}
-	err := json.Unmarshal(b, &m)
+	err := unmarshal(b, &m)
 	return m, err
 }
 

@@ -309,4 +309,14 @@ func TestDecodingWith(t *testing.T) {
 	if _, err := counted.Decode("Nope", nil); !errors.Is(err, eventstore.ErrUnknownEventType) || calls != 1 {
 		t.Fatalf("Decode of an unknown type = %v after %d calls; want ErrUnknownEventType without decoding", err, calls)
 	}
+	md, err := counted.DecodeMetadata([]byte(`{"actor":"a"}`))
+	if err != nil || md.Actor != "a" || calls != 2 {
+		t.Fatalf("DecodingWith's DecodeMetadata = %+v, %v after %d calls of its Unmarshal; want actor a, nil after 2", md, err, calls)
+	}
+	if md, err := counted.DecodeMetadata(nil); err != nil || md != (eventstore.Metadata{}) || calls != 2 {
+		t.Fatalf("DecodeMetadata(nil) = %+v, %v after %d calls; want the zero Metadata without decoding", md, err, calls)
+	}
+	if _, err := base.DecodeMetadata([]byte(`{"actor":`)); err == nil || calls != 2 {
+		t.Fatalf("the original registry's DecodeMetadata of malformed input = nil error or called the copy's Unmarshal (%d calls)", calls)
+	}
 }

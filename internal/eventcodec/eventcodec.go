@@ -24,17 +24,3 @@ func Registry() *eventstore.Registry {
 	}
 	return eventstore.NewRegistry(typed...).DecodingWith(gojson.Unmarshal)
 }
-
-// DecodeMetadata is eventstore.DecodeMetadata with the registry's decoder
-// (github.com/goccy/go-json): an event's metadata, the zero Metadata for
-// empty input, or the decoder's error. The relay reads every event's
-// metadata with it (projections/notify's FuzzNewMessage holds the
-// notifications to encoding/json's result).
-func DecodeMetadata(b []byte) (eventstore.Metadata, error) {
-	var m eventstore.Metadata
-	if len(b) == 0 {
-		return m, nil
-	}
-	err := gojson.Unmarshal(b, &m)
-	return m, err
-}

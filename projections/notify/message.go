@@ -198,6 +198,10 @@ func PublicData(eventType string, data []byte) (json.RawMessage, error) {
 	return out, nil
 }
 
+// codec is the domain's event registry; NewMessage reads metadata with its
+// decoder (github.com/goccy/go-json).
+var codec = eventcodec.Registry()
+
 // NewMessage returns the notification of e: its subject, headers and
 // payload, or ok == false if e's stream is not published. It returns an
 // error if the subject cannot be formed or the data cannot be made public.
@@ -215,7 +219,7 @@ func NewMessage(e eventstore.RecordedEvent) (msg *nats.Msg, ok bool, err error) 
 		return nil, true, fmt.Errorf("notify: event %s (%s@%d): %w", e.ID, e.Stream, e.Revision, err)
 	}
 	occurred, correlation, traceparent, tracestate := e.RecordedAt, "", "", ""
-	if md, err := eventcodec.DecodeMetadata(e.Metadata); err == nil {
+	if md, err := codec.DecodeMetadata(e.Metadata); err == nil {
 		if !md.OccurredAt.IsZero() {
 			occurred = md.OccurredAt
 		}
