@@ -50,17 +50,24 @@ type BackendMismatchError struct {
 func (e *BackendMismatchError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "the event store is %s (BOOKING_EVENT_STORE), but the database holds log positions written on another backend; positions are not comparable across backends:", e.Want)
-	if len(e.Projections) > 0 {
-		fmt.Fprintf(&b, " read models %s: rebuild them with `BOOKING_EVENT_STORE=… booking projections rebuild`;", strings.Join(e.Projections, ", "))
-	}
-	if len(e.Checkpoints) > 0 {
-		fmt.Fprintf(&b, " worker checkpoints %s: reset them (DELETE FROM checkpoints; the workers then re-read the whole log, which is safe: they are idempotent);", strings.Join(e.Checkpoints, ", "))
-	}
-	if len(e.Relays) > 0 {
-		fmt.Fprintf(&b, " notification relay %s: reset it (DELETE FROM notify_relays) and delete NATS stream BOOKING, whose messages carry the old positions (nats stream rm BOOKING; with the embedded NATS server, remove $BOOKING_DATA_DIR/nats while the service is stopped), which makes the relay republish the whole log;", strings.Join(e.Relays, ", "))
-	}
+	writeWaysOut(&b, e.Checkpoints, e.Projections, e.Relays)
 	b.WriteString(" see docs/kurrentdb.md, \"Switching backends\"")
 	return b.String()
+}
+
+// writeWaysOut writes, for each kind of stored position named, how to
+// rebuild or reset it: the read models (projections), the workers'
+// checkpoints and the relay's checkpoint with NATS stream BOOKING.
+func writeWaysOut(b *strings.Builder, checkpoints, projections, relays []string) {
+	if len(projections) > 0 {
+		fmt.Fprintf(b, " read models %s: rebuild them with `BOOKING_EVENT_STORE=… booking projections rebuild`;", strings.Join(projections, ", "))
+	}
+	if len(checkpoints) > 0 {
+		fmt.Fprintf(b, " worker checkpoints %s: reset them (DELETE FROM checkpoints; the workers then re-read the whole log, which is safe: they are idempotent);", strings.Join(checkpoints, ", "))
+	}
+	if len(relays) > 0 {
+		fmt.Fprintf(b, " notification relay %s: reset it (DELETE FROM notify_relays) and delete NATS stream BOOKING, whose messages carry the old positions (nats stream rm BOOKING; with the embedded NATS server, remove $BOOKING_DATA_DIR/nats while the service is stopped), which makes the relay republish the whole log;", strings.Join(relays, ", "))
+	}
 }
 
 // CheckBackend returns a *BackendMismatchError if any stored position
@@ -102,15 +109,7 @@ func (e *PositionsAheadError) Error() string {
 	fmt.Fprintf(&b, "the database holds log positions beyond the head of the event log (BOOKING_EVENT_STORE; last event at %d/%d): "+
 		"the event store is not the log they were read from (another server, a restored backup?); point BOOKING_EVENT_STORE back at that log, or reset:",
 		e.Head.Commit, e.Head.Prepare)
-	if len(e.Projections) > 0 {
-		fmt.Fprintf(&b, " read models %s: rebuild them with `BOOKING_EVENT_STORE=… booking projections rebuild`;", strings.Join(e.Projections, ", "))
-	}
-	if len(e.Checkpoints) > 0 {
-		fmt.Fprintf(&b, " worker checkpoints %s: reset them (DELETE FROM checkpoints; the workers then re-read the whole log, which is safe: they are idempotent);", strings.Join(e.Checkpoints, ", "))
-	}
-	if len(e.Relays) > 0 {
-		fmt.Fprintf(&b, " notification relay %s: reset it (DELETE FROM notify_relays) and delete NATS stream BOOKING, whose messages carry the old positions (nats stream rm BOOKING; with the embedded NATS server, remove $BOOKING_DATA_DIR/nats while the service is stopped), which makes the relay republish the whole log;", strings.Join(e.Relays, ", "))
-	}
+	writeWaysOut(&b, e.Checkpoints, e.Projections, e.Relays)
 	b.WriteString(" see docs/kurrentdb.md, \"Another log of the same backend\"")
 	return b.String()
 }
