@@ -35,7 +35,7 @@ type PendingOrders interface {
 
 // OrderRule is the rule by which the event store finds the orders the
 // reconciler visits (eventstore.PendingRule, answered by
-// pgstore.Store.PendingStreams and logindex.Index.Pending): the domain's
+// logindex.Index.Pending on either backend): the domain's
 // order streams without an event of domain.OrderEndTypes, or with one of
 // domain.OrderObligations open.
 func OrderRule() eventstore.PendingRule {

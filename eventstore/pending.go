@@ -1,7 +1,7 @@
 package eventstore
 
 // PendingRule says which streams of a category still need work, for the
-// queries that find them (pgstore.Store.PendingStreams, logindex.Index): a
+// query that finds them (logindex.Index.Pending): a
 // stream whose name begins with Category is pending while it has no event
 // of a type in Ends, and, ended or not, while an obligation of Owed is
 // open. The rule names event types and data members only as its caller

@@ -1,13 +1,14 @@
-// Package logindex answers, for an event store that has no tables to query
-// (the KurrentDB backend), the questions the service's background jobs ask
-// beyond eventstore.Store: which streams a rule calls pending (Pending: the
-// orders the payment reconciler still visits, by the rule the service
-// passes), which streams of a category are past their retention
-// (PurgeStreams: the intents) and how many events the log holds
-// (EventCount). pgstore answers them with SQL over its own tables
-// (eventstore/pgstore/queries.go);
-// an Index answers them from the log itself, read through
-// eventstore.Store.ReadAll, so it works on any backend.
+// Package logindex answers the questions the service's background jobs ask
+// beyond eventstore.Store, from the log itself, read through
+// eventstore.Store.ReadAll, so it works on any backend: which streams a
+// rule calls pending (Pending: the orders the payment reconciler still
+// visits, by the rule the service passes; on every backend, since a query
+// of the stored events would read every order event at each pass), which
+// streams of a category are past their retention (PurgeStreams: the
+// intents) and how many events the log holds (EventCount). The last two
+// serve an event store that has no tables to query (the KurrentDB
+// backend); pgstore answers them with SQL over its own tables
+// (eventstore/pgstore/queries.go).
 //
 // An Index keeps a small summary of the log in memory and brings it up to
 // date with the log's readable horizon at every call, so each answer is
@@ -324,7 +325,7 @@ func (ix *Index) Tracked(ctx context.Context) (orders, intents int, err error) {
 // (the name after the category), ascending by stream name and after the id
 // after ("" for the first page), that the rule calls pending (see
 // eventstore.PendingRule): those with no ending event, and those with an
-// obligation open. The same rule as pgstore.Store.PendingStreams. It reads
+// obligation open. It reads
 // the log up to its horizon first, so the answer is exact at the moment of
 // the call. Fewer than limit ids means the last page. Returns a wrapped
 // error if the log cannot be read.

@@ -19,13 +19,17 @@ import (
 	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
 	"github.com/retrysafe/booking/eventstore/logindex"
 	"github.com/retrysafe/booking/eventstore/memstore"
+	"github.com/retrysafe/booking/eventstore/pgstore"
+	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
-// backends are the stores the index is checked on: memstore, and the
-// KurrentDB backend on its in-process server double (where truncation is
-// logical: $all still returns the truncated events).
+// backends are the stores the index is checked on: memstore, PostgreSQL
+// (where truncation deletes the events), and the KurrentDB backend on its
+// in-process server double (where truncation is logical: $all still
+// returns the truncated events).
 var backends = map[string]func(t *testing.T) eventstore.Store{
 	"memstore": func(*testing.T) eventstore.Store { return memstore.New() },
+	"postgres": func(t *testing.T) eventstore.Store { return pgstore.New(pgtest.NewPool(t, pgtest.NewDatabase(t))) },
 	"kurrentdb": func(t *testing.T) eventstore.Store {
 		srv, err := kurrentdbtest.Start("127.0.0.1:0", kurrentdbtest.Options{})
 		if err != nil {
@@ -78,9 +82,10 @@ func appendEvents(t *testing.T, s eventstore.Store, stream string, at time.Time,
 	}
 }
 
-// TestPendingOrders pages through the orders the reconciler must visit with
-// the same rule and the same table as pgstore's TestPendingOrders, and sees
-// orders appended after the first call.
+// TestPendingOrders pages through the orders the reconciler must visit
+// (orders without an ending event, refunds still due, payments waiting for
+// the customer's action to cancel) and sees orders appended after the
+// first call.
 func TestPendingOrders(t *testing.T) {
 	for name, newStore := range backends {
 		t.Run(name, func(t *testing.T) {

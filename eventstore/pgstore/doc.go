@@ -107,8 +107,8 @@
 //	                                      scans in log order
 //	events_stream_revision_key            ReadStream; the append's last
 //	  UNIQUE (stream, revision)           revision (newest event); Truncate's
-//	                                      delete; PurgeStreams and PendingStreams
-//	                                      (streams by name prefix)
+//	                                      delete; PurgeStreams (streams by name
+//	                                      prefix)
 //	events_id_key UNIQUE (id)             the append's idempotency: which ids of
 //	                                      a batch are stored, and where
 //
@@ -187,9 +187,10 @@
 // Every statement of the service on the events and streams tables lives in
 // this package (a test in test/sqlhome_test.go keeps it so). Besides the
 // Store interface, the service's jobs and metrics use PurgeStreams (intent
-// retention), PendingStreams (the payment reconciler's work list, by the
-// rule the service passes),
-// EventCount (the rebuild's progress) and HorizonLag (a metric). Their
+// retention), EventCount (the rebuild's progress) and HorizonLag (a
+// metric); the payment reconciler's work list comes from a
+// eventstore/logindex.Index on every backend (a query here would read every
+// order event of the log at each pass). Their
 // callers declare one-method interfaces for them, so another backend
 // supplies its own. What the service needs from PostgreSQL whatever the
 // event store (clock, locks, checkpoints, leases) is in eventstore/pgcoord.

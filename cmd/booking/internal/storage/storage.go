@@ -29,9 +29,10 @@ import (
 )
 
 // EventLog is the event store a command runs on (BOOKING_EVENT_STORE) with
-// the queries the background jobs need beyond eventstore.Store: on
-// PostgreSQL pgstore's SQL over its tables, on KurrentDB a logindex.Index
-// that reads the log. PostgreSQL keeps read models, checkpoints, leases
+// the queries the background jobs need beyond eventstore.Store: the
+// pending orders from a logindex.Index that reads the log (on either
+// backend); the rest from pgstore's SQL over its tables on PostgreSQL, from
+// the index on KurrentDB. PostgreSQL keeps read models, checkpoints, leases
 // and the clock on either backend.
 type EventLog struct {
 	eventstore.Store
@@ -86,10 +87,14 @@ func OpenEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger, opts ...pgs
 	}
 	if backend == pgcoord.BackendPostgres {
 		s := pgstore.New(pool, opts...)
-		pending := pendingOrders(func(ctx context.Context, after string, limit int) ([]string, error) {
-			return s.PendingStreams(ctx, commands.OrderRule(), after, limit)
-		})
-		return &EventLog{Store: s, Backend: backend, Pending: pending, Purger: s, Counter: s, Lag: s, Distance: s, close: func() {}}, nil
+		// Only the pending orders come from a log index here: a query of
+		// the events table would read every order event of the log at each
+		// reconciler pass. The intents' purge stays pgstore's SQL, which
+		// reads only the intents within retention.
+		ix := logindex.New(s, pgcoord.NewClock(pool), commands.OrderRule(), "",
+			logindex.WithSnapshots(pgcoord.NewSnapshots(pool, "logindex-postgres"), 0))
+		return &EventLog{Store: s, Backend: backend, Pending: pendingOrders(ix.Pending), Purger: s, Counter: s, Lag: s, Distance: s,
+			close: func() { saveSnapshot(ix) }}, nil
 	}
 	s, err := kurrentdb.New(spec, kurrentdb.WithLogger(log.With("component", "kurrentdb")))
 	if err != nil {
@@ -99,12 +104,18 @@ func OpenEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger, opts ...pgs
 		logindex.WithSnapshots(pgcoord.NewSnapshots(pool, "logindex"), 0))
 	return &EventLog{Store: s, Backend: backend, Pending: pendingOrders(ix.Pending), Purger: ix, Counter: ix, Distance: readDistance{s}, Ping: s.Ping,
 		Head: s.Head, close: func() {
-			// The next start reads only the log after this snapshot.
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = ix.Save(ctx) // best effort: a start without it reads more of the log
+			saveSnapshot(ix)
 			s.Close()
 		}}, nil
+}
+
+// saveSnapshot saves ix's summary, so the next start reads only the log
+// after it; best effort, within 5 seconds: a start without it reads more
+// of the log.
+func saveSnapshot(ix *logindex.Index) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = ix.Save(ctx)
 }
 
 // pendingOrders is commands.PendingOrders as a function: the store's query
