@@ -1,0 +1,254 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/logindex"
+	"github.com/retrysafe/booking/eventstore/pgcoord"
+	"github.com/retrysafe/booking/migrations/pgtest"
+)
+
+// referencePendingSQL is the SQL that listed the pending streams of a rule
+// with n obligations before the log index did: it groups the events of the
+// category's streams by stream and keeps a stream without an ending event
+// ($3) or with an obligation open. It stays here as the reference the
+// index is compared with.
+func referencePendingSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`
+SELECT stream
+FROM events
+WHERE stream LIKE $1 AND stream > $2
+GROUP BY stream
+HAVING count(*) FILTER (WHERE type = ANY($3::text[])) = 0`)
+	for i := range n {
+		p := 4 + 4*i
+		fmt.Fprintf(&b, `
+    OR NOT coalesce(array_agg(DISTINCT convert_from(data, 'UTF8')::jsonb ->> $%[2]d::text)
+                    FILTER (WHERE type = ANY($%[1]d::text[]) AND convert_from(data, 'UTF8')::jsonb ->> $%[2]d::text IS NOT NULL), '{}')
+        <@ coalesce(array_agg(DISTINCT convert_from(data, 'UTF8')::jsonb ->> $%[4]d::text)
+                    FILTER (WHERE type = ANY($%[3]d::text[]) AND convert_from(data, 'UTF8')::jsonb ->> $%[4]d::text IS NOT NULL), '{}')`,
+			p, p+1, p+2, p+3)
+	}
+	fmt.Fprintf(&b, `
+ORDER BY stream
+LIMIT $%d`, 4+4*n)
+	return b.String()
+}
+
+// referencePending runs referencePendingSQL: a page of the ids of the
+// rule's pending streams after after.
+func referencePending(ctx context.Context, pool *pgxpool.Pool, rule eventstore.PendingRule, after string, limit int) ([]string, error) {
+	from := ""
+	if after != "" {
+		from = rule.Category + after
+	}
+	like := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(rule.Category) + "%"
+	args := []any{like, from, rule.Ends}
+	for _, o := range rule.Owed {
+		args = append(args, o.Opens, o.OpenMember, o.Closes, o.CloseMember)
+	}
+	args = append(args, limit)
+	rows, err := pool.Query(ctx, referencePendingSQL(len(rule.Owed)), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var stream string
+		if err := rows.Scan(&stream); err != nil {
+			return nil, err
+		}
+		ids = append(ids, strings.TrimPrefix(stream, rule.Category))
+	}
+	return ids, rows.Err()
+}
+
+// pendingRule is the service's order rule (commands.OrderRule), built from
+// the domain as the wiring builds it.
+func pendingRule() eventstore.PendingRule {
+	owed := make([]eventstore.Obligation, len(domain.OrderObligations))
+	for i, o := range domain.OrderObligations {
+		owed[i] = eventstore.Obligation(o)
+	}
+	return eventstore.PendingRule{Category: domain.CategoryOrder, Ends: domain.OrderEndTypes, Owed: owed}
+}
+
+// randomOrderEvent is an event for an order stream at revision rev: its
+// placement first, then any event the rule looks at (ends, obligations
+// opened and closed, with a few names that collide) or ignores.
+func randomOrderEvent(r *rand.Rand, id string, rev int) domain.Event {
+	if rev == 0 {
+		return domain.OrderPlaced{OrderID: id, Amount: domain.Money{Amount: 100, Currency: "EUR"}, PaymentDeadline: time.Unix(1_800_000_000, 0)}
+	}
+	names := []string{"a", "b", ""}
+	name := names[r.IntN(len(names))]
+	switch r.IntN(12) {
+	case 0:
+		return domain.OrderConfirmed{}
+	case 1:
+		return domain.OrderFailed{}
+	case 2:
+		return domain.OrderCancelled{}
+	case 3:
+		return domain.OrderNeedsReview{}
+	case 4:
+		return domain.OrderCancelRequested{}
+	case 5, 6:
+		return domain.RefundRequested{ChargeID: name}
+	case 7:
+		return domain.RefundSucceeded{ChargeID: name}
+	case 8:
+		return domain.RefundRefused{ChargeID: name}
+	case 9:
+		return domain.PaymentActionRequired{PaymentID: name}
+	case 10:
+		return domain.PaymentSucceeded{ChargeID: name}
+	default:
+		return domain.PaymentFailed{ChargeID: name} // "" omits the member
+	}
+}
+
+// TestPendingIndexMatchesSQL appends random order, claim and intent
+// events in rounds, restarts the index from its snapshot now and then,
+// purges the intents (deleting events, perhaps the snapshot's last) and
+// holds an append open across a round, and after every round compares
+// every page of logindex.Index.Pending with the SQL it replaced, on the
+// same log.
+func TestPendingIndexMatchesSQL(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, pgtest.NewDatabase(t))
+	store := New(pool, WithAppendTimeout(time.Minute))
+	ctx := context.Background()
+	rule := pendingRule()
+	snaps := pgcoord.NewSnapshots(pool, "logindex-postgres")
+	newIndex := func() *logindex.Index {
+		return logindex.New(store, pgcoord.NewClock(pool), rule, "", logindex.WithSnapshots(snaps, 7))
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	ids := make([]string, 14)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("00000000-0000-7000-8000-%012d", i)
+	}
+	revs := map[string]int{}
+	encode := func(e domain.Event) eventstore.EventData {
+		d, err := eventstore.Encode(uuid.Must(uuid.NewV7()).String(), e, eventstore.Metadata{OccurredAt: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	next := func() (string, eventstore.EventData) {
+		id := ids[r.IntN(len(ids))]
+		e := randomOrderEvent(r, id, revs[id])
+		revs[id]++
+		return domain.OrderStream(id), encode(e)
+	}
+	compare := func(ix *logindex.Index, round int) {
+		t.Helper()
+		for _, limit := range []int{2, 100} {
+			for _, after := range []string{"", ids[5]} {
+				var got, want []string
+				for a := after; ; {
+					page, err := ix.Pending(ctx, a, limit)
+					if err != nil {
+						t.Fatalf("round %d: Pending: %v", round, err)
+					}
+					ref, err := referencePending(ctx, pool, rule, a, limit)
+					if err != nil {
+						t.Fatalf("round %d: reference: %v", round, err)
+					}
+					got, want = append(got, page...), append(want, ref...)
+					if len(ref) < limit || len(page) < limit {
+						break
+					}
+					a = ref[len(ref)-1]
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Fatalf("round %d, limit %d, after %q: Pending differs from the SQL (-sql +index):\n%s", round, limit, after, diff)
+				}
+			}
+		}
+	}
+	ix := newIndex()
+	var commitHeld func(context.Context) (eventstore.AppendResult, error)
+	for round := range 40 {
+		for range 1 + r.IntN(6) {
+			switch k := r.IntN(10); {
+			case k < 6:
+				stream, d := next()
+				if _, err := store.Append(ctx, stream, eventstore.Any(), d); err != nil {
+					t.Fatal(err)
+				}
+			case k < 8: // two orders in one transaction
+				s1, d1 := next()
+				s2, d2 := next()
+				if s1 == s2 {
+					if _, err := store.Append(ctx, s1, eventstore.Any(), d1, d2); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				if _, err := store.AppendMulti(ctx, eventstore.StreamAppend{Stream: s1, Expected: eventstore.Any(), Events: []eventstore.EventData{d1}},
+					eventstore.StreamAppend{Stream: s2, Expected: eventstore.Any(), Events: []eventstore.EventData{d2}}); err != nil {
+					t.Fatal(err)
+				}
+			case k < 9:
+				if _, err := store.Append(ctx, domain.ClaimStream(ids[r.IntN(len(ids))]), eventstore.Any(), encode(domain.OrderClaimed{})); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if _, err := store.Append(ctx, domain.CategoryIntent+uuid.NewString(), eventstore.Any(), encode(domain.OrderClaimed{})); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		switch {
+		case round%10 == 3: // an append held open across the comparison: the index must not skip it
+			stream, d := next()
+			var err error
+			commitHeld, _, err = heldStore{store}.HoldOpenAppend(ctx, stream, eventstore.Any(), d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := stream
+			for stream == held { // the held append holds its stream's lock
+				if stream, d = next(); stream == held {
+					revs[strings.TrimPrefix(stream, domain.CategoryOrder)]--
+				}
+			}
+			if _, err := store.Append(ctx, stream, eventstore.Any(), d); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ix.Pending(ctx, "", 100); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := commitHeld(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case round%7 == 2: // a graceful restart
+			if err := ix.Save(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ix = newIndex()
+		case round%7 == 5: // the intents purged, then a crash
+			if _, err := store.PurgeStreams(ctx, domain.CategoryIntent, -time.Hour, 1000); err != nil {
+				t.Fatal(err)
+			}
+			ix = newIndex()
+		}
+		compare(ix, round)
+	}
+}
