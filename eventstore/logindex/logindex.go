@@ -39,13 +39,16 @@
 // With WithSnapshots the summary is saved (every few thousand events
 // applied, and by Save) and loaded at the first call after a restart,
 // which then reads only the log after the snapshot's position. A snapshot
-// is used only if the log still holds the event it was taken at, at the
+// is used only if it was taken under the same rule and purged category (a
+// release that changes the rule reads the log again, so the rule applies to
+// every event) and the log still holds the event it was taken at, at the
 // same position (so a snapshot of another log is never used); otherwise,
 // and without snapshots, the first call reads the whole log once.
 package logindex
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -104,6 +107,7 @@ type Index struct {
 	rule          eventstore.PendingRule
 	ends          map[string]bool
 	purged        string
+	ruleKey       string // rule and purged as JSON: a snapshot is used only under the same
 	snapshots     Snapshots
 	snapshotEvery int
 
@@ -164,6 +168,11 @@ func New(log eventstore.Store, clock Clock, rule eventstore.PendingRule, purged 
 	for _, t := range rule.Ends {
 		ix.ends[t] = true
 	}
+	key, _ := json.Marshal(struct { // strings and slices of them: cannot fail
+		Rule   eventstore.PendingRule
+		Purged string
+	}{rule, purged})
+	ix.ruleKey = string(key)
 	for _, opt := range opts {
 		opt(ix)
 	}

@@ -338,3 +338,38 @@ func TestBoundedPast100kOrders(t *testing.T) {
 		t.Errorf("PendingOrders on another log with this snapshot = %d ids, want only its own order", len(got))
 	}
 }
+
+// TestSnapshotOfAnotherRule: a snapshot holds the decisions of the rule it
+// was taken under (the orders it evicted as ended with nothing owed), so an
+// index with another rule — a release that changes the ending types or the
+// obligations — does not use it and reads the whole log: the orders the new
+// rule calls pending are listed, as the query of the whole log lists them.
+func TestSnapshotOfAnotherRule(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	at := time.Now()
+	money := domain.Money{Amount: 100, Currency: "EUR"}
+	review, refund := "00000000-0000-7000-8000-000000000001", "00000000-0000-7000-8000-000000000002"
+	appendEvents(t, s, domain.OrderStream(review), at,
+		domain.OrderPlaced{OrderID: review, Amount: money, PaymentDeadline: at}, domain.OrderNeedsReview{})
+	appendEvents(t, s, domain.OrderStream(refund), at,
+		domain.OrderPlaced{OrderID: refund, Amount: money, PaymentDeadline: at}, domain.OrderConfirmed{}, domain.RefundRequested{ChargeID: "ch"})
+	old := orderRule()
+	old.Owed = nil
+	snaps := &memSnapshots{}
+	ix := logindex.New(s, &clock{now: at}, old, "", logindex.WithSnapshots(snaps, 0))
+	if got, err := ix.Pending(ctx, "", 10); err != nil || len(got) != 0 {
+		t.Fatalf("Pending under the old rule = %v, %v; want none", got, err)
+	}
+	if err := ix.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The new rule: an order in review is visited again, refunds are owed.
+	rule := orderRule()
+	rule.Ends = slices.DeleteFunc(slices.Clone(rule.Ends), func(typ string) bool { return typ == domain.TypeOrderNeedsReview })
+	restarted := logindex.New(s, &clock{now: at}, rule, "", logindex.WithSnapshots(snaps, 0))
+	got, err := restarted.Pending(ctx, "", 10)
+	if want := []string{review, refund}; err != nil || !cmp.Equal(want, got) {
+		t.Errorf("Pending under the new rule after a restart from the old rule's snapshot = %v, %v; want %v", got, err, want)
+	}
+}

@@ -12,11 +12,13 @@ import (
 // format is not used (the next call reads the whole log).
 const snapshotVersion = 2
 
-// snapshot is the summary as saved: the position read up to, the event at
-// it (its id, and the position before it, to check that the log still
-// holds it there), the count, and the tracked streams.
+// snapshot is the summary as saved: the rule and purged category it was
+// built under, the position read up to, the event at it (its id, and the
+// position before it, to check that the log still holds it there), the
+// count, and the tracked streams.
 type snapshot struct {
 	Version int                 `json:"version"`
+	Rule    string              `json:"rule"`
 	Pos     eventstore.Position `json:"pos"`
 	Prev    eventstore.Position `json:"prev"`
 	LastID  string              `json:"last_id"`
@@ -47,7 +49,7 @@ func (ix *Index) Save(ctx context.Context) error {
 
 // save writes the summary to the snapshots. Callers hold ix.mu.
 func (ix *Index) save(ctx context.Context) error {
-	snap := snapshot{Version: snapshotVersion, Pos: ix.pos, Prev: ix.prev, LastID: ix.lastID, Count: ix.count,
+	snap := snapshot{Version: snapshotVersion, Rule: ix.ruleKey, Pos: ix.pos, Prev: ix.prev, LastID: ix.lastID, Count: ix.count,
 		Orders: ix.orders, Intents: ix.intents}
 	for s := range ix.recheck {
 		snap.Recheck = append(snap.Recheck, s)
@@ -63,8 +65,10 @@ func (ix *Index) save(ctx context.Context) error {
 	return nil
 }
 
-// load adopts the saved snapshot if there is one and the log still holds
-// its last event at its position (the first event after its previous
+// load adopts the saved snapshot if there is one, it was built under the
+// same rule and purged category (a snapshot omits the streams another rule
+// evicted, which this one may call pending), and the log still holds its
+// last event at its position (the first event after its previous
 // position); otherwise the summary stays empty and the catch-up reads the
 // whole log. Returns a wrapped error only if loading or checking fails on
 // the way (not for a snapshot that does not fit). Callers hold ix.mu.
@@ -82,6 +86,9 @@ func (ix *Index) load(ctx context.Context) error {
 	var snap snapshot
 	if err := json.Unmarshal(b, &snap); err != nil || snap.Version != snapshotVersion {
 		return nil // another format: read the whole log
+	}
+	if snap.Rule != ix.ruleKey {
+		return nil // another rule's decisions: read the whole log
 	}
 	if !snap.Pos.IsZero() {
 		evs, err := ix.log.ReadAll(ctx, snap.Prev, 1)
