@@ -88,7 +88,8 @@ type Option func(*Index)
 // WithSnapshots saves the summary to snapshots after every n events
 // applied (DefaultSnapshotEvery if n <= 0) and loads it at the first call,
 // so a restart reads only the log after it. A failed save does not fail the
-// call that made it; the next call tries again.
+// call that made it; a failed load fails it. Either is tried again at the
+// next call.
 func WithSnapshots(snapshots Snapshots, n int) Option {
 	return func(ix *Index) {
 		ix.snapshots = snapshots
@@ -112,7 +113,7 @@ type Index struct {
 	snapshotEvery int
 
 	mu      sync.Mutex
-	loaded  bool // the snapshot, if any, was tried
+	loaded  bool // the snapshot, if any, was loaded or found unusable
 	pos     eventstore.Position
 	prev    eventstore.Position // the position of the event before pos's
 	lastID  string              // the id of the event at pos
@@ -186,10 +187,12 @@ func New(log eventstore.Store, clock Clock, rule eventstore.PendingRule, purged 
 // due. Callers hold ix.mu.
 func (ix *Index) catchUp(ctx context.Context) error {
 	if !ix.loaded {
-		ix.loaded = true
+		// A failed load changes nothing and is tried again at the next
+		// call, rather than reading the whole log then.
 		if err := ix.load(ctx); err != nil {
 			return err
 		}
+		ix.loaded = true
 	}
 	for {
 		evs, err := ix.log.ReadAll(ctx, ix.pos, readBatch)

@@ -373,3 +373,59 @@ func TestSnapshotOfAnotherRule(t *testing.T) {
 		t.Errorf("Pending under the new rule after a restart from the old rule's snapshot = %v, %v; want %v", got, err, want)
 	}
 }
+
+// flakySnapshots fails the first Load, then loads from the snapshots it
+// wraps.
+type flakySnapshots struct {
+	*memSnapshots
+	failed bool
+}
+
+func (f *flakySnapshots) Load(ctx context.Context) ([]byte, error) {
+	if !f.failed {
+		f.failed = true
+		return nil, errors.New("connection reset")
+	}
+	return f.memSnapshots.Load(ctx)
+}
+
+// TestSnapshotLoadRetried: a first call whose snapshot cannot be loaded
+// fails, and the next call loads it and reads only the log after it, not
+// the whole log.
+func TestSnapshotLoadRetried(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	at := time.Now()
+	money := domain.Money{Amount: 100, Currency: "EUR"}
+	var want []string
+	for i := range 50 {
+		id := fmt.Sprintf("00000000-0000-7000-8000-%012d", i)
+		evs := []domain.Event{domain.OrderPlaced{OrderID: id, Amount: money, PaymentDeadline: at}}
+		if i%10 == 0 {
+			want = append(want, id)
+		} else {
+			evs = append(evs, domain.OrderConfirmed{})
+		}
+		appendEvents(t, s, domain.OrderStream(id), at, evs...)
+	}
+	snaps := &memSnapshots{}
+	ix := logindex.New(s, &clock{now: at}, orderRule(), "", logindex.WithSnapshots(snaps, 0))
+	if _, err := ix.Pending(ctx, "", 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingStore{Store: s}
+	restarted := logindex.New(counting, &clock{now: at}, orderRule(), "", logindex.WithSnapshots(&flakySnapshots{memSnapshots: snaps}, 0))
+	if _, err := restarted.Pending(ctx, "", 100); err == nil {
+		t.Fatal("Pending with the snapshot's load failing = nil error; want the load's error")
+	}
+	got, err := restarted.Pending(ctx, "", 100)
+	if err != nil || !cmp.Equal(want, got) {
+		t.Fatalf("Pending after the failed load = %v, %v; want %v", got, err, want)
+	}
+	if n := counting.events(); n > 1 {
+		t.Errorf("the index read %d events of the log after its snapshot's load failed once, want only the check of one (the snapshot's)", n)
+	}
+}
