@@ -20,6 +20,7 @@ import (
 	"github.com/retrysafe/booking/eventstore/logindex"
 	"github.com/retrysafe/booking/eventstore/memstore"
 	"github.com/retrysafe/booking/eventstore/pgstore"
+	"github.com/retrysafe/booking/eventstore/storetest"
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
@@ -65,6 +66,28 @@ func (c *clock) Now(context.Context) (time.Time, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now, nil
+}
+
+// readable waits (up to a minute) until every event appended to s is one
+// ReadAll returns, so an index sees it at its next call. On PostgreSQL
+// ReadAll returns nothing above the readable horizon, which any write
+// transaction still running on the server holds back (a parallel test's,
+// in another database): the index answers up to it, as a log reader.
+func readable(t *testing.T, s eventstore.Store) {
+	t.Helper()
+	pg, ok := s.(*pgstore.Store)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	storetest.Eventually(t, ctx, func() error {
+		lag, err := pg.HorizonLag(ctx)
+		if err == nil && lag.Events > 0 {
+			err = fmt.Errorf("%d events above the readable horizon", lag.Events)
+		}
+		return err
+	})
 }
 
 func appendEvents(t *testing.T, s eventstore.Store, stream string, at time.Time, evs ...domain.Event) {
@@ -118,6 +141,7 @@ func TestPendingOrders(t *testing.T) {
 				appendEvents(t, s, domain.OrderStream(id), time.Now(), evs...)
 			}
 			appendEvents(t, s, domain.ClaimStream("00000000-0000-7000-8000-000000000009"), time.Now(), domain.OrderClaimed{})
+			readable(t, s)
 			ix := logindex.New(s, &clock{now: time.Now()}, orderRule(), domain.CategoryIntent)
 			pages := func() []string {
 				var got []string
@@ -142,6 +166,7 @@ func TestPendingOrders(t *testing.T) {
 			// Later appends are seen by the next call: order 1 ends, order 0 starts.
 			appendEvents(t, s, domain.OrderStream("00000000-0000-7000-8000-000000000001"), time.Now(), domain.OrderConfirmed{})
 			appendEvents(t, s, domain.OrderStream("00000000-0000-7000-8000-000000000000"), time.Now(), placed("0"))
+			readable(t, s)
 			want = []string{"00000000-0000-7000-8000-000000000000", "00000000-0000-7000-8000-000000000003",
 				"00000000-0000-7000-8000-000000000004", "00000000-0000-7000-8000-000000000008", "00000000-0000-7000-8000-00000000000a"}
 			if got := pages(); !cmp.Equal(want, got) {
@@ -172,6 +197,7 @@ func TestPurgeStreams(t *testing.T) {
 			// an event with no occurred_at is never judged old.
 			appendEvents(t, s, "intent-undated", time.Time{}, domain.OrderConfirmed{})
 			appendEvents(t, s, "order-old", oldAt, domain.OrderConfirmed{})
+			readable(t, s)
 			ix := logindex.New(s, c, orderRule(), domain.CategoryIntent)
 			if n, err := ix.EventCount(ctx); err != nil || n != 6 {
 				t.Fatalf("EventCount() = %d, %v; want 6", n, err)
@@ -203,6 +229,7 @@ func TestPurgeStreams(t *testing.T) {
 			if _, err := s.Append(ctx, "intent-old1", eventstore.Exact(1), d); err != nil {
 				t.Fatalf("Append(intent-old1, Exact(1)) after the purge = %v", err)
 			}
+			readable(t, s)
 			ix = logindex.New(s, c, orderRule(), domain.CategoryIntent)
 			if n, err := ix.PurgeStreams(ctx, "intent-", time.Hour, 10); err != nil || n != 0 {
 				t.Fatalf("PurgeStreams on a fresh index = %d, %v; want 0", n, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/logindex"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
+	"github.com/retrysafe/booking/eventstore/storetest"
 	"github.com/retrysafe/booking/migrations/pgtest"
 )
 
@@ -156,8 +157,21 @@ func TestPendingIndexMatchesSQL(t *testing.T) {
 		revs[id]++
 		return domain.OrderStream(id), encode(e)
 	}
+	// compare waits until the log's readable horizon has passed every
+	// event appended (a write transaction still running anywhere on the
+	// server holds it back, and with it the index, not the SQL), then
+	// compares every page.
 	compare := func(ix *logindex.Index, round int) {
 		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		storetest.Eventually(t, wctx, func() error {
+			lag, err := store.HorizonLag(wctx)
+			if err == nil && lag.Events > 0 {
+				err = fmt.Errorf("%d events above the readable horizon", lag.Events)
+			}
+			return err
+		})
 		for _, limit := range []int{2, 100} {
 			for _, after := range []string{"", ids[5]} {
 				var got, want []string
