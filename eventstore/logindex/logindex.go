@@ -12,7 +12,10 @@
 //
 // An Index keeps a small summary of the log in memory and brings it up to
 // date with the log's readable horizon at every call, so each answer is
-// exact at the moment of the call, as the SQL is.
+// exact for the log up to that horizon. On PostgreSQL the horizon trails
+// the newest commits while an older write transaction runs anywhere on the
+// server (pgstore.Store.HorizonLag): the events it holds back count from
+// the first call after it ends, as for every reader of the log.
 //
 // # Bound and eviction
 //
@@ -338,8 +341,8 @@ func (ix *Index) Tracked(ctx context.Context) (orders, intents int, err error) {
 // after ("" for the first page), that the rule calls pending (see
 // eventstore.PendingRule): those with no ending event, and those with an
 // obligation open. It reads
-// the log up to its horizon first, so the answer is exact at the moment of
-// the call. Fewer than limit ids means the last page. Returns a wrapped
+// the log up to its horizon first, so the answer is exact for the log up
+// to it (see the package comment). Fewer than limit ids means the last page. Returns a wrapped
 // error if the log cannot be read.
 func (ix *Index) Pending(ctx context.Context, after string, limit int) ([]string, error) {
 	ix.mu.Lock()
