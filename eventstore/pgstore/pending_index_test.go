@@ -122,6 +122,127 @@ func randomOrderEvent(r *rand.Rand, id string, rev int) domain.Event {
 	}
 }
 
+// randomLog appends random events to a PostgreSQL log: order events in
+// revision order (randomOrderEvent) to a few orders, alone or two orders in
+// one transaction, claims and intents.
+type randomLog struct {
+	t     *testing.T
+	store *Store
+	r     *rand.Rand
+	ids   []string
+	revs  map[string]int
+}
+
+// event returns a new event of a random order and its stream, and counts
+// its revision.
+func (l *randomLog) event() (string, eventstore.EventData) {
+	id := l.ids[l.r.IntN(len(l.ids))]
+	e := randomOrderEvent(l.r, id, l.revs[id])
+	l.revs[id]++
+	return domain.OrderStream(id), l.encode(e)
+}
+
+func (l *randomLog) encode(e domain.Event) eventstore.EventData {
+	d, err := eventstore.Encode(uuid.Must(uuid.NewV7()).String(), e, eventstore.Metadata{OccurredAt: time.Now()})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return d
+}
+
+// round appends one to six random appends.
+func (l *randomLog) round(ctx context.Context) {
+	one := func(stream string, d ...eventstore.EventData) eventstore.StreamAppend {
+		return eventstore.StreamAppend{Stream: stream, Expected: eventstore.Any(), Events: d}
+	}
+	for range 1 + l.r.IntN(6) {
+		var parts []eventstore.StreamAppend
+		switch k := l.r.IntN(10); {
+		case k < 6:
+			parts = append(parts, one(l.event()))
+		case k < 8: // two orders in one transaction
+			s1, d1 := l.event()
+			s2, d2 := l.event()
+			parts = []eventstore.StreamAppend{one(s1, d1), one(s2, d2)}
+			if s1 == s2 {
+				parts = []eventstore.StreamAppend{one(s1, d1, d2)}
+			}
+		case k < 9:
+			parts = append(parts, one(domain.ClaimStream(l.ids[l.r.IntN(len(l.ids))]), l.encode(domain.OrderClaimed{})))
+		default:
+			parts = append(parts, one(domain.CategoryIntent+uuid.NewString(), l.encode(domain.OrderClaimed{})))
+		}
+		if _, err := l.store.AppendMulti(ctx, parts...); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+}
+
+// heldRound holds an order's append open while another order's commits
+// and ix reads the log, then commits it: the index must not skip it.
+func (l *randomLog) heldRound(ctx context.Context, ix *logindex.Index) {
+	held, d := l.event()
+	commit, _, err := heldStore{l.store}.HoldOpenAppend(ctx, held, eventstore.Any(), d)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	stream := held
+	for stream == held { // the held append holds its stream's lock
+		if stream, d = l.event(); stream == held {
+			l.revs[strings.TrimPrefix(stream, domain.CategoryOrder)]--
+		}
+	}
+	if _, err := l.store.Append(ctx, stream, eventstore.Any(), d); err != nil {
+		l.t.Fatal(err)
+	}
+	if _, err := ix.Pending(ctx, "", 100); err != nil {
+		l.t.Fatal(err)
+	}
+	if _, err := commit(ctx); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+// compare waits until the log's readable horizon has passed every event
+// appended (a write transaction still running anywhere on the server
+// holds it back, and with it the index, not the SQL), then compares every
+// page of ix.Pending with the SQL's, for a few limits and starts.
+func (l *randomLog) compare(ctx context.Context, pool *pgxpool.Pool, ix *logindex.Index, rule eventstore.PendingRule, round int) {
+	l.t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	storetest.Eventually(l.t, wctx, func() error {
+		lag, err := l.store.HorizonLag(wctx)
+		if err == nil && lag.Events > 0 {
+			err = fmt.Errorf("%d events above the readable horizon", lag.Events)
+		}
+		return err
+	})
+	for _, limit := range []int{2, 100} {
+		for _, after := range []string{"", l.ids[5]} {
+			var got, want []string
+			for a := after; ; {
+				page, err := ix.Pending(ctx, a, limit)
+				if err != nil {
+					l.t.Fatalf("round %d: Pending: %v", round, err)
+				}
+				ref, err := referencePending(ctx, pool, rule, a, limit)
+				if err != nil {
+					l.t.Fatalf("round %d: reference: %v", round, err)
+				}
+				got, want = append(got, page...), append(want, ref...)
+				if len(ref) < limit || len(page) < limit {
+					break
+				}
+				a = ref[len(ref)-1]
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				l.t.Fatalf("round %d, limit %d, after %q: Pending differs from the SQL (-sql +index):\n%s", round, limit, after, diff)
+			}
+		}
+	}
+}
+
 // TestPendingIndexMatchesSQL appends random order, claim and intent
 // events in rounds, restarts the index from its snapshot now and then,
 // purges the intents (deleting events, perhaps the snapshot's last) and
@@ -138,120 +259,16 @@ func TestPendingIndexMatchesSQL(t *testing.T) {
 	newIndex := func() *logindex.Index {
 		return logindex.New(store, pgcoord.NewClock(pool), rule, "", logindex.WithSnapshots(snaps, 7))
 	}
-	r := rand.New(rand.NewPCG(1, 2))
-	ids := make([]string, 14)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("00000000-0000-7000-8000-%012d", i)
-	}
-	revs := map[string]int{}
-	encode := func(e domain.Event) eventstore.EventData {
-		d, err := eventstore.Encode(uuid.Must(uuid.NewV7()).String(), e, eventstore.Metadata{OccurredAt: time.Now()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	next := func() (string, eventstore.EventData) {
-		id := ids[r.IntN(len(ids))]
-		e := randomOrderEvent(r, id, revs[id])
-		revs[id]++
-		return domain.OrderStream(id), encode(e)
-	}
-	// compare waits until the log's readable horizon has passed every
-	// event appended (a write transaction still running anywhere on the
-	// server holds it back, and with it the index, not the SQL), then
-	// compares every page.
-	compare := func(ix *logindex.Index, round int) {
-		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		storetest.Eventually(t, wctx, func() error {
-			lag, err := store.HorizonLag(wctx)
-			if err == nil && lag.Events > 0 {
-				err = fmt.Errorf("%d events above the readable horizon", lag.Events)
-			}
-			return err
-		})
-		for _, limit := range []int{2, 100} {
-			for _, after := range []string{"", ids[5]} {
-				var got, want []string
-				for a := after; ; {
-					page, err := ix.Pending(ctx, a, limit)
-					if err != nil {
-						t.Fatalf("round %d: Pending: %v", round, err)
-					}
-					ref, err := referencePending(ctx, pool, rule, a, limit)
-					if err != nil {
-						t.Fatalf("round %d: reference: %v", round, err)
-					}
-					got, want = append(got, page...), append(want, ref...)
-					if len(ref) < limit || len(page) < limit {
-						break
-					}
-					a = ref[len(ref)-1]
-				}
-				if diff := cmp.Diff(want, got); diff != "" {
-					t.Fatalf("round %d, limit %d, after %q: Pending differs from the SQL (-sql +index):\n%s", round, limit, after, diff)
-				}
-			}
-		}
+	l := &randomLog{t: t, store: store, r: rand.New(rand.NewPCG(1, 2)), ids: make([]string, 14), revs: map[string]int{}}
+	for i := range l.ids {
+		l.ids[i] = fmt.Sprintf("00000000-0000-7000-8000-%012d", i)
 	}
 	ix := newIndex()
-	var commitHeld func(context.Context) (eventstore.AppendResult, error)
 	for round := range 40 {
-		for range 1 + r.IntN(6) {
-			switch k := r.IntN(10); {
-			case k < 6:
-				stream, d := next()
-				if _, err := store.Append(ctx, stream, eventstore.Any(), d); err != nil {
-					t.Fatal(err)
-				}
-			case k < 8: // two orders in one transaction
-				s1, d1 := next()
-				s2, d2 := next()
-				if s1 == s2 {
-					if _, err := store.Append(ctx, s1, eventstore.Any(), d1, d2); err != nil {
-						t.Fatal(err)
-					}
-					continue
-				}
-				if _, err := store.AppendMulti(ctx, eventstore.StreamAppend{Stream: s1, Expected: eventstore.Any(), Events: []eventstore.EventData{d1}},
-					eventstore.StreamAppend{Stream: s2, Expected: eventstore.Any(), Events: []eventstore.EventData{d2}}); err != nil {
-					t.Fatal(err)
-				}
-			case k < 9:
-				if _, err := store.Append(ctx, domain.ClaimStream(ids[r.IntN(len(ids))]), eventstore.Any(), encode(domain.OrderClaimed{})); err != nil {
-					t.Fatal(err)
-				}
-			default:
-				if _, err := store.Append(ctx, domain.CategoryIntent+uuid.NewString(), eventstore.Any(), encode(domain.OrderClaimed{})); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		l.round(ctx)
 		switch {
-		case round%10 == 3: // an append held open across the comparison: the index must not skip it
-			stream, d := next()
-			var err error
-			commitHeld, _, err = heldStore{store}.HoldOpenAppend(ctx, stream, eventstore.Any(), d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			held := stream
-			for stream == held { // the held append holds its stream's lock
-				if stream, d = next(); stream == held {
-					revs[strings.TrimPrefix(stream, domain.CategoryOrder)]--
-				}
-			}
-			if _, err := store.Append(ctx, stream, eventstore.Any(), d); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := ix.Pending(ctx, "", 100); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := commitHeld(ctx); err != nil {
-				t.Fatal(err)
-			}
+		case round%10 == 3:
+			l.heldRound(ctx, ix)
 		case round%7 == 2: // a graceful restart
 			if err := ix.Save(ctx); err != nil {
 				t.Fatal(err)
@@ -263,6 +280,6 @@ func TestPendingIndexMatchesSQL(t *testing.T) {
 			}
 			ix = newIndex()
 		}
-		compare(ix, round)
+		l.compare(ctx, pool, ix, rule, round)
 	}
 }
