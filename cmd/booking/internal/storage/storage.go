@@ -118,8 +118,8 @@ func saveSnapshot(ix *logindex.Index) {
 	_ = ix.Save(ctx)
 }
 
-// pendingOrders is commands.PendingOrders as a function: the store's query
-// of the pending streams bound to the domain's order rule.
+// pendingOrders is commands.PendingOrders as a function: a log index's
+// Pending, built with the domain's order rule.
 type pendingOrders func(ctx context.Context, after string, limit int) ([]string, error)
 
 // PendingOrders returns the page of order ids after after (see
