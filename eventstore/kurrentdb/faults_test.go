@@ -157,17 +157,8 @@ func TestFaults(t *testing.T) {
 
 	t.Run("a server that is down at start gives a clear error, then is used once it is up", func(t *testing.T) {
 		t.Parallel()
-		srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
+		srv, holder := stoppedAndHeld(t)
 		addr := srv.Addr()
-		srv.Stop()
-		// Hold the stopped server's port until it starts again: a free port
-		// could be handed by the OS to a parallel test's server, which would
-		// then answer the appends meant to fail. The holder closes every
-		// connection at once, as a host with nothing serving would.
-		holder, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Fatalf("holding %s: %v", addr, err)
-		}
 		go func() {
 			for {
 				c, err := holder.Accept()
@@ -184,7 +175,7 @@ func TestFaults(t *testing.T) {
 		raw := rawClient(t, srv.URL())
 		ctx := testContext(t)
 
-		_, err = s.Append(ctx, "early", eventstore.NoStream(), newEvents(1)...)
+		_, err := s.Append(ctx, "early", eventstore.NoStream(), newEvents(1)...)
 		if err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "outcome unknown") {
 			t.Fatalf("Append with the server down = %v, want an error naming %s and an unknown outcome", err, addr)
 		}
@@ -419,4 +410,27 @@ func TestUnreachableServerFailsFast(t *testing.T) {
 	if n := logs.count("kurrentdb: connected"); n != 1 {
 		t.Errorf("\"kurrentdb: connected\" logged %d times, want 1", n)
 	}
+}
+
+// stoppedAndHeld starts a server double, stops it and holds its port until
+// the caller closes the holder: a free port could be taken by a parallel
+// test's server, which would then answer the calls meant to fail. The
+// holder closes every connection at once, as a host with nothing serving
+// would (the caller accepts on it). A parallel test's listener can take the
+// port between the stop and the hold; then it starts over with another
+// server, up to 10 times.
+func stoppedAndHeld(t *testing.T) (*kurrentdbtest.Server, net.Listener) {
+	t.Helper()
+	var errs []error
+	for range 10 {
+		srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
+		srv.Stop()
+		holder, err := net.Listen("tcp", srv.Addr())
+		if err == nil {
+			return srv, holder
+		}
+		errs = append(errs, fmt.Errorf("holding %s: %w", srv.Addr(), err))
+	}
+	t.Fatalf("no stopped server's port could be held: %v", errors.Join(errs...))
+	return nil, nil
 }
