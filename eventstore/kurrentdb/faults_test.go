@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -157,17 +156,14 @@ func TestFaults(t *testing.T) {
 
 	t.Run("a server that is down at start gives a clear error, then is used once it is up", func(t *testing.T) {
 		t.Parallel()
-		srv, holder := stoppedAndHeld(t)
+		srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
 		addr := srv.Addr()
-		go func() {
-			for {
-				c, err := holder.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
+		// Down, but its port held until Start: a free port could be taken
+		// by a parallel test's server, which would then answer the appends
+		// meant to fail.
+		if err := srv.Hold(); err != nil {
+			t.Fatal(err)
+		}
 		s := newStore(t, srv.URL(), kurrentdb.WithAppendAttempts(2), kurrentdb.WithReadAttempts(1))
 		// The client library alone stays broken after a failed start (its
 		// connection loop ends for good); this is the trap the Store's
@@ -186,7 +182,6 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("raw AppendToStream with the server down = nil error")
 		}
 
-		holder.Close()
 		if err := srv.Start(); err != nil {
 			t.Fatalf("Start() = %v", err)
 		}
@@ -410,27 +405,4 @@ func TestUnreachableServerFailsFast(t *testing.T) {
 	if n := logs.count("kurrentdb: connected"); n != 1 {
 		t.Errorf("\"kurrentdb: connected\" logged %d times, want 1", n)
 	}
-}
-
-// stoppedAndHeld starts a server double, stops it and holds its port until
-// the caller closes the holder: a free port could be taken by a parallel
-// test's server, which would then answer the calls meant to fail. The
-// holder closes every connection at once, as a host with nothing serving
-// would (the caller accepts on it). A parallel test's listener can take the
-// port between the stop and the hold; then it starts over with another
-// server, up to 10 times.
-func stoppedAndHeld(t *testing.T) (*kurrentdbtest.Server, net.Listener) {
-	t.Helper()
-	var errs []error
-	for range 10 {
-		srv := kurrentdbtest.NewTest(t, kurrentdbtest.Options{})
-		srv.Stop()
-		holder, err := net.Listen("tcp", srv.Addr())
-		if err == nil {
-			return srv, holder
-		}
-		errs = append(errs, fmt.Errorf("holding %s: %w", srv.Addr(), err))
-	}
-	t.Fatalf("no stopped server's port could be held: %v", errors.Join(errs...))
-	return nil, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,6 +120,7 @@ type Server struct {
 	odd      int           // reads still to answer with an unexpected message first
 	stopped  chan struct{} // closed by Stop, replaced by start
 	cut      *cutOff       // set while the node is cut off from the others
+	held     *heldPort     // set by Hold until the next Start
 }
 
 // Cluster is a KurrentDB cluster double: nodes (Servers) over one log, one
@@ -242,7 +244,7 @@ func (s *Server) Start() error {
 			return err
 		}
 	}
-	lis, err := listen(s.addr)
+	lis, err := s.takeHeldOrListen()
 	if err != nil {
 		if c.runningLocked() == 0 && c.db.file != nil {
 			c.db.file.Close()
@@ -324,12 +326,18 @@ func (c *Cluster) runningLocked() int {
 // connection close, in-flight calls fail, subscriptions drop. The log is
 // kept (in the data file if there is one) for Start. If the node was the
 // leader of a cluster, the others elect a new one after the election delay.
-// Stop is idempotent.
+// Stop is idempotent; on a node that Hold stopped it closes the held socket.
 func (s *Server) Stop() {
 	c := s.c
 	c.mu.Lock()
 	if !s.running {
+		h := s.held
+		s.held = nil
 		c.mu.Unlock()
+		if h != nil {
+			h.lis.Close()
+			<-h.done
+		}
 		return
 	}
 	s.running = false
@@ -374,6 +382,75 @@ func listen(addr string) (net.Listener, error) {
 		}
 	}
 	return net.Listen("tcp", addr)
+}
+
+// Hold stops the node as Stop does but keeps its listening socket until the
+// next Start, which serves on it again: meanwhile every connection to its
+// address is accepted and closed at once, as by a host with nothing
+// serving, and no other listener can take the port (after Stop, a parallel
+// test's server could). It returns an error if the node is not running.
+func (s *Server) Hold() error {
+	s.c.mu.Lock()
+	if !s.running {
+		s.c.mu.Unlock()
+		return errors.New("kurrentdbtest: Hold of a server that is not running")
+	}
+	lis := s.lis
+	lis.keep.Store(true)
+	s.c.mu.Unlock()
+	s.Stop()
+	tcp := lis.Listener.(*net.TCPListener)
+	if err := tcp.SetDeadline(time.Time{}); err != nil {
+		tcp.Close()
+		return fmt.Errorf("kurrentdbtest: hold %s: %w", s.Addr(), err)
+	}
+	h := &heldPort{lis: tcp, done: make(chan struct{})}
+	go h.refuse()
+	s.c.mu.Lock()
+	s.held = h
+	s.c.mu.Unlock()
+	return nil
+}
+
+// heldPort is a node's listening socket while Hold keeps it.
+type heldPort struct {
+	lis  *net.TCPListener
+	done chan struct{} // closed when refuse returns
+}
+
+// refuse accepts and closes connections until Accept fails (release makes
+// it fail).
+func (h *heldPort) refuse() {
+	defer close(h.done)
+	for {
+		c, err := h.lis.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
+}
+
+// release stops refusing and returns the socket, ready to serve again.
+func (h *heldPort) release() (net.Listener, error) {
+	if err := h.lis.SetDeadline(time.Unix(1, 0)); err != nil {
+		return nil, err
+	}
+	<-h.done
+	if err := h.lis.SetDeadline(time.Time{}); err != nil {
+		return nil, err
+	}
+	return h.lis, nil
+}
+
+// takeHeldOrListen returns the socket Hold kept, or listens on s.addr.
+// Callers hold s.c.mu.
+func (s *Server) takeHeldOrListen() (net.Listener, error) {
+	if h := s.held; h != nil {
+		s.held = nil
+		return h.release()
+	}
+	return listen(s.addr)
 }
 
 // Restart stops the server and starts it again on the same address (see
@@ -591,6 +668,28 @@ type trackingListener struct {
 	net.Listener
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
+	// keep (set by Hold before it stops the node) makes Close leave the
+	// socket open: it only makes a blocked Accept return, so the gRPC
+	// server stops serving while the socket stays bound.
+	keep      atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Close closes the socket, or with keep set makes a blocked Accept return a
+// timeout instead (the gRPC server stops serving on it; Hold takes it
+// over). Only the first call acts: a gRPC Serve that starts after Stop
+// closes its listener again, which must not touch a socket Hold or a later
+// Start is using.
+func (l *trackingListener) Close() error {
+	l.closeOnce.Do(func() {
+		if l.keep.Load() {
+			l.closeErr = l.Listener.(*net.TCPListener).SetDeadline(time.Unix(1, 0))
+		} else {
+			l.closeErr = l.Listener.Close()
+		}
+	})
+	return l.closeErr
 }
 
 func (l *trackingListener) Accept() (net.Conn, error) {
