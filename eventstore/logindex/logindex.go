@@ -203,10 +203,8 @@ func (ix *Index) catchUp(ctx context.Context) error {
 			return fmt.Errorf("logindex: read the log after %s: %w", ix.pos, err)
 		}
 		for _, e := range evs {
-			ix.apply(e)
-			ix.prev, ix.pos, ix.lastID = ix.pos, e.Position, e.ID
+			ix.applyAt(e)
 		}
-		ix.unsaved += len(evs)
 		if len(evs) == 0 {
 			break
 		}
@@ -218,6 +216,63 @@ func (ix *Index) catchUp(ctx context.Context) error {
 		_ = ix.save(ctx) // a failed save is tried again at the next call
 	}
 	return nil
+}
+
+// Subscriber is the log subscription Follow reads through
+// (eventstore.Store.SubscribeAll; the service passes its shared log reader,
+// fanout.Log).
+type Subscriber interface {
+	SubscribeAll(ctx context.Context, after eventstore.Position, fn func(ctx context.Context, batch []eventstore.RecordedEvent) error) error
+}
+
+// Follow applies the log's events to the summary as sub delivers them,
+// until ctx ends or the catch-up or the subscription fails. It first
+// catches up as a call does, then subscribes from the position read up
+// to, so each later call reads from the log only the events the
+// subscription has not delivered yet. It is only a speed-up: every call
+// still reads the log up to its horizon, so answers are the same with or
+// without it, and the caller restarts it after a failure at its leisure.
+// It returns ctx.Err() when ctx is done, else the failure, wrapped.
+//
+// The subscription delivers the log in order with no gap from the position
+// it started at, which the summary's position never falls below: an event
+// at or before the summary's position (a call read it first) is skipped,
+// and the first one after it is the next event of the log.
+func (ix *Index) Follow(ctx context.Context, sub Subscriber) error {
+	ix.mu.Lock()
+	err := ix.catchUp(ctx)
+	from := ix.pos
+	ix.mu.Unlock()
+	if err == nil {
+		err = sub.SubscribeAll(ctx, from, ix.applyBatch)
+		if err != nil {
+			err = fmt.Errorf("logindex: follow the log after %s: %w", from, err)
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// applyBatch applies the events of a batch after the summary's position.
+func (ix *Index) applyBatch(_ context.Context, batch []eventstore.RecordedEvent) error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, e := range batch {
+		if ix.pos.Less(e.Position) {
+			ix.applyAt(e)
+		}
+	}
+	return nil
+}
+
+// applyAt applies e, the next event of the log after the summary's
+// position, and moves the position to it. Callers hold ix.mu.
+func (ix *Index) applyAt(e eventstore.RecordedEvent) {
+	ix.apply(e)
+	ix.prev, ix.pos, ix.lastID = ix.pos, e.Position, e.ID
+	ix.unsaved++
 }
 
 // apply adds one event to the summary.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/fanout"
 	"github.com/retrysafe/booking/eventstore/kurrentdb"
 	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
 	"github.com/retrysafe/booking/eventstore/logindex"
@@ -455,4 +456,138 @@ func TestSnapshotLoadRetried(t *testing.T) {
 	if n := counting.events(); n > 1 {
 		t.Errorf("the index read %d events of the log after its snapshot's load failed once, want only the check of one (the snapshot's)", n)
 	}
+}
+
+// gated is a Subscriber over a log reader that holds every batch until
+// open is closed, and records the position Follow's fn has applied up to:
+// the subscription's start, then the last event of each batch it returned
+// from.
+type gated struct {
+	sub        logindex.Subscriber
+	open       chan struct{}
+	mu         sync.Mutex
+	subscribed bool
+	last       eventstore.Position
+}
+
+func (g *gated) SubscribeAll(ctx context.Context, after eventstore.Position, fn func(context.Context, []eventstore.RecordedEvent) error) error {
+	g.mu.Lock()
+	g.subscribed, g.last = true, after
+	g.mu.Unlock()
+	return g.sub.SubscribeAll(ctx, after, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		err := fn(ctx, batch)
+		g.mu.Lock()
+		g.last = batch[len(batch)-1].Position
+		g.mu.Unlock()
+		return err
+	})
+}
+
+// at reports an error until the subscription started and fn applied up to
+// pos.
+func (g *gated) at(pos eventstore.Position) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.subscribed || g.last != pos {
+		return fmt.Errorf("the reader delivered up to %s, not %s yet", g.last, pos)
+	}
+	return nil
+}
+
+// TestFollow: an index that follows the log through the shared log reader
+// (fanout.Log, as the service wires it) answers as one that reads the whole
+// log at one call: first while the reader's batches are held back and the
+// index's calls read ahead of it (so the reader then delivers events the
+// index has applied already), then while orders are placed, ended and
+// refunded concurrently with its calls; once the reader delivered the last
+// event, a call reads no event from the store (one without the follower
+// reads every event).
+func TestFollow(t *testing.T) {
+	for name, newStore := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			at := time.Now()
+			counting := &countingStore{Store: s}
+			ix := logindex.New(counting, &clock{now: at}, orderRule(), domain.CategoryIntent)
+			sub := &gated{sub: fanout.New(s, fanout.Config{BatchSize: 7}), open: make(chan struct{})}
+			var following sync.WaitGroup
+			following.Go(func() {
+				if err := ix.Follow(ctx, sub); !errors.Is(err, context.Canceled) {
+					t.Errorf("Follow returned %v, want context.Canceled", err)
+				}
+			})
+			defer following.Wait()
+			defer cancel()
+			waitCtx, stopWaiting := context.WithTimeout(ctx, time.Minute)
+			defer stopWaiting()
+			storetest.Eventually(t, waitCtx, func() error { return sub.at(eventstore.Position{}) })
+			money := domain.Money{Amount: 100, Currency: "EUR"}
+			var last eventstore.Position
+			for i := range 60 {
+				if i == 30 {
+					close(sub.open)
+				}
+				id := fmt.Sprintf("00000000-0000-7000-8000-%012d", i)
+				evs := []domain.Event{domain.OrderPlaced{OrderID: id, Amount: money, PaymentDeadline: at}}
+				switch i % 3 {
+				case 1:
+					evs = append(evs, domain.OrderConfirmed{})
+				case 2:
+					evs = append(evs, domain.OrderFailed{}, domain.RefundRequested{ChargeID: "ch"})
+				}
+				last = appendAt(t, s, domain.OrderStream(id), at, evs...)
+				if i%10 == 9 {
+					readable(t, s)
+					if _, err := ix.Pending(ctx, "", 100); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// A refund requested for an order the index evicted.
+			last = appendAt(t, s, domain.OrderStream("00000000-0000-7000-8000-000000000001"), at, domain.RefundRequested{ChargeID: "ch"})
+			readable(t, s)
+			storetest.Eventually(t, waitCtx, func() error { return sub.at(last) })
+			before := counting.events()
+			got, err := ix.Pending(ctx, "", 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := counting.events() - before; n != 0 {
+				t.Errorf("Pending read %d events from the store after the reader delivered them all, want 0", n)
+			}
+			fresh := &countingStore{Store: s}
+			want, err := logindex.New(fresh, &clock{now: at}, orderRule(), domain.CategoryIntent).Pending(ctx, "", 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !cmp.Equal(want, got) || len(want) != 41 {
+				t.Errorf("Pending of the following index (-reading the whole log +following), %d orders:\n%s", len(want), cmp.Diff(want, got))
+			}
+			if n := fresh.events(); n != 121 {
+				t.Errorf("an index without a follower read %d events, want all 121", n)
+			}
+			if n, err := ix.EventCount(ctx); err != nil || n != 121 {
+				t.Errorf("EventCount of the following index = %d, %v; want 121 (each event counted once)", n, err)
+			}
+		})
+	}
+}
+
+// appendAt appends evs to stream and returns the position of the last.
+func appendAt(t *testing.T, s eventstore.Store, stream string, at time.Time, evs ...domain.Event) eventstore.Position {
+	t.Helper()
+	appendEvents(t, s, stream, at, evs...)
+	got, err := s.ReadStream(context.Background(), stream, 0, 0)
+	if err != nil || len(got) == 0 {
+		t.Fatalf("ReadStream(%s) = %d events, %v", stream, len(got), err)
+	}
+	return got[len(got)-1].Position
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/readmodels"
@@ -41,7 +42,7 @@ func (s *Server) workers() []worker {
 		{"intent-purge", every, func(ctx context.Context) error {
 			return runPurge(ctx, s.elog.Purger, s.cfg.IntentRetention, s.cfg.RecoveryInterval, s.log)
 		}},
-		{commands.ReconcilerName, every, func(ctx context.Context) error { return h.RunReconciler(ctx, s.elog.Pending, every) }},
+		{commands.ReconcilerName, every, func(ctx context.Context) error { return s.reconcile(ctx, every) }},
 		// Every process compares the event store's clock with the
 		// service's on its own appends
 		// (booking_event_store_clock_skew_seconds).
@@ -53,6 +54,32 @@ func (s *Server) workers() []worker {
 		ws = append(ws, worker{readmodels.LockName(p.Name()), time.Second, func(ctx context.Context) error { return pr.Run(ctx, log) }})
 	}
 	return append(ws, worker{run: func(ctx context.Context) error { s.notif.RunRelay(ctx); return nil }})
+}
+
+// reconcile runs the payment reconciler while the index of its pending
+// orders follows the log reader, so a pass reads from the store only the
+// events the reader has not delivered yet (storage.EventLog.Follow). A
+// follower that fails is logged and started again after every.
+func (s *Server) reconcile(ctx context.Context, every time.Duration) error {
+	ctx, stop := context.WithCancel(ctx)
+	var following sync.WaitGroup
+	following.Go(func() {
+		for {
+			err := s.elog.Follow(ctx, s.followed)
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("the pending orders' index stopped following the log; its reconciler passes read the store meanwhile", "err", err, "retry_in", every)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(every):
+			}
+		}
+	})
+	defer following.Wait()
+	defer stop()
+	return s.handler.Workers.RunReconciler(ctx, s.elog.Pending, every)
 }
 
 // startWorkers starts every worker of the table until ctx ends.

@@ -40,6 +40,10 @@ type EventLog struct {
 	Backend string
 	// Pending lists the orders still open, for the payment reconciler.
 	Pending commands.PendingOrders
+	// Follow keeps Pending's log index up to date from a subscription
+	// (logindex.Index.Follow) until ctx ends, so each reconciler pass
+	// reads from the store only what the subscription has not delivered.
+	Follow func(ctx context.Context, sub logindex.Subscriber) error
 	// Purger truncates the intent streams past retention.
 	Purger StreamPurger
 	// Counter counts the events of the log (a progress bar's total).
@@ -93,7 +97,7 @@ func OpenEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger, opts ...pgs
 		// reads only the intents within retention.
 		ix := logindex.New(s, pgcoord.NewClock(pool), commands.OrderRule(), "",
 			logindex.WithSnapshots(pgcoord.NewSnapshots(pool, "logindex-postgres"), 0))
-		return &EventLog{Store: s, Backend: backend, Pending: pendingOrders(ix.Pending), Purger: s, Counter: s, Lag: s, Distance: s,
+		return &EventLog{Store: s, Backend: backend, Pending: pendingOrders(ix.Pending), Follow: ix.Follow, Purger: s, Counter: s, Lag: s, Distance: s,
 			close: func() { saveSnapshot(ix) }}, nil
 	}
 	s, err := kurrentdb.New(spec, kurrentdb.WithLogger(log.With("component", "kurrentdb")))
@@ -102,7 +106,7 @@ func OpenEventLog(spec string, pool *pgxpool.Pool, log *slog.Logger, opts ...pgs
 	}
 	ix := logindex.New(s, pgcoord.NewClock(pool), commands.OrderRule(), domain.CategoryIntent,
 		logindex.WithSnapshots(pgcoord.NewSnapshots(pool, "logindex"), 0))
-	return &EventLog{Store: s, Backend: backend, Pending: pendingOrders(ix.Pending), Purger: ix, Counter: ix, Distance: readDistance{s}, Ping: s.Ping,
+	return &EventLog{Store: s, Backend: backend, Pending: pendingOrders(ix.Pending), Follow: ix.Follow, Purger: ix, Counter: ix, Distance: readDistance{s}, Ping: s.Ping,
 		Head: s.Head, close: func() {
 			saveSnapshot(ix)
 			s.Close()
