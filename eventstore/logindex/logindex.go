@@ -15,7 +15,10 @@
 // exact for the log up to that horizon. On PostgreSQL the horizon trails
 // the newest commits while an older write transaction runs anywhere on the
 // server (pgstore.Store.HorizonLag): the events it holds back count from
-// the first call after it ends, as for every reader of the log.
+// the first call after it ends, as for every reader of the log. Follow
+// keeps the summary up to date from a log subscription between calls (the
+// service's shared log reader), so a call then reads from the log only the
+// events the subscription has not delivered yet.
 //
 // # Bound and eviction
 //
