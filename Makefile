@@ -92,6 +92,10 @@ BOOKING_DATA_DIR   ?= .data
 BOOKING_HTTP_ADDR  ?= 127.0.0.1:8080
 #? make run: the admin listener's address (/metrics, /debug/pprof/; empty: none)
 BOOKING_ADMIN_ADDR ?= 127.0.0.1:9091
+#? make run: the embedded NATS server's listen address (host:port)
+BOOKING_NATS_ADDR  ?= 127.0.0.1:4222
+#? make run: the in-process provider simulator's listen address (host:port)
+BOOKING_PROVIDER_SIM_ADDR ?= 127.0.0.1:8090
 #? make run: the dev bearer tokens (name=token[:admin], comma-separated)
 BOOKING_API_TOKENS ?= alice=dev-alice-token,bob=dev-bob-token,admin=dev-admin-token:admin
 #? make run: the payment webhooks' signing secret (the dev default)
@@ -100,6 +104,7 @@ BOOKING_PROVIDER_WEBHOOK_SECRET ?= whsec_dev
 comma := ,
 # Base URL and admin token for the hints `make run` prints.
 API_URL     = http://$(patsubst 0.0.0.0:%,127.0.0.1:%,$(patsubst :%,127.0.0.1:%,$(BOOKING_HTTP_ADDR)))
+NATS_URL    = $(or $(BOOKING_NATS_URL),nats://$(patsubst 0.0.0.0:%,127.0.0.1:%,$(patsubst :%,127.0.0.1:%,$(BOOKING_NATS_ADDR))))
 token_list  = $(subst $(comma), ,$(BOOKING_API_TOKENS))
 ADMIN_TOKEN = $(or $(lastword $(subst =, ,$(patsubst %:admin,%,$(firstword $(filter %:admin,$(token_list)))))),ADMIN-TOKEN)
 USER_TOKEN  = $(or $(lastword $(subst =, ,$(firstword $(filter-out %:admin,$(token_list))))),$(ADMIN_TOKEN))
@@ -134,6 +139,8 @@ dev tokens   $(if $(jwt_mode),none: BOOKING_AUTH=jwt takes JWTs of your identity
 try          curl -sS -X POST $(API_URL)/v1/shows -H 'Authorization: Bearer $(BANNER_ADMIN)' -H 'Idempotency-Key: show-1' -H 'Content-Type: application/json' -d '{"name":"Concert","starts_at":"$(BANNER_START)","capacity":100,"price":{"amount":4500,"currency":"EUR"}}'
              (send it again: same show, header Idempotent-Replayed: true; add -i to see headers)
 then         curl -sS $(API_URL)/v1/shows -H 'Authorization: Bearer $(BANNER_USER)'
+nats         $(NATS_URL)  (watch: BOOKING_NATS_URL=$(NATS_URL) DATABASE_URL=<the database above> bin/booking notifications tail)
+provider     $(if $(BOOKING_PROVIDER_URL)$(BOOKING_STRIPE_SECRET_KEY),BOOKING_PROVIDER_URL or a Stripe key is set: no simulator,the simulator at http://$(patsubst 0.0.0.0:%,127.0.0.1:%,$(patsubst :%,127.0.0.1:%,$(BOOKING_PROVIDER_SIM_ADDR))))
 metrics      $(if $(BOOKING_ADMIN_ADDR),curl -sS http://$(patsubst 0.0.0.0:%,127.0.0.1:%,$(patsubst :%,127.0.0.1:%,$(BOOKING_ADMIN_ADDR)))/metrics  (the admin listener; never on the API's port),none (BOOKING_ADMIN_ADDR is empty))
 stop         Ctrl-C; `make pg-down` stops PostgreSQL, `make clean-data` deletes $(BOOKING_DATA_DIR)
 
@@ -167,6 +174,7 @@ run: export RUN_BANNER := $(RUN_BANNER)
 run: build ## Run the service from nothing: local PostgreSQL (.data/pg), migrate, `booking serve` in dev mode
 	@$(use_dev_db); \
 	export BOOKING_DATA_DIR='$(BOOKING_DATA_DIR)' BOOKING_HTTP_ADDR='$(BOOKING_HTTP_ADDR)' BOOKING_ADMIN_ADDR='$(BOOKING_ADMIN_ADDR)' \
+		BOOKING_NATS_ADDR='$(BOOKING_NATS_ADDR)' BOOKING_PROVIDER_SIM_ADDR='$(BOOKING_PROVIDER_SIM_ADDR)' \
 		BOOKING_API_TOKENS='$(BOOKING_API_TOKENS)' \
 		BOOKING_PROVIDER_WEBHOOK_SECRET='$(BOOKING_PROVIDER_WEBHOOK_SECRET)'; \
 	$(BIN) migrate; \

@@ -80,13 +80,15 @@ var IntentResults = []string{commands.IntentCreated, commands.IntentReplayed, co
 
 // RefusalCodes are the values of the code label of
 // booking_intent_refusals_total: 422 idempotency-key-reused and the codes of
-// every definitive refusal a use case records on an intent. A code outside
-// it still counts, from its first refusal on.
+// every definitive refusal a use case records on an intent. Not
+// invalid-request or forbidden: those are refused before an intent is
+// recorded, so they are never intents' refusals, and a series that cannot
+// move would read as "none". A code outside the list still counts, from
+// its first refusal on.
 var RefusalCodes = []string{domain.ErrKeyReused.Code,
 	domain.ErrShowNotFound.Code, domain.ErrShowExists.Code, domain.ErrShowStarted.Code, domain.ErrSoldOut.Code,
 	domain.ErrReservationNotFound.Code, domain.ErrReservationAlreadyOrdered.Code, domain.ErrReservationExpired.Code,
-	domain.ErrReservationReleased.Code, domain.ErrOrderNotFound.Code, domain.ErrNotCancellable.Code,
-	domain.ErrInvalid.Code, domain.ErrForbidden.Code}
+	domain.ErrReservationReleased.Code, domain.ErrOrderNotFound.Code, domain.ErrNotCancellable.Code}
 
 // WebhookResults are the values of the result label of
 // booking_webhooks_total (httpapi.WebhookResults).

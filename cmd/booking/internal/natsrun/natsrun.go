@@ -106,8 +106,9 @@ const RelayCheckpointEvery = time.Second
 // connection. A URL that does not parse is a *configerr.Error naming
 // BOOKING_NATS_URL; a server that cannot be reached within StartTimeout is
 // "cannot reach NATS at URL (BOOKING_NATS_URL): cause", the URL shown without
-// its password.
-func Connect(serverURL, name string) (*nats.Conn, error) {
+// its password. A lost connection is logged to log as a warning, and the
+// reconnection after it as info.
+func Connect(serverURL, name string, log *slog.Logger) (*nats.Conn, error) {
 	shown := make([]string, 0, 1)
 	for _, s := range strings.Split(serverURL, ",") {
 		u, err := url.Parse(strings.TrimSpace(s))
@@ -116,7 +117,13 @@ func Connect(serverURL, name string) (*nats.Conn, error) {
 		}
 		shown = append(shown, u.Redacted())
 	}
-	nc, err := nats.Connect(serverURL, nats.Name(name), nats.Timeout(StartTimeout), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(serverURL, nats.Name(name), nats.Timeout(StartTimeout), nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: closed by this process
+				log.Warn("lost the connection to NATS; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected to NATS", "server", c.ConnectedUrlRedacted()) }))
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach NATS at %s (BOOKING_NATS_URL): %w", strings.Join(shown, ","), err)
 	}
@@ -147,7 +154,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, pool *pgxpool.Pool
 			n.Close()
 			return nil, fmt.Errorf("nats: connect to the embedded server: %w", err)
 		}
-	} else if n.nc, err = Connect(cfg.URL, "booking serve"); err != nil {
+	} else if n.nc, err = Connect(cfg.URL, "booking serve", n.log); err != nil {
 		return nil, err
 	}
 	js, err := jetstream.New(n.nc)
@@ -331,7 +338,7 @@ func CutOver(ctx context.Context, cfg Config, backend string, log *slog.Logger) 
 		if nc, err = nats.Connect(srv.ClientURL(), nats.Name("booking eventstore copy"), nats.InProcessServer(srv), nats.Timeout(StartTimeout)); err != nil {
 			return notify.Notified{}, false, false, fmt.Errorf("nats: connect to the embedded server: %w", err)
 		}
-	} else if nc, err = Connect(cfg.URL, "booking eventstore copy"); err != nil {
+	} else if nc, err = Connect(cfg.URL, "booking eventstore copy", log); err != nil {
 		return notify.Notified{}, false, false, err
 	}
 	defer nc.Close()

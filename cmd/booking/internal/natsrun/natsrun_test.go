@@ -1,7 +1,9 @@
 package natsrun
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
+	"github.com/retrysafe/booking/eventstore/storetest"
+	"github.com/retrysafe/booking/internal/syncbuf"
 
 	"github.com/retrysafe/booking/projections/notify"
 )
@@ -85,5 +89,45 @@ func TestStart(t *testing.T) {
 	want := "cannot reach NATS at nats://booking:xxxxx@127.0.0.1:1 (BOOKING_NATS_URL): "
 	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("Start with no server at BOOKING_NATS_URL = %v, want %q…", err, want)
+	}
+}
+
+// TestConnectLogsLostAndRegainedConnection: a client of Connect logs a
+// warning when its server goes away and an info line when it reconnects to
+// the server started again on the same address; closing it logs nothing.
+func TestConnectLogsLostAndRegainedConnection(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Addr: "127.0.0.1:0", DataDir: t.TempDir()}
+	ns, err := startEmbedded(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncbuf.Buffer
+	nc, err := Connect(ns.ClientURL(), "test", slog.New(slog.NewTextHandler(&out, nil)))
+	if err != nil {
+		ns.Shutdown()
+		t.Fatal(err)
+	}
+	cfg.Addr = ns.Addr().String()
+	ns.Shutdown()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	logged := func(msg string) func() error {
+		return func() error {
+			if !strings.Contains(out.String(), msg) {
+				return fmt.Errorf("not logged yet: %q; log so far:\n%s", msg, out.String())
+			}
+			return nil
+		}
+	}
+	storetest.Eventually(t, ctx, logged(`level=WARN msg="lost the connection to NATS; reconnecting"`))
+	if ns, err = startEmbedded(cfg, quiet); err != nil {
+		t.Fatalf("start the server again on %s: %v", cfg.Addr, err)
+	}
+	defer ns.Shutdown()
+	storetest.Eventually(t, ctx, logged(`level=INFO msg="reconnected to NATS"`))
+	nc.Close()
+	if n := strings.Count(out.String(), "lost the connection"); n != 1 {
+		t.Errorf("%d warnings of a lost connection after Close, want the 1 before it:\n%s", n, out.String())
 	}
 }

@@ -51,7 +51,7 @@ type TailConfig struct {
 // stream or an unreachable server is an error naming BOOKING_NATS_URL; the
 // end of ctx is not an error.
 func Tail(ctx context.Context, cfg TailConfig, pool *pgxpool.Pool, out io.Writer, log *slog.Logger) error {
-	nc, err := Connect(cfg.URL, "booking notifications tail")
+	nc, err := Connect(cfg.URL, "booking notifications tail", log)
 	if err != nil {
 		return err
 	}
