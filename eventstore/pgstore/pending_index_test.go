@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/retrysafe/booking/domain"
 	"github.com/retrysafe/booking/eventstore"
+	"github.com/retrysafe/booking/eventstore/fanout"
 	"github.com/retrysafe/booking/eventstore/logindex"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/eventstore/storetest"
@@ -279,6 +281,75 @@ func TestPendingIndexMatchesSQL(t *testing.T) {
 				t.Fatal(err)
 			}
 			ix = newIndex()
+		}
+		l.compare(ctx, pool, ix, rule, round)
+	}
+}
+
+// TestPendingIndexFollowingMatchesSQL is TestPendingIndexMatchesSQL with
+// the index's follower running through the shared log reader (a small
+// window, so it also catches up from the store), restarted with the index
+// and now and then alone: an append held open across a round holds the
+// follower back as it holds a call, and every page still matches the SQL.
+func TestPendingIndexFollowingMatchesSQL(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { pendingIndexFollowing(t, seed) })
+	}
+}
+
+func pendingIndexFollowing(t *testing.T, seed uint64) {
+	pool := pgtest.NewPool(t, pgtest.NewDatabase(t))
+	store := New(pool, WithAppendTimeout(time.Minute))
+	ctx := context.Background()
+	rule := pendingRule()
+	snaps := pgcoord.NewSnapshots(pool, "logindex-postgres")
+	reader := fanout.New(store, fanout.Config{BatchSize: 3, MaxEvents: 20, RetryMin: time.Millisecond})
+	l := &randomLog{t: t, store: store, r: rand.New(rand.NewPCG(seed, 2)), ids: make([]string, 14), revs: map[string]int{}}
+	for i := range l.ids {
+		l.ids[i] = fmt.Sprintf("00000000-0000-7000-8000-%012d", i)
+	}
+	var (
+		ix     *logindex.Index
+		cancel context.CancelFunc
+		done   chan error
+	)
+	follow := func() {
+		fctx, c := context.WithCancel(ctx)
+		cancel, done = c, make(chan error, 1)
+		go func() { done <- ix.Follow(fctx, reader) }()
+	}
+	stop := func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Follow returned %v, want context.Canceled", err)
+		}
+	}
+	ix = logindex.New(store, pgcoord.NewClock(pool), rule, "", logindex.WithSnapshots(snaps, 1+l.r.IntN(10)))
+	follow()
+	defer func() { stop() }()
+	for round := range 40 {
+		l.round(ctx)
+		switch k := l.r.IntN(10); {
+		case k < 2:
+			l.heldRound(ctx, ix)
+		case k < 3: // a graceful restart
+			if err := ix.Save(ctx); err != nil {
+				t.Fatal(err)
+			}
+			stop()
+			ix = logindex.New(store, pgcoord.NewClock(pool), rule, "", logindex.WithSnapshots(snaps, 1+l.r.IntN(10)))
+			follow()
+		case k < 4: // the intents purged, then a crash
+			if _, err := store.PurgeStreams(ctx, domain.CategoryIntent, -time.Hour, 1000); err != nil {
+				t.Fatal(err)
+			}
+			stop()
+			ix = logindex.New(store, pgcoord.NewClock(pool), rule, "", logindex.WithSnapshots(snaps, 1+l.r.IntN(10)))
+			follow()
+		case k < 5: // the follower alone restarts
+			stop()
+			follow()
 		}
 		l.compare(ctx, pool, ix, rule, round)
 	}
