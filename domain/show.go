@@ -1,7 +1,9 @@
 package domain
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -59,28 +61,60 @@ func (s *Show) Schedule(cmd ScheduleShow, now time.Time) ([]Event, error) {
 	}}, nil
 }
 
+// validateShow names every invalid member of cmd at once, as one Invalid
+// error (joinInvalid), or returns nil.
 func validateShow(cmd ScheduleShow, now time.Time) error {
+	var errs []*Error
 	switch {
 	case strings.TrimSpace(cmd.Name) == "" || len([]rune(cmd.Name)) > MaxNameLength:
-		return invalidField("name", fmt.Sprintf("name must have 1 to %d characters and not be blank", MaxNameLength))
+		errs = append(errs, invalidField("name", fmt.Sprintf("name must have 1 to %d characters and not be blank", MaxNameLength)))
 	case strings.ContainsFunc(cmd.Name, unicode.IsControl):
 		// Read models keep names in PostgreSQL text, which cannot hold U+0000:
 		// such a name would stop the shows projection at its event forever.
-		return invalidField("name", "name must not contain control characters (U+0000–U+001F, U+007F–U+009F)")
-	case cmd.Capacity < 1 || cmd.Capacity > MaxCapacity:
-		return invalidField("capacity", fmt.Sprintf("capacity must be between 1 and %d", MaxCapacity))
-	case cmd.Price.Amount < 1 || cmd.Price.Amount > MaxAmountMinor/MaxSeatsPerHold:
+		errs = append(errs, invalidField("name", "name must not contain control characters (U+0000–U+001F, U+007F–U+009F)"))
+	}
+	if cmd.Capacity < 1 || cmd.Capacity > MaxCapacity {
+		errs = append(errs, invalidField("capacity", fmt.Sprintf("capacity must be between 1 and %d", MaxCapacity)))
+	}
+	if cmd.Price.Amount < 1 || cmd.Price.Amount > MaxAmountMinor/MaxSeatsPerHold {
 		// Free tickets would need an order path without payment; until then a
 		// show has a price, and every reservation's total stays JSON-safe.
-		return invalidField("price.amount", fmt.Sprintf("price.amount must be an integer of minor units from 1 to %d", MaxAmountMinor/MaxSeatsPerHold))
+		errs = append(errs, invalidField("price.amount", fmt.Sprintf("price.amount must be an integer of minor units from 1 to %d", MaxAmountMinor/MaxSeatsPerHold)))
 	}
-	if err := CheckPrice("price", cmd.Price); err != nil {
-		return err
+	var price *Error
+	if errors.As(CheckPrice("price", cmd.Price), &price) && !slices.Contains(fieldsOf(errs), price.Fields[0]) {
+		errs = append(errs, price)
 	}
 	if !cmd.StartsAt.After(now) {
-		return invalidField("starts_at", "starts_at must be in the future")
+		errs = append(errs, invalidField("starts_at", "starts_at must be in the future"))
 	}
-	return nil
+	return joinInvalid(errs)
+}
+
+// joinInvalid returns nil for no errors, the one error, or one Invalid
+// error whose message joins theirs with "; " and whose Fields are theirs,
+// in order.
+func joinInvalid(errs []*Error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Msg
+	}
+	return &Error{Kind: Invalid, Code: ErrInvalid.Code, Msg: strings.Join(msgs, "; "), Fields: fieldsOf(errs)}
+}
+
+// fieldsOf returns the fields errs name, in order.
+func fieldsOf(errs []*Error) []string {
+	var fields []string
+	for _, e := range errs {
+		fields = append(fields, e.Fields...)
+	}
+	return fields
 }
 
 func invalidField(field, msg string) *Error {
