@@ -59,7 +59,8 @@ func (s *Server) workers() []worker {
 // reconcile runs the payment reconciler while the index of its pending
 // orders follows the log reader, so a pass reads from the store only the
 // events the reader has not delivered yet (storage.EventLog.Follow). A
-// follower that fails is logged and started again after every.
+// follower that fails is logged and started again after the interval
+// every (a third of BOOKING_RECOVERY_INTERVAL).
 func (s *Server) reconcile(ctx context.Context, every time.Duration) error {
 	ctx, stop := context.WithCancel(ctx)
 	var following sync.WaitGroup
