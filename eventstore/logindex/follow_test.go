@@ -14,10 +14,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/domain/domaintest"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/fanout"
-	"github.com/retrysafe/booking/eventstore/kurrentdb"
-	"github.com/retrysafe/booking/eventstore/kurrentdb/kurrentdbtest"
 	"github.com/retrysafe/booking/eventstore/logindex"
 	"github.com/retrysafe/booking/eventstore/storetest"
 )
@@ -118,40 +117,6 @@ func lastReadable(t *testing.T, s eventstore.Store) eventstore.Position {
 	}
 }
 
-// randomOrderEvent is an event of an order stream at revision rev: its
-// placement first, then any event the rule looks at (ends, obligations
-// opened and closed, with names that collide) or ignores.
-func randomOrderEvent(r *rand.Rand, id string, rev int) domain.Event {
-	if rev == 0 {
-		return domain.OrderPlaced{OrderID: id, Amount: domain.Money{Amount: 100, Currency: "EUR"}, PaymentDeadline: time.Unix(1_800_000_000, 0)}
-	}
-	name := []string{"a", "b", ""}[r.IntN(3)]
-	switch r.IntN(12) {
-	case 0:
-		return domain.OrderConfirmed{}
-	case 1:
-		return domain.OrderFailed{}
-	case 2:
-		return domain.OrderCancelled{}
-	case 3:
-		return domain.OrderNeedsReview{}
-	case 4:
-		return domain.OrderCancelRequested{}
-	case 5, 6:
-		return domain.RefundRequested{ChargeID: name}
-	case 7:
-		return domain.RefundSucceeded{ChargeID: name}
-	case 8:
-		return domain.RefundRefused{ChargeID: name}
-	case 9:
-		return domain.PaymentActionRequired{PaymentID: name}
-	case 10:
-		return domain.PaymentSucceeded{ChargeID: name}
-	default:
-		return domain.PaymentFailed{ChargeID: name}
-	}
-}
-
 // TestFollowMatchesCalls runs random logs (orders, intents old and new,
 // claims) with two indexes side by side: one whose follower applies the
 // log through the shared log reader (a small window, so the follower also
@@ -183,16 +148,7 @@ func TestFollowMatchesCalls(t *testing.T) {
 		t.Parallel()
 		for seed := range *followSeeds {
 			t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-				srv, err := kurrentdbtest.Start("127.0.0.1:0", kurrentdbtest.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(srv.Stop)
-				s, err := kurrentdb.New(srv.URL())
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { s.Close() })
+				srv, s := startDouble(t)
 				followMatchesCalls(t, s, uint64(seed), func(r *rand.Rand) {
 					if r.IntN(2) == 0 {
 						srv.DropConnections()
@@ -262,12 +218,12 @@ func followMatchesCalls(t *testing.T, s eventstore.Store, seed uint64, fault fun
 // newFollow returns a following index (on the counting store) that loads
 // its last snapshot.
 func (run *followRun) newFollow() *logindex.Index {
-	return logindex.New(run.counting, run.c, orderRule(), domain.CategoryIntent, logindex.WithSnapshots(run.followSnaps, run.every))
+	return logindex.New(run.counting, run.c, domaintest.OrderRule(), domain.CategoryIntent, logindex.WithSnapshots(run.followSnaps, run.every))
 }
 
 // newPlain returns a call-only index that loads its last snapshot.
 func (run *followRun) newPlain() *logindex.Index {
-	return logindex.New(run.s, run.c, orderRule(), domain.CategoryIntent, logindex.WithSnapshots(run.plainSnaps, run.every))
+	return logindex.New(run.s, run.c, domaintest.OrderRule(), domain.CategoryIntent, logindex.WithSnapshots(run.plainSnaps, run.every))
 }
 
 // start runs ix's follower through the gate.
@@ -306,7 +262,7 @@ func (run *followRun) appendRandom() {
 		id := run.ids[r.IntN(len(run.ids))]
 		stream = domain.OrderStream(id)
 		for range 1 + r.IntN(2) {
-			encode(randomOrderEvent(r, id, run.revs[id]), run.at)
+			encode(domaintest.RandomOrderEvent(r, id, run.revs[id]), run.at)
 			run.revs[id]++
 		}
 	case k < 9:
@@ -399,7 +355,7 @@ func compareIndexes(t *testing.T, round int, s eventstore.Store, c *clock, follo
 		}
 		return got
 	}
-	want := pending(logindex.New(s, c, orderRule(), domain.CategoryIntent))
+	want := pending(logindex.New(s, c, domaintest.OrderRule(), domain.CategoryIntent))
 	if got := pending(follow); !cmp.Equal(want, got) {
 		t.Fatalf("round %d: Pending of the following index (-whole log +following):\n%s", round, cmp.Diff(want, got))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/domain/domaintest"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/fanout"
 	"github.com/retrysafe/booking/eventstore/kurrentdb"
@@ -33,28 +34,26 @@ var backends = map[string]func(t *testing.T) eventstore.Store{
 	"memstore": func(*testing.T) eventstore.Store { return memstore.New() },
 	"postgres": func(t *testing.T) eventstore.Store { return pgstore.New(pgtest.NewPool(t, pgtest.NewDatabase(t))) },
 	"kurrentdb": func(t *testing.T) eventstore.Store {
-		srv, err := kurrentdbtest.Start("127.0.0.1:0", kurrentdbtest.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Stop)
-		s, err := kurrentdb.New(srv.URL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
+		_, s := startDouble(t)
 		return s
 	},
 }
 
-// orderRule is the service's order rule (commands.OrderRule), built here
-// from the domain as the wiring builds it.
-func orderRule() eventstore.PendingRule {
-	owed := make([]eventstore.Obligation, len(domain.OrderObligations))
-	for i, o := range domain.OrderObligations {
-		owed[i] = eventstore.Obligation(o)
+// startDouble starts a KurrentDB server double and the store on it, both
+// stopped when t ends.
+func startDouble(t *testing.T) (*kurrentdbtest.Server, *kurrentdb.Store) {
+	t.Helper()
+	srv, err := kurrentdbtest.Start("127.0.0.1:0", kurrentdbtest.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return eventstore.PendingRule{Category: domain.CategoryOrder, Ends: domain.OrderEndTypes, Owed: owed}
+	t.Cleanup(srv.Stop)
+	s, err := kurrentdb.New(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return srv, s
 }
 
 // clock is a settable clock standing in for PostgreSQL's.
@@ -143,7 +142,7 @@ func TestPendingOrders(t *testing.T) {
 			}
 			appendEvents(t, s, domain.ClaimStream("00000000-0000-7000-8000-000000000009"), time.Now(), domain.OrderClaimed{})
 			readable(t, s)
-			ix := logindex.New(s, &clock{now: time.Now()}, orderRule(), domain.CategoryIntent)
+			ix := logindex.New(s, &clock{now: time.Now()}, domaintest.OrderRule(), domain.CategoryIntent)
 			pages := func() []string {
 				var got []string
 				after := ""
@@ -199,7 +198,7 @@ func TestPurgeStreams(t *testing.T) {
 			appendEvents(t, s, "intent-undated", time.Time{}, domain.OrderConfirmed{})
 			appendEvents(t, s, "order-old", oldAt, domain.OrderConfirmed{})
 			readable(t, s)
-			ix := logindex.New(s, c, orderRule(), domain.CategoryIntent)
+			ix := logindex.New(s, c, domaintest.OrderRule(), domain.CategoryIntent)
 			if n, err := ix.EventCount(ctx); err != nil || n != 6 {
 				t.Fatalf("EventCount() = %d, %v; want 6", n, err)
 			}
@@ -231,7 +230,7 @@ func TestPurgeStreams(t *testing.T) {
 				t.Fatalf("Append(intent-old1, Exact(1)) after the purge = %v", err)
 			}
 			readable(t, s)
-			ix = logindex.New(s, c, orderRule(), domain.CategoryIntent)
+			ix = logindex.New(s, c, domaintest.OrderRule(), domain.CategoryIntent)
 			if n, err := ix.PurgeStreams(ctx, "intent-", time.Hour, 10); err != nil || n != 0 {
 				t.Fatalf("PurgeStreams on a fresh index = %d, %v; want 0", n, err)
 			}
@@ -319,7 +318,7 @@ func TestBoundedPast100kOrders(t *testing.T) {
 		appendEvents(t, s, domain.OrderStream(id), at, evs...)
 	}
 	snaps := &memSnapshots{}
-	ix := logindex.New(s, &clock{now: at}, orderRule(), domain.CategoryIntent, logindex.WithSnapshots(snaps, 0))
+	ix := logindex.New(s, &clock{now: at}, domaintest.OrderRule(), domain.CategoryIntent, logindex.WithSnapshots(snaps, 0))
 	all := func(ix *logindex.Index) []string {
 		t.Helper()
 		got, err := ix.Pending(ctx, "", orders)
@@ -347,7 +346,7 @@ func TestBoundedPast100kOrders(t *testing.T) {
 	evicted := fmt.Sprintf("00000000-0000-7000-8000-%012d", 2)
 	appendEvents(t, s, domain.OrderStream(evicted), at, domain.RefundRequested{ChargeID: "late"})
 	counting := &countingStore{Store: s}
-	restarted := logindex.New(counting, &clock{now: at}, orderRule(), domain.CategoryIntent, logindex.WithSnapshots(snaps, 0))
+	restarted := logindex.New(counting, &clock{now: at}, domaintest.OrderRule(), domain.CategoryIntent, logindex.WithSnapshots(snaps, 0))
 	wantAfter := append([]string{evicted}, want[1:]...)
 	sort.Strings(wantAfter)
 	if got := all(restarted); !cmp.Equal(wantAfter, got) {
@@ -362,7 +361,7 @@ func TestBoundedPast100kOrders(t *testing.T) {
 	// A snapshot of another log is not used.
 	other := memstore.New()
 	appendEvents(t, other, domain.OrderStream(want[1]), at, domain.OrderPlaced{OrderID: want[1], Amount: money, PaymentDeadline: at})
-	if got := all(logindex.New(other, &clock{now: at}, orderRule(), domain.CategoryIntent, logindex.WithSnapshots(snaps, 0))); !cmp.Equal([]string{want[1]}, got) {
+	if got := all(logindex.New(other, &clock{now: at}, domaintest.OrderRule(), domain.CategoryIntent, logindex.WithSnapshots(snaps, 0))); !cmp.Equal([]string{want[1]}, got) {
 		t.Errorf("PendingOrders on another log with this snapshot = %d ids, want only its own order", len(got))
 	}
 }
@@ -382,7 +381,7 @@ func TestSnapshotOfAnotherRule(t *testing.T) {
 		domain.OrderPlaced{OrderID: review, Amount: money, PaymentDeadline: at}, domain.OrderNeedsReview{})
 	appendEvents(t, s, domain.OrderStream(refund), at,
 		domain.OrderPlaced{OrderID: refund, Amount: money, PaymentDeadline: at}, domain.OrderConfirmed{}, domain.RefundRequested{ChargeID: "ch"})
-	old := orderRule()
+	old := domaintest.OrderRule()
 	old.Owed = nil
 	snaps := &memSnapshots{}
 	ix := logindex.New(s, &clock{now: at}, old, "", logindex.WithSnapshots(snaps, 0))
@@ -393,7 +392,7 @@ func TestSnapshotOfAnotherRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The new rule: an order in review is visited again, refunds are owed.
-	rule := orderRule()
+	rule := domaintest.OrderRule()
 	rule.Ends = slices.DeleteFunc(slices.Clone(rule.Ends), func(typ string) bool { return typ == domain.TypeOrderNeedsReview })
 	restarted := logindex.New(s, &clock{now: at}, rule, "", logindex.WithSnapshots(snaps, 0))
 	got, err := restarted.Pending(ctx, "", 10)
@@ -437,7 +436,7 @@ func TestSnapshotLoadRetried(t *testing.T) {
 		appendEvents(t, s, domain.OrderStream(id), at, evs...)
 	}
 	snaps := &memSnapshots{}
-	ix := logindex.New(s, &clock{now: at}, orderRule(), "", logindex.WithSnapshots(snaps, 0))
+	ix := logindex.New(s, &clock{now: at}, domaintest.OrderRule(), "", logindex.WithSnapshots(snaps, 0))
 	if _, err := ix.Pending(ctx, "", 100); err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +444,7 @@ func TestSnapshotLoadRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	counting := &countingStore{Store: s}
-	restarted := logindex.New(counting, &clock{now: at}, orderRule(), "", logindex.WithSnapshots(&flakySnapshots{memSnapshots: snaps}, 0))
+	restarted := logindex.New(counting, &clock{now: at}, domaintest.OrderRule(), "", logindex.WithSnapshots(&flakySnapshots{memSnapshots: snaps}, 0))
 	if _, err := restarted.Pending(ctx, "", 100); err == nil {
 		t.Fatal("Pending with the snapshot's load failing = nil error; want the load's error")
 	}
@@ -456,47 +455,6 @@ func TestSnapshotLoadRetried(t *testing.T) {
 	if n := counting.events(); n > 1 {
 		t.Errorf("the index read %d events of the log after its snapshot's load failed once, want only the check of one (the snapshot's)", n)
 	}
-}
-
-// gated is a Subscriber over a log reader that holds every batch until
-// open is closed, and records the position Follow's fn has applied up to:
-// the subscription's start, then the last event of each batch it returned
-// from.
-type gated struct {
-	sub        logindex.Subscriber
-	open       chan struct{}
-	mu         sync.Mutex
-	subscribed bool
-	last       eventstore.Position
-}
-
-func (g *gated) SubscribeAll(ctx context.Context, after eventstore.Position, fn func(context.Context, []eventstore.RecordedEvent) error) error {
-	g.mu.Lock()
-	g.subscribed, g.last = true, after
-	g.mu.Unlock()
-	return g.sub.SubscribeAll(ctx, after, func(ctx context.Context, batch []eventstore.RecordedEvent) error {
-		select {
-		case <-g.open:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		err := fn(ctx, batch)
-		g.mu.Lock()
-		g.last = batch[len(batch)-1].Position
-		g.mu.Unlock()
-		return err
-	})
-}
-
-// at reports an error until the subscription started and fn applied up to
-// pos.
-func (g *gated) at(pos eventstore.Position) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.subscribed || g.last != pos {
-		return fmt.Errorf("the reader delivered up to %s, not %s yet", g.last, pos)
-	}
-	return nil
 }
 
 // TestFollow: an index that follows the log through the shared log reader
@@ -516,8 +474,9 @@ func TestFollow(t *testing.T) {
 			defer cancel()
 			at := time.Now()
 			counting := &countingStore{Store: s}
-			ix := logindex.New(counting, &clock{now: at}, orderRule(), domain.CategoryIntent)
-			sub := &gated{sub: fanout.New(s, fanout.Config{BatchSize: 7}), open: make(chan struct{})}
+			ix := logindex.New(counting, &clock{now: at}, domaintest.OrderRule(), domain.CategoryIntent)
+			sub := newSwitchGate(fanout.New(s, fanout.Config{BatchSize: 7}))
+			sub.set(false)
 			var following sync.WaitGroup
 			following.Go(func() {
 				if err := ix.Follow(ctx, sub); !errors.Is(err, context.Canceled) {
@@ -528,12 +487,12 @@ func TestFollow(t *testing.T) {
 			defer cancel()
 			waitCtx, stopWaiting := context.WithTimeout(ctx, time.Minute)
 			defer stopWaiting()
-			storetest.Eventually(t, waitCtx, func() error { return sub.at(eventstore.Position{}) })
+			storetest.Eventually(t, waitCtx, func() error { return sub.reached(eventstore.Position{}) })
 			money := domain.Money{Amount: 100, Currency: "EUR"}
 			var last eventstore.Position
 			for i := range 60 {
 				if i == 30 {
-					close(sub.open)
+					sub.set(true)
 				}
 				id := fmt.Sprintf("00000000-0000-7000-8000-%012d", i)
 				evs := []domain.Event{domain.OrderPlaced{OrderID: id, Amount: money, PaymentDeadline: at}}
@@ -554,7 +513,7 @@ func TestFollow(t *testing.T) {
 			// A refund requested for an order the index evicted.
 			last = appendAt(t, s, domain.OrderStream("00000000-0000-7000-8000-000000000001"), at, domain.RefundRequested{ChargeID: "ch"})
 			readable(t, s)
-			storetest.Eventually(t, waitCtx, func() error { return sub.at(last) })
+			storetest.Eventually(t, waitCtx, func() error { return sub.reached(last) })
 			before := counting.events()
 			got, err := ix.Pending(ctx, "", 100)
 			if err != nil {
@@ -564,7 +523,7 @@ func TestFollow(t *testing.T) {
 				t.Errorf("Pending read %d events from the store after the reader delivered them all, want 0", n)
 			}
 			fresh := &countingStore{Store: s}
-			want, err := logindex.New(fresh, &clock{now: at}, orderRule(), domain.CategoryIntent).Pending(ctx, "", 100)
+			want, err := logindex.New(fresh, &clock{now: at}, domaintest.OrderRule(), domain.CategoryIntent).Pending(ctx, "", 100)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/domain"
+	"github.com/retrysafe/booking/domain/domaintest"
 	"github.com/retrysafe/booking/eventstore"
 	"github.com/retrysafe/booking/eventstore/fanout"
 	"github.com/retrysafe/booking/eventstore/logindex"
@@ -79,51 +80,6 @@ func referencePending(ctx context.Context, pool *pgxpool.Pool, rule eventstore.P
 	return ids, rows.Err()
 }
 
-// pendingRule is the service's order rule (commands.OrderRule), built from
-// the domain as the wiring builds it.
-func pendingRule() eventstore.PendingRule {
-	owed := make([]eventstore.Obligation, len(domain.OrderObligations))
-	for i, o := range domain.OrderObligations {
-		owed[i] = eventstore.Obligation(o)
-	}
-	return eventstore.PendingRule{Category: domain.CategoryOrder, Ends: domain.OrderEndTypes, Owed: owed}
-}
-
-// randomOrderEvent is an event for an order stream at revision rev: its
-// placement first, then any event the rule looks at (ends, obligations
-// opened and closed, with a few names that collide) or ignores.
-func randomOrderEvent(r *rand.Rand, id string, rev int) domain.Event {
-	if rev == 0 {
-		return domain.OrderPlaced{OrderID: id, Amount: domain.Money{Amount: 100, Currency: "EUR"}, PaymentDeadline: time.Unix(1_800_000_000, 0)}
-	}
-	names := []string{"a", "b", ""}
-	name := names[r.IntN(len(names))]
-	switch r.IntN(12) {
-	case 0:
-		return domain.OrderConfirmed{}
-	case 1:
-		return domain.OrderFailed{}
-	case 2:
-		return domain.OrderCancelled{}
-	case 3:
-		return domain.OrderNeedsReview{}
-	case 4:
-		return domain.OrderCancelRequested{}
-	case 5, 6:
-		return domain.RefundRequested{ChargeID: name}
-	case 7:
-		return domain.RefundSucceeded{ChargeID: name}
-	case 8:
-		return domain.RefundRefused{ChargeID: name}
-	case 9:
-		return domain.PaymentActionRequired{PaymentID: name}
-	case 10:
-		return domain.PaymentSucceeded{ChargeID: name}
-	default:
-		return domain.PaymentFailed{ChargeID: name} // "" omits the member
-	}
-}
-
 // randomLog appends random events to a PostgreSQL log: order events in
 // revision order (randomOrderEvent) to a few orders, alone or two orders in
 // one transaction, claims and intents.
@@ -139,7 +95,7 @@ type randomLog struct {
 // its revision.
 func (l *randomLog) event() (string, eventstore.EventData) {
 	id := l.ids[l.r.IntN(len(l.ids))]
-	e := randomOrderEvent(l.r, id, l.revs[id])
+	e := domaintest.RandomOrderEvent(l.r, id, l.revs[id])
 	l.revs[id]++
 	return domain.OrderStream(id), l.encode(e)
 }
@@ -256,7 +212,7 @@ func TestPendingIndexMatchesSQL(t *testing.T) {
 	pool := pgtest.NewPool(t, pgtest.NewDatabase(t))
 	store := New(pool, WithAppendTimeout(time.Minute))
 	ctx := context.Background()
-	rule := pendingRule()
+	rule := domaintest.OrderRule()
 	snaps := pgcoord.NewSnapshots(pool, "logindex-postgres")
 	newIndex := func() *logindex.Index {
 		return logindex.New(store, pgcoord.NewClock(pool), rule, "", logindex.WithSnapshots(snaps, 7))
@@ -302,7 +258,7 @@ func pendingIndexFollowing(t *testing.T, seed uint64) {
 	pool := pgtest.NewPool(t, pgtest.NewDatabase(t))
 	store := New(pool, WithAppendTimeout(time.Minute))
 	ctx := context.Background()
-	rule := pendingRule()
+	rule := domaintest.OrderRule()
 	snaps := pgcoord.NewSnapshots(pool, "logindex-postgres")
 	reader := fanout.New(store, fanout.Config{BatchSize: 3, MaxEvents: 20, RetryMin: time.Millisecond})
 	l := &randomLog{t: t, store: store, r: rand.New(rand.NewPCG(seed, 2)), ids: make([]string, 14), revs: map[string]int{}}
