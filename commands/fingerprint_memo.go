@@ -55,8 +55,8 @@ func (f *fingerprintMemo) put(key, fp string) {
 // false for a command holding another type or whose key would be longer
 // than maxMemoKey, which is not memoized.
 func memoKey(version int, operation string, command map[string]any) (string, bool) {
-	b := make([]byte, 0, 128)
-	b = binary.AppendUvarint(b, uint64(version))
+	var buf [256]byte // the service's commands fit: no allocation but the key's
+	b := binary.AppendUvarint(buf[:0], uint64(version))
 	b = appendMemoString(b, operation)
 	b, ok := appendMemoValue(b, command)
 	if !ok || len(b) > maxMemoKey {

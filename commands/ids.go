@@ -31,19 +31,21 @@ func DerivedID(cause, step string) string {
 // "intent-" + hex SHA-256 of the three values, each prefixed by its length
 // as 8 bytes big-endian, so no two triples share a stream.
 func IntentStream(actor, operation, key string) string {
-	h := sha256.New()
-	var n [8]byte
-	for _, s := range []string{actor, operation, key} {
-		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
+	var in [256]byte // the usual triple fits: hashed without an allocation
+	b := in[:0]
+	for _, s := range [...]string{actor, operation, key} {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+		b = append(b, s...)
 	}
-	return domain.CategoryIntent + hex.EncodeToString(h.Sum(nil))
+	sum := sha256.Sum256(b)
+	var out [len(domain.CategoryIntent) + 2*sha256.Size]byte
+	return string(hex.AppendEncode(append(out[:0], domain.CategoryIntent...), sum[:]))
 }
 
 func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
+	var buf [2 * sha256.Size]byte
+	return string(hex.AppendEncode(buf[:0], s[:]))
 }
 
 // keyedMutex serializes work per key inside one process (for example appends

@@ -775,6 +775,11 @@ func (h *core) payInBackground(ctx context.Context, orderID string, known *order
 // not final and after a drive that left the order unended; an order that
 // ended had its key deleted instead.
 func (h *core) payAndWait(ctx context.Context, orderID string, wait time.Duration, out Outcome, known *orderState) (OrderResult, error) {
+	if known != nil && known.o.FirstOutcome != "" && known.o.Status != domain.OrderStatusPending && known.o.Status != domain.OrderStatusCancelling {
+		// Nothing to drive or wait for (a replay of an order that ended
+		// with its outcome known): answer from it.
+		return h.answered(ctx, known.o, out, time.Now().Add(wait)), nil
+	}
 	var dropOnce sync.Once
 	drop := func(ctx context.Context) {
 		if known == nil || !known.held {
@@ -836,15 +841,20 @@ func (h *core) payAndWait(ctx context.Context, orderID string, wait time.Duratio
 	if o.FirstOutcome == "" {
 		drop(h.detach(ctx))
 	}
+	return h.answered(ctx, o, out, deadline), nil
+}
+
+// answered is payAndWait's answer with order o as it stands. For a failed
+// order it first waits, until deadline at most, for the failure's
+// follow-ups (its seats, then its reservation, released), which whichever
+// path recorded the failure appends right after it (this request's payment
+// step, the process manager's, a webhook), so a client that reads its
+// reservation after the 402 sees it released.
+func (h *core) answered(ctx context.Context, o domain.Order, out Outcome, deadline time.Time) OrderResult {
 	if o.Status == domain.OrderStatusFailed {
-		// The failure's follow-ups (its seats, then its reservation,
-		// released) are appended right after it by whichever path recorded
-		// it: this request's payment step, the process manager's, or a
-		// webhook. Wait, within the wait, for the last of them, so a client
-		// that reads its reservation after the 402 sees it released.
 		h.awaitReleased(ctx, o.ReservationID, deadline)
 	}
-	return OrderResult{Order: o, Final: o.FirstOutcome != "", Outcome: out}, nil
+	return OrderResult{Order: o, Final: o.FirstOutcome != "", Outcome: out}
 }
 
 // awaitingAction reports whether o's payment waits for the customer's
