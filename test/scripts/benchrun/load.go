@@ -161,6 +161,15 @@ type loadResult struct {
 	repeats int
 }
 
+// add sums o into r, as one window of r's and o's lengths together.
+func (r *loadResult) add(o loadResult) {
+	r.total += o.total
+	r.ops += o.ops
+	r.elapsed += o.elapsed
+	r.lat = append(r.lat, o.lat...)
+	r.repeats += o.repeats
+}
+
 func (r loadResult) rate() float64 { return float64(r.ops) / r.elapsed.Seconds() }
 
 // pct returns the p-th percentile (0–100) of the latencies in milliseconds.
