@@ -770,12 +770,13 @@ func (h *core) payInBackground(ctx context.Context, orderID string, known *order
 // the order as this request knows it exactly (placed or read just now): the
 // payment starts from it instead of a read, and when the drive ends with the
 // outcome known the answer is the state it left, without reading the order
-// again. When the key table still holds the token known's order carries
+// again; a known order that ended with its outcome known is answered as it
+// is, with no drive. When the key table still holds the token known's order carries
 // (orderState.held), it is dropped (Keys.Placed) before an answer that is
 // not final and after a drive that left the order unended; an order that
 // ended had its key deleted instead.
 func (h *core) payAndWait(ctx context.Context, orderID string, wait time.Duration, out Outcome, known *orderState) (OrderResult, error) {
-	if known != nil && known.o.FirstOutcome != "" && known.o.Status != domain.OrderStatusPending && known.o.Status != domain.OrderStatusCancelling {
+	if known != nil && known.o.FirstOutcome != "" && known.o.Final() {
 		// Nothing to drive or wait for (a replay of an order that ended
 		// with its outcome known): answer from it.
 		return h.answered(ctx, known.o, out, time.Now().Add(wait)), nil
