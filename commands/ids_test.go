@@ -167,6 +167,8 @@ func TestIntentStreamIsDistinctPerTriple(t *testing.T) {
 		{"a\x00", "b", "k"},
 		{"a", "\x00b", "k"},
 		{"", "", ""},
+		// Longer than the stack buffer IntentStream hashes in (256 bytes).
+		{"user-" + strings.Repeat("a", 200), OpPlaceOrder, strings.Repeat("k", 255)},
 	}
 	seen := map[string][3]string{}
 	for _, tr := range triples {
