@@ -766,15 +766,17 @@ func (h *core) payInBackground(ctx context.Context, orderID string, known *order
 }
 
 // payAndWait drives the order's payment in the background (detached from the
-// request) and waits up to wait for a final outcome. known, when not nil, is
-// the order as this request knows it exactly (placed or read just now): the
-// payment starts from it instead of a read, and when the drive ends with the
-// outcome known the answer is the state it left, without reading the order
-// again; a known order that ended with its outcome known is answered as it
-// is, with no drive. When the key table still holds the token known's order carries
-// (orderState.held), it is dropped (Keys.Placed) before an answer that is
-// not final and after a drive that left the order unended; an order that
-// ended had its key deleted instead.
+// request) and waits up to wait for a final outcome; an order in review
+// (final without an outcome, until an operator acts) is answered at once,
+// not final. known, when not nil, is the order as this request knows it
+// exactly (placed or read just now): the payment starts from it instead of a
+// read, and when the drive ends with the outcome known the answer is the
+// state it left, without reading the order again; a known order that ended
+// with its outcome known is answered as it is, with no drive. When the key
+// table still holds the token known's order carries (orderState.held), it is
+// dropped (Keys.Placed) before an answer that is not final and after a drive
+// that left the order unended; an order that ended had its key deleted
+// instead.
 func (h *core) payAndWait(ctx context.Context, orderID string, wait time.Duration, out Outcome, known *orderState) (OrderResult, error) {
 	if known != nil && known.o.FirstOutcome != "" && known.o.Final() {
 		// Nothing to drive or wait for (a replay of an order that ended
@@ -824,8 +826,10 @@ func (h *core) payAndWait(ctx context.Context, orderID string, wait time.Duratio
 	} else {
 		o, _, err = h.loadOrder(ctx, orderID)
 	}
-	for err == nil && o.FirstOutcome == "" && !awaitingAction(o) && time.Now().Before(deadline) {
+	for err == nil && o.FirstOutcome == "" && !awaitingAction(o) && !o.Final() && time.Now().Before(deadline) {
 		// Another executor (a repeat, or another replica) is paying: poll.
+		// (An order in review is final without an outcome: only an
+		// operator changes it, so it is answered at once.)
 		select {
 		case <-ctx.Done():
 			return OrderResult{}, ctx.Err()

@@ -1101,3 +1101,43 @@ func TestPaymentActionRequired(t *testing.T) {
 		f.wantCalls(t, "cancel", 1)
 	})
 }
+
+// TestPayAndWaitAnswersAnOrderInReviewAtOnce: an order in needs_review
+// without a payment outcome cannot gain one before an operator acts, so a
+// request on it (a repeat of its POST /v1/orders) is answered at once, not
+// final, instead of polling through its whole wait.
+func TestPayAndWaitAnswersAnOrderInReviewAtOnce(t *testing.T) {
+	t.Parallel()
+	cfg := payConfig()
+	cfg.ProviderWindow, cfg.PaymentDeadline = time.Hour, 3*time.Hour
+	f := newPayFix(t, cfg, "tok_visa", nil, payStarted(1, execB, payT0, payT0.Add(DefaultConfig().PaymentLease)))
+	f.pay.listErr = apiError(provider.ErrInvalidRequest, provider.APIError{StatusCode: 400, Type: provider.TypeInvalidRequestError, Code: "parameter_invalid_integer"})
+	f.pay.searchBlind = true
+	f.clock.Advance(2 * time.Hour)
+	if err := f.h.DrivePayment(context.Background(), payOrder); err != nil && !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("DrivePayment() error = %v", err)
+	}
+	if o := f.order(); o.Status != domain.OrderStatusNeedsReview || o.FirstOutcome != "" {
+		t.Fatalf("order %s with first outcome %q, want needs_review with none", o.Status, o.FirstOutcome)
+	}
+	// A wait of an hour under a context of 30 s: polling through the wait
+	// ends in the context's error.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, known := range []bool{false, true} {
+		var st *orderState
+		if known {
+			o, s, err := f.h.loadOrder(ctx, payOrder)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st = &orderState{o: o, s: s}
+		}
+		res, err := f.h.payAndWait(ctx, payOrder, time.Hour, Outcome{Replayed: true}, st)
+		if err != nil || res.Final || res.Order.Status != domain.OrderStatusNeedsReview || !res.Replayed {
+			t.Errorf("payAndWait(known %v) = final %v, status %s, replayed %v, %v; want at once: not final, needs_review, replayed",
+				known, res.Final, res.Order.Status, res.Replayed, err)
+		}
+	}
+	f.wantCalls(t, "create", 0)
+}
