@@ -17,6 +17,7 @@
 #         BOOKING_TEST_PG_SOCKET_URL the same database over the server's Unix socket
 #                                    (postgres://postgres@/postgres?host=DIR&port=PORT&...)
 #         BOOKING_TEST_PG_LOG        the server log file
+#         BOOKING_TEST_PG_SERVER_ENV the environment the server runs with (MALLOC_TOP_PAD_=...)
 #   pg.sh dev-up DATADIR [PORT]
 #       Persistent server for development: initdb if DATADIR is missing or empty,
 #       start it if it is not running (idempotent), create database `booking` if
@@ -35,6 +36,9 @@
 #   PG_BINDIR          use this bin directory instead of searching for one
 #   PG_SH_KEEP=1       throwaway: keep the temporary directory (the server is still stopped)
 #   PG_SH_QUIET=1      throwaway: fewer messages
+#   PG_MALLOC_TOP_PAD  bytes of free memory glibc's malloc keeps at the top of each server
+#                      process's heap (MALLOC_TOP_PAD_); default 4194304, empty for glibc's
+#                      own (128 KiB). See docs/operations.md, "PostgreSQL's allocator".
 #
 # Works as root (the server refuses to run as root: initdb/pg_ctl then run through
 # `runuser -u postgres` from inside a postgres-owned directory) and as any other user
@@ -55,6 +59,18 @@ warn() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() {
 	printf '%s: error: %s\n' "$PROG" "$*" >&2
 	exit 1
+}
+
+# MALLOC_TOP_PAD is the server's MALLOC_TOP_PAD_ (see PG_MALLOC_TOP_PAD above).
+MALLOC_TOP_PAD="${PG_MALLOC_TOP_PAD-4194304}"
+if [[ ! "$MALLOC_TOP_PAD" =~ ^[0-9]*$ ]]; then
+	warn "PG_MALLOC_TOP_PAD=$MALLOC_TOP_PAD: want a number of bytes, or empty for glibc's default"
+	exit 2
+fi
+
+# server_env prints the environment the server runs with, as NAME=VALUE words.
+server_env() {
+	[[ -z "$MALLOC_TOP_PAD" ]] || printf 'MALLOC_TOP_PAD_=%s\n' "$MALLOC_TOP_PAD"
 }
 
 usage() {
@@ -291,7 +307,9 @@ do_initdb() {
 # start_server DATADIR: start (pg_ctl -w), print the log tail on failure.
 start_server() {
 	local datadir="$1"
-	if as_owner "$datadir" "$BINDIR/pg_ctl" -D "$datadir" -l "$datadir/$LOG_NAME" \
+	local env
+	mapfile -t env < <(server_env)
+	if as_owner "$datadir" env "${env[@]}" "$BINDIR/pg_ctl" -D "$datadir" -l "$datadir/$LOG_NAME" \
 		-w -t 120 -s start >/dev/null 2>&1; then
 		return 0
 	fi
@@ -447,6 +465,8 @@ cmd_throwaway() {
 	export BOOKING_TEST_PG_PORT="$port"
 	export BOOKING_TEST_PG_SOCKET_URL="postgres://postgres@/postgres?host=$TW_BASE&port=$port&sslmode=disable"
 	export BOOKING_TEST_PG_LOG="$TW_DATA/$LOG_NAME"
+	export BOOKING_TEST_PG_SERVER_ENV
+	BOOKING_TEST_PG_SERVER_ENV="$(server_env | paste -sd ' ')"
 	log "PostgreSQL $("$BINDIR/postgres" -V | awk '{print $3}') on 127.0.0.1:$port (data $TW_DATA)"
 	log "BOOKING_TEST_DATABASE_URL=$BOOKING_TEST_DATABASE_URL"
 

@@ -85,6 +85,9 @@ func (e *env) machine() []string {
 			settings = append(settings, s+"="+v)
 		}
 	}
+	if env := os.Getenv("BOOKING_TEST_PG_SERVER_ENV"); env != "" {
+		settings = append(settings, "environment "+env)
+	}
 	out = append(out, "- PostgreSQL (throwaway server of test/scripts/pg.sh, same machine, reached over "+transport(conn)+" by the service and every baseline): "+strings.Join(settings, ", "))
 	out = append(out, "- the machine is shared: other processes ran meanwhile (load average at the end: "+loadavg()+"); only the ratios, each taken against a baseline measured next to it, are comparable between runs")
 	return out
