@@ -17,7 +17,7 @@
 #         BOOKING_TEST_PG_SOCKET_URL the same database over the server's Unix socket
 #                                    (postgres://postgres@/postgres?host=DIR&port=PORT&...)
 #         BOOKING_TEST_PG_LOG        the server log file
-#         BOOKING_TEST_PG_SERVER_ENV the environment the server runs with (MALLOC_TOP_PAD_=...)
+#         BOOKING_TEST_PG_SERVER_ENV the server's malloc setting (MALLOC_TOP_PAD_=BYTES, or empty)
 #   pg.sh dev-up DATADIR [PORT]
 #       Persistent server for development: initdb if DATADIR is missing or empty,
 #       start it if it is not running (idempotent), create database `booking` if
@@ -38,7 +38,8 @@
 #   PG_SH_QUIET=1      throwaway: fewer messages
 #   PG_MALLOC_TOP_PAD  bytes of free memory glibc's malloc keeps at the top of each server
 #                      process's heap (MALLOC_TOP_PAD_); default 4194304, empty for glibc's
-#                      own (128 KiB). See docs/operations.md, "PostgreSQL's allocator".
+#                      own (128 KiB). A server takes it when it starts (dev-up leaves a
+#                      running one as it is). See docs/operations.md, "PostgreSQL's allocator".
 #
 # Works as root (the server refuses to run as root: initdb/pg_ctl then run through
 # `runuser -u postgres` from inside a postgres-owned directory) and as any other user
@@ -67,11 +68,6 @@ if [[ ! "$MALLOC_TOP_PAD" =~ ^[0-9]*$ ]]; then
 	warn "PG_MALLOC_TOP_PAD=$MALLOC_TOP_PAD: want a number of bytes, or empty for glibc's default"
 	exit 2
 fi
-
-# server_env prints the environment the server runs with, as NAME=VALUE words.
-server_env() {
-	[[ -z "$MALLOC_TOP_PAD" ]] || printf 'MALLOC_TOP_PAD_=%s\n' "$MALLOC_TOP_PAD"
-}
 
 usage() {
 	sed -n '2,/^set -euo pipefail$/{/^#/!d;s/^# \{0,1\}//;p}' "$SELF" >&2
@@ -307,9 +303,10 @@ do_initdb() {
 # start_server DATADIR: start (pg_ctl -w), print the log tail on failure.
 start_server() {
 	local datadir="$1"
-	local env
-	mapfile -t env < <(server_env)
-	if as_owner "$datadir" env "${env[@]}" "$BINDIR/pg_ctl" -D "$datadir" -l "$datadir/$LOG_NAME" \
+	# The pad is set, or glibc's default restored, whatever the caller's environment holds.
+	local vars=(-u MALLOC_TOP_PAD_)
+	[[ -z "$MALLOC_TOP_PAD" ]] || vars+=("MALLOC_TOP_PAD_=$MALLOC_TOP_PAD")
+	if as_owner "$datadir" env "${vars[@]}" "$BINDIR/pg_ctl" -D "$datadir" -l "$datadir/$LOG_NAME" \
 		-w -t 120 -s start >/dev/null 2>&1; then
 		return 0
 	fi
@@ -453,8 +450,8 @@ cmd_throwaway() {
 
 	# An executable that controls this server as the right user.
 	local ctl="$TW_BASE/ctl"
-	printf '#!/usr/bin/env bash\n# Controls the throwaway server: start|stop [fast|smart|immediate]|restart|status|url\nexec %q ctl %q "$@"\n' \
-		"$SELF" "$TW_DATA" >"$ctl"
+	printf '#!/usr/bin/env bash\n# Controls the throwaway server: start|stop [fast|smart|immediate]|restart|status|url\nPG_MALLOC_TOP_PAD=%q exec %q ctl %q "$@"\n' \
+		"$MALLOC_TOP_PAD" "$SELF" "$TW_DATA" >"$ctl"
 	chmod 755 "$ctl"
 
 	export BOOKING_TEST_DATABASE_URL
@@ -465,8 +462,7 @@ cmd_throwaway() {
 	export BOOKING_TEST_PG_PORT="$port"
 	export BOOKING_TEST_PG_SOCKET_URL="postgres://postgres@/postgres?host=$TW_BASE&port=$port&sslmode=disable"
 	export BOOKING_TEST_PG_LOG="$TW_DATA/$LOG_NAME"
-	export BOOKING_TEST_PG_SERVER_ENV
-	BOOKING_TEST_PG_SERVER_ENV="$(server_env | paste -sd ' ')"
+	export BOOKING_TEST_PG_SERVER_ENV="${MALLOC_TOP_PAD:+MALLOC_TOP_PAD_=$MALLOC_TOP_PAD}"
 	log "PostgreSQL $("$BINDIR/postgres" -V | awk '{print $3}') on 127.0.0.1:$port (data $TW_DATA)"
 	log "BOOKING_TEST_DATABASE_URL=$BOOKING_TEST_DATABASE_URL"
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -85,8 +86,8 @@ func (e *env) machine() []string {
 			settings = append(settings, s+"="+v)
 		}
 	}
-	if env := os.Getenv("BOOKING_TEST_PG_SERVER_ENV"); env != "" {
-		settings = append(settings, "environment "+env)
+	if vars, ok := os.LookupEnv("BOOKING_TEST_PG_SERVER_ENV"); ok {
+		settings = append(settings, "malloc: "+cmp.Or(vars, "glibc's defaults"))
 	}
 	out = append(out, "- PostgreSQL (throwaway server of test/scripts/pg.sh, same machine, reached over "+transport(conn)+" by the service and every baseline): "+strings.Join(settings, ", "))
 	out = append(out, "- the machine is shared: other processes ran meanwhile (load average at the end: "+loadavg()+"); only the ratios, each taken against a baseline measured next to it, are comparable between runs")
