@@ -1,9 +1,12 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -404,7 +407,12 @@ func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, domain.ErrOrderNotFound)
 		return
 	}
-	if r.ContentLength > 0 {
+	has, err := hasBody(r)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if has {
 		b, err := decodeBody(r)
 		if err != nil {
 			a.writeError(w, r, err)
@@ -427,6 +435,31 @@ func (a *api) postCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, viewOrder(res.Order))
+}
+
+// hasBody reports whether r, whose body is optional, carries one: a
+// declared length above zero, or an undeclared one (chunked, or HTTP/2
+// without content-length) of at least one byte, which stays readable whole.
+// An error is the body's read error (bodyReadError).
+func hasBody(r *http.Request) (bool, error) {
+	switch {
+	case r.ContentLength > 0:
+		return true, nil
+	case r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody:
+		return false, nil
+	}
+	var first [1]byte
+	if n, err := io.ReadFull(r.Body, first[:]); n == 0 {
+		if errors.Is(err, io.EOF) {
+			return false, nil
+		}
+		return false, bodyReadError(err)
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(first[:]), r.Body), r.Body}
+	return true, nil
 }
 
 // detachedBudget bounds a state-changing request's work once detached from
