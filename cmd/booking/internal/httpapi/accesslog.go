@@ -62,8 +62,8 @@ func (e *accessEntry) Write(status, bytes int, header http.Header, elapsed time.
 		slog.String("actor", actorID), slog.Bool("replayed", header.Get(headerReplayed) == "true"))
 }
 
-// Panic is called by middleware.Recoverer for a handler that panicked; the
-// stack is logged at error level (the client gets a 500).
+// Panic is called by the API's recoverer for a handler that panicked; the
+// stack is logged at error level (the client gets a 500 problem).
 func (e *accessEntry) Panic(v any, stack []byte) {
 	e.log.LogAttrs(e.r.Context(), slog.LevelError, "handler panicked",
 		slog.Any("panic", v), slog.String("stack", string(stack)))

@@ -3,8 +3,10 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -63,12 +65,12 @@ func (a *api) routes() http.Handler {
 	// Outermost first: the trace (the caller's traceparent, the request's
 	// span), the request id (so every later line and answer has it) and the
 	// span's name, the access log and HTTP metrics (which see the
-	// Recoverer's 500), then the panic recovery.
+	// recoverer's 500), then the panic recovery.
 	r.Use(a.traced)
 	r.Use(requestID)
 	r.Use(nameSpan)
 	r.Use(middleware.RequestLogger(accessLog{log: a.log, observe: a.observe}))
-	r.Use(middleware.Recoverer)
+	r.Use(a.recoverer)
 	r.Use(lingerAfterBodyTimeout)
 	// HEAD on a GET route runs the GET handler, with its authentication,
 	// metrics and problem answers (RFC 9110 §9.3.2); net/http sends the
@@ -120,6 +122,29 @@ func (a *api) routes() http.Handler {
 		a.writeError(w, r, httpError(kindMethodNotAllowed, "method-not-allowed", r.Method+" is not allowed here"))
 	})
 	return r
+}
+
+// recoverer answers a handler's panic like any internal error: a 500
+// problem+json with code internal and the request's ids, the panic and its
+// stack logged by the access entry (accessEntry.Panic). http.ErrAbortHandler
+// is panicked again, so net/http aborts the answer as it asks.
+func (a *api) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			if e := middleware.GetLogEntry(r); e != nil {
+				e.Panic(v, debug.Stack())
+			}
+			a.writeError(w, r, fmt.Errorf("handler panicked: %v", v))
+		}()
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
