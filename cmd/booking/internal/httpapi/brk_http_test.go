@@ -102,3 +102,40 @@ func TestPanicIsAProblem(t *testing.T) {
 		t.Errorf("problem = %v, want code internal with a request_id", doc)
 	}
 }
+
+// A query parameter an endpoint reads is refused when its pair does not
+// decode (a bad %-escape, or a ';', which net/url no longer takes as a
+// separator): docs/api.md makes anything but a positive integer limit, or a
+// cursor not handed out, a 400 naming it. URL.Query drops such a pair, which
+// answered the default first page instead.
+func TestMalformedQueryParameterIs400NamingIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ path, field, code string }{
+		{"/v1/shows?limit=%zz", "limit", "invalid-request"},
+		{"/v1/shows?limit=5;x=1", "limit", "invalid-request"},
+		{"/v1/orders?cursor=%zz", "cursor", "invalid-request"},
+		{"/v1/intents?key=%zz", "key", "idempotency-key-invalid"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeService{}
+			r := httptest.NewRequest("GET", "/", nil)
+			r.URL.RawQuery = tc.path[strings.IndexByte(tc.path, '?')+1:]
+			r.URL.Path = tc.path[:strings.IndexByte(tc.path, '?')]
+			r.RequestURI = tc.path
+			r.Header.Set("Authorization", "Bearer "+tokAlice)
+			rec := httptest.NewRecorder()
+			contractAPI(f).ServeHTTP(rec, r)
+			doc := problemOf(t, rec, http.StatusBadRequest)
+			if doc["code"] != tc.code {
+				t.Errorf("code = %v, want %s", doc["code"], tc.code)
+			}
+			if fields, _ := doc["fields"].([]any); len(fields) != 1 || fields[0] != tc.field {
+				t.Errorf("fields = %v, want [%s]", doc["fields"], tc.field)
+			}
+			if len(f.calls) != 0 {
+				t.Errorf("service calls = %v, want none", f.calls)
+			}
+		})
+	}
+}

@@ -47,8 +47,11 @@ func ExplainDocument(xs []commands.IntentExplanation) IntentsDocument {
 // A missing or invalid key (the Idempotency-Key rules, parseKeyValue) is
 // 400 idempotency-key-invalid naming "key".
 func (a *api) getIntents(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	vals := q["key"]
+	vals, err := queryValues(r, "key")
+	if err != nil {
+		a.writeError(w, r, httpError(domain.Invalid, codeKeyInvalid, "the key query parameter is not a valid query value (a bad %-escape, or a ';')", "key"))
+		return
+	}
 	if len(vals) != 1 {
 		a.writeError(w, r, httpError(domain.Invalid, codeKeyInvalid, "send exactly one key query parameter: the Idempotency-Key to explain", "key"))
 		return

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -159,8 +160,11 @@ func listOrderView(o projections.Order) orderView {
 // values are clamped); anything but one positive integer (an empty or a
 // repeated parameter too) is a 400.
 func listLimit(r *http.Request) (int, error) {
-	vals, ok := r.URL.Query()["limit"]
-	if !ok {
+	vals, err := queryValues(r, "limit")
+	if err != nil {
+		return 0, err
+	}
+	if len(vals) == 0 {
 		return defaultListLimit, nil
 	}
 	if len(vals) != 1 {
@@ -172,7 +176,10 @@ func listLimit(r *http.Request) (int, error) {
 // singleParam returns query parameter name, "" when absent; a repeated one
 // is a 400 naming it.
 func singleParam(r *http.Request, name string) (string, error) {
-	vals := r.URL.Query()[name]
+	vals, err := queryValues(r, name)
+	if err != nil {
+		return "", err
+	}
 	if len(vals) > 1 {
 		return "", httpError(domain.Invalid, "invalid-request", "send at most one "+name+" parameter", name)
 	}
@@ -180,6 +187,27 @@ func singleParam(r *http.Request, name string) (string, error) {
 		return "", nil
 	}
 	return vals[0], nil
+}
+
+// queryValues returns the values of r's query parameter name, as
+// r.URL.Query()[name] does, except that a pair of that name which does not
+// decode (a bad %-escape, or a ';', which net/url refuses as a separator)
+// is a 400 naming it instead of dropped: ?limit=%zz is refused, never
+// answered with the default limit. Pairs of other names are not looked at.
+func queryValues(r *http.Request, name string) ([]string, error) {
+	var out []string
+	for _, pair := range strings.Split(r.URL.RawQuery, "&") {
+		k, v, _ := strings.Cut(pair, "=")
+		if key, err := url.QueryUnescape(k); err != nil || key != name {
+			continue
+		}
+		val, err := url.QueryUnescape(v)
+		if err != nil || strings.Contains(v, ";") {
+			return nil, httpError(domain.Invalid, "invalid-request", "the "+name+" parameter is not a valid query value (a bad %-escape, or a ';')", name)
+		}
+		out = append(out, val)
+	}
+	return out, nil
 }
 
 // parseLimit is listLimit on the parameter's value: decimal digits only,
