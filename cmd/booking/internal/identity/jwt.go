@@ -2,6 +2,7 @@ package identity
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,8 +10,10 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
@@ -153,7 +156,8 @@ type claims struct {
 // refused (a *Refusal) unless it is a well-formed JWS signed with one of
 // Algorithms by a key of the key set, with iss equal to the issuer, the
 // audience among its aud, an exp not past, no nbf or iat in the future
-// (each with the leeway), and a sub of 1 to MaxSubject bytes of text.
+// (each with the leeway), and a sub of 1 to MaxSubject bytes of Unicode text
+// (never one that encoding/json read as U+FFFD from a lone surrogate).
 func (j *JWT) Authenticate(ctx context.Context, token string) (Actor, error) {
 	var c claims
 	tok, err := j.parser.ParseWithClaims(token, &c, j.keys.KeyfuncCtx(ctx))
@@ -163,10 +167,64 @@ func (j *JWT) Authenticate(ctx context.Context, token string) (Actor, error) {
 	if c.Subject == "" {
 		return Actor{}, &Refusal{Reason: "it has no subject (sub)"}
 	}
+	if strings.ContainsRune(c.Subject, utf8.RuneError) && !wellFormedPayload(tok.Raw) {
+		// encoding/json reads invalid UTF-8 and escaped lone surrogates as
+		// U+FFFD: two different subjects would be one actor.
+		return Actor{}, &Refusal{Reason: "its claims are not Unicode text (invalid UTF-8, or an escaped lone surrogate such as \\ud800)"}
+	}
 	if !validSubject(c.Subject) {
 		return Actor{}, &Refusal{Reason: fmt.Sprintf("its subject (sub) must be 1 to %d bytes of text without control characters", MaxSubject)}
 	}
 	return Actor{ID: ActorID(j.issuer, c.Subject), Admin: j.adminScope != "" && slices.Contains(c.scopes(), j.adminScope)}, nil
+}
+
+// wellFormedPayload reports whether the payload of the JWS compact form
+// token is Unicode text: valid UTF-8 (RFC 8259 §8.1) in which every \u
+// escape of a surrogate is a high one followed by an escaped low one
+// (RFC 8259 §7). It runs only for a subject that reads as U+FFFD, which
+// encoding/json also makes of text that is neither.
+func wellFormedPayload(token string) bool {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil || !utf8.Valid(raw) {
+		return false
+	}
+	for i := 0; i+1 < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if raw[i+1] != 'u' {
+			i++ // a one-character escape such as \" or \\
+			continue
+		}
+		r, ok := hex4(raw, i+2)
+		switch {
+		case !ok:
+			return false
+		case r >= 0xdc00 && r <= 0xdfff:
+			return false
+		case r >= 0xd800 && r <= 0xdbff:
+			lo, ok := hex4(raw, i+8)
+			if !ok || raw[i+6] != '\\' || raw[i+7] != 'u' || lo < 0xdc00 || lo > 0xdfff {
+				return false
+			}
+			i += 6
+		}
+		i += 5
+	}
+	return true
+}
+
+// hex4 returns the value of the four hex digits at raw[i:i+4].
+func hex4(raw []byte, i int) (rune, bool) {
+	if i < 0 || i+4 > len(raw) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(raw[i:i+4]), 16, 32)
+	return rune(n), err == nil
 }
 
 // scopes returns the scopes of scope and scp together.
