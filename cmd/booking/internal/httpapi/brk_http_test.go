@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/httpapi"
+	"github.com/retrysafe/booking/commands"
 	"github.com/retrysafe/booking/domain"
 )
 
@@ -76,6 +77,26 @@ func TestCancelBodyWithoutContentLengthIsChecked(t *testing.T) {
 				t.Errorf("service calls = %v, want none: a refused request records nothing", f.calls)
 			}
 		})
+	}
+}
+
+// A cancel whose undeclared body is empty or an empty object is accepted,
+// as with a declared length.
+func TestCancelEmptyBodyWithoutContentLengthIsAccepted(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{"", "{}"} {
+		f := &fakeService{}
+		f.result = commands.OrderResult{Order: order(domain.OrderStatusCancelled, ""), Final: true}
+		r := httptest.NewRequest("POST", "/v1/orders/"+orderID+"/cancel", io.NopCloser(strings.NewReader(body)))
+		r.ContentLength = -1
+		r.TransferEncoding = []string{"chunked"}
+		r.Header.Set("Authorization", "Bearer "+tokAlice)
+		r.Header.Set("Idempotency-Key", "c-1")
+		rec := httptest.NewRecorder()
+		contractAPI(f).ServeHTTP(rec, r)
+		if rec.Code != http.StatusOK || len(f.calls) != 1 || f.calls[0] != "CancelOrder" {
+			t.Errorf("body %q: status %d %s, calls %v; want 200 after CancelOrder", body, rec.Code, rec.Body, f.calls)
+		}
 	}
 }
 
