@@ -134,6 +134,12 @@ type fakePayments struct {
 	// refund404 answers the next n refunds 404 resource_missing whether
 	// the payment exists or not (a wrong route, say).
 	refund404 int
+	// refundErrAfter makes the next n refunds execute (the money is
+	// returned) and answer a 500 that is saved under their key: every
+	// repeat with the key replays the 500, as Stripe does.
+	refundErrAfter int
+	// refund500 holds the refund keys whose saved answer is a 500.
+	refund500 map[string]bool
 	// onCreate, when set, runs (without the lock) at the start of every
 	// CreatePayment; tests use it to pause or interleave.
 	onCreate func(key string)
@@ -342,6 +348,9 @@ func (p *fakePayments) Refund(_ context.Context, key string, req provider.Paymen
 		p.refund404--
 		return provider.PaymentRefund{}, apiError(provider.ErrNotFound, provider.APIError{StatusCode: 404, Code: provider.CodeResourceMissing})
 	}
+	if p.refund500[key] {
+		return provider.PaymentRefund{}, apiError(provider.ErrOutcomeUnknown, provider.APIError{StatusCode: 500, Type: provider.TypeAPIError, Replayed: true})
+	}
 	if id, ok := p.refKeys[key]; ok {
 		for _, r := range p.refunds {
 			if r.ID == id {
@@ -367,6 +376,14 @@ func (p *fakePayments) Refund(_ context.Context, key string, req provider.Paymen
 		Metadata: req.Metadata, Created: p.now()}
 	p.refunds = append(p.refunds, r)
 	p.refKeys[key] = r.ID
+	if p.refundErrAfter > 0 {
+		p.refundErrAfter--
+		if p.refund500 == nil {
+			p.refund500 = map[string]bool{}
+		}
+		p.refund500[key] = true
+		return provider.PaymentRefund{}, apiError(provider.ErrOutcomeUnknown, provider.APIError{StatusCode: 500, Type: provider.TypeAPIError})
+	}
 	return r, nil
 }
 

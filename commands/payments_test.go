@@ -535,6 +535,25 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 			t.Errorf("provider net = %d, want 0 (one refund)", net)
 		}
 	})
+	t.Run("A refund made whose 500 the provider saved and replays is found by listing the payment's refunds.", func(t *testing.T) {
+		t.Parallel()
+		pay := newFakePayments()
+		ch := pay.addPayment(payOrder, 1, payAmount)
+		pay.refundErrAfter = 1
+		f := newPayFix(t, payConfig(), "tok_visa", nil, cancelledPaid(ch.ID)...)
+		f.pay = pay
+		f.h = f.handler(f.cfg)
+		for range 3 {
+			_ = f.h.ReconcileOrder(context.Background(), payOrder)
+		}
+		f.wantAppended(t, "appended (the refund was made; its key replays a 500)", []string{evRefunded})
+		if net, _ := pay.net(); net != 0 {
+			t.Errorf("provider net = %d, want 0 (one refund)", net)
+		}
+		if o := f.order(); o.NetCharged() != 0 || len(o.PendingRefunds()) != 0 {
+			t.Errorf("order NetCharged() = %d with pending refunds %v, want 0 and none", o.NetCharged(), o.PendingRefunds())
+		}
+	})
 	t.Run("A refund of a payment the provider does not know puts the order in review and is not sent again.", func(t *testing.T) {
 		t.Parallel()
 		f := newPayFix(t, payConfig(), "tok_visa", nil, cancelledPaid("pi_forgotten")...)

@@ -26,8 +26,8 @@ const (
 // sendRefund calls the provider's refund of r's payment (r.ChargeID, a
 // PaymentIntent id) with key r.Key (the RefundRequested event was recorded
 // before) and records RefundSucceeded. A refund the provider already made
-// (its answer lost, or its key forgotten) is found by listing the
-// payment's refunds. A provider that does not know the payment (404
+// (its answer lost — also a saved 500 the key replays — or its key
+// forgotten) is found by listing the payment's refunds. A provider that does not know the payment (404
 // resource_missing, confirmed by reading the payment) ends the refund:
 // RefundRefused and the order in review (Order.RefuseRefund), never
 // retried. Returns the provider's or the store's error; the reconciler
@@ -51,6 +51,14 @@ func (h *core) sendRefund(ctx context.Context, orderID string, r domain.RefundRe
 	if errors.Is(err, provider.ErrInvalidRequest) && errors.As(err, &apiErr) &&
 		(apiErr.Code == provider.CodeChargeAlreadyRefunded || apiErr.Code == provider.CodeAmountTooLarge) {
 		ref, err = h.findRefund(rctx, r)
+	}
+	if errors.Is(err, provider.ErrOutcomeUnknown) {
+		// The refund may have been made: the provider saves the 500 of a
+		// request that began executing and replays it for the key, so a
+		// repeat never tells; the payment's list of refunds does.
+		if found, ok := h.findKeyedRefund(rctx, r); ok {
+			ref, err = found, nil
+		}
 	}
 	if refusal, ok := unknownPayment(err); ok {
 		// A 404 to the refund alone could come from a wrong route or a proxy:
@@ -85,6 +93,22 @@ func (h *core) findRefund(ctx context.Context, r domain.RefundRequested) (provid
 		return provider.PaymentRefund{}, fmt.Errorf("payment %s: the provider refuses a refund but lists none", r.ChargeID)
 	}
 	return out, nil
+}
+
+// findKeyedRefund returns, like findRefund, the refunds the provider made
+// of r's payment, but only when one of them was sent under r's key (by its
+// metadata); false when none was, or the list failed.
+func (h *core) findKeyedRefund(ctx context.Context, r domain.RefundRequested) (provider.PaymentRefund, bool) {
+	list, err := h.payments.ListRefunds(ctx, r.ChargeID)
+	if err != nil {
+		return provider.PaymentRefund{}, false
+	}
+	for _, re := range list {
+		if re.Metadata[refundMetaKey] == r.Key && re.Status != "failed" && re.Status != "canceled" {
+			return refundTotal(list, r.Key), true
+		}
+	}
+	return provider.PaymentRefund{}, false
 }
 
 // refundTotal sums the refunds in list that did not fail, with the id of
