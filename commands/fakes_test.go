@@ -140,6 +140,9 @@ type fakePayments struct {
 	refundErrAfter int
 	// refund500 holds the refund keys whose saved answer is a 500.
 	refund500 map[string]bool
+	// cancelErrAfter makes the next n cancels execute (the payment is
+	// canceled) and answer a 500 that is saved under their key.
+	cancelErrAfter int
 	// onCreate, when set, runs (without the lock) at the start of every
 	// CreatePayment; tests use it to pause or interleave.
 	onCreate func(key string)
@@ -334,8 +337,13 @@ func (p *fakePayments) CancelPayment(_ context.Context, key, id string) (provide
 			Code: provider.CodePaymentIntentUnexpectedState})
 	}
 	pay.Status, pay.ClientSecret, pay.NextAction = provider.PaymentCanceled, "", nil
-	p.keys[key] = &fakeAnswer{payment: *pay}
-	return *pay, nil
+	saved := &fakeAnswer{payment: *pay}
+	if p.cancelErrAfter > 0 {
+		p.cancelErrAfter--
+		saved.err500 = true
+	}
+	p.keys[key] = saved
+	return answer(saved, false)
 }
 
 // Refund implements Payments: idempotent by key; a payment with nothing

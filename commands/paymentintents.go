@@ -217,7 +217,9 @@ func (h *core) cancelPayments(ctx context.Context, o domain.Order) error {
 // domain.CancelKey(id) and records its final state: PaymentFailed once
 // canceled. When the provider refuses the cancel because of the payment's
 // status (payment_intent_unexpected_state: it succeeded or failed
-// meanwhile), that state is fetched and recorded instead; a late success
+// meanwhile), or its outcome is unknown (a timeout, or a 500 the provider
+// saved and replays for the key), that state is fetched and recorded
+// instead (a payment still waiting is cancelled again); a late success
 // of an order that can no longer use it is a redundant effect, refunded
 // (Order.Record). Returns an error while the payment's final state is not
 // recorded.
@@ -228,7 +230,10 @@ func (h *core) cancelPayment(ctx context.Context, orderID string, n int, id stri
 	defer cancel()
 	p, err := h.payments.CancelPayment(cctx, domain.CancelKey(id), id)
 	var apiErr *provider.APIError
-	if errors.Is(err, provider.ErrInvalidRequest) && errors.As(err, &apiErr) && apiErr.Code == provider.CodePaymentIntentUnexpectedState {
+	if (errors.Is(err, provider.ErrInvalidRequest) && errors.As(err, &apiErr) && apiErr.Code == provider.CodePaymentIntentUnexpectedState) ||
+		errors.Is(err, provider.ErrOutcomeUnknown) {
+		// Refused for the payment's status, or no answer (the provider
+		// replays a saved 500 for the key): the payment tells its state.
 		p, err = h.payments.GetPayment(cctx, id)
 	}
 	if err != nil {

@@ -1056,6 +1056,22 @@ func TestPaymentActionRequired(t *testing.T) {
 			t.Errorf("provider net = %d, want 0", net)
 		}
 	})
+	t.Run("A cancel whose saved 500 the provider replays is settled by reading the payment.", func(t *testing.T) {
+		t.Parallel()
+		f, id := waiting(t)
+		f.pay.cancelErrAfter = 1
+		f.clock.Advance(16 * time.Minute)
+		for range 3 {
+			_ = f.h.ReconcileOrder(ctx, payOrder)
+		}
+		f.wantAppended(t, "appended (the payment was canceled; its cancel key replays a 500)", []string{evStarted, evAction, evOrderFail, evFailed})
+		if p, _ := f.pay.GetPayment(ctx, id); p.Status != provider.PaymentCanceled {
+			t.Errorf("payment %s is %s, want canceled", id, p.Status)
+		}
+		if o := f.order(); len(o.PaymentsToCancel()) != 0 {
+			t.Errorf("payments to cancel %v, want none", o.PaymentsToCancel())
+		}
+	})
 	t.Run("A success that meets the deadline's cancel is recorded and refunded as a redundant effect.", func(t *testing.T) {
 		t.Parallel()
 		f, id := waiting(t)
