@@ -592,6 +592,9 @@ type memKeys struct {
 	// clock, when set, stamps each row's creation (the database's now);
 	// otherwise rows are made at the zero time.
 	clock *fakeClock
+	// onKey, when set, runs (without the lock) at the start of every Key
+	// read; tests use it to stall the key table.
+	onKey func()
 }
 
 type memKeyRow struct {
@@ -693,6 +696,9 @@ func (k *memKeys) Unplaced(_ context.Context, before time.Time, limit int) (map[
 }
 
 func (k *memKeys) Key(_ context.Context, orderID string) (*envelope.DataKey, bool, error) {
+	if hook := k.onKey; hook != nil {
+		hook()
+	}
 	r, ok, err := k.row(orderID)
 	if !ok {
 		return nil, false, err

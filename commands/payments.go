@@ -406,8 +406,10 @@ func (h *core) appendLease(ctx context.Context, o domain.Order, s *stream, e dom
 // send makes the provider call of attempt a on a context detached from the
 // request, bounded by the provider timeout and by the fence (the lease's end
 // minus the send margin, held on the local monotonic clock from the database
-// time just read, so a process paused past its lease cannot start the call),
-// then records the outcome as a fact.
+// time read right before the call, after the attempt's inputs were read, so
+// a process paused past its lease cannot start the call; with too little
+// lease left by then it sends nothing and the caller decides again), then
+// records the outcome as a fact.
 func (h *core) send(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time, st *driveState) (step, error) {
 	req, err := h.attemptRequest(ctx, o, a, st.dk)
 	if errors.Is(err, errKeyGone) {
@@ -421,6 +423,15 @@ func (h *core) send(ctx context.Context, o domain.Order, s *stream, a domain.Att
 	if err != nil {
 		h.log.WarnContext(ctx, "payment attempt not sent: its inputs cannot be read", "order_id", o.ID, "attempt", a.N, "err", err)
 		return stepDone, err
+	}
+	// Reading the inputs may have taken any time (the key table): the
+	// fence is checked again, and held, from a reading of the database
+	// clock taken right before the call.
+	if now, err = h.streams.now(ctx); err != nil {
+		return stepDone, err
+	}
+	if !o.CanSend(a.N, h.cfg.Executor, now, h.cfg.ProviderTimeout+h.cfg.SendMargin) {
+		return stepAgain, nil
 	}
 	st.unsent = 0
 	start := time.Now()

@@ -378,6 +378,42 @@ func TestDrivePayment(t *testing.T) {
 	}
 }
 
+// TestSendIsFencedWhenItStarts: the fence holds at the instant the call
+// starts, not at the instant the drive decided to send: when reading the
+// attempt's inputs stalls (the key table answers 25 s later, by the
+// database clock), the send does not start with less than the provider
+// timeout plus the send margin left on its lease; the lease is renewed
+// first, and the order is paid once.
+func TestSendIsFencedWhenItStarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := payConfig()
+	f := newPayFix(t, cfg, "tok_visa", nil, payStarted(1, execA, payT0, payT0.Add(cfg.PaymentLease)))
+	var once sync.Once
+	f.keys.onKey = func() { once.Do(func() { f.clock.Advance(25 * time.Second) }) }
+	budget := cfg.ProviderTimeout + cfg.SendMargin
+	var unfenced []string
+	f.pay.onCreate = func(key string) {
+		now, _ := f.clock.Now(ctx)
+		o, _, err := f.h.LoadOrder(ctx, payOrder)
+		if err != nil || !o.CanSend(1, execA, now, budget) {
+			unfenced = append(unfenced, fmt.Sprintf("%s at %s, lease until %s", key, now.Format(time.TimeOnly), o.LastAttempt().LeaseUntil.Format(time.TimeOnly)))
+		}
+	}
+	if err := f.h.DrivePayment(ctx, payOrder); err != nil {
+		t.Fatalf("DrivePayment() = %v", err)
+	}
+	if len(unfenced) > 0 {
+		t.Errorf("sends started without ProviderTimeout+SendMargin (%s) left on the lease: %v", budget, unfenced)
+	}
+	if o := f.order(); o.Status != domain.OrderStatusConfirmed {
+		t.Errorf("order %s, want confirmed", o.Status)
+	}
+	if net, charges := f.pay.net(); net != payAmount.Amount || charges != 1 {
+		t.Errorf("provider net = %d over %d payments, want %d over 1", net, charges, payAmount.Amount)
+	}
+}
+
 // TestAttemptListRange: reconciliation lists the payments created from the
 // attempt's first start to its last lease's end plus the settling margin,
 // padded by the clock skew on both sides; a payment created just outside
