@@ -729,3 +729,40 @@ func (p staticPending) PendingOrders(_ context.Context, after string, limit int)
 }
 
 var _ = eventstore.Any
+
+// TestPGRefundUnderSavedServerErrorIsFoundInTheList: the cancel of a
+// confirmed order is refunded, but the provider answers the refund with a
+// 500 that it saved under the refund's key (the refund was made), and no
+// webhook arrives: the reconciler finds the refund in the payment's list of
+// refunds and records it, instead of retrying a replayed 500 for a day.
+func TestPGRefundUnderSavedServerErrorIsFoundInTheList(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	h := f.handler("pg-a", nil)
+	ctx := context.Background()
+	res := f.placeOrder(h, providersim.TokenVisa, 60*time.Second)
+	id := res.Order.ID
+	if res.Order.Status != domain.OrderStatusConfirmed {
+		t.Fatalf("order %s, want confirmed", res.Order.Status)
+	}
+	if err := f.sim.WaitWebhooks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.pauseWebhooks(true)
+	flt := f.sim.Faults()
+	flt.ErrorAfterCommit = 1
+	if err := f.sim.SetFaults(flt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.CancelOrder(ctx, f.req(OpCancelOrder), id); err != nil {
+		t.Fatalf("CancelOrder() = %v", err)
+	}
+	f.wantCharges(t, id, 0, 1) // the provider refunded
+	for range 3 {
+		_ = h.ReconcileOrder(ctx, id)
+	}
+	o := f.order(h, id)
+	if o.Status != domain.OrderStatusCancelled || len(o.PendingRefunds()) != 0 || o.NetCharged() != 0 {
+		t.Errorf("order %s with pending refunds %v and net %d, want cancelled with none and 0 (events %v)", o.Status, o.PendingRefunds(), o.NetCharged(), f.types(id))
+	}
+}
