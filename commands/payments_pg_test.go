@@ -766,3 +766,43 @@ func TestPGRefundUnderSavedServerErrorIsFoundInTheList(t *testing.T) {
 		t.Errorf("order %s with pending refunds %v and net %d, want cancelled with none and 0 (events %v)", o.Status, o.PendingRefunds(), o.NetCharged(), f.types(id))
 	}
 }
+
+// TestPGCancelUnderSavedServerErrorIsSettledByAFetch: past the payment
+// deadline the order fails and its payment, still waiting for the
+// customer's action, is cancelled; the provider cancels it but answers a
+// 500 it saved under the cancel's key, and no webhook arrives. The
+// reconciler reads the payment and records it canceled, instead of
+// retrying a replayed 500 for a day.
+func TestPGCancelUnderSavedServerErrorIsSettledByAFetch(t *testing.T) {
+	t.Parallel()
+	f := newPGFix(t, providersim.Config{})
+	h := f.handler("pg-a", nil)
+	ctx := context.Background()
+	res := f.placeOrder(h, providersim.TokenAuthenticationRequired, 0)
+	id := res.Order.ID
+	f.eventually(30*time.Second, "the payment to require the customer's action", func() bool {
+		return slices.Contains(f.types(id), evAction)
+	})
+	if err := f.sim.WaitWebhooks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.pauseWebhooks(true)
+	flt := f.sim.Faults()
+	flt.ErrorAfterCommit = 1
+	if err := f.sim.SetFaults(flt); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(DefaultConfig().PaymentDeadline + time.Minute)
+	for range 3 {
+		_ = h.ReconcileOrder(ctx, id)
+	}
+	o := f.order(h, id)
+	if o.Status != domain.OrderStatusFailed || len(o.PaymentsToCancel()) != 0 || !slices.Contains(f.types(id), evFailed) {
+		t.Errorf("order %s with payments to cancel %v (events %v), want failed with its payment recorded canceled", o.Status, o.PaymentsToCancel(), f.types(id))
+	}
+	for _, c := range f.sim.Charges() {
+		if c.Metadata[provider.MetadataOrderID] == id && c.Status != provider.PaymentCanceled {
+			t.Errorf("PaymentIntent %s is %s at the provider, want canceled", c.ID, c.Status)
+		}
+	}
+}
