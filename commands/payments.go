@@ -235,7 +235,7 @@ func (h *core) paymentStep(ctx context.Context, o domain.Order, s *stream, now t
 	case last.Outcome == domain.OutcomeRequiresAction:
 		return h.awaitAction(ctx, o, s, *last, now)
 	case last.Outcome == domain.OutcomeNone && o.CanSend(last.N, me, now, budget):
-		return h.send(ctx, o, s, *last, now, st)
+		return h.send(ctx, o, s, *last, st)
 	case now.Before(last.LeaseUntil) && last.Owner != me:
 		return stepDone, nil // another executor holds the lease: it sends and records, or we take over later
 	}
@@ -280,7 +280,7 @@ func (h *core) paymentStep(ctx context.Context, o domain.Order, s *stream, now t
 		// the same key with the same parameters, which the provider answers
 		// from the first request's result if it executed.
 		if o.CanSend(last.N, me, now, budget) {
-			return h.send(ctx, o, s, *last, now, st)
+			return h.send(ctx, o, s, *last, st)
 		}
 		return stepAgain, h.takeOverAttempt(ctx, o, s, *last, now, st)
 	case !settled:
@@ -410,7 +410,7 @@ func (h *core) appendLease(ctx context.Context, o domain.Order, s *stream, e dom
 // a process paused past its lease cannot start the call; with too little
 // lease left by then it sends nothing and the caller decides again), then
 // records the outcome as a fact.
-func (h *core) send(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, now time.Time, st *driveState) (step, error) {
+func (h *core) send(ctx context.Context, o domain.Order, s *stream, a domain.Attempt, st *driveState) (step, error) {
 	req, err := h.attemptRequest(ctx, o, a, st.dk)
 	if errors.Is(err, errKeyGone) {
 		// A key is deleted once the order can send no more (a cancel came
@@ -427,7 +427,8 @@ func (h *core) send(ctx context.Context, o domain.Order, s *stream, a domain.Att
 	// Reading the inputs may have taken any time (the key table): the
 	// fence is checked again, and held, from a reading of the database
 	// clock taken right before the call.
-	if now, err = h.streams.now(ctx); err != nil {
+	now, err := h.streams.now(ctx)
+	if err != nil {
 		return stepDone, err
 	}
 	if !o.CanSend(a.N, h.cfg.Executor, now, h.cfg.ProviderTimeout+h.cfg.SendMargin) {
