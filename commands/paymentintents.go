@@ -233,8 +233,11 @@ func (h *core) cancelPayment(ctx context.Context, orderID string, n int, id stri
 	if (errors.Is(err, provider.ErrInvalidRequest) && errors.As(err, &apiErr) && apiErr.Code == provider.CodePaymentIntentUnexpectedState) ||
 		errors.Is(err, provider.ErrOutcomeUnknown) {
 		// Refused for the payment's status, or no answer (the provider
-		// replays a saved 500 for the key): the payment tells its state.
-		p, err = h.payments.GetPayment(cctx, id)
+		// replays a saved 500 for the key): the payment tells its state,
+		// read on its own timeout (the cancel's may be spent).
+		gctx, gcancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
+		p, err = h.payments.GetPayment(gctx, id)
+		gcancel()
 	}
 	if err != nil {
 		return unavailable(err)

@@ -56,7 +56,11 @@ func (h *core) sendRefund(ctx context.Context, orderID string, r domain.RefundRe
 		// The refund may have been made: the provider saves the 500 of a
 		// request that began executing and replays it for the key, so a
 		// repeat never tells; the payment's list of refunds does.
-		if found, ok := h.findKeyedRefund(rctx, r); ok {
+		// On its own timeout: the refund's may be spent (a timeout).
+		lctx, lcancel := context.WithTimeout(h.detach(ctx), h.cfg.ProviderTimeout)
+		found, ok := h.findKeyedRefund(lctx, r)
+		lcancel()
+		if ok {
 			ref, err = found, nil
 		}
 	}
