@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alecthomas/kong"
 
@@ -568,5 +569,66 @@ func TestProviderKeysAndSecrets(t *testing.T) {
 	err = run(context.Background(), []string{"serve"}, &stdout, &stderr)
 	if err == nil || !strings.HasPrefix(err.Error(), "DATABASE_URL: ") {
 		t.Errorf("serve with a simulator URL and no key = %v, want it to go on to the (unreachable) database", err)
+	}
+}
+
+// TestEveryNumericFlagRefusesOutOfRange: every number and duration flag of
+// every command (walked from the command line's model, so a new flag is
+// covered) refuses a negative value, and every number flag NaN and
+// infinity, before anything runs: exit 2 with a message naming that flag.
+// A value accepted there would reach the unreachable database (exit 1), a
+// simulator that starts (it is stopped by the context), or run with a
+// window, timeout or rate that cannot be meant.
+func TestEveryNumericFlagRefusesOutOfRange(t *testing.T) {
+	t.Setenv("BOOKING_API_TOKENS", "a=x:admin,b=y")
+	t.Setenv("BOOKING_DATA_DIR", t.TempDir())
+	t.Setenv("DATABASE_URL", "postgres://127.0.0.1:1/never-connected")
+	for _, v := range []string{"BOOKING_NATS_URL", "BOOKING_EVENT_STORE", "BOOKING_PROVIDER_URL"} {
+		t.Setenv(v, "")
+	}
+	durationType := reflect.TypeFor[time.Duration]()
+	checked := 0
+	for path, n := range leafCommands(t) {
+		base := strings.Fields(path)
+		for _, f := range n.Flags {
+			if f.Required {
+				base = append(base, "--"+f.Name+"=x")
+			}
+		}
+		switch path { // what the command needs besides
+		case "provider-sim":
+			base = append(base, "--addr=127.0.0.1:0")
+		case "notifications tail":
+			base = append(base, "--nats-url=nats://127.0.0.1:1")
+		case "eventstore copy":
+			base = append(base, "--from=postgres", "--to=esdb://127.0.0.1:1")
+		}
+		for _, f := range n.Flags {
+			k := f.Target.Kind()
+			if k < reflect.Int || k > reflect.Float64 {
+				continue
+			}
+			bad := []string{"-1"}
+			switch {
+			case f.Target.Type() == durationType:
+				bad = []string{"-1s"}
+			case k == reflect.Float32 || k == reflect.Float64:
+				bad = append(bad, "NaN", "+Inf")
+			}
+			for _, v := range bad {
+				checked++
+				args := append(slices.Clone(base), "--"+f.Name+"="+v)
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				var stdout, stderr bytes.Buffer
+				err := run(ctx, args, &stdout, &stderr)
+				cancel()
+				if err == nil || exitCode(err) != exitUsage || !strings.Contains(err.Error(), "--"+f.Name) {
+					t.Errorf("booking %s --%s=%s = %v (exit %d), want exit %d naming --%s", path, f.Name, v, err, exitCode(err), exitUsage, f.Name)
+				}
+			}
+		}
+	}
+	if checked < 40 {
+		t.Errorf("checked %d values, want the number and duration flags of every command (at least 40)", checked)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -66,6 +67,9 @@ func (c *providerSimCmd) Run(e *env) error {
 	}
 	if c.SearchLag < 0 {
 		return configError("BOOKING_PROVIDER_SIM_SEARCH_LAG", "must not be negative")
+	}
+	if c.SlowDelay < 0 {
+		return configError("BOOKING_PROVIDER_SLOW_DELAY", "must not be negative")
 	}
 	log, err := e.logger(c.Log)
 	if err != nil {
@@ -173,7 +177,7 @@ func (c *loadgenCmd) Run(e *env) error {
 	// The service's settings the defaults are derived from; loadgen.Run
 	// checks the rest of the flags.
 	switch {
-	case !(c.BudgetRate > 0):
+	case !(c.BudgetRate > 0) || math.IsInf(c.BudgetRate, 1): // NaN too
 		return configError("--retry-budget-rate (BOOKING_RETRY_BUDGET_RATE)", "must be positive, got %v", c.BudgetRate)
 	case c.PaymentLease <= 0:
 		return configError("--payment-lease (BOOKING_PAYMENT_LEASE)", "must be positive, got %v", c.PaymentLease)

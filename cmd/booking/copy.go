@@ -88,8 +88,11 @@ func (c *eventstoreCopyCmd) backends() (from, to string, err error) {
 	if to, err = copyBackend("--to", c.To); err != nil {
 		return "", "", err
 	}
-	if c.Batch <= 0 || c.Every <= 0 {
-		return "", "", configError("--batch", "--batch and --progress-every must be positive")
+	if c.Batch <= 0 {
+		return "", "", configError("--batch", "must be positive, got %d", c.Batch)
+	}
+	if c.Every <= 0 {
+		return "", "", configError("--progress-every", "must be positive, got %d", c.Every)
 	}
 	if from == to {
 		return "", "", configError("--to", "is a %s event store like --from: copy between postgres and KurrentDB", to)

@@ -41,6 +41,9 @@ func (c *intentsExplainCmd) Run(e *env) error {
 	if err != nil {
 		return configError("--key", "%v", err)
 	}
+	if c.Retention <= 0 {
+		return configError("BOOKING_INTENT_RETENTION", "must be a positive duration such as 24h")
+	}
 	if err := config.CheckEventStore(c.EventStore); err != nil {
 		return err
 	}

@@ -35,6 +35,9 @@ func (c *rebuildCmd) Run(e *env) error {
 	if c.IntentRetention <= 0 {
 		return configError("BOOKING_INTENT_RETENTION", "must be a positive duration such as 24h")
 	}
+	if c.LockTimeout <= 0 { // the lock would be refused only after the whole replay
+		return configError("--lock-timeout", "must be a positive duration such as 2m")
+	}
 	if err := config.CheckEventStore(c.EventStore); err != nil {
 		return err
 	}

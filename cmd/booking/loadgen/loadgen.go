@@ -491,8 +491,8 @@ func (c *Config) validateFlags() error {
 		return configerr.New("--url", "is empty; want the API's base URL, such as http://127.0.0.1:8080 (or give --target)")
 	case len(c.Targets) == 0:
 		return configerr.New("--target", "is empty; want at least one base URL, such as http://127.0.0.1:8080")
-	case !(c.Rate > 0): // also refuses NaN
-		return configerr.New("--rate", "must be positive")
+	case !(c.Rate > 0) || math.IsInf(c.Rate, 1): // also refuses NaN
+		return configerr.New("--rate", "must be positive: a finite number of bookings per second")
 	}
 	for _, d := range []struct {
 		flag string
@@ -534,7 +534,7 @@ func (c *Config) validateFlags() error {
 			return configerr.New("--faults", "unknown fault %q (known: %s, %s)", f, strings.Join(FaultNames, ", "), FaultAll)
 		}
 	}
-	if len(c.Faults) > 0 && c.FaultPeriod <= 0 {
+	if c.FaultPeriod < 0 || (len(c.Faults) > 0 && c.FaultPeriod == 0) {
 		return configerr.New("--fault-period", "must be positive")
 	}
 	return nil

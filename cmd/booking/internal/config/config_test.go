@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ func validServe() Serve {
 		IntentRetention: 24 * time.Hour, IntentLease: 5 * time.Second, ReservationHold: 10 * time.Minute,
 		PaymentLease: 30 * time.Second, ProviderTimeout: 10 * time.Second, ProviderWindow: 24 * time.Hour,
 		PaymentDeadline: 15 * time.Minute, RecoveryInterval: 30 * time.Second, InUseWait: 2 * time.Second,
-		NATSDuplicateWindow: 10 * time.Minute, RetryBudgetRate: 20, RetryBudgetBurst: 40, Log: Log{LogFormat: "text", LogLevel: "info"},
+		NATSDuplicateWindow: 10 * time.Minute, ShutdownTimeout: 15 * time.Second, RetryBudgetRate: 20, RetryBudgetBurst: 40, Log: Log{LogFormat: "text", LogLevel: "info"},
 		Auth: Auth{Mode: authTokens, JWTAdminScope: "booking:admin"}}
 }
 
@@ -99,6 +100,10 @@ func TestServeConfigValidate(t *testing.T) {
 			c.Secrets.StripeSecretKey, c.Secrets.ProviderAPIKey = "sk_1", "sk_1"
 		}, "BOOKING_STRIPE_SECRET_KEY"},
 		{"A negative clock skew is refused.", func(c *Serve) { c.ProviderClockSkew = -time.Second }, "BOOKING_PROVIDER_CLOCK_SKEW"},
+		{"A zero shutdown timeout is refused.", func(c *Serve) { c.ShutdownTimeout = 0 }, "BOOKING_SHUTDOWN_TIMEOUT"},
+		{"A negative shutdown timeout is refused.", func(c *Serve) { c.ShutdownTimeout = -time.Second }, "BOOKING_SHUTDOWN_TIMEOUT"},
+		{"A retry budget rate of NaN is refused.", func(c *Serve) { c.RetryBudgetRate = math.NaN() }, "BOOKING_RETRY_BUDGET_RATE"},
+		{"An infinite retry budget rate is refused.", func(c *Serve) { c.RetryBudgetRate = math.Inf(1) }, "BOOKING_RETRY_BUDGET_RATE"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

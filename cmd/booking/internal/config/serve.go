@@ -9,6 +9,7 @@ package config
 import (
 	"io"
 	"log/slog"
+	"math"
 	"net/url"
 	"time"
 
@@ -148,7 +149,7 @@ func (c *Serve) Validate() error {
 		{"BOOKING_RESERVATION_HOLD", c.ReservationHold}, {"BOOKING_PAYMENT_LEASE", c.PaymentLease},
 		{"BOOKING_PROVIDER_TIMEOUT", c.ProviderTimeout}, {"BOOKING_PROVIDER_RETENTION", c.ProviderWindow},
 		{"BOOKING_PAYMENT_DEADLINE", c.PaymentDeadline}, {"BOOKING_RECOVERY_INTERVAL", c.RecoveryInterval},
-		{"BOOKING_NATS_DUPLICATE_WINDOW", c.NATSDuplicateWindow},
+		{"BOOKING_NATS_DUPLICATE_WINDOW", c.NATSDuplicateWindow}, {"BOOKING_SHUTDOWN_TIMEOUT", c.ShutdownTimeout},
 	}
 	for _, p := range positive {
 		if p.d <= 0 {
@@ -180,8 +181,8 @@ func (c *Serve) Validate() error {
 		return configerr.New("BOOKING_NATS_DUPLICATE_WINDOW", "%s must be at least 2 × BOOKING_RECOVERY_INTERVAL (%s), so a relay that takes over within the recovery interval republishes inside the window",
 			c.NATSDuplicateWindow, c.RecoveryInterval)
 	}
-	if c.RetryBudgetRate <= 0 {
-		return configerr.New("BOOKING_RETRY_BUDGET_RATE", "must be positive")
+	if !(c.RetryBudgetRate > 0) || math.IsInf(c.RetryBudgetRate, 1) { // NaN and +Inf too: they turn the budget off
+		return configerr.New("BOOKING_RETRY_BUDGET_RATE", "must be a positive number of requests per second, got %v", c.RetryBudgetRate)
 	}
 	if c.RetryBudgetBurst < 1 {
 		return configerr.New("BOOKING_RETRY_BUDGET_BURST", "must be at least 1")
