@@ -69,6 +69,53 @@ func CheckListenAddr(variable, addr, hint string) error {
 	return nil
 }
 
+// Listener is a listen address of one process and the variable that sets
+// it.
+type Listener struct{ Variable, Addr string }
+
+// CheckDistinctAddrs returns a configuration error naming the later
+// variable when two of ls (each already checked by CheckListenAddr) would
+// bind the same port: the same host, or either host a wildcard (empty,
+// 0.0.0.0 or ::, which net.Listen binds on every address). The process
+// would otherwise start and then fail at its own second listen with
+// "address already in use" (exit 1), as if another program held the port.
+// Port 0 (any free port) never collides; host names are not resolved.
+func CheckDistinctAddrs(ls []Listener) error {
+	type bound struct {
+		Listener
+		host string
+		port int
+	}
+	var seen []bound
+	for _, l := range ls {
+		host, p, err := net.SplitHostPort(l.Addr)
+		if err != nil {
+			continue // CheckListenAddr reports it
+		}
+		port, err := net.LookupPort("tcp", p)
+		if err != nil || port == 0 {
+			continue
+		}
+		for _, b := range seen {
+			if b.port == port && (b.host == host || wildcardHost(b.host) || wildcardHost(host)) {
+				return configerr.New(l.Variable, "%s takes port %d of %s (%s): each listener needs a port of its own", l.Addr, port, b.Variable, b.Addr)
+			}
+		}
+		seen = append(seen, bound{l, host, port})
+	}
+	return nil
+}
+
+// wildcardHost reports whether host, from a listen address, means every
+// address of the machine.
+func wildcardHost(host string) bool {
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
 // EventStoreBackend returns the backend name (pgcoord.BackendPostgres or
 // BackendKurrentDB) of a BOOKING_EVENT_STORE value, or a configuration
 // error naming the variable.

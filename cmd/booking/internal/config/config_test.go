@@ -100,6 +100,11 @@ func TestServeConfigValidate(t *testing.T) {
 			c.Secrets.StripeSecretKey, c.Secrets.ProviderAPIKey = "sk_1", "sk_1"
 		}, "BOOKING_STRIPE_SECRET_KEY"},
 		{"A negative clock skew is refused.", func(c *Serve) { c.ProviderClockSkew = -time.Second }, "BOOKING_PROVIDER_CLOCK_SKEW"},
+		{"An admin address on the API's address is refused.", func(c *Serve) { c.AdminAddr = "127.0.0.1:8080" }, "BOOKING_ADMIN_ADDR"},
+		{"An embedded NATS address on the API's port of every address is refused.", func(c *Serve) {
+			c.HTTPAddr, c.NATSAddr = ":4222", "127.0.0.1:4222"
+		}, "BOOKING_NATS_ADDR"},
+		{"A dev-mode simulator address on the admin port is refused.", func(c *Serve) { c.ProviderSimAddr = "0.0.0.0:9091" }, "BOOKING_PROVIDER_SIM_ADDR"},
 		{"A zero shutdown timeout is refused.", func(c *Serve) { c.ShutdownTimeout = 0 }, "BOOKING_SHUTDOWN_TIMEOUT"},
 		{"A negative shutdown timeout is refused.", func(c *Serve) { c.ShutdownTimeout = -time.Second }, "BOOKING_SHUTDOWN_TIMEOUT"},
 		{"A retry budget rate of NaN is refused.", func(c *Serve) { c.RetryBudgetRate = math.NaN() }, "BOOKING_RETRY_BUDGET_RATE"},
@@ -133,6 +138,19 @@ func TestServeConfigValidate(t *testing.T) {
 	c.Secrets.MasterKeysFile = "/run/secrets/master-keys" // read at start, not by Validate
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate() with external NATS and provider and their unused addresses invalid = %v, want nil", err)
+	}
+	// Listeners on one port of different hosts, on any free port (0), or
+	// on an address the configuration does not use are no conflict.
+	c = validServe()
+	c.HTTPAddr, c.AdminAddr, c.ProviderSimAddr = "127.0.0.1:8080", "127.0.0.2:8080", "127.0.0.1:0"
+	c.NATSURL, c.NATSAddr = "nats://nats.internal:4222", "127.0.0.1:8080"
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate() with listeners on distinct addresses = %v, want nil", err)
+	}
+	c = validServe()
+	c.HTTPAddr, c.AdminAddr, c.NATSAddr, c.ProviderSimAddr = "127.0.0.1:0", "127.0.0.1:0", ":0", "127.0.0.1:0"
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate() with every listener on port 0 = %v, want nil", err)
 	}
 	// A simulator URL alone starts without a key; a Stripe key alone
 	// selects Stripe's API (no simulator address is checked).

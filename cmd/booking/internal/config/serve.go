@@ -135,6 +135,9 @@ func (c *Serve) Validate() error {
 	if err := c.validateProvider(); err != nil {
 		return err
 	}
+	if err := CheckDistinctAddrs(c.listeners()); err != nil {
+		return err
+	}
 	if _, err := c.Log.Logger(io.Discard); err != nil {
 		return err
 	}
@@ -224,4 +227,22 @@ func (c *Serve) validateProvider() error {
 		return configerr.New("BOOKING_PROVIDER_WEBHOOK_SECRET", "required with Stripe's API or BOOKING_PROVIDER_URL: the webhook endpoint's signing secret (whsec_…)")
 	}
 	return nil
+}
+
+// listeners returns the addresses `booking serve` listens on with c, by
+// variable, in the order it binds them: the API, the admin listener (when
+// set), the embedded NATS server (without BOOKING_NATS_URL) and the
+// in-process simulator (dev mode).
+func (c *Serve) listeners() []Listener {
+	ls := []Listener{{"BOOKING_HTTP_ADDR", c.HTTPAddr}}
+	if c.AdminAddr != "" {
+		ls = append(ls, Listener{"BOOKING_ADMIN_ADDR", c.AdminAddr})
+	}
+	if c.NATSURL == "" {
+		ls = append(ls, Listener{"BOOKING_NATS_ADDR", c.NATSAddr})
+	}
+	if c.DevMode() {
+		ls = append(ls, Listener{"BOOKING_PROVIDER_SIM_ADDR", c.ProviderSimAddr})
+	}
+	return ls
 }
