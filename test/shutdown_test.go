@@ -1,6 +1,7 @@
 package test
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -80,4 +81,65 @@ func TestShutdown_BoundedWhileAPaymentStepHangs(t *testing.T) {
 	if r := s.do(t, "GET", "/v1/orders/"+id, tokAlice, "", nil); r.Status != http.StatusOK {
 		t.Errorf("%s: want 200", r)
 	}
+}
+
+// TestShutdown_RequestStillRunningAfterTheGracePeriod: a request still
+// running when BOOKING_SHUTDOWN_TIMEOUT (1 s) has passed (an order waiting,
+// with Prefer: wait=10, for a payment the provider takes 15 s to answer) is
+// cut off as a crash would cut it: booking serve exits with status 0 within
+// seconds, logs that requests were cut off, the client gets no answer
+// (nothing acknowledged), and after a restart the order is paid once and
+// its repeat under the same key answers it.
+func TestShutdown_RequestStillRunningAfterTheGracePeriod(t *testing.T) {
+	t.Parallel()
+	s, show, res := mustStartReserved(t, Options{ExternalSim: true, Env: fastEnv(
+		"BOOKING_PROVIDER_TIMEOUT", "20s", "BOOKING_PAYMENT_LEASE", "25s", "BOOKING_PROVIDER_SLOW_DELAY", "15s",
+		"BOOKING_SHUTDOWN_TIMEOUT", "1s")}, 2)
+	key := newKey()
+	answered := make(chan *resp, 1)
+	go func() {
+		r, err := s.send(context.Background(), orderCall(tokAlice, key, res, "tok_slow"))
+		if err != nil {
+			r = nil
+		}
+		answered <- r
+	}()
+	var inFlight struct {
+		Keys []string `json:"idempotency_keys"`
+	}
+	if !eventually(60*time.Second, func() bool {
+		s.simGet(t, "/_sim/in-flight", &inFlight)
+		return len(inFlight.Keys) == 1
+	}) {
+		t.Fatalf("GET /_sim/in-flight = %v, want the order's payment in flight", inFlight.Keys)
+	}
+
+	s.mu.Lock()
+	p := s.cur
+	s.mu.Unlock()
+	mark := len(s.logs.String())
+	if !p.signalAndWait(syscall.SIGTERM, 30*time.Second) {
+		p.signalAndWait(syscall.SIGKILL, 10*time.Second)
+		t.Fatalf("booking serve did not exit within 30 s of SIGTERM with BOOKING_SHUTDOWN_TIMEOUT=1s and a request running")
+	}
+	if code := p.exitCode(); code != 0 {
+		t.Errorf("booking serve exited with status %d after SIGTERM with a request running past the grace period, want 0 (logs: %s)",
+			code, tail(s.logs.String()[mark:], 5))
+	}
+	if out := s.logs.String()[mark:]; !strings.Contains(out, "shutdown timeout passed with requests still running") {
+		t.Errorf("booking serve's shutdown did not log that requests were cut off:\n%s", tail(out, 10))
+	}
+	if r := <-answered; r != nil {
+		t.Errorf("the request cut off at shutdown was answered %s; want no answer", r)
+	}
+
+	s.Restart()
+	id := s.onlyClaimedOrder(t, "after the shutdown")
+	s.waitRecovered(t, id, 120*time.Second) // after the lease (25 s) and the charge (15 s)
+	r := s.mustOrder(t, tokAlice, key, res, "tok_slow")
+	if got := orderIDOf(t, r); got != id || !r.replayed() {
+		t.Errorf("the repeat after the restart answered order %s (replayed %v), want order %s replayed", got, r.replayed(), id)
+	}
+	s.checkPaidOnce(t, id)
+	s.wantAvailable(t, show, 8)
 }
