@@ -105,6 +105,9 @@ func TestServeConfigValidate(t *testing.T) {
 			c.HTTPAddr, c.NATSAddr = ":4222", "127.0.0.1:4222"
 		}, "BOOKING_NATS_ADDR"},
 		{"A dev-mode simulator address on the admin port is refused.", func(c *Serve) { c.ProviderSimAddr = "0.0.0.0:9091" }, "BOOKING_PROVIDER_SIM_ADDR"},
+		{"A duplicate window within the relay's fail-over time of a short recovery interval is refused.", func(c *Serve) {
+			c.RecoveryInterval, c.NATSDuplicateWindow = time.Second, 3*time.Second
+		}, "BOOKING_NATS_DUPLICATE_WINDOW"},
 		{"A zero shutdown timeout is refused.", func(c *Serve) { c.ShutdownTimeout = 0 }, "BOOKING_SHUTDOWN_TIMEOUT"},
 		{"A negative shutdown timeout is refused.", func(c *Serve) { c.ShutdownTimeout = -time.Second }, "BOOKING_SHUTDOWN_TIMEOUT"},
 		{"A retry budget rate of NaN is refused.", func(c *Serve) { c.RetryBudgetRate = math.NaN() }, "BOOKING_RETRY_BUDGET_RATE"},

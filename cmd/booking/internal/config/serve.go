@@ -15,6 +15,7 @@ import (
 
 	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/cmd/booking/internal/logging"
+	"github.com/retrysafe/booking/cmd/booking/internal/natsrun"
 	"github.com/retrysafe/booking/cmd/booking/internal/secrets"
 )
 
@@ -183,6 +184,14 @@ func (c *Serve) Validate() error {
 	if c.NATSDuplicateWindow < 2*c.RecoveryInterval {
 		return configerr.New("BOOKING_NATS_DUPLICATE_WINDOW", "%s must be at least 2 × BOOKING_RECOVERY_INTERVAL (%s), so a relay that takes over within the recovery interval republishes inside the window",
 			c.NATSDuplicateWindow, c.RecoveryInterval)
+	}
+	// The relay's own check (natsrun.Start), here so that it refuses the
+	// window before anything starts: for a short recovery interval the
+	// fail-over time exceeds 2 × the interval.
+	relay := natsrun.RelayConfig(natsrun.Config{RecoveryInterval: c.RecoveryInterval}, slog.New(slog.DiscardHandler))
+	if err := relay.CheckDuplicateWindow(c.NATSDuplicateWindow); err != nil {
+		return configerr.New("BOOKING_NATS_DUPLICATE_WINDOW", "%s must exceed the relay's fail-over time %s (from BOOKING_RECOVERY_INTERVAL %s)",
+			c.NATSDuplicateWindow, relay.FailoverTime(), c.RecoveryInterval)
 	}
 	if !(c.RetryBudgetRate > 0) || math.IsInf(c.RetryBudgetRate, 1) { // NaN and +Inf too: they turn the budget off
 		return configerr.New("BOOKING_RETRY_BUDGET_RATE", "must be a positive number of requests per second, got %v", c.RetryBudgetRate)
