@@ -18,7 +18,7 @@ func validServe() Serve {
 		HTTPLimits: HTTPLimits{HTTPReadTimeout: 15 * time.Second, HTTPReadHeaderTimeout: 5 * time.Second, HTTPWriteTimeout: 30 * time.Second,
 			HTTPIdleTimeout: 2 * time.Minute, HTTPMaxHeaderBytes: 64 << 10, HTTPMaxConns: 1024,
 			WebhookTimeout: 15 * time.Second, WebhookConcurrency: 16},
-		EventStore: "postgres", ProviderSimAddr: "127.0.0.1:8090", NATSAddr: "127.0.0.1:4222", APITokens: "alice=tok-alice",
+		EventStore: "postgres", DataDir: ".data", ProviderSimAddr: "127.0.0.1:8090", NATSAddr: "127.0.0.1:4222", APITokens: "alice=tok-alice",
 		IntentRetention: 24 * time.Hour, IntentLease: 5 * time.Second, ReservationHold: 10 * time.Minute,
 		PaymentLease: 30 * time.Second, ProviderTimeout: 10 * time.Second, ProviderWindow: 24 * time.Hour,
 		PaymentDeadline: 15 * time.Minute, RecoveryInterval: 30 * time.Second, InUseWait: 2 * time.Second,
@@ -108,6 +108,7 @@ func TestServeConfigValidate(t *testing.T) {
 		{"A duplicate window within the relay's fail-over time of a short recovery interval is refused.", func(c *Serve) {
 			c.RecoveryInterval, c.NATSDuplicateWindow = time.Second, 3*time.Second
 		}, "BOOKING_NATS_DUPLICATE_WINDOW"},
+		{"An empty data directory is refused while the embedded NATS server or dev mode needs it.", func(c *Serve) { c.DataDir = "" }, "BOOKING_DATA_DIR"},
 		{"A zero shutdown timeout is refused.", func(c *Serve) { c.ShutdownTimeout = 0 }, "BOOKING_SHUTDOWN_TIMEOUT"},
 		{"A negative shutdown timeout is refused.", func(c *Serve) { c.ShutdownTimeout = -time.Second }, "BOOKING_SHUTDOWN_TIMEOUT"},
 		{"A retry budget rate of NaN is refused.", func(c *Serve) { c.RetryBudgetRate = math.NaN() }, "BOOKING_RETRY_BUDGET_RATE"},
@@ -138,6 +139,7 @@ func TestServeConfigValidate(t *testing.T) {
 	c = validServe()
 	c.NATSURL, c.NATSAddr = "nats://nats.internal:4222", "unused"
 	c.ProviderURL, c.ProviderWebhookSecret, c.ProviderSimAddr = "https://provider.invalid", "whsec", "unused"
+	c.DataDir = ""                                        // used by neither
 	c.Secrets.MasterKeysFile = "/run/secrets/master-keys" // read at start, not by Validate
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate() with external NATS and provider and their unused addresses invalid = %v, want nil", err)

@@ -139,6 +139,12 @@ func (c *Serve) Validate() error {
 	if err := CheckDistinctAddrs(c.listeners()); err != nil {
 		return err
 	}
+	if c.DataDir == "" && (c.NATSURL == "" || c.DevMode()) {
+		// Empty would put the embedded NATS server's storage and dev mode's
+		// master key in the working directory, and keep the simulator's
+		// charges in memory only.
+		return configerr.New("BOOKING_DATA_DIR", "must not be empty: the embedded NATS server's storage and, in dev mode, the simulator's state and master key live there (default .data)")
+	}
 	if _, err := c.Log.Logger(io.Discard); err != nil {
 		return err
 	}
