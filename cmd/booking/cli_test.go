@@ -161,6 +161,8 @@ func TestConfigurationErrorsExitTwo(t *testing.T) {
 		{[]string{"serve", "--database-url", "postgres://127.0.0.1:1/x", "--api-tokens", "a=t", "--intent-lease=-5s"},
 			"invalid configuration: --intent-lease (BOOKING_INTENT_LEASE): must be a positive duration"},
 		{[]string{"provider-sim", "--retention=-1s"}, "invalid configuration: --retention (BOOKING_PROVIDER_RETENTION): must be a positive duration"},
+		{[]string{"serve", "--database-url", "postgres://127.0.0.1:1/x", "--api-tokens", "a=t", "--nats-url=nats://a b"}, "invalid configuration: --nats-url (BOOKING_NATS_URL): want nats://host:port"},
+		{[]string{"notifications", "tail", "--database-url", "postgres://127.0.0.1:1/x", "--nats-url=localhost"}, "invalid configuration: --nats-url (BOOKING_NATS_URL): want nats://host:port"},
 		{[]string{"projections", "rebuild", "--database-url", "postgres://127.0.0.1:1/x", "bogus"}, `unknown read model "bogus"`},
 		{[]string{"loadgen"}, "BOOKING_API_TOKENS"},
 		{[]string{"loadgen", "--tokens", "a=x:admin,b=y", "--database-url", "postgres://%zz"}, "DATABASE_URL"},
@@ -630,5 +632,24 @@ func TestEveryNumericFlagRefusesOutOfRange(t *testing.T) {
 	}
 	if checked < 40 {
 		t.Errorf("checked %d values, want the number and duration flags of every command (at least 40)", checked)
+	}
+}
+
+// TestProviderSimRefusesABadWebhookURL: `booking provider-sim` with a
+// webhook URL that is not an http(s) URL exits 2 naming it, instead of
+// serving and never delivering a webhook.
+func TestProviderSimRefusesABadWebhookURL(t *testing.T) {
+	t.Setenv("BOOKING_DATA_DIR", "")
+	for _, bad := range []string{"notaurl", "ftp://x/hooks", "http://"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var stdout, stderr bytes.Buffer
+		err := run(ctx, []string{"provider-sim", "--addr=127.0.0.1:0", "--webhook-url=" + bad}, &stdout, &stderr)
+		cancel()
+		if err == nil || exitCode(err) != exitUsage || !strings.Contains(err.Error(), "--webhook-url (BOOKING_PROVIDER_WEBHOOK_URL)") {
+			t.Errorf("booking provider-sim --webhook-url=%s = %v (exit %d), want exit %d naming --webhook-url (BOOKING_PROVIDER_WEBHOOK_URL)", bad, err, exitCode(err), exitUsage)
+		}
+		if strings.Contains(stdout.String(), "provider simulator on") {
+			t.Errorf("booking provider-sim --webhook-url=%s started: %q", bad, stdout.String())
+		}
 	}
 }

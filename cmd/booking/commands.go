@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -70,6 +71,9 @@ func (c *providerSimCmd) Run(e *env) error {
 	}
 	if c.SlowDelay < 0 {
 		return configError("BOOKING_PROVIDER_SLOW_DELAY", "must not be negative")
+	}
+	if u, err := url.Parse(c.WebhookURL); c.WebhookURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return configError("BOOKING_PROVIDER_WEBHOOK_URL", "must be an http(s) URL such as http://127.0.0.1:8080/v1/provider/webhooks, or empty for none")
 	}
 	log, err := e.logger(c.Log)
 	if err != nil {

@@ -41,6 +41,9 @@ func (c *tailCmd) validate() error {
 	if c.NATSURL == "" {
 		return configError("BOOKING_NATS_URL", "required")
 	}
+	if _, err := natsrun.CheckURL(c.NATSURL); err != nil {
+		return err
+	}
 	if c.Durable == "" || strings.ContainsAny(c.Durable, ".*> \t") {
 		return configError("--durable", "must be a non-empty name without '.', '*', '>' or white space")
 	}

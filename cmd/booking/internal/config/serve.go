@@ -129,6 +129,8 @@ func (c *Serve) Validate() error {
 		if err := CheckListenAddr("BOOKING_NATS_ADDR", c.NATSAddr, " (or set BOOKING_NATS_URL to use a running server)"); err != nil {
 			return err
 		}
+	} else if _, err := natsrun.CheckURL(c.NATSURL); err != nil {
+		return err
 	}
 	if err := CheckEventStore(c.EventStore); err != nil {
 		return err

@@ -109,13 +109,9 @@ const RelayCheckpointEvery = time.Second
 // its password. A lost connection is logged to log as a warning, and the
 // reconnection after it as info.
 func Connect(serverURL, name string, log *slog.Logger) (*nats.Conn, error) {
-	shown := make([]string, 0, 1)
-	for _, s := range strings.Split(serverURL, ",") {
-		u, err := url.Parse(strings.TrimSpace(s))
-		if err != nil || u.Host == "" {
-			return nil, configerr.New("BOOKING_NATS_URL", "want nats://host:port[,nats://host:port...], got an entry that is not such a URL")
-		}
-		shown = append(shown, u.Redacted())
+	shown, err := CheckURL(serverURL)
+	if err != nil {
+		return nil, err
 	}
 	nc, err := nats.Connect(serverURL, nats.Name(name), nats.Timeout(StartTimeout), nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -128,6 +124,21 @@ func Connect(serverURL, name string, log *slog.Logger) (*nats.Conn, error) {
 		return nil, fmt.Errorf("cannot reach NATS at %s (BOOKING_NATS_URL): %w", strings.Join(shown, ","), err)
 	}
 	return nc, nil
+}
+
+// CheckURL returns a *configerr.Error naming BOOKING_NATS_URL unless every
+// comma-separated entry of serverURL is a URL with a host, and else the
+// entries with their passwords redacted. It does not connect.
+func CheckURL(serverURL string) ([]string, error) {
+	shown := make([]string, 0, 1)
+	for _, s := range strings.Split(serverURL, ",") {
+		u, err := url.Parse(strings.TrimSpace(s))
+		if err != nil || u.Host == "" {
+			return nil, configerr.New("BOOKING_NATS_URL", "want nats://host:port[,nats://host:port...], got an entry that is not such a URL")
+		}
+		shown = append(shown, u.Redacted())
+	}
+	return shown, nil
 }
 
 // Start starts the embedded NATS server with JetStream (file storage in
