@@ -153,6 +153,21 @@ func (c *Serve) Validate() error {
 	if err := c.Auth.Validate(c.APITokens); err != nil {
 		return err
 	}
+	if err := c.validateWindows(); err != nil {
+		return err
+	}
+	if !(c.RetryBudgetRate > 0) || math.IsInf(c.RetryBudgetRate, 1) { // NaN and +Inf too: they turn the budget off
+		return configerr.New("BOOKING_RETRY_BUDGET_RATE", "must be a positive number of requests per second, got %v", c.RetryBudgetRate)
+	}
+	if c.RetryBudgetBurst < 1 {
+		return configerr.New("BOOKING_RETRY_BUDGET_BURST", "must be at least 1")
+	}
+	return nil
+}
+
+// validateWindows checks the durations and the relations between the
+// windows that keep retries safe, naming the variable at fault.
+func (c *Serve) validateWindows() error {
 	positive := []struct {
 		name string
 		d    time.Duration
@@ -200,12 +215,6 @@ func (c *Serve) Validate() error {
 	if err := relay.CheckDuplicateWindow(c.NATSDuplicateWindow); err != nil {
 		return configerr.New("BOOKING_NATS_DUPLICATE_WINDOW", "%s must exceed the relay's fail-over time %s (from BOOKING_RECOVERY_INTERVAL %s)",
 			c.NATSDuplicateWindow, relay.FailoverTime(), c.RecoveryInterval)
-	}
-	if !(c.RetryBudgetRate > 0) || math.IsInf(c.RetryBudgetRate, 1) { // NaN and +Inf too: they turn the budget off
-		return configerr.New("BOOKING_RETRY_BUDGET_RATE", "must be a positive number of requests per second, got %v", c.RetryBudgetRate)
-	}
-	if c.RetryBudgetBurst < 1 {
-		return configerr.New("BOOKING_RETRY_BUDGET_BURST", "must be at least 1")
 	}
 	return nil
 }
