@@ -13,7 +13,7 @@ import (
 const (
 	MaxCapacity     = 1_000_000 // seats per show
 	MaxSeatsPerHold = 20        // seats per reservation
-	MaxNameLength   = 200       // characters of a show name
+	MaxNameLength   = 200       // characters of a show name: Unicode code points as sent, not normalized
 	MaxAmountMinor  = 1<<53 - 1 // largest money amount (minor units), JSON-safe
 )
 
