@@ -126,8 +126,11 @@ func (a *api) routes() http.Handler {
 
 // recoverer answers a handler's panic like any internal error: a 500
 // problem+json with code internal and the request's ids, the panic and its
-// stack logged by the access entry (accessEntry.Panic). http.ErrAbortHandler
-// is panicked again, so net/http aborts the answer as it asks.
+// stack logged by the access entry (accessEntry.Panic). When the handler
+// had already sent its status, no answer can say so: recoverer panics
+// http.ErrAbortHandler, and net/http breaks the connection (HTTP/1) or
+// resets the stream (HTTP/2), so the client never reads the partial answer
+// as a whole one. http.ErrAbortHandler itself is panicked again.
 func (a *api) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
@@ -140,6 +143,9 @@ func (a *api) recoverer(next http.Handler) http.Handler {
 			}
 			if e := middleware.GetLogEntry(r); e != nil {
 				e.Panic(v, debug.Stack())
+			}
+			if ww, ok := w.(middleware.WrapResponseWriter); ok && ww.Status() != 0 {
+				panic(http.ErrAbortHandler)
 			}
 			a.writeError(w, r, fmt.Errorf("handler panicked: %v", v))
 		}()
