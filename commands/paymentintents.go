@@ -219,10 +219,12 @@ func (h *core) cancelPayments(ctx context.Context, o domain.Order) error {
 // status (payment_intent_unexpected_state: it succeeded or failed
 // meanwhile), or its outcome is unknown (a timeout, or a 500 the provider
 // saved and replays for the key), that state is fetched and recorded
-// instead (a payment still waiting is cancelled again); a late success
-// of an order that can no longer use it is a redundant effect, refunded
-// (Order.Record). Returns an error while the payment's final state is not
-// recorded.
+// instead; a late success of an order that can no longer use it is a
+// redundant effect, refunded (Order.Record). Returns an error while the
+// payment's final state is not recorded: a payment still waiting is
+// cancelled again on the reconciler's next pass, under the same key, so a
+// saved 500 whose request cancelled nothing is replayed until the provider
+// forgets the key (24 hours at Stripe).
 func (h *core) cancelPayment(ctx context.Context, orderID string, n int, id string) error {
 	unlock := h.sends.Lock("cancel/" + id)
 	defer unlock()

@@ -27,7 +27,10 @@ const (
 // PaymentIntent id) with key r.Key (the RefundRequested event was recorded
 // before) and records RefundSucceeded. A refund the provider already made
 // (its answer lost — also a saved 500 the key replays — or its key
-// forgotten) is found by listing the payment's refunds. A provider that does not know the payment (404
+// forgotten) is found by listing the payment's refunds. A saved 500 whose
+// request made no refund is replayed until the provider forgets the key
+// (24 hours at Stripe): the refund stays pending, and its alert fires,
+// until then. A provider that does not know the payment (404
 // resource_missing, confirmed by reading the payment) ends the refund:
 // RefundRefused and the order in review (Order.RefuseRefund), never
 // retried. Returns the provider's or the store's error; the reconciler

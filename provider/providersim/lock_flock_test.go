@@ -4,9 +4,34 @@ package providersim
 
 import (
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
+
+// TestLockDirRefusesAHeldLock: while one holder has a data directory's
+// lock, a second lockDir is refused after waiting lockWait; once the lock
+// is released, the next lockDir takes it.
+func TestLockDirRefusesAHeldLock(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "lock")
+	release, err := lockDir(path)
+	if err != nil {
+		t.Fatalf("first lockDir = %v", err)
+	}
+	if _, err := lockDir(path); err == nil || !strings.Contains(err.Error(), "is locked") {
+		t.Fatalf("second lockDir while held = %v, want an \"is locked\" refusal", err)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := lockDir(path)
+	if err != nil {
+		t.Fatalf("lockDir after release = %v", err)
+	}
+	again()
+}
 
 // TestReopenWhileStartingProgramsIsNotRefused: a simulator closed and
 // opened again on its data directory is not refused as "locked by another

@@ -106,8 +106,8 @@ type panickingService struct{ *fakeService }
 func (panickingService) GetShow(context.Context, string) (domain.Show, error) { panic("boom") }
 
 // A handler's panic is answered like every other error: 500 problem+json
-// with code internal and the request's id (DESIGN.md §6: errors are
-// application/problem+json), not an empty 500.
+// with code internal and the request's id (errors are
+// application/problem+json).
 func TestPanicIsAProblem(t *testing.T) {
 	t.Parallel()
 	f := &fakeService{}
@@ -125,10 +125,9 @@ func TestPanicIsAProblem(t *testing.T) {
 }
 
 // A query parameter an endpoint reads is refused when its pair does not
-// decode (a bad %-escape, or a ';', which net/url no longer takes as a
+// decode (a bad %-escape, or a ';', which net/url does not take as a
 // separator): docs/api.md makes anything but a positive integer limit, or a
-// cursor not handed out, a 400 naming it. URL.Query drops such a pair, which
-// answered the default first page instead.
+// cursor not handed out, a 400 naming it, never the default first page.
 func TestMalformedQueryParameterIs400NamingIt(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ path, field, code string }{

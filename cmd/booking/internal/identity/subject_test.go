@@ -11,9 +11,9 @@ import (
 
 // Two different subjects are two actors: a sub whose JSON text holds an
 // escaped lone surrogate ("\ud800", not a Unicode character) is refused,
-// never read as U+FFFD, which made "a\ud800" and "a\udbff" one actor id.
-// A subject that is Unicode text is accepted as ever, U+FFFD itself and an
-// escaped surrogate pair included.
+// never read as U+FFFD, so "a\ud800" and "a\udbff" are not one actor id.
+// A subject that is Unicode text is accepted, U+FFFD itself and an escaped
+// surrogate pair included.
 func TestJWTSubjectsWithLoneSurrogatesAreNotOneActor(t *testing.T) {
 	t.Parallel()
 	key := jwttest.NewRSA(t, "k1")
