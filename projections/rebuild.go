@@ -42,6 +42,10 @@ type RebuildOptions struct {
 	// it the least recently touched quarter is written out and read back
 	// when the log touches it again.
 	MaxRows int
+
+	// commit ends the swap's transaction (nil: tx.Commit); tests replace
+	// it to lose the commit's answer or to act while it runs.
+	commit func(ctx context.Context, tx pgx.Tx) error
 }
 
 // RebuildResult describes a finished rebuild.
@@ -81,8 +85,11 @@ type RebuildResult struct {
 // Memory is bounded by MaxRows rows per table (plus the per-show sales
 // aggregate, one small row per show, and the pages read ahead), whatever
 // the size of the log. Rebuild never calls anything but the database and
-// log. On any error the fresh tables are dropped, nothing is swapped, and
-// the error says at which step it failed. Running it again is safe: a
+// log. Once step 6 has begun it runs to its end even if ctx is cancelled
+// (bounded by swapTimeout). On any error the fresh tables not swapped in
+// are dropped and the error says at which step it failed; nothing was
+// swapped unless it is a *SwapUnknownError (the swap's commit answer was
+// lost and could not be read back). Running it again is safe: a
 // rebuild of an unchanged log swaps in identical tables. It blocks until
 // done.
 func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Projection, o RebuildOptions) (res RebuildResult, err error) {
@@ -140,7 +147,16 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log LogReader, ps []*Proje
 	if cp, err = replay(ctx, pool, log, fresh.bounds, cp, size, progress); err != nil {
 		return res, fmt.Errorf("projections: rebuild: catch up: %w", err)
 	}
-	if err = swap(ctx, pool, fresh.bounds, cp); err != nil {
+	// Once begun, the swap runs to its end even if ctx is cancelled: its
+	// outcome is then known (see swap).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), swapTimeout)
+	err = swap(sctx, pool, fresh.bounds, cp, o.commit)
+	cancel()
+	var unknown *SwapUnknownError
+	if errors.As(err, &unknown) {
+		return res, err
+	}
+	if err != nil {
 		return res, fmt.Errorf("projections: rebuild: swap: %w", err)
 	}
 	fresh.created = nil // swapped in: no longer ours to drop
@@ -390,10 +406,41 @@ func buildIndexes(ctx context.Context, pool *pgxpool.Pool, defs, tables []string
 	return errors.Join(errs...)
 }
 
+// swapTimeout bounds the swap, which runs to its end even when the
+// rebuild's context is cancelled once it has started.
+const swapTimeout = 2 * time.Minute
+
+// SwapUnknownError reports a swap whose COMMIT was sent but whose answer
+// was lost (a broken connection, a timeout), and whose outcome could not
+// be read back: the read models may or may not have been swapped in.
+// Error says how to find out.
+type SwapUnknownError struct {
+	// Names are the read models of the swap.
+	Names []string
+	// At is the swap transaction's now(), which it stores as rebuilt_at of
+	// each read model's row of projection_checkpoints.
+	At time.Time
+	// Err is the failure of the commit.
+	Err error
+}
+
+// Error says that the outcome is unknown and the query that tells it.
+func (e *SwapUnknownError) Error() string {
+	return fmt.Sprintf("projections: rebuild: swap: the commit's answer was lost (%v), so whether %s were swapped in is unknown: "+
+		"they were if `SELECT name FROM projection_checkpoints WHERE rebuilt_at = '%s'` returns them; "+
+		"running the rebuild again is safe either way",
+		e.Err, strings.Join(e.Names, ", "), e.At.UTC().Format("2006-01-02 15:04:05.999999Z07:00"))
+}
+
+// Unwrap returns the failure of the commit.
+func (e *SwapUnknownError) Unwrap() error { return e.Err }
+
 // swap renames the fresh tables of bs into place and sets their
 // checkpoints to cp, in one transaction; it retries when a lock wait
-// (readers of the old tables) times out.
-func swap(ctx context.Context, pool *pgxpool.Pool, bs []*bound, cp checkpoint) error {
+// (readers of the old tables) times out. commit ends the transaction
+// (nil: tx.Commit). It returns nil when the swap committed, a
+// *SwapUnknownError when that is unknown, any other error when it did not.
+func swap(ctx context.Context, pool *pgxpool.Pool, bs []*bound, cp checkpoint, commit func(context.Context, pgx.Tx) error) error {
 	var stmts []string
 	for _, b := range bs {
 		for _, live := range b.p.tables {
@@ -408,36 +455,81 @@ func swap(ctx context.Context, pool *pgxpool.Pool, bs []*bound, cp checkpoint) e
 			stmts = append(stmts, renames...)
 		}
 	}
+	if commit == nil {
+		commit = func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }
+	}
 	var err error
 	// A short lock wait, retried: while the swap waits for a reader of an
 	// old table, new readers queue behind it.
 	for attempt := 1; attempt <= 10; attempt++ {
-		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
-				return err
-			}
-			for _, s := range stmts {
-				if _, err := tx.Exec(ctx, s); err != nil {
-					return fmt.Errorf("%s: %w", s, err)
-				}
-			}
-			for _, b := range bs {
-				_, err := tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, commit_tx, prepare, log_time, updated_at, rebuilt_at)
-VALUES ($1, $2, $3, $4, now(), now())
-ON CONFLICT (name) DO UPDATE SET commit_tx = excluded.commit_tx, prepare = excluded.prepare, log_time = excluded.log_time,
-	updated_at = excluded.updated_at, rebuilt_at = excluded.rebuilt_at`,
-					b.p.name, int64(cp.pos.Commit), int64(cp.pos.Prepare), nullTime(cp.logTime))
-				if err != nil {
-					return fmt.Errorf("checkpoint %s: %w", b.p.name, err)
-				}
-			}
-			return nil
-		})
+		err = swapOnce(ctx, pool, stmts, bs, cp, commit)
 		if err == nil || !isLockTimeout(err) || ctx.Err() != nil {
 			return err
 		}
 	}
 	return err
+}
+
+// swapOnce runs the swap's transaction once: stmts, then the checkpoints
+// of bs set to cp, then commit. When commit fails, the outcome is read
+// back (swapOutcome).
+func swapOnce(ctx context.Context, pool *pgxpool.Pool, stmts []string, bs []*bound, cp checkpoint, commit func(context.Context, pgx.Tx) error) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // after a commit: a no-op
+	var at time.Time
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
+		return err
+	}
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&at); err != nil {
+		return err
+	}
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+	}
+	names := make([]string, len(bs))
+	for i, b := range bs {
+		names[i] = b.p.name
+		_, err := tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, commit_tx, prepare, log_time, updated_at, rebuilt_at)
+VALUES ($1, $2, $3, $4, now(), now())
+ON CONFLICT (name) DO UPDATE SET commit_tx = excluded.commit_tx, prepare = excluded.prepare, log_time = excluded.log_time,
+	updated_at = excluded.updated_at, rebuilt_at = excluded.rebuilt_at`,
+			b.p.name, int64(cp.pos.Commit), int64(cp.pos.Prepare), nullTime(cp.logTime))
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", b.p.name, err)
+		}
+	}
+	pid := tx.Conn().PgConn().PID()
+	if err := commit(ctx, tx); err != nil {
+		return swapOutcome(ctx, pool, &SwapUnknownError{Names: names, At: at, Err: err}, pid)
+	}
+	return nil
+}
+
+// swapOutcome reads back the outcome of the swap whose commit failed with
+// u.Err on the server process pid: nil when every read model of u.Names
+// has rebuilt_at u.At (it committed); u.Err when none has and process pid
+// is gone (it did not, and no longer can); u itself otherwise.
+func swapOutcome(ctx context.Context, pool *pgxpool.Pool, u *SwapUnknownError, pid uint32) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var swapped int
+	var alive bool
+	err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM projection_checkpoints WHERE name = ANY($1) AND rebuilt_at = $2),
+	EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $3)`, u.Names, u.At, int64(pid)).Scan(&swapped, &alive)
+	switch {
+	case err != nil:
+		return u
+	case swapped == len(u.Names):
+		return nil
+	case swapped == 0 && !alive:
+		return u.Err
+	}
+	return u
 }
 
 func isLockTimeout(err error) bool {

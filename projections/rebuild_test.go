@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/domain"
@@ -309,4 +311,102 @@ func TestRebuildWithFewRowsInMemoryEqualsLive(t *testing.T) {
 	}
 	assertNoRebuildTables(t, db)
 	t.Logf("%d events; %d rows evicted, %d read back", a.n.Load(), res.Evicted, res.ReadBack)
+}
+
+// rebuiltAt returns rebuilt_at of every read model's checkpoint.
+func rebuiltAt(t *testing.T, ctx context.Context, db *testDB) map[string]time.Time {
+	t.Helper()
+	rows, err := db.pool.Query(ctx, `SELECT name, rebuilt_at FROM projection_checkpoints WHERE rebuilt_at IS NOT NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]time.Time{}
+	var name string
+	var at time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&name, &at}, func() error { out[name] = at; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestRebuildSwapTellsItsOutcome: a cancellation that lands while the
+// swap commits does not stop it (the rebuild succeeds, every read model
+// swapped in); a commit whose answer is lost is read back — swapped when
+// it committed, an ordinary error when it did not and its server process
+// is gone, and a *SwapUnknownError, whose query tells the truth, when that
+// cannot be known. The read models' rows stay equal in every case.
+func TestRebuildSwapTellsItsOutcome(t *testing.T) {
+	t.Parallel()
+	db := mustDB(t)
+	ctx := context.Background()
+	workload{shows: 2, perShow: 20, workers: 2, seed: 13}.appendTo(t, ctx, db.fast)
+	ps := All(24 * time.Hour)
+	waitHorizon(t, ctx, db)
+	mustRebuild(t, db, ps, RebuildOptions{})
+	before := dump(t, ctx, db.pool)
+	errLost := errors.New("connection reset (the commit's answer)")
+	tests := []struct {
+		name        string
+		commit      func(cancel func()) func(context.Context, pgx.Tx) error
+		wantSwapped bool
+		wantUnknown bool
+	}{
+		{"cancelled while committing", func(cancel func()) func(context.Context, pgx.Tx) error {
+			return func(ctx context.Context, tx pgx.Tx) error { cancel(); return tx.Commit(ctx) }
+		}, true, false},
+		{"answer lost after the commit", func(func()) func(context.Context, pgx.Tx) error {
+			return func(ctx context.Context, tx pgx.Tx) error { return errors.Join(tx.Commit(ctx), errLost) }
+		}, true, false},
+		{"server process ended before the commit", func(func()) func(context.Context, pgx.Tx) error {
+			return func(ctx context.Context, tx pgx.Tx) error {
+				if _, err := db.pool.Exec(ctx, `SELECT pg_terminate_backend($1, 60000)`, int64(tx.Conn().PgConn().PID())); err != nil {
+					return err
+				}
+				return tx.Commit(ctx)
+			}
+		}, false, false},
+		{"answer lost while the transaction is open", func(func()) func(context.Context, pgx.Tx) error {
+			return func(context.Context, pgx.Tx) error { return errLost }
+		}, false, true},
+	}
+	for _, tt := range tests {
+		prev := rebuiltAt(t, ctx, db)
+		cctx, cancel := context.WithCancel(ctx)
+		_, err := Rebuild(cctx, db.pool, db.store, ps, RebuildOptions{commit: tt.commit(cancel)})
+		cancel()
+		var unknown *SwapUnknownError
+		if gotUnknown := errors.As(err, &unknown); (err == nil) != tt.wantSwapped || gotUnknown != tt.wantUnknown {
+			t.Errorf("%s: Rebuild = %v, want swapped %v, unknown outcome %v", tt.name, err, tt.wantSwapped, tt.wantUnknown)
+		}
+		after := rebuiltAt(t, ctx, db)
+		for _, p := range ps {
+			if swapped := after[p.name].After(prev[p.name]); swapped != tt.wantSwapped {
+				t.Errorf("%s: %s swapped in = %v, want %v", tt.name, p.name, swapped, tt.wantSwapped)
+			}
+		}
+		if unknown != nil { // the query the error gives answers "not swapped"
+			q := regexp.MustCompile("`(SELECT [^`]+)`").FindStringSubmatch(unknown.Error())
+			if q == nil || len(queryNames(t, ctx, db, q[1])) != 0 {
+				t.Errorf("%s: %q does not give a query answering no read model", tt.name, unknown.Error())
+			}
+		}
+		if diff := cmp.Diff(before, dump(t, ctx, db.pool)); diff != "" {
+			t.Errorf("%s: read models changed (-before +after):\n%s", tt.name, diff)
+		}
+		assertNoRebuildTables(t, db)
+	}
+}
+
+// queryNames returns the one text column of every row of sql.
+func queryNames(t *testing.T, ctx context.Context, db *testDB, sql string) []string {
+	t.Helper()
+	rows, err := db.pool.Query(ctx, sql)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
 }
