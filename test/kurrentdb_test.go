@@ -227,7 +227,7 @@ func TestKurrentDB_AnotherBackendWithOldPositionsFailsAtStart(t *testing.T) {
 
 	// Do what it says for the database: rebuild on PostgreSQL (an empty
 	// log there), reset the checkpoints. Stream BOOKING is left.
-	rebuild := exec.Command(bookingBin, "projections", "rebuild")
+	rebuild := exec.Command(bookingBin, "projections", "rebuild", "--switch-backend")
 	rebuild.Env = append(s.env(), "BOOKING_EVENT_STORE=postgres")
 	if b, err := rebuild.CombinedOutput(); err != nil {
 		t.Fatalf("booking projections rebuild on postgres: %v\n%s", err, b)

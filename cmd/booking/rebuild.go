@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/retrysafe/booking/cmd/booking/internal/config"
 	"github.com/retrysafe/booking/cmd/booking/internal/readmodels"
+	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/projections"
 )
 
@@ -18,6 +24,7 @@ type rebuildCmd struct {
 	IntentRetention time.Duration `name:"intent-retention" env:"BOOKING_INTENT_RETENTION" default:"24h" help:"Intent retention the intents view applies (the service's value)."`
 	LockTimeout     time.Duration `name:"lock-timeout" default:"2m" help:"How long to wait for a running service's projectors to hand over their locks."`
 	Progress        string        `name:"progress" default:"auto" enum:"auto,always,never" help:"Progress bar on stderr: auto (only on a terminal), always, never."`
+	SwitchBackend   bool          `name:"switch-backend" help:"Rebuild from the event store even though the database holds log positions written on the other backend (moving the service to this one; docs/kurrentdb.md, Switching backends)."`
 	Names           []string      `arg:"" optional:"" help:"Read models to rebuild: orders, reservations, shows, intents (default: all)."`
 }
 
@@ -27,7 +34,10 @@ type rebuildCmd struct {
 // publishes nothing. While a service runs, it takes each projector's lock
 // (the live projector hands it over when it sees the rebuild waiting),
 // catches up and swaps; the live projector then resumes from the swapped
-// checkpoint.
+// checkpoint. It refuses (exit 2, naming BOOKING_EVENT_STORE) before any
+// work while the database holds positions written on the other backend,
+// unless --switch-backend. A signal after the swap has begun lets the swap
+// finish; every message says whether it was swapped, or how to find out.
 func (c *rebuildCmd) Run(e *env) error {
 	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
 		return err
@@ -57,6 +67,9 @@ func (c *rebuildCmd) Run(e *env) error {
 		return err
 	}
 	defer pool.Close()
+	if err := checkRebuildBackend(ctx, pool, backend, c.SwitchBackend); err != nil {
+		return err
+	}
 
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	elog, err := openEventLog(c.EventStore, pool, log)
@@ -80,8 +93,14 @@ func (c *rebuildCmd) Run(e *env) error {
 	}
 	res, err := readmodels.Rebuild(ctx, pool, elog.Store, ps, c.LockTimeout, bar.Set)
 	bar.End(err == nil)
+	if unknown := (*projections.SwapUnknownError)(nil); errors.As(err, &unknown) {
+		return fmt.Errorf("projections rebuild: %w", err) // says how to tell whether it was swapped
+	}
 	if err != nil {
 		return fmt.Errorf("projections rebuild: %w (nothing was swapped)", err)
+	}
+	if ctx.Err() != nil { // the swap had begun: it was finished
+		fmt.Fprintln(e.stderr, "booking: interrupted after the swap had begun; the swap was finished: the read models were swapped in")
 	}
 	// The rate is the replay's; the total adds the lock handover with the
 	// live projectors and the swap.
@@ -89,4 +108,24 @@ func (c *rebuildCmd) Run(e *env) error {
 	fmt.Fprintf(e.stdout, "booking: rebuilt %s from %d events in %s (replay %s, %.0f events/s); checkpoint %s\n",
 		strings.Join(names, ", "), res.Events, res.Total.Round(time.Millisecond), res.Replay.Round(time.Millisecond), rate, res.Position)
 	return nil
+}
+
+// checkRebuildBackend refuses a rebuild from the backend's log while the
+// database holds log positions written on the other backend
+// (pgcoord.CheckBackend): the service runs on that one, and read models
+// built from another log would be swapped in under it. switching (the
+// --switch-backend flag) allows it, to move the service to backend.
+func checkRebuildBackend(ctx context.Context, pool *pgxpool.Pool, backend string, switching bool) error {
+	if switching {
+		return nil
+	}
+	err := pgcoord.CheckBackend(ctx, pool, backend)
+	var mm *pgcoord.BackendMismatchError
+	if !errors.As(err, &mm) {
+		return err
+	}
+	written := slices.Concat(mm.Checkpoints, mm.Projections, mm.Relays)
+	return configError("BOOKING_EVENT_STORE", "the rebuild would read the %s log, but the database holds log positions written on another backend (%s): "+
+		"set BOOKING_EVENT_STORE (or --event-store) to the service's event store; to move the service to %s instead, add --switch-backend "+
+		"(docs/kurrentdb.md, \"Switching backends\"); nothing was rebuilt", backend, strings.Join(written, ", "), backend)
 }

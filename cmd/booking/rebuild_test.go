@@ -154,3 +154,50 @@ func TestRebuildCommandWhileServing(t *testing.T) {
 		t.Errorf("rebuild bogus = %v, want an unknown read model error", err)
 	}
 }
+
+// TestRebuildCommandRefusesAnotherBackend: with read model positions
+// written on KurrentDB (a service running there), `booking projections
+// rebuild` without BOOKING_EVENT_STORE would read the PostgreSQL log: it
+// exits 2 naming BOOKING_EVENT_STORE and --switch-backend, before any
+// work (the stored checkpoint untouched, no fresh table made); with
+// --switch-backend it rebuilds and stamps the checkpoints postgres, after
+// which a plain rebuild runs.
+func TestRebuildCommandRefusesAnotherBackend(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	pool := pgtest.NewPool(t, url)
+	ctx := context.Background()
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT set_config('booking.backend', 'kurrentdb', true)`)
+		if err == nil {
+			_, err = tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, commit_tx, prepare, updated_at) VALUES ('orders', 7, 7, now())`)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	state := func() []string {
+		return queryStrings(t, pool, `SELECT name || ' ' || commit_tx || '/' || prepare || ' ' || backend FROM projection_checkpoints
+			UNION ALL SELECT 'sequence ' || last_value || ' ' || is_called FROM projection_rebuild_seq ORDER BY 1`)
+	}
+	before := state()
+	args := []string{"projections", "rebuild", "--database-url", url}
+	err := run(ctx, args, io.Discard, io.Discard)
+	if err == nil || exitCode(err) != exitUsage || !strings.HasPrefix(err.Error(), "invalid configuration: --event-store (BOOKING_EVENT_STORE): ") ||
+		!strings.Contains(err.Error(), "orders (kurrentdb)") || !strings.Contains(err.Error(), "--switch-backend") {
+		t.Fatalf("rebuild on postgres over kurrentdb positions = %v (exit %d), want exit %d naming BOOKING_EVENT_STORE, orders (kurrentdb) and --switch-backend",
+			err, exitCode(err), exitUsage)
+	}
+	if diff := cmp.Diff(before, state()); diff != "" {
+		t.Errorf("the refused rebuild changed the database (-before +after):\n%s", diff)
+	}
+	if err := run(ctx, append(args, "--switch-backend"), io.Discard, io.Discard); err != nil {
+		t.Fatalf("rebuild --switch-backend: %v", err)
+	}
+	if got := queryStrings(t, pool, `SELECT DISTINCT backend || ' ' || commit_tx FROM projection_checkpoints`); !cmp.Equal(got, []string{"postgres 0"}) {
+		t.Errorf("checkpoints after rebuild --switch-backend = %q, want all postgres at 0 (an empty log)", got)
+	}
+	if err := run(ctx, args, io.Discard, io.Discard); err != nil {
+		t.Errorf("rebuild after the switch: %v", err)
+	}
+}

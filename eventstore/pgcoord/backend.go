@@ -60,7 +60,7 @@ func (e *BackendMismatchError) Error() string {
 // checkpoints and the relay's checkpoint with NATS stream BOOKING.
 func writeWaysOut(b *strings.Builder, checkpoints, projections, relays []string) {
 	if len(projections) > 0 {
-		fmt.Fprintf(b, " read models %s: rebuild them with `BOOKING_EVENT_STORE=… booking projections rebuild`;", strings.Join(projections, ", "))
+		fmt.Fprintf(b, " read models %s: rebuild them with `BOOKING_EVENT_STORE=… booking projections rebuild --switch-backend`;", strings.Join(projections, ", "))
 	}
 	if len(checkpoints) > 0 {
 		fmt.Fprintf(b, " worker checkpoints %s: reset them (DELETE FROM checkpoints; the workers then re-read the whole log, which is safe: they are idempotent);", strings.Join(checkpoints, ", "))
