@@ -339,9 +339,10 @@ func paymentStatus(o *domain.Order) string {
 	if o.ChargeID != "" {
 		s = domain.OutcomeSucceeded
 		if r, ok := o.Refunds[o.ChargeID]; ok {
-			if r.Succeeded {
+			switch {
+			case r.Succeeded:
 				s = "refunded"
-			} else {
+			case !r.Refused: // a refused refund is no longer sent: the charge stands
 				s = "refund_pending"
 			}
 		}

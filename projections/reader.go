@@ -129,8 +129,9 @@ func cutPage[T, K any](items []T, limit int, next func(last T) *K) ([]T, *K) {
 // Order is a row of the orders read model. Amount is in minor units.
 // TicketIDs are the tickets issued; they are valid only while Status is
 // confirmed. PaymentStatus is pending, succeeded, failed, unknown,
-// requires_action (the customer must authenticate), refund_pending or
-// refunded. UnknownSince is when the current attempt's
+// requires_action (the customer must authenticate), refund_pending (a
+// refund still being sent) or refunded; a paying charge whose refund the
+// provider refused is succeeded (the charge stands). UnknownSince is when the current attempt's
 // outcome became unknown (event time), nil otherwise.
 type Order struct {
 	ID              string

@@ -206,3 +206,57 @@ func TestRefundBacklog(t *testing.T) {
 	want.Pending, want.OldestPending = 2, t0.Add(3*time.Minute)
 	check("after the live projector applied a refund")
 }
+
+// TestOrdersPaymentStatusOfRefunds: an order's payment status in the read
+// model follows its paying charge's refund — refund_pending while the
+// refund is still sent, refunded once recorded, and succeeded once the
+// provider refused it (the charge stands; the order is in needs_review).
+func TestOrdersPaymentStatusOfRefunds(t *testing.T) {
+	t.Parallel()
+	db := mustDB(t)
+	ctx := context.Background()
+	a := &appender{tb: t, store: db.store, clock: &clock{}}
+	amount := domain.Money{Amount: 3000, Currency: "EUR"}
+	t0 := epoch.Add(time.Hour)
+	actor := "actor-" + newID()
+	// paid places an order of actor paid by charge, cancelled with its
+	// refund requested, then the events then makes for the order's id.
+	paid := func(charge string, then func(id string) []domain.Event) string {
+		id := newID()
+		claim := domain.OrderClaimed{ReservationID: newID(), OrderID: id, ShowID: newID(), Actor: actor, Intent: "intent-x", Quantity: 1, Amount: amount}
+		a.addAt(ctx, domain.OrderStream(id), t0, domain.PlacedFrom(claim, t0.Add(15*time.Minute), nil),
+			domain.PaymentSucceeded{OrderID: id, Attempt: 1, ChargeID: charge, Amount: amount},
+			domain.RefundRequested{OrderID: id, ChargeID: charge, Amount: amount, Key: domain.RefundKey(charge), Reason: domain.RefundCancelled},
+			domain.OrderCancelled{OrderID: id})
+		if then != nil {
+			a.addAt(ctx, domain.OrderStream(id), t0.Add(time.Minute), then(id)...)
+		}
+		return id
+	}
+	want := map[string]string{
+		paid("ch_p", nil): "refund_pending",
+		paid("ch_s", func(id string) []domain.Event {
+			return []domain.Event{domain.RefundSucceeded{OrderID: id, ChargeID: "ch_s", RefundID: "re_s", Amount: amount}}
+		}): "refunded",
+		paid("ch_r", func(id string) []domain.Event {
+			return []domain.Event{domain.RefundRefused{OrderID: id, ChargeID: "ch_r", Code: "resource_missing", Reason: "No such charge."},
+				domain.OrderNeedsReview{OrderID: id, Reason: "the provider does not know charge ch_r"}}
+		}): "succeeded",
+	}
+	waitHorizon(t, ctx, db)
+	if _, err := Rebuild(ctx, db.pool, db.store, All(24*time.Hour), RebuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := NewReader(db.pool).Orders(ctx, actor, nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Items) != len(want) {
+		t.Fatalf("Orders(%s) = %d orders, want %d", actor, len(page.Items), len(want))
+	}
+	for _, o := range page.Items {
+		if o.PaymentStatus != want[o.ID] {
+			t.Errorf("order %s (status %s): payment status %s, want %s", o.ID, o.Status, o.PaymentStatus, want[o.ID])
+		}
+	}
+}

@@ -50,6 +50,24 @@ var (
 		Amount: domain.Money{Amount: 9000, Currency: "EUR"}}
 )
 
+// refundOrder is an order paid by ch_1, cancelled, whose refund of ch_1 is
+// requested and, as refused or succeeded say, refused by the provider (the
+// order then in needs_review) or recorded.
+func refundOrder(refused, succeeded bool) domain.Order {
+	o := order(domain.OrderStatusCancelled, domain.OrderStatusConfirmed)
+	if refused {
+		o.Status = domain.OrderStatusNeedsReview
+	}
+	o.ChargeID = "ch_1"
+	o.Attempts = []domain.Attempt{{N: 1, Outcome: domain.OutcomeSucceeded, ChargeID: "ch_1"}}
+	o.Refunds = map[string]*domain.Refund{"ch_1": {ChargeID: "ch_1", Amount: o.Amount, Key: domain.RefundKey("ch_1"),
+		Reason: "cancelled", Refused: refused, Succeeded: succeeded}}
+	if succeeded {
+		o.Refunds["ch_1"].Refunded = o.Amount
+	}
+	return o
+}
+
 // actionOrder is a pending order whose payment pi_1 requires the
 // customer's action.
 func actionOrder() domain.Order {
@@ -626,6 +644,18 @@ func contractCases() []contractCase {
 		{name: "a confirmed order is 200 without Retry-After", method: "GET", path: "/v1/orders/" + orderID,
 			setup: func(f *fakeService) { f.order = order(domain.OrderStatusConfirmed, domain.OrderStatusConfirmed) }, status: 200,
 			calls: []string{"GetOrder"}, want: map[string]string{"Retry-After": ""}, check: member("status", "confirmed")},
+		{name: "an order whose refund is still being sent shows payment refund_pending", method: "GET", path: "/v1/orders/" + orderID,
+			setup: func(f *fakeService) { f.order = refundOrder(false, false) }, status: 200, calls: []string{"GetOrder"},
+			check: member("payment", map[string]any{"status": "refund_pending", "attempts": float64(1), "charge_id": "ch_1"})},
+		{name: "an order whose refund is recorded shows payment refunded", method: "GET", path: "/v1/orders/" + orderID,
+			setup: func(f *fakeService) { f.order = refundOrder(false, true) }, status: 200, calls: []string{"GetOrder"},
+			check: member("payment", map[string]any{"status": "refunded", "attempts": float64(1), "charge_id": "ch_1", "refunded": true})},
+		{name: "an order whose refund the provider refused shows its charge succeeded, not a refund pending", method: "GET",
+			path: "/v1/orders/" + orderID, setup: func(f *fakeService) { f.order = refundOrder(true, false) }, status: 200,
+			calls: []string{"GetOrder"}, check: func(t *testing.T, f *fakeService, doc map[string]any) {
+				member("status", "needs_review")(t, f, doc)
+				member("payment", map[string]any{"status": "succeeded", "attempts": float64(1), "charge_id": "ch_1"})(t, f, doc)
+			}},
 		{name: "another actor's order is 404", method: "GET", path: "/v1/orders/" + orderID, setup: withErr(domain.ErrOrderNotFound),
 			status: 404, code: "order-not-found", calls: []string{"GetOrder"}},
 

@@ -76,6 +76,13 @@ type orderView struct {
 	FailReason    string          `json:"failure_reason,omitempty"`
 }
 
+// viewOrder is o as the API answers it. payment.status is the paying
+// charge's state once it is known: refunded once its refund is recorded,
+// refund_pending while a requested refund is still being sent, and
+// succeeded otherwise — also when the provider refused the refund (the
+// charge stands and is no longer refunded by the service; the order is in
+// needs_review). Before a charge it is the last attempt's outcome, else
+// pending.
 func viewOrder(o domain.Order) orderView {
 	p := paymentView{Status: "pending", Attempts: len(o.Attempts), ChargeID: o.ChargeID}
 	if last := o.LastAttempt(); last != nil && last.Outcome != domain.OutcomeNone {
@@ -85,9 +92,10 @@ func viewOrder(o domain.Order) orderView {
 		p.Status = domain.OutcomeSucceeded
 		if r, ok := o.Refunds[o.ChargeID]; ok {
 			p.Refunded = r.Succeeded
-			if r.Succeeded {
+			switch {
+			case r.Succeeded:
 				p.Status = "refunded"
-			} else {
+			case !r.Refused:
 				p.Status = "refund_pending"
 			}
 		}
