@@ -347,7 +347,8 @@ func (p *fakePayments) CancelPayment(_ context.Context, key, id string) (provide
 }
 
 // Refund implements Payments: idempotent by key; a payment with nothing
-// left to refund is refused with charge_already_refunded.
+// left to refund is refused with charge_already_refunded, and an amount
+// above what is left with amount_too_large.
 func (p *fakePayments) Refund(_ context.Context, key string, req provider.PaymentRefundRequest) (provider.PaymentRefund, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -378,6 +379,9 @@ func (p *fakePayments) Refund(_ context.Context, key string, req provider.Paymen
 	}
 	if left == 0 {
 		return provider.PaymentRefund{}, apiError(provider.ErrInvalidRequest, provider.APIError{StatusCode: 400, Code: provider.CodeChargeAlreadyRefunded})
+	}
+	if amount > left {
+		return provider.PaymentRefund{}, apiError(provider.ErrInvalidRequest, provider.APIError{StatusCode: 400, Code: provider.CodeAmountTooLarge})
 	}
 	pay.AmountRefunded += amount
 	r := provider.PaymentRefund{ID: fakeID("re_"), PaymentID: req.PaymentID, Amount: amount, Currency: pay.Currency, Status: "succeeded",

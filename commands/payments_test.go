@@ -590,6 +590,34 @@ func TestReconcileOrderRetriesRefunds(t *testing.T) {
 			t.Errorf("order NetCharged() = %d with pending refunds %v, want 0 and none", o.NetCharged(), o.PendingRefunds())
 		}
 	})
+	t.Run("A full refund after an operator's partial one records what was refunded and puts the order in review.", func(t *testing.T) {
+		t.Parallel()
+		pay := newFakePayments()
+		ch := pay.addPayment(payOrder, 1, payAmount)
+		const partial = 1000
+		if _, err := pay.Refund(context.Background(), "dashboard-refund", provider.PaymentRefundRequest{PaymentID: ch.ID, Amount: partial}); err != nil {
+			t.Fatal(err)
+		}
+		f := newPayFix(t, payConfig(), "tok_visa", nil, cancelledPaid(ch.ID)...)
+		f.pay = pay
+		f.h = f.handler(f.cfg)
+		for range 2 {
+			if err := f.h.ReconcileOrder(context.Background(), payOrder); err != nil {
+				t.Fatalf("ReconcileOrder() = %v", err)
+			}
+		}
+		f.wantAppended(t, "appended (the provider refused the full amount: too large)", []string{evRefunded, evReview})
+		if net, _ := pay.net(); net != payAmount.Amount-partial {
+			t.Errorf("provider net = %d, want %d (only the operator's refund)", net, payAmount.Amount-partial)
+		}
+		if o := f.order(); o.Status != domain.OrderStatusNeedsReview || o.NetCharged() != payAmount.Amount-partial || len(o.PendingRefunds()) != 0 {
+			t.Errorf("order is %s, NetCharged() %d, pending refunds %v; want needs_review, %d, none", o.Status, o.NetCharged(),
+				o.PendingRefunds(), payAmount.Amount-partial)
+		}
+		if nr := f.metrics.get("needs_review"); nr != 1 {
+			t.Errorf("metrics: needs_review %d, want 1", nr)
+		}
+	})
 	t.Run("A refund of a payment the provider does not know puts the order in review and is not sent again.", func(t *testing.T) {
 		t.Parallel()
 		f := newPayFix(t, payConfig(), "tok_visa", nil, cancelledPaid("pi_forgotten")...)

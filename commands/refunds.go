@@ -171,7 +171,10 @@ func (h *core) refuseRefund(ctx context.Context, orderID, chargeID string, refus
 	return nil
 }
 
-// recordRefund folds a refund the provider made into the order.
+// recordRefund folds a refund the provider made (amount: the total it
+// refunded of chargeID) into the order: Order.RecordRefund's events, which
+// put the order in review when the provider refunded less than was
+// requested; observe counts and logs the review.
 func (h *core) recordRefund(ctx context.Context, orderID, chargeID, refundID string, amount domain.Money) error {
 	c, err := h.update(ctx, domain.OrderStream(orderID), func(s *stream) (change, error) {
 		o := fold[domain.Order](s.events)
@@ -180,9 +183,6 @@ func (h *core) recordRefund(ctx context.Context, orderID, chargeID, refundID str
 			amt.Currency = o.Amount.Currency
 		}
 		evs := o.RecordRefund(chargeID, refundID, amt)
-		if len(evs) > 1 {
-			evs = evs[:1]
-		}
 		return change{events: derived(orderID+"/"+chargeID, evs), meta: eventstore.Metadata{Actor: o.Actor, Intent: o.Intent}}, nil
 	})
 	if err == nil && len(c.events) > 0 {

@@ -621,14 +621,24 @@ func (o *Order) recordFailure(r PaymentResult) []Event {
 // RecordRefund folds the provider's refund of chargeID (refund refundID, in
 // total amount) into the order: RefundSucceeded when the refund was
 // requested and not yet recorded (also after a RefundRefused: money
-// returned is a fact, whatever was said before); OrderNeedsReview when the provider
-// refunded the charge that paid a confirmed order without a request
-// (tickets valid, money returned); no events otherwise.
+// returned is a fact, whatever was said before), with the amount the
+// provider refunded; followed by OrderNeedsReview when that is less than
+// the amount requested (another refund came first, and the provider
+// refused the rest: part of the charge stands), unless the order is in
+// review already. OrderNeedsReview alone when the provider refunded the
+// charge that paid a confirmed order without a request (tickets valid,
+// money returned); no events otherwise.
 func (o *Order) RecordRefund(chargeID, refundID string, amount Money) []Event {
 	r, ok := o.Refunds[chargeID]
 	switch {
 	case ok && !r.Succeeded:
-		return []Event{RefundSucceeded{OrderID: o.ID, ChargeID: chargeID, RefundID: refundID, Amount: amount}}
+		evs := []Event{RefundSucceeded{OrderID: o.ID, ChargeID: chargeID, RefundID: refundID, Amount: amount}}
+		if amount.Amount < r.Amount.Amount && o.Status != OrderStatusNeedsReview {
+			evs = append(evs, OrderNeedsReview{OrderID: o.ID, Reason: fmt.Sprintf(
+				"the provider refunded %d of the %d requested of charge %s (another refund, such as a partial one made in its dashboard, came first); the rest is still charged",
+				amount.Amount, r.Amount.Amount, chargeID)})
+		}
+		return evs
 	case !ok && o.Status == OrderStatusConfirmed && chargeID == o.ChargeID:
 		return []Event{OrderNeedsReview{OrderID: o.ID, Reason: "the provider refunded the paying charge " + chargeID + " without a request"}}
 	}

@@ -318,6 +318,35 @@ func TestOrderRecordRefund(t *testing.T) {
 	})
 }
 
+// TestOrderRecordShortRefund: a refund the provider made for less than was
+// requested (an operator's partial refund came first, and the provider
+// refused the rest) is recorded with the amount made, and the order, whose
+// charge still partly stands, needs review — once.
+func TestOrderRecordShortRefund(t *testing.T) {
+	t.Parallel()
+	o := orderFrom(ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordSucceeded(1, ordCharge1), ordConfirmed(),
+		ordRefund(ordCharge1, domain.RefundCancelled), domain.OrderCancelled{OrderID: ordID, VoidedTickets: ordTickets})
+	short := domain.Money{Amount: ordAmount.Amount - 1000, Currency: ordAmount.Currency}
+	want := []domain.Event{domain.RefundSucceeded{OrderID: ordID, ChargeID: ordCharge1, RefundID: ordRefundID, Amount: short},
+		domain.OrderNeedsReview{OrderID: ordID, Reason: fmt.Sprintf("the provider refunded %d of the %d requested of charge %s "+
+			"(another refund, such as a partial one made in its dashboard, came first); the rest is still charged",
+			short.Amount, ordAmount.Amount, ordCharge1)}}
+	got := o.RecordRefund(ordCharge1, ordRefundID, short)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("RecordRefund(%d of %d) (-want +got):\n%s", short.Amount, ordAmount.Amount, diff)
+	}
+	for _, e := range got {
+		o.Apply(e)
+	}
+	if o.Status != domain.OrderStatusNeedsReview || o.NetCharged() != 1000 || len(o.PendingRefunds()) != 0 {
+		t.Errorf("after the short refund: status %s, net %d, %d refunds pending; want needs_review, 1000, 0",
+			o.Status, o.NetCharged(), len(o.PendingRefunds()))
+	}
+	if got := o.RecordRefund(ordCharge1, ordRefundID, short); len(got) != 0 {
+		t.Errorf("RecordRefund() again = %v, want nothing", got)
+	}
+}
+
 func TestOrderRefuseRefund(t *testing.T) {
 	t.Parallel()
 	confirmed := []domain.Event{ordPlaced(), ordStarted(1, ordOwnerA, ordNow), ordSucceeded(1, ordCharge1), ordConfirmed()}
