@@ -1,19 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/retrysafe/booking/cmd/booking/internal/config"
 	"github.com/retrysafe/booking/cmd/booking/internal/readmodels"
-	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/projections"
 )
 
@@ -57,17 +51,15 @@ func (c *rebuildCmd) Run(e *env) error {
 		return &usageError{err} // a NAME argument no read model has
 	}
 	ctx := e.ctx
-	// Guards and locks hold a connection each; the bulk fill uses one for
-	// the log reader and one per table writer (COPY) and read back, at
-	// most 7 tables (it waits for a connection beyond the pool).
-	// The swapped checkpoints are stamped with backend (openMigrated), so
-	// a rebuild is how read models move to another event store.
+	// Guards and locks hold a connection each; the bulk fill one for the
+	// log reader and one per table writer (COPY), at most 7 tables. The
+	// swapped checkpoints are stamped with backend (openMigrated).
 	pool, err := openMigrated(ctx, c.DatabaseURL, int32(2*len(ps)+12), backend, nil)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := checkRebuildBackend(ctx, pool, backend, c.SwitchBackend); err != nil {
+	if err := readmodels.CheckBackend(ctx, pool, backend, c.SwitchBackend); err != nil {
 		return err
 	}
 
@@ -81,15 +73,9 @@ func (c *rebuildCmd) Run(e *env) error {
 	for i, p := range ps {
 		names[i] = p.Name()
 	}
-	var bar *readmodels.Progress
-	if readmodels.ShowProgress(e.stderr, c.Progress) {
-		// The total only sizes the progress bar; on KurrentDB counting
-		// reads the whole log once more, so it is read only for a bar.
-		total, err := elog.Counter.EventCount(ctx)
-		if err != nil {
-			return err
-		}
-		bar = readmodels.NewProgress(e.stderr, total, strings.Join(names, ", "))
+	bar, err := readmodels.StartProgress(ctx, e.stderr, c.Progress, elog.Counter, names)
+	if err != nil {
+		return err
 	}
 	res, err := readmodels.Rebuild(ctx, pool, elog.Store, ps, c.LockTimeout, bar.Set)
 	bar.End(err == nil)
@@ -102,30 +88,6 @@ func (c *rebuildCmd) Run(e *env) error {
 	if ctx.Err() != nil { // the swap had begun: it was finished
 		fmt.Fprintln(e.stderr, "booking: interrupted after the swap had begun; the swap was finished: the read models were swapped in")
 	}
-	// The rate is the replay's; the total adds the lock handover with the
-	// live projectors and the swap.
-	rate := float64(res.Events) / max(res.Replay.Seconds(), 1e-9)
-	fmt.Fprintf(e.stdout, "booking: rebuilt %s from %d events in %s (replay %s, %.0f events/s); checkpoint %s\n",
-		strings.Join(names, ", "), res.Events, res.Total.Round(time.Millisecond), res.Replay.Round(time.Millisecond), rate, res.Position)
+	fmt.Fprintln(e.stdout, readmodels.Summary(names, res))
 	return nil
-}
-
-// checkRebuildBackend refuses a rebuild from the backend's log while the
-// database holds log positions written on the other backend
-// (pgcoord.CheckBackend): the service runs on that one, and read models
-// built from another log would be swapped in under it. switching (the
-// --switch-backend flag) allows it, to move the service to backend.
-func checkRebuildBackend(ctx context.Context, pool *pgxpool.Pool, backend string, switching bool) error {
-	if switching {
-		return nil
-	}
-	err := pgcoord.CheckBackend(ctx, pool, backend)
-	var mm *pgcoord.BackendMismatchError
-	if !errors.As(err, &mm) {
-		return err
-	}
-	written := slices.Concat(mm.Checkpoints, mm.Projections, mm.Relays)
-	return configError("BOOKING_EVENT_STORE", "the rebuild would read the %s log, but the database holds log positions written on another backend (%s): "+
-		"set BOOKING_EVENT_STORE (or --event-store) to the service's event store; to move the service to %s instead, add --switch-backend "+
-		"(docs/kurrentdb.md, \"Switching backends\"); nothing was rebuilt", backend, strings.Join(written, ", "), backend)
 }

@@ -11,12 +11,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/retrysafe/booking/cmd/booking/internal/configerr"
 	"github.com/retrysafe/booking/eventstore/pgcoord"
 	"github.com/retrysafe/booking/projections"
 )
@@ -64,6 +67,37 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, log projections.LogReader,
 	})
 }
 
+// CheckBackend refuses a rebuild from backend's log (postgres or
+// kurrentdb) while the database holds log positions written on the other
+// backend (pgcoord.CheckBackend): the service runs on that one, and read
+// models built from another log would be swapped in under it. The refusal
+// is a configuration error naming BOOKING_EVENT_STORE. switching (the
+// --switch-backend flag) allows it, to move the service to backend.
+func CheckBackend(ctx context.Context, pool *pgxpool.Pool, backend string, switching bool) error {
+	if switching {
+		return nil
+	}
+	err := pgcoord.CheckBackend(ctx, pool, backend)
+	var mm *pgcoord.BackendMismatchError
+	if !errors.As(err, &mm) {
+		return err
+	}
+	written := slices.Concat(mm.Checkpoints, mm.Projections, mm.Relays)
+	return configerr.New("BOOKING_EVENT_STORE", "the rebuild would read the %s log, but the database holds log positions written on another backend (%s): "+
+		"set BOOKING_EVENT_STORE (or --event-store) to the service's event store; to move the service to %s instead, add --switch-backend "+
+		"(docs/kurrentdb.md, \"Switching backends\"); nothing was rebuilt", backend, strings.Join(written, ", "), backend)
+}
+
+// Summary is a finished rebuild's line for its standard output: the read
+// models rebuilt (names), the events replayed, the whole time (the replay,
+// the lock handover with live projectors and the swap), the replay's time
+// and rate in events per second, and the checkpoint swapped in.
+func Summary(names []string, res projections.RebuildResult) string {
+	rate := float64(res.Events) / max(res.Replay.Seconds(), 1e-9)
+	return fmt.Sprintf("booking: rebuilt %s from %d events in %s (replay %s, %.0f events/s); checkpoint %s",
+		strings.Join(names, ", "), res.Events, res.Total.Round(time.Millisecond), res.Replay.Round(time.Millisecond), rate, res.Position)
+}
+
 // ShowProgress reports whether a rebuild's progress bar goes to w: mode
 // "always", or "auto" and w is a terminal ("never": none).
 func ShowProgress(w io.Writer, mode string) bool {
@@ -84,6 +118,24 @@ type Progress struct {
 	w     io.Writer
 	bar   *progressbar.ProgressBar
 	total int64
+}
+
+// StartProgress returns the progress bar of a rebuild of the read models
+// names on w when mode shows one there (ShowProgress), sized by log's
+// event count, and nil (a bar that draws nothing) otherwise: on KurrentDB
+// counting reads the whole log once more, so it is read only for a bar.
+// The error is the count's.
+func StartProgress(ctx context.Context, w io.Writer, mode string, log interface {
+	EventCount(context.Context) (int64, error)
+}, names []string) (*Progress, error) {
+	if !ShowProgress(w, mode) {
+		return nil, nil
+	}
+	total, err := log.EventCount(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return NewProgress(w, total, strings.Join(names, ", ")), nil
 }
 
 // NewProgress returns a progress bar on w for total events (grown when the
