@@ -293,6 +293,20 @@ func (f *pgFix) eventually(d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// awaitDriveEnded waits up to a minute until no drive of order id's
+// payment runs in h (DrivePayment's per-order lock is free), for a test
+// that knows one began: a DrivePayment call of the test then decides.
+func (f *pgFix) awaitDriveEnded(h *Handler, id string) {
+	f.t.Helper()
+	f.eventually(60*time.Second, "the order's payment drive to end", func() bool {
+		unlock := h.sends.TryLock(id)
+		if unlock != nil {
+			unlock()
+		}
+		return unlock != nil
+	})
+}
+
 func (f *pgFix) pauseWebhooks(paused bool) {
 	flt := f.sim.Faults()
 	flt.WebhooksPaused = paused
@@ -783,6 +797,10 @@ func TestPGCancelUnderSavedServerErrorIsSettledByAFetch(t *testing.T) {
 	f.eventually(30*time.Second, "the payment to require the customer's action", func() bool {
 		return slices.Contains(f.types(id), evAction)
 	})
+	// The placing request's drive recorded that outcome and may still be
+	// running; while it runs, ReconcileOrder's DrivePayment returns at once
+	// (one drive per order in a process), deciding nothing.
+	f.awaitDriveEnded(h, id)
 	if err := f.sim.WaitWebhooks(ctx); err != nil {
 		t.Fatal(err)
 	}
