@@ -478,7 +478,11 @@ func swapOnce(ctx context.Context, pool *pgxpool.Pool, stmts []string, bs []*bou
 	if err != nil {
 		return err
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // after a commit: a no-op
+	defer func() { // after a commit: a no-op; bounded, so a hung server cannot hold a shutdown
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
 	var at time.Time
 	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
 		return err
@@ -504,7 +508,11 @@ ON CONFLICT (name) DO UPDATE SET commit_tx = excluded.commit_tx, prepare = exclu
 		}
 	}
 	pid := tx.Conn().PgConn().PID()
-	if err := commit(ctx, tx); err != nil {
+	err = commit(ctx, tx)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Severity == "ERROR" {
+		return err // the server answered the commit with an error: it rolled back
+	}
+	if err != nil {
 		return swapOutcome(ctx, pool, &SwapUnknownError{Names: names, At: at, Err: err}, pid)
 	}
 	return nil
@@ -513,14 +521,21 @@ ON CONFLICT (name) DO UPDATE SET commit_tx = excluded.commit_tx, prepare = exclu
 // swapOutcome reads back the outcome of the swap whose commit failed with
 // u.Err on the server process pid: nil when every read model of u.Names
 // has rebuilt_at u.At (it committed); u.Err when none has and process pid
-// is gone (it did not, and no longer can); u itself otherwise.
+// was gone before the count was read (it did not, and no longer can); u
+// itself otherwise. The process is looked up first, in a statement of its
+// own: a transaction ends before its process leaves pg_stat_activity, so
+// a count read after the process is gone sees a commit it made. pid is
+// the server's process id only without a connection pooler in between.
 func swapOutcome(ctx context.Context, pool *pgxpool.Pool, u *SwapUnknownError, pid uint32) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	var swapped int
 	var alive bool
-	err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM projection_checkpoints WHERE name = ANY($1) AND rebuilt_at = $2),
-	EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $3)`, u.Names, u.At, int64(pid)).Scan(&swapped, &alive)
+	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, int64(pid)).Scan(&alive)
+	if err == nil {
+		err = pool.QueryRow(ctx, `SELECT count(*) FROM projection_checkpoints WHERE name = ANY($1) AND rebuilt_at = $2`,
+			u.Names, u.At).Scan(&swapped)
+	}
 	switch {
 	case err != nil:
 		return u
