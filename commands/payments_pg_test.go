@@ -315,6 +315,21 @@ func (f *pgFix) pauseWebhooks(paused bool) {
 	}
 }
 
+// quietWithSavedError waits until the simulator has delivered its
+// webhooks, then pauses them and makes its next request commit and answer
+// a 500 it saves under the request's key (ErrorAfterCommit).
+func (f *pgFix) quietWithSavedError(ctx context.Context) {
+	if err := f.sim.WaitWebhooks(ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	f.pauseWebhooks(true)
+	flt := f.sim.Faults()
+	flt.ErrorAfterCommit = 1
+	if err := f.sim.SetFaults(flt); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
 // blockAt returns hooks that block the first time step is reached until
 // release is closed; reached is closed when it blocks.
 func blockAt(step string) (hooks Hooks, reached, release chan struct{}) {
@@ -759,15 +774,7 @@ func TestPGRefundUnderSavedServerErrorIsFoundInTheList(t *testing.T) {
 	if res.Order.Status != domain.OrderStatusConfirmed {
 		t.Fatalf("order %s, want confirmed", res.Order.Status)
 	}
-	if err := f.sim.WaitWebhooks(ctx); err != nil {
-		t.Fatal(err)
-	}
-	f.pauseWebhooks(true)
-	flt := f.sim.Faults()
-	flt.ErrorAfterCommit = 1
-	if err := f.sim.SetFaults(flt); err != nil {
-		t.Fatal(err)
-	}
+	f.quietWithSavedError(ctx)
 	if _, err := h.CancelOrder(ctx, f.req(OpCancelOrder), id); err != nil {
 		t.Fatalf("CancelOrder() = %v", err)
 	}
@@ -801,15 +808,7 @@ func TestPGCancelUnderSavedServerErrorIsSettledByAFetch(t *testing.T) {
 	// running; while it runs, ReconcileOrder's DrivePayment returns at once
 	// (one drive per order in a process), deciding nothing.
 	f.awaitDriveEnded(h, id)
-	if err := f.sim.WaitWebhooks(ctx); err != nil {
-		t.Fatal(err)
-	}
-	f.pauseWebhooks(true)
-	flt := f.sim.Faults()
-	flt.ErrorAfterCommit = 1
-	if err := f.sim.SetFaults(flt); err != nil {
-		t.Fatal(err)
-	}
+	f.quietWithSavedError(ctx)
 	f.clock.Advance(DefaultConfig().PaymentDeadline + time.Minute)
 	for range 3 {
 		_ = h.ReconcileOrder(ctx, id)
